@@ -1,0 +1,5 @@
+"""``python -m moebake`` runs the CLI."""
+
+from moebake.cli import main
+
+main()

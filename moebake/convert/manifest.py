@@ -1,0 +1,47 @@
+"""The manifest ``moebake.json``: what was baked, from what, how, and the checksum of every file.
+
+Schema ``moebake.manifest/1`` (documented in the README; add fields freely, bump the number only
+when a field changes meaning or a reader must refuse older files):
+
+  schema, moebake_version, created (UTC ISO 8601), target, target_layout_version,
+  flashinfer_layout {id, description}, source {format, location, revision, files {name: sha256}},
+  options {...ConvertOptions}, activation {kind, alpha, beta, limit},
+  layers [{index, prefix, experts, hidden, hidden_padded, intermediate, intermediate_padded,
+           tensors {short name: {source, dtype, shape, gate_up_order, source_gate_up_order}}}],
+  files {output file name: {sha256, bytes}}   (every file in OUT except moebake.json itself)
+"""
+
+import datetime
+import json
+from pathlib import Path
+
+from moebake.errors import MoebakeError
+
+MANIFEST_NAME = "moebake.json"
+SCHEMA = "moebake.manifest/1"
+KNOWN_SCHEMAS = (SCHEMA,)
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def write_manifest(directory: Path, manifest: dict) -> None:
+    with open(directory / MANIFEST_NAME, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2)
+        f.write("\n")
+
+
+def read_manifest(directory: str | Path) -> dict:
+    """Load and check the schema of ``directory/moebake.json``; MoebakeError if absent or unknown."""
+    path = Path(directory) / MANIFEST_NAME
+    if not path.is_file():
+        raise MoebakeError(f"{directory}: not a moebake output (no {MANIFEST_NAME})")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise MoebakeError(f"{path}: corrupt manifest ({err})") from None
+    schema = manifest.get("schema") if isinstance(manifest, dict) else None
+    if schema not in KNOWN_SCHEMAS:
+        raise MoebakeError(f"{path}: unknown manifest schema {schema!r}; this moebake reads {', '.join(KNOWN_SCHEMAS)}")
+    return manifest

@@ -1,0 +1,38 @@
+"""Options of a conversion (recorded verbatim in the manifest)."""
+
+from dataclasses import asdict, dataclass
+
+from moebake.errors import MoebakeError
+from moebake.layouts.sm90_fp4 import LAYOUTS
+
+DEFAULT_CHUNK_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    """``hidden_multiple`` / ``intermediate_multiple``: H and I are zero-padded up to multiples of these
+    (multiples of 128; SGLang 0.5.23 pads GPT-OSS's hidden to a multiple of 256).
+    ``chunk_bytes``: source bytes read per step; bounds peak memory."""
+
+    target: str
+    flashinfer_layout: str = "v2"
+    hidden_multiple: int = 128
+    intermediate_multiple: int = 128
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+
+    def __post_init__(self):
+        if self.flashinfer_layout not in LAYOUTS:
+            raise MoebakeError(f"--flashinfer-layout {self.flashinfer_layout!r}: expected one of {', '.join(LAYOUTS)}")
+        for name in ("hidden_multiple", "intermediate_multiple"):
+            value = getattr(self, name)
+            if value <= 0 or value % 128:
+                raise MoebakeError(f"--{name.replace('_', '-')} {value}: must be a positive multiple of 128")
+        if self.chunk_bytes < 1 << 16:
+            raise MoebakeError(f"chunk size {self.chunk_bytes} bytes is too small (minimum 64 KiB)")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple

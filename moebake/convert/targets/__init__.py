@@ -1,0 +1,17 @@
+"""Conversion targets: each module turns a source model's expert tensors into one kernel's layout.
+
+A target module exposes ``NAME``, ``plan(model, options) -> (list[OutputTensor], list[layer dict])``
+and ``restore(model, layer_record, baked) -> {source tensor name: tensor}``, the exact inverse used
+by verification.
+"""
+
+from moebake.convert.targets import sm90_cutlass
+from moebake.errors import MoebakeError
+
+TARGETS = {sm90_cutlass.NAME: sm90_cutlass}
+
+
+def get_target(name: str):
+    if name not in TARGETS:
+        raise MoebakeError(f"unknown target {name!r}; expected one of {', '.join(TARGETS)}")
+    return TARGETS[name]

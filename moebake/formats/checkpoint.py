@@ -1,0 +1,90 @@
+"""A Hugging Face safetensors checkpoint directory, opened and validated without reading weights.
+
+A checkpoint is a directory with ``config.json`` and either ``model.safetensors`` or a
+``model.safetensors.index.json`` whose ``weight_map`` names each tensor's shard. Every shard's
+header is parsed and checked up front (truncation, corrupt headers, index naming a missing file
+or tensor), so a conversion fails before it writes anything.
+"""
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from moebake.errors import MoebakeError
+from moebake.formats.safetensors_file import SafetensorsFile, TensorEntry, read_header
+
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_SHARD_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+# Files at the root with these suffixes are weights (or other formats of them) and are not copied.
+WEIGHT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".h5", ".msgpack"}
+
+
+@dataclass
+class SourceCheckpoint:
+    """Shards, tensors and side files of one checkpoint directory."""
+
+    root: Path
+    config: dict
+    shards: dict[str, SafetensorsFile]   # shard file name -> parsed header, in shard-name order
+    locations: dict[str, str]            # tensor name -> shard file name
+    side_files: list[str]                # root-level non-weight files (config, tokenizer, ...)
+
+    def entry(self, name: str) -> TensorEntry:
+        return self.shards[self.locations[name]].tensors[name]
+
+    def file_of(self, name: str) -> SafetensorsFile:
+        return self.shards[self.locations[name]]
+
+    def read_json(self, relative: str) -> dict | None:
+        """A side JSON file of the checkpoint, or None if absent."""
+        path = self.root / relative
+        return _load_json(path) if path.is_file() else None
+
+
+def _load_json(path: Path) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise MoebakeError(f"{path}: cannot read JSON ({err})") from None
+    if not isinstance(value, dict):
+        raise MoebakeError(f"{path}: expected a JSON object")
+    return value
+
+
+def open_checkpoint(root: str | os.PathLike) -> SourceCheckpoint:
+    """Open ``root`` and validate config, index and every shard header."""
+    root = Path(root)
+    if not root.is_dir():
+        raise MoebakeError(f"{root}: not a checkpoint directory (does not exist or is not a directory)")
+    if not (root / CONFIG_NAME).is_file():
+        raise MoebakeError(f"{root}: not a checkpoint (no {CONFIG_NAME})")
+    config = _load_json(root / CONFIG_NAME)
+    index_path = root / INDEX_NAME
+    if index_path.is_file():
+        weight_map = _load_json(index_path).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise MoebakeError(f"{index_path}: has no weight_map")
+        shard_names = sorted(set(weight_map.values()))
+    elif (root / SINGLE_SHARD_NAME).is_file():
+        weight_map, shard_names = None, [SINGLE_SHARD_NAME]
+    else:
+        raise MoebakeError(f"{root}: not a checkpoint (no {INDEX_NAME} and no {SINGLE_SHARD_NAME})")
+    shards = {}
+    for name in shard_names:
+        if not (root / name).is_file():
+            raise MoebakeError(f"{index_path}: names shard {name}, which is missing")
+        shards[name] = read_header(root / name)
+    locations = {t: name for name, shard in shards.items() for t in shard.tensors}
+    if weight_map is not None:
+        for tensor, shard_name in weight_map.items():
+            if tensor not in shards[shard_name].tensors:
+                raise MoebakeError(f"{index_path}: maps tensor {tensor} to {shard_name}, which does not contain it")
+        locations = {t: s for t, s in locations.items() if weight_map.get(t) == s}
+    side_files = sorted(
+        p.name for p in root.iterdir()
+        if p.is_file() and not p.name.startswith(".") and p.suffix not in WEIGHT_SUFFIXES and p.name != INDEX_NAME
+    )
+    return SourceCheckpoint(root, config, shards, locations, side_files)

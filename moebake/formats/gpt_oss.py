@@ -1,0 +1,108 @@
+"""Source format ``gpt-oss``: OpenAI GPT-OSS checkpoints in Hugging Face form (MXFP4 experts).
+
+Detected by ``config.json``: ``model_type == "gpt_oss"`` and
+``quantization_config.quant_method == "mxfp4"``. Per layer ``N`` (prefix
+``model.layers.N.mlp.experts.``), with ``E`` experts, hidden ``H`` and intermediate ``I``:
+
+  ``gate_up_proj_blocks``  U8   ``[E, 2I, H/32, 16]``  packed E2M1, low nibble = even element
+  ``gate_up_proj_scales``  U8   ``[E, 2I, H/32]``      E8M0 exponents
+  ``gate_up_proj_bias``    BF16 ``[E, 2I]``
+  ``down_proj_blocks``     U8   ``[E, H, I/32, 16]``
+  ``down_proj_scales``     U8   ``[E, H, I/32]``
+  ``down_proj_bias``       BF16 ``[E, H]``
+
+Gate/up rows are pair-interleaved (even row = gate, odd row = up), the bias likewise. The
+activation is GPT-OSS SwiGLU: ``(clamp(up, -L, L) + 1) * g * sigmoid(1.702 * g)``, ``g = min(gate, L)``,
+with ``L = swiglu_limit``.
+"""
+
+import re
+from dataclasses import dataclass
+
+from moebake.errors import MoebakeError
+from moebake.formats.checkpoint import SourceCheckpoint
+
+FORMAT_NAME = "gpt-oss"
+SWIGLU_ALPHA = 1.702  # hard-coded in GPT-OSS (not in config.json)
+SWIGLU_BETA = 1.0     # the "+1" on the linear (up) half
+_EXPERT_RE = re.compile(r"^(model\.layers\.(\d+)\.mlp\.experts\.)(gate_up_proj|down_proj)_(blocks|scales|bias)$")
+
+
+@dataclass(frozen=True)
+class GptOssLayer:
+    """One MoE layer's expert tensors (full tensor names)."""
+
+    index: int
+    prefix: str  # "model.layers.N.mlp.experts."
+
+    def name(self, projection: str, part: str) -> str:
+        return f"{self.prefix}{projection}_{part}"
+
+
+@dataclass(frozen=True)
+class GptOssModel:
+    """A validated GPT-OSS source: dimensions, layers and activation parameters."""
+
+    checkpoint: SourceCheckpoint
+    hidden_size: int
+    intermediate_size: int
+    num_experts: int
+    swiglu_limit: float
+    layers: tuple[GptOssLayer, ...]
+
+    format_name = FORMAT_NAME
+
+    def expected_specs(self, layer: GptOssLayer) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """Expected (dtype, shape) of each expert tensor of ``layer``."""
+        E, H, I = self.num_experts, self.hidden_size, self.intermediate_size
+        return {
+            layer.name("gate_up_proj", "blocks"): ("U8", (E, 2 * I, H // 32, 16)),
+            layer.name("gate_up_proj", "scales"): ("U8", (E, 2 * I, H // 32)),
+            layer.name("gate_up_proj", "bias"): ("BF16", (E, 2 * I)),
+            layer.name("down_proj", "blocks"): ("U8", (E, H, I // 32, 16)),
+            layer.name("down_proj", "scales"): ("U8", (E, H, I // 32)),
+            layer.name("down_proj", "bias"): ("BF16", (E, H)),
+        }
+
+    def activation(self) -> dict:
+        return {"kind": "swiglu_oai", "alpha": SWIGLU_ALPHA, "beta": SWIGLU_BETA, "limit": self.swiglu_limit}
+
+
+def detect(checkpoint: SourceCheckpoint) -> bool:
+    quant = checkpoint.config.get("quantization_config") or {}
+    return checkpoint.config.get("model_type") == "gpt_oss" and quant.get("quant_method") == "mxfp4"
+
+
+def open_model(checkpoint: SourceCheckpoint) -> GptOssModel:
+    """Validate the config and every expert tensor's dtype/shape; raise MoebakeError on mismatch."""
+    config = checkpoint.config
+    dims = {}
+    for key in ("hidden_size", "intermediate_size", "num_local_experts"):
+        if not isinstance(config.get(key), int) or config[key] <= 0:
+            raise MoebakeError(f"{checkpoint.root / 'config.json'}: {key} missing or not a positive integer")
+        dims[key] = config[key]
+    for key in ("hidden_size", "intermediate_size"):
+        if dims[key] % 32:
+            raise MoebakeError(f"{checkpoint.root / 'config.json'}: {key}={dims[key]} is not a multiple of the MXFP4 block (32)")
+    layer_ids = sorted({int(m.group(2)) for m in map(_EXPERT_RE.match, checkpoint.locations) if m})
+    if not layer_ids:
+        raise MoebakeError(f"{checkpoint.root}: gpt-oss checkpoint has no model.layers.N.mlp.experts.* tensors")
+    model = GptOssModel(
+        checkpoint=checkpoint,
+        hidden_size=dims["hidden_size"],
+        intermediate_size=dims["intermediate_size"],
+        num_experts=dims["num_local_experts"],
+        swiglu_limit=float(config.get("swiglu_limit", 7.0)),
+        layers=tuple(GptOssLayer(i, f"model.layers.{i}.mlp.experts.") for i in layer_ids),
+    )
+    for layer in model.layers:
+        for name, (dtype, shape) in model.expected_specs(layer).items():
+            if name not in checkpoint.locations:
+                raise MoebakeError(f"{checkpoint.root}: tensor {name} is missing")
+            entry = checkpoint.entry(name)
+            if entry.dtype != dtype or entry.shape != shape:
+                raise MoebakeError(
+                    f"{checkpoint.file_of(name).path}: tensor {name} is {entry.dtype} {list(entry.shape)}, "
+                    f"expected {dtype} {list(shape)} from config.json"
+                )
+    return model

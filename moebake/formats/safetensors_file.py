@@ -1,0 +1,170 @@
+"""The safetensors file format: its rules, in one place, for reading headers and writing files.
+
+Byte layout of a file:
+  * 8 bytes: ``N``, the header length, little-endian u64;
+  * ``N`` bytes: UTF-8 JSON ``{"__metadata__": {str: str}, name: {"dtype", "shape",
+    "data_offsets": [begin, end]}, ...}``, starting with ``{`` and right-padded with spaces;
+  * the data buffer: every tensor's bytes, C order, little-endian, at ``data_offsets`` relative to
+    the buffer's start. Tensors tile the buffer with no holes or overlaps, and the file ends
+    exactly at the last tensor's end.
+Writers here pad the header to a multiple of 8 bytes so the buffer starts 8-aligned.
+"""
+
+import json
+import math
+import os
+import struct
+from dataclasses import dataclass
+
+import torch
+
+from moebake.errors import MoebakeError
+
+HEADER_LENGTH_BYTES = 8
+MAX_HEADER_BYTES = 100_000_000
+METADATA_KEY = "__metadata__"
+
+# safetensors dtype code -> torch dtype (None where this torch has no such dtype); bits per element.
+DTYPES: dict[str, tuple[torch.dtype | None, int]] = {
+    "BOOL": (torch.bool, 8), "U8": (torch.uint8, 8), "I8": (torch.int8, 8),
+    "F8_E5M2": (getattr(torch, "float8_e5m2", None), 8), "F8_E4M3": (getattr(torch, "float8_e4m3fn", None), 8),
+    "F8_E8M0": (getattr(torch, "float8_e8m0fnu", None), 8), "I16": (torch.int16, 16),
+    "U16": (getattr(torch, "uint16", None), 16), "F16": (torch.float16, 16), "BF16": (torch.bfloat16, 16),
+    "I32": (torch.int32, 32), "U32": (getattr(torch, "uint32", None), 32), "F32": (torch.float32, 32),
+    "F64": (torch.float64, 64), "I64": (torch.int64, 64), "U64": (getattr(torch, "uint64", None), 64),
+    "C64": (torch.complex64, 64), "F4": (getattr(torch, "float4_e2m1fn_x2", None), 4),
+}
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor of a safetensors file: dtype code, shape, and byte range in the data buffer."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.begin
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes per index of dim 0 (a dim-0 slice ``[a:b]`` is bytes ``[a*row_bytes, b*row_bytes)``)."""
+        return self.nbytes // self.shape[0] if self.shape and self.shape[0] else 0
+
+
+@dataclass(frozen=True)
+class SafetensorsFile:
+    """A parsed and validated safetensors header; data is read on demand, never mapped."""
+
+    path: str
+    data_start: int
+    tensors: dict[str, TensorEntry]
+    metadata: dict[str, str]
+
+    def read_bytes(self, entry: TensorEntry, start: int = 0, stop: int | None = None) -> torch.Tensor:
+        """uint8 tensor of bytes ``[start, stop)`` of ``entry``'s data, read with one ``readinto``."""
+        stop = entry.nbytes if stop is None else stop
+        buffer = torch.empty(stop - start, dtype=torch.uint8)
+        with open(self.path, "rb", buffering=0) as f:
+            f.seek(self.data_start + entry.begin + start)
+            got = f.readinto(memoryview(buffer.numpy()))
+        if got != stop - start:
+            raise MoebakeError(f"{self.path}: tensor {entry.name} is truncated (read {got} of {stop - start} bytes)")
+        return buffer
+
+    def read_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """Rows ``[start, stop)`` of dim 0 of tensor ``name``, with its dtype (raw bytes for dtypes torch lacks)."""
+        entry = self.tensors[name]
+        raw = self.read_bytes(entry, start * entry.row_bytes, stop * entry.row_bytes)
+        torch_dtype, _ = DTYPES[entry.dtype]
+        if torch_dtype is None or entry.dtype == "F4":
+            return raw.reshape(stop - start, -1)
+        return raw.view(torch_dtype).reshape(stop - start, *entry.shape[1:])
+
+
+def tensor_nbytes(dtype: str, shape: tuple[int, ...]) -> int:
+    """Bytes a tensor of this safetensors dtype code and shape occupies."""
+    bits = DTYPES[dtype][1] * math.prod(shape)
+    if bits % 8:
+        raise ValueError(f"{dtype} tensor of shape {list(shape)} does not fill whole bytes")
+    return bits // 8
+
+
+def dtype_code(dtype: torch.dtype) -> str:
+    """The safetensors dtype code of a torch dtype."""
+    for code, (candidate, _) in DTYPES.items():
+        if candidate is dtype and code != "F4":
+            return code
+    raise ValueError(f"torch dtype {dtype} has no safetensors code")
+
+
+def read_header(path: str | os.PathLike) -> SafetensorsFile:
+    """Parse and validate the header of ``path``; raises MoebakeError naming the file on any violation."""
+    path = str(path)
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            prefix = f.read(HEADER_LENGTH_BYTES)
+            if len(prefix) < HEADER_LENGTH_BYTES:
+                raise MoebakeError(f"{path}: not a safetensors file (only {size} bytes)")
+            (header_len,) = struct.unpack("<Q", prefix)
+            if header_len > MAX_HEADER_BYTES or HEADER_LENGTH_BYTES + header_len > size:
+                raise MoebakeError(f"{path}: corrupt safetensors header (declares {header_len} header bytes, file has {size})")
+            raw = f.read(header_len)
+    except OSError as err:
+        raise MoebakeError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise MoebakeError(f"{path}: corrupt safetensors header (not JSON: {err})") from None
+    if not isinstance(header, dict):
+        raise MoebakeError(f"{path}: corrupt safetensors header (expected a JSON object)")
+    metadata = header.pop(METADATA_KEY, None) or {}
+    tensors = {name: _parse_entry(path, name, spec) for name, spec in header.items()}
+    data_start = HEADER_LENGTH_BYTES + header_len
+    _check_tiling(path, tensors.values(), size - data_start)
+    return SafetensorsFile(path, data_start, tensors, metadata)
+
+
+def _parse_entry(path: str, name: str, spec) -> TensorEntry:
+    try:
+        dtype, shape, (begin, end) = spec["dtype"], tuple(int(d) for d in spec["shape"]), spec["data_offsets"]
+    except (TypeError, KeyError, ValueError):
+        raise MoebakeError(f"{path}: corrupt safetensors header entry for tensor {name}") from None
+    if dtype not in DTYPES:
+        raise MoebakeError(f"{path}: tensor {name} has unknown dtype {dtype!r}")
+    if end - begin != tensor_nbytes(dtype, shape):
+        raise MoebakeError(f"{path}: tensor {name} spans {end - begin} bytes, but {dtype} {list(shape)} needs {tensor_nbytes(dtype, shape)}")
+    return TensorEntry(name, dtype, shape, begin, end)
+
+
+def _check_tiling(path: str, entries, buffer_len: int) -> None:
+    position = 0
+    for entry in sorted(entries, key=lambda e: (e.begin, e.end)):
+        if entry.begin != position:
+            raise MoebakeError(f"{path}: corrupt safetensors header (tensor {entry.name} starts at {entry.begin}, expected {position})")
+        position = entry.end
+    if position != buffer_len:
+        problem = "truncated" if position > buffer_len else "has trailing bytes"
+        raise MoebakeError(f"{path}: file is {problem} (tensors need {position} data bytes, file holds {buffer_len})")
+
+
+def encode_header(tensors: list[tuple[str, str, tuple[int, ...]]], metadata: dict[str, str]) -> tuple[bytes, list[int]]:
+    """Header bytes (length prefix + JSON padded to 8) for tensors laid out in the given order.
+
+    Returns the header and each tensor's begin offset in the data buffer.
+    """
+    header: dict = {METADATA_KEY: dict(metadata)}
+    offsets, position = [], 0
+    for name, dtype, shape in tensors:
+        nbytes = tensor_nbytes(dtype, shape)
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [position, position + nbytes]}
+        offsets.append(position)
+        position += nbytes
+    body = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    body += b" " * (-(HEADER_LENGTH_BYTES + len(body)) % 8)
+    return struct.pack("<Q", len(body)) + body, offsets

@@ -1,0 +1,38 @@
+"""FlashInfer's SM90 mixed-input block-scale fold (``interleave_moe_scales_for_sm90_mixed_gemm``).
+
+Input: scales ``[E, rows, K/group]`` (MXFP4: uint8 E8M0, group 32). Needs ``rows % 64 == 0`` and
+``K % 128 == 0``. Each 64-row x 128-K block of scales becomes one contiguous tile of 16-byte lines.
+For uint8 / group 32 the output is uint8 ``[E, rows/64, K/128, 16, 16]`` with
+
+    out[e, R, Kb, f, 4*m + g] = s[e, 64*R + 16*m + f, 4*Kb + g]
+
+i.e. each 16-byte line holds rows ``f, f+16, f+32, f+48`` of the block, four K-groups each.
+The kernel reads the bytes as ``.view(torch.int32)``; only the byte order matters to it.
+"""
+
+import torch
+
+
+def _geometry(scales: torch.Tensor, group_size: int) -> tuple[int, int, int]:
+    groups_per_k128 = 128 // group_size
+    elements_per_line = 16 // scales.element_size()
+    m_slices = elements_per_line // groups_per_k128
+    return groups_per_k128, m_slices, 64 // m_slices
+
+
+def fold_scales(scales: torch.Tensor, group_size: int = 32) -> torch.Tensor:
+    """``[E, rows, K/group]`` -> ``[E, rows/64, K/128, 64/m, 16/elsize]`` (uint8/32: ``[..., 16, 16]``)."""
+    E, rows, groups = scales.shape
+    gpk, m_slices, folded_m = _geometry(scales, group_size)
+    if rows % 64 or groups % gpk:
+        raise ValueError(f"scale fold needs rows % 64 == 0 and K % 128 == 0, got rows={rows}, K={groups * group_size}")
+    tiles = scales.reshape(E, rows // 64, m_slices, folded_m, groups // gpk, gpk).permute(0, 1, 4, 3, 2, 5)
+    return tiles.reshape(E, rows // 64, groups // gpk, folded_m, m_slices * gpk)
+
+
+def unfold_scales(folded: torch.Tensor, group_size: int = 32) -> torch.Tensor:
+    """Inverse of :func:`fold_scales`: ``[E, rows/64, K/128, fm, line]`` -> ``[E, rows, K/group]``."""
+    E, row_blocks, k_blocks, folded_m, _ = folded.shape
+    gpk, m_slices, _ = _geometry(folded, group_size)
+    tiles = folded.reshape(E, row_blocks, k_blocks, folded_m, m_slices, gpk).permute(0, 1, 4, 3, 2, 5)
+    return tiles.reshape(E, row_blocks * 64, k_blocks * gpk)
