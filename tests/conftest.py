@@ -1,0 +1,27 @@
+"""Shared fixtures: small synthetic checkpoints in exact source formats."""
+
+import pytest
+import torch
+
+from moebake.synthetic import write_gpt_oss
+
+# A GPT-OSS shape whose dims need padding: H=160 -> 256, I=96 -> 128.
+TINY = {"num_layers": 2, "num_experts": 3, "hidden": 160, "intermediate": 96, "vocab": 64}
+
+
+@pytest.fixture(scope="session")
+def gpt_oss_tiny(tmp_path_factory):
+    """A 2-layer, 3-expert GPT-OSS checkpoint (one shard per layer), read-only for tests."""
+    return write_gpt_oss(tmp_path_factory.mktemp("src") / "gpt-oss-tiny", **TINY)
+
+
+@pytest.fixture()
+def gpt_oss_copy(tmp_path, gpt_oss_tiny):
+    """A private copy of the tiny checkpoint that a test may damage."""
+    import shutil
+
+    return shutil.copytree(gpt_oss_tiny, tmp_path / "src")
+
+
+def random_u8(*shape, seed=0):
+    return torch.randint(0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
