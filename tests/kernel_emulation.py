@@ -1,0 +1,58 @@
+"""Independent oracles: FlashInfer's SM90 interleave CUDA kernels re-expressed as index arithmetic.
+
+Written from the kernels' thread/index math (moe_gemm_mixed_utils.cu, see
+shared/reference/flashinfer-layouts.md §1.3 and §1.6), one thread per (block, partition, lane),
+vectorised with index grids. Deliberately unlike moebake's implementation (no reshapes/permutes,
+no lookup tables): a bug in one is unlikely to be repeated in the other.
+"""
+
+import torch
+
+# (mask, shift) pairs of interleave_fp4_weights_for_sm90_mixed_gemm_kernel; negative = right shift.
+KERNEL_MASK_SHIFTS = [
+    (0x80, 24), (0x70, 18), (0x08, 12), (0x07, 6), (0x8000, 13), (0x7000, 7), (0x0800, 1), (0x0700, -5),
+    (0x800000, 2), (0x700000, -4), (0x080000, -10), (0x070000, -16), (0x80000000, -1), (0x10000000, 1),
+    (0x60000000, -3), (0x08000000, -13), (0x01000000, -11), (0x06000000, -15),
+]
+
+
+def _grid(*sizes):
+    return torch.meshgrid(*[torch.arange(s) for s in sizes], indexing="ij")
+
+
+def kernel_interleave_v2(weight: torch.Tensor) -> torch.Tensor:
+    """uint8 [E, n, k/2] -> what FlashInfer >= 0.6.18's fp4 interleave kernel writes."""
+    E, rows, row_bytes = weight.shape
+    out = torch.full_like(weight, 0xAA)
+    block_id, partition_id, lane_id = _grid(rows // 2, row_bytes // 32, 16)
+    row_id = block_id // 8 * 16 + block_id % 8
+    mma_id = lane_id // 4
+    dst_row = row_id + (mma_id % 2) * 8
+    col = partition_id * 32 + mma_id * 8 + lane_id % 4
+    dst_col = partition_id * 32 + lane_id // 8 * 16 + (lane_id % 4) * 4
+    for e in range(E):
+        w = weight[e].to(torch.int64)
+        raw = w[row_id, col] | (w[row_id + 8, col] << 8) | (w[row_id, col + 4] << 16) | (w[row_id + 8, col + 4] << 24)
+        mixed = torch.zeros_like(raw)
+        for mask, shift in KERNEL_MASK_SHIFTS:
+            mixed |= (raw & mask) << shift if shift >= 0 else (raw & mask) >> -shift
+        for t in range(4):
+            out[e, dst_row, dst_col + t] = ((mixed >> (8 * t)) & 0xFF).to(torch.uint8)
+    return out
+
+
+def kernel_interleave_v1(weight: torch.Tensor) -> torch.Tensor:
+    """uint8 [E, n, k/2] -> what FlashInfer 0.6.10-0.6.17's (legacy) fp4 interleave kernel writes."""
+    E, rows, row_bytes = weight.shape
+    out = torch.full_like(weight, 0xAA)
+    group, r0, partition, lane = _grid(rows // 16, 8, row_bytes // 32, 32)
+    a, b, c, j = lane // 16, (lane // 8) % 2, (lane // 4) % 2, lane % 4
+    row_a = 16 * group + r0
+    col = 32 * partition + lane
+    dst_row = 16 * group + 8 * b + r0
+    dst_col = 32 * partition + 16 * a + 4 * j + 2 * c
+    for e in range(E):
+        A, B = weight[e][row_a, col], weight[e][row_a + 8, col]
+        out[e, dst_row, dst_col] = (A & 0x0F) | ((B & 0x0F) << 4)
+        out[e, dst_row, dst_col + 1] = (A >> 4) | ((B >> 4) << 4)
+    return out
