@@ -1,0 +1,248 @@
+"""End to end: GPT-OSS -> sm90-cutlass, checked against an independent SGLang-style construction."""
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+from safetensors import safe_open
+
+from conftest import TINY
+from kernel_emulation import kernel_interleave_v1, kernel_interleave_v2
+from moebake.cli import main
+from moebake.convert.options import ConvertOptions
+from moebake.convert.run import convert
+from moebake.convert.targets import sm90_cutlass
+from moebake.layouts.mxfp4 import dequantize
+from moebake.synthetic import write_gpt_oss
+
+KERNELS = {"v2": kernel_interleave_v2, "v1": kernel_interleave_v1}
+
+
+def load_all(directory):
+    """Every tensor of a checkpoint directory, via safetensors' own reader."""
+    index = json.loads((directory / "model.safetensors.index.json").read_text())
+    tensors = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        with safe_open(directory / shard, framework="pt") as f:
+            tensors.update({name: f.get_tensor(name) for name in f.keys()})
+    return tensors
+
+
+def sglang_style_layer(src, prefix, H, I, Hp, Ip, layout):
+    """What SGLang's _process_weights_for_sm90_cutlass builds, written out the way SGLang does it."""
+    fold = pytest.importorskip("flashinfer.fused_moe").interleave_moe_scales_for_sm90_mixed_gemm
+    blocks = src[prefix + "gate_up_proj_blocks"]
+    E = blocks.shape[0]
+    blocks = blocks.reshape(E, 2 * I, H // 2)
+    scales, bias = src[prefix + "gate_up_proj_scales"], src[prefix + "gate_up_proj_bias"]
+    w13 = torch.zeros(E, 2 * Ip, Hp // 2, dtype=torch.uint8)
+    w13[:, :I, : H // 2], w13[:, Ip:Ip + I, : H // 2] = blocks[:, 1::2], blocks[:, 0::2]
+    s13 = torch.zeros(E, 2 * Ip, Hp // 32, dtype=torch.uint8)
+    s13[:, :I, : H // 32], s13[:, Ip:Ip + I, : H // 32] = scales[:, 1::2], scales[:, 0::2]
+    b13 = torch.zeros(E, 2 * Ip, dtype=torch.bfloat16)
+    b13[:, :I], b13[:, Ip:Ip + I] = bias[:, 1::2], bias[:, 0::2]
+    w2 = torch.zeros(E, Hp, Ip // 2, dtype=torch.uint8)
+    w2[:, :H, : I // 2] = src[prefix + "down_proj_blocks"].reshape(E, H, I // 2)
+    s2 = torch.zeros(E, Hp, Ip // 32, dtype=torch.uint8)
+    s2[:, :H, : I // 32] = src[prefix + "down_proj_scales"]
+    b2 = torch.zeros(E, Hp, dtype=torch.bfloat16)
+    b2[:, :H] = src[prefix + "down_proj_bias"]
+    return {
+        "w13_weight": KERNELS[layout](w13), "w13_weight_scale": fold(s13, group_size=32), "w13_weight_bias": b13,
+        "w2_weight": KERNELS[layout](w2), "w2_weight_scale": fold(s2, group_size=32), "w2_weight_bias": b2,
+    }
+
+
+def _check_against_reference(source, out, H, I, Hp, Ip, layout):
+    src, baked = load_all(source), load_all(out)
+    manifest = json.loads((out / "moebake.json").read_text())
+    assert len(manifest["layers"]) >= 1
+    for record in manifest["layers"]:
+        prefix = record["prefix"]
+        assert (record["hidden"], record["hidden_padded"], record["intermediate"], record["intermediate_padded"]) == (H, Hp, I, Ip)
+        expected = sglang_style_layer(src, prefix, H, I, Hp, Ip, layout)
+        for short, tensor in expected.items():
+            got = baked[prefix + short]
+            assert got.dtype == tensor.dtype and got.shape == tensor.shape, short
+            assert torch.equal(got.view(torch.uint8), tensor.view(torch.uint8)), short
+    consumed = {spec["source"] for r in manifest["layers"] for spec in r["tensors"].values()}
+    for name, tensor in src.items():
+        if name not in consumed:
+            assert baked[name].dtype == tensor.dtype and torch.equal(baked[name].view(torch.uint8), tensor.view(torch.uint8)), name
+    produced = {r["prefix"] + short for r in manifest["layers"] for short in r["tensors"]}
+    assert set(baked) == (set(src) - consumed) | produced
+    return manifest
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("layout", ["v2", "v1"])
+def test_tiny_equals_sglang_style_construction(gpt_oss_tiny, tmp_path, layout):
+    out = tmp_path / "out"
+    convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass", flashinfer_layout=layout, chunk_bytes=1 << 16), progress=False)
+    manifest = _check_against_reference(gpt_oss_tiny, out, 160, 96, 256, 128, layout)
+    assert manifest["flashinfer_layout"]["id"] == layout
+
+
+@pytest.mark.oracle
+def test_gpt_oss_dims_2880_pad_to_2944(tmp_path):
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=2880, intermediate=2880, vocab=32)
+    convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass"), progress=False)
+    _check_against_reference(source, tmp_path / "out", 2880, 2880, 2944, 2944, "v2")
+
+
+@pytest.mark.oracle
+def test_hidden_multiple_256_like_sglang_0_5_23(gpt_oss_tiny, tmp_path):
+    convert(gpt_oss_tiny, tmp_path / "out", ConvertOptions("sm90-cutlass", hidden_multiple=256, intermediate_multiple=256), progress=False)
+    _check_against_reference(gpt_oss_tiny, tmp_path / "out", 160, 96, 256, 256, "v2")
+
+
+def test_dequantized_experts_survive_the_round_trip(gpt_oss_tiny, tmp_path):
+    out = tmp_path / "out"
+    manifest = convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False)
+    src, baked = load_all(gpt_oss_tiny), load_all(out)
+    for record in manifest["layers"]:
+        short = {name: baked[record["prefix"] + name] for name in record["tensors"]}
+        restored = sm90_cutlass.restore(record, short, "v2")
+        for projection in ("gate_up_proj", "down_proj"):
+            blocks, scales = (record["prefix"] + f"{projection}_{part}" for part in ("blocks", "scales"))
+            E = src[blocks].shape[0]
+            original = dequantize(src[blocks].reshape(E, src[blocks].shape[1], -1), src[scales])
+            roundtrip = dequantize(restored[blocks].reshape(E, restored[blocks].shape[1], -1), restored[scales])
+            assert torch.equal(roundtrip, original)
+
+
+def test_output_files_index_manifest(gpt_oss_tiny, tmp_path):
+    out = tmp_path / "out"
+    manifest = convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False)
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(["model-00000-of-00001.safetensors", "model-00001-of-00001.safetensors",
+                            "model.safetensors.index.json", "moebake.json", "config.json",
+                            "generation_config.json", "tokenizer_config.json"])
+    assert not list(tmp_path.glob(".*"))  # no staging directory left
+    for shard in ("model-00000-of-00001.safetensors", "model-00001-of-00001.safetensors"):
+        with safe_open(out / shard, framework="pt") as f:
+            assert f.metadata() == {"format": "pt"}
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert index["metadata"]["total_size"] == sum(t.numel() * t.element_size() for t in load_all(out).values())
+    assert (out / "config.json").read_bytes() == (gpt_oss_tiny / "config.json").read_bytes()
+    assert manifest["schema"] == "moebake.manifest/1" and manifest["target"] == "sm90-cutlass"
+    assert manifest["activation"] == {"kind": "swiglu_oai", "alpha": 1.702, "beta": 1.0, "limit": 7.0}
+    assert set(manifest["source"]["files"]) >= {"model-00000-of-00001.safetensors", "config.json"}
+    tensors = manifest["layers"][0]["tensors"]
+    assert tensors["w13_weight"]["gate_up_order"] == "up_gate" and tensors["w13_weight"]["source_gate_up_order"] == "pairs"
+    assert manifest["options"]["hidden_multiple"] == 128
+    import hashlib
+    for name, record in manifest["files"].items():
+        assert hashlib.sha256((out / name).read_bytes()).hexdigest() == record["sha256"], name
+
+
+def test_reads_are_bounded_by_the_chunk(gpt_oss_tiny, tmp_path, monkeypatch):
+    from moebake.formats.safetensors_file import SafetensorsFile
+
+    sizes, original = [], SafetensorsFile.read_bytes
+
+    def recording(self, entry, start=0, stop=None):
+        chunk = original(self, entry, start, stop)
+        sizes.append(chunk.numel())
+        return chunk
+
+    monkeypatch.setattr(SafetensorsFile, "read_bytes", recording)
+    chunk = 1 << 16
+    convert(gpt_oss_tiny, tmp_path / "out", ConvertOptions("sm90-cutlass", chunk_bytes=chunk), progress=False)
+    per_expert = 2 * 96 * 160 // 2  # one expert of gate_up_proj_blocks, the largest row of the source
+    assert max(sizes) <= max(chunk, per_expert)
+    assert len(sizes) > 10
+
+
+def test_cli_convert_and_verify(gpt_oss_tiny, tmp_path):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["convert", str(gpt_oss_tiny), str(out), "--target", "sm90-cutlass", "--quiet"])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(main, ["verify", str(out), "--source", str(gpt_oss_tiny)])
+    assert result.exit_code == 0 and "ok" in result.output
+
+
+def test_verify_detects_a_flipped_byte(gpt_oss_tiny, tmp_path):
+    out = tmp_path / "out"
+    convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False)
+    shard = out / "model-00001-of-00001.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[-100] ^= 0x01
+    shard.write_bytes(bytes(data))
+    result = CliRunner().invoke(main, ["verify", str(out)])
+    assert result.exit_code == 1 and "sha256 mismatch" in result.output and shard.name in result.output
+
+
+def test_verify_detects_a_missing_file(gpt_oss_tiny, tmp_path):
+    out = tmp_path / "out"
+    convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False)
+    (out / "model-00000-of-00001.safetensors").unlink()
+    result = CliRunner().invoke(main, ["verify", str(out)])
+    assert result.exit_code == 1 and "missing" in result.output
+
+
+def test_resume_reuses_finished_shards(gpt_oss_tiny, tmp_path, monkeypatch):
+    from moebake.convert import run
+
+    out, written, original = tmp_path / "out", [], run.write_shard
+
+    def interrupted_after_first(shard, path, on_bytes):
+        if written:
+            raise KeyboardInterrupt
+        written.append(shard.file_name)
+        return original(shard, path, on_bytes)
+
+    monkeypatch.setattr(run, "write_shard", interrupted_after_first)
+    with pytest.raises(KeyboardInterrupt):
+        convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False)
+    assert not out.exists() and (tmp_path / ".out.partial" / written[0]).is_file()
+
+    rewritten = []
+
+    def recording(shard, path, on_bytes):
+        rewritten.append(shard.file_name)
+        return original(shard, path, on_bytes)
+
+    monkeypatch.setattr(run, "write_shard", recording)
+    convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), resume=True, progress=False)
+    assert written[0] not in rewritten and len(rewritten) == 1
+    fresh = tmp_path / "fresh"
+    convert(gpt_oss_tiny, fresh, ConvertOptions("sm90-cutlass"), progress=False)
+    for shard in ("model-00000-of-00001.safetensors", "model-00001-of-00001.safetensors"):
+        assert (out / shard).read_bytes() == (fresh / shard).read_bytes()
+
+
+def test_resume_rewrites_a_damaged_shard(gpt_oss_tiny, tmp_path, monkeypatch):
+    from moebake.convert import run
+
+    out, original = tmp_path / "out", run.write_shard
+    calls = []
+
+    def interrupted_after_first(shard, path, on_bytes):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(shard.file_name)
+        return original(shard, path, on_bytes)
+
+    monkeypatch.setattr(run, "write_shard", interrupted_after_first)
+    with pytest.raises(KeyboardInterrupt):
+        convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False)
+    damaged = tmp_path / ".out.partial" / calls[0]
+    damaged.write_bytes(damaged.read_bytes()[:-10])
+    monkeypatch.setattr(run, "write_shard", original)
+    convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), resume=True, progress=False)
+    assert CliRunner().invoke(main, ["verify", str(out)]).exit_code == 0
+
+
+def test_overwrite_replaces_existing_output(gpt_oss_tiny, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "stale.txt").write_text("old")
+    convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), overwrite=True, progress=False)
+    assert not (out / "stale.txt").exists() and (out / "moebake.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_tiny_fixture_dims_are_the_padding_case():
+    assert TINY["hidden"] % 128 and TINY["intermediate"] % 128
