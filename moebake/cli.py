@@ -1,10 +1,11 @@
-"""The ``moebake`` command line: convert, verify, demo.
+"""The ``moebake`` command line: convert, verify, inspect, upload, demo.
 
 Bad input ends with one line ``error: ...`` on stderr and exit status 2 (no traceback); a failed
 verification exits with status 1.
 """
 
 import functools
+import json
 import sys
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def main():
 
 
 @main.command()
-@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("source")
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--target", required=True, type=click.Choice(sorted(TARGETS)), help="Kernel layout to bake for.")
 @click.option("--flashinfer-layout", default="v2", show_default=True, type=click.Choice(LAYOUTS),
@@ -52,34 +53,85 @@ def main():
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (only once the new one is complete).")
 @click.option("--resume", is_flag=True, help="Re-use shards finished by an interrupted run (checked by SHA-256).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--token", help="Hugging Face token for a Hub SOURCE (default: HF_TOKEN or the saved login).")
 @reports_errors
-def convert(source, out, target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb, overwrite, resume, quiet):
-    """Bake checkpoint SOURCE into OUT for --target."""
-    from moebake.convert.run import convert as run_convert
+def convert(source, out, target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb, overwrite, resume, quiet, token):
+    """Bake checkpoint SOURCE into OUT for --target.
+
+    SOURCE is a checkpoint directory or a Hub model repo ORG/NAME[@REVISION] (only the files needed
+    are downloaded, into the Hugging Face cache; the manifest records the repo and resolved commit).
+    """
+    from moebake.convert.run import check_out_free, convert as run_convert
+    from moebake.convert.targets.nvfp4_experts import gate_up_summary
+    from moebake.hub.client import hub_client
+    from moebake.hub.download import resolve_source
 
     options = ConvertOptions(target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb << 20)
-    manifest = run_convert(source, out, options, overwrite=overwrite, resume=resume, progress=not quiet)
+    check_out_free(out, overwrite)
+    resolved = resolve_source(source, hub_client(token))
+    manifest = run_convert(resolved.path, out, options, overwrite=overwrite, resume=resume, progress=not quiet,
+                           source_location=resolved.repo_id, source_revision=resolved.revision)
     click.echo(f"wrote {out} ({len(manifest['layers'])} MoE layers, target {target}, FlashInfer layout {flashinfer_layout})")
+    gate_up = gate_up_summary(manifest)
+    if gate_up:
+        click.echo(gate_up)
 
 
 @main.command()
 @click.argument("out", type=click.Path(path_type=Path))
-@click.option("--source", type=click.Path(path_type=Path), help="Also invert every baked expert tensor and compare with SOURCE.")
+@click.option("--source", help="Also prove bit-exactness against SOURCE (a directory or ORG/NAME[@REVISION]): "
+                               "invert every baked expert tensor, and re-bake every output byte.")
+@click.option("--token", help="Hugging Face token for a Hub SOURCE.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
 @reports_errors
-def verify(out, source):
+def verify(out, source, token, quiet):
     """Check OUT's checksums, index and headers (and, with --source, bit-exactness)."""
     from moebake.convert.verify import verify_output
 
     problems = verify_output(out)
     if source is not None and not problems:
         from moebake.convert.source_check import compare_with_source
+        from moebake.hub.client import hub_client
+        from moebake.hub.download import resolve_source
 
-        problems = compare_with_source(out, source)
+        problems = compare_with_source(out, resolve_source(source, hub_client(token)).path, progress=not quiet)
     for problem in problems:
         click.echo(f"mismatch: {problem}", err=True)
     if problems:
         sys.exit(1)
-    click.echo(f"ok: {out}" + (f" (experts invert bit-exactly to {source})" if source else ""))
+    click.echo(f"ok: {out}" + (f" (bit-exact against {source}: experts invert to it, and re-baking it "
+                               "reproduces every byte)" if source else ""))
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@reports_errors
+def inspect(path, as_json):
+    """Describe checkpoint PATH: a source (format, dims, quantization, convertible targets) or a baked output."""
+    from moebake.inspection import inspect_path, render_text
+
+    report = inspect_path(path)
+    click.echo(json.dumps(report, indent=2) if as_json else render_text(report), nl=as_json)
+
+
+@main.command()
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--repo-id", required=True, help="Hub model repo ORG/NAME (created if missing).")
+@click.option("--private", is_flag=True, help="Create the repo private.")
+@click.option("--revision", help="Branch to commit to (created if missing), or refs/pr/N to resume a pull request.")
+@click.option("--create-pr", is_flag=True, help="Open a pull request instead of committing to the branch.")
+@click.option("--source", help="Before uploading, also prove bit-exactness against SOURCE (directory or ORG/NAME[@REV]).")
+@click.option("--token", help="Hugging Face token (default: HF_TOKEN or the saved login).")
+@reports_errors
+def upload(out, repo_id, private, revision, create_pr, source, token):
+    """Verify OUT, write its model card (README.md) and upload it to the Hub; re-run to resume."""
+    from moebake.hub.client import hub_client
+    from moebake.hub.publish import publish
+
+    commit = publish(out, repo_id, hub_client(token), private=private, revision=revision, create_pr=create_pr,
+                     source=source, progress=True)
+    click.echo(f"uploaded {out} to {repo_id}: {commit.pr_url or commit.commit_url}")
 
 
 @main.command()

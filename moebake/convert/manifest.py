@@ -13,6 +13,7 @@ when a field changes meaning or a reader must refuse older files):
 
 import datetime
 import json
+import os
 from pathlib import Path
 
 from moebake.errors import MoebakeError
@@ -27,9 +28,12 @@ def utc_now() -> str:
 
 
 def write_manifest(directory: Path, manifest: dict) -> None:
-    with open(directory / MANIFEST_NAME, "w", encoding="utf-8") as f:
+    """Write ``directory/moebake.json`` atomically (a temporary file renamed over it)."""
+    temporary = Path(directory) / f".{MANIFEST_NAME}.tmp"
+    with open(temporary, "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=2)
         f.write("\n")
+    os.replace(temporary, Path(directory) / MANIFEST_NAME)
 
 
 def read_manifest(directory: str | Path) -> dict:

@@ -35,6 +35,12 @@ def staging_dir(out: Path) -> Path:
     return out.parent / f".{out.name}.partial"
 
 
+def check_out_free(out: Path, overwrite: bool) -> None:
+    """MoebakeError if ``out`` exists and may not be replaced."""
+    if out.exists() and not overwrite:
+        raise MoebakeError(f"{out}: already exists (pass --overwrite to replace it)")
+
+
 def convert(
     source: str | os.PathLike,
     out: str | os.PathLike,
@@ -48,8 +54,7 @@ def convert(
 ) -> dict:
     """Convert checkpoint ``source`` into ``out``; returns the manifest written to ``out/moebake.json``."""
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise MoebakeError(f"{out}: already exists (pass --overwrite to replace it)")
+    check_out_free(out, overwrite)
     model = open_source(source)
     checkpoint = model.checkpoint
     target = get_target(options.target)

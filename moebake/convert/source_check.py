@@ -1,49 +1,80 @@
-"""Deep verification: invert every baked expert tensor and compare it with the source, bit for bit.
+"""Deep verification: prove a baked output bit-exact against its source, in both directions.
 
-Works a few experts at a time (the layouts are per-expert), reading the baked output with
-``safetensors.safe_open`` slices and the source with moebake's reader, so memory stays bounded.
+* inverse (:func:`inverse_problems`): every baked expert tensor, inverted by the target's
+  ``restore``, equals the source's bytes, so the transform lost nothing;
+* forward (:func:`moebake.convert.rebake_check.rebake_problems`): every byte of every output tensor
+  equals a fresh bake of the source, so padding holds exactly what the target writes (zeros) and
+  pass-through tensors are the source's.
+
+Both are target-generic (``plan``/``restore`` of the manifest's target) and work one chunk of
+experts at a time (the manifest's ``chunk_bytes``), so memory stays bounded whatever the model.
+Each problem is one line naming the file, the tensor and the first differing element's index in
+that tensor's own index space.
 """
 
 import json
+import os
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 
 from moebake.convert.manifest import read_manifest
+from moebake.convert.mismatch import first_difference
+from moebake.convert.rebake_check import rebake_problems, recorded_options
 from moebake.convert.targets import get_target
 from moebake.formats import open_source
 from moebake.formats.checkpoint import INDEX_NAME
+from moebake.formats.safetensors_file import tensor_nbytes
 
 
-def compare_with_source(out: str | Path, source: str | Path, experts_per_step: int = 4) -> list[str]:
-    """Problems (one line each) where ``out``'s expert tensors do not invert to ``source``'s bytes."""
+def compare_with_source(out: str | os.PathLike, source: str | os.PathLike, progress: bool = False) -> list[str]:
+    """Problems (one line each) where ``out`` is not bit-exact against checkpoint ``source``."""
     out = Path(out)
     manifest = read_manifest(out)
+    model = open_source(source)
+    return inverse_problems(out, manifest, model) + rebake_problems(out, manifest, model, progress)
+
+
+def inverse_problems(out: Path, manifest: dict, model) -> list[str]:
+    """Problems where a baked expert tensor, inverted by the target, differs from the source tensor."""
     target = get_target(manifest["target"])
     layout = manifest["flashinfer_layout"]["id"]
-    model = open_source(source)
+    chunk_bytes = recorded_options(out, manifest).chunk_bytes
     weight_map = json.loads((out / INDEX_NAME).read_text())["weight_map"]
     problems = []
     for record in manifest["layers"]:
-        short_names = list(record["tensors"])
-        for start in range(0, record["experts"], experts_per_step):
-            stop = min(start + experts_per_step, record["experts"])
+        prefix, specs = record["prefix"], record["tensors"]
+        row_bytes = max(tensor_nbytes(s["dtype"], tuple(s["shape"])) // s["shape"][0] for s in specs.values())
+        step = max(1, chunk_bytes // max(1, row_bytes))
+        failed = set()
+        for start in range(0, record["experts"], step):
+            stop = min(start + step, record["experts"])
             baked = {}
-            for short in short_names:
-                full = record["prefix"] + short
-                with safe_open(out / weight_map[full], framework="pt") as f:
-                    baked[short] = f.get_slice(full)[start:stop]
+            for short in specs:
+                with safe_open(out / weight_map[prefix + short], framework="pt") as f:
+                    baked[short] = f.get_slice(prefix + short)[start:stop]
             for name, restored in target.restore(record, baked, layout).items():
-                original = model.checkpoint.file_of(name).read_rows(name, start, stop)
-                if not torch.equal(restored.view(torch.uint8), original.view(torch.uint8)):
-                    problems.append(_first_difference(name, start, restored, original))
+                if name in failed:
+                    continue
+                problem = _compare_restored(out, weight_map, record, model.checkpoint, name, restored, start, stop)
+                if problem:
+                    failed.add(name)
+                    problems.append(problem)
     return problems
 
 
-def _first_difference(name: str, start: int, restored: torch.Tensor, original: torch.Tensor) -> str:
-    if restored.shape != original.shape:
-        return f"{name}: restored shape {list(restored.shape)} != source {list(original.shape)}"
-    diff = (restored.view(torch.uint8) != original.view(torch.uint8)).nonzero()[0].tolist()
-    diff[0] += start
-    return f"{name}: first differing byte at index {diff} (experts from {start})"
+def _compare_restored(out, weight_map, record, checkpoint, name, restored, start, stop) -> str | None:
+    """One line if ``restored`` (source tensor ``name``, experts ``[start, stop)``) differs from the source."""
+    baked = [record["prefix"] + short for short, spec in record["tensors"].items() if spec["source"] == name]
+    files = sorted({str(out / weight_map[b]) for b in baked}) or [str(out)]
+    where = f"{', '.join(files)}: {', '.join(baked) or record['prefix'] + '*'} inverted to {name}"
+    entry, source_file = checkpoint.entry(name), checkpoint.file_of(name)
+    original = source_file.read_rows(name, start, stop).contiguous().reshape(-1).view(torch.uint8)
+    actual = restored.contiguous().reshape(-1).view(torch.uint8)
+    if len(actual) != len(original):
+        return f"{where}: {len(actual)} bytes for experts [{start}, {stop}), {source_file.path} has {len(original)}"
+    difference = first_difference(actual, original, entry.dtype, entry.shape, start * entry.row_bytes)
+    if difference:
+        return f"{where}: first difference at {difference} (restored != source {source_file.path})"
+    return None

@@ -9,6 +9,9 @@ from moebake.errors import MoebakeError
 from moebake.formats.checkpoint import INDEX_NAME
 from moebake.formats.safetensors_file import read_header
 
+HUB_ADDED = {".gitattributes", ".cache"}
+"""What a Hub repo or ``hf download --local-dir`` adds beside the files of a downloaded output."""
+
 
 def verify_output(out: str | Path) -> list[str]:
     """Problems found in ``out`` (empty when every check passes). Each problem is one line."""
@@ -24,7 +27,7 @@ def verify_output(out: str | Path) -> list[str]:
         elif file_sha256(path) != record["sha256"]:
             problems.append(f"{path}: sha256 mismatch (manifest {record['sha256'][:16]}...)")
     problems += _check_index(out)
-    listed = set(manifest.get("files", {})) | {MANIFEST_NAME}
+    listed = set(manifest.get("files", {})) | {MANIFEST_NAME} | HUB_ADDED
     problems += [f"{p}: not listed in {MANIFEST_NAME}" for p in sorted(out.iterdir()) if p.name not in listed]
     return problems
 

@@ -2,7 +2,8 @@
 
 A target module exposes ``NAME``, ``plan(model, options) -> (list[OutputTensor], list[layer dict])``
 and ``restore(model, layer_record, baked) -> {source tensor name: tensor}``, the exact inverse used
-by verification.
+by verification. The first line of its docstring reads ``Target ``NAME``: <kernel> on <GPU>.``
+(shown by ``inspect`` and in model cards, see :func:`kernel_description`).
 """
 
 from moebake.convert.targets import sm90_cutlass
@@ -15,3 +16,9 @@ def get_target(name: str):
     if name not in TARGETS:
         raise MoebakeError(f"unknown target {name!r}; expected one of {', '.join(TARGETS)}")
     return TARGETS[name]
+
+
+def kernel_description(name: str) -> str:
+    """The kernel and GPU target ``name`` bakes for, from its docstring's first line (Markdown code spans)."""
+    first_line = (get_target(name).__doc__ or name).strip().splitlines()[0]
+    return first_line.split(": ", 1)[-1].rstrip(".").replace("``", "`")

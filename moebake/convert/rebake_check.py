@@ -1,0 +1,77 @@
+"""Deep verification, forward direction: re-bake every output tensor from the source and compare bytes.
+
+Re-plans the conversion the manifest records (same target, same options) against the source and
+streams each planned tensor's producer chunk by chunk against the same byte range of the stored
+tensor. That covers every byte of every tensor in the output's shards: baked expert tensors with
+all their padding, and the pass-through copies. Memory stays bounded by one chunk of each side.
+"""
+
+import os
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from moebake.convert.mismatch import first_difference
+from moebake.convert.options import ConvertOptions
+from moebake.convert.plan import OutputTensor, assign_shards
+from moebake.convert.targets import get_target
+from moebake.errors import MoebakeError
+from moebake.formats.safetensors_file import SafetensorsFile, read_header
+
+
+def recorded_options(out: Path, manifest: dict) -> ConvertOptions:
+    """The ConvertOptions the manifest records; MoebakeError if this moebake cannot rebuild them."""
+    try:
+        return ConvertOptions(**manifest["options"])
+    except (KeyError, TypeError) as err:
+        raise MoebakeError(f"{out / 'moebake.json'}: options {manifest.get('options')!r} not understood ({err})") from None
+
+
+def rebake_problems(out: str | os.PathLike, manifest: dict, model, progress: bool = False) -> list[str]:
+    """Problems (one line each) where ``out``'s stored bytes differ from a fresh bake of ``model``."""
+    out = Path(out)
+    target = get_target(manifest["target"])
+    if manifest.get("target_layout_version") != target.LAYOUT_VERSION:
+        return [f"{out}: baked with {target.NAME} layout version {manifest.get('target_layout_version')}, "
+                f"this moebake writes version {target.LAYOUT_VERSION}; cannot re-derive it"]
+    options = recorded_options(out, manifest)
+    converted, _ = target.plan(model, options)
+    shards = assign_shards(model.checkpoint, converted, options.chunk_bytes)
+    problems = []
+    with tqdm(total=sum(s.nbytes for s in shards), unit="B", unit_scale=True, unit_divisor=1024,
+              desc="re-baking from source", disable=not progress) as bar:
+        for shard in shards:
+            try:
+                stored = read_header(out / shard.file_name)
+            except MoebakeError as err:
+                problems.append(f"{err} (re-baking the source writes this shard)")
+                bar.update(shard.nbytes)
+                continue
+            planned = {t.name for t in shard.tensors}
+            problems += [f"{stored.path}: tensor {name} is not produced by re-baking the source"
+                         for name in sorted(set(stored.tensors) - planned)]
+            for tensor in shard.tensors:
+                problem = _compare_tensor(stored, tensor, bar.update)
+                if problem:
+                    problems.append(problem)
+    return problems
+
+
+def _compare_tensor(stored: SafetensorsFile, tensor: OutputTensor, on_bytes) -> str | None:
+    entry = stored.tensors.get(tensor.name)
+    if entry is None:
+        return f"{stored.path}: tensor {tensor.name} is missing (re-baking the source produces it)"
+    if (entry.dtype, entry.shape) != (tensor.dtype, tensor.shape):
+        return (f"{stored.path}: tensor {tensor.name} is {entry.dtype} {list(entry.shape)}, "
+                f"re-baking the source gives {tensor.dtype} {list(tensor.shape)}")
+    position = 0
+    for chunk in tensor.produce():
+        expected = chunk.contiguous().view(-1).view(torch.uint8)
+        actual = stored.read_bytes(entry, position, position + len(expected))
+        difference = first_difference(actual, expected, entry.dtype, entry.shape, position)
+        if difference:
+            return f"{stored.path}: tensor {tensor.name}: first difference at {difference} (stored != re-baked from source)"
+        position += len(expected)
+        on_bytes(len(expected))
+    return None

@@ -1,0 +1,69 @@
+"""Hub repos as conversion sources: ``org/name[@revision]`` -> a local snapshot of the files needed.
+
+A source argument that is not an existing local path but reads ``org/name`` or
+``org/name@revision`` (a branch, tag, commit or ``refs/pr/N``) is a Hub model repo. Only the files
+a conversion reads or copies are downloaded, from the repo's root (``original/``, ``metal/`` and
+other sub-folders are skipped): the safetensors shards and index, ``config.json`` and the other
+JSON side files (generation config, tokenizer), tokenizer/chat-template files and the licence.
+They land in the Hugging Face cache (``HF_HUB_CACHE``), so a second run downloads nothing, and
+``HF_HUB_OFFLINE=1`` works from the cache. The snapshot folder is named by the resolved commit,
+which the manifest records as the source revision.
+"""
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from moebake.errors import MoebakeError
+from moebake.hub.client import HUB_ERRORS, hub_error
+
+SOURCE_PATTERNS = ["*.safetensors", "*.json", "*.jinja", "*.txt", "*.model", "*.tiktoken", "LICENSE*", "USAGE_POLICY*"]
+"""Root-level files a conversion needs (fnmatch patterns, as ``snapshot_download`` applies them)."""
+SUBFOLDERS = ["*/*"]
+"""Ignored: anything below the root (``*`` matches ``/`` in these patterns)."""
+
+_REPO_SPEC = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[^@\s]+))?")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    """Where a source checkpoint is on disk and, for a Hub source, which repo and commit it is."""
+
+    path: Path
+    repo_id: str | None = None   # None for a local source
+    revision: str | None = None  # the resolved commit sha of a Hub source
+
+
+def parse_repo_spec(text: str) -> tuple[str, str | None] | None:
+    """``(repo_id, revision or None)`` if ``text`` reads ``org/name[@revision]``, else None."""
+    match = _REPO_SPEC.fullmatch(text)
+    return (match["repo"], match["revision"]) if match else None
+
+
+def resolve_source(text: str | os.PathLike, client) -> ResolvedSource:
+    """A local path as is; otherwise a Hub repo spec, downloaded with ``client`` (see :mod:`moebake.hub.client`).
+
+    Text that is neither an existing path nor a repo spec is returned as a (missing) local path, for
+    the checkpoint reader to report.
+    """
+    path = Path(text)
+    spec = None if path.exists() else parse_repo_spec(str(text))
+    if spec is None:
+        return ResolvedSource(path)
+    return download_source(*spec, client)
+
+
+def download_source(repo_id: str, revision: str | None, client) -> ResolvedSource:
+    """Download the files a conversion needs from ``repo_id`` at ``revision`` (default branch if None)."""
+    spec = repo_id + (f"@{revision}" if revision else "")
+    try:
+        folder = client.snapshot_download(repo_id, revision=revision, allow_patterns=SOURCE_PATTERNS,
+                                          ignore_patterns=SUBFOLDERS)
+    except HUB_ERRORS as err:
+        raise hub_error(f"{spec}: not a local path, and downloading it from the Hugging Face Hub failed", err) from None
+    commit = Path(folder).name
+    if not _COMMIT.fullmatch(commit):
+        raise MoebakeError(f"{spec}: downloaded to {folder}, which is not a cache snapshot folder named by its commit")
+    return ResolvedSource(Path(folder), repo_id, commit)

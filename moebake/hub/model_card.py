@@ -1,0 +1,131 @@
+"""The model card (``README.md``) of a baked output, built from its manifest alone (deterministic).
+
+YAML front matter: ``base_model`` (the source repo, when the manifest's source location is a Hub
+repo id or a Hugging Face cache snapshot path), ``base_model_relation: quantized`` (the Hub then
+lists the repo among the source's quantizations), ``library_name: moebake``, ``tags`` (moebake,
+the target, the source format, ...) and the source's ``license`` when the output carries the
+source's card. Body: target kernel and GPU, FlashInfer layout id, padding, the expert tensors, and
+how to check and load the checkpoint with moebake and with an engine.
+
+:func:`write_model_card` writes it into the output as ``README.md`` and records it in
+``moebake.json`` (so ``verify`` keeps passing, here and after a download).
+"""
+
+import json
+import os
+import re
+from pathlib import Path
+
+from huggingface_hub import ModelCardData
+from huggingface_hub.repocard import metadata_load
+
+from moebake.convert.hashing import file_sha256
+from moebake.convert.manifest import read_manifest, write_manifest
+from moebake.convert.targets import kernel_description
+from moebake.hub.download import parse_repo_spec
+
+CARD_NAME = "README.md"
+_CACHE_SNAPSHOT = re.compile(r"/models--([^/]+?)--([^/]+)/snapshots/[0-9a-f]{40}/?$")
+
+
+def hub_repo_of(location: str | None) -> str | None:
+    """The Hub repo id a manifest's source location names: ``org/name`` itself, or the repo of a
+    Hugging Face cache snapshot path ``.../models--org--name/snapshots/<sha>``; else None."""
+    if not location:
+        return None
+    spec = parse_repo_spec(location)
+    if spec and spec[1] is None:
+        return spec[0]
+    match = _CACHE_SNAPSHOT.search(location)
+    return f"{match[1]}/{match[2]}" if match else None
+
+
+def source_label(source: dict) -> str:
+    """``org/name@sha`` for a Hub source, the folder name for a local one (local paths stay private)."""
+    label = hub_repo_of(source.get("location")) or Path(source.get("location") or "?").name
+    return label + (f"@{source['revision']}" if source.get("revision") else "")
+
+
+def render_model_card(manifest: dict, repo_id: str, license_id: str | None = None) -> str:
+    """Markdown model card with YAML front matter for the baked output described by ``manifest``."""
+    source, layers, target = manifest["source"], manifest["layers"], manifest["target"]
+    base = hub_repo_of(source.get("location"))
+    layout = manifest.get("flashinfer_layout") or {}
+    data = ModelCardData(
+        base_model=base, license=license_id, library_name="moebake",
+        tags=["moebake", target, source["format"], "mixture-of-experts", "flashinfer"],
+        base_model_relation="quantized" if base else None,
+    )
+    first = layers[0]
+    source_ref = f"[`{base}`](https://huggingface.co/{base})" if base else f"the local checkpoint `{Path(source.get('location') or '?').name}`"
+    revision = f" at revision `{source['revision']}`" if source.get("revision") else ""
+    source_arg = f"{base}@{source['revision']}" if base and source.get("revision") else (base or "SOURCE_DIR")
+    name = repo_id.split("/")[-1]
+    lines = [
+        "---", data.to_yaml(), "---", "",
+        f"# {name}", "",
+        f"The expert weights of {source_ref}{revision}, pre-baked offline by moebake into the exact byte "
+        f"layout of {kernel_description(target)}, so they load with zero processing. Bit-exact: every "
+        "baked expert tensor inverts to the source's bytes, and re-baking the source reproduces every byte.", "",
+        "| | |", "|---|---|",
+        f"| target | `{target}` (moebake layout version {manifest['target_layout_version']}) |",
+        f"| kernel and GPU | {kernel_description(target)} |",
+    ]
+    if layout:
+        lines.append(f"| FlashInfer layout | `{layout['id']}`: {layout['description']} |")
+    lines += [
+        f"| source | {source_ref}{revision} (format `{source['format']}`) |",
+        f"| MoE layers x experts | {len(layers)} x {first['experts']} |",
+        f"| padding (zero-filled) | hidden {first['hidden']} -> {first['hidden_padded']}, "
+        f"intermediate {first['intermediate']} -> {first['intermediate_padded']} |",
+        f"| activation | `{json.dumps(manifest['activation'])}` |",
+        f"| baked by | moebake {manifest['moebake_version']}, {manifest['created']} |", "",
+        f"## Expert tensors (per MoE layer, under `{first['prefix']}`)", "",
+        "| tensor | dtype | shape | from source tensor |", "|---|---|---|---|",
+        *(f"| `{short}` | {spec['dtype']} | {spec['shape']} | `{spec['source'].removeprefix(first['prefix'])}` |"
+          for short, spec in first["tensors"].items()),
+        "",
+        "Every other tensor, the config and the tokenizer are the source's, byte for byte. `moebake.json` records "
+        "the options, the SHA-256 of every source file and of every file here.", "",
+        "## Check it with moebake", "",
+        "```bash",
+        f"hf download {repo_id} --local-dir {name}",
+        f"moebake verify {name}            # checksums, index, shard headers",
+        f"moebake verify {name} --source {source_arg}   # bit-exact against the source",
+        f"moebake inspect {name}",
+        "```", "",
+        "## Load it with moebake", "",
+        "```python",
+        "import moebake.serve",
+        "from huggingface_hub import snapshot_download",
+        "",
+        f"ckpt = moebake.serve.open(snapshot_download(\"{repo_id}\"))",
+        f"experts = ckpt.load_experts({first['index']}, device=\"cuda\")  # forward(hidden_states, topk_ids, topk_weights)",
+        "```", "",
+        "## Load it in an engine", "",
+        "The expert tensors carry SGLang's parameter names for this kernel path, already in the kernel's "
+        "layout: an engine installs them with `param.copy_(tensor)` and skips its own load-time re-layout "
+        "of the experts (`process_weights_after_loading`), after checking `target` and `flashinfer_layout` "
+        "in `moebake.json` against the kernel it runs. An engine without that support cannot load this "
+        "repo as a plain checkpoint: it would re-lay-out the already baked experts.", "",
+    ]
+    return "\n".join(lines)
+
+
+def write_model_card(out: str | os.PathLike, repo_id: str) -> str:
+    """Write the card into ``out/README.md`` (keeping the licence of a source card it replaces) and
+    record it in ``out/moebake.json``; returns the card. Idempotent."""
+    out = Path(out)
+    manifest = read_manifest(out)
+    existing = out / CARD_NAME
+    license_id = (metadata_load(existing) or {}).get("license") if existing.is_file() else None
+    card = render_model_card(manifest, repo_id, license_id)
+    if not existing.is_file() or existing.read_text(encoding="utf-8") != card:
+        temporary = out / f".{CARD_NAME}.tmp"
+        temporary.write_text(card, encoding="utf-8")
+        os.replace(temporary, existing)
+    record = {"sha256": file_sha256(existing), "bytes": existing.stat().st_size}
+    if manifest["files"].get(CARD_NAME) != record:
+        manifest["files"] = dict(sorted({**manifest["files"], CARD_NAME: record}.items()))
+        write_manifest(out, manifest)
+    return card

@@ -1,0 +1,51 @@
+"""``moebake upload``: verify a baked output, write its model card, and upload it to a Hub model repo.
+
+Steps: refuse unless ``verify`` passes (and, given the source, the deep bit-exactness check);
+write ``README.md`` (:mod:`moebake.hub.model_card`); create the repo if missing (and the branch
+``revision`` if given); ``upload_folder`` the output. With ``hf_xet`` installed (the default)
+``upload_folder`` streams, splits large folders into several commits and resumes an interrupted
+upload when re-run (files already committed are skipped, uploaded chunks deduplicated); without
+it, one commit that skips unchanged files. ``create_pr`` opens a new pull request each run; to
+resume one, re-run with ``revision="refs/pr/N"``.
+"""
+
+import os
+from pathlib import Path
+
+from moebake.convert.manifest import read_manifest
+from moebake.convert.source_check import compare_with_source
+from moebake.convert.verify import verify_output
+from moebake.errors import MoebakeError
+from moebake.hub.client import HUB_ERRORS, hub_error
+from moebake.hub.download import resolve_source
+from moebake.hub.model_card import source_label, write_model_card
+
+PR_REF_PREFIX = "refs/pr/"
+
+
+def publish(out: str | os.PathLike, repo_id: str, client, *, private: bool = False, revision: str | None = None,
+            create_pr: bool = False, source: str | None = None, progress: bool = False):
+    """Upload verified output ``out`` to model repo ``repo_id`` with ``client``; returns its ``CommitInfo``.
+
+    ``source``: a local checkpoint or Hub repo spec to prove bit-exactness against before uploading.
+    """
+    out = Path(out)
+    if create_pr and revision:
+        raise MoebakeError("--create-pr opens a pull request against the default branch and cannot be combined with "
+                           f"--revision {revision} (to resume an interrupted pull request, pass --revision {PR_REF_PREFIX}N)")
+    problems = verify_output(out)
+    if not problems and source is not None:
+        problems = compare_with_source(out, resolve_source(source, client).path, progress)
+    if problems:
+        raise MoebakeError(f"{out}: refusing to upload, verify found {len(problems)} problem(s); first: {problems[0]}")
+    write_model_card(out, repo_id)
+    manifest = read_manifest(out)
+    message = f"moebake {manifest['target']} bake of {source_label(manifest['source'])}"
+    try:
+        client.create_repo(repo_id, private=private, exist_ok=True)
+        if revision and not revision.startswith(PR_REF_PREFIX):
+            client.create_branch(repo_id, branch=revision, exist_ok=True)
+        return client.upload_folder(repo_id=repo_id, folder_path=str(out), commit_message=message,
+                                    revision=revision, create_pr=create_pr)
+    except HUB_ERRORS as err:
+        raise hub_error(f"uploading {out} to {repo_id} failed (re-run the same command to resume)", err) from None

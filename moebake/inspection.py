@@ -1,0 +1,135 @@
+"""``moebake inspect``: what a checkpoint directory holds, as a JSON-ready report and as text.
+
+* A source checkpoint: detected format and model family, MoE layers, experts, dimensions,
+  quantization, shards, and for every target whether it can be converted and, if not, why. Each
+  target is asked by planning a conversion with default options (planning reads no weights), so
+  the answer and its reason are the target's own.
+* A baked checkpoint (it has ``moebake.json``): the manifest's summary.
+
+Reads headers and JSON only, never weights.
+"""
+
+import json
+import os
+from pathlib import Path
+
+from moebake.convert.manifest import MANIFEST_NAME, read_manifest
+from moebake.convert.options import ConvertOptions
+from moebake.convert.targets import TARGETS, kernel_description
+from moebake.errors import MoebakeError
+from moebake.formats import SOURCE_FORMATS, detect_format
+from moebake.formats.checkpoint import open_checkpoint
+
+
+def inspect_path(path: str | os.PathLike) -> dict:
+    """Report on checkpoint directory ``path`` (baked if it has a manifest, else a source)."""
+    path = Path(path)
+    return baked_report(path) if (path / MANIFEST_NAME).is_file() else source_report(path)
+
+
+def source_report(path: Path) -> dict:
+    checkpoint = open_checkpoint(path)
+    config = checkpoint.config
+    report = {
+        "kind": "source", "path": str(path),
+        "model_type": config.get("model_type"), "architectures": config.get("architectures"),
+        "quantization": (config.get("quantization_config") or {}).get("quant_method"),
+        "shards": len(checkpoint.shards), "tensors": len(checkpoint.locations),
+        "tensor_bytes": sum(checkpoint.entry(name).nbytes for name in checkpoint.locations),
+        "format": None, "problem": None, "moe": None, "targets": {},
+    }
+    try:
+        report["format"] = detect_format(checkpoint)
+        model = SOURCE_FORMATS[report["format"]].open_model(checkpoint)
+    except MoebakeError as err:
+        report["problem"] = str(err)
+        report["targets"] = {name: {"convertible": False, "reason": "the source is not a supported checkpoint"} for name in TARGETS}
+        return report
+    report["moe"] = {
+        "layers": len(model.layers), "hidden_layers": config.get("num_hidden_layers"),
+        "experts": getattr(model, "num_experts", None), "experts_per_token": config.get("num_experts_per_tok"),
+        "hidden": getattr(model, "hidden_size", None), "intermediate": getattr(model, "intermediate_size", None),
+        "activation": model.activation(),
+    }
+    report["targets"] = {name: _ask_target(name, model) for name in TARGETS}
+    return report
+
+
+def _ask_target(name: str, model) -> dict:
+    """Plan a conversion to target ``name`` with default options: convertible, or the target's reason."""
+    try:
+        converted, layers = TARGETS[name].plan(model, ConvertOptions(name))
+    except MoebakeError as err:
+        return {"convertible": False, "reason": str(err)}
+    dims = {key: layers[0].get(key) for key in ("hidden", "hidden_padded", "intermediate", "intermediate_padded")}
+    return {"convertible": True, "kernel": kernel_description(name), "default_padding": dims,
+            "baked_expert_bytes": sum(t.nbytes for t in converted)}
+
+
+def baked_report(path: Path) -> dict:
+    manifest = read_manifest(path)
+    first, source = manifest["layers"][0], manifest["source"]
+    return {
+        "kind": "baked", "path": str(path),
+        "target": manifest["target"], "target_layout_version": manifest["target_layout_version"],
+        "kernel": kernel_description(manifest["target"]) if manifest["target"] in TARGETS else None,
+        "flashinfer_layout": manifest.get("flashinfer_layout"),
+        "source": {"format": source["format"], "location": source["location"], "revision": source["revision"]},
+        "moebake_version": manifest["moebake_version"], "created": manifest["created"],
+        "options": manifest["options"], "activation": manifest["activation"],
+        "moe": {"layers": len(manifest["layers"]),
+                **{key: first[key] for key in ("experts", "hidden", "hidden_padded", "intermediate", "intermediate_padded")}},
+        "expert_tensors": {short: {"dtype": spec["dtype"], "shape": spec["shape"]} for short, spec in first["tensors"].items()},
+        "files": len(manifest["files"]), "bytes": sum(record["bytes"] for record in manifest["files"].values()),
+    }
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.1f} MiB" if nbytes < 2**30 else f"{nbytes / 2**30:.2f} GiB"
+
+
+def render_text(report: dict) -> str:
+    """Human-readable form of :func:`inspect_path`'s report."""
+    return "\n".join(_source_lines(report) if report["kind"] == "source" else _baked_lines(report)) + "\n"
+
+
+def _source_lines(r: dict) -> list[str]:
+    family = f"{', '.join(r['architectures'] or ['?'])}, model_type {r['model_type']}"
+    lines = [f"{r['path']}: source checkpoint",
+             f"  format         {r['format'] or 'not supported'} ({family})",
+             f"  quantization   {r['quantization'] or 'none'}",
+             f"  weights        {r['shards']} shards, {r['tensors']} tensors, {_mib(r['tensor_bytes'])}"]
+    if r["problem"]:
+        lines.append(f"  problem        {r['problem']}")
+    if r["moe"]:
+        m = r["moe"]
+        lines += [f"  MoE layers     {m['layers']} of {m['hidden_layers']} layers, {m['experts']} experts, "
+                  f"{m['experts_per_token']} per token",
+                  f"  dims           hidden {m['hidden']}, intermediate {m['intermediate']}",
+                  f"  activation     {json.dumps(m['activation'])}"]
+    lines.append("targets")
+    for name, answer in r["targets"].items():
+        if answer["convertible"]:
+            p = answer["default_padding"]
+            lines.append(f"  {name:<14} yes: {answer['kernel']}; default padding hidden {p['hidden']} -> "
+                         f"{p['hidden_padded']}, intermediate {p['intermediate']} -> {p['intermediate_padded']}; "
+                         f"baked experts {_mib(answer['baked_expert_bytes'])}")
+        else:
+            lines.append(f"  {name:<14} no: {answer['reason']}")
+    return lines
+
+
+def _baked_lines(r: dict) -> list[str]:
+    m, s, layout = r["moe"], r["source"], r["flashinfer_layout"] or {}
+    lines = [f"{r['path']}: baked checkpoint (moebake {r['moebake_version']}, {r['created']})",
+             f"  target         {r['target']} (layout version {r['target_layout_version']}): {r['kernel'] or 'unknown to this moebake'}",
+             f"  FlashInfer     layout {layout.get('id')}: {layout.get('description')}",
+             f"  source         {s['format']} {s['location']}" + (f" @ {s['revision']}" if s["revision"] else ""),
+             f"  MoE layers     {m['layers']}, {m['experts']} experts",
+             f"  padding        hidden {m['hidden']} -> {m['hidden_padded']}, intermediate {m['intermediate']} -> {m['intermediate_padded']}",
+             f"  activation     {json.dumps(r['activation'])}",
+             f"  options        {json.dumps(r['options'])}",
+             f"  files          {r['files']} files, {_mib(r['bytes'])} (plus moebake.json)",
+             "  expert tensors (per MoE layer)"]
+    lines += [f"    {short:<18} {spec['dtype']:<5} {spec['shape']}" for short, spec in r["expert_tensors"].items()]
+    return lines

@@ -1,0 +1,143 @@
+"""Deep verify (`verify --source`): the inverse check and the re-bake check, and their reports.
+
+Corruptions are written by this test with its own safetensors header parsing; the expected
+report (file, tensor, element index, values) is computed here from the corrupted position and,
+for the inverse direction, from GPT-OSS's documented gate/up convention (source rows pair-
+interleaved: 2i = gate_i, 2i+1 = up_i; baked halves [up; gate]).
+"""
+
+import hashlib
+import json
+import shutil
+import struct
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from moebake.cli import main
+from moebake.convert.manifest import read_manifest
+from moebake.convert.options import ConvertOptions
+from moebake.convert.run import convert
+from moebake.convert.source_check import compare_with_source, inverse_problems
+from moebake.formats import open_source
+from moebake.formats.safetensors_file import SafetensorsFile
+from moebake.synthetic import write_gpt_oss
+from tests.conftest import TINY
+
+ELEMENT_BYTES = {"U8": 1, "BF16": 2, "F32": 4}
+LAYER1 = "model.layers.1.mlp.experts."
+SHARD1 = "model-00001-of-00001.safetensors"
+
+
+@pytest.fixture(scope="module")
+def baked(gpt_oss_tiny, tmp_path_factory):
+    out = tmp_path_factory.mktemp("deep") / "out"
+    convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass", chunk_bytes=1 << 16), progress=False)
+    return out
+
+
+@pytest.fixture()
+def damaged(baked, tmp_path):
+    return shutil.copytree(baked, tmp_path / "out")
+
+
+def flip(path, tensor, index, mask=0x01, byte_in_element=0):
+    """XOR ``mask`` into one byte of element ``index`` of ``tensor`` in safetensors file ``path``."""
+    raw = bytearray(path.read_bytes())
+    (header_len,) = struct.unpack("<Q", raw[:8])
+    spec = json.loads(raw[8:8 + header_len])[tensor]
+    size = ELEMENT_BYTES[spec["dtype"]]
+    flat = int(np.ravel_multi_index(index, spec["shape"]))
+    position = 8 + header_len + spec["data_offsets"][0] + flat * size + byte_in_element
+    raw[position] ^= mask
+    path.write_bytes(bytes(raw))
+    return raw[position]
+
+
+def rehash(out, name):
+    """Record ``name``'s new checksum in the manifest, as a consistently wrong bake would have."""
+    manifest = json.loads((out / "moebake.json").read_text())
+    manifest["files"][name] = {"sha256": hashlib.sha256((out / name).read_bytes()).hexdigest(),
+                               "bytes": (out / name).stat().st_size}
+    (out / "moebake.json").write_text(json.dumps(manifest))
+
+
+def test_a_clean_output_is_bit_exact_both_ways(baked, gpt_oss_tiny):
+    assert compare_with_source(baked, gpt_oss_tiny) == []
+
+
+def test_a_flipped_padding_byte_is_caught_by_the_rebake_only(damaged, gpt_oss_tiny):
+    # w2_weight is [E, H_pad=256, I_pad/2]; the SM90 interleave keeps rows within groups of 16,
+    # so row 200 (>= H=160) holds padding only.
+    flip(damaged / SHARD1, LAYER1 + "w2_weight", (1, 200, 5))
+    assert inverse_problems(damaged, read_manifest(damaged), open_source(gpt_oss_tiny)) == []
+    assert compare_with_source(damaged, gpt_oss_tiny) == [
+        f"{damaged / SHARD1}: tensor {LAYER1}w2_weight: first difference at index [1, 200, 5] "
+        "(0x01 != 0x00) (stored != re-baked from source)"
+    ]
+
+
+def test_a_flipped_bias_is_reported_in_both_index_spaces(damaged, gpt_oss_tiny):
+    e, j = 2, 5  # baked w13_weight_bias[e, j] with j < I is up_j = source gate_up_proj_bias[e, 2j + 1]
+    flip(damaged / SHARD1, LAYER1 + "w13_weight_bias", (e, j), mask=0x80, byte_in_element=1)
+    problems = compare_with_source(damaged, gpt_oss_tiny)
+    assert len(problems) == 2
+    inverse, rebake = problems
+    assert inverse.startswith(f"{damaged / SHARD1}: {LAYER1}w13_weight_bias inverted to {LAYER1}gate_up_proj_bias: "
+                              f"first difference at index [{e}, {2 * j + 1}] (0x")
+    assert f"(restored != source {gpt_oss_tiny / SHARD1})" in inverse
+    assert rebake.startswith(f"{damaged / SHARD1}: tensor {LAYER1}w13_weight_bias: first difference at index [{e}, {j}] (0x")
+    stored, original = rebake.split("(0x")[1].split(")")[0].split(" != 0x")
+    assert int(stored, 16) ^ int(original, 16) == 0x8000  # the sign bit of that BF16 element
+
+
+def test_a_flipped_pass_through_byte_is_caught(damaged, gpt_oss_tiny):
+    name = "model.layers.0.self_attn.q_proj.weight"
+    flip(damaged / "model-00000-of-00001.safetensors", name, (7, 9), byte_in_element=1)
+    (problem,) = compare_with_source(damaged, gpt_oss_tiny)
+    assert problem.startswith(f"{damaged / 'model-00000-of-00001.safetensors'}: tensor {name}: first difference at index [7, 9]")
+
+
+def test_another_source_fails_every_expert_tensor(baked, tmp_path):
+    other = write_gpt_oss(tmp_path / "other", **TINY, seed=1)
+    problems = compare_with_source(baked, other)
+    for layer in (0, 1):
+        for short in ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias", "down_proj_blocks"):
+            assert any(f"inverted to model.layers.{layer}.mlp.experts.{short}:" in p for p in problems)
+        for short in ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_bias"):
+            assert any(f"tensor model.layers.{layer}.mlp.experts.{short}: first difference" in p for p in problems)
+
+
+def test_a_stale_layout_version_cannot_be_rederived(damaged, gpt_oss_tiny):
+    manifest = json.loads((damaged / "moebake.json").read_text())
+    manifest["target_layout_version"] = 0
+    (damaged / "moebake.json").write_text(json.dumps(manifest))
+    assert any("layout version 0" in p and "cannot re-derive" in p for p in compare_with_source(damaged, gpt_oss_tiny))
+
+
+def test_cli_verify_source_catches_what_checksums_cannot(damaged, gpt_oss_tiny):
+    flip(damaged / SHARD1, LAYER1 + "w2_weight_bias", (0, 180))  # padding: H = 160
+    rehash(damaged, SHARD1)
+    assert CliRunner().invoke(main, ["verify", str(damaged)]).exit_code == 0
+    result = CliRunner().invoke(main, ["verify", str(damaged), "--source", str(gpt_oss_tiny), "--quiet"])
+    assert result.exit_code == 1
+    assert f"mismatch: {damaged / SHARD1}: tensor {LAYER1}w2_weight_bias: first difference at index [0, 180]" in result.output
+
+
+def test_deep_verify_reads_in_bounded_chunks(tmp_path, monkeypatch):
+    source = write_gpt_oss(tmp_path / "many", num_layers=1, num_experts=40, hidden=64, intermediate=64, vocab=32)
+    out = tmp_path / "out"
+    convert(source, out, ConvertOptions("sm90-cutlass", chunk_bytes=1 << 16), progress=False)
+    sizes, original = [], SafetensorsFile.read_bytes
+
+    def recording(self, entry, start=0, stop=None):
+        chunk = original(self, entry, start, stop)
+        sizes.append(len(chunk))
+        return chunk
+
+    monkeypatch.setattr(SafetensorsFile, "read_bytes", recording)
+    assert compare_with_source(out, source) == []
+    experts_per_chunk = (1 << 16) // (2 * 64 * 64 // 2)  # source gate_up_proj_blocks rows per 64 KiB
+    baked_row = 2 * 128 * 128 // 2  # one expert of w13_weight: H, I padded 64 -> 128
+    assert max(sizes) <= experts_per_chunk * baked_row < 40 * baked_row

@@ -1,0 +1,250 @@
+"""Hub sources, model cards and `upload`, with an injected fake client (no network)."""
+
+import json
+import shutil
+import types
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled
+from huggingface_hub.repocard import metadata_load
+from huggingface_hub.utils import filter_repo_objects
+
+from moebake.cli import main
+from moebake.convert.options import ConvertOptions
+from moebake.convert.run import convert
+from moebake.convert.verify import verify_output
+from moebake.errors import MoebakeError
+from moebake.hub import client as hub_client_module
+from moebake.hub.download import SOURCE_PATTERNS, SUBFOLDERS, parse_repo_spec, resolve_source
+from moebake.hub.model_card import hub_repo_of, render_model_card, write_model_card
+from moebake.hub.publish import publish
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+class FakeHub:
+    """Records every call; ``snapshot_download`` returns ``snapshot`` (or raises ``error``)."""
+
+    def __init__(self, snapshot=None, error=None):
+        self.calls, self.snapshot, self.error, self.uploaded = [], snapshot, error, None
+
+    def _maybe_fail(self):
+        if self.error:
+            raise self.error
+
+    def create_repo(self, repo_id, *, private, exist_ok):
+        self.calls.append(("create_repo", repo_id, {"private": private, "exist_ok": exist_ok}))
+        self._maybe_fail()
+
+    def create_branch(self, repo_id, *, branch, exist_ok):
+        self.calls.append(("create_branch", repo_id, {"branch": branch, "exist_ok": exist_ok}))
+
+    def upload_folder(self, *, repo_id, folder_path, commit_message, revision, create_pr):
+        self.calls.append(("upload_folder", repo_id, {"folder_path": folder_path, "revision": revision, "create_pr": create_pr}))
+        self.commit_message = commit_message
+        self.uploaded = {p.name: p.read_bytes() for p in sorted(Path(folder_path).iterdir())}
+        return types.SimpleNamespace(commit_url=f"https://hub.test/{repo_id}/commit/{SHA}",
+                                     pr_url=f"https://hub.test/{repo_id}/discussions/1" if create_pr else None)
+
+    def snapshot_download(self, repo_id, *, revision, allow_patterns, ignore_patterns):
+        self.calls.append(("snapshot_download", repo_id, {"revision": revision, "allow_patterns": allow_patterns,
+                                                          "ignore_patterns": ignore_patterns}))
+        self._maybe_fail()
+        return str(self.snapshot)
+
+
+@pytest.fixture()
+def baked(gpt_oss_tiny, tmp_path):
+    out = tmp_path / "out"
+    convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False)
+    return out
+
+
+def cached_snapshot(tmp_path, source, repo="acme/gpt-oss-tiny"):
+    """A copy of ``source`` where the Hugging Face cache keeps a snapshot of ``repo`` at ``SHA``."""
+    org, name = repo.split("/")
+    return shutil.copytree(source, tmp_path / "hub" / f"models--{org}--{name}" / "snapshots" / SHA)
+
+
+# ---- repo specs and downloads ------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    ("openai/gpt-oss-20b", ("openai/gpt-oss-20b", None)),
+    ("openai/gpt-oss-20b@main", ("openai/gpt-oss-20b", "main")),
+    ("org/name.v2@refs/pr/7", ("org/name.v2", "refs/pr/7")),
+    (f"org/name@{SHA}", ("org/name", SHA)),
+    ("/abs/path", None), ("./rel/dir", None), ("single", None), ("a/b/c", None), ("org/name@", None),
+])
+def test_parse_repo_spec(text, expected):
+    assert parse_repo_spec(text) == expected
+
+
+def test_download_patterns_select_only_the_root_files_a_conversion_needs():
+    gpt_oss_repo = [  # the file list of openai/gpt-oss-20b (checkpoint-formats-and-peers.md 1.1)
+        ".gitattributes", "LICENSE", "README.md", "USAGE_POLICY", "chat_template.jinja", "config.json",
+        "generation_config.json", "model-00000-of-00002.safetensors", "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors", "model.safetensors.index.json", "special_tokens_map.json",
+        "tokenizer.json", "tokenizer_config.json", "original/config.json", "original/model.safetensors",
+        "original/dtypes.json", "metal/model.bin",
+    ]
+    chosen = set(filter_repo_objects(gpt_oss_repo, allow_patterns=SOURCE_PATTERNS, ignore_patterns=SUBFOLDERS))
+    assert chosen == {"LICENSE", "USAGE_POLICY", "chat_template.jinja", "config.json", "generation_config.json",
+                      "model-00000-of-00002.safetensors", "model-00001-of-00002.safetensors",
+                      "model-00002-of-00002.safetensors", "model.safetensors.index.json",
+                      "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"}
+
+
+def test_a_local_path_is_never_looked_up(gpt_oss_tiny):
+    hub = FakeHub()
+    assert resolve_source(str(gpt_oss_tiny), hub).path == gpt_oss_tiny and hub.calls == []
+    assert resolve_source("missing/dir-that-is-not-a-spec/x", hub).repo_id is None and hub.calls == []
+
+
+def test_a_repo_spec_downloads_the_needed_files_and_resolves_the_commit(tmp_path, gpt_oss_tiny):
+    hub = FakeHub(snapshot=cached_snapshot(tmp_path, gpt_oss_tiny))
+    resolved = resolve_source("acme/gpt-oss-tiny@v1", hub)
+    assert (resolved.repo_id, resolved.revision, resolved.path) == ("acme/gpt-oss-tiny", SHA, hub.snapshot)
+    assert hub.calls == [("snapshot_download", "acme/gpt-oss-tiny",
+                          {"revision": "v1", "allow_patterns": SOURCE_PATTERNS, "ignore_patterns": SUBFOLDERS})]
+
+
+@pytest.mark.parametrize("error", [LocalEntryNotFoundError("Cannot find an appropriate cached snapshot folder\nmore"),
+                                   OfflineModeIsEnabled("offline mode is enabled")])
+def test_a_failed_download_is_one_line(error):
+    with pytest.raises(MoebakeError) as caught:
+        resolve_source("acme/missing@main", FakeHub(error=error))
+    message = str(caught.value)
+    assert message.startswith("acme/missing@main: not a local path, and downloading it from the Hugging Face Hub failed: ")
+    assert "\n" not in message and type(error).__name__ in message
+
+
+def test_a_download_outside_the_cache_layout_is_refused(tmp_path):
+    with pytest.raises(MoebakeError, match="not a cache snapshot folder"):
+        resolve_source("acme/x", FakeHub(snapshot=tmp_path))
+
+
+def test_cli_convert_from_the_hub_records_repo_and_commit(tmp_path, gpt_oss_tiny, monkeypatch):
+    hub = FakeHub(snapshot=cached_snapshot(tmp_path, gpt_oss_tiny))
+    monkeypatch.setattr(hub_client_module, "hub_client", lambda token=None: hub)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["convert", "acme/gpt-oss-tiny@v1", str(out), "--target", "sm90-cutlass", "--quiet"])
+    assert result.exit_code == 0, result.output
+    source = json.loads((out / "moebake.json").read_text())["source"]
+    assert (source["location"], source["revision"]) == ("acme/gpt-oss-tiny", SHA)
+    result = CliRunner().invoke(main, ["convert", "acme/gpt-oss-tiny", str(out), "--target", "sm90-cutlass"])
+    assert result.exit_code == 2 and "already exists" in result.output and len(hub.calls) == 1  # refused before downloading
+
+
+# ---- model card --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("location, repo", [
+    ("openai/gpt-oss-20b", "openai/gpt-oss-20b"),
+    (f"/root/.cache/huggingface/hub/models--openai--gpt-oss-120b/snapshots/{SHA}", "openai/gpt-oss-120b"),
+    ("/data/checkpoints/gpt-oss-20b", None), (None, None),
+])
+def test_hub_repo_of_a_source_location(location, repo):
+    assert hub_repo_of(location) == repo
+
+
+def card_metadata(tmp_path, card):
+    (tmp_path / "card.md").write_text(card)
+    return metadata_load(tmp_path / "card.md")
+
+
+def test_card_of_a_hub_source(baked, tmp_path):
+    manifest = json.loads((baked / "moebake.json").read_text())
+    manifest["source"].update(location="openai/gpt-oss-20b", revision=SHA)
+    card = render_model_card(manifest, "acme/gpt-oss-20b-sm90")
+    meta = card_metadata(tmp_path, card)
+    assert meta["base_model"] == "openai/gpt-oss-20b" and meta["base_model_relation"] == "quantized"
+    assert meta["library_name"] == "moebake" and {"moebake", "sm90-cutlass", "gpt-oss"} <= set(meta["tags"])
+    assert "Hopper (SM90)" in card and "| FlashInfer layout | `v2`:" in card
+    assert "hidden 160 -> 256, intermediate 96 -> 128" in card
+    assert f"moebake verify gpt-oss-20b-sm90 --source openai/gpt-oss-20b@{SHA}" in card
+    assert 'moebake.serve.open(snapshot_download("acme/gpt-oss-20b-sm90"))' in card
+
+
+def test_card_of_a_local_source_names_no_base_model_and_no_path(baked, tmp_path, gpt_oss_tiny):
+    card = render_model_card(json.loads((baked / "moebake.json").read_text()), "acme/tiny")
+    meta = card_metadata(tmp_path, card)
+    assert "base_model" not in meta and "base_model_relation" not in meta and "moebake" in meta["tags"]
+    assert str(gpt_oss_tiny.parent) not in card and f"`{gpt_oss_tiny.name}`" in card
+
+
+def test_write_model_card_keeps_verify_green_and_the_source_licence(gpt_oss_copy, tmp_path):
+    (gpt_oss_copy / "README.md").write_text("---\nlicense: apache-2.0\n---\n# The source model\n")
+    out = tmp_path / "out"
+    convert(gpt_oss_copy, out, ConvertOptions("sm90-cutlass"), progress=False)
+    card = write_model_card(out, "acme/tiny")
+    assert (out / "README.md").read_text() == card and "# The source model" not in card
+    assert metadata_load(out / "README.md")["license"] == "apache-2.0"
+    assert verify_output(out) == []
+    manifest_before = (out / "moebake.json").read_bytes()
+    assert write_model_card(out, "acme/tiny") == card and (out / "moebake.json").read_bytes() == manifest_before
+
+
+# ---- upload ------------------------------------------------------------------------------------
+
+def test_upload_verifies_writes_the_card_and_uploads(baked):
+    hub = FakeHub()
+    commit = publish(baked, "acme/tiny", hub, private=True)
+    assert [c[0] for c in hub.calls] == ["create_repo", "upload_folder"]
+    assert hub.calls[0] == ("create_repo", "acme/tiny", {"private": True, "exist_ok": True})
+    assert hub.calls[1][2] == {"folder_path": str(baked), "revision": None, "create_pr": False}
+    assert "README.md" in hub.uploaded and "moebake.json" in hub.uploaded and commit.commit_url.endswith(SHA)
+    assert hub.commit_message == "moebake sm90-cutlass bake of gpt-oss-tiny"
+    assert verify_output(baked) == []
+
+
+def test_upload_to_a_branch_creates_it_but_not_a_pr_ref(baked):
+    hub = FakeHub()
+    publish(baked, "acme/tiny", hub, revision="v2-layout")
+    assert hub.calls[1] == ("create_branch", "acme/tiny", {"branch": "v2-layout", "exist_ok": True})
+    hub = FakeHub()
+    publish(baked, "acme/tiny", hub, revision="refs/pr/3")
+    assert [c[0] for c in hub.calls] == ["create_repo", "upload_folder"] and hub.calls[1][2]["revision"] == "refs/pr/3"
+
+
+def test_upload_refuses_an_output_that_fails_verify(baked):
+    shard = baked / "model-00000-of-00001.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[-7] ^= 0x10
+    shard.write_bytes(bytes(data))
+    hub = FakeHub()
+    with pytest.raises(MoebakeError, match=r"refusing to upload, verify found 1 problem\(s\); first: .*sha256 mismatch"):
+        publish(baked, "acme/tiny", hub)
+    assert hub.calls == [] and not (baked / "README.md").exists()
+
+
+def test_upload_with_source_refuses_an_output_that_is_not_bit_exact(baked, tmp_path):
+    from moebake.synthetic import write_gpt_oss
+    from tests.conftest import TINY
+
+    other = write_gpt_oss(tmp_path / "other", **TINY, seed=7)
+    hub = FakeHub()
+    with pytest.raises(MoebakeError, match="refusing to upload"):
+        publish(baked, "acme/tiny", hub, source=str(other))
+    assert hub.calls == []
+
+
+def test_create_pr_with_a_revision_is_refused(baked):
+    with pytest.raises(MoebakeError, match="cannot be combined with --revision main"):
+        publish(baked, "acme/tiny", FakeHub(), revision="main", create_pr=True)
+
+
+def test_a_hub_failure_is_one_line_and_says_how_to_resume(baked):
+    with pytest.raises(MoebakeError) as caught:
+        publish(baked, "acme/tiny", FakeHub(error=OfflineModeIsEnabled("Cannot reach https://hub.test: offline mode")))
+    assert str(caught.value) == (f"uploading {baked} to acme/tiny failed (re-run the same command to resume): "
+                                 "OfflineModeIsEnabled: Cannot reach https://hub.test: offline mode")
+
+
+def test_cli_upload(baked, monkeypatch):
+    hub = FakeHub()
+    monkeypatch.setattr(hub_client_module, "hub_client", lambda token=None: hub)
+    result = CliRunner().invoke(main, ["upload", str(baked), "--repo-id", "acme/tiny", "--create-pr"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"uploaded {baked} to acme/tiny: https://hub.test/acme/tiny/discussions/1"
+    assert hub.calls[-1][2]["create_pr"] is True

@@ -1,0 +1,85 @@
+"""`moebake inspect`: source and baked reports, target answers, text and JSON output."""
+
+import json
+import types
+
+import pytest
+from click.testing import CliRunner
+
+from moebake.cli import main
+from moebake.convert.options import ConvertOptions
+from moebake.convert.run import convert
+from moebake.convert.targets import TARGETS
+from moebake.errors import MoebakeError
+from moebake.inspection import inspect_path, render_text
+
+
+@pytest.fixture(scope="module")
+def baked(gpt_oss_tiny, tmp_path_factory):
+    out = tmp_path_factory.mktemp("inspect") / "out"
+    convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass", flashinfer_layout="v1", hidden_multiple=256), progress=False)
+    return out
+
+
+def sm90_expert_bytes(E, H, I, Hp, Ip):
+    """Bytes of one layer's six sm90-cutlass tensors, from the shapes the README documents."""
+    return (E * 2 * Ip * Hp // 2 + E * (2 * Ip // 64) * (Hp // 128) * 256 + E * 2 * Ip * 2
+            + E * Hp * Ip // 2 + E * (Hp // 64) * (Ip // 128) * 256 + E * Hp * 2)
+
+
+def test_source_report(gpt_oss_tiny):
+    report = inspect_path(gpt_oss_tiny)
+    assert report["kind"] == "source" and report["format"] == "gpt-oss" and report["problem"] is None
+    assert report["model_type"] == "gpt_oss" and report["architectures"] == ["GptOssForCausalLM"]
+    assert report["quantization"] == "mxfp4" and report["shards"] == 2
+    assert report["moe"] == {"layers": 2, "hidden_layers": 2, "experts": 3, "experts_per_token": 3, "hidden": 160,
+                             "intermediate": 96, "activation": {"kind": "swiglu_oai", "alpha": 1.702, "beta": 1.0, "limit": 7.0}}
+    answer = report["targets"]["sm90-cutlass"]
+    assert answer["convertible"] and "SM90" in answer["kernel"]
+    assert answer["default_padding"] == {"hidden": 160, "hidden_padded": 256, "intermediate": 96, "intermediate_padded": 128}
+    assert answer["baked_expert_bytes"] == 2 * sm90_expert_bytes(3, 160, 96, 256, 128)
+    text = render_text(report)
+    assert "format         gpt-oss" in text and "sm90-cutlass   yes:" in text and "hidden 160 -> 256" in text
+
+
+def test_unsupported_source_says_why(gpt_oss_copy):
+    config = json.loads((gpt_oss_copy / "config.json").read_text())
+    config["model_type"] = "mixtral"
+    (gpt_oss_copy / "config.json").write_text(json.dumps(config))
+    report = inspect_path(gpt_oss_copy)
+    assert report["format"] is None and report["moe"] is None
+    assert "unsupported model (model_type='mixtral'" in report["problem"]
+    assert not report["targets"]["sm90-cutlass"]["convertible"]
+    assert "sm90-cutlass   no: the source is not a supported checkpoint" in render_text(report)
+
+
+def test_each_target_gives_its_own_reason(gpt_oss_tiny, monkeypatch):
+    def plan(model, options):
+        raise MoebakeError(f"target picky needs 8 experts, {model.checkpoint.root} has {model.num_experts}")
+
+    monkeypatch.setitem(TARGETS, "picky", types.SimpleNamespace(NAME="picky", plan=plan))
+    answer = inspect_path(gpt_oss_tiny)["targets"]["picky"]
+    assert answer == {"convertible": False, "reason": f"target picky needs 8 experts, {gpt_oss_tiny} has 3"}
+
+
+def test_baked_report(baked, gpt_oss_tiny):
+    report = inspect_path(baked)
+    manifest = json.loads((baked / "moebake.json").read_text())
+    assert report["kind"] == "baked" and report["target"] == "sm90-cutlass" and report["flashinfer_layout"]["id"] == "v1"
+    assert report["source"] == {"format": "gpt-oss", "location": str(gpt_oss_tiny.resolve()), "revision": None}
+    assert report["moe"] == {"layers": 2, "experts": 3, "hidden": 160, "hidden_padded": 256,
+                             "intermediate": 96, "intermediate_padded": 128}
+    assert report["options"] == manifest["options"] and report["files"] == len(manifest["files"])
+    assert report["bytes"] == sum(p.stat().st_size for p in baked.iterdir() if p.name != "moebake.json")
+    assert report["expert_tensors"]["w2_weight"] == {"dtype": "U8", "shape": [3, 256, 64]}
+    text = render_text(report)
+    assert "baked checkpoint" in text and "layout v1" in text and "w13_weight_scale" in text
+
+
+def test_cli_text_json_and_errors(baked, tmp_path):
+    result = CliRunner().invoke(main, ["inspect", str(baked), "--json"])
+    assert result.exit_code == 0 and json.loads(result.output) == inspect_path(baked)
+    result = CliRunner().invoke(main, ["inspect", str(baked)])
+    assert result.exit_code == 0 and result.output == render_text(inspect_path(baked))
+    result = CliRunner().invoke(main, ["inspect", str(tmp_path / "nothing")])
+    assert result.exit_code == 2 and result.output.startswith("error: ") and "nothing" in result.output
