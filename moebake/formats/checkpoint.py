@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from moebake.errors import MoebakeError
 from moebake.formats.safetensors_file import SafetensorsFile, TensorEntry, read_header
 
@@ -19,6 +21,14 @@ SINGLE_SHARD_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
 # Files at the root with these suffixes are weights (or other formats of them) and are not copied.
 WEIGHT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".h5", ".msgpack"}
+# Stands for the expert index in a per-expert tensor name pattern, for models that store one tensor
+# per expert (``model.layers.0.mlp.experts.*.gate_proj.weight``); see SourceCheckpoint.read_experts.
+EXPERT_INDEX = "*"
+
+
+def per_expert_names(pattern: str, num_experts: int) -> tuple[str, ...]:
+    """The tensor names a per-expert ``pattern`` (with :data:`EXPERT_INDEX`) stands for, by expert."""
+    return tuple(pattern.replace(EXPERT_INDEX, str(e)) for e in range(num_experts))
 
 
 @dataclass
@@ -36,6 +46,26 @@ class SourceCheckpoint:
 
     def file_of(self, name: str) -> SafetensorsFile:
         return self.shards[self.locations[name]]
+
+    def expert_row_bytes(self, name: str) -> int:
+        """Bytes of one expert of ``name``: a tensor stacked over experts (dim 0), or a per-expert pattern."""
+        if EXPERT_INDEX in name:
+            return self.entry(name.replace(EXPERT_INDEX, "0")).nbytes
+        return self.entry(name).row_bytes
+
+    def read_experts(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """Experts ``[start, stop)`` of ``name`` as one ``[stop - start, ...]`` tensor of the source dtype.
+
+        ``name`` is a tensor stacked over experts (dim 0 = expert), or a per-expert pattern with
+        :data:`EXPERT_INDEX`, whose tensors ``[...]`` are read one by one and stacked.
+        """
+        if EXPERT_INDEX not in name:
+            return self.file_of(name).read_rows(name, start, stop)
+        experts = []
+        for expert_name in per_expert_names(name, stop)[start:]:
+            entry = self.entry(expert_name)
+            experts.append(self.file_of(expert_name).read_rows(expert_name, 0, entry.shape[0]))
+        return torch.stack(experts)
 
     def read_json(self, relative: str) -> dict | None:
         """A side JSON file of the checkpoint, or None if absent."""
