@@ -116,30 +116,15 @@ def _bf16_experts(prefix: str, E: int, H: int, I: int, fused: bool, names: tuple
     return {f"{prefix}{e}.{name}.weight": w[e].clone() for e in range(E) for name, w in zip(names, (gate, up, down))}
 
 
-def _nvfp4_experts(prefix: str, E: int, H: int, I: int, g) -> dict:
-    """ModelOpt NVFP4 per-expert linears: packed E2M1 ``[N, K/2]``, E4M3 per-16 scales ``[N, K/16]``, F32 global scales."""
-    tensors = {}
-    for e in range(E):
-        for name, (N, K) in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
-            p = f"{prefix}{e}.{name}."
-            tensors[p + "weight"] = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, generator=g)
-            tensors[p + "weight_scale"] = (torch.rand(N, K // 16, generator=g) * 4 + 0.5).to(torch.float8_e4m3fn)
-            tensors[p + "weight_scale_2"] = torch.rand((), generator=g) * 1e-3
-            tensors[p + "input_scale"] = torch.rand((), generator=g) * 1e-2
-    return tensors
-
-
 def write_bf16_moe(
     path: str | Path, *, style: str = "qwen3.5", num_layers: int = 2, num_experts: int = 4, hidden: int = 64,
-    intermediate: int = 32, fused: bool | None = None, mtp_layers: int = 0, nvfp4: bool = False, vocab: int = 64,
-    seed: int = 0,
+    intermediate: int = 32, fused: bool | None = None, mtp_layers: int = 0, vocab: int = 64, seed: int = 0,
 ) -> Path:
     """Write a BF16 MoE checkpoint in HF form (``style`` from :data:`BF16_STYLES`) to ``path``; returns ``path``.
 
     One shard per layer; ``mtp_layers`` BF16 draft layers (``mtp.layers.J.``) go in the last shard.
     ``fused`` overrides the style's expert storage (fused ``gate_up_proj``/``down_proj`` vs per expert).
-    ``nvfp4=True`` writes the main layers' experts as ModelOpt NVFP4 instead (per expert, with
-    ``quantization_config`` and ``hf_quant_config.json``); the MTP layers stay BF16, as in Qwen3.5-NVFP4.
+    (An NVFP4 checkpoint with a BF16 MTP layer: :func:`write_modelopt_nvfp4`.)
     """
     path = Path(path)
     spec = BF16_STYLES[style]
@@ -150,24 +135,21 @@ def write_bf16_moe(
     def rand(*shape):
         return (torch.randn(*shape, generator=g) * 0.02).to(torch.bfloat16)
 
-    def layer(base: str, quantized: bool) -> dict:
-        experts = f"{base}{spec['moe']}.experts."
+    def layer(base: str) -> dict:
         tensors = {base + "input_layernorm.weight": torch.ones(H, dtype=torch.bfloat16),
                    base + "self_attn.o_proj.weight": rand(H, H), f"{base}{spec['moe']}.gate.weight": rand(E, H)}
-        if quantized:
-            return tensors | _nvfp4_experts(experts, E, H, I, g)
-        return tensors | _bf16_experts(experts, E, H, I, fused, spec["names"], g)
+        return tensors | _bf16_experts(f"{base}{spec['moe']}.experts.", E, H, I, fused, spec["names"], g)
 
     def shards():
         for i in range(num_layers):
             tensors = {"model.embed_tokens.weight": rand(vocab, H)} if i == 0 else {}
-            tensors |= layer(f"{spec['layers']}{i}.", nvfp4)
+            tensors |= layer(f"{spec['layers']}{i}.")
             if i == num_layers - 1:
                 tensors |= {"model.norm.weight": torch.ones(H, dtype=torch.bfloat16), "lm_head.weight": rand(vocab, H)}
                 if mtp_layers:
                     tensors |= {"mtp.fc.weight": rand(H, 2 * H), "mtp.norm.weight": torch.ones(H, dtype=torch.bfloat16)}
                 for j in range(mtp_layers):
-                    tensors |= layer(f"mtp.layers.{j}.", False)
+                    tensors |= layer(f"mtp.layers.{j}.")
             yield tensors
 
     _save_shards(path, shards(), num_layers)
@@ -179,181 +161,5 @@ def write_bf16_moe(
         dims |= {"intermediate_size": 4 * I, "moe_intermediate_size": I, "num_experts": E, "mtp_num_hidden_layers": mtp_layers}
     config = {"architectures": [spec["architecture"]], "model_type": spec["model_type"]}
     config |= {"text_config": dims} if style == "qwen3.5" else dims
-    if nvfp4:
-        exclude = ["lm_head", "model.embed_tokens", "mtp*", "*self_attn*", f"*{spec['moe']}.gate"]
-        config["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": exclude}
-        sidecar = {"producer": {"name": "modelopt"},
-                   "quantization": {"quant_algo": "NVFP4", "group_size": 16, "exclude_modules": exclude}}
-        (path / "hf_quant_config.json").write_text(json.dumps(sidecar, indent=2))
     (path / "config.json").write_text(json.dumps(config, indent=2))
-    return path
-
-
-MODELOPT_MISMATCHES = ((1, 0.3), (3, 4.0))
-"""Default (expert, up/gate global ratio) pairs of :func:`write_modelopt_nvfp4`: up rescaled, then gate."""
-
-
-def _nvfp4_linear(prefix: str, N: int, K: int, weight_global: float, input_global: float, scalar_shape, g) -> dict:
-    """One ModelOpt NVFP4 linear ``[N, K]``: packed E2M1 ``weight`` U8 ``[N, K/2]``, ``weight_scale`` F8_E4M3
-    ``[N, K/16]`` (every positive finite code, subnormals included), F32 ``weight_scale_2``/``input_scale``."""
-    return {
-        prefix + "weight": torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, generator=g),
-        prefix + "weight_scale": torch.randint(1, 0x7F, (N, K // 16), dtype=torch.uint8, generator=g).view(torch.float8_e4m3fn),
-        prefix + "weight_scale_2": torch.full(scalar_shape, weight_global, dtype=torch.float32),
-        prefix + "input_scale": torch.full(scalar_shape, input_global, dtype=torch.float32),
-    }
-
-
-def write_modelopt_nvfp4(
-    path: str | Path, *, num_layers: int = 3, num_experts: int = 4, hidden: int = 128, intermediate: int = 64,
-    vocab: int = 64, mismatches: tuple[tuple[int, float], ...] = MODELOPT_MISMATCHES, quant_config: str = "both",
-    group_size: int = 16, scalar_shape: tuple[int, ...] = (), seed: int = 0,
-) -> Path:
-    """Write a DeepSeek-V3-style ModelOpt NVFP4 checkpoint to ``path`` (as nvidia/DeepSeek-R1-FP4); returns ``path``.
-
-    Layer 0 is a dense NVFP4 MLP (``first_k_dense_replace = 1``), layers ``1..num_layers-1`` are MoE:
-    BF16 router ``mlp.gate`` (excluded), NVFP4 shared expert and routed experts
-    ``model.layers.N.mlp.experts.E.{gate,up,down}_proj.{weight,weight_scale,weight_scale_2,input_scale}``.
-    Attention and norms are BF16; attention, router, embeddings and ``lm_head`` are excluded. Layer
-    ``num_layers`` is the multi-token-prediction layer with BF16 experts, excluded as a whole. Each MoE
-    layer's experts are split over two shards. In each MoE layer, expert ``e`` of ``mismatches`` gets an
-    up global of ``ratio`` times its gate global; all other gate/up globals agree. ``quant_config``:
-    ``"both"``, ``"config"`` (config.json only) or ``"hf_quant_config"`` (sidecar only).
-    """
-    path = Path(path)
-    E, H, I, L = num_experts, hidden, intermediate, num_layers
-    g = torch.Generator().manual_seed(seed)
-    ratios = dict(mismatches)
-
-    def rand(*shape):
-        return (torch.randn(*shape, generator=g) * 0.02).to(torch.bfloat16)
-
-    def globals_():
-        return float(torch.rand((), generator=g) * 1e-3 + 1e-4), float(torch.rand((), generator=g) * 1e-2 + 1e-3)
-
-    def mlp(prefix: str, inner: int, up_ratio: float = 1.0) -> dict:
-        (weight, inputs), (down_weight, down_inputs) = globals_(), globals_()
-        up_weight = float(torch.tensor(weight * up_ratio, dtype=torch.float32))
-        return {**_nvfp4_linear(prefix + "gate_proj.", inner, H, weight, inputs, scalar_shape, g),
-                **_nvfp4_linear(prefix + "up_proj.", inner, H, up_weight, inputs, scalar_shape, g),
-                **_nvfp4_linear(prefix + "down_proj.", H, inner, down_weight, down_inputs, scalar_shape, g)}
-
-    def common(i: int) -> dict:
-        p = f"model.layers.{i}."
-        return {p + "input_layernorm.weight": torch.ones(H, dtype=torch.bfloat16), p + "self_attn.q_proj.weight": rand(H, H),
-                p + "self_attn.o_proj.weight": rand(H, H), p + "post_attention_layernorm.weight": torch.ones(H, dtype=torch.bfloat16)}
-
-    def shards():
-        yield {"model.embed_tokens.weight": rand(vocab, H), **common(0), **mlp("model.layers.0.mlp.", 2 * I)}
-        for i in range(1, L):
-            p = f"model.layers.{i}.mlp."
-            head = {**common(i), p + "gate.weight": rand(E, H), p + "gate.e_score_correction_bias": torch.zeros(E),
-                    **mlp(p + "shared_experts.", I)}
-            experts = [mlp(f"{p}experts.{e}.", I, ratios.get(e, 1.0)) for e in range(E)]
-            yield head | {k: v for x in experts[: E // 2] for k, v in x.items()}
-            yield {k: v for x in experts[E // 2:] for k, v in x.items()}
-        mtp = f"model.layers.{L}."
-        yield {"model.norm.weight": torch.ones(H, dtype=torch.bfloat16), "lm_head.weight": rand(vocab, H), **common(L),
-               mtp + "eh_proj.weight": rand(H, 2 * H), mtp + "mlp.gate.weight": rand(E, H),
-               **{f"{mtp}mlp.experts.{e}.{proj}_proj.weight": rand(*shape) for e in range(E)
-                  for proj, shape in (("gate", (I, H)), ("up", (I, H)), ("down", (H, I)))}}
-
-    _save_shards(path, shards(), 2 * L)
-    exclude = ["lm_head", "model.embed_tokens", "*.self_attn*", "*.mlp.gate", f"model.layers.{L}*"]
-    config = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": H,
-              "intermediate_size": 2 * I, "moe_intermediate_size": I, "n_routed_experts": E, "n_shared_experts": 1,
-              "num_experts_per_tok": min(2, E), "first_k_dense_replace": 1, "num_hidden_layers": L,
-              "num_nextn_predict_layers": 1, "hidden_act": "silu", "vocab_size": vocab}
-    producer = {"name": "modelopt", "version": "0.37.0"}
-    if quant_config in ("both", "config"):
-        weights = {"num_bits": 4, "type": "float", "group_size": group_size}
-        config["quantization_config"] = {
-            "quant_method": "modelopt", "quant_algo": "NVFP4", "producer": producer, "ignore": exclude,
-            "config_groups": {"group_0": {"input_activations": dict(weights), "weights": weights, "targets": ["Linear"]}}}
-    if quant_config in ("both", "hf_quant_config"):
-        sidecar = {"producer": producer, "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None,
-                                                          "group_size": group_size, "exclude_modules": exclude}}
-        (path / "hf_quant_config.json").write_text(json.dumps(sidecar, indent=2))
-    (path / "config.json").write_text(json.dumps(config, indent=2))
-    (path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 4096}))
-    return path
-
-
-DEEPSEEK_V4_FLASH = {"num_layers": 43, "num_experts": 256, "hidden": 4096, "intermediate": 2048}
-
-
-def _deepseek_v4_layer(base: str, E: int, H: int, I: int, vocab: int, top_k: int, hash_routed: bool, g) -> dict:
-    """One DeepSeek-V4 block under ``base`` (``layers.L.`` / ``mtp.J.``) with DeepSeek's on-disk dtypes.
-
-    Routed experts: I8 packed E2M1 ``[out, in/2]`` + F8_E8M0 ``[out, in/32]``; shared experts and
-    attention projections: F8_E4M3 with F8_E8M0 128x128 block scales; router BF16 weight + F32 bias.
-    """
-    def bf16(*shape):
-        return (torch.randn(*shape, generator=g) * 0.02).to(torch.bfloat16)
-
-    def e8m0(*shape):
-        return torch.randint(118, 123, shape, dtype=torch.uint8, generator=g).view(torch.float8_e8m0fnu)
-
-    def fp8_block(out: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        weight = (torch.randn(out, k, generator=g) * 0.5).to(torch.float8_e4m3fn)
-        return weight, e8m0(-(-out // 128), -(-k // 128))
-
-    t = {base + "attn_norm.weight": torch.ones(H, dtype=torch.bfloat16), base + "ffn_norm.weight": torch.ones(H, dtype=torch.bfloat16),
-         base + "attn.attn_sink": torch.zeros(4), base + "ffn.gate.weight": bf16(E, H), base + "ffn.gate.bias": torch.zeros(E)}
-    for name, (out, k) in (("attn.wq_a", (64, H)), ("attn.wkv", (64, H)), ("attn.wo_b", (H, 64)),
-                           ("ffn.shared_experts.w1", (I, H)), ("ffn.shared_experts.w3", (I, H)), ("ffn.shared_experts.w2", (H, I))):
-        t[f"{base}{name}.weight"], t[f"{base}{name}.scale"] = fp8_block(out, k)
-    if hash_routed:
-        t[base + "ffn.gate.tid2eid"] = torch.randint(0, E, (vocab, top_k), dtype=torch.int32, generator=g)
-    for e in range(E):
-        for name, (out, k) in (("w1", (I, H)), ("w3", (I, H)), ("w2", (H, I))):
-            p = f"{base}ffn.experts.{e}.{name}."
-            t[p + "weight"] = torch.randint(-128, 128, (out, k // 2), dtype=torch.int8, generator=g)
-            t[p + "scale"] = e8m0(out, k // 32)
-    return t
-
-
-def write_deepseek_v4(
-    path: str | Path, *, num_layers: int = 2, num_experts: int = 4, hidden: int = 256, intermediate: int = 128,
-    mtp_layers: int = 1, vocab: int = 64, top_k: int = 2, swiglu_limit: float | None = 10.0,
-    shard_bytes: int = 256 << 10, seed: int = 0,
-) -> Path:
-    """Write a DeepSeek-V4-format checkpoint (DeepSeek-native names, MXFP4 routed experts) to ``path``.
-
-    Tensors are cut into shards of about ``shard_bytes`` in name order of their layer, so the
-    per-expert tensors of one layer straddle shards, as in the real 46-shard V4-Flash release.
-    Layer 0 is hash-routed (``ffn.gate.tid2eid``); ``mtp_layers`` MTP blocks (``mtp.J.``) follow.
-    ``swiglu_limit`` None leaves it out of config.json.
-    """
-    path = Path(path)
-    E, H, I = num_experts, hidden, intermediate
-    g = torch.Generator().manual_seed(seed)
-    tensors = {"embed.weight": (torch.randn(vocab, H, generator=g) * 0.02).to(torch.bfloat16)}
-    for i in range(num_layers):
-        tensors |= _deepseek_v4_layer(f"layers.{i}.", E, H, I, vocab, top_k, i == 0, g)
-    for j in range(mtp_layers):
-        tensors |= _deepseek_v4_layer(f"mtp.{j}.", E, H, I, vocab, top_k, False, g)
-    tensors |= {"norm.weight": torch.ones(H, dtype=torch.bfloat16), "head.weight": torch.zeros(vocab, H, dtype=torch.bfloat16)}
-    shards, current, size = [], {}, 0
-    for name, tensor in tensors.items():
-        current[name] = tensor
-        size += tensor.numel() * tensor.element_size()
-        if size >= shard_bytes:
-            shards.append(current)
-            current, size = {}, 0
-    shards += [current] if current else []
-    _save_shards(path, shards, len(shards))
-    config = {
-        "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "hidden_size": H,
-        "moe_intermediate_size": I, "n_routed_experts": E, "n_shared_experts": 1, "num_experts_per_tok": top_k,
-        "num_hidden_layers": num_layers, "num_nextn_predict_layers": mtp_layers, "num_hash_layers": 1,
-        "vocab_size": vocab, "expert_dtype": "fp4", "scoring_func": "sqrtsoftplus", "topk_method": "noaux_tc",
-        "norm_topk_prob": True, "routed_scaling_factor": 1.5,
-        "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
-                                "scale_fmt": "ue8m0", "weight_block_size": [128, 128]},
-    }
-    if swiglu_limit is not None:
-        config["swiglu_limit"] = swiglu_limit
-    (path / "config.json").write_text(json.dumps(config, indent=2))
-    (path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 65536}))
     return path
