@@ -1,0 +1,37 @@
+"""GPU runtime: load a baked checkpoint and run the kernel it was baked for.
+
+::
+
+    import moebake.serve
+    ckpt = moebake.serve.open("gpt-oss-120b-sm90")           # reads moebake.json + the index
+    experts = ckpt.load_experts(0, device="cuda")            # layer 0, all experts (ep_rank=0, ep_size=1)
+    out = experts.forward(hidden_states, topk_ids, topk_weights)   # [T, H] bf16
+    experts.parameters()                                     # {"w13_weight": ..., ...} SGLang names
+    experts.load_stats                                       # bytes, seconds, GiB/s
+
+:func:`open` dispatches on the manifest's ``target``; each target registers its runtime class
+(a :class:`~moebake.serve.baked_checkpoint.BakedCheckpoint` subclass) in :data:`RUNTIMES`.
+"""
+
+from pathlib import Path
+
+from moebake.convert.manifest import MANIFEST_NAME, read_manifest
+from moebake.errors import MoebakeError
+from moebake.serve.baked_checkpoint import BakedCheckpoint
+from moebake.serve.platform import Platform
+from moebake.serve.sm90_cutlass import Sm90CutlassCheckpoint
+
+RUNTIMES: dict[str, type[BakedCheckpoint]] = {Sm90CutlassCheckpoint.target: Sm90CutlassCheckpoint}
+
+
+def open(path, *, platform: Platform | None = None) -> BakedCheckpoint:  # noqa: A001 - moebake.serve.open
+    """Open baked output directory ``path`` with the runtime of its manifest's target.
+
+    ``platform`` overrides detected facts (FlashInfer version, GPU capability) for the checks
+    the runtime makes before loading. MoebakeError for an unknown schema or target.
+    """
+    manifest = read_manifest(path)
+    target = manifest.get("target")
+    if target not in RUNTIMES:
+        raise MoebakeError(f"{Path(path) / MANIFEST_NAME}: target {target!r} has no runtime here (known: {', '.join(RUNTIMES)})")
+    return RUNTIMES[target](Path(path), manifest, platform or Platform())

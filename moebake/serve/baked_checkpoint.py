@@ -1,0 +1,108 @@
+"""A moebake output directory opened for serving: manifest, index, shard headers, expert-range reads.
+
+Target-independent: each target's runtime (e.g. :mod:`moebake.serve.sm90_cutlass`) subclasses
+:class:`BakedCheckpoint` and adds ``load_experts``. Nothing is read at open time but the manifest
+and the index; a shard's header is parsed when a tensor of it is first needed, and tensor data is
+read only for the experts asked for (a contiguous dim-0 range is one contiguous byte range of a
+safetensors tensor, since tensors are stored C-order).
+"""
+
+import json
+from pathlib import Path
+
+import torch
+
+from moebake.convert.hashing import file_sha256
+from moebake.convert.manifest import MANIFEST_NAME
+from moebake.errors import MoebakeError
+from moebake.formats.checkpoint import INDEX_NAME
+from moebake.formats.safetensors_file import DTYPES, SafetensorsFile, read_header
+from moebake.serve.platform import Platform
+from moebake.serve.staged_reader import ByteRange, LoadStats, StagedReader
+
+
+class BakedCheckpoint:
+    """Manifest + shards of a baked output directory ``root``; see the module docstring."""
+
+    target: str = ""  # set by each target's subclass
+
+    def __init__(self, root: Path, manifest: dict, platform: Platform):
+        self.root = Path(root)
+        self.manifest = manifest
+        self.platform = platform
+        self.manifest_path = self.root / MANIFEST_NAME
+        index_path = self.root / INDEX_NAME
+        try:
+            self.weight_map: dict[str, str] = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise MoebakeError(f"{index_path}: unreadable index ({err})") from None
+        self._headers: dict[str, SafetensorsFile] = {}
+        self._readers: dict[torch.device, StagedReader] = {}
+        self._verified: set[str] = set()
+
+    def layer(self, index: int) -> dict:
+        """The manifest record of MoE layer ``index``; MoebakeError if the checkpoint has no such layer."""
+        for record in self.manifest.get("layers", []):
+            if record.get("index") == index:
+                return record
+        known = [record.get("index") for record in self.manifest.get("layers", [])]
+        raise MoebakeError(f"{self.manifest_path}: no MoE layer {index} (layers: {known})")
+
+    def _shard_of(self, name: str) -> SafetensorsFile:
+        shard_name = self.weight_map.get(name)
+        if shard_name is None:
+            raise MoebakeError(f"{self.root / INDEX_NAME}: tensor {name} is not in the index")
+        if shard_name not in self._headers:
+            self._headers[shard_name] = read_header(self.root / shard_name)
+        return self._headers[shard_name]
+
+    def verify_files(self, tensor_names: list[str]) -> None:
+        """Check the SHA-256 and size of every shard holding ``tensor_names`` against the manifest.
+
+        Reads those shards whole (once per checkpoint object); MoebakeError on the first mismatch.
+        """
+        files = self.manifest.get("files", {})
+        for shard_name in sorted({self.weight_map.get(n) for n in tensor_names} - self._verified - {None}):
+            path = self.root / shard_name
+            record = files.get(shard_name)
+            if record is None:
+                raise MoebakeError(f"{path}: not listed in {self.manifest_path}")
+            size = path.stat().st_size if path.is_file() else None
+            if size != record["bytes"]:
+                raise MoebakeError(f"{path}: {size} bytes, {self.manifest_path} says {record['bytes']}")
+            digest = file_sha256(path)
+            if digest != record["sha256"]:
+                raise MoebakeError(
+                    f"{path}: sha256 mismatch ({digest[:16]}..., {self.manifest_path} says {record['sha256'][:16]}...)"
+                )
+            self._verified.add(shard_name)
+
+    def read_experts(self, record: dict, short_names: list[str], start: int, stop: int,
+                     device: torch.device) -> tuple[dict[str, torch.Tensor], LoadStats]:
+        """Experts ``[start, stop)`` of the layer's tensors ``short_names`` (manifest names), on ``device``.
+
+        Returns ``{short name: tensor [stop - start, ...]}`` with the dtype and trailing shape the
+        manifest records (checked against the shard header), and the load's statistics. Only the
+        bytes of those experts are read.
+        """
+        ranges, tensors = [], {}
+        for short in short_names:
+            name = record["prefix"] + short
+            shard = self._shard_of(name)
+            entry = shard.tensors[name]
+            expected = record["tensors"][short]
+            if entry.dtype != expected["dtype"] or list(entry.shape) != list(expected["shape"]):
+                raise MoebakeError(
+                    f"{shard.path}: tensor {name} is {entry.dtype} {list(entry.shape)}, "
+                    f"{self.manifest_path} says {expected['dtype']} {expected['shape']}"
+                )
+            dest = torch.empty((stop - start, *entry.shape[1:]), dtype=DTYPES[entry.dtype][0], device=device)
+            offset = shard.data_start + entry.begin + start * entry.row_bytes
+            ranges.append(ByteRange(shard.path, offset, dest.view(-1).view(torch.uint8), name))
+            tensors[short] = dest
+        return tensors, self._reader(device).read(ranges)
+
+    def _reader(self, device: torch.device) -> StagedReader:
+        if device not in self._readers:
+            self._readers[device] = StagedReader(device)
+        return self._readers[device]

@@ -1,0 +1,69 @@
+"""The GPU and FlashInfer a runtime runs on, and the checks that refuse what would silently be wrong.
+
+A baked checkpoint is only right for the kernel it was baked for: the ``sm90-cutlass`` bytes are
+SM90 (Hopper) CUTLASS operands, and their fp4 byte interleave is the one a FlashInfer release
+family reads (``flashinfer_layout.id`` in the manifest, see
+:mod:`moebake.layouts.flashinfer_versions`). A mismatch raises no error in the kernel; it gives
+wrong numbers. So the runtime checks both before it loads anything.
+
+:class:`Platform` carries the facts the checks need. Fields left ``None`` are detected (the CUDA
+device's compute capability, ``flashinfer.__version__``); tests and engines that know better
+pass them in.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from moebake.errors import MoebakeError
+from moebake.layouts.flashinfer_versions import layout_for_flashinfer
+
+SM90 = (9, 0)
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What a runtime checks a checkpoint against. ``None`` fields are detected on first use."""
+
+    flashinfer_version: str | None = None
+    capability: tuple[int, int] | None = None
+
+    def installed_flashinfer_version(self) -> str:
+        """``flashinfer.__version__`` (or the injected version); MoebakeError if FlashInfer is absent."""
+        if self.flashinfer_version is not None:
+            return self.flashinfer_version
+        try:
+            import flashinfer
+        except ImportError as err:
+            raise MoebakeError(f"FlashInfer is not importable ({err}); the sm90-cutlass runtime needs flashinfer-python") from None
+        return flashinfer.__version__
+
+    def device_capability(self, device: torch.device) -> tuple[int, int]:
+        """Compute capability ``(major, minor)`` of a CUDA ``device`` (or the injected one)."""
+        if self.capability is not None:
+            return tuple(self.capability)
+        if not torch.cuda.is_available():
+            raise MoebakeError(f"device {device}: CUDA is not available in this torch build or machine")
+        return torch.cuda.get_device_capability(device)
+
+
+def require_sm90(capability: tuple[int, int], device: torch.device, target: str) -> None:
+    """MoebakeError unless ``capability`` is SM90 (9.0: H100, H200, H20)."""
+    if tuple(capability) != SM90:
+        major, minor = capability
+        raise MoebakeError(
+            f"device {device}: compute capability {major}.{minor} (sm_{major}{minor}); target {target} "
+            f"needs an SM90 (Hopper, 9.0) GPU"
+        )
+
+
+def require_flashinfer_layout(baked_layout: str, flashinfer_version: str, manifest_path) -> None:
+    """MoebakeError unless FlashInfer ``flashinfer_version`` reads the SM90 fp4 layout ``baked_layout``."""
+    read = layout_for_flashinfer(flashinfer_version)
+    if read != baked_layout:
+        reads = f"reads fp4 layout {read}" if read else "has no SM90 W4A16 fp4 layout"
+        fix = f"re-bake with --flashinfer-layout {read}" if read else "install FlashInfer >= 0.6.10"
+        raise MoebakeError(
+            f"{manifest_path}: baked for FlashInfer SM90 fp4 layout {baked_layout}, but the installed "
+            f"FlashInfer {flashinfer_version} {reads}; {fix} or install a FlashInfer that reads {baked_layout}"
+        )

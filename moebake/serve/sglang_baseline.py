@@ -1,0 +1,112 @@
+"""The SGLang way: GPT-OSS source experts prepared on the GPU at load time with FlashInfer's helpers.
+
+This is what moebake replaces, kept as the oracle of the GPU tests (baked bytes and outputs must
+equal it bit for bit) and the baseline of ``bench/serve_bench.py``. It follows SGLang 0.5.23
+(``Mxfp4MoEMethod._process_weights_for_sm90_cutlass`` and ``_fused_experts_flashinfer_mxfp4_cutlass``,
+see ``sglang-consumers.md`` §1.3-1.6), written independently of moebake's layout code:
+
+1. load: the rank's contiguous experts of the six source tensors, to the GPU;
+2. W13 weights/scales/bias: de-interleave the pairs (even row = gate, odd row = up), write
+   ``[up; gate]`` with each half zero-padded to ``I_pad`` rows (and K zero-padded to ``H_pad``);
+3. W2 weights/scales/bias: zero-pad to ``[H_pad, I_pad]``;
+4. ``interleave_moe_weights_for_sm90_mixed_gemm(w, "fp4")`` (CUDA kernel) and
+   ``interleave_moe_scales_for_sm90_mixed_gemm(s, group_size=32)``;
+5. forward: pad the input to ``H_pad``, ``cutlass_fused_moe(..., use_w4_group_scaling=True)`` with
+   ``quant_scales=[s13.view(int32), s2.view(int32)]``, GPT-OSS ``swiglu_alpha=1.702``,
+   ``swiglu_beta=1.0``, ``swiglu_limit=config.swiglu_limit``, then trim the output to ``H``.
+
+SGLang 0.5.23 rounds GPT-OSS's hidden size to a multiple of 256 (3072) before padding; here the
+padded sizes are parameters, so that they can equal a baked checkpoint's (2944 by default).
+"""
+
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+
+from moebake.formats.checkpoint import INDEX_NAME
+from moebake.serve.flashinfer_ops import sm90_moe_ops
+
+SOURCE_SUFFIXES = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
+                   "down_proj_blocks", "down_proj_scales", "down_proj_bias")
+GPT_OSS_SWIGLU_ALPHA, GPT_OSS_SWIGLU_BETA = 1.702, 1.0  # SGLang's GPT-OSS defaults
+
+
+def load_source_experts(source_dir, layer: int, start: int, stop: int, device) -> dict[str, torch.Tensor]:
+    """Experts ``[start, stop)`` of GPT-OSS layer ``layer``'s six expert tensors, on ``device``.
+
+    Keys are the source suffixes (``gate_up_proj_blocks``, ...); shapes and dtypes as stored.
+    """
+    source_dir = Path(source_dir)
+    weight_map = json.loads((source_dir / INDEX_NAME).read_text())["weight_map"]
+    out = {}
+    for suffix in SOURCE_SUFFIXES:
+        name = f"model.layers.{layer}.mlp.experts.{suffix}"
+        with safe_open(source_dir / weight_map[name], framework="pt", device="cpu") as f:
+            out[suffix] = f.get_slice(name)[start:stop].to(device)
+    return out
+
+
+def _stack_up_gate(pairs: torch.Tensor, padded_rows: int, padded_cols: int) -> torch.Tensor:
+    """SGLang's ``_stack_up_gate_w13``: ``[E, 2I, K]`` pair rows -> ``[E, 2*padded_rows, padded_cols]``
+    as ``[up; gate]``, each half zero-padded (rows and columns at their ends)."""
+    gate, up = pairs[:, 0::2], pairs[:, 1::2]
+    rows, cols = gate.shape[1], gate.shape[2]
+    out = torch.zeros(pairs.shape[0], 2 * padded_rows, padded_cols, dtype=pairs.dtype, device=pairs.device)
+    out[:, :rows, :cols] = up
+    out[:, padded_rows:padded_rows + rows, :cols] = gate
+    return out
+
+
+def _pad_last_two(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    out = torch.zeros(x.shape[0], rows, cols, dtype=x.dtype, device=x.device)
+    out[:, : x.shape[1], : x.shape[2]] = x
+    return out
+
+
+def prepare_like_sglang(source: dict[str, torch.Tensor], *, hidden_padded: int, intermediate_padded: int) -> dict[str, torch.Tensor]:
+    """The six SGLang parameters (``w13_weight``, ...) from :func:`load_source_experts`' tensors, on their device."""
+    ops = sm90_moe_ops()
+    blocks13 = source["gate_up_proj_blocks"]
+    E, two_i = blocks13.shape[:2]
+    blocks2 = source["down_proj_blocks"]
+    H = blocks2.shape[1]
+    Hp, Ip = hidden_padded, intermediate_padded
+    w13 = _stack_up_gate(blocks13.reshape(E, two_i, -1), Ip, Hp // 2)
+    s13 = _stack_up_gate(source["gate_up_proj_scales"], Ip, Hp // 32)
+    b13 = _stack_up_gate(source["gate_up_proj_bias"].unsqueeze(-1), Ip, 1).squeeze(-1)
+    w2 = _pad_last_two(blocks2.reshape(E, H, -1), Hp, Ip // 2)
+    s2 = _pad_last_two(source["down_proj_scales"], Hp, Ip // 32)
+    b2 = torch.zeros(E, Hp, dtype=torch.bfloat16, device=blocks2.device)
+    b2[:, :H] = source["down_proj_bias"]
+    return {
+        "w13_weight": ops.interleave_weights(w13, "fp4"),
+        "w13_weight_scale": ops.interleave_scales(s13, group_size=32),
+        "w13_weight_bias": b13,
+        "w2_weight": ops.interleave_weights(w2, "fp4"),
+        "w2_weight_scale": ops.interleave_scales(s2, group_size=32),
+        "w2_weight_bias": b2,
+    }
+
+
+def sglang_moe_forward(params: dict[str, torch.Tensor], hidden_states: torch.Tensor, topk_ids: torch.Tensor,
+                       topk_weights: torch.Tensor, *, swiglu_limit: float, ep_rank: int = 0, ep_size: int = 1) -> torch.Tensor:
+    """SGLang's ``_fused_experts_flashinfer_mxfp4_cutlass`` call on :func:`prepare_like_sglang`'s parameters."""
+    E, H = params["w13_weight"].shape[0], hidden_states.shape[1]
+    Hp = params["w2_weight"].shape[1]
+    device = hidden_states.device
+    x = F.pad(hidden_states, (0, Hp - H))
+    out = torch.empty(hidden_states.shape[0], Hp, dtype=torch.bfloat16, device=device)
+    sm90_moe_ops().cutlass_fused_moe(
+        input=x, token_selected_experts=topk_ids.to(torch.int32), token_final_scales=topk_weights,
+        fc1_expert_weights=params["w13_weight"], fc2_expert_weights=params["w2_weight"], output_dtype=torch.bfloat16,
+        quant_scales=[params["w13_weight_scale"].view(torch.int32), params["w2_weight_scale"].view(torch.int32)],
+        input_sf=None, fc1_expert_biases=params["w13_weight_bias"], fc2_expert_biases=params["w2_weight_bias"],
+        swiglu_alpha=torch.full((E,), GPT_OSS_SWIGLU_ALPHA, dtype=torch.float32, device=device),
+        swiglu_beta=torch.full((E,), GPT_OSS_SWIGLU_BETA, dtype=torch.float32, device=device),
+        swiglu_limit=torch.full((E,), swiglu_limit, dtype=torch.float32, device=device),
+        tp_size=1, tp_rank=0, ep_size=ep_size, ep_rank=ep_rank, use_w4_group_scaling=True, output=out,
+    )
+    return out[:, :H].contiguous()

@@ -1,0 +1,175 @@
+"""Runtime of target ``sm90-cutlass``: baked experts -> FlashInfer ``cutlass_fused_moe`` W4A16 on Hopper.
+
+Per MoE layer the manifest lists the baked tensors (SGLang's parameter names, see
+:mod:`moebake.convert.targets.sm90_cutlass`); with ``E_local`` experts on this rank:
+
+  ``w13_weight``        uint8 ``[E_local, 2*I_pad, H_pad/2]``            fc1 weights, halves [up; gate]
+  ``w13_weight_scale``  uint8 ``[E_local, 2*I_pad/64, H_pad/128, 16, 16]`` fc1 E8M0 scales (read as int32)
+  ``w2_weight``         uint8 ``[E_local, H_pad, I_pad/2]``              fc2 weights
+  ``w2_weight_scale``   uint8 ``[E_local, H_pad/64, I_pad/128, 16, 16]`` fc2 E8M0 scales (read as int32)
+  ``w13_weight_bias``   bf16  ``[E_local, 2*I_pad]``  optional, [up | gate]; with it, ``w2_weight_bias``
+  ``w2_weight_bias``    bf16  ``[E_local, H_pad]``    optional
+
+The activation comes from the manifest's ``activation`` record (see :func:`swiglu_parameters`) and
+is passed as per-expert fp32 ``swiglu_alpha/beta/limit [E_local]``, which selects FlashInfer's
+``SwigluBias``: ``min(g, L) * sigmoid(alpha * min(g, L)) * (clamp(u, -L, L) + beta)``.
+
+Expert parallelism: rank ``r`` of ``n`` holds the contiguous experts ``[r*E/n, (r+1)*E/n)`` and is
+called with global expert ids (FlashInfer's ``ep_size``/``ep_rank``); tokens routed to other
+ranks' experts contribute nothing to this rank's output, so the ranks' outputs sum to the whole.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from moebake.convert.targets import sm90_cutlass as bake_target
+from moebake.errors import MoebakeError
+from moebake.serve.baked_checkpoint import BakedCheckpoint
+from moebake.serve.flashinfer_ops import sm90_moe_ops
+from moebake.serve.platform import require_flashinfer_layout, require_sm90
+from moebake.serve.staged_reader import LoadStats
+
+REQUIRED_TENSORS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale")
+BIAS_TENSORS = ("w13_weight_bias", "w2_weight_bias")
+
+
+def swiglu_parameters(activation: dict, where) -> tuple[float, float, float]:
+    """``(alpha, beta, limit)`` of a manifest ``activation`` record; MoebakeError for other kinds.
+
+    ``swiglu_oai`` (GPT-OSS) gives all three explicitly; ``swiglu`` is plain ``silu(gate) * up``
+    (alpha 1, beta 0) with an optional ``limit`` (none: infinity).
+    """
+    kind = activation.get("kind")
+    if kind == "swiglu_oai":
+        try:
+            return float(activation["alpha"]), float(activation["beta"]), float(activation["limit"])
+        except (KeyError, TypeError, ValueError):
+            raise MoebakeError(f"{where}: activation swiglu_oai needs numeric alpha, beta and limit, got {activation}") from None
+    if kind == "swiglu":
+        limit = activation.get("limit")
+        return 1.0, 0.0, math.inf if limit is None else float(limit)
+    raise MoebakeError(f"{where}: activation kind {kind!r} is not supported by the sm90-cutlass runtime (swiglu_oai, swiglu)")
+
+
+class Sm90CutlassCheckpoint(BakedCheckpoint):
+    """A baked ``sm90-cutlass`` checkpoint; :meth:`load_experts` gives runnable experts of one layer."""
+
+    target = bake_target.NAME
+
+    def __init__(self, root, manifest, platform):
+        super().__init__(root, manifest, platform)
+        version = manifest.get("target_layout_version")
+        if version != bake_target.LAYOUT_VERSION:
+            raise MoebakeError(
+                f"{self.manifest_path}: {self.target} layout version {version!r}; this runtime reads {bake_target.LAYOUT_VERSION}"
+            )
+        self.flashinfer_layout = (manifest.get("flashinfer_layout") or {}).get("id")
+
+    def check_platform(self, device: torch.device) -> None:
+        """Refuse a FlashInfer reading another fp4 layout and, for CUDA devices, a GPU that is not SM90."""
+        require_flashinfer_layout(self.flashinfer_layout, self.platform.installed_flashinfer_version(), self.manifest_path)
+        if device.type == "cuda":
+            require_sm90(self.platform.device_capability(device), device, self.target)
+
+    def load_experts(self, layer: int, device="cuda", ep_rank: int = 0, ep_size: int = 1,
+                     verify: bool = False) -> "Sm90CutlassExperts":
+        """Read layer ``layer``'s experts of EP rank ``ep_rank`` of ``ep_size`` onto ``device``.
+
+        ``verify=True`` first checks the SHA-256 of the shards involved against the manifest
+        (reading them whole). A CPU ``device`` gives inspectable tensors; ``forward`` needs CUDA.
+        """
+        device = torch.device(device)
+        record = self.layer(layer)
+        experts = record["experts"]
+        if ep_size < 1 or experts % ep_size or not 0 <= ep_rank < ep_size:
+            raise MoebakeError(
+                f"{self.manifest_path}: layer {layer} has {experts} experts, which EP rank {ep_rank} of {ep_size} "
+                f"cannot split evenly (need ep_size dividing {experts} and 0 <= ep_rank < ep_size)"
+            )
+        names = self._tensor_names(record)
+        self.check_platform(device)
+        if verify:
+            self.verify_files([record["prefix"] + n for n in names])
+        per_rank = experts // ep_size
+        tensors, stats = self.read_experts(record, names, ep_rank * per_rank, (ep_rank + 1) * per_rank, device)
+        swiglu = swiglu_parameters(self.manifest.get("activation") or {}, self.manifest_path)
+        return Sm90CutlassExperts(tensors, hidden=record["hidden"], hidden_padded=record["hidden_padded"],
+                                  swiglu=swiglu, ep_rank=ep_rank, ep_size=ep_size, load_stats=stats)
+
+    def _tensor_names(self, record: dict) -> list[str]:
+        """The layer's baked tensor names, checked: the four required, both biases or neither, nothing else."""
+        present = set(record["tensors"])
+        missing = [n for n in REQUIRED_TENSORS if n not in present]
+        unknown = sorted(present - set(REQUIRED_TENSORS) - set(BIAS_TENSORS))
+        biases = [n for n in BIAS_TENSORS if n in present]
+        if missing or unknown or len(biases) == 1:
+            raise MoebakeError(
+                f"{self.manifest_path}: layer {record['index']} tensors {sorted(present)} do not fit the sm90-cutlass "
+                f"runtime (needs {', '.join(REQUIRED_TENSORS)}, and both or neither of {', '.join(BIAS_TENSORS)})"
+            )
+        return [*REQUIRED_TENSORS, *biases]
+
+
+class Sm90CutlassExperts:
+    """One layer's experts for one EP rank, on one device, with the ``cutlass_fused_moe`` call ready.
+
+    Attributes: ``num_experts`` (global), ``num_local_experts``, ``first_expert``, ``hidden``,
+    ``hidden_padded``, ``swiglu_alpha/beta/limit`` (fp32 ``[E_local]``), ``load_stats``.
+    """
+
+    def __init__(self, tensors: dict[str, torch.Tensor], *, hidden: int, hidden_padded: int,
+                 swiglu: tuple[float, float, float], ep_rank: int, ep_size: int, load_stats: LoadStats):
+        self._tensors = tensors
+        weights = tensors["w13_weight"]
+        self.device = weights.device
+        self.num_local_experts = weights.shape[0]
+        self.num_experts = self.num_local_experts * ep_size
+        self.first_expert = ep_rank * self.num_local_experts
+        self.hidden, self.hidden_padded = hidden, hidden_padded
+        self.load_stats = load_stats
+        self.swiglu_alpha, self.swiglu_beta, self.swiglu_limit = (
+            torch.full((self.num_local_experts,), value, dtype=torch.float32, device=self.device) for value in swiglu
+        )
+        self._kernel_args = dict(
+            fc1_expert_weights=weights,
+            fc2_expert_weights=tensors["w2_weight"],
+            output_dtype=torch.bfloat16,
+            quant_scales=[tensors["w13_weight_scale"].view(torch.int32), tensors["w2_weight_scale"].view(torch.int32)],
+            fc1_expert_biases=tensors.get("w13_weight_bias"),
+            fc2_expert_biases=tensors.get("w2_weight_bias"),
+            swiglu_alpha=self.swiglu_alpha, swiglu_beta=self.swiglu_beta, swiglu_limit=self.swiglu_limit,
+            ep_size=ep_size, ep_rank=ep_rank,
+            use_w4_group_scaling=True,
+        )
+
+    def parameters(self) -> dict[str, torch.Tensor]:
+        """The baked tensors under SGLang's parameter names (``w13_weight``, ...), for engines to install."""
+        return dict(self._tensors)
+
+    def forward(self, hidden_states: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
+        """MoE output bf16 ``[T, H]`` for bf16 ``hidden_states [T, H]``, global expert ids ``topk_ids [T, k]``
+        (any integer dtype) and fp32 routing weights ``topk_weights [T, k]`` (applied inside the kernel)."""
+        self._check_inputs(hidden_states, topk_ids, topk_weights)
+        x = F.pad(hidden_states, (0, self.hidden_padded - self.hidden)) if self.hidden_padded != self.hidden else hidden_states
+        out = sm90_moe_ops().cutlass_fused_moe(x, topk_ids.to(torch.int32), topk_weights, **self._kernel_args)
+        return out[:, : self.hidden].contiguous() if self.hidden_padded != self.hidden else out
+
+    __call__ = forward
+
+    def _check_inputs(self, hidden_states, topk_ids, topk_weights) -> None:
+        problems = []
+        if hidden_states.dtype != torch.bfloat16 or hidden_states.dim() != 2 or hidden_states.shape[1] != self.hidden:
+            problems.append(f"hidden_states is {hidden_states.dtype} {list(hidden_states.shape)}, expected bfloat16 [T, {self.hidden}]")
+        if topk_ids.dim() != 2 or topk_ids.shape[0] != hidden_states.shape[0] or topk_ids.is_floating_point():
+            problems.append(f"topk_ids is {topk_ids.dtype} {list(topk_ids.shape)}, expected integer [T, k]")
+        if topk_weights.dtype != torch.float32 or topk_weights.shape != topk_ids.shape:
+            problems.append(f"topk_weights is {topk_weights.dtype} {list(topk_weights.shape)}, expected float32 {list(topk_ids.shape)}")
+        wrong_device = [n for n, t in (("hidden_states", hidden_states), ("topk_ids", topk_ids), ("topk_weights", topk_weights)) if t.device != self.device]
+        if wrong_device:
+            problems.append(f"{', '.join(wrong_device)} not on {self.device}")
+        if problems:
+            raise MoebakeError("forward: " + "; ".join(problems))
+        if self.device.type != "cuda":
+            raise MoebakeError(f"experts were loaded to {self.device}; forward needs a CUDA device")

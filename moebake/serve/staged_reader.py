@@ -1,0 +1,145 @@
+"""Copy byte ranges of files into device tensors, through a small ring of pinned staging buffers.
+
+Each range is cut into chunks of ``chunk_bytes``. For a CUDA destination, worker threads read
+chunks from the file (``os.preadv``, no Python-level copy) straight into ``slots`` pinned host
+buffers; the calling thread then issues one asynchronous host-to-device copy per chunk into its
+place in the destination tensor and records an event, and a buffer is refilled only after its
+copy has finished. Disk (or page cache) reads, H2D copies and the next reads overlap; host memory
+is bounded by ``slots * chunk_bytes`` whatever the tensor sizes. For a CPU destination the
+threads read directly into the destination (no staging at all), unless ``staged=True`` is asked
+for (tests use that to run the staged pipeline without a GPU).
+"""
+
+import os
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import torch
+
+from moebake.errors import MoebakeError
+
+DEFAULT_CHUNK_BYTES = 16 << 20
+DEFAULT_SLOTS = 4
+
+
+@dataclass(frozen=True)
+class ByteRange:
+    """Bytes ``[offset, offset + dest.numel())`` of file ``path`` go to ``dest`` (1-D uint8, contiguous)."""
+
+    path: str
+    offset: int
+    dest: torch.Tensor
+    name: str  # the tensor these bytes belong to, for error messages
+
+
+@dataclass(frozen=True)
+class LoadStats:
+    """What one load read and how long it took (wall clock, until the data is on the device)."""
+
+    bytes: int
+    seconds: float
+    tensors: int
+    device: str
+
+    @property
+    def gib_per_s(self) -> float:
+        return self.bytes / 2**30 / self.seconds if self.seconds > 0 else float("inf")
+
+    def __str__(self) -> str:
+        return f"{self.tensors} tensors, {self.bytes / 2**20:.1f} MiB to {self.device} in {self.seconds:.3f} s ({self.gib_per_s:.2f} GiB/s)"
+
+
+def _pread_into(fd: int, buffer: torch.Tensor, offset: int, piece: ByteRange) -> None:
+    """Fill 1-D uint8 CPU ``buffer`` with the file bytes at ``offset``; MoebakeError if the file ends early."""
+    view = memoryview(buffer.numpy())
+    done = 0
+    while done < len(view):
+        got = os.preadv(fd, [view[done:]], offset + done)
+        if got == 0:
+            raise MoebakeError(f"{piece.path}: tensor {piece.name} is truncated (file ends at byte {offset + done})")
+        done += got
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    piece: ByteRange
+    offset: int
+    dest: torch.Tensor
+
+
+class StagedReader:
+    """Reads :class:`ByteRange` lists to one device; re-usable (its staging buffers are kept)."""
+
+    def __init__(self, device: torch.device, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 slots: int = DEFAULT_SLOTS, staged: bool | None = None):
+        self.device = torch.device(device)
+        self.chunk_bytes, self.slots = chunk_bytes, slots
+        self.staged = self.device.type != "cpu" if staged is None else staged
+        self._buffers: list[torch.Tensor] = []
+        self._events: list = []
+
+    def _ring(self) -> tuple[list[torch.Tensor], list]:
+        if not self._buffers:
+            pin = self.device.type == "cuda"
+            self._buffers = [torch.empty(self.chunk_bytes, dtype=torch.uint8, pin_memory=pin) for _ in range(self.slots)]
+            self._events = [torch.cuda.Event() if pin else None for _ in range(self.slots)]
+        return self._buffers, self._events
+
+    def _chunks(self, ranges: list[ByteRange]) -> list[_Chunk]:
+        chunks = []
+        for piece in ranges:
+            for start in range(0, piece.dest.numel(), self.chunk_bytes):
+                dest = piece.dest[start:start + self.chunk_bytes]
+                chunks.append(_Chunk(piece, piece.offset + start, dest))
+        return chunks
+
+    def read(self, ranges: list[ByteRange]) -> LoadStats:
+        """Copy every range to its destination; returns when the bytes are on the device."""
+        begin = time.perf_counter()
+        chunks = self._chunks(ranges)
+        fds = {}
+        try:
+            for piece in ranges:
+                if piece.path not in fds:
+                    fds[piece.path] = os.open(piece.path, os.O_RDONLY)
+            with ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="moebake-read") as pool:
+                if self.staged:
+                    self._read_staged(chunks, fds, pool)
+                else:
+                    for future in [pool.submit(_pread_into, fds[c.piece.path], c.dest, c.offset, c.piece) for c in chunks]:
+                        future.result()
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+        total = sum(piece.dest.numel() for piece in ranges)
+        return LoadStats(total, time.perf_counter() - begin, len({p.name for p in ranges}), str(self.device))
+
+    def _read_staged(self, chunks: list[_Chunk], fds: dict[str, int], pool: ThreadPoolExecutor) -> None:
+        buffers, events = self._ring()
+        in_flight: deque = deque()
+
+        def finish_oldest() -> None:
+            chunk, slot, staging, future = in_flight.popleft()
+            future.result()
+            chunk.dest.copy_(staging, non_blocking=True)
+            if events[slot] is not None:
+                events[slot].record()
+
+        try:
+            for i, chunk in enumerate(chunks):
+                slot = i % self.slots
+                if len(in_flight) == self.slots:
+                    finish_oldest()
+                if events[slot] is not None:
+                    events[slot].synchronize()  # the slot's previous H2D copy has finished
+                staging = buffers[slot][: chunk.dest.numel()]
+                in_flight.append((chunk, slot, staging, pool.submit(_pread_into, fds[chunk.piece.path], staging, chunk.offset, chunk.piece)))
+            while in_flight:
+                finish_oldest()
+        finally:
+            for _, _, _, future in in_flight:  # after an error: let running reads end before buffers are reused
+                future.exception()
