@@ -62,6 +62,7 @@ def convert(source, out, target, flashinfer_layout, hidden_multiple, intermediat
     are downloaded, into the Hugging Face cache; the manifest records the repo and resolved commit).
     """
     from moebake.convert.run import check_out_free, convert as run_convert
+    from moebake.convert.targets.nvfp4_experts import gate_up_summary
     from moebake.hub.client import hub_client
     from moebake.hub.download import resolve_source
 
@@ -71,6 +72,9 @@ def convert(source, out, target, flashinfer_layout, hidden_multiple, intermediat
     manifest = run_convert(resolved.path, out, options, overwrite=overwrite, resume=resume, progress=not quiet,
                            source_location=resolved.repo_id, source_revision=resolved.revision)
     click.echo(f"wrote {out} ({len(manifest['layers'])} MoE layers, target {target}, FlashInfer layout {flashinfer_layout})")
+    gate_up = gate_up_summary(manifest)
+    if gate_up:
+        click.echo(gate_up)
 
 
 @main.command()

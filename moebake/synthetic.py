@@ -163,3 +163,93 @@ def write_bf16_moe(
     config |= {"text_config": dims} if style == "qwen3.5" else dims
     (path / "config.json").write_text(json.dumps(config, indent=2))
     return path
+
+
+MODELOPT_MISMATCHES = ((1, 0.3), (3, 4.0))
+"""Default (expert, up/gate global ratio) pairs of :func:`write_modelopt_nvfp4`: up rescaled, then gate."""
+
+
+def _nvfp4_linear(prefix: str, N: int, K: int, weight_global: float, input_global: float, scalar_shape, g) -> dict:
+    """One ModelOpt NVFP4 linear ``[N, K]``: packed E2M1 ``weight`` U8 ``[N, K/2]``, ``weight_scale`` F8_E4M3
+    ``[N, K/16]`` (every positive finite code, subnormals included), F32 ``weight_scale_2``/``input_scale``."""
+    return {
+        prefix + "weight": torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, generator=g),
+        prefix + "weight_scale": torch.randint(1, 0x7F, (N, K // 16), dtype=torch.uint8, generator=g).view(torch.float8_e4m3fn),
+        prefix + "weight_scale_2": torch.full(scalar_shape, weight_global, dtype=torch.float32),
+        prefix + "input_scale": torch.full(scalar_shape, input_global, dtype=torch.float32),
+    }
+
+
+def write_modelopt_nvfp4(
+    path: str | Path, *, num_layers: int = 3, num_experts: int = 4, hidden: int = 128, intermediate: int = 64,
+    vocab: int = 64, mismatches: tuple[tuple[int, float], ...] = MODELOPT_MISMATCHES, quant_config: str = "both",
+    group_size: int = 16, scalar_shape: tuple[int, ...] = (), seed: int = 0,
+) -> Path:
+    """Write a DeepSeek-V3-style ModelOpt NVFP4 checkpoint to ``path`` (as nvidia/DeepSeek-R1-FP4); returns ``path``.
+
+    Layer 0 is a dense NVFP4 MLP (``first_k_dense_replace = 1``), layers ``1..num_layers-1`` are MoE:
+    BF16 router ``mlp.gate`` (excluded), NVFP4 shared expert and routed experts
+    ``model.layers.N.mlp.experts.E.{gate,up,down}_proj.{weight,weight_scale,weight_scale_2,input_scale}``.
+    Attention and norms are BF16; attention, router, embeddings and ``lm_head`` are excluded. Layer
+    ``num_layers`` is the multi-token-prediction layer with BF16 experts, excluded as a whole. Each MoE
+    layer's experts are split over two shards. In each MoE layer, expert ``e`` of ``mismatches`` gets an
+    up global of ``ratio`` times its gate global; all other gate/up globals agree. ``quant_config``:
+    ``"both"``, ``"config"`` (config.json only) or ``"hf_quant_config"`` (sidecar only).
+    """
+    path = Path(path)
+    E, H, I, L = num_experts, hidden, intermediate, num_layers
+    g = torch.Generator().manual_seed(seed)
+    ratios = dict(mismatches)
+
+    def rand(*shape):
+        return (torch.randn(*shape, generator=g) * 0.02).to(torch.bfloat16)
+
+    def globals_():
+        return float(torch.rand((), generator=g) * 1e-3 + 1e-4), float(torch.rand((), generator=g) * 1e-2 + 1e-3)
+
+    def mlp(prefix: str, inner: int, up_ratio: float = 1.0) -> dict:
+        (weight, inputs), (down_weight, down_inputs) = globals_(), globals_()
+        up_weight = float(torch.tensor(weight * up_ratio, dtype=torch.float32))
+        return {**_nvfp4_linear(prefix + "gate_proj.", inner, H, weight, inputs, scalar_shape, g),
+                **_nvfp4_linear(prefix + "up_proj.", inner, H, up_weight, inputs, scalar_shape, g),
+                **_nvfp4_linear(prefix + "down_proj.", H, inner, down_weight, down_inputs, scalar_shape, g)}
+
+    def common(i: int) -> dict:
+        p = f"model.layers.{i}."
+        return {p + "input_layernorm.weight": torch.ones(H, dtype=torch.bfloat16), p + "self_attn.q_proj.weight": rand(H, H),
+                p + "self_attn.o_proj.weight": rand(H, H), p + "post_attention_layernorm.weight": torch.ones(H, dtype=torch.bfloat16)}
+
+    def shards():
+        yield {"model.embed_tokens.weight": rand(vocab, H), **common(0), **mlp("model.layers.0.mlp.", 2 * I)}
+        for i in range(1, L):
+            p = f"model.layers.{i}.mlp."
+            head = {**common(i), p + "gate.weight": rand(E, H), p + "gate.e_score_correction_bias": torch.zeros(E),
+                    **mlp(p + "shared_experts.", I)}
+            experts = [mlp(f"{p}experts.{e}.", I, ratios.get(e, 1.0)) for e in range(E)]
+            yield head | {k: v for x in experts[: E // 2] for k, v in x.items()}
+            yield {k: v for x in experts[E // 2:] for k, v in x.items()}
+        mtp = f"model.layers.{L}."
+        yield {"model.norm.weight": torch.ones(H, dtype=torch.bfloat16), "lm_head.weight": rand(vocab, H), **common(L),
+               mtp + "eh_proj.weight": rand(H, 2 * H), mtp + "mlp.gate.weight": rand(E, H),
+               **{f"{mtp}mlp.experts.{e}.{proj}_proj.weight": rand(*shape) for e in range(E)
+                  for proj, shape in (("gate", (I, H)), ("up", (I, H)), ("down", (H, I)))}}
+
+    _save_shards(path, shards(), 2 * L)
+    exclude = ["lm_head", "model.embed_tokens", "*.self_attn*", "*.mlp.gate", f"model.layers.{L}*"]
+    config = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": H,
+              "intermediate_size": 2 * I, "moe_intermediate_size": I, "n_routed_experts": E, "n_shared_experts": 1,
+              "num_experts_per_tok": min(2, E), "first_k_dense_replace": 1, "num_hidden_layers": L,
+              "num_nextn_predict_layers": 1, "hidden_act": "silu", "vocab_size": vocab}
+    producer = {"name": "modelopt", "version": "0.37.0"}
+    if quant_config in ("both", "config"):
+        weights = {"num_bits": 4, "type": "float", "group_size": group_size}
+        config["quantization_config"] = {
+            "quant_method": "modelopt", "quant_algo": "NVFP4", "producer": producer, "ignore": exclude,
+            "config_groups": {"group_0": {"input_activations": dict(weights), "weights": weights, "targets": ["Linear"]}}}
+    if quant_config in ("both", "hf_quant_config"):
+        sidecar = {"producer": producer, "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None,
+                                                          "group_size": group_size, "exclude_modules": exclude}}
+        (path / "hf_quant_config.json").write_text(json.dumps(sidecar, indent=2))
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    (path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 4096}))
+    return path

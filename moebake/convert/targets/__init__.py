@@ -6,10 +6,10 @@ by verification. The first line of its docstring reads ``Target ``NAME``: <kerne
 (shown by ``inspect`` and in model cards, see :func:`kernel_description`).
 """
 
-from moebake.convert.targets import sm90_cutlass
+from moebake.convert.targets import cutedsl, cutedsl_deepep, sm90_cutlass
 from moebake.errors import MoebakeError
 
-TARGETS = {sm90_cutlass.NAME: sm90_cutlass}
+TARGETS = {sm90_cutlass.NAME: sm90_cutlass, cutedsl.NAME: cutedsl, cutedsl_deepep.NAME: cutedsl_deepep}
 
 
 def get_target(name: str):

@@ -1,0 +1,216 @@
+"""Shared plan/restore of the targets that bake ModelOpt NVFP4 experts for FlashInfer's CuteDSL kernels.
+
+Per quantized MoE layer, under the layer's expert prefix (``....layers.N.mlp.experts.``), with the
+names of SGLang's ``ModelOptNvFp4FusedMoEMethod`` parameters and ``E`` experts:
+
+  ``w13_weight``          U8       ``[E, 2I, H/2]``   gate and up weights, rows in the target's W13 order
+  ``w13_weight_scale``    F8_E4M3  ``[E, 2I, H/16]``  their block scales in the same row order, then
+                                                      128x4-swizzled per expert (``block_scale_interleave``)
+  ``w2_weight``           U8       ``[E, H, I/2]``    down weights, as in the source
+  ``w2_weight_scale``     F8_E4M3  ``[E, H, I/16]``   down block scales, 128x4-swizzled per expert
+  ``w13_weight_scale_2``  F32      ``[E, 2]``         (gate, up) weight globals: the expert's one shared global, twice
+  ``w2_weight_scale_2``   F32      ``[E]``
+  ``w13_input_scale``     F32      ``[E, 2]``         (gate, up) activation globals, as in the source
+  ``w2_input_scale``      F32      ``[E]``
+  and the target's derived F32 scalars (:mod:`moebake.convert.targets.nvfp4_scalars`).
+
+The swizzled scale tensors keep the linear shape because ``H % 128 == 0`` and ``I % 64 == 0`` are
+required (the CuteDSL tiles need them; NVFP4 is never padded here), so SGLang's
+``w*_blockscale_swizzled`` alias of ``w*_weight_scale`` holds exactly these bytes, and CuteDSL's
+"MMA layout" (``convert_sf_to_mma_layout``) is a zero-copy strided view of them for the runtime to make.
+Gate/up block scales and globals are the source's after the gate/up global-scale sharing of
+:mod:`moebake.formats.nvfp4_gate_up`; the layer record reports it under ``gate_up_global_scale``.
+"""
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from moebake.convert.options import ConvertOptions
+from moebake.convert.plan import OutputTensor
+from moebake.errors import MoebakeError
+from moebake.formats.checkpoint import EXPERT_INDEX, per_expert_names
+from moebake.formats.modelopt_nvfp4 import FORMAT_NAME, GROUP_SIZE, ModelOptNvfp4Model, NvFp4Layer
+from moebake.formats.nvfp4_gate_up import Rounding
+from moebake.layouts.block_scale_swizzle import swizzle_128x4, unswizzle_128x4
+
+HIDDEN_MULTIPLE, INTERMEDIATE_MULTIPLE = 128, 64
+
+
+@dataclass(frozen=True)
+class W13Order:
+    """A target's W13 row order: ``rows(gate, up)`` ``[n, I, ...]`` x2 -> ``[n, 2I, ...]``, and its inverse ``split``."""
+
+    tag: str
+    rows: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    split: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def _check_model(target: str, model) -> None:
+    if model.format_name != FORMAT_NAME:
+        raise MoebakeError(f"target {target} does not support source format {model.format_name} (it bakes {FORMAT_NAME})")
+    H, I = model.hidden_size, model.intermediate_size
+    if H % HIDDEN_MULTIPLE or I % INTERMEDIATE_MULTIPLE:
+        raise MoebakeError(f"{model.checkpoint.root}: target {target} needs hidden_size % {HIDDEN_MULTIPLE} == 0 and "
+                           f"moe_intermediate_size % {INTERMEDIATE_MULTIPLE} == 0 (CuteDSL tiles), got {H} and {I}")
+
+
+def _expert_ranges(num_experts: int, step: int, build: Callable[[int, int], torch.Tensor]):
+    """Producer yielding ``build(start, stop)`` for consecutive ranges of ``step`` experts."""
+    def produce():
+        for start in range(0, num_experts, step):
+            yield build(start, min(start + step, num_experts)).contiguous()
+
+    return produce
+
+
+def _pattern(layer: NvFp4Layer, proj: str, part: str) -> str:
+    return layer.name(EXPERT_INDEX, proj, part)
+
+
+def plan_layers(target: str, model, options: ConvertOptions, order: W13Order,
+                derive: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]) -> tuple[list[OutputTensor], list[dict]]:
+    """Output tensors and manifest records of every quantized MoE layer of a ModelOpt NVFP4 ``model``.
+
+    ``derive(raw)`` maps the four raw F32 scalar tensors (``w13_weight_scale_2``, ``w2_weight_scale_2``,
+    ``w13_input_scale``, ``w2_input_scale``; SGLang's shapes) to the target's derived F32 tensors.
+    """
+    _check_model(target, model)
+    E = model.num_experts
+    tensors, records = [], []
+    for layer in model.layers:
+        specs, stats = _layer_specs(model, layer, options, order, derive)
+        record = {"index": layer.index, "prefix": layer.prefix, "experts": E,
+                  "hidden": model.hidden_size, "hidden_padded": model.hidden_size,
+                  "intermediate": model.intermediate_size, "intermediate_padded": model.intermediate_size,
+                  "scalar_shape": list(model.scalar_shape), "gate_up_global_scale": stats, "tensors": {}}
+        for short, dtype, shape, sources, produce, gate_up_order in specs:
+            names = tuple(name for pattern in sources for name in per_expert_names(pattern, E))
+            tensors.append(OutputTensor(layer.prefix + short, dtype, shape, names, produce))
+            record["tensors"][short] = {"source": list(sources), "dtype": dtype, "shape": list(shape),
+                                        "gate_up_order": gate_up_order, "source_gate_up_order": "separate" if gate_up_order else None}
+        records.append(record)
+    return tensors, records
+
+
+def _layer_specs(model: ModelOptNvfp4Model, layer: NvFp4Layer, options: ConvertOptions, order: W13Order, derive):
+    """``(short name, dtype, shape, source patterns, producer, gate_up_order)`` of one layer, and its
+    gate/up global-scale report (rounding filled in once the W13 block scales have been produced)."""
+    E, H, I = model.num_experts, model.hidden_size, model.intermediate_size
+    step = max(1, options.chunk_bytes // (I * H))  # one expert's gate + up weights: 2 * I * H/2 bytes
+    stats = model.reconciliation(layer)
+    stats.update(max_rounding_error=None if stats["experts_rescaled"] else 0.0, flushed_to_zero=0)
+
+    def stack(proj, part, start, stop):
+        return torch.stack([model.consumed(layer, e, proj, part) for e in range(start, stop)])
+
+    def w13_weight(start, stop):
+        return order.rows(stack("gate", "weight", start, stop), stack("up", "weight", start, stop))
+
+    def w13_scale():
+        rounding = Rounding()
+        for start in range(0, E, step):
+            stop = min(start + step, E)
+            halves = {}
+            for proj in ("gate", "up"):
+                scales = [model.block_scales(layer, e, proj) for e in range(start, stop)]
+                halves[proj] = torch.stack([s for s, _ in scales])
+                rounding = functools.reduce(Rounding.merge, (r for _, r in scales), rounding)
+            yield swizzle_128x4(order.rows(halves["gate"], halves["up"])).reshape(stop - start, 2 * I, H // GROUP_SIZE)
+        if stats["experts_rescaled"]:
+            stats.update(max_rounding_error=rounding.max_relative_error, flushed_to_zero=rounding.flushed_to_zero)
+
+    def w2_weight(start, stop):
+        return stack("down", "weight", start, stop)
+
+    def w2_scale(start, stop):
+        return swizzle_128x4(stack("down", "weight_scale", start, stop)).reshape(stop - start, H, I // GROUP_SIZE)
+
+    @functools.cache
+    def scalars():
+        def column(proj, part):
+            return stack(proj, part, 0, E).reshape(E)
+
+        raw = {
+            "w13_weight_scale_2": torch.stack([column("gate", "weight_scale_2"), column("up", "weight_scale_2")], 1),
+            "w2_weight_scale_2": column("down", "weight_scale_2"),
+            "w13_input_scale": torch.stack([column("gate", "input_scale"), column("up", "input_scale")], 1),
+            "w2_input_scale": column("down", "input_scale"),
+        }
+        return {**raw, **derive(raw)}
+
+    def scalar(short):
+        return lambda: iter([scalars()[short]])
+
+    def pattern(proj, part):
+        return _pattern(layer, proj, part)
+
+    scalar_sources = {
+        "w13_weight_scale_2": (pattern("gate", "weight_scale_2"), pattern("up", "weight_scale_2")),
+        "w2_weight_scale_2": (pattern("down", "weight_scale_2"),),
+        "w13_input_scale": (pattern("gate", "input_scale"), pattern("up", "input_scale")),
+        "w2_input_scale": (pattern("down", "input_scale"),),
+    }
+    specs = [
+        ("w13_weight", "U8", (E, 2 * I, H // 2), (pattern("gate", "weight"), pattern("up", "weight")),
+         _expert_ranges(E, step, w13_weight), order.tag),
+        ("w13_weight_scale", "F8_E4M3", (E, 2 * I, H // GROUP_SIZE), (pattern("gate", "weight_scale"), pattern("up", "weight_scale")),
+         w13_scale, order.tag),
+        ("w2_weight", "U8", (E, H, I // 2), (pattern("down", "weight"),), _expert_ranges(E, step, w2_weight), None),
+        ("w2_weight_scale", "F8_E4M3", (E, H, I // GROUP_SIZE), (pattern("down", "weight_scale"),),
+         _expert_ranges(E, step, w2_scale), None),
+    ]
+    shapes = {"w13_weight_scale_2": (E, 2), "w2_weight_scale_2": (E,), "w13_input_scale": (E, 2), "w2_input_scale": (E,)}
+    derived = derive({name: torch.ones(shape) for name, shape in shapes.items()})  # shapes only: no reads at plan time
+    all_sources = tuple(p for patterns in scalar_sources.values() for p in patterns)
+    for short, shape in [*shapes.items(), *((name, tuple(t.shape)) for name, t in derived.items())]:
+        order_tag = "gate_up" if short in ("w13_weight_scale_2", "w13_input_scale") else None
+        specs.append((short, "F32", shape, scalar_sources.get(short, all_sources), scalar(short), order_tag))
+    return specs, stats
+
+
+def restore_layer(record: dict, baked: dict[str, torch.Tensor], order: W13Order) -> dict[str, torch.Tensor]:
+    """Exact inverse of :func:`plan_layers` for experts ``[start, stop)`` of one layer.
+
+    ``baked``: those experts' rows of each baked tensor, by short name. Returns ``{per-expert source
+    name pattern: [stop - start, ...] tensor}`` (the source dtype's bytes; scalars ``[n]`` or ``[n, 1]``),
+    which equals the experts as :meth:`~moebake.formats.modelopt_nvfp4.ModelOptNvfp4Model.read_experts`
+    reads them. Derived scalars are not needed.
+    """
+    H, I, prefix = record["hidden"], record["intermediate"], record["prefix"]
+    n = baked["w13_weight"].shape[0]
+    scalar_shape = (n, *record["scalar_shape"])
+
+    def pattern(proj, part):
+        return f"{prefix}{EXPERT_INDEX}.{proj}_proj.{part}"
+
+    out = {}
+    gate, up = order.split(baked["w13_weight"])
+    out[pattern("gate", "weight")], out[pattern("up", "weight")] = gate, up
+    w13_scales = unswizzle_128x4(baked["w13_weight_scale"].reshape(n, -1).view(torch.uint8), 2 * I, H // GROUP_SIZE)
+    out[pattern("gate", "weight_scale")], out[pattern("up", "weight_scale")] = order.split(w13_scales)
+    out[pattern("down", "weight")] = baked["w2_weight"]
+    out[pattern("down", "weight_scale")] = unswizzle_128x4(baked["w2_weight_scale"].reshape(n, -1).view(torch.uint8), H, I // GROUP_SIZE)
+    for part, w13, w2 in (("weight_scale_2", "w13_weight_scale_2", "w2_weight_scale_2"), ("input_scale", "w13_input_scale", "w2_input_scale")):
+        out[pattern("gate", part)] = baked[w13][:, 0].reshape(scalar_shape)
+        out[pattern("up", part)] = baked[w13][:, 1].reshape(scalar_shape)
+        out[pattern("down", part)] = baked[w2].reshape(scalar_shape)
+    return {name: tensor.contiguous() for name, tensor in out.items()}
+
+
+def gate_up_summary(manifest: dict) -> str | None:
+    """One console line summing up the layers' ``gate_up_global_scale`` reports (None if the target has none)."""
+    reports = [layer["gate_up_global_scale"] for layer in manifest["layers"] if "gate_up_global_scale" in layer]
+    if not reports:
+        return None
+    experts = sum(layer["experts"] for layer in manifest["layers"])
+    rescaled = sum(r["experts_rescaled"] for r in reports)
+    if not rescaled:
+        return f"gate/up global scales: already one per expert in all {experts} experts"
+    errors = [r["max_rounding_error"] for r in reports if r["experts_rescaled"]]
+    rounding = ("not measured (layers re-used by --resume)" if None in errors else
+                f"largest relative error {max(errors):.2%}, {sum(r['flushed_to_zero'] for r in reports)} non-zero block scales flushed to zero")
+    return (f"gate/up global scales made one in {rescaled} of {experts} experts: the smaller half's block scales "
+            f"rescaled (largest relative change {max(r['max_relative_change'] for r in reports):.2%}); E4M3 rounding: {rounding}")
