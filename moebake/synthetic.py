@@ -253,3 +253,80 @@ def write_modelopt_nvfp4(
     (path / "config.json").write_text(json.dumps(config, indent=2))
     (path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 4096}))
     return path
+
+
+def _deepseek_v4_layer(base: str, E: int, H: int, I: int, vocab: int, top_k: int, hash_routed: bool, g) -> dict:
+    """One DeepSeek-V4 block under ``base`` (``layers.L.`` / ``mtp.J.``) with DeepSeek's on-disk dtypes.
+
+    Routed experts: I8 packed E2M1 ``[out, in/2]`` + F8_E8M0 ``[out, in/32]``; shared experts and
+    attention projections: F8_E4M3 with F8_E8M0 128x128 block scales; router BF16 weight + F32 bias.
+    """
+    def bf16(*shape):
+        return (torch.randn(*shape, generator=g) * 0.02).to(torch.bfloat16)
+
+    def e8m0(*shape):
+        return torch.randint(118, 123, shape, dtype=torch.uint8, generator=g).view(torch.float8_e8m0fnu)
+
+    def fp8_block(out: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        weight = (torch.randn(out, k, generator=g) * 0.5).to(torch.float8_e4m3fn)
+        return weight, e8m0(-(-out // 128), -(-k // 128))
+
+    t = {base + "attn_norm.weight": torch.ones(H, dtype=torch.bfloat16), base + "ffn_norm.weight": torch.ones(H, dtype=torch.bfloat16),
+         base + "attn.attn_sink": torch.zeros(4), base + "ffn.gate.weight": bf16(E, H), base + "ffn.gate.bias": torch.zeros(E)}
+    for name, (out, k) in (("attn.wq_a", (64, H)), ("attn.wkv", (64, H)), ("attn.wo_b", (H, 64)),
+                           ("ffn.shared_experts.w1", (I, H)), ("ffn.shared_experts.w3", (I, H)), ("ffn.shared_experts.w2", (H, I))):
+        t[f"{base}{name}.weight"], t[f"{base}{name}.scale"] = fp8_block(out, k)
+    if hash_routed:
+        t[base + "ffn.gate.tid2eid"] = torch.randint(0, E, (vocab, top_k), dtype=torch.int32, generator=g)
+    for e in range(E):
+        for name, (out, k) in (("w1", (I, H)), ("w3", (I, H)), ("w2", (H, I))):
+            p = f"{base}ffn.experts.{e}.{name}."
+            t[p + "weight"] = torch.randint(-128, 128, (out, k // 2), dtype=torch.int8, generator=g)
+            t[p + "scale"] = e8m0(out, k // 32)
+    return t
+
+
+def write_deepseek_v4(
+    path: str | Path, *, num_layers: int = 2, num_experts: int = 4, hidden: int = 256, intermediate: int = 128,
+    mtp_layers: int = 1, vocab: int = 64, top_k: int = 2, swiglu_limit: float | None = 10.0,
+    shard_bytes: int = 256 << 10, seed: int = 0,
+) -> Path:
+    """Write a DeepSeek-V4-format checkpoint (DeepSeek-native names, MXFP4 routed experts) to ``path``.
+
+    Tensors are cut into shards of about ``shard_bytes`` in name order of their layer, so the
+    per-expert tensors of one layer straddle shards, as in the real 46-shard V4-Flash release.
+    Layer 0 is hash-routed (``ffn.gate.tid2eid``); ``mtp_layers`` MTP blocks (``mtp.J.``) follow.
+    ``swiglu_limit`` None leaves it out of config.json.
+    """
+    path = Path(path)
+    E, H, I = num_experts, hidden, intermediate
+    g = torch.Generator().manual_seed(seed)
+    tensors = {"embed.weight": (torch.randn(vocab, H, generator=g) * 0.02).to(torch.bfloat16)}
+    for i in range(num_layers):
+        tensors |= _deepseek_v4_layer(f"layers.{i}.", E, H, I, vocab, top_k, i == 0, g)
+    for j in range(mtp_layers):
+        tensors |= _deepseek_v4_layer(f"mtp.{j}.", E, H, I, vocab, top_k, False, g)
+    tensors |= {"norm.weight": torch.ones(H, dtype=torch.bfloat16), "head.weight": torch.zeros(vocab, H, dtype=torch.bfloat16)}
+    shards, current, size = [], {}, 0
+    for name, tensor in tensors.items():
+        current[name] = tensor
+        size += tensor.numel() * tensor.element_size()
+        if size >= shard_bytes:
+            shards.append(current)
+            current, size = {}, 0
+    shards += [current] if current else []
+    _save_shards(path, shards, len(shards))
+    config = {
+        "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "hidden_size": H,
+        "moe_intermediate_size": I, "n_routed_experts": E, "n_shared_experts": 1, "num_experts_per_tok": top_k,
+        "num_hidden_layers": num_layers, "num_nextn_predict_layers": mtp_layers, "num_hash_layers": 1,
+        "vocab_size": vocab, "expert_dtype": "fp4", "scoring_func": "sqrtsoftplus", "topk_method": "noaux_tc",
+        "norm_topk_prob": True, "routed_scaling_factor": 1.5,
+        "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                "scale_fmt": "ue8m0", "weight_block_size": [128, 128]},
+    }
+    if swiglu_limit is not None:
+        config["swiglu_limit"] = swiglu_limit
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    (path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 65536}))
+    return path

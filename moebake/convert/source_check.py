@@ -24,7 +24,7 @@ from moebake.convert.mismatch import first_difference
 from moebake.convert.rebake_check import rebake_problems, recorded_options
 from moebake.convert.targets import get_target
 from moebake.formats import open_source
-from moebake.formats.checkpoint import INDEX_NAME
+from moebake.formats.checkpoint import EXPERT_INDEX, INDEX_NAME
 from moebake.formats.safetensors_file import tensor_nbytes
 
 
@@ -65,16 +65,26 @@ def inverse_problems(out: Path, manifest: dict, model) -> list[str]:
 
 
 def _compare_restored(out, weight_map, record, checkpoint, name, restored, start, stop) -> str | None:
-    """One line if ``restored`` (source tensor ``name``, experts ``[start, stop)``) differs from the source."""
-    baked = [record["prefix"] + short for short, spec in record["tensors"].items() if spec["source"] == name]
+    """One line if ``restored`` (source tensor or per-expert pattern ``name``, experts ``[start, stop)``)
+    differs from the source. A pattern's experts are compared as one ``[E, ...]`` stacked tensor."""
+    baked = [record["prefix"] + short for short, spec in record["tensors"].items() if name in _sources(spec)]
     files = sorted({str(out / weight_map[b]) for b in baked}) or [str(out)]
     where = f"{', '.join(files)}: {', '.join(baked) or record['prefix'] + '*'} inverted to {name}"
-    entry, source_file = checkpoint.entry(name), checkpoint.file_of(name)
-    original = source_file.read_rows(name, start, stop).contiguous().reshape(-1).view(torch.uint8)
+    per_expert = EXPERT_INDEX in name
+    entry = checkpoint.entry(name.replace(EXPERT_INDEX, "0"))
+    shape = (record["experts"], *entry.shape) if per_expert else entry.shape
+    source_path = checkpoint.root if per_expert else checkpoint.file_of(name).path
+    original = checkpoint.read_experts(name, start, stop).contiguous().reshape(-1).view(torch.uint8)
     actual = restored.contiguous().reshape(-1).view(torch.uint8)
     if len(actual) != len(original):
-        return f"{where}: {len(actual)} bytes for experts [{start}, {stop}), {source_file.path} has {len(original)}"
-    difference = first_difference(actual, original, entry.dtype, entry.shape, start * entry.row_bytes)
+        return f"{where}: {len(actual)} bytes for experts [{start}, {stop}), {source_path} has {len(original)}"
+    difference = first_difference(actual, original, entry.dtype, shape, start * checkpoint.expert_row_bytes(name))
     if difference:
-        return f"{where}: first difference at {difference} (restored != source {source_file.path})"
+        return f"{where}: first difference at {difference} (restored != source {source_path})"
     return None
+
+
+def _sources(spec: dict) -> list:
+    """The source names (or per-expert patterns) a layer record's tensor spec names: one, several, or none."""
+    source = spec.get("source")
+    return [] if source is None else [source] if isinstance(source, str) else list(source)

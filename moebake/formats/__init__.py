@@ -5,10 +5,10 @@ object (e.g. :class:`moebake.formats.gpt_oss.GptOssModel`).
 """
 
 from moebake.errors import MoebakeError
-from moebake.formats import gpt_oss, modelopt_nvfp4
+from moebake.formats import deepseek_v4, gpt_oss, modelopt_nvfp4
 from moebake.formats.checkpoint import SourceCheckpoint, open_checkpoint
 
-SOURCE_FORMATS = {gpt_oss.FORMAT_NAME: gpt_oss, modelopt_nvfp4.FORMAT_NAME: modelopt_nvfp4}
+SOURCE_FORMATS = {gpt_oss.FORMAT_NAME: gpt_oss, modelopt_nvfp4.FORMAT_NAME: modelopt_nvfp4, deepseek_v4.FORMAT_NAME: deepseek_v4}
 
 
 def detect_format(checkpoint: SourceCheckpoint) -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from moebake.errors import MoebakeError
 from moebake.formats.checkpoint import SourceCheckpoint
+from moebake.formats.expert_source import ExpertSource
 
 FORMAT_NAME = "gpt-oss"
 SWIGLU_ALPHA = 1.702  # hard-coded in GPT-OSS (not in config.json)
@@ -51,17 +52,23 @@ class GptOssModel:
     layers: tuple[GptOssLayer, ...]
 
     format_name = FORMAT_NAME
+    padding_allowed = True  # SGLang zero-pads GPT-OSS's H and I (2880) for its MXFP4 kernels
 
     def expected_specs(self, layer: GptOssLayer) -> dict[str, tuple[str, tuple[int, ...]]]:
         """Expected (dtype, shape) of each expert tensor of ``layer``."""
-        E, H, I = self.num_experts, self.hidden_size, self.intermediate_size
+        return {s.names[0]: (s.source_dtype, (self.num_experts, *s.source_shape)) for s in self.expert_sources(layer).values()}
+
+    def expert_sources(self, layer: GptOssLayer) -> dict[str, ExpertSource]:
+        """Canonical expert tensors of ``layer`` (see :mod:`moebake.formats.expert_source`)."""
+        H, I = self.hidden_size, self.intermediate_size
+        w13, w2 = "gate_up_proj", "down_proj"
         return {
-            layer.name("gate_up_proj", "blocks"): ("U8", (E, 2 * I, H // 32, 16)),
-            layer.name("gate_up_proj", "scales"): ("U8", (E, 2 * I, H // 32)),
-            layer.name("gate_up_proj", "bias"): ("BF16", (E, 2 * I)),
-            layer.name("down_proj", "blocks"): ("U8", (E, H, I // 32, 16)),
-            layer.name("down_proj", "scales"): ("U8", (E, H, I // 32)),
-            layer.name("down_proj", "bias"): ("BF16", (E, H)),
+            "w13_weight": ExpertSource((layer.name(w13, "blocks"),), "pairs", (I, H // 2), (2 * I, H // 32, 16), "U8"),
+            "w13_scale": ExpertSource((layer.name(w13, "scales"),), "pairs", (I, H // 32), (2 * I, H // 32), "U8"),
+            "w13_bias": ExpertSource((layer.name(w13, "bias"),), "pairs", (I,), (2 * I,), "BF16"),
+            "w2_weight": ExpertSource((layer.name(w2, "blocks"),), None, (H, I // 2), (H, I // 32, 16), "U8"),
+            "w2_scale": ExpertSource((layer.name(w2, "scales"),), None, (H, I // 32), (H, I // 32), "U8"),
+            "w2_bias": ExpertSource((layer.name(w2, "bias"),), None, (H,), (H,), "BF16"),
         }
 
     def activation(self) -> dict:
