@@ -79,10 +79,13 @@ def test_activation_parameters_come_from_the_manifest(baked_copy):
 
 def test_swiglu_kinds():
     assert swiglu_parameters({"kind": "swiglu_oai", "alpha": 1.702, "beta": 1.0, "limit": 7.0}, "m") == (1.702, 1.0, 7.0)
-    assert swiglu_parameters({"kind": "swiglu", "limit": 10.0}, "m") == (1.0, 0.0, 10.0)
+    assert swiglu_parameters({"kind": "swiglu", "alpha": 1.0, "beta": 0.0, "limit": 10.0}, "m") == (1.0, 0.0, 10.0)
+    assert swiglu_parameters({"kind": "swiglu", "limit": None}, "m") == (1.0, 0.0, math.inf)
     assert swiglu_parameters({"kind": "swiglu"}, "m") == (1.0, 0.0, math.inf)
-    with pytest.raises(MoebakeError, match="m: activation swiglu_oai needs numeric alpha"):
-        swiglu_parameters({"kind": "swiglu_oai", "alpha": 1.0}, "m")
+    with pytest.raises(MoebakeError, match="m: activation swiglu_oai needs numeric alpha, beta and limit"):
+        swiglu_parameters({"kind": "swiglu_oai", "alpha": 1.0, "beta": 1.0}, "m")
+    with pytest.raises(MoebakeError, match="m: activation swiglu needs numeric"):
+        swiglu_parameters({"kind": "swiglu", "limit": "high"}, "m")
     with pytest.raises(MoebakeError, match="m: activation kind 'gelu' is not supported"):
         swiglu_parameters({"kind": "gelu"}, "m")
 

@@ -35,22 +35,25 @@ REQUIRED_TENSORS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_sc
 BIAS_TENSORS = ("w13_weight_bias", "w2_weight_bias")
 
 
+# Activation kinds this runtime runs, with the parameters a manifest record may leave out.
+SWIGLU_DEFAULTS = {"swiglu_oai": {}, "swiglu": {"alpha": 1.0, "beta": 0.0, "limit": math.inf}}
+
+
 def swiglu_parameters(activation: dict, where) -> tuple[float, float, float]:
     """``(alpha, beta, limit)`` of a manifest ``activation`` record; MoebakeError for other kinds.
 
-    ``swiglu_oai`` (GPT-OSS) gives all three explicitly; ``swiglu`` is plain ``silu(gate) * up``
-    (alpha 1, beta 0) with an optional ``limit`` (none: infinity).
+    ``swiglu_oai`` (GPT-OSS) must give all three; ``swiglu`` (e.g. DeepSeek-V4) is
+    ``silu(min(gate, L)) * clamp(up, -L, L)``: alpha defaults to 1, beta to 0, a missing or null
+    ``limit`` to infinity.
     """
     kind = activation.get("kind")
-    if kind == "swiglu_oai":
-        try:
-            return float(activation["alpha"]), float(activation["beta"]), float(activation["limit"])
-        except (KeyError, TypeError, ValueError):
-            raise MoebakeError(f"{where}: activation swiglu_oai needs numeric alpha, beta and limit, got {activation}") from None
-    if kind == "swiglu":
-        limit = activation.get("limit")
-        return 1.0, 0.0, math.inf if limit is None else float(limit)
-    raise MoebakeError(f"{where}: activation kind {kind!r} is not supported by the sm90-cutlass runtime (swiglu_oai, swiglu)")
+    if kind not in SWIGLU_DEFAULTS:
+        raise MoebakeError(f"{where}: activation kind {kind!r} is not supported by the sm90-cutlass runtime ({', '.join(SWIGLU_DEFAULTS)})")
+    values = {**SWIGLU_DEFAULTS[kind], **{key: value for key, value in activation.items() if value is not None}}
+    try:
+        return float(values["alpha"]), float(values["beta"]), float(values["limit"])
+    except (KeyError, TypeError, ValueError):
+        raise MoebakeError(f"{where}: activation {kind} needs numeric alpha, beta and limit, got {activation}") from None
 
 
 class Sm90CutlassCheckpoint(BakedCheckpoint):

@@ -1,0 +1,247 @@
+"""Benchmark (not a test): moebake's sm90-cutlass runtime vs the SGLang way, on one SM90 GPU.
+
+For a GPT-OSS-120B-shaped MoE layer set (synthetic: E=128, H=I=2880 -> 2944 padded, top-4):
+
+* time-to-ready and peak GPU memory of
+  - moebake: ``moebake.serve.open(OUT).load_experts(layer, "cuda")`` for every layer (baked bytes
+    read into pinned buffers, copied to the GPU; nothing else), vs
+  - the SGLang way (``moebake.serve.sglang_baseline``): the source tensors to the GPU, then
+    de-interleave, pad and interleave with FlashInfer's GPU helpers;
+  both from a warm page cache, with FlashInfer's MoE module already loaded; median of repeats;
+* forward latency for T tokens through ``experts.forward`` vs calling ``cutlass_fused_moe``
+  directly on the same tensors with a pre-padded input (CUDA events, median of iterations).
+
+Prints a table with ratios, writes ``--json`` and a PNG plot (``--png``; needs matplotlib, so
+``--plot-only results.json`` redraws it elsewhere from the JSON).
+
+    python bench/serve_bench.py --workdir /tmp/moebake-bench --json results.json --png serve_bench.png
+"""
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+
+def make_checkpoints(workdir: Path, args) -> tuple[Path, Path, dict]:
+    """Synthetic GPT-OSS source and its sm90-cutlass bake under ``workdir`` (re-used when present)."""
+    from moebake.convert.options import ConvertOptions
+    from moebake.convert.run import convert
+    from moebake.synthetic import write_gpt_oss
+
+    source, baked = workdir / "src", workdir / "out"
+    timings = {}
+    if not (source / "config.json").is_file():
+        start = time.perf_counter()
+        write_gpt_oss(source, num_layers=args.layers, num_experts=args.experts, hidden=args.hidden,
+                      intermediate=args.intermediate, vocab=64)
+        timings["synthesize_s"] = time.perf_counter() - start
+    if not (baked / "moebake.json").is_file():
+        start = time.perf_counter()
+        convert(source, baked, ConvertOptions(target="sm90-cutlass"), progress=False, overwrite=True)
+        timings["bake_cpu_s"] = time.perf_counter() - start
+    return source, baked, timings
+
+
+def warm_page_cache(*directories: Path) -> None:
+    """Read every file once so that both load paths start from the page cache."""
+    for directory in directories:
+        for path in directory.iterdir():
+            with open(path, "rb", buffering=0) as f:
+                while f.read(64 << 20):
+                    pass
+
+
+def measure_ready(load, repeats: int) -> dict:
+    """Median wall time of ``load()`` (which leaves its tensors on the GPU) and its peak GPU memory."""
+    seconds, peaks, resident = [], [], []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        start = time.perf_counter()
+        kept = load()
+        torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+        peaks.append(torch.cuda.max_memory_allocated() - base)
+        resident.append(torch.cuda.memory_allocated() - base)
+        del kept
+    return {"seconds": statistics.median(seconds), "all_seconds": seconds,
+            "peak_bytes": max(peaks), "resident_bytes": max(resident)}
+
+
+def time_cuda(fn, iterations: int, warmup: int = 3) -> float:
+    """Median milliseconds of ``fn()`` over ``iterations`` runs, each timed with CUDA events."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iterations):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def bench_forward(experts, args) -> list[dict]:
+    """Latency of moebake's forward vs the bare ``cutlass_fused_moe`` call, per token count."""
+    from moebake.serve.flashinfer_ops import sm90_moe_ops
+
+    cutlass_fused_moe = sm90_moe_ops().cutlass_fused_moe
+    p = experts.parameters()
+    direct_args = dict(
+        fc1_expert_weights=p["w13_weight"], fc2_expert_weights=p["w2_weight"], output_dtype=torch.bfloat16,
+        quant_scales=[p["w13_weight_scale"].view(torch.int32), p["w2_weight_scale"].view(torch.int32)],
+        fc1_expert_biases=p["w13_weight_bias"], fc2_expert_biases=p["w2_weight_bias"],
+        swiglu_alpha=experts.swiglu_alpha, swiglu_beta=experts.swiglu_beta, swiglu_limit=experts.swiglu_limit,
+        use_w4_group_scaling=True,
+    )
+    rows = []
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for tokens in args.tokens:
+        x = torch.randn(tokens, experts.hidden, generator=g, device="cuda").to(torch.bfloat16)
+        logits = torch.randn(tokens, experts.num_experts, generator=g, device="cuda")
+        weights, ids = torch.topk(torch.softmax(logits, -1), args.top_k)
+        weights = weights / weights.sum(-1, keepdim=True)
+        ids32 = ids.to(torch.int32)
+        x_padded = torch.nn.functional.pad(x, (0, experts.hidden_padded - experts.hidden))
+        iterations = max(5, min(100, 20000 // max(tokens, 1)))
+        ours = time_cuda(lambda: experts.forward(x, ids, weights), iterations)
+        direct = time_cuda(lambda: cutlass_fused_moe(x_padded, ids32, weights, **direct_args), iterations)
+        same = torch.equal(experts.forward(x, ids, weights), cutlass_fused_moe(x_padded, ids32, weights, **direct_args)[:, : experts.hidden])
+        rows.append({"tokens": tokens, "moebake_ms": ours, "direct_ms": direct, "ratio": ours / direct,
+                     "iterations": iterations, "outputs_equal": same})
+    return rows
+
+
+def run(args) -> dict:
+    import moebake.serve
+    from moebake.serve import sglang_baseline
+    from moebake.serve.flashinfer_ops import sm90_moe_ops
+
+    workdir = Path(args.workdir)
+    source, baked, prep = make_checkpoints(workdir, args)
+    start = time.perf_counter()
+    sm90_moe_ops()
+    import flashinfer.fused_moe.core as core
+
+    core.get_cutlass_fused_moe_module("90")  # load (or build) FlashInfer's module outside the timings
+    prep["flashinfer_module_s"] = time.perf_counter() - start
+    warm_page_cache(source, baked)
+
+    checkpoint = moebake.serve.open(baked)
+    layers = [record["index"] for record in checkpoint.manifest["layers"]]
+    record = checkpoint.layer(layers[0])
+    Hp, Ip, E = record["hidden_padded"], record["intermediate_padded"], record["experts"]
+
+    def moebake_load():
+        opened = moebake.serve.open(baked)
+        return [opened.load_experts(layer, device="cuda") for layer in layers]
+
+    def sglang_load():
+        prepared = []
+        for layer in layers:
+            loaded = sglang_baseline.load_source_experts(source, layer, 0, E, "cuda")
+            prepared.append(sglang_baseline.prepare_like_sglang(loaded, hidden_padded=Hp, intermediate_padded=Ip))
+            del loaded
+        return prepared
+
+    sglang_load()  # first call: FlashInfer interleave kernel warm-up
+    ready = {"moebake": measure_ready(moebake_load, args.repeats), "sglang": measure_ready(sglang_load, args.repeats)}
+    experts = checkpoint.load_experts(layers[0], device="cuda")
+    return {
+        "device": torch.cuda.get_device_name(),
+        "shape": {"layers": len(layers), "experts": E, "hidden": record["hidden"], "hidden_padded": Hp,
+                  "intermediate": record["intermediate"], "intermediate_padded": Ip, "top_k": args.top_k},
+        "preparation": prep,
+        "load_stats": str(experts.load_stats),
+        "ready": ready,
+        "forward": bench_forward(experts, args),
+    }
+
+
+def table(results: dict) -> str:
+    s = results["shape"]
+    m, g = results["ready"]["moebake"], results["ready"]["sglang"]
+    lines = [
+        f"device: {results['device']}; {s['layers']} layer(s), E={s['experts']}, H={s['hidden']}->{s['hidden_padded']}, "
+        f"I={s['intermediate']}->{s['intermediate_padded']}, top-{s['top_k']}",
+        f"preparation (not timed below): {', '.join(f'{k}={v:.1f}' for k, v in results['preparation'].items())}",
+        f"moebake load: {results['load_stats']}",
+        "",
+        "| time-to-ready | seconds (median) | peak GPU memory (GiB) | resident (GiB) |",
+        "|---|---|---|---|",
+        f"| moebake load | {m['seconds']:.3f} | {m['peak_bytes'] / 2**30:.2f} | {m['resident_bytes'] / 2**30:.2f} |",
+        f"| SGLang way (GPU prepare) | {g['seconds']:.3f} | {g['peak_bytes'] / 2**30:.2f} | {g['resident_bytes'] / 2**30:.2f} |",
+        f"| ratio SGLang / moebake | {g['seconds'] / m['seconds']:.2f}x | {g['peak_bytes'] / m['peak_bytes']:.2f}x | |",
+        "",
+        "| tokens | moebake forward (ms) | direct cutlass_fused_moe (ms) | ratio moebake / direct | outputs equal |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [f"| {r['tokens']} | {r['moebake_ms']:.3f} | {r['direct_ms']:.3f} | {r['ratio']:.3f} | {r['outputs_equal']} |"
+              for r in results["forward"]]
+    return "\n".join(lines)
+
+
+def plot(results: dict, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    ready = results["ready"]
+    labels = ["moebake load", "SGLang way"]
+    left.bar(labels, [ready["moebake"]["seconds"], ready["sglang"]["seconds"]], color=["tab:green", "tab:gray"])
+    left.set_ylabel("time-to-ready (s)")
+    twin = left.twinx()
+    twin.plot(labels, [ready["moebake"]["peak_bytes"] / 2**30, ready["sglang"]["peak_bytes"] / 2**30], "o", color="tab:red")
+    twin.set_ylabel("peak GPU memory (GiB)", color="tab:red")
+    twin.set_ylim(bottom=0)
+    left.set_title(f"{results['shape']['experts']} experts x {results['shape']['layers']} layer(s)")
+    tokens = [r["tokens"] for r in results["forward"]]
+    right.plot(tokens, [r["moebake_ms"] for r in results["forward"]], "o-", label="moebake forward")
+    right.plot(tokens, [r["direct_ms"] for r in results["forward"]], "x--", label="direct cutlass_fused_moe")
+    right.set_xscale("log")
+    right.set_yscale("log")
+    right.set_xlabel("tokens")
+    right.set_ylabel("latency (ms)")
+    right.legend()
+    right.set_title(results["device"])
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", default="/tmp/moebake-bench")
+    parser.add_argument("--layers", type=int, default=1)
+    parser.add_argument("--experts", type=int, default=128)
+    parser.add_argument("--hidden", type=int, default=2880)
+    parser.add_argument("--intermediate", type=int, default=2880)
+    parser.add_argument("--top-k", type=int, default=4)
+    parser.add_argument("--tokens", type=lambda s: [int(t) for t in s.split(",")], default=[1, 64, 1024, 8192])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--png", type=Path)
+    parser.add_argument("--plot-only", type=Path, help="redraw --png (and print the table) from a saved JSON")
+    args = parser.parse_args()
+    results = json.loads(args.plot_only.read_text()) if args.plot_only else run(args)
+    print(table(results))
+    if args.json and not args.plot_only:
+        args.json.write_text(json.dumps(results, indent=2))
+    if args.png:
+        try:
+            plot(results, args.png)
+        except ImportError:
+            print(f"matplotlib not installed: no {args.png}; redraw with --plot-only")
+
+
+if __name__ == "__main__":
+    main()
