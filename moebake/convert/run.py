@@ -55,9 +55,9 @@ def convert(
     """Convert checkpoint ``source`` into ``out``; returns the manifest written to ``out/moebake.json``."""
     out = Path(out)
     check_out_free(out, overwrite)
-    model = open_source(source)
-    checkpoint = model.checkpoint
     target = get_target(options.target)
+    model = open_source(source, getattr(target, "SOURCE_FORMATS", None))
+    checkpoint = model.checkpoint
     converted, layers = target.plan(model, options)
     shards = assign_shards(checkpoint, converted, options.chunk_bytes)
 

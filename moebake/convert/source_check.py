@@ -32,7 +32,7 @@ def compare_with_source(out: str | os.PathLike, source: str | os.PathLike, progr
     """Problems (one line each) where ``out`` is not bit-exact against checkpoint ``source``."""
     out = Path(out)
     manifest = read_manifest(out)
-    model = open_source(source)
+    model = open_source(source, (manifest["source"]["format"],))  # as baked, e.g. bf16-moe of an NVFP4 checkpoint
     return inverse_problems(out, manifest, model) + rebake_problems(out, manifest, model, progress)
 
 

@@ -18,10 +18,14 @@ from pathlib import Path
 from moebake.convert.manifest import MANIFEST_NAME, read_manifest
 from moebake.errors import MoebakeError
 from moebake.serve.baked_checkpoint import BakedCheckpoint
+from moebake.serve.deepep_bf16 import DeepEPBf16Checkpoint
 from moebake.serve.platform import Platform
 from moebake.serve.sm90_cutlass import Sm90CutlassCheckpoint
 
-RUNTIMES: dict[str, type[BakedCheckpoint]] = {Sm90CutlassCheckpoint.target: Sm90CutlassCheckpoint}
+RUNTIMES: dict[str, type[BakedCheckpoint]] = {
+    Sm90CutlassCheckpoint.target: Sm90CutlassCheckpoint,
+    DeepEPBf16Checkpoint.target: DeepEPBf16Checkpoint,
+}
 
 
 def open(path, *, platform: Platform | None = None) -> BakedCheckpoint:  # noqa: A001 - moebake.serve.open

@@ -4,12 +4,20 @@ A target module exposes ``NAME``, ``plan(model, options) -> (list[OutputTensor],
 and ``restore(model, layer_record, baked) -> {source tensor name: tensor}``, the exact inverse used
 by verification. The first line of its docstring reads ``Target ``NAME``: <kernel> on <GPU>.``
 (shown by ``inspect`` and in model cards, see :func:`kernel_description`).
+A target may also set ``SOURCE_FORMATS``, the source formats it reads (tried in registry order,
+see :mod:`moebake.formats`); without it, the checkpoint is read as whatever format it is detected as.
 """
 
-from moebake.convert.targets import cutedsl, cutedsl_deepep, sm90_cutlass
+from moebake.convert.targets import cutedsl, cutedsl_deepep, deepep_bf16, sm90_cutlass, sm100_trtllm
 from moebake.errors import MoebakeError
 
-TARGETS = {sm90_cutlass.NAME: sm90_cutlass, cutedsl.NAME: cutedsl, cutedsl_deepep.NAME: cutedsl_deepep}
+TARGETS = {
+    sm90_cutlass.NAME: sm90_cutlass,
+    cutedsl.NAME: cutedsl,
+    cutedsl_deepep.NAME: cutedsl_deepep,
+    deepep_bf16.NAME: deepep_bf16,
+    sm100_trtllm.NAME: sm100_trtllm,
+}
 
 
 def get_target(name: str):

@@ -21,11 +21,13 @@ from moebake.convert.options import ConvertOptions
 from moebake.convert.plan import OutputTensor
 from moebake.convert.targets.nvfp4_experts import W13Order, plan_layers, restore_layer
 from moebake.convert.targets.nvfp4_scalars import cutedsl_wrapper_scales, load_time_scales
+from moebake.formats.modelopt_nvfp4 import FORMAT_NAME
 from moebake.layouts.gate_up import split_halves, stack_halves
 from moebake.layouts.group_interleave import deinterleave_halves, interleave_halves
 
 NAME = "cutedsl"
 LAYOUT_VERSION = 1  # bump when the bytes this target writes change for the same options
+SOURCE_FORMATS = (FORMAT_NAME,)
 GROUP_ROWS = 64
 
 

@@ -21,10 +21,12 @@ from moebake.convert.options import ConvertOptions
 from moebake.convert.plan import OutputTensor
 from moebake.convert.targets.nvfp4_experts import W13Order, plan_layers, restore_layer
 from moebake.convert.targets.nvfp4_scalars import load_time_scales
+from moebake.formats.modelopt_nvfp4 import FORMAT_NAME
 from moebake.layouts.gate_up import split_halves, stack_halves
 
 NAME = "cutedsl-deepep"
 LAYOUT_VERSION = 1  # bump when the bytes this target writes change for the same options
+SOURCE_FORMATS = (FORMAT_NAME,)
 
 
 def _rows(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:

@@ -194,8 +194,8 @@ def restore_layer(record: dict, baked: dict[str, torch.Tensor], order: W13Order)
     out[pattern("down", "weight")] = baked["w2_weight"]
     out[pattern("down", "weight_scale")] = unswizzle_128x4(baked["w2_weight_scale"].reshape(n, -1).view(torch.uint8), H, I // GROUP_SIZE)
     for part, w13, w2 in (("weight_scale_2", "w13_weight_scale_2", "w2_weight_scale_2"), ("input_scale", "w13_input_scale", "w2_input_scale")):
-        out[pattern("gate", part)] = baked[w13][:, 0].reshape(scalar_shape)
-        out[pattern("up", part)] = baked[w13][:, 1].reshape(scalar_shape)
+        for column, proj in enumerate(("gate", "up")):
+            out[pattern(proj, part)] = baked[w13][:, column].clone(memory_format=torch.contiguous_format).reshape(scalar_shape)
         out[pattern("down", part)] = baked[w2].reshape(scalar_shape)
     return {name: tensor.contiguous() for name, tensor in out.items()}
 

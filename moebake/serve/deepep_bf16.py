@@ -1,0 +1,161 @@
+"""Runtime of target ``deepep-bf16``: unquantized MoE experts on the DeepEP low-latency (masked) layout.
+
+Per MoE layer, ``E_local`` experts of this EP rank, as baked by
+:mod:`moebake.convert.targets.deepep_bf16`:
+
+  ``w13_weight``  BF16 ``[E_local, 2I, H]``  halves ``[gate; up]``, ``[out, in]``
+  ``w2_weight``   BF16 ``[E_local, H, I]``
+
+:meth:`DeepEPBf16Experts.forward_masked` is what SGLang's DeepGEMM runner does for such a layer
+(PR 25540): ``hidden_states`` BF16 ``[E_local, T_max, H]`` and ``masked_m`` int32 ``[E_local]`` from
+DeepEP's BF16 low-latency dispatch, then per expert ``gate_up = x @ w13.T`` (masked grouped GEMM),
+``h = silu(gate) * up`` (in fp32, rounded to BF16), ``y = h @ w2.T`` (masked grouped GEMM); the
+result is ``[E_local, T_max, H]`` BF16 with every row at or past ``masked_m[e]`` zero, ready for
+DeepEP's combine. The GEMMs run on DeepGEMM when it is usable, else on ``torch.bmm``
+(:mod:`moebake.serve.masked_gemm`). For DeepGEMM, ``T_max`` is zero-padded to a multiple of 128
+on every call, and ``H`` / ``I`` to multiples of 64 once at load (the weights: zero columns, and
+zero rows at the end of each of the gate and up halves, so the padded lanes give
+``silu(0) * 0 = 0``); the output is cropped back. :meth:`DeepEPBf16Experts.forward` runs the same
+on token-major input through the single-GPU dispatch/combine of :mod:`moebake.serve.dispatch`.
+
+Expert parallelism: EP rank ``r`` of ``n`` holds experts ``[r*E/n, (r+1)*E/n)``, as DeepEP numbers them.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from moebake.convert.options import round_up
+from moebake.convert.targets import deepep_bf16 as bake_target
+from moebake.errors import MoebakeError
+from moebake.layouts.gate_up import pad_to, split_halves, stack_halves
+from moebake.serve.baked_checkpoint import BakedCheckpoint
+from moebake.serve.dispatch import combine, dispatch, expected_m
+from moebake.serve.masked_gemm import MaskedGemm, get_backend
+from moebake.serve.staged_reader import LoadStats
+
+TENSORS = ("w13_weight", "w2_weight")
+
+
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """``[..., 2I]`` = ``[gate | up]`` BF16 -> ``silu(gate) * up`` ``[..., I]``, computed in fp32, rounded to BF16."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    h = F.silu(gate.float(), inplace=True)
+    return h.mul_(up).to(torch.bfloat16)
+
+
+def valid_rows(masked_m: torch.Tensor, t_max: int) -> torch.Tensor:
+    """Bool ``[E, t_max, 1]``: row ``t`` of expert ``e`` holds a token (``t < masked_m[e]``); no host sync."""
+    return (torch.arange(t_max, device=masked_m.device)[None, :] < masked_m[:, None])[..., None]
+
+
+class DeepEPBf16Experts:
+    """One layer's experts of one EP rank, on one device, with the masked GEMM backend chosen.
+
+    ``w13`` BF16 ``[E_local, 2I, H]`` (``[gate; up]``), ``w2`` BF16 ``[E_local, H, I]``; ``backend``:
+    a :class:`MaskedGemm`, ``"deep_gemm"``, ``"torch"`` or None (DeepGEMM when usable, else torch).
+    Attributes: ``num_local_experts``, ``first_expert``, ``hidden``, ``intermediate``, ``backend``,
+    ``w13`` / ``w2`` (as the backend consumes them: padded for DeepGEMM where needed), ``load_stats``.
+    """
+
+    def __init__(self, w13: torch.Tensor, w2: torch.Tensor, backend: MaskedGemm | str | None = None,
+                 first_expert: int = 0, load_stats: LoadStats | None = None):
+        E, two_i, H = w13.shape
+        I = two_i // 2
+        if w13.dtype != torch.bfloat16 or w2.dtype != torch.bfloat16 or two_i % 2 or tuple(w2.shape) != (E, H, I):
+            raise ValueError(f"expected w13 BF16 [E, 2I, H] and w2 BF16 [E, H, I], got w13 {w13.dtype} "
+                             f"{list(w13.shape)} and w2 {w2.dtype} {list(w2.shape)}")
+        self.num_local_experts, self.hidden, self.intermediate = E, H, I
+        self.first_expert, self.load_stats = first_expert, load_stats
+        self.backend = get_backend(backend, w13.device)
+        H_pad, I_pad = round_up(H, self.backend.k_align), round_up(I, self.backend.k_align)
+        if (H_pad, I_pad) == (H, I):
+            self.w13, self.w2 = w13.contiguous(), w2.contiguous()
+        else:
+            self.w13 = stack_halves(*split_halves(w13, (I, H)), (I_pad, H_pad))
+            self.w2 = pad_to(w2, (H_pad, I_pad))
+
+    def parameters(self) -> dict[str, torch.Tensor]:
+        """SGLang's parameter names -> the weights as the backend reads them."""
+        return {"w13_weight": self.w13, "w2_weight": self.w2}
+
+    def forward_masked(self, hidden_states: torch.Tensor, masked_m: torch.Tensor, expected_m: int) -> torch.Tensor:
+        """``[E_local, T_max, H]`` BF16 expert outputs of DeepEP LL input; rows past ``masked_m`` are zero.
+
+        ``hidden_states`` BF16 ``[E_local, T_max, H]`` (rows past ``masked_m`` may hold anything,
+        NaN included); ``masked_m`` int32 ``[E_local]`` on the same device, each in ``[0, T_max]``;
+        ``expected_m`` > 0, the typical tokens per expert (DeepGEMM's tile choice).
+        """
+        E, T, H = hidden_states.shape
+        if hidden_states.dtype != torch.bfloat16 or (E, H) != (self.num_local_experts, self.hidden):
+            raise ValueError(f"hidden_states must be BF16 [E_local={self.num_local_experts}, T_max, H={self.hidden}], "
+                             f"got {hidden_states.dtype} {list(hidden_states.shape)}")
+        if masked_m.dtype != torch.int32 or tuple(masked_m.shape) != (E,) or masked_m.device != hidden_states.device:
+            raise ValueError(f"masked_m must be int32 [{E}] on {hidden_states.device}, got {masked_m.dtype} "
+                             f"{list(masked_m.shape)} on {masked_m.device}")
+        if not isinstance(expected_m, int) or expected_m <= 0:
+            raise ValueError(f"expected_m must be a positive int, got {expected_m!r}")
+        run = self.backend.run
+        x = pad_to(hidden_states, (round_up(T, self.backend.m_align), self.w13.shape[2]))
+        gate_up = run(x, self.w13, masked_m, expected_m)
+        y = run(silu_and_mul(gate_up), self.w2, masked_m, expected_m)[:, :T, :H]
+        return y.masked_fill(~valid_rows(masked_m, T), 0).contiguous()
+
+    def forward(self, hidden_states: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
+        """Token-major MoE: ``hidden_states`` BF16 ``[T, H]``, global ``topk_ids`` / ``topk_weights`` ``[T, k]``
+        -> ``[T, H]`` BF16, this rank's experts' share (other ranks' experts contribute nothing)."""
+        recv_x, masked_m, handle = dispatch(hidden_states, topk_ids, self.num_local_experts, expert_offset=self.first_expert)
+        # SGLang's hint over E global experts and E / E_local ranks reduces to this.
+        hint = expected_m(hidden_states.shape[0], topk_ids.shape[1], self.num_local_experts)
+        return combine(self.forward_masked(recv_x, masked_m, hint), topk_weights, handle)
+
+
+class DeepEPBf16Checkpoint(BakedCheckpoint):
+    """A baked ``deepep-bf16`` checkpoint; :meth:`load_experts` gives one layer's experts of one EP rank."""
+
+    target = bake_target.NAME
+
+    def __init__(self, root, manifest, platform):
+        super().__init__(root, manifest, platform)
+        version = manifest.get("target_layout_version")
+        if version != bake_target.LAYOUT_VERSION:
+            raise MoebakeError(
+                f"{self.manifest_path}: {self.target} layout version {version!r}; this runtime reads {bake_target.LAYOUT_VERSION}"
+            )
+
+    def layer(self, layer: int | str) -> dict:
+        """The record of MoE layer ``layer``: its index, or its prefix (``mtp.layers.0.mlp.experts.``),
+        which an index shared by a main and an MTP layer needs."""
+        if isinstance(layer, str):
+            for record in self.manifest.get("layers", []):
+                if record.get("prefix") == layer:
+                    return record
+            prefixes = [record.get("prefix") for record in self.manifest.get("layers", [])]
+            raise MoebakeError(f"{self.manifest_path}: no MoE layer with prefix {layer!r} (layers: {prefixes})")
+        matches = [record.get("prefix") for record in self.manifest.get("layers", []) if record.get("index") == layer]
+        if len(matches) > 1:
+            raise MoebakeError(f"{self.manifest_path}: MoE layer index {layer} is ambiguous ({', '.join(matches)}); pass the prefix")
+        return super().layer(layer)
+
+    def load_experts(self, layer: int | str, device="cuda", ep_rank: int = 0, ep_size: int = 1, verify: bool = False,
+                     backend: MaskedGemm | str | None = None) -> DeepEPBf16Experts:
+        """Read layer ``layer``'s (index or prefix) experts of EP rank ``ep_rank`` of ``ep_size`` onto ``device``.
+
+        ``verify=True`` first checks the SHA-256 of the shards involved against the manifest.
+        ``backend``: the masked GEMM (default: DeepGEMM when usable on ``device``, else torch).
+        """
+        device = torch.device(device)
+        record = self.layer(layer)
+        experts = record["experts"]
+        if ep_size < 1 or experts % ep_size or not 0 <= ep_rank < ep_size:
+            raise MoebakeError(
+                f"{self.manifest_path}: layer {record['prefix']} has {experts} experts, which EP rank {ep_rank} of "
+                f"{ep_size} cannot split evenly (need ep_size dividing {experts} and 0 <= ep_rank < ep_size)"
+            )
+        if sorted(record["tensors"]) != sorted(TENSORS) or record.get("dispatcher_output_dtype") != "bf16":
+            raise MoebakeError(f"{self.manifest_path}: layer {record['prefix']} is not a deepep-bf16 layer "
+                               f"(needs tensors {', '.join(TENSORS)} and dispatcher_output_dtype bf16)")
+        if verify:
+            self.verify_files([record["prefix"] + name for name in TENSORS])
+        per_rank = experts // ep_size
+        tensors, stats = self.read_experts(record, list(TENSORS), ep_rank * per_rank, (ep_rank + 1) * per_rank, device)
+        return DeepEPBf16Experts(tensors["w13_weight"], tensors["w2_weight"], backend, ep_rank * per_rank, stats)
