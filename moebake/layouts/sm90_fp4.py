@@ -17,11 +17,25 @@ whose 32 bits are permuted (:data:`V2_BIT_PERMUTATION`) and stored as 4 bytes at
 Layout ``v1`` (0.6.10-0.6.15.post1, 0.6.16.post3/.post4, 0.6.17, kernel of PR #3084): with
 ``col = 32p + 16a + 8b + 4c + j``, bytes ``A = W[16G+r0][col]`` and ``B = W[16G+8+r0][col]`` become
 ``D[16G+8b+r0][32p+16a+4j+2c] = lo(A) | lo(B) << 4`` and ``[... + 1] = hi(A) | hi(B) << 4``.
+(``a, b, c`` are ``mma // 2, mma % 2, h`` of the names above.)
 
 Both are byte permutations (v2 also moves bits inside each 4-byte word); the inverses are exact.
-The bit permutation runs through four 256-entry uint32 lookup tables (one per source byte), so the
-CPU cost is four table look-ups and three ORs per 32-bit word.
+How it is computed, in numpy, one L2-sized run of 16-row blocks at a time (wide moves only, so the
+CPU is not stuck in permutes of 1-byte elements):
+
+1. *Lanes*: the 4-byte groups ``W[16G + 8*half + r0][32p + 8*mma + 4h : +4]`` (bytes ``j = 0..3``)
+   are copied as uint32 into planes ``[half][h]``, lanes in output order ``(G, mma % 2, r0, p, mma // 2)``.
+2. *Nibble transpose* of the two halves, bytewise: ``(A, B) -> (lo(A) | lo(B) << 4, hi(A) | hi(B) << 4)``,
+   stored back in planes ``[0]`` (low nibbles) and ``[1]`` (high nibbles). It is its own inverse.
+3. ``v1``: byte ``j`` of plane ``[nib][h]`` is output byte ``4j + 2h + nib`` of the lane: byte copies.
+   ``v2``: the bit permutation takes the four low nibbles of a word (bytes ``t = 0..3``) to output
+   bytes 0-1, and the four high nibbles to bytes 2-3 with the same pattern (checked at import). So
+   output bytes ``2*nib, 2*nib + 1`` of word ``j`` = ``F[plane[nib][0][j] | plane[nib][1][j] << 8]``
+   for one 65536-entry uint16 table ``F``: one gather per two output bytes, written in place.
+The inverse runs the steps backwards (``F``'s inverse table, the same transpose, lanes back to rows).
 """
+
+import threading
 
 import numpy as np
 import torch
@@ -53,28 +67,126 @@ V2_BIT_PERMUTATION = _bit_destinations(_V2_MASK_SHIFTS)
 """``V2_BIT_PERMUTATION[i]`` is the destination bit of source bit ``i`` in each 32-bit word."""
 
 
-def _byte_tables(destination) -> np.ndarray:
-    """uint32 ``[4, 256]``: ``table[t][b]`` = bits that byte value ``b`` at byte ``t`` sets."""
-    tables = np.zeros((4, 256), dtype=np.uint32)
-    values = np.arange(256, dtype=np.uint32)
+def _nibble_table(destination) -> np.ndarray:
+    """uint16 ``[65536]``: index bits ``4t + s`` (bit ``s`` of byte ``t``'s low nibble) -> destination bits.
+
+    Valid because the permutation sends low-nibble bits to bits 0-15 and each high-nibble bit
+    exactly 16 above its low-nibble twin (asserted), so the same table serves both nibble halves.
+    """
+    index = np.arange(1 << 16, dtype=np.uint32)
+    table = np.zeros(1 << 16, dtype=np.uint32)
     for t in range(4):
-        for j in range(8):
-            tables[t] |= ((values >> j) & 1) << np.uint32(destination[8 * t + j])
-    return tables
+        for s in range(4):
+            low, high = destination[8 * t + s], destination[8 * t + 4 + s]
+            assert low < 16 and high == low + 16, "v2 bit map does not split into nibble halves"
+            table |= ((index >> (4 * t + s)) & 1) << low
+    return table.astype(np.uint16)
 
 
-_FORWARD_TABLES = _byte_tables(V2_BIT_PERMUTATION)
-_INVERSE_TABLES = _byte_tables(tuple(V2_BIT_PERMUTATION.index(bit) for bit in range(32)))
+_FORWARD_TABLE = _nibble_table(V2_BIT_PERMUTATION)
+_INVERSE_TABLE = np.argsort(_FORWARD_TABLE).astype(np.uint16)  # _FORWARD_TABLE is a permutation of 0..65535
+
+_STEP_BYTES = 192 << 10  # source bytes per step: its scratch (about 7x this) stays in a 2 MiB L2
+_LOW_NIBBLES, _HIGH_NIBBLES, _FOUR = np.uint32(0x0F0F0F0F), np.uint32(0xF0F0F0F0), np.uint32(4)
+_LANE_ORDER = (1, 6, 0, 5, 2, 3, 4)  # rows [G, half, r0, p, mh, mq, h] -> planes [half, h, G, mq, r0, p, mh]
 
 
-def _permute_word_bits(words: torch.Tensor, tables: np.ndarray) -> torch.Tensor:
-    """uint8 ``[..., 4]`` little-endian words -> uint8 ``[..., 4]`` with bits permuted."""
-    b = words.contiguous().numpy()
-    out = tables[0][b[..., 0]]
-    out |= tables[1][b[..., 1]]
-    out |= tables[2][b[..., 2]]
-    out |= tables[3][b[..., 3]]
-    return torch.from_numpy(out.astype("<u4", copy=False).view(np.uint8).reshape(b.shape))
+class _Scratch:
+    """Reused buffers for ``blocks`` 16-row blocks of ``partitions`` 32-byte partitions.
+
+    ``planes`` uint32 ``[2, 2, lanes]`` (``[half or nibble half][h][lane]``), ``spare`` two more,
+    ``index`` intp ``[lanes, 4, 2]`` (v2 table index per word ``j`` and nibble half; bytes 2-7 stay 0),
+    ``words`` uint16 ``[lanes, 4, 2]`` (v2 inverse look-ups).
+    """
+
+    def __init__(self, partitions: int, blocks: int):
+        lanes = 32 * partitions * blocks
+        self.partitions, self.blocks = partitions, blocks
+        self.planes = np.empty((2, 2, lanes), np.uint32)
+        self.spare = np.empty((2, 2, lanes), np.uint32)
+        self.index = np.zeros((lanes, 4, 2), np.intp)
+        self.words = np.empty((lanes, 4, 2), np.uint16)
+
+
+_scratch = threading.local()
+
+
+def _scratch_for(partitions: int) -> _Scratch:
+    """This thread's scratch for rows of ``partitions`` partitions (one cached at a time)."""
+    cached = getattr(_scratch, "value", None)
+    if cached is None or cached.partitions != partitions:
+        cached = _scratch.value = _Scratch(partitions, max(1, _STEP_BYTES // (512 * partitions)))
+    return cached
+
+
+def _nibble_transpose(a: np.ndarray, b: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+    """In place, bytewise: ``(a, b) <- (lo(a) | lo(b) << 4, hi(a) | hi(b) << 4)``; ``x, y`` are scratch."""
+    np.left_shift(b, _FOUR, out=x)
+    np.bitwise_xor(x, a, out=x)  # x = a ^ (b << 4)
+    np.right_shift(x, _FOUR, out=y)
+    np.bitwise_and(y, _LOW_NIBBLES, out=y)
+    np.bitwise_xor(b, y, out=b)  # b = hi(a) | hi(b) << 4
+    np.bitwise_and(x, _HIGH_NIBBLES, out=x)
+    np.bitwise_xor(a, x, out=a)  # a = lo(a) | lo(b) << 4
+
+
+def _transform(weight: torch.Tensor, layout: str, forward: bool) -> torch.Tensor:
+    E, n, kb = _check(weight, layout)
+    source = weight.contiguous()
+    if source.data_ptr() % 8:
+        source = source.clone()
+    src = source.numpy().reshape(-1)
+    out = np.empty_like(src)
+    partitions, blocks = kb // 32, E * n // 16
+    scratch = _scratch_for(partitions)
+    rows = (src if forward else out).view(np.uint32).reshape(blocks, 2, 8, partitions, 2, 2, 2)
+    words = (out if forward else src).view(np.uint16)
+    block_words = 8 * kb  # uint16 words per 16-row block
+    for first in range(0, blocks, scratch.blocks):
+        count = min(scratch.blocks, blocks - first)
+        lanes = 32 * partitions * count
+        planes, spare = scratch.planes[:, :, :lanes], scratch.spare[:, :, :lanes]
+        plane_bytes = planes.view(np.uint8).reshape(2, 2, lanes, 4)  # [nib][h][lane][j]
+        step_words = words[first * block_words:(first + count) * block_words]
+        if forward:
+            np.copyto(planes.reshape(2, 2, count, 2, 8, partitions, 2), rows[first:first + count].transpose(_LANE_ORDER))
+            _nibble_transpose(planes[0], planes[1], spare[0], spare[1])
+            if layout == "v1":
+                _copy_planes(plane_bytes, step_words.view(np.uint8).reshape(lanes, 4, 2, 2), to_planes=False)
+            else:
+                index = scratch.index[:lanes]
+                _copy_planes(plane_bytes, index.view(np.uint8).reshape(lanes, 4, 2, 8)[..., :2].swapaxes(2, 3), to_planes=False)
+                np.take(_FORWARD_TABLE, index.reshape(-1), out=step_words, mode="clip")
+        else:
+            if layout == "v1":
+                _copy_planes(plane_bytes, step_words.view(np.uint8).reshape(lanes, 4, 2, 2), to_planes=True)
+            else:
+                index, looked_up = scratch.index[:lanes].reshape(-1), scratch.words[:lanes]
+                np.copyto(index, step_words)
+                np.take(_INVERSE_TABLE, index, out=looked_up.reshape(-1), mode="clip")
+                _copy_planes(plane_bytes, looked_up.view(np.uint8).reshape(lanes, 4, 2, 2).swapaxes(2, 3), to_planes=True)
+            _nibble_transpose(planes[0], planes[1], spare[0], spare[1])
+            _planes_to_rows(planes.reshape(2, 2, count, 2, 8, partitions, 2), rows[first:first + count])
+    return torch.from_numpy(out.reshape(E, n, kb))
+
+
+def _planes_to_rows(planes: np.ndarray, rows: np.ndarray) -> None:
+    """Inverse of the lane copy, one ``(half, h, mq)`` at a time: each copy then runs along ``(p, mh)``
+    on both sides (one copy of all planes would iterate over the 2-element ``h`` axis innermost)."""
+    for half in range(2):
+        for h in range(2):
+            for mq in range(2):
+                np.copyto(rows[:, half, :, :, :, mq, h], planes[half, h, :, mq])
+
+
+def _copy_planes(plane_bytes: np.ndarray, lane_bytes: np.ndarray, to_planes: bool) -> None:
+    """Byte ``j`` of plane ``[nib][h]`` <-> ``lane_bytes[lane, j, h, nib]`` (one strided copy per plane)."""
+    for nib in range(2):
+        for h in range(2):
+            if to_planes:
+                np.copyto(plane_bytes[nib, h], lane_bytes[:, :, h, nib])
+            else:
+                np.copyto(lane_bytes[:, :, h, nib], plane_bytes[nib, h])
 
 
 def _check(weight: torch.Tensor, layout: str) -> tuple[int, int, int]:
@@ -89,30 +201,10 @@ def _check(weight: torch.Tensor, layout: str) -> tuple[int, int, int]:
 
 
 def interleave_fp4(weight: torch.Tensor, layout: str = "v2") -> torch.Tensor:
-    """Row-major packed MXFP4 uint8 ``[E, n, k/2]`` -> SM90 interleaved uint8 ``[E, n, k/2]``."""
-    E, n, kb = _check(weight, layout)
-    if layout == "v1":
-        s = weight.reshape(E, n // 16, 2, 8, kb // 32, 2, 2, 2, 4)  # E G half r0 p a b c j
-        lo, hi = s & 0x0F, s >> 4
-        pair = torch.stack([lo[:, :, 0] | (lo[:, :, 1] << 4), hi[:, :, 0] | (hi[:, :, 1] << 4)], -1)
-        return pair.permute(0, 1, 5, 2, 3, 4, 7, 6, 8).reshape(E, n, kb)  # E G b r0 p a j c x
-    words = weight.reshape(E, n // 16, 2, 8, kb // 32, 4, 2, 4).permute(0, 1, 3, 4, 5, 7, 6, 2)
-    mixed = _permute_word_bits(words.reshape(E, n // 16, 8, kb // 32, 4, 4, 4), _FORWARD_TABLES)
-    mixed = mixed.reshape(E, n // 16, 8, kb // 32, 2, 2, 4, 4)  # E G r0 p mq mh j t
-    return mixed.permute(0, 1, 5, 2, 3, 4, 6, 7).reshape(E, n, kb)
+    """Row-major packed MXFP4 uint8 ``[E, n, k/2]`` -> SM90 interleaved uint8 ``[E, n, k/2]`` (a new tensor)."""
+    return _transform(weight, layout, forward=True)
 
 
 def deinterleave_fp4(weight: torch.Tensor, layout: str = "v2") -> torch.Tensor:
     """Inverse of :func:`interleave_fp4`: SM90 interleaved -> row-major packed, uint8 ``[E, n, k/2]``."""
-    E, n, kb = _check(weight, layout)
-    if layout == "v1":
-        d = weight.reshape(E, n // 16, 2, 8, kb // 32, 2, 4, 2, 2)  # E G b r0 p a j c x
-        pair = d.permute(0, 1, 3, 4, 5, 2, 7, 6, 8)  # E G r0 p a b c j x
-        lo_pair, hi_pair = pair[..., 0], pair[..., 1]
-        rows_a = (lo_pair & 0x0F) | ((hi_pair & 0x0F) << 4)
-        rows_b = (lo_pair >> 4) | ((hi_pair >> 4) << 4)
-        return torch.stack([rows_a, rows_b], 2).reshape(E, n, kb)  # E G half r0 p a b c j
-    mixed = weight.reshape(E, n // 16, 2, 8, kb // 32, 2, 4, 4).permute(0, 1, 3, 4, 5, 2, 6, 7)
-    words = _permute_word_bits(mixed.reshape(E, n // 16, 8, kb // 32, 4, 4, 4), _INVERSE_TABLES)
-    words = words.reshape(E, n // 16, 8, kb // 32, 4, 4, 2, 2)  # E G r0 p mma j h half
-    return words.permute(0, 1, 7, 2, 3, 4, 6, 5).reshape(E, n, kb)
+    return _transform(weight, layout, forward=False)

@@ -20,19 +20,37 @@ def _geometry(scales: torch.Tensor, group_size: int) -> tuple[int, int, int]:
     return groups_per_k128, m_slices, 64 // m_slices
 
 
+_INTEGER_OF_WIDTH = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
+
+
+def _units(x: torch.Tensor, unit_bytes: int) -> tuple[torch.Tensor, int]:
+    """``x``'s bytes as the widest integer dtype dividing ``unit_bytes``, and how many of those one unit holds.
+
+    A unit (the scale groups of one 128-wide K block: 4 bytes for uint8 / group 32) never splits,
+    so permuting whole units moves the same bytes as permuting elements, in wide, fast copies.
+    """
+    width = next(w for w in _INTEGER_OF_WIDTH if unit_bytes % w == 0)
+    x = x.contiguous()
+    if x.storage_offset() * x.element_size() % width:
+        x = x.clone()
+    return x.view(_INTEGER_OF_WIDTH[width]), unit_bytes // width
+
+
 def fold_scales(scales: torch.Tensor, group_size: int = 32) -> torch.Tensor:
     """``[E, rows, K/group]`` -> ``[E, rows/64, K/128, 64/m, 16/elsize]`` (uint8/32: ``[..., 16, 16]``)."""
     E, rows, groups = scales.shape
     gpk, m_slices, folded_m = _geometry(scales, group_size)
     if rows % 64 or groups % gpk:
         raise ValueError(f"scale fold needs rows % 64 == 0 and K % 128 == 0, got rows={rows}, K={groups * group_size}")
-    tiles = scales.reshape(E, rows // 64, m_slices, folded_m, groups // gpk, gpk).permute(0, 1, 4, 3, 2, 5)
-    return tiles.reshape(E, rows // 64, groups // gpk, folded_m, m_slices * gpk)
+    units, per_unit = _units(scales, gpk * scales.element_size())
+    tiles = units.reshape(E, rows // 64, m_slices, folded_m, groups // gpk, per_unit).permute(0, 1, 4, 3, 2, 5)
+    return tiles.contiguous().view(scales.dtype).reshape(E, rows // 64, groups // gpk, folded_m, m_slices * gpk)
 
 
 def unfold_scales(folded: torch.Tensor, group_size: int = 32) -> torch.Tensor:
     """Inverse of :func:`fold_scales`: ``[E, rows/64, K/128, fm, line]`` -> ``[E, rows, K/group]``."""
     E, row_blocks, k_blocks, folded_m, _ = folded.shape
     gpk, m_slices, _ = _geometry(folded, group_size)
-    tiles = folded.reshape(E, row_blocks, k_blocks, folded_m, m_slices, gpk).permute(0, 1, 4, 3, 2, 5)
-    return tiles.reshape(E, row_blocks * 64, k_blocks * gpk)
+    units, per_unit = _units(folded, gpk * folded.element_size())
+    tiles = units.reshape(E, row_blocks, k_blocks, folded_m, m_slices, per_unit).permute(0, 1, 4, 3, 2, 5)
+    return tiles.contiguous().view(folded.dtype).reshape(E, row_blocks * 64, k_blocks * gpk)
