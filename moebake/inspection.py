@@ -46,13 +46,18 @@ def source_report(path: Path) -> dict:
         report["targets"] = {name: {"convertible": False, "reason": "the source is not a supported checkpoint"} for name in TARGETS}
         return report
     report["moe"] = {
-        "layers": len(model.layers), "hidden_layers": config.get("num_hidden_layers"),
-        "experts": getattr(model, "num_experts", None), "experts_per_token": config.get("num_experts_per_tok"),
+        "layers": len(model.layers), "hidden_layers": _config_value(config, "num_hidden_layers"),
+        "experts": getattr(model, "num_experts", None), "experts_per_token": _config_value(config, "num_experts_per_tok"),
         "hidden": getattr(model, "hidden_size", None), "intermediate": getattr(model, "intermediate_size", None),
         "activation": model.activation(),
     }
     report["targets"] = {name: _ask_target(name, model) for name in TARGETS}
     return report
+
+
+def _config_value(config: dict, key: str):
+    """``config[key]``, or the nested language-model config's (``text_config``) for multimodal families."""
+    return config.get(key, (config.get("text_config") or {}).get(key))
 
 
 def _ask_target(name: str, model) -> dict:
@@ -97,14 +102,14 @@ def _source_lines(r: dict) -> list[str]:
     family = f"{', '.join(r['architectures'] or ['?'])}, model_type {r['model_type']}"
     lines = [f"{r['path']}: source checkpoint",
              f"  format         {r['format'] or 'not supported'} ({family})",
-             f"  quantization   {r['quantization'] or 'none'}",
+             f"  quantization   {r['quantization'] or 'none'} (config.json quant_method)",
              f"  weights        {r['shards']} shards, {r['tensors']} tensors, {_mib(r['tensor_bytes'])}"]
     if r["problem"]:
         lines.append(f"  problem        {r['problem']}")
     if r["moe"]:
         m = r["moe"]
-        lines += [f"  MoE layers     {m['layers']} of {m['hidden_layers']} layers, {m['experts']} experts, "
-                  f"{m['experts_per_token']} per token",
+        lines += [f"  MoE layers     {m['layers']} ({m['hidden_layers'] or '?'} hidden layers in config.json), "
+                  f"{m['experts']} experts, {m['experts_per_token'] or '?'} per token",
                   f"  dims           hidden {m['hidden']}, intermediate {m['intermediate']}",
                   f"  activation     {json.dumps(m['activation'])}"]
     lines.append("targets")

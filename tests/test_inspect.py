@@ -83,3 +83,12 @@ def test_cli_text_json_and_errors(baked, tmp_path):
     assert result.exit_code == 0 and result.output == render_text(inspect_path(baked))
     result = CliRunner().invoke(main, ["inspect", str(tmp_path / "nothing")])
     assert result.exit_code == 2 and result.output.startswith("error: ") and "nothing" in result.output
+
+
+def test_multimodal_configs_are_read_through_text_config(gpt_oss_copy):
+    config = json.loads((gpt_oss_copy / "config.json").read_text())
+    config["text_config"] = {"num_hidden_layers": config.pop("num_hidden_layers"),
+                             "num_experts_per_tok": config.pop("num_experts_per_tok")}
+    (gpt_oss_copy / "config.json").write_text(json.dumps(config))
+    moe = inspect_path(gpt_oss_copy)["moe"]
+    assert (moe["hidden_layers"], moe["experts_per_token"]) == (2, 3)
