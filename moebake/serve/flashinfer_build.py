@@ -1,0 +1,421 @@
+"""A reduced (or prebuilt) FlashInfer SM90 fused-MoE module for BF16 x MXFP4 (W4A16).
+
+Why this exists
+---------------
+``flashinfer.fused_moe.cutlass_fused_moe`` and ``interleave_moe_weights_for_sm90_mixed_gemm`` both
+load the JIT module ``fused_moe_90`` on first use. FlashInfer builds that module from about 250
+CUDA translation units: every activation x weight dtype pair the CUTLASS MoE backend supports,
+times every tile, cluster and schedule (measured at ~33 minutes on 16 cores even with
+``-DFAST_BUILD``). moebake only serves SM90 W4A16 checkpoints (BF16 activations, MXFP4 weights,
+``use_w4_group_scaling=True``), so almost all of that build is dead weight.
+
+What it does
+------------
+:func:`gen_w4a16_sm90_module` returns a FlashInfer ``JitSpec`` with the *same* compiler flags,
+include paths and link flags as FlashInfer's own ``gen_cutlass_fused_moe_sm90_module()`` (it is a
+``dataclasses.replace`` of that spec), but a different module name and a short source list:
+
+* the stock runner/dispatch sources for BF16 x FP4 only (``moe_gemm_kernels_bf16_fp4.cu``), the
+  TMA-WS input helper, the weight-interleave kernels (``moe_gemm_mixed_utils.cu``), the DeepGEMM
+  include-dir hook the Python wrapper calls after loading, and the small common .cpp/.cu files;
+* a copy of FlashInfer's binding whose ``FusedMoeRunner`` constructor is reduced to the W4A16
+  branch (the stock constructor names ~25 other ``CutlassMoeFCRunner`` instantiations);
+* an instantiation file with only ``CutlassMoeFCRunner<__nv_bfloat16, Fp4Type>``;
+* one translation unit per selected GEMM configuration (tile, cluster, mainloop schedule), each
+  holding the exact explicit instantiation FlashInfer's kernel generator emits for it;
+* one stub translation unit that defines every *other* BF16 x FP4 instantiation the dispatcher
+  references as a function that throws ``"... not compiled in the moebake reduced module"``, so
+  the library links and loads without undefined symbols.
+
+The tactic list the runner reports is FlashInfer's unchanged list. Calls without autotuning use
+the first tactic (tile 64x16x128, cluster 1x1x1, ping-pong), which is compiled by default, as is
+the 128x64x256 cooperative configuration FlashInfer uses to size the GEMM workspace. Autotuning
+meets the stub for tactics that are not compiled; FlashInfer's autotuner skips tactics that raise.
+
+:func:`ensure_flashinfer_sm90_moe` makes FlashInfer's own Python wrappers use that module: it
+replaces ``flashinfer.fused_moe.core.gen_cutlass_fused_moe_sm90_module`` (the only thing
+``get_cutlass_fused_moe_module("90")`` builds from) and clears that function's cache. Everything
+else -- argument checks, the ``MoERunner``, the autotuner, the interleave wrapper -- stays
+FlashInfer's. With a prebuilt library (``MOEBAKE_FLASHINFER_MOE_SO`` or ``prebuilt=``), nothing is
+compiled: the ``.so`` is loaded with ``tvm_ffi.load_module`` after its sidecar JSON is checked
+against the installed FlashInfer version and the requested configurations.
+
+Only FlashInfer 0.7.2.post1 was checked; the source patches assert their anchors, so another
+version fails loudly instead of building something wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+MODULE_NAME = "fused_moe_90_moebake_w4a16"
+"""Name of the reduced JIT module (its cache directory and ``.so`` are named after it)."""
+
+TESTED_FLASHINFER_VERSIONS = ("0.7.2.post1",)
+
+PREBUILT_ENV = "MOEBAKE_FLASHINFER_MOE_SO"
+"""Environment variable naming a prebuilt reduced ``.so`` to load instead of building."""
+
+CONFIGS_ENV = "MOEBAKE_FLASHINFER_W4A16_CONFIGS"
+"""Environment variable overriding the compiled GEMM configurations, e.g.
+``"64x16x128/1x1x1/Pingpong,128x64x256/1x1x1/Cooperative"``."""
+
+DEFAULT_GEMM_CONFIGS: tuple[tuple[str, str, str], ...] = (
+    ("64x16x128", "1x1x1", "Pingpong"),  # FlashInfer's first (= untuned default) tactic
+    ("128x64x256", "1x1x1", "Cooperative"),  # used by calcMaxWorkspaceSize for FP4 weights
+    ("128x16x128", "1x1x1", "Cooperative"),  # decode-sized token tiles, for autotuning
+    ("128x128x128", "1x1x1", "Cooperative"),  # prefill-sized token tiles, for autotuning
+)
+"""(tile MxNxK, cluster, mainloop schedule) of the BF16 x MXFP4 grouped GEMMs that are compiled.
+The mixed-input GEMM runs with swapped operands: M tiles the expert weight rows, N the tokens."""
+
+_LAUNCHER = "sm90_generic_mixed_moe_gemm_kernelLauncher"
+_INSTANTIATION_RE = re.compile(r"template\s+void\s+" + _LAUNCHER + r"\s*<(?P<args>.*?)>\s*\((?P<params>.*?)\)\s*;", re.S)
+_CONFIG_RE = re.compile(
+    r"cute::Shape<cute::Int<(\d+)>,\s*cute::Int<(\d+)>,\s*cute::Int<(\d+)>>,\s*"
+    r"cute::Shape<cute::Int<(\d+)>,\s*cute::Int<(\d+)>,\s*cute::Int<(\d+)>>,\s*"
+    r"cutlass::gemm::KernelTmaWarpSpecialized(\w+),"
+)
+_BF16_FP4_PREFIX = "__nv_bfloat16, SafeFP4, __nv_bfloat16,"
+
+_BINDING = "fused_moe/cutlass_backend/flashinfer_cutlass_fused_moe_binding.cu"
+_CTOR_BEGIN = "    // keep consistent with cpp/tensorrt_llm/plugins/mixtureOfExperts/mixtureOfExpertsPlugin.cpp\n"
+_CTOR_END = "    if (!mKernelRunner) {\n"
+_CTOR_REDUCED = """    // moebake reduced module: only the SM90 BF16 x MXFP4 (W4A16) runner is compiled in.
+#if defined(ENABLE_FP4) && defined(ENABLE_BF16)
+    if (isWFP4A16Quant()) {
+      TVM_FFI_ICHECK_EQ(mActivationDtype, dl_bfloat16)
+          << "SM90 MXFP4 W4A16 supports BF16 activations only; FP16 is incompatible with the "
+             "interleaved weight layout.";
+      mInnerDimMultiplier = 2;
+      mKernelRunner =
+          std::make_shared<kernels::CutlassMoeFCRunner<__nv_bfloat16, kernels::Fp4Type>>();
+    }
+#endif
+"""
+_RELATIVE_INCLUDE = '#include "../../tvm_ffi_utils.h"'
+_ERROR_TEXT = '"Could not construct fused moe op with the requested input combination Activation: "'
+_ERROR_REDUCED = (
+    '"Could not construct fused moe op (moebake reduced module ' + MODULE_NAME
+    + ': only BF16 activations x MXFP4 uint8 weights with use_w4_group_scaling=True are compiled) '
+    'with the requested input combination Activation: "'
+)
+
+_INSTANTIATION_CU = """// Generated by moebake.serve.flashinfer_build: the runner of the BF16 x MXFP4 (W4A16) path only.
+#include "fused_moe/cutlass_backend/cutlass_fused_moe_kernels.cuh"
+#include "moe_kernels.h"
+
+namespace tensorrt_llm::kernels::cutlass_kernels {
+template class CutlassMoeFCRunner<__nv_bfloat16, Fp4Type>;
+INSTANTIATE_FINALIZE_MOE_ROUTING(__nv_bfloat16, __nv_bfloat16, __nv_bfloat16);
+}  // namespace tensorrt_llm::kernels::cutlass_kernels
+"""
+
+_KERNEL_CU = """// Generated by moebake.serve.flashinfer_build: one BF16 x MXFP4 grouped-GEMM configuration,
+// {config}, copied from FlashInfer's generated {origin}.
+#include "tensorrt_llm/kernels/cutlass_kernels/moe_gemm/launchers/moe_gemm_tma_ws_mixed_input_launcher.inl"
+namespace tensorrt_llm {{
+namespace kernels {{
+namespace cutlass_kernels_oss {{
+{statement}
+}}  // namespace cutlass_kernels_oss
+}}  // namespace kernels
+}}  // namespace tensorrt_llm
+"""
+
+_STUB_CU = """// Generated by moebake.serve.flashinfer_build: the BF16 x MXFP4 grouped-GEMM configurations that
+// the dispatcher references but the reduced module does not compile. Each throws when selected.
+#include <string>
+
+#include "cutlass/epilogue/dispatch_policy.hpp"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass_extensions/epilogue_helpers.h"
+#include "tensorrt_llm/common/assert.h"
+#include "tensorrt_llm/kernels/cutlass_kernels/moe_gemm/launchers/moe_gemm_tma_ws_mixed_input_launcher.h"
+
+namespace tensorrt_llm {{
+namespace kernels {{
+namespace cutlass_kernels_oss {{
+using SafeFP4 = tensorrt_llm::kernels::cutlass_kernels::Fp4Type;
+
+template <typename T, typename WeightType, typename GemmOutputType, typename EpilogueTag,
+          typename CTAShape, typename ClusterShape, typename MainloopScheduleType,
+          typename EpilogueScheduleType, cutlass::WeightOnlyQuantOp QuantOp,
+          cutlass::gemm::collective::MixedInputScaleMode ScaleMode>
+void {launcher}(
+    GroupedGemmInput<T, WeightType, GemmOutputType, GemmOutputType> inputs,
+    TmaWarpSpecializedGroupedGemmInput hopper_inputs, int sm_count_, size_t* workspace_size) {{
+  std::string const config = std::to_string(cute::size<0>(CTAShape{{}})) + "x" +
+                             std::to_string(cute::size<1>(CTAShape{{}})) + "x" +
+                             std::to_string(cute::size<2>(CTAShape{{}})) + " cluster " +
+                             std::to_string(cute::size<0>(ClusterShape{{}})) + "x" +
+                             std::to_string(cute::size<1>(ClusterShape{{}})) + "x" +
+                             std::to_string(cute::size<2>(ClusterShape{{}}));
+  TLLM_THROW("SM90 BF16 x MXFP4 GEMM tile %s (%s) is not compiled in the moebake reduced module "
+             "{module}; rebuild it with this configuration (%s) or pick another tactic.",
+             config.c_str(),
+             std::is_same_v<MainloopScheduleType, cutlass::gemm::KernelTmaWarpSpecializedCooperative>
+                 ? "Cooperative" : "Pingpong",
+             "{env}");
+}}
+
+{statements}
+}}  // namespace cutlass_kernels_oss
+}}  // namespace kernels
+}}  // namespace tensorrt_llm
+"""
+
+_STOCK_SOURCES_KEPT = (
+    "nv_internal/tensorrt_llm/kernels/cutlass_kernels/moe_gemm/moe_gemm_tma_warp_specialized_input.cu",
+    "nv_internal/tensorrt_llm/kernels/cutlass_kernels/moe_gemm/moe_gemm_kernels_bf16_fp4.cu",
+    "nv_internal/tensorrt_llm/kernels/cutlass_kernels/moe_gemm/moe_gemm_mixed_utils.cu",
+    "fused_moe/cutlass_backend/deepgemm_jit_setup.cu",
+    "nv_internal/cpp/common/envUtils.cpp",
+    "nv_internal/cpp/common/logger.cpp",
+    "nv_internal/cpp/common/stringUtils.cpp",
+    "nv_internal/cpp/common/tllmException.cpp",
+    "nv_internal/cpp/common/memoryUtils.cu",
+    "nv_internal/tensorrt_llm/kernels/preQuantScaleKernel.cu",
+    "nv_internal/tensorrt_llm/kernels/cutlass_kernels/cutlass_heuristic.cpp",
+    "nv_internal/tensorrt_llm/kernels/lora/lora.cpp",
+)
+"""FlashInfer sources of the stock ``fused_moe_90`` module that the W4A16 path still needs."""
+
+
+def parse_configs(text: Optional[str]) -> tuple[tuple[str, str, str], ...]:
+    """``"64x16x128/1x1x1/Pingpong,..."`` -> config tuples; ``None`` or empty -> the defaults."""
+    if not text:
+        return DEFAULT_GEMM_CONFIGS
+    configs = []
+    for item in text.split(","):
+        tile, cluster, schedule = (part.strip() for part in item.strip().split("/"))
+        configs.append((tile, cluster, schedule.capitalize()))
+    return tuple(configs)
+
+
+def _selected_configs(configs: Optional[Iterable[Sequence[str]]]) -> tuple[tuple[str, str, str], ...]:
+    if configs is None:
+        return parse_configs(os.environ.get(CONFIGS_ENV))
+    return tuple((str(t), str(c), str(s).capitalize()) for t, c, s in configs)
+
+
+def _write_if_different(path: Path, text: str) -> None:
+    """Keep mtimes stable so that ninja does not rebuild unchanged sources."""
+    if path.exists() and path.read_text() == text:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def bf16_fp4_instantiations(generated_dir: Path) -> dict[tuple[str, str, str], tuple[str, str]]:
+    """All BF16 x FP4 mixed-input launcher instantiations in FlashInfer's generated kernel files.
+
+    Returns ``{(tile, cluster, schedule): (statement, file name)}``; the statement is the explicit
+    instantiation text exactly as FlashInfer's generator wrote it.
+    """
+    found: dict[tuple[str, str, str], tuple[str, str]] = {}
+    for path in sorted(Path(generated_dir).rglob("*.generated.cu")):
+        text = path.read_text()
+        if _LAUNCHER not in text:
+            continue
+        for match in _INSTANTIATION_RE.finditer(text):
+            args = " ".join(match.group("args").split())
+            if not args.startswith(_BF16_FP4_PREFIX):
+                continue
+            m = _CONFIG_RE.search(args)
+            if m is None:
+                raise RuntimeError(f"unrecognised instantiation in {path.name}: {args[:200]}")
+            key = ("x".join(m.group(1, 2, 3)), "x".join(m.group(4, 5, 6)), m.group(7))
+            found[key] = (match.group(0), path.name)
+    return found
+
+
+def reduced_binding_source(csrc_dir: Path) -> str:
+    """FlashInfer's fused-MoE binding with the runner constructor reduced to the W4A16 branch."""
+    text = (Path(csrc_dir) / _BINDING).read_text()
+    for anchor in (_CTOR_BEGIN, _CTOR_END, _RELATIVE_INCLUDE, _ERROR_TEXT):
+        if text.count(anchor) != 1:
+            raise RuntimeError(f"FlashInfer binding changed: anchor {anchor.strip()!r} not found exactly once")
+    begin = text.index(_CTOR_BEGIN)
+    end = text.index(_CTOR_END, begin)
+    text = text[:begin] + _CTOR_REDUCED + text[end:]
+    text = text.replace(_RELATIVE_INCLUDE, '#include "tvm_ffi_utils.h"')
+    return text.replace(_ERROR_TEXT, _ERROR_REDUCED)
+
+
+def _check_flashinfer_version() -> str:
+    import flashinfer
+
+    version = flashinfer.__version__
+    if version not in TESTED_FLASHINFER_VERSIONS and not os.environ.get("MOEBAKE_FLASHINFER_ANY_VERSION"):
+        raise RuntimeError(
+            f"moebake's reduced FlashInfer MoE module was written for FlashInfer {TESTED_FLASHINFER_VERSIONS}, "
+            f"found {version}; set MOEBAKE_FLASHINFER_ANY_VERSION=1 to try anyway"
+        )
+    return version
+
+
+def _stock_sm90_generator():
+    """FlashInfer's own SM90 spec generator, even after :func:`ensure_flashinfer_sm90_moe` patched core."""
+    import flashinfer.jit.fused_moe as jit_fused_moe
+
+    return jit_fused_moe.gen_cutlass_fused_moe_sm90_module
+
+
+def gen_w4a16_sm90_module(configs: Optional[Iterable[Sequence[str]]] = None):
+    """FlashInfer ``JitSpec`` of the reduced SM90 W4A16 fused-MoE module (see the module docstring).
+
+    Writes the generated sources under FlashInfer's generated-source directory
+    (``FLASHINFER_GEN_SRC_DIR/moebake_w4a16_90``). Building it is ``spec.build_and_load()``.
+    """
+    from flashinfer.jit import env as jit_env
+
+    _check_flashinfer_version()
+    selected = _selected_configs(configs)
+    stock = _stock_sm90_generator()(False)  # also (re)generates FlashInfer's kernel instantiation files
+    generated = Path(jit_env.FLASHINFER_GEN_SRC_DIR) / "cutlass_instantiations" / "90"
+    available = bf16_fp4_instantiations(generated)
+    missing = [c for c in selected if c not in available]
+    if missing:
+        raise ValueError(f"no BF16 x FP4 instantiation for {missing}; available: {sorted(available)}")
+
+    out_dir = Path(jit_env.FLASHINFER_GEN_SRC_DIR) / "moebake_w4a16_90"
+    csrc = Path(jit_env.FLASHINFER_CSRC_DIR)
+    sources = [csrc / rel for rel in _STOCK_SOURCES_KEPT]
+
+    binding = out_dir / "moebake_w4a16_binding.cu"
+    _write_if_different(binding, reduced_binding_source(csrc))
+    instantiation = out_dir / "moebake_w4a16_instantiation.cu"
+    _write_if_different(instantiation, _INSTANTIATION_CU)
+    sources += [binding, instantiation]
+
+    for tile, cluster, schedule in selected:
+        statement, origin = available[(tile, cluster, schedule)]
+        path = out_dir / f"moebake_w4a16_gemm_{tile}_c{cluster}_{schedule.lower()}.cu"
+        _write_if_different(path, _KERNEL_CU.format(config=f"{tile} {cluster} {schedule}", origin=origin, statement=statement))
+        sources.append(path)
+
+    stubs = [available[key][0] for key in sorted(available) if key not in selected]
+    stub = out_dir / "moebake_w4a16_gemm_stubs.cu"
+    _write_if_different(
+        stub,
+        _STUB_CU.format(launcher=_LAUNCHER, module=MODULE_NAME, env=CONFIGS_ENV, statements="\n\n".join(stubs)),
+    )
+    sources.append(stub)
+    for source in sources:
+        if not source.exists():
+            raise FileNotFoundError(f"FlashInfer source missing (trimmed wheel?): {source}")
+    return dataclasses.replace(stock, name=MODULE_NAME, sources=sources)
+
+
+def _sidecar(so_path: Path) -> Path:
+    return Path(so_path).with_suffix(".json")
+
+
+def describe_build(configs: Optional[Iterable[Sequence[str]]] = None) -> dict[str, Any]:
+    """What a built library is valid for; written next to a saved ``.so`` and checked at load."""
+    import flashinfer
+
+    return {
+        "module": MODULE_NAME,
+        "flashinfer": flashinfer.__version__,
+        "configs": ["/".join(c) for c in _selected_configs(configs)],
+        "arch": "sm_90a",
+    }
+
+
+class PrebuiltModuleSpec:
+    """Stand-in for a FlashInfer ``JitSpec`` whose ``build_and_load()`` loads a prebuilt ``.so``."""
+
+    def __init__(self, so_path: Path):
+        self.name = MODULE_NAME
+        self.so_path = Path(so_path)
+
+    def build_and_load(self):
+        import tvm_ffi
+
+        return tvm_ffi.load_module(str(self.so_path))
+
+
+def check_prebuilt(so_path: Path) -> dict[str, Any]:
+    """Check a prebuilt ``.so`` against the installed FlashInfer; returns its sidecar metadata."""
+    so_path = Path(so_path)
+    if not so_path.is_file():
+        raise FileNotFoundError(f"prebuilt FlashInfer MoE module not found: {so_path}")
+    meta_path = _sidecar(so_path)
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"prebuilt module has no metadata file {meta_path}")
+    meta = json.loads(meta_path.read_text())
+    import flashinfer
+
+    if meta.get("module") != MODULE_NAME or meta.get("flashinfer") != flashinfer.__version__:
+        raise RuntimeError(
+            f"prebuilt module {so_path} is for {meta.get('module')} / FlashInfer {meta.get('flashinfer')}, "
+            f"not {MODULE_NAME} / FlashInfer {flashinfer.__version__}"
+        )
+    return meta
+
+
+_installed: Optional[Any] = None
+
+
+def ensure_flashinfer_sm90_moe(prebuilt: Optional[os.PathLike | str] = None,
+                               configs: Optional[Iterable[Sequence[str]]] = None):
+    """Make FlashInfer's SM90 ``cutlass_fused_moe`` and weight interleave use the reduced module.
+
+    ``prebuilt`` (or ``$MOEBAKE_FLASHINFER_MOE_SO``) names a saved ``.so`` (with its ``.json``
+    sidecar) to load without compiling; otherwise the reduced module is JIT-built on first use
+    (minutes, not the ~33+ minutes of the stock module). Idempotent. Returns the spec installed.
+    """
+    global _installed
+    import flashinfer.fused_moe.core as core
+
+    prebuilt = prebuilt or os.environ.get(PREBUILT_ENV) or None
+    if prebuilt:
+        check_prebuilt(Path(prebuilt))
+        spec = PrebuiltModuleSpec(Path(prebuilt))
+    else:
+        spec = gen_w4a16_sm90_module(configs)
+
+    def gen_cutlass_fused_moe_sm90_module(use_fast_build: bool = False):
+        return spec
+
+    gen_cutlass_fused_moe_sm90_module.__doc__ = f"moebake: returns the reduced W4A16 module spec {MODULE_NAME}."
+    core.gen_cutlass_fused_moe_sm90_module = gen_cutlass_fused_moe_sm90_module
+    core.get_cutlass_fused_moe_module.cache_clear()
+    _installed = spec
+    return spec
+
+
+def build_w4a16_sm90_module(dest_dir: Optional[os.PathLike | str] = None,
+                            configs: Optional[Iterable[Sequence[str]]] = None,
+                            verbose: bool = False) -> tuple[Path, float]:
+    """Build the reduced module now (ninja, ``MAX_JOBS`` cores); copy ``.so`` + ``.json`` to ``dest_dir``.
+
+    Returns ``(path of the .so, build seconds)``. The ``.so`` only needs the CUDA driver, libnvrtc
+    and the same FlashInfer + apache-tvm-ffi versions to be loaded on another SM90 machine.
+    """
+    spec = gen_w4a16_sm90_module(configs)
+    start = time.monotonic()
+    spec.build(verbose=verbose)
+    seconds = time.monotonic() - start
+    so_path = Path(spec.get_library_path())
+    if dest_dir is not None:
+        dest = Path(dest_dir)
+        dest.mkdir(parents=True, exist_ok=True)
+        target = dest / so_path.name
+        shutil.copyfile(so_path, target)
+        meta = describe_build(configs)
+        meta["sha256"] = hashlib.sha256(target.read_bytes()).hexdigest()
+        meta["build_seconds"] = round(seconds, 1)
+        _sidecar(target).write_text(json.dumps(meta, indent=2) + "\n")
+        so_path = target
+    return so_path, seconds
