@@ -148,3 +148,8 @@ def test_nan_block_scale_in_a_rescaled_half(source, tmp_path):
     rewrite(source, name, scales.view(torch.float8_e4m3fn))
     line = convert_error(source, tmp_path)
     assert name in line and "finite" in line
+
+
+def test_config_without_the_expert_intermediate_size(source, tmp_path):
+    edit_json(source / "config.json", lambda c: [c.pop("moe_intermediate_size"), c.pop("intermediate_size")])
+    assert "none of moe_intermediate_size, intermediate_size is set" in convert_error(source, tmp_path)

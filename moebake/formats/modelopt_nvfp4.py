@@ -39,7 +39,6 @@ from moebake.formats.nvfp4_gate_up import Rounding, SharedGlobal, rescale_block_
 FORMAT_NAME = "modelopt-nvfp4"
 SIDECAR_NAME = "hf_quant_config.json"
 GROUP_SIZE = 16
-PROJECTIONS = ("gate", "up", "down")
 PARTS = ("weight", "weight_scale", "weight_scale_2", "input_scale")
 SCALAR_PARTS = ("weight_scale_2", "input_scale")
 _QUANT_METHODS = ("modelopt", "modelopt_fp4")
@@ -66,7 +65,8 @@ class NvFp4Layer:
     index: int
     prefix: str
 
-    def name(self, expert: int, proj: str, part: str) -> str:
+    def name(self, expert: int | str, proj: str, part: str) -> str:
+        """Tensor name of one expert's projection part (``expert`` may be the ``*`` of a per-expert pattern)."""
         return f"{self.prefix}{expert}.{proj}_proj.{part}"
 
 
@@ -238,9 +238,8 @@ def open_model(checkpoint: SourceCheckpoint) -> ModelOptNvfp4Model:
     hidden = _dimension(checkpoint, ("hidden_size",))
     intermediate = _dimension(checkpoint, ("moe_intermediate_size", "intermediate_size"))
     for key, size in (("hidden_size", hidden), ("moe_intermediate_size", intermediate)):
-        if size % (2 * GROUP_SIZE):
-            raise MoebakeError(f"{checkpoint.root / CONFIG_NAME}: {key}={size} is not a multiple of {2 * GROUP_SIZE} "
-                               f"(NVFP4 packs 2 elements per byte and 16 per block scale)")
+        if size % GROUP_SIZE:
+            raise MoebakeError(f"{checkpoint.root / CONFIG_NAME}: {key}={size} is not a multiple of the NVFP4 block ({GROUP_SIZE})")
     experts = _dimension(checkpoint, ("n_routed_experts", "num_experts", "num_local_experts"))
     first_scalar = layers[0].name(0, "gate", "weight_scale_2")
     scalar_shape = (1,) if first_scalar in checkpoint.locations and checkpoint.entry(first_scalar).shape == (1,) else ()
@@ -254,8 +253,9 @@ def open_model(checkpoint: SourceCheckpoint) -> ModelOptNvfp4Model:
             if entry.dtype != dtype or entry.shape != shape:
                 raise MoebakeError(f"{checkpoint.file_of(name).path}: tensor {name} is {entry.dtype} {list(entry.shape)}, "
                                    f"expected {dtype} {list(shape)} (ModelOpt NVFP4, group {GROUP_SIZE}, from {CONFIG_NAME})")
-        extra = [n for n in checkpoint.locations if (m := _EXPERT_RE.match(n)) and m["prefix"] == layer.prefix
-                 and int(m["expert"]) >= experts]
-        if extra:
-            raise MoebakeError(f"{checkpoint.root}: tensor {extra[0]} names an expert beyond the {experts} in {CONFIG_NAME}")
+    prefixes = {layer.prefix for layer in model.layers}
+    beyond = next((n for n in checkpoint.locations if (m := _EXPERT_RE.match(n)) and m["prefix"] in prefixes
+                   and int(m["expert"]) >= experts), None)
+    if beyond:
+        raise MoebakeError(f"{checkpoint.file_of(beyond).path}: tensor {beyond} names an expert beyond the {experts} in {CONFIG_NAME}")
     return model

@@ -144,9 +144,7 @@ def _layer_specs(model: ModelOptNvfp4Model, layer: NvFp4Layer, options: ConvertO
     def scalar(short):
         return lambda: iter([scalars()[short]])
 
-    def pattern(proj, part):
-        return _pattern(layer, proj, part)
-
+    pattern = functools.partial(_pattern, layer)
     scalar_sources = {
         "w13_weight_scale_2": (pattern("gate", "weight_scale_2"), pattern("up", "weight_scale_2")),
         "w2_weight_scale_2": (pattern("down", "weight_scale_2"),),
@@ -179,12 +177,10 @@ def restore_layer(record: dict, baked: dict[str, torch.Tensor], order: W13Order)
     which equals the experts as :meth:`~moebake.formats.modelopt_nvfp4.ModelOptNvfp4Model.read_experts`
     reads them. Derived scalars are not needed.
     """
-    H, I, prefix = record["hidden"], record["intermediate"], record["prefix"]
+    H, I = record["hidden"], record["intermediate"]
     n = baked["w13_weight"].shape[0]
     scalar_shape = (n, *record["scalar_shape"])
-
-    def pattern(proj, part):
-        return f"{prefix}{EXPERT_INDEX}.{proj}_proj.{part}"
+    pattern = functools.partial(_pattern, NvFp4Layer(record["index"], record["prefix"]))
 
     out = {}
     gate, up = order.split(baked["w13_weight"])
