@@ -208,3 +208,14 @@ def test_serve_open_refuses_an_ambiguous_index_and_uneven_ep(baked):
         checkpoint.load_experts("mtp.layers.0.mlp.experts.", device="cpu", ep_size=3)
     with pytest.raises(MoebakeError, match="no MoE layer with prefix 'mtp.layers.1.mlp.experts.'"):
         checkpoint.load_experts("mtp.layers.1.mlp.experts.", device="cpu")
+
+
+def test_torch_fallback_keeps_garbage_rows_out_of_valid_rows():
+    """torch's CPU BF16 GEMM spreads a NaN in one row of A to other rows at this size; the fallback zeroes them first."""
+    a = torch.randn(2, 96, 1000).to(BF16)
+    b = torch.randn(2, 400, 1000).to(BF16)
+    masked_m = torch.tensor([50, 96], dtype=torch.int32)
+    a[0, 50:] = float("nan")
+    d = TORCH.run(a, b, masked_m, 48)
+    assert not d.isnan().any()
+    assert_bf16_close(d[0, :50], torch.bmm(a[:1, :50], b[:1].transpose(1, 2))[0])

@@ -30,7 +30,7 @@ from moebake.errors import MoebakeError
 from moebake.layouts.gate_up import pad_to, split_halves, stack_halves
 from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve.dispatch import combine, dispatch, expected_m
-from moebake.serve.masked_gemm import MaskedGemm, get_backend
+from moebake.serve.masked_gemm import MaskedGemm, get_backend, valid_rows
 from moebake.serve.staged_reader import LoadStats
 
 TENSORS = ("w13_weight", "w2_weight")
@@ -41,11 +41,6 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     gate, up = gate_up.chunk(2, dim=-1)
     h = F.silu(gate.float(), inplace=True)
     return h.mul_(up).to(torch.bfloat16)
-
-
-def valid_rows(masked_m: torch.Tensor, t_max: int) -> torch.Tensor:
-    """Bool ``[E, t_max, 1]``: row ``t`` of expert ``e`` holds a token (``t < masked_m[e]``); no host sync."""
-    return (torch.arange(t_max, device=masked_m.device)[None, :] < masked_m[:, None])[..., None]
 
 
 class DeepEPBf16Experts:

@@ -15,6 +15,9 @@ Two backends with that contract (:class:`MaskedGemm`):
   are stored whole, so a partial tile would spill into the next group) and ``K % 64 == 0`` (SM90
   BF16 kernel assert), recorded as ``m_align`` / ``k_align``. It skips the tiles past masked_m.
 * ``torch``: ``torch.bmm`` over all ``M`` rows (fp32 accumulation, BF16 result); any device, any shape.
+  The rows past masked_m are zeroed first: torch's CPU BF16 GEMM lets a NaN in one row of ``a``
+  reach other rows of ``d`` (seen with torch 2.13 from about K = 1000, M = 96), and DeepEP leaves
+  those rows uninitialised.
 
 :func:`default_backend` picks DeepGEMM when it imports and the device is a CUDA SM90/SM100 GPU,
 the torch fallback otherwise; :func:`deep_gemm_status` says why DeepGEMM was not usable.
@@ -57,8 +60,13 @@ def deep_gemm_status() -> tuple[ModuleType | None, str]:
     return deep_gemm, ""
 
 
+def valid_rows(masked_m: torch.Tensor, t_max: int) -> torch.Tensor:
+    """Bool ``[G, t_max, 1]``: row ``t`` of group ``g`` is valid (``t < masked_m[g]``); no host sync."""
+    return (torch.arange(t_max, device=masked_m.device)[None, :] < masked_m[:, None])[..., None]
+
+
 def _torch_run(a: torch.Tensor, b: torch.Tensor, masked_m: torch.Tensor, expected_m: int) -> torch.Tensor:
-    return torch.bmm(a, b.transpose(1, 2))
+    return torch.bmm(a.masked_fill(~valid_rows(masked_m, a.shape[1]), 0), b.transpose(1, 2))
 
 
 def _deep_gemm_run(a: torch.Tensor, b: torch.Tensor, masked_m: torch.Tensor, expected_m: int) -> torch.Tensor:
