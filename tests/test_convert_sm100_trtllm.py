@@ -24,7 +24,6 @@ from moebake.convert.targets import sm100_trtllm
 from moebake.formats import open_source
 from moebake.synthetic import write_deepseek_v4
 
-pytestmark = pytest.mark.oracle
 EXPERT_TENSOR = re.compile(r"\.experts\.(\d+\.|gate_up_proj_|down_proj_)")  # routed-expert source tensors
 
 
@@ -125,6 +124,7 @@ def check(source, out, expected_by_prefix):
     return manifest
 
 
+@pytest.mark.oracle
 def test_gpt_oss_equals_sglang_style_construction(gpt_oss_tiny, tmp_path):
     out = tmp_path / "out"
     convert(gpt_oss_tiny, out, ConvertOptions("sm100-trtllm", chunk_bytes=1 << 16), progress=False)
@@ -133,6 +133,7 @@ def test_gpt_oss_equals_sglang_style_construction(gpt_oss_tiny, tmp_path):
     assert manifest["layers"][0]["tensors"]["w13_weight"]["gate_up_order"] == "up_gate_pairs"
 
 
+@pytest.mark.oracle
 def test_gpt_oss_hidden_multiple_256_like_sglang_0_5_23(gpt_oss_tiny, tmp_path):
     out = tmp_path / "out"
     convert(gpt_oss_tiny, out, ConvertOptions("sm100-trtllm", hidden_multiple=256, intermediate_multiple=256), progress=False)
@@ -140,6 +141,7 @@ def test_gpt_oss_hidden_multiple_256_like_sglang_0_5_23(gpt_oss_tiny, tmp_path):
     check(gpt_oss_tiny, out, lambda prefix: sglang_gpt_oss_layer(src, prefix, 160, 96, 256, 256))
 
 
+@pytest.mark.oracle
 def test_deepseek_v4_equals_sglang_style_construction(tmp_path):
     source = write_deepseek_v4(tmp_path / "src", num_layers=2, num_experts=3, hidden=256, intermediate=128, mtp_layers=1)
     out = tmp_path / "out"
