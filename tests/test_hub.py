@@ -173,6 +173,16 @@ def test_card_of_a_local_source_names_no_base_model_and_no_path(baked, tmp_path,
     assert str(gpt_oss_tiny.parent) not in card and f"`{gpt_oss_tiny.name}`" in card
 
 
+def test_card_shows_moebake_serve_only_for_targets_it_runs(baked, monkeypatch):
+    from moebake.serve import RUNTIMES
+
+    manifest = json.loads((baked / "moebake.json").read_text())
+    assert "moebake.serve.open(" in render_model_card(manifest, "acme/tiny")
+    monkeypatch.delitem(RUNTIMES, "sm90-cutlass")
+    card = render_model_card(manifest, "acme/tiny")
+    assert "moebake.serve" not in card and "## Load it in an engine" in card
+
+
 def test_write_model_card_keeps_verify_green_and_the_source_licence(gpt_oss_copy, tmp_path):
     (gpt_oss_copy / "README.md").write_text("---\nlicense: apache-2.0\n---\n# The source model\n")
     out = tmp_path / "out"

@@ -5,7 +5,8 @@ repo id or a Hugging Face cache snapshot path), ``base_model_relation: quantized
 lists the repo among the source's quantizations), ``library_name: moebake``, ``tags`` (moebake,
 the target, the source format, ...) and the source's ``license`` when the output carries the
 source's card. Body: target kernel and GPU, FlashInfer layout id, padding, the expert tensors, and
-how to check and load the checkpoint with moebake and with an engine.
+how to check the checkpoint, load it with ``moebake.serve`` (when it has a runtime for the target)
+and install it in an engine.
 
 :func:`write_model_card` writes it into the output as ``README.md`` and records it in
 ``moebake.json`` (so ``verify`` keeps passing, here and after a download).
@@ -65,8 +66,9 @@ def render_model_card(manifest: dict, repo_id: str, license_id: str | None = Non
         "---", data.to_yaml(), "---", "",
         f"# {name}", "",
         f"The expert weights of {source_ref}{revision}, pre-baked offline by moebake into the exact byte "
-        f"layout of {kernel_description(target)}, so they load with zero processing. Bit-exact: every "
-        "baked expert tensor inverts to the source's bytes, and re-baking the source reproduces every byte.", "",
+        f"layout of {kernel_description(target)}, so they load with zero processing. `moebake verify --source` "
+        "proves them bit-exact: every baked expert tensor inverts to the source's bytes, and re-baking the "
+        "source reproduces every byte of every tensor here.", "",
         "| | |", "|---|---|",
         f"| target | `{target}` (moebake layout version {manifest['target_layout_version']}) |",
         f"| kernel and GPU | {kernel_description(target)} |",
@@ -94,14 +96,7 @@ def render_model_card(manifest: dict, repo_id: str, license_id: str | None = Non
         f"moebake verify {name} --source {source_arg}   # bit-exact against the source",
         f"moebake inspect {name}",
         "```", "",
-        "## Load it with moebake", "",
-        "```python",
-        "import moebake.serve",
-        "from huggingface_hub import snapshot_download",
-        "",
-        f"ckpt = moebake.serve.open(snapshot_download(\"{repo_id}\"))",
-        f"experts = ckpt.load_experts({first['index']}, device=\"cuda\")  # forward(hidden_states, topk_ids, topk_weights)",
-        "```", "",
+        *_serve_section(target, repo_id, first["index"]),
         "## Load it in an engine", "",
         "The expert tensors carry SGLang's parameter names for this kernel path, already in the kernel's "
         "layout: an engine installs them with `param.copy_(tensor)` and skips its own load-time re-layout "
@@ -110,6 +105,25 @@ def render_model_card(manifest: dict, repo_id: str, license_id: str | None = Non
         "repo as a plain checkpoint: it would re-lay-out the already baked experts.", "",
     ]
     return "\n".join(lines)
+
+
+def _serve_section(target: str, repo_id: str, layer: int) -> list[str]:
+    """How to load it with moebake's GPU runtime, when ``moebake.serve`` has one for ``target``."""
+    from moebake.serve import RUNTIMES
+
+    if target not in RUNTIMES:
+        return []
+    return [
+        "## Load it with moebake", "",
+        "```python",
+        "import moebake.serve",
+        "from huggingface_hub import snapshot_download",
+        "",
+        f"ckpt = moebake.serve.open(snapshot_download(\"{repo_id}\"))",
+        f"experts = ckpt.load_experts({layer}, device=\"cuda\")",
+        "out = experts.forward(hidden_states, topk_ids, topk_weights)",
+        "```", "",
+    ]
 
 
 def write_model_card(out: str | os.PathLike, repo_id: str) -> str:
