@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from moebake.formats.nvfp4_gate_up import Rounding, rescale_block_scales, round_to_e4m3, share_global
+from moebake.formats.nvfp4_gate_up import RoundingBound, rescale_block_scales, round_to_e4m3, rounding_bound, share_global
 
 E4M3 = torch.float8_e4m3fn
 ALL_FINITE_POSITIVE = torch.arange(0x7F, dtype=torch.uint8)  # +0 .. 448
@@ -49,22 +49,31 @@ def test_share_global_keeps_the_larger_and_rescales_the_other_half():
 
 def test_power_of_two_ratio_of_normal_scales_is_exact():
     scales = torch.arange(0x40, 0x7F, dtype=torch.uint8)  # 2 .. 448, far above the subnormal range
-    rescaled, rounding = rescale_block_scales(scales, 1.0, 8.0)
-    assert rounding == Rounding(0.0, 0)
-    assert torch.equal(rescaled, scales - 3 * 8)  # exponent field (bits 3..6) minus 3, mantissa unchanged
+    assert torch.equal(rescale_block_scales(scales, 1.0, 8.0), scales - 3 * 8)  # exponent field (bits 3..6) minus 3
+    assert rounding_bound(1.0, 8.0).max_relative_error == 0.0
 
 
-def test_dequantized_values_move_by_at_most_the_reported_rounding():
-    scales = torch.arange(1, 0x7F, dtype=torch.uint8)
-    small, large = float(torch.tensor(0.000123)), float(torch.tensor(0.000456))  # F32 globals
-    rescaled, rounding = rescale_block_scales(scales, small, large)
-    before = scales.view(E4M3).double() * small
-    after = rescaled.view(E4M3).double() * large
-    kept = rescaled != 0
-    relative = ((after - before).abs() / before)[kept]
-    assert float(relative.max()) == pytest.approx(rounding.max_relative_error, rel=1e-12)
-    assert rounding.flushed_to_zero == int((~kept).sum()) > 0
-    assert torch.equal(rescaled, brute_force_e4m3(before / large))
+@pytest.mark.parametrize("small, large", [(0.000123, 0.000456), (1.0, 3.0), (0.3, 1.0), (1.0, 1.0)])
+def test_bound_is_what_rescaling_every_e4m3_value_does(small, large):
+    small, large = float(torch.tensor(small)), float(torch.tensor(large))  # F32 globals
+    scales = ALL_FINITE_POSITIVE[1:]  # every positive finite block scale
+    rescaled = rescale_block_scales(scales, small, large)
+    exact = scales.view(E4M3).double() * small / large
+    assert torch.equal(rescaled, brute_force_e4m3(exact))
+    value = rescaled.view(E4M3).double()
+    normal = exact >= 2.0 ** -6
+    bound = rounding_bound(small, large)
+    assert bound.max_relative_error == float(((value - exact).abs() / exact)[normal].max())
+    assert bound.subnormal_below == float(scales.view(E4M3).double()[normal].min())
+    assert bound.zero_at_or_below == (float(scales.view(E4M3).double()[value == 0].max()) if bool((value == 0).any()) else 0.0)
+    if small == large:
+        assert bound == RoundingBound(0.0, 2.0 ** -6, 0.0)
+
+
+def test_bounds_merge_to_the_worst_case():
+    merged = rounding_bound(1.0, 3.0).merge(rounding_bound(1.0, 8.0))
+    assert merged.max_relative_error == rounding_bound(1.0, 3.0).max_relative_error > 0 == rounding_bound(1.0, 8.0).max_relative_error
+    assert merged.zero_at_or_below == rounding_bound(1.0, 8.0).zero_at_or_below > rounding_bound(1.0, 3.0).zero_at_or_below
 
 
 def test_rejects_nan_or_negative_block_scales_and_ratios_above_one():

@@ -34,7 +34,7 @@ import torch
 
 from moebake.errors import MoebakeError
 from moebake.formats.checkpoint import CONFIG_NAME, EXPERT_INDEX, SourceCheckpoint
-from moebake.formats.nvfp4_gate_up import Rounding, SharedGlobal, rescale_block_scales, share_global
+from moebake.formats.nvfp4_gate_up import RoundingBound, SharedGlobal, rescale_block_scales, rounding_bound, share_global
 
 FORMAT_NAME = "modelopt-nvfp4"
 SIDECAR_NAME = "hf_quant_config.json"
@@ -116,13 +116,13 @@ class ModelOptNvfp4Model:
             self._shared[key] = share_global(gate, up)
         return self._shared[key]
 
-    def block_scales(self, layer: NvFp4Layer, expert: int, proj: str) -> tuple[torch.Tensor, Rounding]:
-        """uint8 E4M3 block scales ``[N, K/16]`` of one projection as baked, and what rescaling rounded."""
+    def block_scales(self, layer: NvFp4Layer, expert: int, proj: str) -> torch.Tensor:
+        """uint8 E4M3 block scales ``[N, K/16]`` of one projection, as baked (rescaled for the smaller gate/up global)."""
         name = layer.name(expert, proj, "weight_scale")
         scales = self.read(name)
         shared = self.shared_global(layer, expert) if proj != "down" else None
         if shared is None or shared.rescaled_half != proj:
-            return scales, Rounding()
+            return scales
         try:
             return rescale_block_scales(scales, shared.scaled_global, shared.shared)
         except ValueError as err:
@@ -131,7 +131,7 @@ class ModelOptNvfp4Model:
     def consumed(self, layer: NvFp4Layer, expert: int, proj: str, part: str) -> torch.Tensor:
         """The tensor targets bake: the file's, except gate/up globals made one (module docstring)."""
         if part == "weight_scale":
-            return self.block_scales(layer, expert, proj)[0]
+            return self.block_scales(layer, expert, proj)
         if part == "weight_scale_2" and proj != "down":
             return torch.full(self.scalar_shape, self.shared_global(layer, expert).shared, dtype=torch.float32)
         return self.read(layer.name(expert, proj, part))
@@ -146,17 +146,19 @@ class ModelOptNvfp4Model:
         return torch.stack([self.consumed(layer, e, match["proj"], match["part"]) for e in range(start, stop)])
 
     def reconciliation(self, layer: NvFp4Layer) -> dict:
-        """Which experts of ``layer`` get their gate/up globals made one, from the globals alone:
-        ``rescaled_gate``/``rescaled_up`` expert ids and ``max_relative_change`` = 1 - smallest ratio."""
+        """How ``layer``'s gate/up globals are made one, from the globals alone (no block scale is read):
+        ``rescaled_gate``/``rescaled_up`` expert ids, ``max_relative_change`` = 1 - the smallest ratio,
+        and the :class:`~moebake.formats.nvfp4_gate_up.RoundingBound` fields over the rescaled experts."""
         rescaled = {"gate": [], "up": []}
-        smallest_ratio = 1.0
+        smallest_ratio, bound = 1.0, RoundingBound()
         for expert in range(self.num_experts):
             shared = self.shared_global(layer, expert)
             if shared.rescaled_half is not None:
                 rescaled[shared.rescaled_half].append(expert)
                 smallest_ratio = min(smallest_ratio, shared.ratio)
+                bound = bound.merge(rounding_bound(shared.scaled_global, shared.shared))
         return {"experts_rescaled": len(rescaled["gate"]) + len(rescaled["up"]), "rescaled_gate": rescaled["gate"],
-                "rescaled_up": rescaled["up"], "max_relative_change": 1.0 - smallest_ratio}
+                "rescaled_up": rescaled["up"], "max_relative_change": 1.0 - smallest_ratio, **vars(bound)}
 
 
 def read_quant_config(checkpoint: SourceCheckpoint) -> QuantConfig | None:

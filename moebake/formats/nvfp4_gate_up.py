@@ -12,7 +12,8 @@ halves then share::
 ``s / S <= 1``, so no block scale can overflow E4M3 (max 448). The product is formed in float64
 (exact up to one rounding at 2**-53) and rounded to the nearest E4M3 value, ties to even. It is
 exact when ``s / S`` is a power of two and the product stays a normal E4M3 number; otherwise the
-rounding is measured (largest relative error, non-zero scales flushed to zero) for the report.
+rounding is reported, from the ratios alone, as a bound over every value a block scale can hold
+(:func:`rounding_bound`).
 """
 
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 E4M3_MAX = 448.0
+E4M3_MIN_NORMAL = 2.0 ** -6
 _POSITIVE_CODES = torch.arange(0x7F, dtype=torch.uint8)  # 0x00..0x7E: +0 and every positive finite E4M3
 _POSITIVE_VALUES = _POSITIVE_CODES.view(torch.float8_e4m3fn).double()  # ascending with the code
 
@@ -59,32 +61,47 @@ def share_global(gate_global: float, up_global: float) -> SharedGlobal:
     return SharedGlobal(up_global, "gate", gate_global)
 
 
-@dataclass(frozen=True)
-class Rounding:
-    """What rescaling did to a set of block scales: largest relative error of a non-zero result's
-    value vs the exact product, and how many non-zero products rounded to zero."""
+def rescale_block_scales(scales: torch.Tensor, scaled_global: float, shared: float) -> torch.Tensor:
+    """E4M3 block-scale bytes (uint8, any shape) -> bytes of ``scales * scaled_global / shared``, rounded.
 
-    max_relative_error: float = 0.0
-    flushed_to_zero: int = 0
-
-    def merge(self, other: "Rounding") -> "Rounding":
-        return Rounding(max(self.max_relative_error, other.max_relative_error), self.flushed_to_zero + other.flushed_to_zero)
-
-
-def rescale_block_scales(scales: torch.Tensor, scaled_global: float, shared: float) -> tuple[torch.Tensor, Rounding]:
-    """E4M3 block-scale bytes (uint8, any shape) -> bytes of ``scales * scaled_global / shared``, and the rounding.
-
-    Raises ValueError if a scale is negative or NaN (not a valid NVFP4 block scale) or the ratio exceeds 1.
+    Raises ValueError if a scale is negative or NaN (not a valid NVFP4 block scale) or the ratio is not in (0, 1].
     """
     if not 0 < scaled_global <= shared:
         raise ValueError(f"rescale ratio {scaled_global}/{shared} is not in (0, 1]")
     if bool((scales >= 0x7F).any()):
-        raise ValueError("block scales must be non-negative finite E4M3 values")
-    exact = scales.view(torch.float8_e4m3fn).double() * scaled_global / shared
-    rounded = round_to_e4m3(exact)
-    value = rounded.view(torch.float8_e4m3fn).double()
-    nonzero = exact > 0
-    flushed = int((nonzero & (rounded == 0)).sum())
-    kept = nonzero & (rounded != 0)
-    error = float(((value - exact).abs()[kept] / exact[kept]).max()) if bool(kept.any()) else 0.0
-    return rounded, Rounding(error, flushed)
+        raise ValueError("block scales must be positive-signed finite E4M3 values")
+    return round_to_e4m3(scales.view(torch.float8_e4m3fn).double() * scaled_global / shared)
+
+
+@dataclass(frozen=True)
+class RoundingBound:
+    """What rescaling by a set of ratios can do to a block scale, over every value E4M3 can hold
+    (so it bounds any checkpoint's actual block scales, without reading them):
+
+    ``max_relative_error``: largest relative error of a result whose exact value is in E4M3's normal
+    range (>= 2**-6); 0 exactly when every ratio is a power of two. ``subnormal_below``: block scales
+    below this land in the subnormal range (fewer significant bits, larger relative error; above 448
+    if all do).
+    ``zero_at_or_below``: block scales up to this become zero (0 if none can).
+    """
+
+    max_relative_error: float = 0.0
+    subnormal_below: float = 0.0
+    zero_at_or_below: float = 0.0
+
+    def merge(self, other: "RoundingBound") -> "RoundingBound":
+        return RoundingBound(*(max(a, b) for a, b in zip(vars(self).values(), vars(other).values())))
+
+
+def rounding_bound(scaled_global: float, shared: float) -> RoundingBound:
+    """:class:`RoundingBound` of :func:`rescale_block_scales` with this ratio, over all positive finite E4M3 values."""
+    values = _POSITIVE_VALUES[1:]
+    exact = values * scaled_global / shared
+    result = round_to_e4m3(exact).view(torch.float8_e4m3fn).double()
+    normal = exact >= E4M3_MIN_NORMAL
+    zero = result == 0
+    return RoundingBound(
+        float(((result - exact).abs() / exact)[normal].max()) if bool(normal.any()) else 0.0,
+        float(values[normal].min()) if bool(normal.any()) else 2 * E4M3_MAX,
+        float(values[zero].max()) if bool(zero.any()) else 0.0,
+    )

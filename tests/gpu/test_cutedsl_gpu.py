@@ -52,9 +52,9 @@ def test_scales_equal_block_scale_interleave(bakes, target):
     model = open_source(bakes / "src")
     layer = model.layers[0]
     order = get_target(target).ORDER
-    gate = torch.stack([model.block_scales(layer, e, "gate")[0] for e in range(E)])
-    up = torch.stack([model.block_scales(layer, e, "up")[0] for e in range(E)])
-    down = torch.stack([model.block_scales(layer, e, "down")[0] for e in range(E)])
+    gate = torch.stack([model.block_scales(layer, e, "gate") for e in range(E)])
+    up = torch.stack([model.block_scales(layer, e, "up") for e in range(E)])
+    down = torch.stack([model.block_scales(layer, e, "down") for e in range(E)])
     baked = load(bakes / target)
     for short, linear in (("w13_weight_scale", order.rows(gate, up)), ("w2_weight_scale", down)):
         expected = flashinfer.block_scale_interleave(linear.cuda()).cpu().reshape(E, -1)

@@ -33,7 +33,6 @@ from moebake.convert.plan import OutputTensor
 from moebake.errors import MoebakeError
 from moebake.formats.checkpoint import EXPERT_INDEX, per_expert_names
 from moebake.formats.modelopt_nvfp4 import FORMAT_NAME, GROUP_SIZE, ModelOptNvfp4Model, NvFp4Layer
-from moebake.formats.nvfp4_gate_up import Rounding
 from moebake.layouts.block_scale_swizzle import swizzle_128x4, unswizzle_128x4
 
 HIDDEN_MULTIPLE, INTERMEDIATE_MULTIPLE = 128, 64
@@ -81,11 +80,12 @@ def plan_layers(target: str, model, options: ConvertOptions, order: W13Order,
     E = model.num_experts
     tensors, records = [], []
     for layer in model.layers:
-        specs, stats = _layer_specs(model, layer, options, order, derive)
+        specs = _layer_specs(model, layer, options, order, derive)
         record = {"index": layer.index, "prefix": layer.prefix, "experts": E,
                   "hidden": model.hidden_size, "hidden_padded": model.hidden_size,
                   "intermediate": model.intermediate_size, "intermediate_padded": model.intermediate_size,
-                  "scalar_shape": list(model.scalar_shape), "gate_up_global_scale": stats, "tensors": {}}
+                  "scalar_shape": list(model.scalar_shape), "gate_up_global_scale": model.reconciliation(layer),
+                  "tensors": {}}
         for short, dtype, shape, sources, produce, gate_up_order in specs:
             names = tuple(name for pattern in sources for name in per_expert_names(pattern, E))
             tensors.append(OutputTensor(layer.prefix + short, dtype, shape, names, produce))
@@ -96,12 +96,9 @@ def plan_layers(target: str, model, options: ConvertOptions, order: W13Order,
 
 
 def _layer_specs(model: ModelOptNvfp4Model, layer: NvFp4Layer, options: ConvertOptions, order: W13Order, derive):
-    """``(short name, dtype, shape, source patterns, producer, gate_up_order)`` of one layer, and its
-    gate/up global-scale report (rounding filled in once the W13 block scales have been produced)."""
+    """``(short name, dtype, shape, source patterns, producer, gate_up_order)`` of one layer's tensors."""
     E, H, I = model.num_experts, model.hidden_size, model.intermediate_size
     step = max(1, options.chunk_bytes // (I * H))  # one expert's gate + up weights: 2 * I * H/2 bytes
-    stats = model.reconciliation(layer)
-    stats.update(max_rounding_error=None if stats["experts_rescaled"] else 0.0, flushed_to_zero=0)
 
     def stack(proj, part, start, stop):
         return torch.stack([model.consumed(layer, e, proj, part) for e in range(start, stop)])
@@ -109,18 +106,9 @@ def _layer_specs(model: ModelOptNvfp4Model, layer: NvFp4Layer, options: ConvertO
     def w13_weight(start, stop):
         return order.rows(stack("gate", "weight", start, stop), stack("up", "weight", start, stop))
 
-    def w13_scale():
-        rounding = Rounding()
-        for start in range(0, E, step):
-            stop = min(start + step, E)
-            halves = {}
-            for proj in ("gate", "up"):
-                scales = [model.block_scales(layer, e, proj) for e in range(start, stop)]
-                halves[proj] = torch.stack([s for s, _ in scales])
-                rounding = functools.reduce(Rounding.merge, (r for _, r in scales), rounding)
-            yield swizzle_128x4(order.rows(halves["gate"], halves["up"])).reshape(stop - start, 2 * I, H // GROUP_SIZE)
-        if stats["experts_rescaled"]:
-            stats.update(max_rounding_error=rounding.max_relative_error, flushed_to_zero=rounding.flushed_to_zero)
+    def w13_scale(start, stop):
+        rows = order.rows(stack("gate", "weight_scale", start, stop), stack("up", "weight_scale", start, stop))
+        return swizzle_128x4(rows).reshape(stop - start, 2 * I, H // GROUP_SIZE)
 
     def w2_weight(start, stop):
         return stack("down", "weight", start, stop)
@@ -155,7 +143,7 @@ def _layer_specs(model: ModelOptNvfp4Model, layer: NvFp4Layer, options: ConvertO
         ("w13_weight", "U8", (E, 2 * I, H // 2), (pattern("gate", "weight"), pattern("up", "weight")),
          _expert_ranges(E, step, w13_weight), order.tag),
         ("w13_weight_scale", "F8_E4M3", (E, 2 * I, H // GROUP_SIZE), (pattern("gate", "weight_scale"), pattern("up", "weight_scale")),
-         w13_scale, order.tag),
+         _expert_ranges(E, step, w13_scale), order.tag),
         ("w2_weight", "U8", (E, H, I // 2), (pattern("down", "weight"),), _expert_ranges(E, step, w2_weight), None),
         ("w2_weight_scale", "F8_E4M3", (E, H, I // GROUP_SIZE), (pattern("down", "weight_scale"),),
          _expert_ranges(E, step, w2_scale), None),
@@ -166,7 +154,7 @@ def _layer_specs(model: ModelOptNvfp4Model, layer: NvFp4Layer, options: ConvertO
     for short, shape in [*shapes.items(), *((name, tuple(t.shape)) for name, t in derived.items())]:
         order_tag = "gate_up" if short in ("w13_weight_scale_2", "w13_input_scale") else None
         specs.append((short, "F32", shape, scalar_sources.get(short, all_sources), scalar(short), order_tag))
-    return specs, stats
+    return specs
 
 
 def restore_layer(record: dict, baked: dict[str, torch.Tensor], order: W13Order) -> dict[str, torch.Tensor]:
@@ -205,8 +193,8 @@ def gate_up_summary(manifest: dict) -> str | None:
     rescaled = sum(r["experts_rescaled"] for r in reports)
     if not rescaled:
         return f"gate/up global scales: already one per expert in all {experts} experts"
-    errors = [r["max_rounding_error"] for r in reports if r["experts_rescaled"]]
-    rounding = ("not measured (layers re-used by --resume)" if None in errors else
-                f"largest relative error {max(errors):.2%}, {sum(r['flushed_to_zero'] for r in reports)} non-zero block scales flushed to zero")
-    return (f"gate/up global scales made one in {rescaled} of {experts} experts: the smaller half's block scales "
-            f"rescaled (largest relative change {max(r['max_relative_change'] for r in reports):.2%}); E4M3 rounding: {rounding}")
+    worst = {key: max(r[key] for r in reports) for key in ("max_relative_change", "max_relative_error", "subnormal_below", "zero_at_or_below")}
+    return (f"gate/up global scales made one in {rescaled} of {experts} experts: the smaller half's block scales rescaled "
+            f"(largest relative change {worst['max_relative_change']:.2%}); E4M3 rounding of any block scale >= "
+            f"{worst['subnormal_below']:.3g}: at most {worst['max_relative_error']:.2%}; smaller ones lose precision, "
+            f"those <= {worst['zero_at_or_below']:.3g} become 0")
