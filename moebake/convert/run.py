@@ -4,6 +4,12 @@ OUT is built in the sibling ``.OUT.partial`` and renamed into place only when co
 is detected while planning, before anything is written; a MoebakeError removes the staging
 directory. After an interruption the staging directory stays, and ``resume=True`` re-uses every
 shard whose recorded SHA-256 still matches, when the source and options are unchanged.
+
+Shards are baked one after another in this process, or by ``workers`` processes in parallel
+(:mod:`moebake.convert.workers`); either way each source shard is hashed from the bytes the
+conversion reads (:class:`moebake.convert.hashing.StreamHash`), and stage times go to
+:data:`moebake.convert.stages.STAGES`. ``workers`` is not a conversion option: it changes no output
+byte, so it is neither in the manifest nor in the resume fingerprint.
 """
 
 import hashlib
@@ -16,14 +22,14 @@ from pathlib import Path
 from tqdm import tqdm
 
 import moebake
-from moebake.convert.hashing import file_sha256, hash_files_in_background
+from moebake.convert.conversion import open_conversion
+from moebake.convert.hashing import file_sha256
 from moebake.convert.manifest import MANIFEST_NAME, SCHEMA, utc_now, write_manifest
 from moebake.convert.options import ConvertOptions
-from moebake.convert.plan import assign_shards
-from moebake.convert.targets import get_target
+from moebake.convert.stages import STAGES
+from moebake.convert.workers import bake_in_workers
 from moebake.convert.writer import write_shard
 from moebake.errors import MoebakeError
-from moebake.formats import open_source
 from moebake.formats.checkpoint import INDEX_NAME
 from moebake.layouts.flashinfer_versions import DESCRIPTIONS
 
@@ -51,35 +57,42 @@ def convert(
     progress: bool = True,
     source_location: str | None = None,
     source_revision: str | None = None,
+    workers: int = 1,
 ) -> dict:
-    """Convert checkpoint ``source`` into ``out``; returns the manifest written to ``out/moebake.json``."""
+    """Convert checkpoint ``source`` into ``out``; returns the manifest written to ``out/moebake.json``.
+
+    ``workers`` > 1 bakes shards in that many processes in parallel.
+    """
     out = Path(out)
     check_out_free(out, overwrite)
-    target = get_target(options.target)
-    model = open_source(source, getattr(target, "SOURCE_FORMATS", None))
-    checkpoint = model.checkpoint
-    converted, layers = target.plan(model, options)
-    shards = assign_shards(checkpoint, converted, options.chunk_bytes)
+    STAGES.reset()
+    conversion = open_conversion(source, options)
+    model, target, checkpoint = conversion.model, conversion.target, conversion.checkpoint
+    shards, layers = conversion.shards, conversion.layers
 
     staging = staging_dir(out)
     fingerprint = _fingerprint(checkpoint, options)
-    done = _resumable_shards(staging, fingerprint) if resume else {}
+    done, source_hashes = _resumable_shards(staging, fingerprint) if resume else ({}, {})
     if not done and staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True, exist_ok=True)
-    source_files = {name: checkpoint.root / name for name in (*checkpoint.shards, *checkpoint.side_files)}
-    if (checkpoint.root / INDEX_NAME).is_file():
-        source_files[INDEX_NAME] = checkpoint.root / INDEX_NAME
-    source_hashes = hash_files_in_background(source_files)
     try:
         with tqdm(total=sum(s.nbytes for s in shards), unit="B", unit_scale=True, unit_divisor=1024,
                   desc=f"baking {options.target}", disable=not progress) as bar:
-            for shard in shards:
-                if shard.file_name in done:
-                    bar.update(shard.nbytes)
-                    continue
-                done[shard.file_name] = write_shard(shard, staging / shard.file_name, bar.update)
-                _save_progress(staging, fingerprint, done)
+            bar.update(sum(s.nbytes for s in shards if s.file_name in done))
+            todo = [s for s in shards if s.file_name not in done]
+
+            def finished(name: str, digest: str, source_digest: str | None) -> None:
+                done[name] = digest
+                if source_digest is not None:
+                    source_hashes[name] = source_digest
+                _save_progress(staging, fingerprint, done, source_hashes)
+
+            if workers > 1 and len(todo) > 1:
+                bake_in_workers(source, options, [s.file_name for s in todo], staging, workers, bar.update, finished)
+            else:
+                for shard in todo:
+                    finished(shard.file_name, *conversion.bake(shard, staging / shard.file_name, bar.update, write_shard))
         files = {name: {"sha256": digest, "bytes": (staging / name).stat().st_size} for name, digest in done.items()}
         _write_index(staging, shards)
         for name in checkpoint.side_files:
@@ -97,7 +110,7 @@ def convert(
                 "format": model.format_name,
                 "location": source_location or str(Path(source).resolve()),
                 "revision": source_revision or _revision_from_path(Path(source).resolve()),
-                "files": source_hashes.result(),
+                "files": _source_files(checkpoint, source_hashes),
             },
             "options": options.as_dict(),
             "activation": model.activation(),
@@ -120,21 +133,32 @@ def _fingerprint(checkpoint, options: ConvertOptions) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _resumable_shards(staging: Path, fingerprint: str) -> dict[str, str]:
-    """Finished shards in ``staging`` whose bytes still hash to what was recorded."""
+def _resumable_shards(staging: Path, fingerprint: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Finished shards in ``staging`` whose bytes still hash to what was recorded, and the recorded
+    source shard hashes (the fingerprint vouches that those files are unchanged)."""
     try:
         record = json.loads((staging / PROGRESS_NAME).read_text())
     except (OSError, ValueError):
-        return {}
+        return {}, {}
     if record.get("fingerprint") != fingerprint:
-        return {}
-    return {name: digest for name, digest in record.get("shards", {}).items()
+        return {}, {}
+    done = {name: digest for name, digest in record.get("shards", {}).items()
             if (staging / name).is_file() and file_sha256(staging / name) == digest}
+    return done, dict(record.get("sources", {}))
 
 
-def _save_progress(staging: Path, fingerprint: str, done: dict[str, str]) -> None:
+def _source_files(checkpoint, hashed: dict[str, str]) -> dict[str, str]:
+    """``{file name: sha256}`` of the source's shards, side files and index; shards not hashed while
+    converting (none, unless resumed or not mirrored by an output shard) are read here."""
+    names = [*checkpoint.shards, *checkpoint.side_files]
+    if (checkpoint.root / INDEX_NAME).is_file():
+        names.append(INDEX_NAME)
+    return {name: hashed.get(name) or file_sha256(checkpoint.root / name) for name in names}
+
+
+def _save_progress(staging: Path, fingerprint: str, done: dict[str, str], sources: dict[str, str]) -> None:
     temporary = staging / (PROGRESS_NAME + ".tmp")
-    temporary.write_text(json.dumps({"fingerprint": fingerprint, "shards": done}))
+    temporary.write_text(json.dumps({"fingerprint": fingerprint, "shards": done, "sources": sources}))
     os.replace(temporary, staging / PROGRESS_NAME)
 
 

@@ -1,42 +1,131 @@
 """Streaming safetensors writer: header first (from the planned shapes), then one chunk at a time.
 
 ``safetensors.torch.save_file`` needs every tensor of a shard in memory; here the header is
-computed from the plan and each tensor's bytes are streamed from its producer, so memory is
-bounded by one chunk. The file's SHA-256 is computed over exactly the bytes written.
+computed from the plan and each tensor's bytes are streamed from its producer. The caller's thread
+produces chunk ``i + 1`` (reads and transforms) while a writer thread hashes and writes chunk ``i``
+(hashlib and file writes release the GIL, so the two run on separate cores). At most
+:data:`QUEUE_DEPTH` finished chunks wait between them, so memory stays bounded by a few chunks.
+The file's SHA-256 is computed over exactly the bytes written.
 """
 
 import hashlib
 import os
-from collections.abc import Callable
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
 
 import torch
 
 from moebake.convert.plan import OutputShard
+from moebake.convert.stages import STAGES
 from moebake.formats.safetensors_file import encode_header
 
+_fdatasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 SHARD_METADATA = {"format": "pt"}  # transformers refuses shards whose metadata lacks a known format
+QUEUE_DEPTH = 2
+SYNC_EVERY = 256 << 20
+"""The writer thread flushes written bytes to the disk (``fdatasync``) every this many bytes: the
+disk writes while the CPU works, the final ``fsync`` is short, and dirty pages stay few."""
 
 
 def write_shard(shard: OutputShard, path: str | os.PathLike, on_bytes: Callable[[int], None] = lambda n: None) -> str:
     """Write ``shard`` to ``path`` (fsynced) and return the file's SHA-256 hex digest.
 
-    ``on_bytes(n)`` is called after each chunk with the number of data bytes just written.
+    ``on_bytes(n)`` is called (from the writer thread) after each chunk with the number of data
+    bytes just written.
     """
     header, _ = encode_header([(t.name, t.dtype, t.shape) for t in shard.tensors], SHARD_METADATA)
-    digest = hashlib.sha256(header)
     with open(path, "wb") as f:
         f.write(header)
-        for tensor in shard.tensors:
-            written = 0
-            for chunk in tensor.produce():
-                data = memoryview(chunk.contiguous().view(-1).view(torch.uint8).numpy())
-                digest.update(data)
-                f.write(data)
-                written += len(data)
-                on_bytes(len(data))
-            if written != tensor.nbytes:
-                raise AssertionError(f"producer of {tensor.name} wrote {written} bytes, planned {tensor.nbytes}")
-        f.flush()
-        os.fsync(f.fileno())
-    return digest.hexdigest()
+        writer = _WriterThread(f, hashlib.sha256(header), on_bytes)
+        try:
+            for tensor in shard.tensors:
+                written = 0
+                for data in _timed_chunks(tensor.produce()):
+                    writer.put(data)
+                    written += len(data)
+                if written != tensor.nbytes:
+                    raise AssertionError(f"producer of {tensor.name} wrote {written} bytes, planned {tensor.nbytes}")
+        except BaseException:
+            writer.stop()
+            raise
+        return writer.finish()
 
+
+def _timed_chunks(chunks: Iterator[torch.Tensor]) -> Iterator[memoryview]:
+    """The producer's chunks as flat byte views; their production time, less its reads, counts as ``transform``."""
+    while True:
+        began, began_cpu, (read_before, read_cpu_before, _) = time.perf_counter(), time.thread_time(), STAGES.snapshot()["read"]
+        chunk = next(chunks, None)
+        if chunk is None:
+            return
+        data = memoryview(chunk.contiguous().view(-1).view(torch.uint8).numpy())
+        read, read_cpu, _ = STAGES.snapshot()["read"]
+        STAGES.add("transform", time.perf_counter() - began - (read - read_before),
+                   time.thread_time() - began_cpu - (read_cpu - read_cpu_before), len(data))
+        yield data
+
+
+class _WriterThread:
+    """Hashes and writes byte chunks to open file ``f``, in order, in a thread of its own."""
+
+    def __init__(self, f, digest, on_bytes: Callable[[int], None]):
+        self._f, self._digest, self._on_bytes = f, digest, on_bytes
+        self._queue: queue.Queue = queue.Queue(maxsize=QUEUE_DEPTH)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="moebake-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, data: memoryview) -> None:
+        """Queue ``data`` (waits while the queue is full); raises what the writer thread raised."""
+        while True:
+            if self._error is not None:
+                raise self._error
+            try:
+                self._queue.put(data, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def finish(self) -> str:
+        """Write what is queued, fsync, and return the digest; raises what the writer thread raised."""
+        self.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        with STAGES.timing("write", 0):
+            self._f.flush()
+            os.fsync(self._f.fileno())
+        return self._digest.hexdigest()
+
+    def stop(self) -> None:
+        """Stop the thread without finishing (the caller is failing); drops what is queued."""
+        self._error = self._error or InterruptedError("writer stopped")
+        while self._thread.is_alive():
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                pass
+            try:
+                self._queue.put_nowait(None)
+            except queue.Full:
+                pass
+            self._thread.join(timeout=0.1)
+
+    def _run(self) -> None:
+        unsynced = 0
+        try:
+            while (data := self._queue.get()) is not None and self._error is None:
+                with STAGES.timing("hash", len(data)):
+                    self._digest.update(data)
+                with STAGES.timing("write", len(data)):
+                    self._f.write(data)
+                    unsynced += len(data)
+                    if unsynced >= SYNC_EVERY:
+                        self._f.flush()
+                        _fdatasync(self._f.fileno())
+                        unsynced = 0
+                self._on_bytes(len(data))
+        except BaseException as err:  # handed to the producing thread by put/finish
+            self._error = err

@@ -14,7 +14,9 @@ import json
 import math
 import os
 import struct
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
@@ -56,24 +58,47 @@ class TensorEntry:
         return self.nbytes // self.shape[0] if self.shape and self.shape[0] else 0
 
 
+ReadObserver = Callable[[str, int, torch.Tensor, float, float], None]
+"""Told of every read: ``(path, file offset, the bytes read as a uint8 tensor, wall seconds, CPU seconds)``."""
+
+
 @dataclass(frozen=True)
 class SafetensorsFile:
-    """A parsed and validated safetensors header; data is read on demand, never mapped."""
+    """A parsed and validated safetensors header; data is read on demand, never mapped.
+
+    ``observer`` (optional) is called after every read; a conversion uses it to hash the source
+    file in the same pass and to time its reads.
+    """
 
     path: str
     data_start: int
     tensors: dict[str, TensorEntry]
     metadata: dict[str, str]
+    observer: ReadObserver | None = field(default=None, compare=False, repr=False)
 
     def read_bytes(self, entry: TensorEntry, start: int = 0, stop: int | None = None) -> torch.Tensor:
-        """uint8 tensor of bytes ``[start, stop)`` of ``entry``'s data, read with one ``readinto``."""
+        """uint8 tensor of bytes ``[start, stop)`` of ``entry``'s data, read into one fresh buffer.
+
+        Also asks the kernel to read ahead the next ``stop - start`` bytes of the file, which a
+        sequential reader (a conversion, a verification) asks for next, so the disk works while the
+        caller transforms this range.
+        """
         stop = entry.nbytes if stop is None else stop
+        offset = self.data_start + entry.begin + start
         buffer = torch.empty(stop - start, dtype=torch.uint8)
+        view, got = memoryview(buffer.numpy()), 0
+        began, began_cpu = time.perf_counter(), time.thread_time()
         with open(self.path, "rb", buffering=0) as f:
-            f.seek(self.data_start + entry.begin + start)
-            got = f.readinto(memoryview(buffer.numpy()))
+            f.seek(offset)
+            while got < len(view) and (n := f.readinto(view[got:])):  # one read returns at most ~2 GiB
+                got += n
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(f.fileno(), offset + got, stop - start, os.POSIX_FADV_WILLNEED)
+        seconds, cpu_seconds = time.perf_counter() - began, time.thread_time() - began_cpu
         if got != stop - start:
             raise MoebakeError(f"{self.path}: tensor {entry.name} is truncated (read {got} of {stop - start} bytes)")
+        if self.observer is not None:
+            self.observer(self.path, offset, buffer, seconds, cpu_seconds)
         return buffer
 
     def read_rows(self, name: str, start: int, stop: int) -> torch.Tensor:

@@ -92,11 +92,12 @@ _LANE_ORDER = (1, 6, 0, 5, 2, 3, 4)  # rows [G, half, r0, p, mh, mq, h] -> plane
 
 
 class _Scratch:
-    """Reused buffers for ``blocks`` 16-row blocks of ``partitions`` 32-byte partitions.
+    """Reused buffers for steps of up to ``blocks`` 16-row blocks of ``partitions`` 32-byte partitions.
 
     ``planes`` uint32 ``[2, 2, lanes]`` (``[half or nibble half][h][lane]``), ``spare`` two more,
     ``index`` intp ``[lanes, 4, 2]`` (v2 table index per word ``j`` and nibble half; bytes 2-7 stay 0),
-    ``words`` uint16 ``[lanes, 4, 2]`` (v2 inverse look-ups).
+    ``words`` uint16 ``[lanes, 4, 2]`` (v2 inverse look-ups), ``staging`` uint8 ``[16 * blocks, 32 * partitions]``
+    (source rows gathered and zero-padded, when the source is strided or smaller than the output).
     """
 
     def __init__(self, partitions: int, blocks: int):
@@ -106,6 +107,7 @@ class _Scratch:
         self.spare = np.empty((2, 2, lanes), np.uint32)
         self.index = np.zeros((lanes, 4, 2), np.intp)
         self.words = np.empty((lanes, 4, 2), np.uint16)
+        self.staging = np.zeros((16 * blocks, 32 * partitions), np.uint8)
 
 
 _scratch = threading.local()
@@ -130,50 +132,43 @@ def _nibble_transpose(a: np.ndarray, b: np.ndarray, x: np.ndarray, y: np.ndarray
     np.bitwise_xor(a, x, out=a)  # a = lo(a) | lo(b) << 4
 
 
-def _transform(weight: torch.Tensor, layout: str, forward: bool) -> torch.Tensor:
-    E, n, kb = _check(weight, layout)
-    source = weight.contiguous()
-    if source.data_ptr() % 8:
-        source = source.clone()
-    src = source.numpy().reshape(-1)
-    out = np.empty_like(src)
-    partitions, blocks = kb // 32, E * n // 16
-    scratch = _scratch_for(partitions)
-    rows = (src if forward else out).view(np.uint32).reshape(blocks, 2, 8, partitions, 2, 2, 2)
-    words = (out if forward else src).view(np.uint16)
-    block_words = 8 * kb  # uint16 words per 16-row block
-    for first in range(0, blocks, scratch.blocks):
-        count = min(scratch.blocks, blocks - first)
-        lanes = 32 * partitions * count
-        planes, spare = scratch.planes[:, :, :lanes], scratch.spare[:, :, :lanes]
-        plane_bytes = planes.view(np.uint8).reshape(2, 2, lanes, 4)  # [nib][h][lane][j]
-        step_words = words[first * block_words:(first + count) * block_words]
-        if forward:
-            np.copyto(planes.reshape(2, 2, count, 2, 8, partitions, 2), rows[first:first + count].transpose(_LANE_ORDER))
-            _nibble_transpose(planes[0], planes[1], spare[0], spare[1])
-            if layout == "v1":
-                _copy_planes(plane_bytes, step_words.view(np.uint8).reshape(lanes, 4, 2, 2), to_planes=False)
-            else:
-                index = scratch.index[:lanes]
-                _copy_planes(plane_bytes, index.view(np.uint8).reshape(lanes, 4, 2, 8)[..., :2].swapaxes(2, 3), to_planes=False)
-                np.take(_FORWARD_TABLE, index.reshape(-1), out=step_words, mode="clip")
-        else:
-            if layout == "v1":
-                _copy_planes(plane_bytes, step_words.view(np.uint8).reshape(lanes, 4, 2, 2), to_planes=True)
-            else:
-                index, looked_up = scratch.index[:lanes].reshape(-1), scratch.words[:lanes]
-                np.copyto(index, step_words)
-                np.take(_INVERSE_TABLE, index, out=looked_up.reshape(-1), mode="clip")
-                _copy_planes(plane_bytes, looked_up.view(np.uint8).reshape(lanes, 4, 2, 2).swapaxes(2, 3), to_planes=True)
-            _nibble_transpose(planes[0], planes[1], spare[0], spare[1])
-            _planes_to_rows(planes.reshape(2, 2, count, 2, 8, partitions, 2), rows[first:first + count])
-    return torch.from_numpy(out.reshape(E, n, kb))
+def _block_view(rows: np.ndarray) -> np.ndarray:
+    """uint8 ``[16 * count, 32 * P]`` (C-contiguous) -> uint32 ``[count, half, r0, p, mh, mq, h]``."""
+    return rows.view(np.uint32).reshape(-1, 2, 8, rows.shape[1] // 32, 2, 2, 2)
 
 
-def _planes_to_rows(planes: np.ndarray, rows: np.ndarray) -> None:
-    """Inverse of the lane copy, one ``(half, h, mq)`` at a time: each copy then runs along ``(p, mh)``
-    on both sides (one copy of all planes would iterate over the 2-element ``h`` axis innermost)."""
-    for half in range(2):
+def _interleave_blocks(scratch: _Scratch, rows: np.ndarray, out: np.ndarray, layout: str) -> None:
+    """One step forward: source blocks ``rows`` (:func:`_block_view`) -> ``out``, their uint16 output words."""
+    count, partitions = rows.shape[0], rows.shape[3]
+    lanes = 32 * partitions * count
+    planes, spare = scratch.planes[:, :, :lanes], scratch.spare[:, :, :lanes]
+    np.copyto(planes.reshape(2, 2, count, 2, 8, partitions, 2), rows.transpose(_LANE_ORDER))
+    _nibble_transpose(planes[0], planes[1], spare[0], spare[1])
+    plane_bytes = planes.view(np.uint8).reshape(2, 2, lanes, 4)  # [nib][h][lane][j]
+    if layout == "v1":
+        _copy_planes(plane_bytes, out.view(np.uint8).reshape(lanes, 4, 2, 2), to_planes=False)
+        return
+    index = scratch.index[:lanes]
+    _copy_planes(plane_bytes, index.view(np.uint8).reshape(lanes, 4, 2, 8)[..., :2].swapaxes(2, 3), to_planes=False)
+    np.take(_FORWARD_TABLE, index.reshape(-1), out=out, mode="clip")
+
+
+def _deinterleave_blocks(scratch: _Scratch, words: np.ndarray, rows: np.ndarray, layout: str) -> None:
+    """One step backwards: uint16 output words ``words`` -> source blocks ``rows`` (:func:`_block_view`)."""
+    count, partitions = rows.shape[0], rows.shape[3]
+    lanes = 32 * partitions * count
+    planes, spare = scratch.planes[:, :, :lanes], scratch.spare[:, :, :lanes]
+    plane_bytes = planes.view(np.uint8).reshape(2, 2, lanes, 4)
+    if layout == "v1":
+        _copy_planes(plane_bytes, words.view(np.uint8).reshape(lanes, 4, 2, 2), to_planes=True)
+    else:
+        index, looked_up = scratch.index[:lanes].reshape(-1), scratch.words[:lanes]
+        np.copyto(index, words)
+        np.take(_INVERSE_TABLE, index, out=looked_up.reshape(-1), mode="clip")
+        _copy_planes(plane_bytes, looked_up.view(np.uint8).reshape(lanes, 4, 2, 2).swapaxes(2, 3), to_planes=True)
+    _nibble_transpose(planes[0], planes[1], spare[0], spare[1])
+    planes = planes.reshape(2, 2, count, 2, 8, partitions, 2)
+    for half in range(2):  # one (half, h, mq) at a time, so that each copy runs along (p, mh) on both sides
         for h in range(2):
             for mq in range(2):
                 np.copyto(rows[:, half, :, :, :, mq, h], planes[half, h, :, mq])
@@ -189,22 +184,84 @@ def _copy_planes(plane_bytes: np.ndarray, lane_bytes: np.ndarray, to_planes: boo
                 np.copyto(lane_bytes[:, :, h, nib], plane_bytes[nib, h])
 
 
-def _check(weight: torch.Tensor, layout: str) -> tuple[int, int, int]:
+def _check_layout(layout: str) -> None:
     if layout not in LAYOUTS:
         raise ValueError(f"unknown SM90 fp4 layout {layout!r}; expected one of {LAYOUTS}")
-    if weight.dtype != torch.uint8 or weight.dim() != 3:
-        raise ValueError(f"expected uint8 [E, n, k/2], got {weight.dtype} {list(weight.shape)}")
-    experts, rows, row_bytes = weight.shape
+
+
+def _check_shape(rows: int, row_bytes: int) -> None:
     if rows % 16 or row_bytes % 32:
         raise ValueError(f"SM90 fp4 interleave needs n % 16 == 0 and k % 64 == 0, got n={rows}, k={2 * row_bytes}")
-    return experts, rows, row_bytes
+
+
+def _check_weight(weight: torch.Tensor) -> None:
+    if weight.dtype != torch.uint8 or weight.dim() != 3:
+        raise ValueError(f"expected uint8 [E, n, k/2], got {weight.dtype} {list(weight.shape)}")
 
 
 def interleave_fp4(weight: torch.Tensor, layout: str = "v2") -> torch.Tensor:
-    """Row-major packed MXFP4 uint8 ``[E, n, k/2]`` -> SM90 interleaved uint8 ``[E, n, k/2]`` (a new tensor)."""
-    return _transform(weight, layout, forward=True)
+    """Row-major packed MXFP4 uint8 ``[E, n, k/2]`` (any strides) -> SM90 interleaved uint8 ``[E, n, k/2]``."""
+    _check_weight(weight)
+    return interleave_fp4_padded((weight,), tuple(weight.shape[1:]), layout)
+
+
+def interleave_fp4_padded(parts, part_shape: tuple[int, int], layout: str = "v2") -> torch.Tensor:
+    """SM90 interleave of ``parts`` stacked along rows, each zero-padded at its ends to ``part_shape``.
+
+    ``parts``: uint8 ``[E, r_i, c_i]`` tensors (any strides, e.g. the up and gate rows of a GPT-OSS
+    W13), ``r_i <= rows`` and ``c_i <= row_bytes`` for ``part_shape = (rows, row_bytes)``. Returns uint8
+    ``[E, len(parts) * rows, row_bytes]``, equal to ``interleave_fp4(torch.cat([pad_to(p, part_shape)
+    for p in parts], 1), layout)``, without building that tensor: each step gathers its source rows
+    into a small zero-padded buffer that stays in cache.
+    """
+    _check_layout(layout)
+    rows, row_bytes = part_shape
+    _check_shape(rows, row_bytes)
+    if not parts:
+        raise ValueError("interleave_fp4_padded needs at least one part")
+    for part in parts:
+        _check_weight(part)
+        if part.shape[0] != parts[0].shape[0] or part.shape[1] > rows or part.shape[2] > row_bytes:
+            raise ValueError(f"parts {[list(p.shape) for p in parts]} do not fit [E, {rows}, {row_bytes}] each")
+    experts = parts[0].shape[0]
+    out = np.empty((experts, len(parts) * rows, row_bytes), np.uint8)
+    scratch = _scratch_for(row_bytes // 32)
+    for e in range(experts):
+        for index, part in enumerate(parts):
+            source = part[e].numpy()
+            target = out[e, index * rows:(index + 1) * rows]
+            direct = source.shape == (rows, row_bytes) and source.flags.c_contiguous and source.ctypes.data % 4 == 0
+            for first in range(0, rows, 16 * scratch.blocks):
+                stop = min(first + 16 * scratch.blocks, rows)
+                block_rows = source[first:stop] if direct else _stage_rows(scratch, source, first, stop)
+                _interleave_blocks(scratch, _block_view(block_rows), target[first:stop].reshape(-1).view(np.uint16), layout)
+    return torch.from_numpy(out)
+
+
+def _stage_rows(scratch: _Scratch, source: np.ndarray, first: int, stop: int) -> np.ndarray:
+    """Rows ``[first, stop)`` of ``source`` zero-padded to the scratch's row width, in ``scratch.staging``."""
+    staging = scratch.staging[:stop - first]
+    valid = max(0, min(stop, source.shape[0]) - first)
+    np.copyto(staging[:valid, :source.shape[1]], source[first:first + valid])
+    staging[:valid, source.shape[1]:] = 0
+    staging[valid:] = 0
+    return staging
 
 
 def deinterleave_fp4(weight: torch.Tensor, layout: str = "v2") -> torch.Tensor:
     """Inverse of :func:`interleave_fp4`: SM90 interleaved -> row-major packed, uint8 ``[E, n, k/2]``."""
-    return _transform(weight, layout, forward=False)
+    _check_layout(layout)
+    _check_weight(weight)
+    experts, rows, row_bytes = weight.shape
+    _check_shape(rows, row_bytes)
+    source = weight.contiguous()
+    if source.data_ptr() % 2:
+        source = source.clone()
+    words = source.numpy().reshape(-1).view(np.uint16)
+    out = np.empty((experts * rows, row_bytes), np.uint8)
+    scratch = _scratch_for(row_bytes // 32)
+    for first in range(0, experts * rows, 16 * scratch.blocks):
+        stop = min(first + 16 * scratch.blocks, experts * rows)
+        step_words = words[first * row_bytes // 2:stop * row_bytes // 2]
+        _deinterleave_blocks(scratch, step_words, _block_view(out[first:stop]), layout)
+    return torch.from_numpy(out.reshape(experts, rows, row_bytes))
