@@ -7,6 +7,7 @@ verification exits with status 1.
 import functools
 import json
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -54,8 +55,12 @@ def main():
 @click.option("--resume", is_flag=True, help="Re-use shards finished by an interrupted run (checked by SHA-256).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--token", help="Hugging Face token for a Hub SOURCE (default: HF_TOKEN or the saved login).")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Bake this many shards at once, in separate processes (output bytes do not change).")
+@click.option("--profile", is_flag=True, help="Print busy time per stage (read, transform, hash, write) at the end.")
 @reports_errors
-def convert(source, out, target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb, overwrite, resume, quiet, token):
+def convert(source, out, target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb, overwrite, resume, quiet, token,
+            workers, profile):
     """Bake checkpoint SOURCE into OUT for --target.
 
     SOURCE is a checkpoint directory or a Hub model repo ORG/NAME[@REVISION] (only the files needed
@@ -69,8 +74,13 @@ def convert(source, out, target, flashinfer_layout, hidden_multiple, intermediat
     options = ConvertOptions(target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb << 20)
     check_out_free(out, overwrite)
     resolved = resolve_source(source, hub_client(token))
+    began = time.perf_counter()
     manifest = run_convert(resolved.path, out, options, overwrite=overwrite, resume=resume, progress=not quiet,
-                           source_location=resolved.repo_id, source_revision=resolved.revision)
+                           source_location=resolved.repo_id, source_revision=resolved.revision, workers=workers)
+    if profile:
+        from moebake.convert.stages import STAGES, profile_lines
+
+        click.echo("\n".join(profile_lines(STAGES.snapshot(), time.perf_counter() - began)), err=True)
     click.echo(f"wrote {out} ({len(manifest['layers'])} MoE layers, target {target}, FlashInfer layout {flashinfer_layout})")
     gate_up = gate_up_summary(manifest)
     if gate_up:
