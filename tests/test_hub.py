@@ -173,6 +173,14 @@ def test_card_of_a_local_source_names_no_base_model_and_no_path(baked, tmp_path,
     assert str(gpt_oss_tiny.parent) not in card and f"`{gpt_oss_tiny.name}`" in card
 
 
+def test_a_source_card_with_broken_front_matter_is_replaced_without_a_licence(gpt_oss_copy, tmp_path):
+    (gpt_oss_copy / "README.md").write_text("---\nlicense: [apache\n---\n# broken\n")
+    out = tmp_path / "out"
+    convert(gpt_oss_copy, out, ConvertOptions("sm90-cutlass"), progress=False)
+    write_model_card(out, "acme/tiny")
+    assert "license" not in metadata_load(out / "README.md") and verify_output(out) == []
+
+
 def test_card_shows_moebake_serve_only_for_targets_it_runs(baked, monkeypatch):
     from moebake.serve import RUNTIMES
 

@@ -17,6 +17,7 @@ import os
 import re
 from pathlib import Path
 
+import yaml
 from huggingface_hub import ModelCardData
 from huggingface_hub.repocard import metadata_load
 
@@ -126,14 +127,24 @@ def _serve_section(target: str, repo_id: str, layer: int) -> list[str]:
     ]
 
 
+def _card_license(path: Path) -> str | None:
+    """The ``license`` of the card at ``path`` (None if absent, or its front matter is not valid YAML)."""
+    if not path.is_file():
+        return None
+    try:
+        metadata = metadata_load(path) or {}
+    except yaml.YAMLError:
+        return None
+    return metadata.get("license") if isinstance(metadata, dict) else None
+
+
 def write_model_card(out: str | os.PathLike, repo_id: str) -> str:
     """Write the card into ``out/README.md`` (keeping the licence of a source card it replaces) and
     record it in ``out/moebake.json``; returns the card. Idempotent."""
     out = Path(out)
     manifest = read_manifest(out)
     existing = out / CARD_NAME
-    license_id = (metadata_load(existing) or {}).get("license") if existing.is_file() else None
-    card = render_model_card(manifest, repo_id, license_id)
+    card = render_model_card(manifest, repo_id, _card_license(existing))
     if not existing.is_file() or existing.read_text(encoding="utf-8") != card:
         temporary = out / f".{CARD_NAME}.tmp"
         temporary.write_text(card, encoding="utf-8")
