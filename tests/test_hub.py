@@ -181,6 +181,16 @@ def test_a_source_card_with_broken_front_matter_is_replaced_without_a_licence(gp
     assert "license" not in metadata_load(out / "README.md") and verify_output(out) == []
 
 
+def test_card_names_several_or_no_source_tensors(baked):
+    manifest = json.loads((baked / "moebake.json").read_text())
+    layer = manifest["layers"][0]
+    layer["tensors"]["w13_weight"]["source"] = [layer["prefix"] + "gate.weight", layer["prefix"] + "up.weight"]
+    layer["tensors"]["w2_weight_bias"]["source"] = None
+    card = render_model_card(manifest, "acme/tiny")
+    assert "| `w13_weight` | U8 | [3, 256, 128] | `gate.weight`, `up.weight` |" in card
+    assert "| `w2_weight_bias` | BF16 | [3, 256] | derived |" in card
+
+
 def test_card_shows_moebake_serve_only_for_targets_it_runs(baked, monkeypatch):
     from moebake.serve import RUNTIMES
 

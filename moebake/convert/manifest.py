@@ -36,6 +36,13 @@ def write_manifest(directory: Path, manifest: dict) -> None:
     os.replace(temporary, Path(directory) / MANIFEST_NAME)
 
 
+def tensor_sources(spec: dict) -> list[str]:
+    """Source tensor names (or per-expert patterns) a layer record's tensor spec names in ``source``:
+    one (a string), several (a list), or none (None: a tensor derived from others)."""
+    source = spec.get("source")
+    return [] if source is None else [source] if isinstance(source, str) else list(source)
+
+
 def read_manifest(directory: str | Path) -> dict:
     """Load and check the schema of ``directory/moebake.json``; MoebakeError if absent or unknown."""
     path = Path(directory) / MANIFEST_NAME

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from moebake.convert.manifest import read_manifest
+from moebake.convert.manifest import read_manifest, tensor_sources
 from moebake.convert.mismatch import first_difference
 from moebake.convert.rebake_check import rebake_problems, recorded_options
 from moebake.convert.targets import get_target
@@ -67,7 +67,7 @@ def inverse_problems(out: Path, manifest: dict, model) -> list[str]:
 def _compare_restored(out, weight_map, record, checkpoint, name, restored, start, stop) -> str | None:
     """One line if ``restored`` (source tensor or per-expert pattern ``name``, experts ``[start, stop)``)
     differs from the source. A pattern's experts are compared as one ``[E, ...]`` stacked tensor."""
-    baked = [record["prefix"] + short for short, spec in record["tensors"].items() if name in _sources(spec)]
+    baked = [record["prefix"] + short for short, spec in record["tensors"].items() if name in tensor_sources(spec)]
     files = sorted({str(out / weight_map[b]) for b in baked}) or [str(out)]
     where = f"{', '.join(files)}: {', '.join(baked) or record['prefix'] + '*'} inverted to {name}"
     per_expert = EXPERT_INDEX in name
@@ -82,9 +82,3 @@ def _compare_restored(out, weight_map, record, checkpoint, name, restored, start
     if difference:
         return f"{where}: first difference at {difference} (restored != source {source_path})"
     return None
-
-
-def _sources(spec: dict) -> list:
-    """The source names (or per-expert patterns) a layer record's tensor spec names: one, several, or none."""
-    source = spec.get("source")
-    return [] if source is None else [source] if isinstance(source, str) else list(source)

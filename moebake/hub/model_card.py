@@ -22,7 +22,7 @@ from huggingface_hub import ModelCardData
 from huggingface_hub.repocard import metadata_load
 
 from moebake.convert.hashing import file_sha256
-from moebake.convert.manifest import read_manifest, write_manifest
+from moebake.convert.manifest import read_manifest, tensor_sources, write_manifest
 from moebake.convert.targets import kernel_description
 from moebake.hub.download import parse_repo_spec
 
@@ -84,8 +84,8 @@ def render_model_card(manifest: dict, repo_id: str, license_id: str | None = Non
         f"| activation | `{json.dumps(manifest['activation'])}` |",
         f"| baked by | moebake {manifest['moebake_version']}, {manifest['created']} |", "",
         f"## Expert tensors (per MoE layer, under `{first['prefix']}`)", "",
-        "| tensor | dtype | shape | from source tensor |", "|---|---|---|---|",
-        *(f"| `{short}` | {spec['dtype']} | {spec['shape']} | `{spec['source'].removeprefix(first['prefix'])}` |"
+        "| tensor | dtype | shape | from source tensors |", "|---|---|---|---|",
+        *(f"| `{short}` | {spec['dtype']} | {spec['shape']} | {_source_cell(spec, first['prefix'])} |"
           for short, spec in first["tensors"].items()),
         "",
         "Every other tensor, the config and the tokenizer are the source's, byte for byte. `moebake.json` records "
@@ -106,6 +106,11 @@ def render_model_card(manifest: dict, repo_id: str, license_id: str | None = Non
         "repo as a plain checkpoint: it would re-lay-out the already baked experts.", "",
     ]
     return "\n".join(lines)
+
+
+def _source_cell(spec: dict, prefix: str) -> str:
+    """The source tensors (names under the layer prefix) a baked tensor comes from, or ``derived``."""
+    return ", ".join(f"`{name.removeprefix(prefix)}`" for name in tensor_sources(spec)) or "derived"
 
 
 def _serve_section(target: str, repo_id: str, layer: int) -> list[str]:
