@@ -128,7 +128,7 @@ def inspect(path, as_json):
 @main.command()
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--repo-id", required=True, help="Hub model repo ORG/NAME (created if missing).")
-@click.option("--private", is_flag=True, help="Create the repo private.")
+@click.option("--private", is_flag=True, help="Create the repo private (a repo that exists keeps its visibility).")
 @click.option("--revision", help="Branch to commit to (created if missing), or refs/pr/N to resume a pull request.")
 @click.option("--create-pr", is_flag=True, help="Open a pull request instead of committing to the branch.")
 @click.option("--source", help="Before uploading, also prove bit-exactness against SOURCE (directory or ORG/NAME[@REV]).")

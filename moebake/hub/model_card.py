@@ -44,14 +44,14 @@ def hub_repo_of(location: str | None) -> str | None:
 
 def source_label(source: dict) -> str:
     """``org/name@sha`` for a Hub source, the folder name for a local one (local paths stay private)."""
-    label = hub_repo_of(source.get("location")) or Path(source.get("location") or "?").name
+    label = hub_repo_of(source["location"]) or Path(source["location"]).name
     return label + (f"@{source['revision']}" if source.get("revision") else "")
 
 
 def render_model_card(manifest: dict, repo_id: str, license_id: str | None = None) -> str:
     """Markdown model card with YAML front matter for the baked output described by ``manifest``."""
     source, layers, target = manifest["source"], manifest["layers"], manifest["target"]
-    base = hub_repo_of(source.get("location"))
+    base = hub_repo_of(source["location"])
     layout = manifest.get("flashinfer_layout") or {}
     data = ModelCardData(
         base_model=base, license=license_id, library_name="moebake",
@@ -59,7 +59,7 @@ def render_model_card(manifest: dict, repo_id: str, license_id: str | None = Non
         base_model_relation="quantized" if base else None,
     )
     first = layers[0]
-    source_ref = f"[`{base}`](https://huggingface.co/{base})" if base else f"the local checkpoint `{Path(source.get('location') or '?').name}`"
+    source_ref = f"[`{base}`](https://huggingface.co/{base})" if base else f"the local checkpoint `{source_label(source)}`"
     revision = f" at revision `{source['revision']}`" if source.get("revision") else ""
     source_arg = f"{base}@{source['revision']}" if base and source.get("revision") else (base or "SOURCE_DIR")
     name = repo_id.split("/")[-1]
