@@ -219,3 +219,18 @@ def test_torch_fallback_keeps_garbage_rows_out_of_valid_rows():
     d = TORCH.run(a, b, masked_m, 48)
     assert not d.isnan().any()
     assert_bf16_close(d[0, :50], torch.bmm(a[:1, :50], b[:1].transpose(1, 2))[0])
+
+
+def test_masked_activation_torch_path():
+    """Off CUDA: silu(gate) * up on every row in fp32, and zeroing in place through a cropped view."""
+    from moebake.serve.masked_activation import silu_and_mul_masked, zero_rows_past
+
+    gate_up = torch.randn(2, 5, 8).to(BF16)
+    gate, up = gate_up.double().chunk(2, dim=-1)
+    expected = (gate / (1 + torch.exp(-gate)) * up).to(BF16)
+    assert_bf16_close(silu_and_mul_masked(gate_up, torch.tensor([5, 2], dtype=torch.int32)), expected)
+    y = torch.randn(2, 5, 6).to(BF16)
+    before = y.clone()
+    zero_rows_past(y[:, :, :4], torch.tensor([1, 5], dtype=torch.int32))
+    assert not y[0, 1:, :4].any() and torch.equal(y[0, :1], before[0, :1]) and torch.equal(y[1], before[1])
+    assert torch.equal(y[0, 1:, 4:], before[0, 1:, 4:])

@@ -12,17 +12,17 @@ DeepEP's BF16 low-latency dispatch, then per expert ``gate_up = x @ w13.T`` (mas
 ``h = silu(gate) * up`` (in fp32, rounded to BF16), ``y = h @ w2.T`` (masked grouped GEMM); the
 result is ``[E_local, T_max, H]`` BF16 with every row at or past ``masked_m[e]`` zero, ready for
 DeepEP's combine. The GEMMs run on DeepGEMM when it is usable, else on ``torch.bmm``
-(:mod:`moebake.serve.masked_gemm`). For DeepGEMM, ``T_max`` is zero-padded to a multiple of 128
-on every call, and ``H`` / ``I`` to multiples of 64 once at load (the weights: zero columns, and
-zero rows at the end of each of the gate and up halves, so the padded lanes give
-``silu(0) * 0 = 0``); the output is cropped back. :meth:`DeepEPBf16Experts.forward` runs the same
+(:mod:`moebake.serve.masked_gemm`); the activation and the zeroing are Triton kernels on CUDA
+that skip the padding rows, else torch (:mod:`moebake.serve.masked_activation`). For DeepGEMM,
+``T_max`` is zero-padded to a multiple of 128 on every call, and ``H`` / ``I`` to multiples of 64
+once at load (the weights: zero columns, and zero rows at the end of each of the gate and up
+halves, so the padded lanes give ``silu(0) * 0 = 0``); the output is cropped back. :meth:`DeepEPBf16Experts.forward` runs the same
 on token-major input through the single-GPU dispatch/combine of :mod:`moebake.serve.dispatch`.
 
 Expert parallelism: EP rank ``r`` of ``n`` holds experts ``[r*E/n, (r+1)*E/n)``, as DeepEP numbers them.
 """
 
 import torch
-import torch.nn.functional as F
 
 from moebake.convert.options import round_up
 from moebake.convert.targets import deepep_bf16 as bake_target
@@ -30,17 +30,11 @@ from moebake.errors import MoebakeError
 from moebake.layouts.gate_up import pad_to, split_halves, stack_halves
 from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve.dispatch import combine, dispatch, expected_m
-from moebake.serve.masked_gemm import MaskedGemm, get_backend, valid_rows
+from moebake.serve.masked_activation import silu_and_mul_masked, zero_rows_past
+from moebake.serve.masked_gemm import MaskedGemm, get_backend
 from moebake.serve.staged_reader import LoadStats
 
 TENSORS = ("w13_weight", "w2_weight")
-
-
-def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """``[..., 2I]`` = ``[gate | up]`` BF16 -> ``silu(gate) * up`` ``[..., I]``, computed in fp32, rounded to BF16."""
-    gate, up = gate_up.chunk(2, dim=-1)
-    h = F.silu(gate.float(), inplace=True)
-    return h.mul_(up).to(torch.bfloat16)
 
 
 class DeepEPBf16Experts:
@@ -92,8 +86,8 @@ class DeepEPBf16Experts:
         run = self.backend.run
         x = pad_to(hidden_states, (round_up(T, self.backend.m_align), self.w13.shape[2]))
         gate_up = run(x, self.w13, masked_m, expected_m)
-        y = run(silu_and_mul(gate_up), self.w2, masked_m, expected_m)[:, :T, :H]
-        return y.masked_fill(~valid_rows(masked_m, T), 0).contiguous()
+        y = run(silu_and_mul_masked(gate_up, masked_m), self.w2, masked_m, expected_m)
+        return zero_rows_past(y[:, :T, :H], masked_m).contiguous()
 
     def forward(self, hidden_states: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
         """Token-major MoE: ``hidden_states`` BF16 ``[T, H]``, global ``topk_ids`` / ``topk_weights`` ``[T, k]``
