@@ -31,6 +31,13 @@ def per_expert_names(pattern: str, num_experts: int) -> tuple[str, ...]:
     return tuple(pattern.replace(EXPERT_INDEX, str(e)) for e in range(num_experts))
 
 
+def stored_names(names: tuple[str, ...], num_experts: int) -> tuple[str, ...]:
+    """The real tensors behind ``names`` (stacked tensors, or per-expert patterns expanded), expert by
+    expert: ``(a.*.gate, a.*.up)`` -> ``(a.0.gate, a.0.up, a.1.gate, ...)``."""
+    expanded = [per_expert_names(n, num_experts) if EXPERT_INDEX in n else (n,) for n in names]
+    return tuple(name for group in zip(*expanded) for name in group)
+
+
 @dataclass
 class SourceCheckpoint:
     """Shards, tensors and side files of one checkpoint directory."""

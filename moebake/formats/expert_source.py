@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from moebake.formats.checkpoint import EXPERT_INDEX, per_expert_names
+from moebake.formats.checkpoint import stored_names
 from moebake.layouts.gate_up import merge_pairs, split_pairs
 
 ORDERS = ("pairs", "separate", None)
@@ -52,8 +52,7 @@ class ExpertSource:
 
     def stored_names(self, num_experts: int) -> tuple[str, ...]:
         """The real tensor names behind :attr:`names`, expert by expert (patterns expanded)."""
-        expanded = [per_expert_names(n, num_experts) if EXPERT_INDEX in n else (n,) for n in self.names]
-        return tuple(name for group in zip(*expanded) for name in group)
+        return stored_names(self.names, num_experts)
 
     def parts(self, *chunks: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Source chunks ``[e, *source_shape]`` (one per name, source dtype) -> canonical parts ``[e, *part_shape]``."""

@@ -21,7 +21,7 @@ from moebake.convert.options import ConvertOptions
 from moebake.convert.plan import OutputTensor
 from moebake.convert.targets.expert_chunks import zip_expert_chunks
 from moebake.errors import MoebakeError
-from moebake.formats.checkpoint import EXPERT_INDEX, per_expert_names
+from moebake.formats.checkpoint import stored_names
 from moebake.layouts.gate_up import split_halves
 
 NAME = "deepep-bf16"
@@ -36,12 +36,6 @@ def _cat_rows(*parts: torch.Tensor) -> torch.Tensor:
     One part (a fused ``gate_up_proj`` or ``down_proj``) is returned as it is.
     """
     return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
-
-
-def _concrete(names: tuple[str, ...], num_experts: int) -> tuple[str, ...]:
-    """The real source tensor names behind ``names`` (per-expert patterns expanded, expert by expert)."""
-    expanded = [per_expert_names(n, num_experts) if EXPERT_INDEX in n else (n,) for n in names]
-    return tuple(name for group in zip(*expanded) for name in group)
 
 
 def plan(model, options: ConvertOptions) -> tuple[list[OutputTensor], list[dict]]:
@@ -64,7 +58,7 @@ def plan(model, options: ConvertOptions) -> tuple[list[OutputTensor], list[dict]
         }
         for out_name, sources, shape, order, source_order in recipe:
             produce = zip_expert_chunks(checkpoint, sources, E, chunk, _cat_rows)
-            tensors.append(OutputTensor(layer.prefix + out_name, "BF16", shape, _concrete(sources, E), produce))
+            tensors.append(OutputTensor(layer.prefix + out_name, "BF16", shape, stored_names(sources, E), produce))
             record["tensors"][out_name] = {
                 "source": sources[0] if len(sources) == 1 else list(sources), "dtype": "BF16", "shape": list(shape),
                 "gate_up_order": order, "source_gate_up_order": source_order,
