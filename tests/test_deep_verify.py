@@ -109,6 +109,23 @@ def test_another_source_fails_every_expert_tensor(baked, tmp_path):
             assert any(f"tensor model.layers.{layer}.mlp.experts.{short}: first difference" in p for p in problems)
 
 
+def test_a_source_with_fewer_layers_is_reported_as_another_model(baked, tmp_path):
+    other = write_gpt_oss(tmp_path / "one-layer", **{**TINY, "num_layers": 1})
+    assert compare_with_source(baked, other) == [
+        f"{baked / 'moebake.json'}: the source is not the checkpoint this was baked from: MoE layers "
+        "['model.layers.0.mlp.experts.', 'model.layers.1.mlp.experts.'], the source has ['model.layers.0.mlp.experts.']"
+    ]
+
+
+def test_a_source_with_more_experts_is_reported_by_field(baked, tmp_path):
+    other = write_gpt_oss(tmp_path / "four-experts", **{**TINY, "num_experts": 4})
+    problems = compare_with_source(baked, other)
+    where = f"{baked / 'moebake.json'}: the source is not the checkpoint this was baked from: layer {LAYER1}"
+    assert f"{where} experts is 3, the source gives 4" in problems
+    assert f"{where} tensors.w13_weight.shape is [3, 256, 128], the source gives [4, 256, 128]" in problems
+    assert len(problems) == 4  # two fields in each of the two layers, and no byte comparisons
+
+
 def test_a_stale_layout_version_cannot_be_rederived(damaged, gpt_oss_tiny):
     manifest = json.loads((damaged / "moebake.json").read_text())
     manifest["target_layout_version"] = 0

@@ -1,20 +1,22 @@
 """Deep verification, forward direction: re-bake every output tensor from the source and compare bytes.
 
-Re-plans the conversion the manifest records (same target, same options) against the source and
-streams each planned tensor's producer chunk by chunk against the same byte range of the stored
-tensor. That covers every byte of every tensor in the output's shards: baked expert tensors with
+Re-plans the conversion the manifest records (same target, same options) against the source; if the
+plan's layer records match the manifest's (:func:`replan`), streams each planned tensor's producer
+chunk by chunk against the same byte range of the stored tensor (:func:`rebake_problems`). That covers every byte of every tensor in the output's shards: baked expert tensors with
 all their padding, and the pass-through copies. Memory stays bounded by one chunk of each side.
 """
 
+import json
 import os
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from moebake.convert.manifest import MANIFEST_NAME
 from moebake.convert.mismatch import first_difference
 from moebake.convert.options import ConvertOptions
-from moebake.convert.plan import OutputTensor, assign_shards
+from moebake.convert.plan import OutputShard, OutputTensor, assign_shards
 from moebake.convert.targets import get_target
 from moebake.errors import MoebakeError
 from moebake.formats.safetensors_file import SafetensorsFile, read_header
@@ -25,19 +27,50 @@ def recorded_options(out: Path, manifest: dict) -> ConvertOptions:
     try:
         return ConvertOptions(**manifest["options"])
     except (KeyError, TypeError) as err:
-        raise MoebakeError(f"{out / 'moebake.json'}: options {manifest.get('options')!r} not understood ({err})") from None
+        raise MoebakeError(f"{out / MANIFEST_NAME}: options {manifest.get('options')!r} not understood ({err})") from None
 
 
-def rebake_problems(out: str | os.PathLike, manifest: dict, model, progress: bool = False) -> list[str]:
-    """Problems (one line each) where ``out``'s stored bytes differ from a fresh bake of ``model``."""
-    out = Path(out)
+def replan(out: Path, manifest: dict, model) -> tuple[list[OutputShard], list[str]]:
+    """The shards a fresh bake of ``model`` with the recorded target and options writes, and problems
+    where the manifest's record of the bake differs from that plan (layout version, MoE layers and
+    their dims and tensors). Plans only: reads no weights. Shards are empty when there are problems,
+    since byte comparisons against another model would only repeat them."""
     target = get_target(manifest["target"])
     if manifest.get("target_layout_version") != target.LAYOUT_VERSION:
-        return [f"{out}: baked with {target.NAME} layout version {manifest.get('target_layout_version')}, "
-                f"this moebake writes version {target.LAYOUT_VERSION}; cannot re-derive it"]
+        return [], [f"{out / MANIFEST_NAME}: baked with {target.NAME} layout version "
+                    f"{manifest.get('target_layout_version')}, this moebake writes version {target.LAYOUT_VERSION}; "
+                    "cannot re-derive it"]
     options = recorded_options(out, manifest)
-    converted, _ = target.plan(model, options)
-    shards = assign_shards(model.checkpoint, converted, options.chunk_bytes)
+    converted, layers = target.plan(model, options)
+    problems = _layer_differences(out, manifest["layers"], json.loads(json.dumps(layers)))
+    return ([] if problems else assign_shards(model.checkpoint, converted, options.chunk_bytes)), problems
+
+
+def _layer_differences(out: Path, recorded: list[dict], planned: list[dict]) -> list[str]:
+    where = f"{out / MANIFEST_NAME}: the source is not the checkpoint this was baked from"
+    if [r["prefix"] for r in recorded] != [p["prefix"] for p in planned]:
+        return [f"{where}: MoE layers {[r['prefix'] for r in recorded]}, the source has {[p['prefix'] for p in planned]}"]
+    lines = []
+    for r, p in zip(recorded, planned):
+        for key in sorted(set(r) | set(p)):
+            if r.get(key) != p.get(key):
+                path, a, b = _first_difference_in(r.get(key), p.get(key), (key,))
+                lines.append(f"{where}: layer {r['prefix']} {'.'.join(path)} is {a!r}, the source gives {b!r}")
+    return lines
+
+
+def _first_difference_in(recorded, planned, path: tuple) -> tuple[tuple, object, object]:
+    """``(path, recorded value, planned value)`` at the first difference between two JSON values."""
+    if isinstance(recorded, dict) and isinstance(planned, dict):
+        for key in sorted(set(recorded) | set(planned)):
+            if recorded.get(key) != planned.get(key):
+                return _first_difference_in(recorded.get(key), planned.get(key), (*path, key))
+    return path, recorded, planned
+
+
+def rebake_problems(out: str | os.PathLike, shards: list[OutputShard], progress: bool = False) -> list[str]:
+    """Problems (one line each) where ``out``'s stored bytes differ from ``shards`` (see :func:`replan`)."""
+    out = Path(out)
     problems = []
     with tqdm(total=sum(s.nbytes for s in shards), unit="B", unit_scale=True, unit_divisor=1024,
               desc="re-baking from source", disable=not progress) as bar:

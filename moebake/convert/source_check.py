@@ -6,6 +6,10 @@
   equals a fresh bake of the source, so padding holds exactly what the target writes (zeros) and
   pass-through tensors are the source's.
 
+Both run only once re-planning the recorded bake against the source gives the manifest's layer
+records (:func:`moebake.convert.rebake_check.replan`); otherwise the source is another model, and
+that is the report.
+
 Both are target-generic (``plan``/``restore`` of the manifest's target) and work one chunk of
 experts at a time (the manifest's ``chunk_bytes``), so memory stays bounded whatever the model.
 Each problem is one line naming the file, the tensor and the first differing element's index in
@@ -21,7 +25,7 @@ from safetensors import safe_open
 
 from moebake.convert.manifest import read_manifest, tensor_sources
 from moebake.convert.mismatch import first_difference
-from moebake.convert.rebake_check import rebake_problems, recorded_options
+from moebake.convert.rebake_check import rebake_problems, recorded_options, replan
 from moebake.convert.targets import get_target
 from moebake.formats import open_source
 from moebake.formats.checkpoint import EXPERT_INDEX, INDEX_NAME
@@ -33,7 +37,10 @@ def compare_with_source(out: str | os.PathLike, source: str | os.PathLike, progr
     out = Path(out)
     manifest = read_manifest(out)
     model = open_source(source, (manifest["source"]["format"],))  # as baked, e.g. bf16-moe of an NVFP4 checkpoint
-    return inverse_problems(out, manifest, model) + rebake_problems(out, manifest, model, progress)
+    shards, problems = replan(out, manifest, model)
+    if problems:
+        return problems
+    return inverse_problems(out, manifest, model) + rebake_problems(out, shards, progress)
 
 
 def inverse_problems(out: Path, manifest: dict, model) -> list[str]:
