@@ -2,6 +2,9 @@
 alignment-checking stand-in) against a per-token loop, the single-GPU dispatch/combine, and loading
 a baked checkpoint through moebake.serve.open."""
 
+import json
+import shutil
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -208,6 +211,19 @@ def test_serve_open_refuses_an_ambiguous_index_and_uneven_ep(baked):
         checkpoint.load_experts("mtp.layers.0.mlp.experts.", device="cpu", ep_size=3)
     with pytest.raises(MoebakeError, match="no MoE layer with prefix 'mtp.layers.1.mlp.experts.'"):
         checkpoint.load_experts("mtp.layers.1.mlp.experts.", device="cpu")
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("activation", {"kind": "swiglu_oai", "alpha": 1.702, "beta": 1.0, "limit": 7.0}, "is not the silu\\(gate\\) \\* up"),
+    ("target_layout_version", 2, "deepep-bf16 layout version 2; this runtime reads 1"),
+])
+def test_serve_open_refuses_what_the_runtime_would_compute_wrongly(baked, tmp_path, field, value, message):
+    out = shutil.copytree(baked[1], tmp_path / "out")
+    manifest = json.loads((out / "moebake.json").read_text())
+    manifest[field] = value
+    (out / "moebake.json").write_text(json.dumps(manifest))
+    with pytest.raises(MoebakeError, match=message):
+        moebake.serve.open(out)
 
 
 def test_torch_fallback_keeps_garbage_rows_out_of_valid_rows():

@@ -85,7 +85,7 @@ def test_manifest_records_bf16_dispatch_and_sources(baked):
     manifest = read_manifest(out)
     assert manifest["target"] == "deepep-bf16" and manifest["target_layout_version"] == deepep_bf16.LAYOUT_VERSION
     assert manifest["source"]["format"] == "bf16-moe"
-    assert manifest["activation"]["kind"] == "silu"
+    assert manifest["activation"] == {"kind": "swiglu", "alpha": 1.0, "beta": 0.0, "limit": None}  # silu(gate) * up
     model = open_source(source)
     for record, layer in zip(manifest["layers"], model.layers):
         assert record["dispatcher_output_dtype"] == "bf16"

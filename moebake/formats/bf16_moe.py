@@ -31,6 +31,8 @@ FORMAT_NAME = "bf16-moe"
 BF16 = "BF16"
 QUANT_SIDECAR = "hf_quant_config.json"
 SILU_ACTIVATIONS = ("silu", "swish")
+# silu(gate) * up in the manifest's SwiGLU parametrisation (as modelopt-nvfp4 records it).
+ACTIVATION = {"kind": "swiglu", "alpha": 1.0, "beta": 0.0, "limit": None}
 
 _LAYER = r"(?P<prefix>(?:[\w.]+\.)?layers\.(?P<index>\d+)\.(?:mlp|block_sparse_moe)\.experts\.)"
 _FUSED_RE = re.compile(_LAYER + r"(?P<projection>gate_up_proj|down_proj)$")
@@ -79,7 +81,7 @@ class Bf16MoeModel:
     format_name = FORMAT_NAME
 
     def activation(self) -> dict:
-        return {"kind": "silu", "formula": "silu(gate) * up"}
+        return dict(ACTIVATION)
 
 
 def _scan(checkpoint: SourceCheckpoint) -> dict[str, dict]:

@@ -27,6 +27,7 @@ import torch
 from moebake.convert.options import round_up
 from moebake.convert.targets import deepep_bf16 as bake_target
 from moebake.errors import MoebakeError
+from moebake.formats.bf16_moe import ACTIVATION
 from moebake.layouts.gate_up import pad_to, split_halves, stack_halves
 from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve.dispatch import combine, dispatch, expected_m
@@ -110,6 +111,9 @@ class DeepEPBf16Checkpoint(BakedCheckpoint):
             raise MoebakeError(
                 f"{self.manifest_path}: {self.target} layout version {version!r}; this runtime reads {bake_target.LAYOUT_VERSION}"
             )
+        if manifest.get("activation") != ACTIVATION:
+            raise MoebakeError(f"{self.manifest_path}: activation {manifest.get('activation')} is not the silu(gate) * up "
+                               f"({ACTIVATION}) that the {self.target} runtime computes")
 
     def layer(self, layer: int | str) -> dict:
         """The record of MoE layer ``layer``: its index, or its prefix (``mtp.layers.0.mlp.experts.``),
