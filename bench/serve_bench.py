@@ -8,8 +8,9 @@ For a GPT-OSS-120B-shaped MoE layer set (synthetic: E=128, H=I=2880 -> 2944 padd
   - the SGLang way (``moebake.serve.sglang_baseline``): the source tensors to the GPU, then
     de-interleave, pad and interleave with FlashInfer's GPU helpers;
   both from a warm page cache, with FlashInfer's MoE module already loaded; median of repeats;
-* forward latency for T tokens through ``experts.forward`` vs calling ``cutlass_fused_moe``
-  directly on the same tensors with a pre-padded input (CUDA events, median of iterations).
+* forward latency for T tokens through ``experts.forward`` vs SGLang's call on its own prepared
+  tensors (pad, ``cutlass_fused_moe``, trim) and vs the bare ``cutlass_fused_moe`` on the same
+  tensors with a pre-padded input (CUDA events around each call, the three interleaved, median).
 
 Prints a table with ratios, writes ``--json`` and a PNG plot (``--png``; needs matplotlib, so
 ``--plot-only results.json`` redraws it elsewhere from the JSON).
@@ -74,23 +75,31 @@ def measure_ready(load, repeats: int) -> dict:
             "peak_bytes": max(peaks), "resident_bytes": max(resident)}
 
 
-def time_cuda(fn, iterations: int, warmup: int = 3) -> float:
-    """Median milliseconds of ``fn()`` over ``iterations`` runs, each timed with CUDA events."""
+def time_cuda_interleaved(functions: dict, iterations: int, warmup: int = 10) -> dict[str, float]:
+    """Median milliseconds of each ``functions[name]()``, every call timed with CUDA events.
+
+    The calls are interleaved, each round in a rotated order, so clock and cache state affect all alike.
+    """
+    names = list(functions)
     for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iterations):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+        for name in names:
+            functions[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(iterations):
+        for name in names[i % len(names):] + names[: i % len(names)]:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            functions[name]()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end))
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
-def bench_forward(experts, args) -> list[dict]:
-    """Latency of moebake's forward vs the bare ``cutlass_fused_moe`` call, per token count."""
+def bench_forward(experts, prepared: dict, swiglu_limit: float, args) -> list[dict]:
+    """Latency per token count of moebake's forward, SGLang's call (pad, kernel, trim) on its own
+    prepared tensors, and the bare ``cutlass_fused_moe`` on moebake's tensors with a pre-padded input."""
+    from moebake.serve import sglang_baseline
     from moebake.serve.flashinfer_ops import sm90_moe_ops
 
     cutlass_fused_moe = sm90_moe_ops().cutlass_fused_moe
@@ -102,6 +111,7 @@ def bench_forward(experts, args) -> list[dict]:
         swiglu_alpha=experts.swiglu_alpha, swiglu_beta=experts.swiglu_beta, swiglu_limit=experts.swiglu_limit,
         use_w4_group_scaling=True,
     )
+    swiglu = sglang_baseline.gpt_oss_swiglu(experts.num_experts, swiglu_limit, "cuda")
     rows = []
     g = torch.Generator(device="cuda").manual_seed(0)
     for tokens in args.tokens:
@@ -111,11 +121,18 @@ def bench_forward(experts, args) -> list[dict]:
         weights = weights / weights.sum(-1, keepdim=True)
         ids32 = ids.to(torch.int32)
         x_padded = torch.nn.functional.pad(x, (0, experts.hidden_padded - experts.hidden))
+        out = torch.empty(tokens, experts.hidden_padded, dtype=torch.bfloat16, device="cuda")
         iterations = max(5, min(100, 20000 // max(tokens, 1)))
-        ours = time_cuda(lambda: experts.forward(x, ids, weights), iterations)
-        direct = time_cuda(lambda: cutlass_fused_moe(x_padded, ids32, weights, **direct_args), iterations)
-        same = torch.equal(experts.forward(x, ids, weights), cutlass_fused_moe(x_padded, ids32, weights, **direct_args)[:, : experts.hidden])
-        rows.append({"tokens": tokens, "moebake_ms": ours, "direct_ms": direct, "ratio": ours / direct,
+        ms = time_cuda_interleaved({
+            "moebake": lambda: experts.forward(x, ids, weights),
+            "sglang": lambda: sglang_baseline.sglang_moe_forward(prepared, swiglu, x, ids, weights),
+            "direct": lambda: cutlass_fused_moe(x_padded, ids32, weights, output=out, **direct_args),
+        }, iterations)
+        cutlass_fused_moe(x_padded, ids32, weights, output=out, **direct_args)
+        ours = experts.forward(x, ids, weights)
+        same = torch.equal(ours, out[:, : experts.hidden]) and torch.equal(ours, sglang_baseline.sglang_moe_forward(prepared, swiglu, x, ids, weights))
+        rows.append({"tokens": tokens, "moebake_ms": ms["moebake"], "sglang_ms": ms["sglang"], "direct_ms": ms["direct"],
+                     "ratio": ms["moebake"] / ms["direct"], "ratio_sglang": ms["moebake"] / ms["sglang"],
                      "iterations": iterations, "outputs_equal": same})
     return rows
 
@@ -155,6 +172,7 @@ def run(args) -> dict:
     sglang_load()  # first call: FlashInfer interleave kernel warm-up
     ready = {"moebake": measure_ready(moebake_load, args.repeats), "sglang": measure_ready(sglang_load, args.repeats)}
     experts = checkpoint.load_experts(layers[0], device="cuda")
+    prepared = sglang_load()[0]
     return {
         "device": torch.cuda.get_device_name(),
         "shape": {"layers": len(layers), "experts": E, "hidden": record["hidden"], "hidden_padded": Hp,
@@ -162,7 +180,7 @@ def run(args) -> dict:
         "preparation": prep,
         "load_stats": str(experts.load_stats),
         "ready": ready,
-        "forward": bench_forward(experts, args),
+        "forward": bench_forward(experts, prepared, json.loads((source / "config.json").read_text())["swiglu_limit"], args),
     }
 
 
@@ -181,11 +199,11 @@ def table(results: dict) -> str:
         f"| SGLang way (GPU prepare) | {g['seconds']:.3f} | {g['peak_bytes'] / 2**30:.2f} | {g['resident_bytes'] / 2**30:.2f} |",
         f"| ratio SGLang / moebake | {g['seconds'] / m['seconds']:.2f}x | {g['peak_bytes'] / m['peak_bytes']:.2f}x | |",
         "",
-        "| tokens | moebake forward (ms) | direct cutlass_fused_moe (ms) | ratio moebake / direct | outputs equal |",
-        "|---|---|---|---|---|",
+        "| tokens | moebake forward (ms) | SGLang call (ms) | bare cutlass_fused_moe (ms) | moebake / SGLang | moebake / bare | outputs equal |",
+        "|---|---|---|---|---|---|---|",
     ]
-    lines += [f"| {r['tokens']} | {r['moebake_ms']:.3f} | {r['direct_ms']:.3f} | {r['ratio']:.3f} | {r['outputs_equal']} |"
-              for r in results["forward"]]
+    lines += [f"| {r['tokens']} | {r['moebake_ms']:.3f} | {r['sglang_ms']:.3f} | {r['direct_ms']:.3f} | {r['ratio_sglang']:.3f} | "
+              f"{r['ratio']:.3f} | {r['outputs_equal']} |" for r in results["forward"]]
     return "\n".join(lines)
 
 
@@ -207,7 +225,8 @@ def plot(results: dict, png: Path) -> None:
     left.set_title(f"{results['shape']['experts']} experts x {results['shape']['layers']} layer(s)")
     tokens = [r["tokens"] for r in results["forward"]]
     right.plot(tokens, [r["moebake_ms"] for r in results["forward"]], "o-", label="moebake forward")
-    right.plot(tokens, [r["direct_ms"] for r in results["forward"]], "x--", label="direct cutlass_fused_moe")
+    right.plot(tokens, [r["sglang_ms"] for r in results["forward"]], "s:", label="SGLang call (pad, kernel, trim)")
+    right.plot(tokens, [r["direct_ms"] for r in results["forward"]], "x--", label="bare cutlass_fused_moe")
     right.set_xscale("log")
     right.set_yscale("log")
     right.set_xlabel("tokens")

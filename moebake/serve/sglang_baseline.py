@@ -91,22 +91,24 @@ def prepare_like_sglang(source: dict[str, torch.Tensor], *, hidden_padded: int, 
     }
 
 
-def sglang_moe_forward(params: dict[str, torch.Tensor], hidden_states: torch.Tensor, topk_ids: torch.Tensor,
-                       topk_weights: torch.Tensor, *, swiglu_limit: float, ep_rank: int = 0, ep_size: int = 1) -> torch.Tensor:
-    """SGLang's ``_fused_experts_flashinfer_mxfp4_cutlass`` call on :func:`prepare_like_sglang`'s parameters."""
-    E, H = params["w13_weight"].shape[0], hidden_states.shape[1]
-    Hp = params["w2_weight"].shape[1]
-    device = hidden_states.device
+def gpt_oss_swiglu(num_experts: int, swiglu_limit: float, device) -> dict[str, torch.Tensor]:
+    """SGLang's per-expert fp32 ``swiglu_alpha/beta/limit [E]`` for GPT-OSS (made once, at load)."""
+    values = {"swiglu_alpha": GPT_OSS_SWIGLU_ALPHA, "swiglu_beta": GPT_OSS_SWIGLU_BETA, "swiglu_limit": swiglu_limit}
+    return {name: torch.full((num_experts,), value, dtype=torch.float32, device=device) for name, value in values.items()}
+
+
+def sglang_moe_forward(params: dict[str, torch.Tensor], swiglu: dict[str, torch.Tensor], hidden_states: torch.Tensor,
+                       topk_ids: torch.Tensor, topk_weights: torch.Tensor, *, ep_rank: int = 0, ep_size: int = 1) -> torch.Tensor:
+    """SGLang's ``_fused_experts_flashinfer_mxfp4_cutlass`` call on :func:`prepare_like_sglang`'s parameters
+    and :func:`gpt_oss_swiglu`'s tensors: pad to ``H_pad``, ``cutlass_fused_moe``, trim to ``H``."""
+    H, Hp = hidden_states.shape[1], params["w2_weight"].shape[1]
     x = F.pad(hidden_states, (0, Hp - H))
-    out = torch.empty(hidden_states.shape[0], Hp, dtype=torch.bfloat16, device=device)
+    out = torch.empty(hidden_states.shape[0], Hp, dtype=torch.bfloat16, device=hidden_states.device)
     sm90_moe_ops().cutlass_fused_moe(
         input=x, token_selected_experts=topk_ids.to(torch.int32), token_final_scales=topk_weights,
         fc1_expert_weights=params["w13_weight"], fc2_expert_weights=params["w2_weight"], output_dtype=torch.bfloat16,
         quant_scales=[params["w13_weight_scale"].view(torch.int32), params["w2_weight_scale"].view(torch.int32)],
         input_sf=None, fc1_expert_biases=params["w13_weight_bias"], fc2_expert_biases=params["w2_weight_bias"],
-        swiglu_alpha=torch.full((E,), GPT_OSS_SWIGLU_ALPHA, dtype=torch.float32, device=device),
-        swiglu_beta=torch.full((E,), GPT_OSS_SWIGLU_BETA, dtype=torch.float32, device=device),
-        swiglu_limit=torch.full((E,), swiglu_limit, dtype=torch.float32, device=device),
-        tp_size=1, tp_rank=0, ep_size=ep_size, ep_rank=ep_rank, use_w4_group_scaling=True, output=out,
+        **swiglu, tp_size=1, tp_rank=0, ep_size=ep_size, ep_rank=ep_rank, use_w4_group_scaling=True, output=out,
     )
     return out[:, :H].contiguous()

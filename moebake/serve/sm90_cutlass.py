@@ -156,7 +156,9 @@ class Sm90CutlassExperts:
         (any integer dtype) and fp32 routing weights ``topk_weights [T, k]`` (applied inside the kernel)."""
         self._check_inputs(hidden_states, topk_ids, topk_weights)
         x = F.pad(hidden_states, (0, self.hidden_padded - self.hidden)) if self.hidden_padded != self.hidden else hidden_states
-        out = sm90_moe_ops().cutlass_fused_moe(x, topk_ids.to(torch.int32), topk_weights, **self._kernel_args)
+        out = torch.empty(x.shape[0], self.hidden_padded, dtype=torch.bfloat16, device=self.device)
+        # FlashInfer 0.7.2 returns [output] from this call (its docstring says a tensor): write into ``out``.
+        sm90_moe_ops().cutlass_fused_moe(x, topk_ids.to(torch.int32), topk_weights, output=out, **self._kernel_args)
         return out[:, : self.hidden].contiguous() if self.hidden_padded != self.hidden else out
 
     __call__ = forward

@@ -88,6 +88,11 @@ def _sglang(source, shape, device, ep_rank=0, ep_size=1):
     return sglang_baseline.prepare_like_sglang(loaded, hidden_padded=Hp, intermediate_padded=Ip)
 
 
+def _sglang_forward(source, shape, x, ids, weights):
+    swiglu = sglang_baseline.gpt_oss_swiglu(shape["num_experts"], SWIGLU_LIMIT, x.device)
+    return sglang_baseline.sglang_moe_forward(_sglang(source, shape, x.device), swiglu, x, ids, weights)
+
+
 def dequantized_reference(source, shape, x, ids, weights, *, alpha=1.702, beta=1.0, limit=SWIGLU_LIMIT):
     """GPT-OSS MoE in float32 from the source tensors (pairs order, unpadded), FlashInfer §4.5-4.6 math.
 
@@ -128,7 +133,7 @@ def test_forward_equals_sglang_bit_for_bit(gpu, case, tokens):
     experts = moebake.serve.open(baked).load_experts(0, device=gpu)
     x, ids, weights = _inputs(tokens, shape, tokens, gpu)
     ours = experts.forward(x, ids, weights)
-    theirs = sglang_baseline.sglang_moe_forward(_sglang(source, shape, gpu), x, ids, weights, swiglu_limit=SWIGLU_LIMIT)
+    theirs = _sglang_forward(source, shape, x, ids, weights)
     assert ours.dtype == torch.bfloat16 and ours.shape == (tokens, shape["hidden"])
     assert torch.equal(ours, theirs)
 
@@ -140,7 +145,7 @@ def test_forward_matches_dequantized_reference(gpu, case):
     reference = dequantized_reference(source, shape, x, ids, weights)
     outputs = {
         "moebake": experts.forward(x, ids, weights).float(),
-        "sglang": sglang_baseline.sglang_moe_forward(_sglang(source, shape, gpu), x, ids, weights, swiglu_limit=SWIGLU_LIMIT).float(),
+        "sglang": _sglang_forward(source, shape, x, ids, weights).float(),
     }
     assert reference.std() > 0.5  # the tolerance below is far from the outputs' scale
     for label, out in outputs.items():
