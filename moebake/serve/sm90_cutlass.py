@@ -92,12 +92,12 @@ class Sm90CutlassCheckpoint(BakedCheckpoint):
                 f"cannot split evenly (need ep_size dividing {experts} and 0 <= ep_rank < ep_size)"
             )
         names = self._tensor_names(record)
+        swiglu = swiglu_parameters(self.manifest.get("activation") or {}, self.manifest_path)
         self.check_platform(device)
         if verify:
             self.verify_files([record["prefix"] + n for n in names])
         per_rank = experts // ep_size
         tensors, stats = self.read_experts(record, names, ep_rank * per_rank, (ep_rank + 1) * per_rank, device)
-        swiglu = swiglu_parameters(self.manifest.get("activation") or {}, self.manifest_path)
         return Sm90CutlassExperts(tensors, hidden=record["hidden"], hidden_padded=record["hidden_padded"],
                                   swiglu=swiglu, ep_rank=ep_rank, ep_size=ep_size, load_stats=stats)
 
