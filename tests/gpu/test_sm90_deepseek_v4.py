@@ -106,11 +106,13 @@ def _run(out_dir, x, ids, weights, **swiglu):
     prefix = "layers.0.ffn.experts."
     names = ["w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"]
     t = {n: v.to(x.device) for n, v in _load(out_dir, [prefix + n for n in names]).items()}
-    return _cutlass_fused_moe()(
+    out = torch.empty_like(x)  # FlashInfer 0.7.2 returns a list; the result lands in `output`
+    _cutlass_fused_moe()(
         x, ids, weights, t[prefix + "w13_weight"], t[prefix + "w2_weight"], torch.bfloat16,
         quant_scales=[t[prefix + "w13_weight_scale"].view(torch.int32), t[prefix + "w2_weight_scale"].view(torch.int32)],
-        use_w4_group_scaling=True, **swiglu,
+        use_w4_group_scaling=True, output=out, **swiglu,
     )
+    return out
 
 
 def _within(out, reference):
@@ -136,3 +138,15 @@ def test_baked_deepseek_v4_matches_dequantized_reference(gpu, baked, tokens):
     explicit = _run(out_dir, x, ids, weights, swiglu_alpha=torch.ones(E, device=gpu),
                     swiglu_beta=torch.zeros(E, device=gpu), swiglu_limit=limit).float()
     assert torch.equal(explicit, out)  # the manifest's alpha = 1, beta = 0 are the kernel's defaults
+
+
+def test_moebake_runtime_serves_deepseek_v4_like_the_direct_call(gpu, baked):
+    """``moebake.serve`` drives the kernel from the manifest (no bias, plain SwiGLU with limit)."""
+    import moebake.serve
+
+    _, out_dir = baked
+    E = SHAPE["num_experts"]
+    x, ids, weights = _inputs(64, gpu, seed=3)
+    experts = moebake.serve.open(out_dir).load_experts(0, device=gpu)
+    direct = _run(out_dir, x, ids, weights, swiglu_limit=torch.full((E,), LIMIT, dtype=torch.float32, device=gpu))
+    assert torch.equal(experts.forward(x, ids, weights), direct)
