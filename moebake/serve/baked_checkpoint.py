@@ -25,12 +25,16 @@ class BakedCheckpoint:
     """Manifest + shards of a baked output directory ``root``; see the module docstring."""
 
     target: str = ""  # set by each target's subclass
+    layout_version: int = 0  # the target's LAYOUT_VERSION that the subclass's runtime reads
 
     def __init__(self, root: Path, manifest: dict, platform: Platform):
         self.root = Path(root)
         self.manifest = manifest
         self.platform = platform
         self.manifest_path = self.root / MANIFEST_NAME
+        version = manifest.get("target_layout_version")
+        if version != self.layout_version:
+            raise MoebakeError(f"{self.manifest_path}: {self.target} layout version {version!r}; this runtime reads {self.layout_version}")
         index_path = self.root / INDEX_NAME
         try:
             self.weight_map: dict[str, str] = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]

@@ -103,14 +103,10 @@ class DeepEPBf16Checkpoint(BakedCheckpoint):
     """A baked ``deepep-bf16`` checkpoint; :meth:`load_experts` gives one layer's experts of one EP rank."""
 
     target = bake_target.NAME
+    layout_version = bake_target.LAYOUT_VERSION
 
     def __init__(self, root, manifest, platform):
         super().__init__(root, manifest, platform)
-        version = manifest.get("target_layout_version")
-        if version != bake_target.LAYOUT_VERSION:
-            raise MoebakeError(
-                f"{self.manifest_path}: {self.target} layout version {version!r}; this runtime reads {bake_target.LAYOUT_VERSION}"
-            )
         if manifest.get("activation") != ACTIVATION:
             raise MoebakeError(f"{self.manifest_path}: activation {manifest.get('activation')} is not the silu(gate) * up "
                                f"({ACTIVATION}) that the {self.target} runtime computes")

@@ -60,14 +60,10 @@ class Sm90CutlassCheckpoint(BakedCheckpoint):
     """A baked ``sm90-cutlass`` checkpoint; :meth:`load_experts` gives runnable experts of one layer."""
 
     target = bake_target.NAME
+    layout_version = bake_target.LAYOUT_VERSION
 
     def __init__(self, root, manifest, platform):
         super().__init__(root, manifest, platform)
-        version = manifest.get("target_layout_version")
-        if version != bake_target.LAYOUT_VERSION:
-            raise MoebakeError(
-                f"{self.manifest_path}: {self.target} layout version {version!r}; this runtime reads {bake_target.LAYOUT_VERSION}"
-            )
         self.flashinfer_layout = (manifest.get("flashinfer_layout") or {}).get("id")
 
     def check_platform(self, device: torch.device) -> None:
