@@ -1,7 +1,10 @@
 """Shared fixtures: small synthetic checkpoints in exact source formats."""
 
+from pathlib import Path
+
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from moebake.synthetic import write_gpt_oss
 
@@ -25,3 +28,11 @@ def gpt_oss_copy(tmp_path, gpt_oss_tiny):
 
 def random_u8(*shape, seed=0):
     return torch.randint(0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
+
+
+def load_all(directory) -> dict:
+    """Every tensor of every shard in a checkpoint directory, via safetensors' own reader."""
+    tensors = {}
+    for shard in sorted(Path(directory).glob("*.safetensors")):
+        tensors.update(load_file(shard))
+    return tensors

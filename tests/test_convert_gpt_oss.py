@@ -7,7 +7,7 @@ import torch
 from click.testing import CliRunner
 from safetensors import safe_open
 
-from conftest import TINY
+from conftest import TINY, load_all
 from kernel_emulation import kernel_interleave_v1, kernel_interleave_v2
 from moebake.cli import main
 from moebake.convert.options import ConvertOptions
@@ -18,15 +18,6 @@ from moebake.synthetic import write_gpt_oss
 
 KERNELS = {"v2": kernel_interleave_v2, "v1": kernel_interleave_v1}
 
-
-def load_all(directory):
-    """Every tensor of a checkpoint directory, via safetensors' own reader."""
-    index = json.loads((directory / "model.safetensors.index.json").read_text())
-    tensors = {}
-    for shard in sorted(set(index["weight_map"].values())):
-        with safe_open(directory / shard, framework="pt") as f:
-            tensors.update({name: f.get_tensor(name) for name in f.keys()})
-    return tensors
 
 
 def sglang_style_layer(src, prefix, H, I, Hp, Ip, layout):

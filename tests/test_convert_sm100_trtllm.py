@@ -15,8 +15,8 @@ import re
 import pytest
 import torch
 from click.testing import CliRunner
-from safetensors.torch import load_file
 
+from conftest import load_all
 from moebake.cli import main
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
@@ -26,13 +26,6 @@ from moebake.synthetic import write_deepseek_v4
 
 EXPERT_TENSOR = re.compile(r"\.experts\.(\d+\.|gate_up_proj_|down_proj_)")  # routed-expert source tensors
 
-
-def load_all(directory):
-    index = json.loads((directory / "model.safetensors.index.json").read_text())
-    tensors = {}
-    for shard in sorted(set(index["weight_map"].values())):
-        tensors.update(load_file(directory / shard))
-    return tensors
 
 
 def flashinfer_swizzle(sf: torch.Tensor) -> torch.Tensor:

@@ -3,8 +3,8 @@
 import pytest
 import torch
 from click.testing import CliRunner
-from safetensors.torch import load_file
 
+from conftest import load_all
 from moebake.cli import main
 from moebake.convert.manifest import read_manifest
 from moebake.convert.options import ConvertOptions
@@ -15,12 +15,6 @@ from moebake.synthetic import write_modelopt_nvfp4
 
 L, E, H, I = 3, 4, 128, 64
 
-
-def load_all(root):
-    tensors = {}
-    for shard in sorted(root.glob("*.safetensors")):
-        tensors |= load_file(shard)
-    return tensors
 
 
 @pytest.fixture(scope="module")

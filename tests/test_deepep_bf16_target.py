@@ -8,6 +8,7 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
+from conftest import load_all
 from moebake.cli import main
 from moebake.convert.manifest import read_manifest
 from moebake.convert.options import ConvertOptions
@@ -26,12 +27,6 @@ CASES = {  # Qwen3.5 fused with a BF16 MTP layer, Qwen3 and Mixtral per expert
     "mixtral": dict(style="mixtral"),
 }
 
-
-def load_all(root):
-    tensors = {}
-    for shard in sorted(root.glob("*.safetensors")):
-        tensors |= load_file(shard)
-    return tensors
 
 
 def source_expert(tensors, prefix, e):

@@ -12,10 +12,10 @@ import shutil
 import pytest
 import torch
 from click.testing import CliRunner
-from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from kernel_emulation import kernel_interleave_v2
+from conftest import load_all
 from moebake.cli import main
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
@@ -25,13 +25,6 @@ from moebake.synthetic import write_deepseek_v4
 DIMS = {"num_layers": 2, "num_experts": 3, "hidden": 256, "intermediate": 128, "mtp_layers": 1, "shard_bytes": 96 << 10}
 PREFIXES = ("layers.0.ffn.experts.", "layers.1.ffn.experts.", "mtp.0.ffn.experts.")
 
-
-def load_all(directory):
-    index = json.loads((directory / "model.safetensors.index.json").read_text())
-    tensors = {}
-    for shard in sorted(set(index["weight_map"].values())):
-        tensors.update(load_file(directory / shard))
-    return tensors
 
 
 @pytest.fixture(scope="module")

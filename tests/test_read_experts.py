@@ -2,18 +2,12 @@
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
+from conftest import load_all as all_tensors
 from moebake.convert.targets.expert_chunks import experts_per_chunk, zip_expert_chunks
 from moebake.formats.checkpoint import open_checkpoint, per_expert_names
 from moebake.synthetic import write_bf16_moe
 
-
-def all_tensors(root):
-    tensors = {}
-    for shard in sorted(root.glob("*.safetensors")):
-        tensors |= load_file(shard)
-    return tensors
 
 
 @pytest.fixture(scope="module")

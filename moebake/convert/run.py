@@ -24,7 +24,7 @@ from tqdm import tqdm
 import moebake
 from moebake.convert.conversion import open_conversion
 from moebake.convert.hashing import file_sha256
-from moebake.convert.manifest import MANIFEST_NAME, SCHEMA, utc_now, write_manifest
+from moebake.convert.manifest import SCHEMA, utc_now, write_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.stages import STAGES
 from moebake.convert.workers import bake_in_workers

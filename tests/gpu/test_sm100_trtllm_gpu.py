@@ -8,12 +8,11 @@ JIT-build for the GPU present; an SM100 GPU is not needed (the trtllm-gen kernel
 Skipped without CUDA or FlashInfer.
 """
 
-import json
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
+from conftest import load_all
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.synthetic import write_deepseek_v4, write_gpt_oss
@@ -27,13 +26,6 @@ def flashinfer():
         pytest.skip("no CUDA device")
     return pytest.importorskip("flashinfer")
 
-
-def load_all(directory):
-    index = json.loads((directory / "model.safetensors.index.json").read_text())
-    tensors = {}
-    for shard in sorted(set(index["weight_map"].values())):
-        tensors.update(load_file(directory / shard))
-    return tensors
 
 
 def gpt_oss_halves(src, prefix, e, H, I, Hp, Ip):
