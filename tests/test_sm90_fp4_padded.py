@@ -4,6 +4,7 @@ The oracle is the kernel emulation (tests/kernel_emulation.py) applied to the pa
 with plain zero tensors, so neither moebake's padding helpers nor its interleave are trusted.
 """
 
+import numpy as np
 import pytest
 import torch
 
@@ -13,6 +14,19 @@ from moebake.layouts import sm90_fp4
 from moebake.layouts.sm90_fp4 import interleave_fp4, interleave_fp4_padded
 
 KERNELS = {"v2": kernel_interleave_v2, "v1": kernel_interleave_v1}
+
+
+@pytest.fixture(autouse=True)
+def poisoned_empty(monkeypatch):
+    """Fresh buffers hold garbage, not the kernel's zero pages, so bytes left unwritten show."""
+    empty = np.empty
+
+    def poisoned(*args, **kwargs):
+        out = empty(*args, **kwargs)
+        out.view(np.uint8).fill(0xA5)
+        return out
+
+    monkeypatch.setattr(np, "empty", poisoned)
 
 
 def padded_stack(parts, rows, row_bytes):
@@ -42,15 +56,26 @@ def test_parts_of_different_widths_leave_no_stale_bytes():
     assert torch.equal(interleave_fp4_padded((wide, narrow, wide), (32, 64)), expected)
 
 
+@pytest.fixture(params=[1, 3], ids=["1-thread", "3-threads"])
+def threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("layout", ["v2", "v1"])
-def test_steps_across_many_blocks(layout, monkeypatch):
-    """More blocks than one step holds, a step count that does not divide them, a partial last block."""
+def test_steps_across_many_blocks(layout, threads, monkeypatch):
+    """More blocks than one step holds, a step count that does not divide them, a partial last block;
+    experts shared out between threads."""
     monkeypatch.setattr(sm90_fp4, "_STEP_BYTES", 3 * 512 * 2)  # 3 blocks of 2 partitions per step
-    monkeypatch.setattr(sm90_fp4._scratch, "value", None, raising=False)
     down = random_u8(2, 120, 64, seed=5)
     expected = KERNELS[layout](padded_stack((down,), 128, 64))
     assert torch.equal(interleave_fp4_padded((down,), (128, 64), layout), expected)
-    whole = random_u8(2, 128, 64, seed=6)
+    narrow = random_u8(2, 2 * 96, 32, seed=7)[:, 1::2]  # read in place, one partition of two; then padding blocks
+    expected = KERNELS[layout](padded_stack((narrow,), 160, 64))
+    assert torch.equal(interleave_fp4_padded((narrow,), (160, 64), layout), expected)
+    whole = random_u8(5, 128, 64, seed=6)
     assert torch.equal(interleave_fp4(whole, layout), KERNELS[layout](whole))
     assert torch.equal(sm90_fp4.deinterleave_fp4(interleave_fp4(whole, layout), layout), whole)
 

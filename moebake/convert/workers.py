@@ -1,7 +1,8 @@
 """Bake output shards in parallel worker processes (``moebake convert --workers N``).
 
 Each worker (a fresh ``spawn`` process) opens and plans the conversion once, then bakes whole
-shards as they are handed out, with the same pipeline as a single-process run. Workers report the
+shards as they are handed out, with the same pipeline as a single-process run; the torch thread
+count (which layout transforms use) is shared out between the workers. Workers report the
 bytes they write through a queue, which feeds the progress bar here; each finished shard comes back
 with its SHA-256, its source shard's SHA-256 and the worker's stage times.
 """
@@ -12,6 +13,8 @@ import queue
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
+
+import torch
 
 from moebake.convert.conversion import Conversion, open_conversion
 from moebake.convert.options import ConvertOptions
@@ -31,8 +34,9 @@ def bake_in_workers(source: str | os.PathLike, options: ConvertOptions, names: l
     """
     context = multiprocessing.get_context("spawn")
     progress = context.Queue()
+    threads = max(1, torch.get_num_threads() // workers)  # the cores, shared out between the workers
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
-                             initargs=(str(source), options, progress)) as pool:
+                             initargs=(str(source), options, progress, threads)) as pool:
         pending = {pool.submit(_bake, name, str(staging)) for name in names}
         try:
             while pending:
@@ -57,7 +61,8 @@ def _drain(progress, on_bytes: Callable[[int], None]) -> None:
             return
 
 
-def _start_worker(source: str, options: ConvertOptions, progress) -> None:
+def _start_worker(source: str, options: ConvertOptions, progress, threads: int) -> None:
+    torch.set_num_threads(threads)
     conversion: Conversion = open_conversion(source, options)
     _worker.update(conversion=conversion, shards={s.file_name: s for s in conversion.shards}, progress=progress)
 

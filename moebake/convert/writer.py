@@ -20,13 +20,15 @@ import torch
 from moebake.convert.plan import OutputShard
 from moebake.convert.stages import STAGES
 from moebake.formats.safetensors_file import encode_header
+from moebake.layouts.parallel import helper_cpu_seconds
 
 _fdatasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 SHARD_METADATA = {"format": "pt"}  # transformers refuses shards whose metadata lacks a known format
 QUEUE_DEPTH = 2
 SYNC_EVERY = 256 << 20
-"""The writer thread flushes written bytes to the disk (``fdatasync``) every this many bytes: the
-disk writes while the CPU works, the final ``fsync`` is short, and dirty pages stay few."""
+"""After every this many bytes written, a flusher thread flushes them to the disk (``fdatasync``)
+while writing goes on: the disk writes while the CPU works, the final ``fsync`` is short, and
+dirty pages stay few."""
 
 
 def write_shard(shard: OutputShard, path: str | os.PathLike, on_bytes: Callable[[int], None] = lambda n: None) -> str:
@@ -54,16 +56,18 @@ def write_shard(shard: OutputShard, path: str | os.PathLike, on_bytes: Callable[
 
 
 def _timed_chunks(chunks: Iterator[torch.Tensor]) -> Iterator[memoryview]:
-    """The producer's chunks as flat byte views; their production time, less its reads, counts as ``transform``."""
+    """The producer's chunks as flat byte views; their production time, less its reads, counts as
+    ``transform`` (CPU: this thread's and the layout helper threads')."""
     while True:
-        began, began_cpu, (read_before, read_cpu_before, _) = time.perf_counter(), time.thread_time(), STAGES.snapshot()["read"]
+        began, (read_before, read_cpu_before, _) = time.perf_counter(), STAGES.snapshot()["read"]
+        began_cpu = time.thread_time() + helper_cpu_seconds()
         chunk = next(chunks, None)
         if chunk is None:
             return
         data = memoryview(chunk.contiguous().view(-1).view(torch.uint8).numpy())
         read, read_cpu, _ = STAGES.snapshot()["read"]
         STAGES.add("transform", time.perf_counter() - began - (read - read_before),
-                   time.thread_time() - began_cpu - (read_cpu - read_cpu_before), len(data))
+                   time.thread_time() + helper_cpu_seconds() - began_cpu - (read_cpu - read_cpu_before), len(data))
         yield data
 
 
@@ -74,6 +78,7 @@ class _WriterThread:
         self._f, self._digest, self._on_bytes = f, digest, on_bytes
         self._queue: queue.Queue = queue.Queue(maxsize=QUEUE_DEPTH)
         self._error: BaseException | None = None
+        self._flusher = _Flusher(f.fileno())
         self._thread = threading.Thread(target=self._run, name="moebake-writer", daemon=True)
         self._thread.start()
 
@@ -94,6 +99,7 @@ class _WriterThread:
         self._thread.join()
         if self._error is not None:
             raise self._error
+        self._flusher.close()
         with STAGES.timing("write", 0):
             self._f.flush()
             os.fsync(self._f.fileno())
@@ -112,6 +118,7 @@ class _WriterThread:
             except queue.Full:
                 pass
             self._thread.join(timeout=0.1)
+        self._flusher.close(raise_errors=False)
 
     def _run(self) -> None:
         unsynced = 0
@@ -123,9 +130,42 @@ class _WriterThread:
                     self._f.write(data)
                     unsynced += len(data)
                     if unsynced >= SYNC_EVERY:
-                        self._f.flush()
-                        _fdatasync(self._f.fileno())
+                        self._flusher.request()
                         unsynced = 0
                 self._on_bytes(len(data))
         except BaseException as err:  # handed to the producing thread by put/finish
             self._error = err
+
+
+class _Flusher:
+    """``fdatasync`` of file descriptor ``fd`` in a thread of its own, whenever :meth:`request`-ed."""
+
+    def __init__(self, fd: int):
+        self._fd, self._wanted, self._closing = fd, threading.Event(), False
+        self._error: OSError | None = None
+        self._thread = threading.Thread(target=self._run, name="moebake-flusher", daemon=True)
+        self._thread.start()
+
+    def request(self) -> None:
+        self._wanted.set()
+
+    def close(self, raise_errors: bool = True) -> None:
+        """Stop (after a flush under way); raises the error a flush met, if any."""
+        self._closing = True
+        self._wanted.set()
+        self._thread.join()
+        if self._error is not None and raise_errors:
+            raise self._error
+
+    def _run(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            if self._closing:
+                return
+            try:
+                with STAGES.timing("write", 0):
+                    _fdatasync(self._fd)
+            except OSError as err:  # raised by close(), from the writing side
+                self._error = err
+                return

@@ -33,12 +33,16 @@ CPU is not stuck in permutes of 1-byte elements):
    output bytes ``2*nib, 2*nib + 1`` of word ``j`` = ``F[plane[nib][0][j] | plane[nib][1][j] << 8]``
    for one 65536-entry uint16 table ``F``: one gather per two output bytes, written in place.
 The inverse runs the steps backwards (``F``'s inverse table, the same transpose, lanes back to rows).
+Experts are shared out between threads (:func:`moebake.layouts.parallel.run_in_threads`).
 """
 
+import functools
 import threading
 
 import numpy as np
 import torch
+
+from moebake.layouts.parallel import run_in_threads
 
 LAYOUTS = ("v2", "v1")
 
@@ -115,9 +119,10 @@ _scratch = threading.local()
 
 def _scratch_for(partitions: int) -> _Scratch:
     """This thread's scratch for rows of ``partitions`` partitions (one cached at a time)."""
+    blocks = max(1, _STEP_BYTES // (512 * partitions))
     cached = getattr(_scratch, "value", None)
-    if cached is None or cached.partitions != partitions:
-        cached = _scratch.value = _Scratch(partitions, max(1, _STEP_BYTES // (512 * partitions)))
+    if cached is None or (cached.partitions, cached.blocks) != (partitions, blocks):
+        cached = _scratch.value = _Scratch(partitions, blocks)
     return cached
 
 
@@ -133,16 +138,25 @@ def _nibble_transpose(a: np.ndarray, b: np.ndarray, x: np.ndarray, y: np.ndarray
 
 
 def _block_view(rows: np.ndarray) -> np.ndarray:
-    """uint8 ``[16 * count, 32 * P]`` (C-contiguous) -> uint32 ``[count, half, r0, p, mh, mq, h]``."""
+    """uint8 ``[16 * count, 32 * P]`` (rows 4-byte aligned, any row stride) -> uint32 ``[count, half, r0, p, mh, mq, h]``."""
     return rows.view(np.uint32).reshape(-1, 2, 8, rows.shape[1] // 32, 2, 2, 2)
 
 
-def _interleave_blocks(scratch: _Scratch, rows: np.ndarray, out: np.ndarray, layout: str) -> None:
-    """One step forward: source blocks ``rows`` (:func:`_block_view`) -> ``out``, their uint16 output words."""
-    count, partitions = rows.shape[0], rows.shape[3]
+def _lanes_readable(source: np.ndarray) -> bool:
+    """Whether :func:`_block_view` can view ``source``'s rows in place: whole partitions, 4-byte aligned rows."""
+    return (source.shape[1] % 32 == 0 and source.strides[1] == 1 and source.strides[0] % 4 == 0
+            and source.ctypes.data % 4 == 0)
+
+
+def _interleave_blocks(scratch: _Scratch, rows: np.ndarray, out: np.ndarray, layout: str, partitions: int) -> None:
+    """One step forward: source blocks ``rows`` (:func:`_block_view`; partitions beyond its own are
+    zero) -> ``out``, the uint16 output words of ``partitions``-partition rows."""
+    count, given = rows.shape[0], rows.shape[3]
     lanes = 32 * partitions * count
     planes, spare = scratch.planes[:, :, :lanes], scratch.spare[:, :, :lanes]
-    np.copyto(planes.reshape(2, 2, count, 2, 8, partitions, 2), rows.transpose(_LANE_ORDER))
+    lane_view = planes.reshape(2, 2, count, 2, 8, partitions, 2)
+    np.copyto(lane_view[:, :, :, :, :, :given], rows.transpose(_LANE_ORDER))
+    lane_view[:, :, :, :, :, given:] = 0
     _nibble_transpose(planes[0], planes[1], spare[0], spare[1])
     plane_bytes = planes.view(np.uint8).reshape(2, 2, lanes, 4)  # [nib][h][lane][j]
     if layout == "v1":
@@ -211,8 +225,9 @@ def interleave_fp4_padded(parts, part_shape: tuple[int, int], layout: str = "v2"
     ``parts``: uint8 ``[E, r_i, c_i]`` tensors (any strides, e.g. the up and gate rows of a GPT-OSS
     W13), ``r_i <= rows`` and ``c_i <= row_bytes`` for ``part_shape = (rows, row_bytes)``. Returns uint8
     ``[E, len(parts) * rows, row_bytes]``, equal to ``interleave_fp4(torch.cat([pad_to(p, part_shape)
-    for p in parts], 1), layout)``, without building that tensor: each step gathers its source rows
-    into a small zero-padded buffer that stays in cache.
+    for p in parts], 1), layout)``, without building that tensor: whole blocks of whole partitions
+    are read in place (padding partitions are zero lanes), padding blocks are written as zeros (the
+    interleave of zeros), and a block that is only partly source is gathered into a small buffer.
     """
     _check_layout(layout)
     rows, row_bytes = part_shape
@@ -225,16 +240,21 @@ def interleave_fp4_padded(parts, part_shape: tuple[int, int], layout: str = "v2"
             raise ValueError(f"parts {[list(p.shape) for p in parts]} do not fit [E, {rows}, {row_bytes}] each")
     experts = parts[0].shape[0]
     out = np.empty((experts, len(parts) * rows, row_bytes), np.uint8)
-    scratch = _scratch_for(row_bytes // 32)
-    for e in range(experts):
-        for index, part in enumerate(parts):
-            source = part[e].numpy()
-            target = out[e, index * rows:(index + 1) * rows]
-            direct = source.shape == (rows, row_bytes) and source.flags.c_contiguous and source.ctypes.data % 4 == 0
-            for first in range(0, rows, 16 * scratch.blocks):
-                stop = min(first + 16 * scratch.blocks, rows)
-                block_rows = source[first:stop] if direct else _stage_rows(scratch, source, first, stop)
-                _interleave_blocks(scratch, _block_view(block_rows), target[first:stop].reshape(-1).view(np.uint16), layout)
+
+    def interleave_part(source: np.ndarray, target: np.ndarray) -> None:
+        scratch = _scratch_for(row_bytes // 32)
+        in_place = 16 * (source.shape[0] // 16) if _lanes_readable(source) else 0  # rows read in place
+        for first in range(0, rows, 16 * scratch.blocks):
+            stop = min(first + 16 * scratch.blocks, rows)
+            if first >= source.shape[0]:
+                target[first:stop] = 0
+                continue
+            block_rows = source[first:stop] if stop <= in_place else _stage_rows(scratch, source, first, stop)
+            _interleave_blocks(scratch, _block_view(block_rows), target[first:stop].reshape(-1).view(np.uint16),
+                               layout, row_bytes // 32)
+
+    run_in_threads([functools.partial(interleave_part, part[e].numpy(), out[e, index * rows:(index + 1) * rows])
+                  for e in range(experts) for index, part in enumerate(parts)])
     return torch.from_numpy(out)
 
 
@@ -257,11 +277,15 @@ def deinterleave_fp4(weight: torch.Tensor, layout: str = "v2") -> torch.Tensor:
     source = weight.contiguous()
     if source.data_ptr() % 2:
         source = source.clone()
-    words = source.numpy().reshape(-1).view(np.uint16)
-    out = np.empty((experts * rows, row_bytes), np.uint8)
-    scratch = _scratch_for(row_bytes // 32)
-    for first in range(0, experts * rows, 16 * scratch.blocks):
-        stop = min(first + 16 * scratch.blocks, experts * rows)
-        step_words = words[first * row_bytes // 2:stop * row_bytes // 2]
-        _deinterleave_blocks(scratch, step_words, _block_view(out[first:stop]), layout)
-    return torch.from_numpy(out.reshape(experts, rows, row_bytes))
+    words = source.numpy().reshape(experts, -1).view(np.uint16)
+    out = np.empty((experts, rows, row_bytes), np.uint8)
+
+    def deinterleave_expert(words: np.ndarray, target: np.ndarray) -> None:
+        scratch = _scratch_for(row_bytes // 32)
+        for first in range(0, rows, 16 * scratch.blocks):
+            stop = min(first + 16 * scratch.blocks, rows)
+            _deinterleave_blocks(scratch, words[first * row_bytes // 2:stop * row_bytes // 2],
+                                 _block_view(target[first:stop]), layout)
+
+    run_in_threads([functools.partial(deinterleave_expert, words[e], out[e]) for e in range(experts)])
+    return torch.from_numpy(out)
