@@ -53,13 +53,14 @@ class StreamHash:
         with open(self.path, "rb", buffering=0) as f:
             self._position = _hash_range(self._digest, f, 0, prefix)
         self._queue: queue.Queue = queue.Queue(maxsize=_PENDING_PIECES)
+        self._closed = False
         self._thread = threading.Thread(target=self._hash_pieces, name="moebake-source-hash", daemon=True)
         self._thread.start()
 
     def feed(self, offset: int, data) -> None:
-        """Bytes ``data`` (a uint8 tensor or buffer, not modified afterwards) were read at ``offset``."""
+        """Bytes ``data`` (a uint8 array or tensor, not modified afterwards) were read at ``offset``."""
         end = offset + len(data)
-        if offset <= self._position < end:
+        if offset <= self._position < end and not self._closed:
             self._queue.put(memoryview(data.numpy() if hasattr(data, "numpy") else data)[self._position - offset:])
             self._position = end
 
@@ -75,7 +76,8 @@ class StreamHash:
 
     def close(self) -> None:
         """Hash what is queued and stop the thread (without :meth:`hexdigest`, on an error path)."""
-        if self._thread.is_alive():
+        if not self._closed:
+            self._closed = True
             self._queue.put(None)
             self._thread.join()
 

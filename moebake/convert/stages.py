@@ -29,11 +29,26 @@ class StageTimes:
     def __init__(self):
         self._lock = threading.Lock()
         self._totals = {name: (0.0, 0.0, 0) for name in NAMES}
+        self._thread = threading.local()  # per thread: ahead (bool), read (seconds, cpu seconds)
 
     def add(self, stage: str, seconds: float, cpu_seconds: float, nbytes: int) -> None:
+        if getattr(self._thread, "ahead", False):
+            seconds = 0.0
         with self._lock:
             total = self._totals[stage]
             self._totals[stage] = (total[0] + seconds, total[1] + cpu_seconds, total[2] + nbytes)
+        if stage == "read":
+            own = getattr(self._thread, "read", (0.0, 0.0))
+            self._thread.read = (own[0] + seconds, own[1] + cpu_seconds)
+
+    def off_critical_path(self) -> None:
+        """Mark the calling thread as working ahead of the pipeline (reading ahead): its wall time is
+        not added, only its CPU time (the pipeline's waits for it are timed where they happen)."""
+        self._thread.ahead = True
+
+    def own_reading(self) -> tuple[float, float]:
+        """``(seconds, cpu seconds)`` of ``read`` added by the calling thread so far."""
+        return getattr(self._thread, "read", (0.0, 0.0))
 
     @contextmanager
     def timing(self, stage: str, nbytes: int):

@@ -56,16 +56,16 @@ def write_shard(shard: OutputShard, path: str | os.PathLike, on_bytes: Callable[
 
 
 def _timed_chunks(chunks: Iterator[torch.Tensor]) -> Iterator[memoryview]:
-    """The producer's chunks as flat byte views; their production time, less its reads, counts as
-    ``transform`` (CPU: this thread's and the layout helper threads')."""
+    """The producer's chunks as flat byte views; their production time, less this thread's reads
+    (and waits for reads), counts as ``transform`` (CPU: this thread's and the layout helper threads')."""
     while True:
-        began, (read_before, read_cpu_before, _) = time.perf_counter(), STAGES.snapshot()["read"]
+        began, (read_before, read_cpu_before) = time.perf_counter(), STAGES.own_reading()
         began_cpu = time.thread_time() + helper_cpu_seconds()
         chunk = next(chunks, None)
         if chunk is None:
             return
         data = memoryview(chunk.contiguous().view(-1).view(torch.uint8).numpy())
-        read, read_cpu, _ = STAGES.snapshot()["read"]
+        read, read_cpu = STAGES.own_reading()
         STAGES.add("transform", time.perf_counter() - began - (read - read_before),
                    time.thread_time() + helper_cpu_seconds() - began_cpu - (read_cpu - read_cpu_before), len(data))
         yield data

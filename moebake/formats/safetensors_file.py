@@ -14,7 +14,6 @@ import json
 import math
 import os
 import struct
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -59,41 +58,42 @@ class TensorEntry:
         return self.nbytes // self.shape[0] if self.shape and self.shape[0] else 0
 
 
-ReadObserver = Callable[[str, int, torch.Tensor, float, float], None]
-"""Told of every read: ``(path, file offset, the bytes read as a uint8 tensor, wall seconds, CPU seconds)``."""
+SourceReader = Callable[[str, int, int], np.ndarray]
+"""``(path, offset, length)`` -> uint8 bytes ``[offset, offset + length)`` of the file (fewer at its end)."""
+
+
+def read_file_range(path: str, offset: int, length: int) -> np.ndarray:
+    """The plain :data:`SourceReader`: one fresh array, filled by ``readinto`` (numpy asks for huge pages)."""
+    array = np.empty(length, np.uint8)
+    view, got = memoryview(array), 0
+    with open(path, "rb", buffering=0) as f:
+        f.seek(offset)
+        while got < length and (n := f.readinto(view[got:])):  # one read returns at most ~2 GiB
+            got += n
+    return array[:got]
 
 
 @dataclass(frozen=True)
 class SafetensorsFile:
     """A parsed and validated safetensors header; data is read on demand, never mapped.
 
-    ``observer`` (optional) is called after every read; a conversion uses it to hash the source
-    file in the same pass and to time its reads.
+    ``reader`` (optional) serves the reads instead of :func:`read_file_range`; a conversion's
+    reads ahead, times its reads and hashes the source file in the same pass.
     """
 
     path: str
     data_start: int
     tensors: dict[str, TensorEntry]
     metadata: dict[str, str]
-    observer: ReadObserver | None = field(default=None, compare=False, repr=False)
+    reader: SourceReader | None = field(default=None, compare=False, repr=False)
 
     def read_bytes(self, entry: TensorEntry, start: int = 0, stop: int | None = None) -> torch.Tensor:
-        """uint8 tensor of bytes ``[start, stop)`` of ``entry``'s data, read into one fresh buffer."""
+        """uint8 tensor of bytes ``[start, stop)`` of ``entry``'s data."""
         stop = entry.nbytes if stop is None else stop
-        offset = self.data_start + entry.begin + start
-        array = np.empty(stop - start, np.uint8)  # numpy asks for huge pages: far fewer page faults than torch.empty
-        buffer, view, got = torch.from_numpy(array), memoryview(array), 0
-        began, began_cpu = time.perf_counter(), time.thread_time()
-        with open(self.path, "rb", buffering=0) as f:
-            f.seek(offset)
-            while got < len(view) and (n := f.readinto(view[got:])):  # one read returns at most ~2 GiB
-                got += n
-        seconds, cpu_seconds = time.perf_counter() - began, time.thread_time() - began_cpu
-        if got != stop - start:
-            raise MoebakeError(f"{self.path}: tensor {entry.name} is truncated (read {got} of {stop - start} bytes)")
-        if self.observer is not None:
-            self.observer(self.path, offset, buffer, seconds, cpu_seconds)
-        return buffer
+        data = (self.reader or read_file_range)(self.path, self.data_start + entry.begin + start, stop - start)
+        if len(data) != stop - start:
+            raise MoebakeError(f"{self.path}: tensor {entry.name} is truncated (read {len(data)} of {stop - start} bytes)")
+        return torch.from_numpy(data)
 
     def read_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
         """Rows ``[start, stop)`` of dim 0 of tensor ``name``, with its dtype (raw bytes for dtypes torch lacks)."""
