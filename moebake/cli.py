@@ -81,7 +81,8 @@ def convert(source, out, target, flashinfer_layout, hidden_multiple, intermediat
         from moebake.convert.stages import STAGES, profile_lines
 
         click.echo("\n".join(profile_lines(STAGES.snapshot(), time.perf_counter() - began)), err=True)
-    click.echo(f"wrote {out} ({len(manifest['layers'])} MoE layers, target {target}, FlashInfer layout {flashinfer_layout})")
+    layout = f", FlashInfer layout {manifest['flashinfer_layout']['id']}" if manifest["flashinfer_layout"] else ""
+    click.echo(f"wrote {out} ({len(manifest['layers'])} MoE layers, target {target}{layout})")
     gate_up = gate_up_summary(manifest)
     if gate_up:
         click.echo(gate_up)

@@ -128,7 +128,7 @@ def _baked_lines(r: dict) -> list[str]:
     m, s, layout = r["moe"], r["source"], r["flashinfer_layout"] or {}
     lines = [f"{r['path']}: baked checkpoint (moebake {r['moebake_version']}, {r['created']})",
              f"  target         {r['target']} (layout version {r['target_layout_version']}): {r['kernel'] or 'unknown to this moebake'}",
-             f"  FlashInfer     layout {layout.get('id')}: {layout.get('description')}",
+             *([f"  FlashInfer     layout {layout['id']}: {layout['description']}"] if layout else []),
              f"  source         {s['format']} {s['location']}" + (f" @ {s['revision']}" if s["revision"] else ""),
              f"  MoE layers     {m['layers']}, {m['experts']} experts",
              f"  padding        hidden {m['hidden']} -> {m['hidden_padded']}, intermediate {m['intermediate']} -> {m['intermediate_padded']}",

@@ -4,7 +4,7 @@ Schema ``moebake.manifest/1`` (documented in the README; add fields freely, bump
 when a field changes meaning or a reader must refuse older files):
 
   schema, moebake_version, created (UTC ISO 8601), target, target_layout_version,
-  flashinfer_layout {id, description}, source {format, location, revision, files {name: sha256}},
+  flashinfer_layout {id, description} (null for targets it does not apply to), source {format, location, revision, files {name: sha256}},
   options {...ConvertOptions}, activation {kind, alpha, beta, limit},
   layers [{index, prefix, experts, hidden, hidden_padded, intermediate, intermediate_padded,
            tensors {short name: {source, dtype, shape, gate_up_order, source_gate_up_order}}}],

@@ -105,7 +105,10 @@ def convert(
             "created": utc_now(),
             "target": options.target,
             "target_layout_version": target.LAYOUT_VERSION,
-            "flashinfer_layout": {"id": options.flashinfer_layout, "description": DESCRIPTIONS[options.flashinfer_layout]},
+            "flashinfer_layout": (
+                {"id": options.flashinfer_layout, "description": DESCRIPTIONS[options.flashinfer_layout]}
+                if target.USES_FLASHINFER_SM90_LAYOUT else None
+            ),
             "source": {
                 "format": model.format_name,
                 "location": source_location or str(Path(source).resolve()),

@@ -46,7 +46,7 @@ def compare_with_source(out: str | os.PathLike, source: str | os.PathLike, progr
 def inverse_problems(out: Path, manifest: dict, model) -> list[str]:
     """Problems where a baked expert tensor, inverted by the target, differs from the source tensor."""
     target = get_target(manifest["target"])
-    layout = manifest["flashinfer_layout"]["id"]
+    layout = (manifest["flashinfer_layout"] or {}).get("id")
     chunk_bytes = recorded_options(out, manifest).chunk_bytes
     weight_map = json.loads((out / INDEX_NAME).read_text())["weight_map"]
     problems = []

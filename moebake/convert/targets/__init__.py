@@ -1,8 +1,9 @@
 """Conversion targets: each module turns a source model's expert tensors into one kernel's layout.
 
-A target module exposes ``NAME``, ``plan(model, options) -> (list[OutputTensor], list[layer dict])``
-and ``restore(model, layer_record, baked) -> {source tensor name: tensor}``, the exact inverse used
-by verification. The first line of its docstring reads ``Target ``NAME``: <kernel> on <GPU>.``
+A target module exposes ``NAME``, ``LAYOUT_VERSION``, ``USES_FLASHINFER_SM90_LAYOUT`` (whether
+``--flashinfer-layout`` changes its bytes; the manifest records the layout only then),
+``plan(model, options) -> (list[OutputTensor], list[layer dict])`` and
+``restore(record, baked, layout) -> {source tensor name: tensor}``, the exact inverse used by verification. The first line of its docstring reads ``Target ``NAME``: <kernel> on <GPU>.``
 (shown by ``inspect`` and in model cards, see :func:`kernel_description`).
 A target may also set ``SOURCE_FORMATS``, the source formats it reads (tried in registry order,
 see :mod:`moebake.formats`); without it, the checkpoint is read as whatever format it is detected as.

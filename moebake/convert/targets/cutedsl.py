@@ -27,6 +27,7 @@ from moebake.layouts.group_interleave import deinterleave_halves, interleave_hal
 
 NAME = "cutedsl"
 LAYOUT_VERSION = 1  # bump when the bytes this target writes change for the same options
+USES_FLASHINFER_SM90_LAYOUT = False  # --flashinfer-layout (the SM90 fp4 interleave version) does not apply
 SOURCE_FORMATS = (FORMAT_NAME,)
 GROUP_ROWS = 64
 

@@ -26,6 +26,7 @@ from moebake.layouts.gate_up import split_halves
 
 NAME = "deepep-bf16"
 LAYOUT_VERSION = 1  # bump when the bytes this target writes change for the same options
+USES_FLASHINFER_SM90_LAYOUT = False  # --flashinfer-layout (the SM90 fp4 interleave version) does not apply
 SOURCE_FORMATS = ("bf16-moe",)
 DISPATCHER_OUTPUT_DTYPE = "bf16"
 

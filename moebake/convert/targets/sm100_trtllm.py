@@ -38,6 +38,7 @@ from moebake.layouts.trtllm_gen import EPILOGUE_TILE_M, shuffle_rows, unshuffle_
 
 NAME = "sm100-trtllm"
 LAYOUT_VERSION = 1  # bump when the bytes this target writes change for the same options
+USES_FLASHINFER_SM90_LAYOUT = False  # --flashinfer-layout (the SM90 fp4 interleave version) does not apply
 SOURCE_FORMATS = ("gpt-oss", "deepseek-v4")
 SCALE_DTYPE = "F8_E4M3"  # container dtype of the E8M0 scale bytes (what trtllm_fp4_block_scale_moe takes)
 

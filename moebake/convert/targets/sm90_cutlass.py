@@ -31,6 +31,7 @@ from moebake.layouts.sm90_scales import fold_scales, unfold_scales
 
 NAME = "sm90-cutlass"
 LAYOUT_VERSION = 1  # bump when the bytes this target writes change for the same options
+USES_FLASHINFER_SM90_LAYOUT = True  # the bytes depend on --flashinfer-layout (FlashInfer's SM90 fp4 interleave version)
 SOURCE_FORMATS = ("gpt-oss", "deepseek-v4")
 
 
