@@ -6,6 +6,7 @@ from moebake.errors import MoebakeError
 from moebake.layouts.sm90_fp4 import LAYOUTS
 
 DEFAULT_CHUNK_BYTES = 64 << 20
+MIN_CHUNK_BYTES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class ConvertOptions:
             value = getattr(self, name)
             if value <= 0 or value % 128:
                 raise MoebakeError(f"--{name.replace('_', '-')} {value}: must be a positive multiple of 128")
-        if self.chunk_bytes < 1 << 16:
+        if self.chunk_bytes < MIN_CHUNK_BYTES:
             raise MoebakeError(f"chunk size {self.chunk_bytes} bytes is too small (minimum 64 KiB)")
 
     def as_dict(self) -> dict:

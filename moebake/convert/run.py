@@ -22,7 +22,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 import moebake
-from moebake.convert.conversion import open_conversion
+from moebake.convert.conversion import open_conversion, torch_threads, transform_threads
 from moebake.convert.hashing import file_sha256
 from moebake.convert.manifest import SCHEMA, utc_now, write_manifest
 from moebake.convert.options import ConvertOptions
@@ -91,8 +91,9 @@ def convert(
             if workers > 1 and len(todo) > 1:
                 bake_in_workers(source, options, [s.file_name for s in todo], staging, workers, bar.update, finished)
             else:
-                for shard in todo:
-                    finished(shard.file_name, *conversion.bake(shard, staging / shard.file_name, bar.update, write_shard))
+                with torch_threads(transform_threads(1)):
+                    for shard in todo:
+                        finished(shard.file_name, *conversion.bake(shard, staging / shard.file_name, bar.update, write_shard))
         files = {name: {"sha256": digest, "bytes": (staging / name).stat().st_size} for name, digest in done.items()}
         _write_index(staging, shards)
         for name in checkpoint.side_files:

@@ -1,8 +1,10 @@
 """Bake output shards in parallel worker processes (``moebake convert --workers N``).
 
 Each worker (a fresh ``spawn`` process) opens and plans the conversion once, then bakes whole
-shards as they are handed out, with the same pipeline as a single-process run; the torch thread
-count (which layout transforms use) is shared out between the workers. Workers report the
+shards as they are handed out, with the same pipeline as a single-process run. The chunk size (the
+memory budget) and the cores (torch's thread count, which layout transforms use: see
+:func:`~moebake.convert.conversion.transform_threads`) are shared out between the workers; neither
+changes an output byte. Workers report the
 bytes they write through a queue, which feeds the progress bar here; each finished shard comes back
 with its SHA-256, its source shard's SHA-256 and the worker's stage times.
 """
@@ -12,12 +14,13 @@ import os
 import queue
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from moebake.convert.conversion import Conversion, open_conversion
-from moebake.convert.options import ConvertOptions
+from moebake.convert.conversion import Conversion, open_conversion, transform_threads
+from moebake.convert.options import MIN_CHUNK_BYTES, ConvertOptions
 from moebake.convert.stages import STAGES
 from moebake.convert.writer import write_shard
 
@@ -34,9 +37,10 @@ def bake_in_workers(source: str | os.PathLike, options: ConvertOptions, names: l
     """
     context = multiprocessing.get_context("spawn")
     progress = context.Queue()
-    threads = max(1, torch.get_num_threads() // workers)  # the cores, shared out between the workers
+    threads = transform_threads(workers)
+    share = replace(options, chunk_bytes=max(MIN_CHUNK_BYTES, options.chunk_bytes // workers))
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
-                             initargs=(str(source), options, progress, threads)) as pool:
+                             initargs=(str(source), share, progress, threads)) as pool:
         pending = {pool.submit(_bake, name, str(staging)) for name in names}
         try:
             while pending:

@@ -25,7 +25,7 @@ from moebake.layouts.parallel import helper_cpu_seconds
 _fdatasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 SHARD_METADATA = {"format": "pt"}  # transformers refuses shards whose metadata lacks a known format
 QUEUE_DEPTH = 2
-SYNC_EVERY = 256 << 20
+SYNC_EVERY = 128 << 20
 """After every this many bytes written, a flusher thread flushes them to the disk (``fdatasync``)
 while writing goes on: the disk writes while the CPU works, the final ``fsync`` is short, and
 dirty pages stay few."""
