@@ -51,6 +51,29 @@ def test_stream_hash_is_exact_in_any_reading_order(data_file, pieces):
     assert fed(path, data, pieces) == expected
 
 
+def test_page_cache_read_ahead_advises_the_range_after_each_read(data_file, monkeypatch):
+    import os
+    import time
+
+    from moebake.convert.conversion import PageCacheReadAhead
+
+    path, _, _ = data_file
+    advised = []
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, offset, length, advice: advised.append((offset, length, advice)))
+    monkeypatch.setattr(PageCacheReadAhead, "AHEAD", 4000)
+    monkeypatch.setattr(PageCacheReadAhead, "PIECE", 1000)
+    read_ahead = PageCacheReadAhead()
+    read_ahead.advance(str(path / "missing"), 0)  # a hint only: no error, and it goes on
+    read_ahead.advance(str(path), 3000)
+    read_ahead.advance(str(path), 7500)  # the file holds 10_000 bytes
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and (not advised or advised[-1][0] < 9500):
+        time.sleep(0.01)
+    starts = [offset for offset, _, _ in advised]
+    assert starts[-1] == 9500 and all(b > a for a, b in zip(starts, starts[1:]))
+    assert {length for _, length, _ in advised} == {1000} and {advice for *_, advice in advised} == {os.POSIX_FADV_WILLNEED}
+
+
 def shard_of(chunks):
     def produce():
         yield from chunks

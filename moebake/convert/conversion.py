@@ -1,13 +1,15 @@
 """A planned conversion, and baking one output shard of it (in this process or a worker process).
 
 :func:`open_conversion` opens the source, routes every source shard's reads through
-:meth:`Conversion.read_source`, and plans the target. That reader times the reads (``read`` stage)
-and, while a shard is being baked, hands the bytes read from the source shard of the same name to a
-:class:`StreamHash`: the manifest's source SHA-256 is computed in the same pass as the conversion,
-not by reading the source a second time.
+:meth:`Conversion.read_source`, and plans the target. That reader times the reads (``read`` stage),
+keeps the disk reading ahead of them (:class:`PageCacheReadAhead`) and, while a shard is being
+baked, hands the bytes read from the source shard of the same name to a :class:`StreamHash`: the
+manifest's source SHA-256 is computed in the same pass as the conversion, not by reading the
+source a second time.
 """
 
 import os
+import threading
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -35,6 +37,7 @@ class Conversion:
     shards: list[OutputShard]
     layers: list[dict]
     _hashing: dict[str, StreamHash] = field(default_factory=dict)
+    _read_ahead: "PageCacheReadAhead" = field(default_factory=lambda: PageCacheReadAhead())
 
     @property
     def checkpoint(self) -> SourceCheckpoint:
@@ -44,6 +47,7 @@ class Conversion:
         """The :data:`~moebake.formats.safetensors_file.SourceReader` of every source shard."""
         with STAGES.timing("read", length):
             data = read_file_range(path, offset, length)
+        self._read_ahead.advance(path, offset + len(data))
         if (stream := self._hashing.get(path)) is not None:
             stream.feed(offset, data)
         return data
@@ -67,6 +71,52 @@ class Conversion:
         finally:
             del self._hashing[source.path]
         return digest, stream.hexdigest()
+
+
+class PageCacheReadAhead:
+    """Keeps the :data:`AHEAD` bytes after the last read of a file on their way into the page cache.
+
+    A thread of its own asks the kernel to read them (``posix_fadvise(WILLNEED)``, in
+    :data:`PIECE`-sized calls: on the benchmark machine one larger call prefetched little), so the
+    disk keeps reading across tensor boundaries and through tensors copied as they are, while the
+    CPU transforms. It costs no CPU time to speak of and no process memory (only page cache).
+    """
+
+    AHEAD = 256 << 20
+    PIECE = 8 << 20
+
+    def __init__(self):
+        self._wanted = threading.Condition()
+        self._position: tuple[str, int] | None = None
+        if hasattr(os, "posix_fadvise"):
+            threading.Thread(target=self._run, name="moebake-page-cache-read-ahead", daemon=True).start()
+
+    def advance(self, path: str, position: int) -> None:
+        """The file ``path`` has been read up to ``position``."""
+        with self._wanted:
+            self._position = (path, position)
+            self._wanted.notify()
+
+    def _run(self) -> None:
+        path, fd, size, advised = None, -1, 0, 0
+        while True:
+            with self._wanted:
+                while self._position is None or (self._position[0] == path and advised >= min(self._position[1] + self.AHEAD, size)):
+                    self._wanted.wait()
+                wanted_path, position = self._position
+            try:
+                if wanted_path != path:
+                    if fd >= 0:
+                        os.close(fd)
+                    path, fd, size = wanted_path, -1, 0
+                    fd = os.open(path, os.O_RDONLY)
+                    size, advised = os.fstat(fd).st_size, position
+                advised = max(advised, position)
+                if advised < min(position + self.AHEAD, size):
+                    os.posix_fadvise(fd, advised, self.PIECE, os.POSIX_FADV_WILLNEED)
+                    advised += self.PIECE
+            except OSError:  # a hint only: the reads themselves report the problem
+                size = 0
 
 
 def transform_threads(workers: int) -> int:

@@ -6,7 +6,8 @@ to the process-wide :data:`STAGES`; worker processes send theirs back with each 
 for a core when other processes compete, included); ``cpu`` is the CPU time of the thread doing it.
 Stages run in parallel threads and processes, so their seconds add up to more than the wall time.
 
-  * ``read``: ``readinto`` of source bytes (waiting for the disk, or copying from the page cache);
+  * ``read``: source bytes: seconds the producing thread waited for them (reading them itself, or
+    waiting for the reading thread that reads ahead), CPU of every thread reading them;
   * ``transform``: producing output chunks, less the reads inside it (layout transforms, padding);
   * ``hash``: SHA-256 of source and output bytes (plus re-reads of source bytes not met in order);
   * ``write``: writing output bytes and flushing them to the disk (``fdatasync``/``fsync``).
