@@ -1,0 +1,265 @@
+"""Benchmark (not a test): ``moebake convert --target sm90-cutlass`` against ``cp -r`` of the same source.
+
+Synthetic GPT-OSS-shaped checkpoints (GPT-OSS-20B's shapes by default: E=32, H=I=2880, 64 query /
+8 KV heads of 64, vocabulary 201088; one layer per shard; 24 layers = 13.5 GB) of growing size are
+generated once under ``.bench-cache/``: the largest by :func:`moebake.synthetic.write_gpt_oss`,
+the smaller ones as its first shards (hard links) with their own index and config, so they cost no
+extra disk. For each size, back to back on the same disk:
+
+* ``copy``: ``cp -r SRC DST`` then ``sync DST/*`` (an fsync of every copied file), run before and
+  after the conversions; its time is the mean of the two;
+* ``moebake wN``: ``python -m moebake convert SRC OUT --target sm90-cutlass --quiet --profile
+  --workers N`` (which fsyncs every file it writes).
+
+Page cache: before every run the source is dropped from the page cache with
+``posix_fadvise(DONTNEED)`` on each file (no root needed, other processes' cache untouched), so
+both tools read it from the disk; both flush everything they write. Each output is deleted right
+after its run.
+
+Reported per run: GB/s (source bytes / wall seconds), the ratio of wall time to the copy's, CPU
+seconds (user + system of the whole process tree), the CPU floor (CPU seconds spread over all the
+machine's cores, as a ratio to the copy's wall time: no schedule of that work can beat it), peak RSS
+(sum over the process tree, polled every 50 ms; shared pages count once per process, so this
+over-counts workers) and the 1-minute load average before the run (other work on the machine
+competes for the same cores). The conversion's own per-stage profile (``--profile``) is printed
+after each run, and kept for the largest size. Results go to
+``bench/results/convert_bench.{md,csv,png}`` (``--results``).
+
+    .venv/bin/python bench/convert_bench.py                            # 3, 6, 12, 24 layers; workers 1, 2
+    .venv/bin/python bench/convert_bench.py --layers 3 --workers 1     # a quick look
+    .venv/bin/python bench/convert_bench.py --plot-only                # redraw the plot from the CSV
+"""
+
+import argparse
+import csv
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+CORES = len(os.sched_getaffinity(0))
+COMPLETE = ".complete"  # written last into a generated checkpoint
+
+
+def source_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+
+
+GPT_OSS_20B_ATTENTION = {"heads": 64, "kv_heads": 8, "head_dim": 64, "vocab": 201088}
+
+
+def full_source(cache: Path, layers: int, experts: int, hidden: int) -> Path:
+    """The largest checkpoint, generated once (a partial one from an interrupted run is redone)."""
+    from moebake.synthetic import write_gpt_oss
+
+    path = cache / f"gpt-oss-L{layers}-E{experts}-H{hidden}-20b-attn"
+    if not (path / COMPLETE).is_file():
+        shutil.rmtree(path, ignore_errors=True)
+        print(f"generating {path} ...", flush=True)
+        write_gpt_oss(path, num_layers=layers, num_experts=experts, hidden=hidden, intermediate=hidden,
+                      layers_per_shard=1, **GPT_OSS_20B_ATTENTION)
+        (path / COMPLETE).write_text("")
+    return path
+
+
+def prefix_source(full: Path, layers: int) -> Path:
+    """A ``layers``-layer checkpoint made of ``full``'s first shards (hard links), index and config rewritten."""
+    from moebake.formats.checkpoint import INDEX_NAME
+    from moebake.formats.safetensors_file import read_header
+
+    path = full.parent / f"{full.name}-first{layers}"
+    if (path / COMPLETE).is_file():
+        return path
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir()
+    index = json.loads((full / INDEX_NAME).read_text())
+    shards = sorted(set(index["weight_map"].values()))[:layers]  # one layer per shard
+    for name in shards:
+        os.link(full / name, path / name)
+    weight_map = {tensor: shard for tensor, shard in index["weight_map"].items() if shard in shards}
+    total = sum(entry.nbytes for name in shards for entry in read_header(path / name).tensors.values())
+    (path / INDEX_NAME).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    config = json.loads((full / "config.json").read_text())
+    config["num_hidden_layers"] = layers
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    for side in full.iterdir():
+        if side.suffix == ".json" and side.name not in (INDEX_NAME, "config.json"):
+            shutil.copyfile(side, path / side.name)
+    (path / COMPLETE).write_text("")
+    return path
+
+
+def drop_from_page_cache(directory: Path) -> None:
+    for path in directory.iterdir():
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fdatasync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def run_measured(command: list[str]) -> dict:
+    """Run ``command``; wall seconds, CPU seconds and peak RSS bytes of its process tree, and its stderr."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    watched, peak = psutil.Process(process.pid), 0
+    while process.poll() is None:
+        try:
+            tree = [watched, *watched.children(recursive=True)]
+            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+        except psutil.Error:
+            pass
+        time.sleep(0.05)
+    wall = time.perf_counter() - start
+    stderr = process.stderr.read()
+    if process.returncode:
+        raise SystemExit(f"{' '.join(command)} failed ({process.returncode}):\n{stderr}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": wall, "cpu_s": cpu, "peak_rss": peak, "stderr": stderr}
+
+
+def measure_copy(source: Path, scratch: Path) -> dict:
+    destination = scratch / "copy"
+    shutil.rmtree(destination, ignore_errors=True)
+    drop_from_page_cache(source)
+    files = sorted(p.name for p in source.iterdir() if p.is_file())
+    script = f'cp -r "{source}" "{destination}" && cd "{destination}" && sync {" ".join(files)}'
+    result = run_measured(["bash", "-c", script])
+    shutil.rmtree(destination)
+    return result
+
+
+def measure_convert(source: Path, scratch: Path, workers: int) -> dict:
+    out = scratch / "baked"
+    shutil.rmtree(out, ignore_errors=True)
+    drop_from_page_cache(source)
+    result = run_measured([sys.executable, "-m", "moebake", "convert", str(source), str(out), "--target", "sm90-cutlass",
+                           "--quiet", "--profile", "--workers", str(workers)])
+    shutil.rmtree(out)
+    result["profile"] = [line for line in result["stderr"].splitlines() if line.startswith("profile:")]
+    return result
+
+
+def run_size(source: Path, scratch: Path, workers_list: list[int]) -> list[dict]:
+    size = source_bytes(source)
+    free = shutil.disk_usage(scratch).free
+    if free < 1.1 * size:
+        raise SystemExit(f"{scratch}: {free / 1e9:.1f} GB free, a copy of {source} needs {size / 1e9:.1f} GB")
+    runs = []
+    for tool, measure in [("copy", lambda: measure_copy(source, scratch)),
+                          *[(f"moebake w{w}", lambda w=w: measure_convert(source, scratch, w)) for w in workers_list],
+                          ("copy", lambda: measure_copy(source, scratch))]:
+        load = os.getloadavg()[0]
+        result = measure()
+        runs.append({"tool": tool, "load": load, **result})
+        print(f"  {tool:11s} {result['wall_s']:7.1f} s  {size / result['wall_s'] / 1e9:5.2f} GB/s  "
+              f"cpu {result['cpu_s']:6.1f} s  peak RSS {result['peak_rss'] / 2**20:6.0f} MiB  load {load:.1f}", flush=True)
+        for line in result.get("profile", []):
+            print("    " + line, flush=True)
+    copies = [r for r in runs if r["tool"] == "copy"]
+    copy = {"tool": "copy", **{key: sum(r[key] for r in copies) / len(copies) for key in ("wall_s", "cpu_s", "load")},
+            "peak_rss": max(r["peak_rss"] for r in copies)}
+    rows = []
+    for run in [copy, *(r for r in runs if r["tool"] != "copy")]:
+        rows.append({"source_gb": size / 1e9, "tool": run["tool"], "wall_s": run["wall_s"], "gb_per_s": size / run["wall_s"] / 1e9,
+                     "ratio_to_copy": run["wall_s"] / copy["wall_s"], "cpu_s": run["cpu_s"],
+                     "cpu_floor_ratio": run["cpu_s"] / CORES / copy["wall_s"],
+                     "peak_rss_mib": run["peak_rss"] / 2**20, "load": run["load"],
+                     "profile": "\n".join(line.removeprefix("profile: ") for line in run.get("profile", []))})
+    return rows
+
+
+def write_results(rows: list[dict], results: Path) -> None:
+    results.mkdir(parents=True, exist_ok=True)
+    columns = ["source_gb", "tool", "wall_s", "gb_per_s", "ratio_to_copy", "cpu_s", "cpu_floor_ratio", "peak_rss_mib", "load"]
+    with open(results / "convert_bench.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, columns + ["profile"])
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in row.items()})
+    table = [f"| source GB | tool | wall s | GB/s | x copy | CPU s | CPU floor (/{CORES} cores) x copy | peak RSS MiB | load |",
+             "|" + "---|" * 9]
+    for row in rows:
+        table.append(f"| {row['source_gb']:.1f} | {row['tool']} | {row['wall_s']:.1f} | {row['gb_per_s']:.2f} | "
+                     f"{row['ratio_to_copy']:.2f} | {row['cpu_s']:.1f} | {row['cpu_floor_ratio']:.2f} | "
+                     f"{row['peak_rss_mib']:.0f} | {row['load']:.1f} |")
+    largest = max(row["source_gb"] for row in rows)
+    profiles = [f"{row['tool']}, {row['source_gb']:.1f} GB (moebake convert --profile):\n\n```\n{row['profile']}\n```"
+                for row in rows if row["source_gb"] == largest and row["profile"]]
+    (results / "convert_bench.md").write_text("\n".join(table) + "\n\n" + "\n\n".join(profiles) + "\n")
+    print("\n".join(table))
+    plot(rows, results / "convert_bench.png")
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (speed, memory) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for tool in dict.fromkeys(row["tool"] for row in rows):
+        mine = [row for row in rows if row["tool"] == tool]
+        sizes = [row["source_gb"] for row in mine]
+        speed.plot(sizes, [row["gb_per_s"] for row in mine], "o-", label=tool)
+        memory.plot(sizes, [row["peak_rss_mib"] for row in mine], "o-", label=tool)
+    speed.set(xlabel="source checkpoint (GB)", ylabel="GB/s (source bytes / wall s)", title="throughput, cold page cache")
+    memory.set(xlabel="source checkpoint (GB)", ylabel="peak RSS of the process tree (MiB)", title="peak memory")
+    memory.axhline(1.5e9 / 2**20, color="grey", linestyle=":", label="1.5 GB target")
+    sizes = sorted({row["source_gb"] for row in rows})
+    for axes in (speed, memory):
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(sizes, [f"{size:.1f}" for size in sizes])
+        axes.minorticks_off()
+        axes.set_ylim(bottom=0)
+        axes.grid(alpha=0.3)
+        axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, nargs="+", default=[3, 6, 12, 24], help="model sizes, in MoE layers")
+    parser.add_argument("--generate-layers", type=int, default=24,
+                        help="layers of the generated checkpoint; smaller sizes are its first shards")
+    parser.add_argument("--experts", type=int, default=32)
+    parser.add_argument("--hidden", type=int, default=2880, help="H = I")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="moebake --workers values to run")
+    parser.add_argument("--cache", type=Path, default=REPO / ".bench-cache", help="where sources and scratch copies go")
+    parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
+    parser.add_argument("--plot-only", action="store_true", help="redraw the plot from the results' CSV, run nothing")
+    args = parser.parse_args()
+    if args.plot_only:
+        with open(args.results / "convert_bench.csv", newline="") as f:
+            rows = [{**row, **{k: float(row[k]) for k in ("source_gb", "gb_per_s", "peak_rss_mib")}} for row in csv.DictReader(f)]
+        plot(rows, args.results / "convert_bench.png")
+        return
+
+    if max(args.layers) > args.generate_layers:
+        parser.error(f"--layers must be at most --generate-layers ({args.generate_layers})")
+    full = full_source(args.cache, args.generate_layers, args.experts, args.hidden)
+    scratch = args.cache / "scratch"
+    scratch.mkdir(exist_ok=True)
+    rows = []
+    for layers in sorted(args.layers):
+        source = full if layers == args.generate_layers else prefix_source(full, layers)
+        print(f"{layers} layers: {source_bytes(source) / 1e9:.2f} GB ({source})", flush=True)
+        rows.extend(run_size(source, scratch, args.workers))
+    write_results(rows, args.results)
+
+
+if __name__ == "__main__":
+    main()
