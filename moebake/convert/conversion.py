@@ -8,6 +8,7 @@ manifest's source SHA-256 is computed in the same pass as the conversion, not by
 source a second time.
 """
 
+import functools
 import os
 import threading
 from collections.abc import Callable
@@ -37,7 +38,6 @@ class Conversion:
     shards: list[OutputShard]
     layers: list[dict]
     _hashing: dict[str, StreamHash] = field(default_factory=dict)
-    _read_ahead: "PageCacheReadAhead" = field(default_factory=lambda: PageCacheReadAhead())
 
     @property
     def checkpoint(self) -> SourceCheckpoint:
@@ -47,7 +47,7 @@ class Conversion:
         """The :data:`~moebake.formats.safetensors_file.SourceReader` of every source shard."""
         with STAGES.timing("read", length):
             data = read_file_range(path, offset, length)
-        self._read_ahead.advance(path, offset + len(data))
+        _page_cache_read_ahead().advance(path, offset + len(data))
         if (stream := self._hashing.get(path)) is not None:
             stream.feed(offset, data)
         return data
@@ -117,6 +117,12 @@ class PageCacheReadAhead:
                     advised += self.PIECE
             except OSError:  # a hint only: the reads themselves report the problem
                 size = 0
+
+
+@functools.cache
+def _page_cache_read_ahead() -> PageCacheReadAhead:
+    """The process's one read-ahead (and thread), made on first use."""
+    return PageCacheReadAhead()
 
 
 def transform_threads(workers: int) -> int:
