@@ -52,6 +52,20 @@ class BakedCheckpoint:
         known = [record.get("index") for record in self.manifest.get("layers", [])]
         raise MoebakeError(f"{self.manifest_path}: no MoE layer {index} (layers: {known})")
 
+    def rank_experts(self, record: dict, ep_rank: int, ep_size: int) -> tuple[int, int]:
+        """The contiguous expert range ``[start, stop)`` that EP rank ``ep_rank`` of ``ep_size`` owns in a layer.
+
+        MoebakeError unless ``ep_size`` divides the layer's expert count and ``0 <= ep_rank < ep_size``.
+        """
+        experts = record["experts"]
+        if ep_size < 1 or experts % ep_size or not 0 <= ep_rank < ep_size:
+            raise MoebakeError(
+                f"{self.manifest_path}: layer {record['prefix']} has {experts} experts, which EP rank {ep_rank} of "
+                f"{ep_size} cannot split evenly (need ep_size dividing {experts} and 0 <= ep_rank < ep_size)"
+            )
+        per_rank = experts // ep_size
+        return ep_rank * per_rank, (ep_rank + 1) * per_rank
+
     def _shard_of(self, name: str) -> SafetensorsFile:
         shard_name = self.weight_map.get(name)
         if shard_name is None:

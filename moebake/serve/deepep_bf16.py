@@ -134,17 +134,11 @@ class DeepEPBf16Checkpoint(BakedCheckpoint):
         """
         device = torch.device(device)
         record = self.layer(layer)
-        experts = record["experts"]
-        if ep_size < 1 or experts % ep_size or not 0 <= ep_rank < ep_size:
-            raise MoebakeError(
-                f"{self.manifest_path}: layer {record['prefix']} has {experts} experts, which EP rank {ep_rank} of "
-                f"{ep_size} cannot split evenly (need ep_size dividing {experts} and 0 <= ep_rank < ep_size)"
-            )
+        start, stop = self.rank_experts(record, ep_rank, ep_size)
         if sorted(record["tensors"]) != sorted(TENSORS) or record.get("dispatcher_output_dtype") != "bf16":
             raise MoebakeError(f"{self.manifest_path}: layer {record['prefix']} is not a deepep-bf16 layer "
                                f"(needs tensors {', '.join(TENSORS)} and dispatcher_output_dtype bf16)")
         if verify:
             self.verify_files([record["prefix"] + name for name in TENSORS])
-        per_rank = experts // ep_size
-        tensors, stats = self.read_experts(record, list(TENSORS), ep_rank * per_rank, (ep_rank + 1) * per_rank, device)
-        return DeepEPBf16Experts(tensors["w13_weight"], tensors["w2_weight"], backend, ep_rank * per_rank, stats)
+        tensors, stats = self.read_experts(record, list(TENSORS), start, stop, device)
+        return DeepEPBf16Experts(tensors["w13_weight"], tensors["w2_weight"], backend, start, stats)

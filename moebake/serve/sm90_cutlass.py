@@ -81,19 +81,13 @@ class Sm90CutlassCheckpoint(BakedCheckpoint):
         """
         device = torch.device(device)
         record = self.layer(layer)
-        experts = record["experts"]
-        if ep_size < 1 or experts % ep_size or not 0 <= ep_rank < ep_size:
-            raise MoebakeError(
-                f"{self.manifest_path}: layer {layer} has {experts} experts, which EP rank {ep_rank} of {ep_size} "
-                f"cannot split evenly (need ep_size dividing {experts} and 0 <= ep_rank < ep_size)"
-            )
+        start, stop = self.rank_experts(record, ep_rank, ep_size)
         names = self._tensor_names(record)
         swiglu = swiglu_parameters(self.manifest.get("activation") or {}, self.manifest_path)
         self.check_platform(device)
         if verify:
             self.verify_files([record["prefix"] + n for n in names])
-        per_rank = experts // ep_size
-        tensors, stats = self.read_experts(record, names, ep_rank * per_rank, (ep_rank + 1) * per_rank, device)
+        tensors, stats = self.read_experts(record, names, start, stop, device)
         return Sm90CutlassExperts(tensors, hidden=record["hidden"], hidden_padded=record["hidden_padded"],
                                   swiglu=swiglu, ep_rank=ep_rank, ep_size=ep_size, load_stats=stats)
 
