@@ -173,10 +173,11 @@ def test_verify_detects_a_missing_file(gpt_oss_tiny, tmp_path):
     assert result.exit_code == 1 and "missing" in result.output
 
 
-def test_resume_reuses_finished_shards(gpt_oss_tiny, tmp_path, monkeypatch):
+def interrupt_after_first_shard(source, out, monkeypatch) -> str:
+    """Run a conversion that is interrupted (KeyboardInterrupt) after its first shard; that shard's name."""
     from moebake.convert import run
 
-    out, written, original = tmp_path / "out", [], run.write_shard
+    written, original = [], run.write_shard
 
     def interrupted_after_first(shard, path, on_bytes):
         if written:
@@ -184,10 +185,19 @@ def test_resume_reuses_finished_shards(gpt_oss_tiny, tmp_path, monkeypatch):
         written.append(shard.file_name)
         return original(shard, path, on_bytes)
 
-    monkeypatch.setattr(run, "write_shard", interrupted_after_first)
-    with pytest.raises(KeyboardInterrupt):
-        convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False)
-    assert not out.exists() and (tmp_path / ".out.partial" / written[0]).is_file()
+    with monkeypatch.context() as patch:
+        patch.setattr(run, "write_shard", interrupted_after_first)
+        with pytest.raises(KeyboardInterrupt):
+            convert(source, out, ConvertOptions("sm90-cutlass"), progress=False)
+    return written[0]
+
+
+def test_resume_reuses_finished_shards(gpt_oss_tiny, tmp_path, monkeypatch):
+    from moebake.convert import run
+
+    out, original = tmp_path / "out", run.write_shard
+    finished = interrupt_after_first_shard(gpt_oss_tiny, out, monkeypatch)
+    assert not out.exists() and (tmp_path / ".out.partial" / finished).is_file()
 
     rewritten = []
 
@@ -197,7 +207,7 @@ def test_resume_reuses_finished_shards(gpt_oss_tiny, tmp_path, monkeypatch):
 
     monkeypatch.setattr(run, "write_shard", recording)
     convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), resume=True, progress=False)
-    assert written[0] not in rewritten and len(rewritten) == 1
+    assert finished not in rewritten and len(rewritten) == 1
     fresh = tmp_path / "fresh"
     convert(gpt_oss_tiny, fresh, ConvertOptions("sm90-cutlass"), progress=False)
     for shard in ("model-00000-of-00001.safetensors", "model-00001-of-00001.safetensors"):
@@ -205,23 +215,9 @@ def test_resume_reuses_finished_shards(gpt_oss_tiny, tmp_path, monkeypatch):
 
 
 def test_resume_rewrites_a_damaged_shard(gpt_oss_tiny, tmp_path, monkeypatch):
-    from moebake.convert import run
-
-    out, original = tmp_path / "out", run.write_shard
-    calls = []
-
-    def interrupted_after_first(shard, path, on_bytes):
-        if calls:
-            raise KeyboardInterrupt
-        calls.append(shard.file_name)
-        return original(shard, path, on_bytes)
-
-    monkeypatch.setattr(run, "write_shard", interrupted_after_first)
-    with pytest.raises(KeyboardInterrupt):
-        convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False)
-    damaged = tmp_path / ".out.partial" / calls[0]
+    out = tmp_path / "out"
+    damaged = tmp_path / ".out.partial" / interrupt_after_first_shard(gpt_oss_tiny, out, monkeypatch)
     damaged.write_bytes(damaged.read_bytes()[:-10])
-    monkeypatch.setattr(run, "write_shard", original)
     convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), resume=True, progress=False)
     assert CliRunner().invoke(main, ["verify", str(out)]).exit_code == 0
 

@@ -51,13 +51,8 @@ def _cutlass_fused_moe():
 
 
 @pytest.fixture(scope="module")
-def gpu():
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("needs an SM90 GPU")
-    pytest.importorskip("flashinfer")
-    return torch.device("cuda")
+def gpu(sm90_gpu):
+    return sm90_gpu
 
 
 @pytest.fixture(scope="module")

@@ -33,16 +33,8 @@ SHAPES = {
 
 
 @pytest.fixture(scope="module")
-def gpu():
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("needs an SM90 GPU")
-    pytest.importorskip("flashinfer")
-    from moebake.serve.flashinfer_ops import sm90_moe_ops
-
-    sm90_moe_ops()
-    return torch.device("cuda")
+def gpu(sm90_gpu):
+    return sm90_gpu
 
 
 def _scale_biases(source):
