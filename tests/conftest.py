@@ -36,3 +36,17 @@ def load_all(directory) -> dict:
     for shard in sorted(Path(directory).glob("*.safetensors")):
         tensors.update(load_file(shard))
     return tensors
+
+
+@pytest.fixture(scope="session")
+def sm90_gpu():
+    """The CUDA device, with FlashInfer's SM90 fused-MoE module ready; skips without an SM90 GPU or FlashInfer."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an SM90 GPU")
+    pytest.importorskip("flashinfer")
+    from moebake.serve.flashinfer_ops import sm90_moe_ops
+
+    sm90_moe_ops()
+    return torch.device("cuda")
