@@ -13,8 +13,6 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-GPT_OSS_20B = {"num_layers": 24, "num_experts": 32, "hidden": 2880, "intermediate": 2880}
-
 
 def _save_shards(path: Path, shards: Iterable[dict[str, torch.Tensor]], num_shards: int) -> None:
     """Write ``num_shards`` shard dicts (made one at a time) as ``model-0000k-of-0000N`` plus the index."""
@@ -105,7 +103,6 @@ BF16_STYLES = {
     "mixtral": {"layers": "model.layers.", "moe": "block_sparse_moe", "names": ("w1", "w3", "w2"),
                 "fused": False, "model_type": "mixtral", "architecture": "MixtralForCausalLM"},
 }
-QWEN35_DRAFT = {"num_experts": 64, "hidden": 4096, "intermediate": 1024}  # the MTP draft MoE GEMMs of SGLang PR 25540
 
 
 def _bf16_experts(prefix: str, E: int, H: int, I: int, fused: bool, names: tuple[str, str, str], g) -> dict:

@@ -113,14 +113,6 @@ def tensor_nbytes(dtype: str, shape: tuple[int, ...]) -> int:
     return bits // 8
 
 
-def dtype_code(dtype: torch.dtype) -> str:
-    """The safetensors dtype code of a torch dtype."""
-    for code, (candidate, _) in DTYPES.items():
-        if candidate is dtype and code != "F4":
-            return code
-    raise ValueError(f"torch dtype {dtype} has no safetensors code")
-
-
 def read_header(path: str | os.PathLike) -> SafetensorsFile:
     """Parse and validate the header of ``path``; raises MoebakeError naming the file on any violation."""
     path = str(path)

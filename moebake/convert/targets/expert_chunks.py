@@ -46,13 +46,3 @@ def zip_expert_chunks(
             yield combine(*chunks).contiguous()
 
     return produce
-
-
-def map_expert_chunks(
-    checkpoint: SourceCheckpoint, name: str, chunk_bytes: int, transform: Callable[[torch.Tensor], torch.Tensor]
-) -> Callable[[], Iterator[torch.Tensor]]:
-    """Producer that reads ``name`` (stacked over experts) a few experts at a time and yields ``transform(chunk)``.
-
-    ``transform`` maps source rows ``[e, ...]`` (source dtype) to the output's rows ``[e, ...]``.
-    """
-    return zip_expert_chunks(checkpoint, (name,), checkpoint.entry(name).shape[0], chunk_bytes, transform)
