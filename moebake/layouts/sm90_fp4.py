@@ -34,6 +34,10 @@ CPU is not stuck in permutes of 1-byte elements):
    for one 65536-entry uint16 table ``F``: one gather per two output bytes, written in place.
 The inverse runs the steps backwards (``F``'s inverse table, the same transpose, lanes back to rows).
 Experts are shared out between threads (:func:`moebake.layouts.parallel.run_in_threads`).
+
+The forward interleave runs a compiled kernel instead when one is available
+(:func:`moebake.layouts.compiled.kernels`; same bytes, ~4x faster, GIL-free); the numpy steps above
+are its oracle and the fallback.
 """
 
 import functools
@@ -42,6 +46,7 @@ import threading
 import numpy as np
 import torch
 
+from moebake.layouts.compiled import kernels
 from moebake.layouts.parallel import run_in_threads
 
 LAYOUTS = ("v2", "v1")
@@ -87,7 +92,19 @@ def _nibble_table(destination) -> np.ndarray:
     return table.astype(np.uint16)
 
 
+def _byte_tables(destination) -> np.ndarray:
+    """uint32 ``[4, 256]``: ``[t][x]`` = the bits of byte value ``x`` at byte ``t`` of a word, permuted;
+    a word's permutation is the OR of its four bytes' entries (the compiled kernel's form)."""
+    values = np.arange(256, dtype=np.uint32)
+    tables = np.zeros((4, 256), np.uint32)
+    for t in range(4):
+        for bit in range(8):
+            tables[t] |= ((values >> bit) & 1) << destination[8 * t + bit]
+    return tables
+
+
 _FORWARD_TABLE = _nibble_table(V2_BIT_PERMUTATION)
+_BYTE_TABLES = _byte_tables(V2_BIT_PERMUTATION)
 _INVERSE_TABLE = np.argsort(_FORWARD_TABLE).astype(np.uint16)  # _FORWARD_TABLE is a permutation of 0..65535
 
 _STEP_BYTES = 192 << 10  # source bytes per step: its scratch (about 7x this) stays in a 2 MiB L2
@@ -240,6 +257,13 @@ def interleave_fp4_padded(parts, part_shape: tuple[int, int], layout: str = "v2"
             raise ValueError(f"parts {[list(p.shape) for p in parts]} do not fit [E, {rows}, {row_bytes}] each")
     experts = parts[0].shape[0]
     out = np.empty((experts, len(parts) * rows, row_bytes), np.uint8)
+    compiled = kernels()
+    if compiled is not None:
+        run_in_threads([functools.partial(compiled.interleave_fp4_part, _rows_2d(part[e].numpy()),
+                                          out[e, index * rows:(index + 1) * rows].view(np.uint32), _BYTE_TABLES,
+                                          layout == "v1")
+                        for e in range(experts) for index, part in enumerate(parts)])
+        return torch.from_numpy(out)
 
     def interleave_part(source: np.ndarray, target: np.ndarray) -> None:
         scratch = _scratch_for(row_bytes // 32)
@@ -256,6 +280,11 @@ def interleave_fp4_padded(parts, part_shape: tuple[int, int], layout: str = "v2"
     run_in_threads([functools.partial(interleave_part, part[e].numpy(), out[e, index * rows:(index + 1) * rows])
                   for e in range(experts) for index, part in enumerate(parts)])
     return torch.from_numpy(out)
+
+
+def _rows_2d(source: np.ndarray) -> np.ndarray:
+    """``source`` uint8 ``[r, c]`` with unit column stride (copied if it has another)."""
+    return source if source.strides[1] == 1 else np.ascontiguousarray(source)
 
 
 def _stage_rows(scratch: _Scratch, source: np.ndarray, first: int, stop: int) -> np.ndarray:

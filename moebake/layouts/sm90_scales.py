@@ -8,9 +8,20 @@ For uint8 / group 32 the output is uint8 ``[E, rows/64, K/128, 16, 16]`` with
 
 i.e. each 16-byte line holds rows ``f, f+16, f+32, f+48`` of the block, four K-groups each.
 The kernel reads the bytes as ``.view(torch.int32)``; only the byte order matters to it.
+
+:func:`fold_scales_padded` folds zero-padded parts stacked along rows (a W13's up and gate halves)
+without building the stack; for 1-byte scales in groups of 32 it runs a compiled kernel when one is
+available (:func:`moebake.layouts.compiled.kernels`), with :func:`fold_scales` as its oracle and fallback.
 """
 
+import functools
+
+import numpy as np
 import torch
+
+from moebake.layouts.compiled import kernels
+from moebake.layouts.gate_up import pad_to
+from moebake.layouts.parallel import run_in_threads
 
 
 def _geometry(scales: torch.Tensor, group_size: int) -> tuple[int, int, int]:
@@ -45,6 +56,26 @@ def fold_scales(scales: torch.Tensor, group_size: int = 32) -> torch.Tensor:
     units, per_unit = _units(scales, gpk * scales.element_size())
     tiles = units.reshape(E, rows // 64, m_slices, folded_m, groups // gpk, per_unit).permute(0, 1, 4, 3, 2, 5)
     return tiles.contiguous().view(scales.dtype).reshape(E, rows // 64, groups // gpk, folded_m, m_slices * gpk)
+
+
+def fold_scales_padded(parts, part_shape: tuple[int, int], group_size: int = 32) -> torch.Tensor:
+    """``fold_scales(torch.cat([pad_to(p, part_shape) for p in parts], 1), group_size)``.
+
+    ``parts``: ``[E, r_i, g_i]`` scale tensors of one dtype (any strides), ``r_i <= rows`` and
+    ``g_i <= groups`` for ``part_shape = (rows, groups)``; each is zero-padded at its ends.
+    """
+    rows, groups = part_shape
+    compiled = kernels()
+    if compiled is None or group_size != 32 or parts[0].element_size() != 1 or len(parts) * rows % 64 or groups % 4:
+        return fold_scales(torch.cat([pad_to(part, part_shape) for part in parts], 1), group_size)
+    if any(p.shape[0] != parts[0].shape[0] or p.shape[1] > rows or p.shape[2] > groups or p.dtype != parts[0].dtype
+           for p in parts):
+        raise ValueError(f"scale parts {[list(p.shape) for p in parts]} do not fit [E, {rows}, {groups}] each")
+    experts = parts[0].shape[0]
+    out = np.empty((experts, len(parts) * rows // 64, groups // 4, 16, 16), np.uint8)
+    run_in_threads([functools.partial(compiled.fold_scales_part, part[e].view(torch.uint8).numpy(), out[e], index * rows, rows)
+                    for e in range(experts) for index, part in enumerate(parts)])
+    return torch.from_numpy(out).view(parts[0].dtype)
 
 
 def unfold_scales(folded: torch.Tensor, group_size: int = 32) -> torch.Tensor:

@@ -27,7 +27,7 @@ from moebake.convert.targets.mxfp4_layers import Bake, plan_layers, restore_laye
 from moebake.errors import MoebakeError
 from moebake.layouts.gate_up import pad_to, split_halves, stack_halves
 from moebake.layouts.sm90_fp4 import deinterleave_fp4, interleave_fp4_padded
-from moebake.layouts.sm90_scales import fold_scales, unfold_scales
+from moebake.layouts.sm90_scales import fold_scales_padded, unfold_scales
 
 NAME = "sm90-cutlass"
 LAYOUT_VERSION = 1  # bump when the bytes this target writes change for the same options
@@ -47,10 +47,10 @@ def plan(model, options: ConvertOptions) -> tuple[list[OutputTensor], list[dict]
             Bake("w13_weight", "w13_weight", "U8", (E, 2 * Ip, Hp // 2),
                  lambda gate, up: interleave_fp4_padded((up, gate), (Ip, Hp // 2), layout), "up_gate"),
             Bake("w13_weight_scale", "w13_scale", "U8", (E, 2 * Ip // 64, Hp // 128, 16, 16),
-                 lambda gate, up: fold_scales(stack_halves(up, gate, (Ip, Hp // 32))), "up_gate"),
+                 lambda gate, up: fold_scales_padded((up, gate), (Ip, Hp // 32)), "up_gate"),
             Bake("w13_weight_bias", "w13_bias", "BF16", (E, 2 * Ip), lambda gate, up: stack_halves(up, gate, (Ip,)), "up_gate"),
             Bake("w2_weight", "w2_weight", "U8", (E, Hp, Ip // 2), lambda down: interleave_fp4_padded((down,), (Hp, Ip // 2), layout)),
-            Bake("w2_weight_scale", "w2_scale", "U8", (E, Hp // 64, Ip // 128, 16, 16), lambda down: fold_scales(pad_to(down, (Hp, Ip // 32)))),
+            Bake("w2_weight_scale", "w2_scale", "U8", (E, Hp // 64, Ip // 128, 16, 16), lambda down: fold_scales_padded((down,), (Hp, Ip // 32))),
             Bake("w2_weight_bias", "w2_bias", "BF16", (E, Hp), lambda down: pad_to(down, (Hp,))),
         ]
 

@@ -1,0 +1,131 @@
+"""GIL-free compiled kernels (numba) for the conversion's hot loops; numpy code stays the oracle.
+
+Each kernel here writes exactly the bytes of a numpy/torch implementation elsewhere (tests compare
+them on many shapes), and runs without the GIL, so threads share the cores:
+
+  * :func:`interleave_fp4_part` -- :func:`moebake.layouts.sm90_fp4.interleave_fp4_padded` for one
+    expert of one part (zero padding of rows and columns fused in);
+  * :func:`fold_scales_part` -- :func:`moebake.layouts.sm90_scales.fold_scales_padded` (uint8, group
+    32) for one expert of one part.
+
+:func:`kernels` returns this module's kernels, or None when numba is not installed or the
+environment variable :data:`DISABLE_ENV` is ``1`` (read at every call, so tests and benchmarks can
+force the numpy path in one process). Compiled code is cached on disk next to this file (numba
+``cache=True``; where that directory is read-only numba compiles on first use instead).
+"""
+
+import os
+import types
+
+DISABLE_ENV = "MOEBAKE_NO_COMPILED"
+"""Set to ``1`` to run the numpy implementations instead of the compiled kernels."""
+
+try:
+    import numba
+    import numpy as np
+except ImportError:  # numba is a dependency, but a platform without its wheels still converts
+    numba = None
+
+
+def kernels() -> types.SimpleNamespace | None:
+    """The compiled kernels, or None (numba missing, or ``MOEBAKE_NO_COMPILED=1``)."""
+    if numba is None or os.environ.get(DISABLE_ENV) == "1":
+        return None
+    return _KERNELS
+
+
+if numba is not None:
+    _jit = numba.njit(nogil=True, cache=True, boundscheck=False)
+
+    @_jit
+    def _byte(source, row, col):
+        """``source[row, col]``, or 0 outside it (the padding)."""
+        if row < source.shape[0] and col < source.shape[1]:
+            return source[row, col]
+        return np.uint8(0)
+
+    @_jit
+    def _v2_row_pair(a, b, low, high, partitions, t0, t1, t2, t3):
+        """v2 of source rows ``a = W[r]``, ``b = W[r + 8]`` (``r % 16 < 8``) into uint32 output rows
+        ``low = D[r]``, ``high = D[r + 8]``: the permuted word of ``W[r][c], W[r+8][c], W[r][c+4],
+        W[r+8][c+4]`` is ``t0[W[r][c]] | t1[W[r+8][c]] | t2[W[r][c+4]] | t3[W[r+8][c+4]]``. Partitions
+        (32 source bytes) ``p`` in ``range(*partitions)``."""
+        for p in range(*partitions):
+            for half in range(2):  # mma // 2; mma % 2 picks the output row (low or high)
+                for j in range(4):
+                    c, w = 32 * p + 16 * half + j, 8 * p + 4 * half + j
+                    low[w] = t0[a[c]] | t1[b[c]] | t2[a[c + 4]] | t3[b[c + 4]]
+                    high[w] = t0[a[c + 8]] | t1[b[c + 8]] | t2[a[c + 12]] | t3[b[c + 12]]
+
+    @_jit
+    def _v1_row_pair(a, b, low, high, partitions):
+        """v1 of source rows ``a = W[r]``, ``b = W[r + 8]`` (``r % 16 < 8``) into uint8 output rows
+        ``low = D[r]``, ``high = D[r + 8]``: ``A = a[32p + 16s + 8h + 4c + j]`` and ``B`` (same column of
+        ``b``) go to row ``h`` (low/high), columns ``32p + 16s + 4j + 2c`` (``lo(A) | lo(B) << 4``) and ``+ 1``
+        (``hi(A) | hi(B) << 4``). Partitions (32 source bytes) ``p`` in ``range(*partitions)``."""
+        for p in range(*partitions):
+            for s in range(2):
+                for h in range(2):
+                    out = high if h else low
+                    for c in range(2):
+                        for j in range(4):
+                            col, out_col = 32 * p + 16 * s + 8 * h + 4 * c + j, 32 * p + 16 * s + 4 * j + 2 * c
+                            x, y = a[col], b[col]
+                            out[out_col] = (x & 0x0F) | (y << 4)
+                            out[out_col + 1] = (x >> 4) | (y & 0xF0)
+
+    @_jit
+    def interleave_fp4_part(source, target, byte_tables, v1):
+        """SM90 fp4 interleave of uint8 ``source [r, c]`` (unit column stride, any row stride),
+        zero-padded to ``target``'s shape, into ``target``: the output bytes as C-contiguous uint32
+        ``[rows, row_bytes / 4]`` (``rows % 16 == 0``, ``row_bytes % 32 == 0``).
+
+        ``v1`` selects layout v1, else v2 (``byte_tables``: uint32 ``[4, 256]``, see :func:`_v2_row_pair`).
+        Row blocks past the source are written as zeros (the interleave of zeros).
+        """
+        rows, given, partitions = source.shape[0], source.shape[1], target.shape[1] // 8
+        whole = given // 32  # partitions read in place; one partial one (if any) from a zero-padded copy
+        t0, t1, t2, t3 = byte_tables[0], byte_tables[1], byte_tables[2], byte_tables[3]
+        zero_row = np.zeros(32 * partitions, np.uint8)  # rows past the source
+        partial_a, partial_b = np.zeros(32 * partitions, np.uint8), np.zeros(32 * partitions, np.uint8)
+        for block in range(target.shape[0] // 16):
+            first = 16 * block
+            if first >= rows:
+                target[first:first + 16, :] = 0
+                continue
+            for r in range(first, first + 8):
+                low, high = target[r], target[r + 8]
+                a = source[r] if r < rows else zero_row[:given]
+                b = source[r + 8] if r + 8 < rows else zero_row[:given]
+                _interleave_row_pair(a, b, low, high, (0, whole), v1, t0, t1, t2, t3)
+                if given % 32:
+                    for col in range(32 * whole, given):
+                        partial_a[col], partial_b[col] = a[col], b[col]
+                    _interleave_row_pair(partial_a, partial_b, low, high, (whole, whole + 1), v1, t0, t1, t2, t3)
+                padding = whole + (given % 32 > 0)
+                low[8 * padding:] = 0  # padding partitions: the interleave of zeros
+                high[8 * padding:] = 0
+
+    @_jit
+    def _interleave_row_pair(a, b, low, high, partitions, v1, t0, t1, t2, t3):
+        if v1:
+            _v1_row_pair(a, b, low.view(np.uint8), high.view(np.uint8), partitions)
+        else:
+            _v2_row_pair(a, b, low, high, partitions, t0, t1, t2, t3)
+
+    @_jit
+    def fold_scales_part(source, target, first_row, rows):
+        """SM90 scale fold (uint8 E8M0, group 32) of rows ``[first_row, first_row + rows)`` of a stacked scale
+        matrix whose rows ``first_row + r`` are ``source [r, :]`` zero-padded (``r`` past the source too).
+
+        ``target``: uint8 ``[R, Kb, 16, 16]`` for the whole stack (``64 R`` rows, ``4 Kb`` groups);
+        ``target[R, Kb, f, 4m + g] = stack[64R + 16m + f, 4Kb + g]``.
+        """
+        for r in range(rows):
+            row = first_row + r
+            big, m, f = row // 64, (row % 64) // 16, row % 16
+            for kb in range(target.shape[1]):
+                for g in range(4):
+                    target[big, kb, f, 4 * m + g] = _byte(source, r, 4 * kb + g)
+
+    _KERNELS = types.SimpleNamespace(interleave_fp4_part=interleave_fp4_part, fold_scales_part=fold_scales_part)
