@@ -166,21 +166,32 @@ MODELOPT_MISMATCHES = ((1, 0.3), (3, 4.0))
 """Default (expert, up/gate global ratio) pairs of :func:`write_modelopt_nvfp4`: up rescaled, then gate."""
 
 
-def _nvfp4_linear(prefix: str, N: int, K: int, weight_global: float, input_global: float, scalar_shape, g) -> dict:
+def _nvfp4_linear(prefix: str, N: int, K: int, weight_global: float, input_global: float | None, scalar_shape, g) -> dict:
     """One ModelOpt NVFP4 linear ``[N, K]``: packed E2M1 ``weight`` U8 ``[N, K/2]``, ``weight_scale`` F8_E4M3
-    ``[N, K/16]`` (every positive finite code, subnormals included), F32 ``weight_scale_2``/``input_scale``."""
-    return {
+    ``[N, K/16]`` (every positive finite code, subnormals included), F32 ``weight_scale_2``/``input_scale``
+    (no ``input_scale`` for a weight-only W4A16_NVFP4 linear: ``input_global`` None)."""
+    linear = {
         prefix + "weight": torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, generator=g),
         prefix + "weight_scale": torch.randint(1, 0x7F, (N, K // 16), dtype=torch.uint8, generator=g).view(torch.float8_e4m3fn),
         prefix + "weight_scale_2": torch.full(scalar_shape, weight_global, dtype=torch.float32),
-        prefix + "input_scale": torch.full(scalar_shape, input_global, dtype=torch.float32),
     }
+    if input_global is not None:
+        linear[prefix + "input_scale"] = torch.full(scalar_shape, input_global, dtype=torch.float32)
+    return linear
+
+
+def _fp8_linear(prefix: str, N: int, K: int, g) -> dict:
+    """One ModelOpt FP8 linear (per-tensor): F8_E4M3 ``weight`` ``[N, K]``, F32 scalar ``weight_scale``/``input_scale``."""
+    return {prefix + "weight": (torch.randn(N, K, generator=g) * 0.5).to(torch.float8_e4m3fn),
+            prefix + "weight_scale": torch.tensor(0.01, dtype=torch.float32),
+            prefix + "input_scale": torch.tensor(0.02, dtype=torch.float32)}
 
 
 def write_modelopt_nvfp4(
     path: str | Path, *, num_layers: int = 3, num_experts: int = 4, hidden: int = 128, intermediate: int = 64,
     vocab: int = 64, mismatches: tuple[tuple[int, float], ...] = MODELOPT_MISMATCHES, quant_config: str = "both",
-    group_size: int = 16, scalar_shape: tuple[int, ...] = (), seed: int = 0,
+    group_size: int = 16, scalar_shape: tuple[int, ...] = (), mixed_precision: bool = False, expert_algo: str = "NVFP4",
+    seed: int = 0,
 ) -> Path:
     """Write a DeepSeek-V3-style ModelOpt NVFP4 checkpoint to ``path`` (as nvidia/DeepSeek-R1-FP4); returns ``path``.
 
@@ -192,6 +203,14 @@ def write_modelopt_nvfp4(
     layer's experts are split over two shards. In each MoE layer, expert ``e`` of ``mismatches`` gets an
     up global of ``ratio`` times its gate global; all other gate/up globals agree. ``quant_config``:
     ``"both"``, ``"config"`` (config.json only) or ``"hf_quant_config"`` (sidecar only).
+
+    ``mixed_precision``: as NVIDIA's current MoE releases, ``quant_algo: MIXED_PRECISION`` with a
+    per-module ``quantized_layers`` map: attention ``q_proj``/``o_proj`` FP8 (F8_E4M3 weight, F32
+    scalar scales), dense and shared-expert MLPs NVFP4, routed experts ``expert_algo`` (``NVFP4``, or
+    ``W4A16_NVFP4``: weight-only, no ``input_scale``), the MTP layer not listed (BF16). config.json's
+    ``quantization_config`` is what ModelOpt's ``convert_hf_quant_config_format`` derives from the
+    sidecar: one ``config_groups`` entry per distinct module setting (``targets`` = module names,
+    sorted) plus the ``quantized_layers`` map itself.
     """
     path = Path(path)
     E, H, I, L = num_experts, hidden, intermediate, num_layers
@@ -204,17 +223,25 @@ def write_modelopt_nvfp4(
     def globals_():
         return float(torch.rand((), generator=g) * 1e-3 + 1e-4), float(torch.rand((), generator=g) * 1e-2 + 1e-3)
 
-    def mlp(prefix: str, inner: int, up_ratio: float = 1.0) -> dict:
+    quantized_layers: dict[str, dict] = {}
+
+    def mlp(prefix: str, inner: int, up_ratio: float = 1.0, algo: str = "NVFP4") -> dict:
         (weight, inputs), (down_weight, down_inputs) = globals_(), globals_()
         up_weight = float(torch.tensor(weight * up_ratio, dtype=torch.float32))
-        return {**_nvfp4_linear(prefix + "gate_proj.", inner, H, weight, inputs, scalar_shape, g),
-                **_nvfp4_linear(prefix + "up_proj.", inner, H, up_weight, inputs, scalar_shape, g),
-                **_nvfp4_linear(prefix + "down_proj.", H, inner, down_weight, down_inputs, scalar_shape, g)}
+        weight_only = algo == "W4A16_NVFP4"
+        quantized_layers.update({f"{prefix}{proj}_proj": {"quant_algo": algo, "group_size": group_size} for proj in ("gate", "up", "down")})
+        return {**_nvfp4_linear(prefix + "gate_proj.", inner, H, weight, None if weight_only else inputs, scalar_shape, g),
+                **_nvfp4_linear(prefix + "up_proj.", inner, H, up_weight, None if weight_only else inputs, scalar_shape, g),
+                **_nvfp4_linear(prefix + "down_proj.", H, inner, down_weight, None if weight_only else down_inputs, scalar_shape, g)}
 
     def common(i: int) -> dict:
         p = f"model.layers.{i}."
-        return {p + "input_layernorm.weight": torch.ones(H, dtype=torch.bfloat16), p + "self_attn.q_proj.weight": rand(H, H),
-                p + "self_attn.o_proj.weight": rand(H, H), p + "post_attention_layernorm.weight": torch.ones(H, dtype=torch.bfloat16)}
+        norms = {p + "input_layernorm.weight": torch.ones(H, dtype=torch.bfloat16),
+                 p + "post_attention_layernorm.weight": torch.ones(H, dtype=torch.bfloat16)}
+        if not mixed_precision or i == L:
+            return norms | {p + "self_attn.q_proj.weight": rand(H, H), p + "self_attn.o_proj.weight": rand(H, H)}
+        quantized_layers.update({f"{p}self_attn.{proj}": {"quant_algo": "FP8"} for proj in ("q_proj", "o_proj")})
+        return norms | _fp8_linear(p + "self_attn.q_proj.", H, H, g) | _fp8_linear(p + "self_attn.o_proj.", H, H, g)
 
     def shards():
         yield {"model.embed_tokens.weight": rand(vocab, H), **common(0), **mlp("model.layers.0.mlp.", 2 * I)}
@@ -222,7 +249,7 @@ def write_modelopt_nvfp4(
             p = f"model.layers.{i}.mlp."
             head = {**common(i), p + "gate.weight": rand(E, H), p + "gate.e_score_correction_bias": torch.zeros(E),
                     **mlp(p + "shared_experts.", I)}
-            experts = [mlp(f"{p}experts.{e}.", I, ratios.get(e, 1.0)) for e in range(E)]
+            experts = [mlp(f"{p}experts.{e}.", I, ratios.get(e, 1.0), expert_algo if mixed_precision else "NVFP4") for e in range(E)]
             yield head | {k: v for x in experts[: E // 2] for k, v in x.items()}
             yield {k: v for x in experts[E // 2:] for k, v in x.items()}
         mtp = f"model.layers.{L}."
@@ -232,7 +259,9 @@ def write_modelopt_nvfp4(
                   for proj, shape in (("gate", (I, H)), ("up", (I, H)), ("down", (H, I)))}}
 
     _save_shards(path, shards(), 2 * L)
-    exclude = ["lm_head", "model.embed_tokens", "*.self_attn*", "*.mlp.gate", f"model.layers.{L}*"]
+    exclude = ["lm_head", "model.embed_tokens", "*.mlp.gate", f"model.layers.{L}*"]
+    if not mixed_precision:
+        exclude.insert(2, "*.self_attn*")
     config = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": H,
               "intermediate_size": 2 * I, "moe_intermediate_size": I, "n_routed_experts": E, "n_shared_experts": 1,
               "num_experts_per_tok": min(2, E), "first_k_dense_replace": 1, "num_hidden_layers": L,
@@ -243,13 +272,36 @@ def write_modelopt_nvfp4(
         config["quantization_config"] = {
             "quant_method": "modelopt", "quant_algo": "NVFP4", "producer": producer, "ignore": exclude,
             "config_groups": {"group_0": {"input_activations": dict(weights), "weights": weights, "targets": ["Linear"]}}}
+        if mixed_precision:
+            config["quantization_config"].update(quant_algo="MIXED_PRECISION", quantized_layers=quantized_layers,
+                                                 config_groups=_mixed_precision_groups(quantized_layers))
     if quant_config in ("both", "hf_quant_config"):
         sidecar = {"producer": producer, "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None,
                                                           "group_size": group_size, "exclude_modules": exclude}}
+        if mixed_precision:
+            sidecar["quantization"] = {"quant_algo": "MIXED_PRECISION", "kv_cache_quant_algo": "FP8",
+                                       "quantized_layers": quantized_layers, "exclude_modules": exclude}
         (path / "hf_quant_config.json").write_text(json.dumps(sidecar, indent=2))
     (path / "config.json").write_text(json.dumps(config, indent=2))
     (path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 4096}))
     return path
+
+
+def _mixed_precision_groups(quantized_layers: dict[str, dict]) -> dict:
+    """config.json ``config_groups`` of a MIXED_PRECISION checkpoint: one group per distinct module setting."""
+    by_setting: dict[tuple, list[str]] = {}
+    for module, setting in quantized_layers.items():
+        by_setting.setdefault(tuple(sorted(setting.items())), []).append(module)
+    groups = {}
+    for index, (setting, modules) in enumerate(by_setting.items()):
+        setting = dict(setting)
+        bits = 8 if setting["quant_algo"] == "FP8" else 4
+        weights = {"dynamic": False, "num_bits": bits, "type": "float", **({"group_size": setting["group_size"]} if bits == 4 else {})}
+        group = {"weights": weights, "targets": sorted(modules)}
+        if setting["quant_algo"] != "W4A16_NVFP4":
+            group["input_activations"] = dict(weights)
+        groups[f"group_{index}"] = group
+    return groups
 
 
 def _deepseek_v4_layer(base: str, E: int, H: int, I: int, vocab: int, top_k: int, hash_routed: bool, g) -> dict:

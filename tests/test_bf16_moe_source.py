@@ -88,8 +88,9 @@ def test_config_dims_may_live_in_text_config_or_at_the_top(sources, tmp_path):
      r"model-00000-of-00001\.safetensors: tensor model\.language_model\.layers\.0\.mlp\.experts\.gate_up_proj "
      r"is BF16 \[3, 32, 32\], expected BF16 \[3, 48, 32\] from config\.json$"),
     (lambda c: c["text_config"].pop("num_experts"),
-     r"config\.json: num_experts / num_local_experts / n_routed_experts missing or not a positive integer"),
-    (lambda c: c["text_config"].update(hidden_act="gelu"), r"hidden_act='gelu' is not supported"),
+     r"config\.json: none of num_experts / num_local_experts / n_routed_experts is set"),
+    (lambda c: c["text_config"].update(num_experts=True), r"config\.json: text_config\.num_experts is true, expected a positive integer"),
+    (lambda c: c["text_config"].update(hidden_act="gelu"), r"config\.json: text_config\.hidden_act is 'gelu', not supported"),
 ])
 def test_config_mismatch_is_one_line_naming_file_and_tensor(sources, tmp_path, change, message):
     root = shutil.copytree(sources["qwen3.5"], tmp_path / "bad")

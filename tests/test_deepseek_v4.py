@@ -189,7 +189,7 @@ def test_refuses_fp8_experts(dsv4_copy, tmp_path):
     config = json.loads((dsv4_copy / "config.json").read_text())
     config["expert_dtype"] = "fp8"
     (dsv4_copy / "config.json").write_text(json.dumps(config))
-    _convert_fails(dsv4_copy, tmp_path, "config.json", "expert_dtype='fp8'")
+    _convert_fails(dsv4_copy, tmp_path, "config.json", "expert_dtype is 'fp8'")
 
 
 def test_refuses_a_wrong_shape(dsv4_copy, tmp_path):

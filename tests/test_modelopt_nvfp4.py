@@ -122,7 +122,7 @@ def test_group_size_not_16(tmp_path, quant_config):
 
 def test_quant_algo_other_than_nvfp4(source, tmp_path):
     edit_json(source / "config.json", lambda c: c["quantization_config"].update(quant_algo="FP8"))
-    assert "quant_algo 'FP8' is not supported" in convert_error(source, tmp_path)
+    assert "quant_algo is 'FP8', not supported" in convert_error(source, tmp_path)
 
 
 def test_layer_with_excluded_and_quantized_experts(source, tmp_path):
@@ -152,4 +152,4 @@ def test_nan_block_scale_in_a_rescaled_half(source, tmp_path):
 
 def test_config_without_the_expert_intermediate_size(source, tmp_path):
     edit_json(source / "config.json", lambda c: [c.pop("moe_intermediate_size"), c.pop("intermediate_size")])
-    assert "none of moe_intermediate_size, intermediate_size is set" in convert_error(source, tmp_path)
+    assert "none of moe_intermediate_size / intermediate_size is set" in convert_error(source, tmp_path)

@@ -31,7 +31,7 @@ def write_manifest(directory: Path, manifest: dict) -> None:
     """Write ``directory/moebake.json`` atomically (a temporary file renamed over it)."""
     temporary = Path(directory) / f".{MANIFEST_NAME}.tmp"
     with open(temporary, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2)
+        json.dump(manifest, f, indent=2, allow_nan=False)  # strict JSON: no bare NaN / Infinity
         f.write("\n")
     os.replace(temporary, Path(directory) / MANIFEST_NAME)
 

@@ -7,6 +7,8 @@ from moebake.layouts.sm90_fp4 import LAYOUTS
 
 DEFAULT_CHUNK_BYTES = 64 << 20
 MIN_CHUNK_BYTES = 1 << 16
+MAX_CHUNK_BYTES = 1 << 34
+MAX_MULTIPLE = 4096  # kernels ask for 128 or 256; larger only inflates the padding
 
 
 @dataclass(frozen=True)
@@ -26,10 +28,10 @@ class ConvertOptions:
             raise MoebakeError(f"--flashinfer-layout {self.flashinfer_layout!r}: expected one of {', '.join(LAYOUTS)}")
         for name in ("hidden_multiple", "intermediate_multiple"):
             value = getattr(self, name)
-            if value <= 0 or value % 128:
-                raise MoebakeError(f"--{name.replace('_', '-')} {value}: must be a positive multiple of 128")
-        if self.chunk_bytes < MIN_CHUNK_BYTES:
-            raise MoebakeError(f"chunk size {self.chunk_bytes} bytes is too small (minimum 64 KiB)")
+            if type(value) is not int or not 0 < value <= MAX_MULTIPLE or value % 128:
+                raise MoebakeError(f"--{name.replace('_', '-')} {value!r}: must be a positive multiple of 128, at most {MAX_MULTIPLE}")
+        if type(self.chunk_bytes) is not int or not MIN_CHUNK_BYTES <= self.chunk_bytes <= MAX_CHUNK_BYTES:
+            raise MoebakeError(f"chunk size {self.chunk_bytes!r} bytes: expected 64 KiB to 16 GiB")
 
     def as_dict(self) -> dict:
         return asdict(self)

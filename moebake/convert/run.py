@@ -14,6 +14,7 @@ byte, so it is neither in the manifest nor in the resume fingerprint.
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -24,7 +25,7 @@ from tqdm import tqdm
 import moebake
 from moebake.convert.conversion import open_conversion, torch_threads, transform_threads
 from moebake.convert.hashing import file_sha256
-from moebake.convert.manifest import SCHEMA, utc_now, write_manifest
+from moebake.convert.manifest import MANIFEST_NAME, SCHEMA, utc_now, write_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.stages import STAGES
 from moebake.convert.workers import bake_in_workers
@@ -34,6 +35,9 @@ from moebake.formats.checkpoint import INDEX_NAME
 from moebake.layouts.flashinfer_versions import DESCRIPTIONS
 
 PROGRESS_NAME = ".moebake-progress.json"
+OWN_FILES = {MANIFEST_NAME, INDEX_NAME}
+"""Files of OUT that moebake writes itself (never copied from the source)."""
+LOG = logging.getLogger(__name__)
 _HF_SNAPSHOT_RE = re.compile(r"/snapshots/([0-9a-f]{40})(/|$)")
 
 
@@ -96,9 +100,10 @@ def convert(
                         finished(shard.file_name, *conversion.bake(shard, staging / shard.file_name, bar.update, write_shard))
         files = {name: {"sha256": digest, "bytes": (staging / name).stat().st_size} for name, digest in done.items()}
         _write_index(staging, shards)
-        for name in checkpoint.side_files:
+        side_files = copied_side_files(checkpoint)
+        for name in side_files:
             shutil.copyfile(checkpoint.root / name, staging / name)
-        for name in (INDEX_NAME, *checkpoint.side_files):
+        for name in (INDEX_NAME, *side_files):
             files[name] = {"sha256": file_sha256(staging / name), "bytes": (staging / name).stat().st_size}
         manifest = {
             "schema": SCHEMA,
@@ -128,6 +133,15 @@ def convert(
         raise
     _publish(staging, out)
     return manifest
+
+
+def copied_side_files(checkpoint) -> list[str]:
+    """The source's side files that go into OUT: all but those named like a file moebake writes there
+    (a source's ``moebake.json`` describes some other bake; it is skipped with a warning, not copied)."""
+    skipped = [name for name in checkpoint.side_files if name in OWN_FILES]
+    for name in skipped:
+        LOG.warning("%s: not copied (moebake writes its own %s)", checkpoint.root / name, name)
+    return [name for name in checkpoint.side_files if name not in OWN_FILES]
 
 
 def _fingerprint(checkpoint, options: ConvertOptions) -> str:

@@ -25,7 +25,8 @@ import re
 from dataclasses import dataclass
 
 from moebake.errors import MoebakeError
-from moebake.formats.checkpoint import EXPERT_INDEX, SourceCheckpoint, per_expert_names
+from moebake.formats.checkpoint import EXPERT_INDEX, SourceCheckpoint, first_missing_expert, per_expert_names
+from moebake.formats.config_values import first_model_integer, model_scopes
 
 FORMAT_NAME = "bf16-moe"
 BF16 = "BF16"
@@ -107,28 +108,24 @@ def _names(found: dict) -> list[str]:
 
 def detect(checkpoint: SourceCheckpoint) -> bool:
     """Any BF16 MoE expert weight (GPT-OSS excluded: its fused tensors are ``[E, H, 2I]`` pair-interleaved)."""
-    if checkpoint.config.get("model_type") == "gpt_oss":
+    if checkpoint.values.raw("model_type") == "gpt_oss":
         return False
     return any(checkpoint.entry(n).dtype == BF16 for found in _scan(checkpoint).values() for n in _names(found))
 
 
 def _config_dims(checkpoint: SourceCheckpoint) -> dict[str, int]:
-    config = checkpoint.config
-    scopes = [s for s in (config.get("text_config"), config) if isinstance(s, dict)]
-    dims = {}
-    for dim, keys in _DIM_KEYS.items():
-        value = next((scope[k] for scope in scopes for k in keys if k in scope), None)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise MoebakeError(f"{checkpoint.root / 'config.json'}: {' / '.join(keys)} missing or not a positive integer")
-        dims[dim] = value
-    activation = next((s["hidden_act"] for s in scopes if "hidden_act" in s), "silu")
+    config = checkpoint.values
+    dims = {dim: first_model_integer(config, keys)[1] for dim, keys in _DIM_KEYS.items()}
+    scope = next((s for s in model_scopes(config) if "hidden_act" in s), None)
+    activation = "silu" if scope is None else scope.string("hidden_act")
     if activation not in SILU_ACTIVATIONS:
-        raise MoebakeError(f"{checkpoint.root / 'config.json'}: hidden_act={activation!r} is not supported (bf16-moe experts are silu(gate) * up)")
+        raise scope.fail("hidden_act", f"is {activation!r}, not supported (bf16-moe experts are silu(gate) * up)")
     return dims
 
 
 def _is_quantized(checkpoint: SourceCheckpoint) -> bool:
-    return bool(checkpoint.config.get("quantization_config")) or (checkpoint.root / QUANT_SIDECAR).is_file()
+    quant = checkpoint.values.section("quantization_config")
+    return (quant is not None and bool(quant.data)) or (checkpoint.root / QUANT_SIDECAR).is_file()
 
 
 def _check(checkpoint: SourceCheckpoint, name: str, shape: tuple[int, ...]) -> None:
@@ -154,6 +151,10 @@ def _per_expert_pattern(checkpoint: SourceCheckpoint, prefix: str, role: str, pr
     if beyond:
         raise MoebakeError(f"{checkpoint.file_of(experts[beyond[0]]).path}: tensor {experts[beyond[0]]} has expert index {beyond[0]}, "
                            f"but config.json says {E} experts")
+    missing = first_missing_expert(experts, E)  # before the E names are made
+    if missing is not None:
+        raise MoebakeError(f"{checkpoint.root}: tensor {prefix}{missing}.{projection}.weight is missing "
+                           f"(config.json says {E} experts, the checkpoint holds {len(experts)})")
     pattern = f"{prefix}{EXPERT_INDEX}.{projection}.weight"
     for name in per_expert_names(pattern, E):
         _check(checkpoint, name, shape)

@@ -4,9 +4,14 @@ A checkpoint is a directory with ``config.json`` and either ``model.safetensors`
 ``model.safetensors.index.json`` whose ``weight_map`` names each tensor's shard. Every shard's
 header is parsed and checked up front (truncation, corrupt headers, index naming a missing file
 or tensor), so a conversion fails before it writes anything.
+
+A tensor stored in a listed shard but left out of the index is part of the checkpoint all the same:
+transformers, vLLM and SGLang load every tensor of every shard the index lists, so it is carried
+through (with a warning that the index is incomplete), never dropped. A tensor stored in two shards
+is refused: which copy an engine ends up with depends on its loading order.
 """
 
-import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +19,7 @@ from pathlib import Path
 import torch
 
 from moebake.errors import MoebakeError
+from moebake.formats.config_values import ConfigValues, json_type, read_json_object, short_repr
 from moebake.formats.safetensors_file import SafetensorsFile, TensorEntry, read_header
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -24,6 +30,7 @@ WEIGHT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".h5
 # Stands for the expert index in a per-expert tensor name pattern, for models that store one tensor
 # per expert (``model.layers.0.mlp.experts.*.gate_proj.weight``); see SourceCheckpoint.read_experts.
 EXPERT_INDEX = "*"
+LOG = logging.getLogger(__name__)
 
 
 def per_expert_names(pattern: str, num_experts: int) -> tuple[str, ...]:
@@ -36,6 +43,14 @@ def stored_names(names: tuple[str, ...], num_experts: int) -> tuple[str, ...]:
     expert: ``(a.*.gate, a.*.up)`` -> ``(a.0.gate, a.0.up, a.1.gate, ...)``."""
     expanded = [per_expert_names(n, num_experts) if EXPERT_INDEX in n else (n,) for n in names]
     return tuple(name for group in zip(*expanded) for name in group)
+
+
+def first_missing_expert(present, num_experts: int) -> int | None:
+    """The smallest expert index in ``[0, num_experts)`` not in ``present`` (None if all are),
+    without materialising the range (``num_experts`` comes from an untrusted config)."""
+    within = sorted({e for e in present if 0 <= e < num_experts})
+    missing = next((position for position, expert in enumerate(within) if expert != position), len(within))
+    return missing if missing < num_experts else None
 
 
 @dataclass
@@ -74,21 +89,26 @@ class SourceCheckpoint:
             experts.append(self.file_of(expert_name).read_rows(expert_name, 0, entry.shape[0]))
         return torch.stack(experts)
 
-    def read_json(self, relative: str) -> dict | None:
-        """A side JSON file of the checkpoint, or None if absent."""
+    @property
+    def values(self) -> ConfigValues:
+        """``config.json`` behind typed getters (:mod:`moebake.formats.config_values`)."""
+        return ConfigValues.of_file(self.config, self.root / CONFIG_NAME)
+
+    def read_json(self, relative: str) -> ConfigValues | None:
+        """A side JSON file of the checkpoint behind typed getters, or None if absent."""
         path = self.root / relative
-        return _load_json(path) if path.is_file() else None
+        return ConfigValues.of_file(read_json_object(path), path) if path.is_file() else None
 
 
-def _load_json(path: Path) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise MoebakeError(f"{path}: cannot read JSON ({err})") from None
-    if not isinstance(value, dict):
-        raise MoebakeError(f"{path}: expected a JSON object")
-    return value
+def _read_weight_map(index_path: Path) -> dict[str, str]:
+    """``weight_map`` of an index: a non-empty object of tensor name -> shard file name."""
+    weight_map = read_json_object(index_path).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise MoebakeError(f"{index_path}: has no weight_map (expected a non-empty JSON object, found {json_type(weight_map)})")
+    for tensor, shard_name in weight_map.items():
+        if not isinstance(shard_name, str) or not shard_name:
+            raise MoebakeError(f"{index_path}: weight_map maps tensor {tensor} to {short_repr(shard_name)}, expected a shard file name")
+    return weight_map
 
 
 def open_checkpoint(root: str | os.PathLike) -> SourceCheckpoint:
@@ -98,12 +118,10 @@ def open_checkpoint(root: str | os.PathLike) -> SourceCheckpoint:
         raise MoebakeError(f"{root}: not a checkpoint directory (does not exist or is not a directory)")
     if not (root / CONFIG_NAME).is_file():
         raise MoebakeError(f"{root}: not a checkpoint (no {CONFIG_NAME})")
-    config = _load_json(root / CONFIG_NAME)
+    config = read_json_object(root / CONFIG_NAME)
     index_path = root / INDEX_NAME
     if index_path.is_file():
-        weight_map = _load_json(index_path).get("weight_map")
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise MoebakeError(f"{index_path}: has no weight_map")
+        weight_map = _read_weight_map(index_path)
         shard_names = sorted(set(weight_map.values()))
     elif (root / SINGLE_SHARD_NAME).is_file():
         weight_map, shard_names = None, [SINGLE_SHARD_NAME]
@@ -114,12 +132,20 @@ def open_checkpoint(root: str | os.PathLike) -> SourceCheckpoint:
         if not (root / name).is_file():
             raise MoebakeError(f"{index_path}: names shard {name}, which is missing")
         shards[name] = read_header(root / name)
-    locations = {t: name for name, shard in shards.items() for t in shard.tensors}
+    locations = {}
+    for name, shard in shards.items():
+        for tensor in shard.tensors:
+            if tensor in locations:
+                raise MoebakeError(f"{root}: tensor {tensor} is stored twice, in {locations[tensor]} and in {name}")
+            locations[tensor] = name
     if weight_map is not None:
         for tensor, shard_name in weight_map.items():
             if tensor not in shards[shard_name].tensors:
                 raise MoebakeError(f"{index_path}: maps tensor {tensor} to {shard_name}, which does not contain it")
-        locations = {t: s for t, s in locations.items() if weight_map.get(t) == s}
+        unlisted = sorted(set(locations) - set(weight_map))
+        if unlisted:
+            LOG.warning("%s: does not list %d tensor(s) its shards hold (first: %s in %s); they are carried through",
+                        index_path, len(unlisted), unlisted[0], locations[unlisted[0]])
     side_files = sorted(
         p.name for p in root.iterdir()
         if p.is_file() and not p.name.startswith(".") and p.suffix not in WEIGHT_SUFFIXES and p.name != INDEX_NAME

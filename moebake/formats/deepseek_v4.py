@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 
 from moebake.errors import MoebakeError
-from moebake.formats.checkpoint import EXPERT_INDEX, SourceCheckpoint, per_expert_names
+from moebake.formats.checkpoint import EXPERT_INDEX, SourceCheckpoint, first_missing_expert, per_expert_names
 from moebake.formats.expert_source import ExpertSource
 
 FORMAT_NAME = "deepseek-v4"
@@ -83,27 +83,22 @@ class DeepseekV4Model:
 
 
 def detect(checkpoint: SourceCheckpoint) -> bool:
-    return checkpoint.config.get("model_type") == "deepseek_v4"
+    return checkpoint.values.raw("model_type") == "deepseek_v4"
 
 
 def _config(checkpoint: SourceCheckpoint) -> dict:
-    config, path = checkpoint.config, checkpoint.root / "config.json"
-    expert_dtype = config.get("expert_dtype", "fp4")
+    """Dimensions and the activation limit from config.json (``swiglu_limit``: absent, null or <= 0 is
+    no clamping, as DeepSeek's ``if swiglu_limit > 0``; NaN and infinities are refused)."""
+    config = checkpoint.values
+    expert_dtype = config.string("expert_dtype", "fp4")
     if expert_dtype != "fp4":
-        raise MoebakeError(f"{path}: expert_dtype={expert_dtype!r}: only MXFP4 routed experts (\"fp4\") are supported")
-    dims = {}
-    for key in ("hidden_size", "moe_intermediate_size", "n_routed_experts"):
-        value = config.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise MoebakeError(f"{path}: {key} missing or not a positive integer")
-        dims[key] = value
+        raise config.fail("expert_dtype", f"is {expert_dtype!r}: only MXFP4 routed experts (\"fp4\") are supported")
+    dims = {key: config.integer(key) for key in ("hidden_size", "moe_intermediate_size", "n_routed_experts")}
     for key in ("hidden_size", "moe_intermediate_size"):
         if dims[key] % 32:
-            raise MoebakeError(f"{path}: {key}={dims[key]} is not a multiple of the MXFP4 block (32)")
-    limit = config.get("swiglu_limit")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))):
-        raise MoebakeError(f"{path}: swiglu_limit={limit!r} is not a number")
-    dims["swiglu_limit"] = float(limit) if limit is not None and limit > 0 else None
+            raise config.fail(key, f"is {dims[key]}, not a multiple of the MXFP4 block (32)")
+    limit = None if config.raw("swiglu_limit") is None else config.number("swiglu_limit")
+    dims["swiglu_limit"] = limit if limit is not None and limit > 0 else None
     return dims
 
 
@@ -128,16 +123,22 @@ def open_model(checkpoint: SourceCheckpoint) -> DeepseekV4Model:
     """Validate the config and every routed-expert tensor's dtype/shape; raise MoebakeError on mismatch."""
     dims = _config(checkpoint)
     H, I, E = dims["hidden_size"], dims["moe_intermediate_size"], dims["n_routed_experts"]
-    prefixes = {}
+    prefixes, experts = {}, {}
     for name in checkpoint.locations:
         match = _EXPERT_RE.match(name)
         if match:
             prefixes[match.group(1)] = int(match.group(2))
+            experts.setdefault(match.group(1), set()).add(int(match.group(3)))
             if int(match.group(3)) >= E:
                 raise MoebakeError(f"{checkpoint.file_of(name).path}: tensor {name} names expert {match.group(3)}, "
                                    f"but config.json has n_routed_experts={E}")
     if not prefixes:
         raise MoebakeError(f"{checkpoint.root}: deepseek-v4 checkpoint has no layers.L.ffn.experts.E.w1.weight tensors")
+    for prefix, present in experts.items():  # before any per-expert name list is made
+        missing = first_missing_expert(present, E)
+        if missing is not None:
+            raise MoebakeError(f"{checkpoint.root}: tensor {prefix}{missing}.w1.weight is missing "
+                               f"(config.json has n_routed_experts={E}, the checkpoint holds experts of {len(present)})")
     layers = tuple(DeepseekV4Layer(index, prefix) for prefix, index in sorted(prefixes.items(), key=_layer_order))
     shapes = {"w1": (I, H), "w3": (I, H), "w2": (H, I)}  # [out, in] in elements
     for layer in layers:

@@ -13,7 +13,7 @@ Detected by ``config.json``: ``model_type == "gpt_oss"`` and
 
 Gate/up rows are pair-interleaved (even row = gate, odd row = up), the bias likewise. The
 activation is GPT-OSS SwiGLU: ``(clamp(up, -L, L) + 1) * g * sigmoid(1.702 * g)``, ``g = min(gate, L)``,
-with ``L = swiglu_limit``.
+with ``L = swiglu_limit`` (a finite number > 0; 7.0 when absent, as transformers' ``GptOssConfig``).
 """
 
 import re
@@ -26,6 +26,7 @@ from moebake.formats.expert_source import ExpertSource
 FORMAT_NAME = "gpt-oss"
 SWIGLU_ALPHA = 1.702  # hard-coded in GPT-OSS (not in config.json)
 SWIGLU_BETA = 1.0     # the "+1" on the linear (up) half
+DEFAULT_SWIGLU_LIMIT = 7.0  # transformers' GptOssConfig default when config.json has none
 _EXPERT_RE = re.compile(r"^(model\.layers\.(\d+)\.mlp\.experts\.)(gate_up_proj|down_proj)_(blocks|scales|bias)$")
 
 
@@ -76,21 +77,18 @@ class GptOssModel:
 
 
 def detect(checkpoint: SourceCheckpoint) -> bool:
-    quant = checkpoint.config.get("quantization_config") or {}
-    return checkpoint.config.get("model_type") == "gpt_oss" and quant.get("quant_method") == "mxfp4"
+    config = checkpoint.values
+    quant = config.section("quantization_config")
+    return config.raw("model_type") == "gpt_oss" and quant is not None and quant.raw("quant_method") == "mxfp4"
 
 
 def open_model(checkpoint: SourceCheckpoint) -> GptOssModel:
     """Validate the config and every expert tensor's dtype/shape; raise MoebakeError on mismatch."""
-    config = checkpoint.config
-    dims = {}
-    for key in ("hidden_size", "intermediate_size", "num_local_experts"):
-        if not isinstance(config.get(key), int) or config[key] <= 0:
-            raise MoebakeError(f"{checkpoint.root / 'config.json'}: {key} missing or not a positive integer")
-        dims[key] = config[key]
+    config = checkpoint.values
+    dims = {key: config.integer(key) for key in ("hidden_size", "intermediate_size", "num_local_experts")}
     for key in ("hidden_size", "intermediate_size"):
         if dims[key] % 32:
-            raise MoebakeError(f"{checkpoint.root / 'config.json'}: {key}={dims[key]} is not a multiple of the MXFP4 block (32)")
+            raise config.fail(key, f"is {dims[key]}, not a multiple of the MXFP4 block (32)")
     layer_ids = sorted({int(m.group(2)) for m in map(_EXPERT_RE.match, checkpoint.locations) if m})
     if not layer_ids:
         raise MoebakeError(f"{checkpoint.root}: gpt-oss checkpoint has no model.layers.N.mlp.experts.* tensors")
@@ -99,7 +97,7 @@ def open_model(checkpoint: SourceCheckpoint) -> GptOssModel:
         hidden_size=dims["hidden_size"],
         intermediate_size=dims["intermediate_size"],
         num_experts=dims["num_local_experts"],
-        swiglu_limit=float(config.get("swiglu_limit", 7.0)),
+        swiglu_limit=config.number("swiglu_limit", DEFAULT_SWIGLU_LIMIT, positive=True),
         layers=tuple(GptOssLayer(i, f"model.layers.{i}.mlp.experts.") for i in layer_ids),
     )
     for layer in model.layers:

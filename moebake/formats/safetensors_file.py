@@ -21,20 +21,25 @@ import numpy as np
 import torch
 
 from moebake.errors import MoebakeError
+from moebake.formats.config_values import as_count, json_type, parse_json, short_repr
 
 HEADER_LENGTH_BYTES = 8
 MAX_HEADER_BYTES = 100_000_000
 METADATA_KEY = "__metadata__"
 
 # safetensors dtype code -> torch dtype (None where this torch has no such dtype); bits per element.
+# Every code safetensors 0.8 accepts; tensors of any of them pass through as opaque bytes.
 DTYPES: dict[str, tuple[torch.dtype | None, int]] = {
     "BOOL": (torch.bool, 8), "U8": (torch.uint8, 8), "I8": (torch.int8, 8),
+    "F4": (getattr(torch, "float4_e2m1fn_x2", None), 4), "F6_E2M3": (None, 6), "F6_E3M2": (None, 6),
     "F8_E5M2": (getattr(torch, "float8_e5m2", None), 8), "F8_E4M3": (getattr(torch, "float8_e4m3fn", None), 8),
-    "F8_E8M0": (getattr(torch, "float8_e8m0fnu", None), 8), "I16": (torch.int16, 16),
+    "F8_E8M0": (getattr(torch, "float8_e8m0fnu", None), 8),
+    "F8_E4M3FNUZ": (getattr(torch, "float8_e4m3fnuz", None), 8), "F8_E5M2FNUZ": (getattr(torch, "float8_e5m2fnuz", None), 8),
+    "I16": (torch.int16, 16),
     "U16": (getattr(torch, "uint16", None), 16), "F16": (torch.float16, 16), "BF16": (torch.bfloat16, 16),
     "I32": (torch.int32, 32), "U32": (getattr(torch, "uint32", None), 32), "F32": (torch.float32, 32),
     "F64": (torch.float64, 64), "I64": (torch.int64, 64), "U64": (getattr(torch, "uint64", None), 64),
-    "C64": (torch.complex64, 64), "F4": (getattr(torch, "float4_e2m1fn_x2", None), 4),
+    "C64": (torch.complex64, 64),
 }
 
 
@@ -100,7 +105,7 @@ class SafetensorsFile:
         entry = self.tensors[name]
         raw = self.read_bytes(entry, start * entry.row_bytes, stop * entry.row_bytes)
         torch_dtype, _ = DTYPES[entry.dtype]
-        if torch_dtype is None or entry.dtype == "F4":
+        if torch_dtype is None or DTYPES[entry.dtype][1] < 8:
             return raw.reshape(stop - start, -1)
         return raw.view(torch_dtype).reshape(stop - start, *entry.shape[1:])
 
@@ -128,28 +133,45 @@ def read_header(path: str | os.PathLike) -> SafetensorsFile:
             raw = f.read(header_len)
     except OSError as err:
         raise MoebakeError(f"{path}: cannot read ({err.strerror})") from None
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise MoebakeError(f"{path}: corrupt safetensors header (not JSON: {err})") from None
+    header = parse_json(raw, f"{path}: corrupt safetensors header")
     if not isinstance(header, dict):
-        raise MoebakeError(f"{path}: corrupt safetensors header (expected a JSON object)")
+        raise MoebakeError(f"{path}: corrupt safetensors header (expected a JSON object, found {json_type(header)})")
     metadata = header.pop(METADATA_KEY, None) or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise MoebakeError(f"{path}: corrupt safetensors header ({METADATA_KEY} is {short_repr(metadata)}, expected an object of strings)")
     tensors = {name: _parse_entry(path, name, spec) for name, spec in header.items()}
     data_start = HEADER_LENGTH_BYTES + header_len
     _check_tiling(path, tensors.values(), size - data_start)
     return SafetensorsFile(path, data_start, tensors, metadata)
 
 
+def _header_int(value) -> int | None:
+    """A header's shape dimension or offset: a JSON integer >= 0 (a u64 in safetensors), else None."""
+    return as_count(value, maximum=(1 << 64) - 1, integral_floats=False)
+
+
 def _parse_entry(path: str, name: str, spec) -> TensorEntry:
+    """One header entry, checked as safetensors checks it: ``dtype`` a known code, ``shape`` a list of
+    non-negative integers, ``data_offsets`` two integers ``0 <= begin <= end`` spanning exactly the
+    bytes the shape needs (JSON floats, strings and booleans are not integers here)."""
+    where = f"{path}: corrupt safetensors header: tensor {name}"
+    if not isinstance(spec, dict):
+        raise MoebakeError(f"{where} is {json_type(spec)}, expected an object with dtype, shape, data_offsets")
+    dtype, shape, offsets = spec.get("dtype"), spec.get("shape"), spec.get("data_offsets")
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise MoebakeError(f"{path}: tensor {name} has unknown dtype {short_repr(dtype)}")
+    if not isinstance(shape, list) or any(_header_int(d) is None for d in shape):
+        raise MoebakeError(f"{where}: shape {short_repr(shape)} is not a list of non-negative integers")
+    if (not isinstance(offsets, list) or len(offsets) != 2 or any(_header_int(o) is None for o in offsets)
+            or offsets[0] > offsets[1]):
+        raise MoebakeError(f"{where}: data_offsets {short_repr(offsets)} is not [begin, end] with integers 0 <= begin <= end")
+    shape, (begin, end) = tuple(shape), offsets
     try:
-        dtype, shape, (begin, end) = spec["dtype"], tuple(int(d) for d in spec["shape"]), spec["data_offsets"]
-    except (TypeError, KeyError, ValueError):
-        raise MoebakeError(f"{path}: corrupt safetensors header entry for tensor {name}") from None
-    if dtype not in DTYPES:
-        raise MoebakeError(f"{path}: tensor {name} has unknown dtype {dtype!r}")
-    if end - begin != tensor_nbytes(dtype, shape):
-        raise MoebakeError(f"{path}: tensor {name} spans {end - begin} bytes, but {dtype} {list(shape)} needs {tensor_nbytes(dtype, shape)}")
+        nbytes = tensor_nbytes(dtype, shape)
+    except ValueError as err:
+        raise MoebakeError(f"{where}: {err}") from None
+    if end - begin != nbytes:
+        raise MoebakeError(f"{path}: tensor {name} spans {end - begin} bytes, but {dtype} {list(shape)} needs {nbytes}")
     return TensorEntry(name, dtype, shape, begin, end)
 
 

@@ -50,6 +50,9 @@ class W13Order:
 def _check_model(target: str, model) -> None:
     if model.format_name != FORMAT_NAME:
         raise MoebakeError(f"target {target} does not support source format {model.format_name} (it bakes {FORMAT_NAME})")
+    if model.weight_only:
+        raise MoebakeError(f"{model.quant.source}: experts are {model.expert_algo} (weight-only, no input_scale); target {target} "
+                           "runs W4A4 NVFP4 and needs each expert's static input_scale (NVFP4 experts)")
     H, I = model.hidden_size, model.intermediate_size
     if H % HIDDEN_MULTIPLE or I % INTERMEDIATE_MULTIPLE:
         raise MoebakeError(f"{model.checkpoint.root}: target {target} needs hidden_size % {HIDDEN_MULTIPLE} == 0 and "

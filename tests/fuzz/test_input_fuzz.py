@@ -1,0 +1,235 @@
+"""Fuzz matrix, input side: damaged shard headers, indexes and configs of every source format.
+
+Every case runs the real CLI on a private copy of a small checkpoint and asserts what the project
+promises for bad input: exit status 2, exactly one line ``error: ...`` naming the file (and the
+tensor or key), no traceback, nothing left beside OUT, and the source byte for byte unchanged.
+Cases that would exhaust memory or time if a size were trusted before being checked against the
+tensors (10^9 experts) must also finish fast.
+"""
+
+import hashlib
+import json
+import shutil
+import struct
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from moebake.cli import main
+from moebake.synthetic import write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
+
+DEEP = "[" * 100_000 + "]" * 100_000
+"""A JSON value nested far deeper than Python's parser recurses."""
+SHARD = "model-00000-of-00001.safetensors"
+INDEX = "model.safetensors.index.json"
+TARGETS = {"gpt-oss": "sm90-cutlass", "modelopt": "cutedsl", "deepseek-v4": "sm90-cutlass", "qwen3": "deepep-bf16"}
+FAST_SECONDS = 20
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory):
+    """One small checkpoint per source format, never modified (each case copies one)."""
+    root = tmp_path_factory.mktemp("pristine")
+    return {
+        "gpt-oss": write_gpt_oss(root / "gpt-oss", num_layers=2, num_experts=3, hidden=160, intermediate=96, vocab=64),
+        "modelopt": write_modelopt_nvfp4(root / "modelopt", num_layers=2),
+        "deepseek-v4": write_deepseek_v4(root / "deepseek-v4", num_layers=1, mtp_layers=0),
+        "qwen3": write_bf16_moe(root / "qwen3", style="qwen3", num_layers=1),
+    }
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def set_raw(value: dict, path: tuple, literal: str) -> str:
+    """JSON text of ``value`` with the member at key ``path`` replaced by the raw JSON ``literal`` (or removed if None)."""
+    target = value
+    for key in path[:-1]:
+        target = target[key]
+    if literal is None:
+        target.pop(path[-1], None)
+        return json.dumps(value)
+    target[path[-1]] = "\0RAW\0"
+    return json.dumps(value).replace('"\\u0000RAW\\u0000"', literal)
+
+
+def convert_fails(source: Path, tmp_path: Path, target: str, *needles: str) -> str:
+    """Run convert; assert the clean failure promised for bad input; return the error line."""
+    before = tree_digest(source)
+    out = tmp_path / "out"
+    began = time.monotonic()
+    result = CliRunner().invoke(main, ["convert", str(source), str(out), "--target", target, "--quiet"])
+    elapsed = time.monotonic() - began
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert "Traceback" not in result.output
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert not out.exists() and not list(tmp_path.glob(".out.*")), list(tmp_path.iterdir())
+    assert tree_digest(source) == before, "the source changed"
+    assert elapsed < FAST_SECONDS, f"took {elapsed:.1f}s"
+    return lines[0]
+
+
+def copy_of(pristine, tmp_path, kind) -> Path:
+    return shutil.copytree(pristine[kind], tmp_path / "src")
+
+
+# --- config.json -------------------------------------------------------------------------------
+
+BAD_INTEGERS = ["true", "false", "1e9", "1.5", '"abc"', "null", "-1", "0", "1e999", "NaN", "[3]", "{}", "2.5e3"]
+CONFIG_KEYS = {
+    "gpt-oss": [("hidden_size",), ("intermediate_size",), ("num_local_experts",)],
+    "modelopt": [("hidden_size",), ("moe_intermediate_size",), ("n_routed_experts",)],
+    "deepseek-v4": [("hidden_size",), ("moe_intermediate_size",), ("n_routed_experts",)],
+    "qwen3": [("hidden_size",), ("moe_intermediate_size",), ("num_experts",)],
+}
+CONFIG_CASES = [(kind, key, literal) for kind, keys in CONFIG_KEYS.items() for key in keys for literal in BAD_INTEGERS]
+CONFIG_CASES += [
+    ("gpt-oss", ("swiglu_limit",), literal) for literal in ("NaN", "Infinity", "-Infinity", "1e999", "-1", "0", '"abc"', "null", "true", "[7]")
+] + [
+    ("deepseek-v4", ("swiglu_limit",), literal) for literal in ("NaN", "Infinity", "1e999", '"abc"', "true", "{}")
+] + [
+    (kind, ("quantization_config",), literal) for kind in ("gpt-oss", "modelopt", "deepseek-v4") for literal in ('"mxfp4"', "[1, 2]", "7", "true")
+] + [
+    ("modelopt", ("quantization_config", "config_groups"), literal) for literal in ("[]", '"g"', "3")
+] + [
+    ("modelopt", ("quantization_config", "config_groups", "group_0"), literal) for literal in ("[]", "null", "1")
+] + [
+    ("modelopt", ("quantization_config", "config_groups", "group_0", "weights", "group_size"), literal)
+    for literal in ("true", '"16"', "16.5", "-16", "NaN")
+] + [
+    ("modelopt", ("quantization_config", "quant_algo"), literal) for literal in ("7", "null", "[]", '"FP8"', '"INT4_AWQ"')
+] + [
+    ("modelopt", ("quantization_config", "ignore"), literal) for literal in ('"lm_head"', "[1]", "{}")
+] + [
+    (kind, ("text_config",), literal) for kind in ("modelopt", "qwen3") for literal in ('"x"', "[]", "1")
+] + [
+    ("qwen3", ("hidden_act",), literal) for literal in ("7", '"gelu"', "[]")
+] + [
+    ("deepseek-v4", ("expert_dtype",), literal) for literal in ("4", '"fp8"', "null")
+] + [
+    (kind, ("deep",), DEEP) for kind in TARGETS
+]
+
+
+@pytest.mark.parametrize("kind, key, literal", CONFIG_CASES, ids=lambda v: ".".join(v) if isinstance(v, tuple) else str(v)[:20])
+def test_bad_config_value(pristine, tmp_path, kind, key, literal):
+    source = copy_of(pristine, tmp_path, kind)
+    config = json.loads((source / "config.json").read_text())
+    (source / "config.json").write_text(DEEP if key == ("deep",) else set_raw(config, key, literal))
+    convert_fails(source, tmp_path, TARGETS[kind], "config.json")
+
+
+# --- shard headers -----------------------------------------------------------------------------
+
+def rewrite_header(shard: Path, edit) -> None:
+    """Re-encode ``shard``'s JSON header after ``edit(header) -> text``, keeping its data bytes."""
+    data = shard.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + length])
+    text = edit(header).encode()
+    shard.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + length:])
+
+
+FIRST = "model.layers.0.mlp.experts.gate_up_proj_blocks"
+HEADER_CASES = {
+    "offsets-strings": lambda h: set_raw(h, (FIRST, "data_offsets"), json.dumps([str(o) for o in h[FIRST]["data_offsets"]])),
+    "offsets-floats": lambda h: set_raw(h, (FIRST, "data_offsets"), json.dumps([float(o) for o in h[FIRST]["data_offsets"]])),
+    "offsets-bools": lambda h: set_raw(h, (FIRST, "data_offsets"), "[false, true]"),
+    "offsets-three": lambda h: set_raw(h, (FIRST, "data_offsets"), json.dumps([*h[FIRST]["data_offsets"], 0])),
+    "offsets-reversed": lambda h: set_raw(h, (FIRST, "data_offsets"), json.dumps(h[FIRST]["data_offsets"][::-1])),
+    "offsets-negative": lambda h: set_raw(h, (FIRST, "data_offsets"), json.dumps([-1, h[FIRST]["data_offsets"][1]])),
+    "offsets-null": lambda h: set_raw(h, (FIRST, "data_offsets"), "null"),
+    "offsets-object": lambda h: set_raw(h, (FIRST, "data_offsets"), '{"a": 1}'),
+    "offsets-deep": lambda h: set_raw(h, (FIRST, "data_offsets"), DEEP),
+    "shape-negative-same-product": lambda h: set_raw(h, (FIRST, "shape"), json.dumps([-x for x in h[FIRST]["shape"][:2]] + h[FIRST]["shape"][2:])),
+    "shape-floats": lambda h: set_raw(h, (FIRST, "shape"), json.dumps([float(x) for x in h[FIRST]["shape"]])),
+    "shape-strings": lambda h: set_raw(h, (FIRST, "shape"), json.dumps([str(x) for x in h[FIRST]["shape"]])),
+    "shape-bool": lambda h: set_raw(h, (FIRST, "shape"), "[true]"),
+    "shape-null": lambda h: set_raw(h, (FIRST, "shape"), "null"),
+    "shape-string": lambda h: set_raw(h, (FIRST, "shape"), '"3,192"'),
+    "shape-huge": lambda h: set_raw(h, (FIRST, "shape"), "[18446744073709551616]"),
+    "dtype-unknown": lambda h: set_raw(h, (FIRST, "dtype"), '"F8_E9M9"'),
+    "dtype-int": lambda h: set_raw(h, (FIRST, "dtype"), "8"),
+    "dtype-missing": lambda h: set_raw(h, (FIRST, "dtype"), None),
+    "entry-list": lambda h: set_raw(h, (FIRST,), "[1, 2]"),
+    "entry-string": lambda h: set_raw(h, (FIRST,), '"U8"'),
+    "entry-null": lambda h: set_raw(h, (FIRST,), "null"),
+    "metadata-list": lambda h: set_raw(h, ("__metadata__",), "[1]"),
+    "metadata-non-string": lambda h: set_raw(h, ("__metadata__",), '{"format": 1}'),
+    "header-list": lambda h: "[]",
+    "header-deep": lambda h: DEEP,
+    "header-string": lambda h: '"x"',
+    "header-nan": lambda h: "NaN",
+    "sub-byte-f6": lambda h: set_raw(h, (FIRST, "dtype"), '"F6_E2M3"'),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HEADER_CASES))
+def test_bad_shard_header(pristine, tmp_path, case):
+    source = copy_of(pristine, tmp_path, "gpt-oss")
+    rewrite_header(source / SHARD, HEADER_CASES[case])
+    convert_fails(source, tmp_path, "sm90-cutlass", SHARD)
+
+
+# --- the index ---------------------------------------------------------------------------------
+
+INDEX_CASES = {
+    "value-int": lambda i: set_raw(i, ("weight_map", "lm_head.weight"), "1"),
+    "value-null": lambda i: set_raw(i, ("weight_map", "lm_head.weight"), "null"),
+    "value-list": lambda i: set_raw(i, ("weight_map", "lm_head.weight"), f'["{SHARD}"]'),
+    "value-object": lambda i: set_raw(i, ("weight_map", "lm_head.weight"), "{}"),
+    "value-empty": lambda i: set_raw(i, ("weight_map", "lm_head.weight"), '""'),
+    "value-deep": lambda i: set_raw(i, ("weight_map", "lm_head.weight"), DEEP),
+    "weight-map-list": lambda i: set_raw(i, ("weight_map",), "[]"),
+    "weight-map-empty": lambda i: set_raw(i, ("weight_map",), "{}"),
+    "weight-map-missing": lambda i: set_raw(i, ("weight_map",), None),
+    "index-list": lambda i: "[]",
+    "index-deep": lambda i: DEEP,
+    "index-not-json": lambda i: "{",
+    "index-not-utf8": lambda i: "\udcff",
+    "names-missing-shard": lambda i: set_raw(i, ("weight_map", "lm_head.weight"), '"model-00009-of-00009.safetensors"'),
+    "names-wrong-shard": lambda i: set_raw(i, ("weight_map", "lm_head.weight"), f'"{SHARD}"'),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INDEX_CASES))
+def test_bad_index(pristine, tmp_path, case):
+    source = copy_of(pristine, tmp_path, "gpt-oss")
+    text = INDEX_CASES[case](json.loads((source / INDEX).read_text()))
+    (source / INDEX).write_bytes(text.encode("utf-8", "surrogateescape"))
+    convert_fails(source, tmp_path, "sm90-cutlass", INDEX if case != "names-missing-shard" else "model-00009")
+
+
+# --- sizes are checked against the tensors before any per-expert name is made ----------------
+
+@pytest.mark.parametrize("kind, key", [("modelopt", "n_routed_experts"), ("deepseek-v4", "n_routed_experts"),
+                                       ("qwen3", "num_experts"), ("gpt-oss", "num_local_experts")])
+@pytest.mark.parametrize("count", [10**9, 2**31 - 1, 5])
+def test_expert_count_beyond_the_tensors(pristine, tmp_path, kind, key, count):
+    source = copy_of(pristine, tmp_path, kind)
+    (source / "config.json").write_text(set_raw(json.loads((source / "config.json").read_text()), (key,), str(count)))
+    line = convert_fails(source, tmp_path, TARGETS[kind])
+    assert "missing" in line or "expected" in line, line
+
+
+# --- NVFP4 global scales -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("part", ["weight_scale_2", "input_scale"])
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), 0.0, -1.0])
+def test_nvfp4_global_scale_not_finite_positive(pristine, tmp_path, part, value):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    source = copy_of(pristine, tmp_path, "modelopt")
+    index = json.loads((source / INDEX).read_text())["weight_map"]
+    name = f"model.layers.1.mlp.experts.1.up_proj.{part}"
+    tensors = load_file(source / index[name])
+    tensors[name] = torch.full_like(tensors[name], value)
+    save_file(tensors, source / index[name], metadata={"format": "pt"})
+    convert_fails(source, tmp_path, "cutedsl", name, index[name])
