@@ -236,12 +236,13 @@ def write_modelopt_nvfp4(
 
     def common(i: int) -> dict:
         p = f"model.layers.{i}."
-        norms = {p + "input_layernorm.weight": torch.ones(H, dtype=torch.bfloat16),
-                 p + "post_attention_layernorm.weight": torch.ones(H, dtype=torch.bfloat16)}
         if not mixed_precision or i == L:
-            return norms | {p + "self_attn.q_proj.weight": rand(H, H), p + "self_attn.o_proj.weight": rand(H, H)}
-        quantized_layers.update({f"{p}self_attn.{proj}": {"quant_algo": "FP8"} for proj in ("q_proj", "o_proj")})
-        return norms | _fp8_linear(p + "self_attn.q_proj.", H, H, g) | _fp8_linear(p + "self_attn.o_proj.", H, H, g)
+            attention = {p + "self_attn.q_proj.weight": rand(H, H), p + "self_attn.o_proj.weight": rand(H, H)}
+        else:
+            quantized_layers.update({f"{p}self_attn.{proj}": {"quant_algo": "FP8"} for proj in ("q_proj", "o_proj")})
+            attention = _fp8_linear(p + "self_attn.q_proj.", H, H, g) | _fp8_linear(p + "self_attn.o_proj.", H, H, g)
+        return {p + "input_layernorm.weight": torch.ones(H, dtype=torch.bfloat16), **attention,
+                p + "post_attention_layernorm.weight": torch.ones(H, dtype=torch.bfloat16)}
 
     def shards():
         yield {"model.embed_tokens.weight": rand(vocab, H), **common(0), **mlp("model.layers.0.mlp.", 2 * I)}
