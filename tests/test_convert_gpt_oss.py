@@ -123,9 +123,10 @@ def test_output_files_index_manifest(gpt_oss_tiny, tmp_path):
     tensors = manifest["layers"][0]["tensors"]
     assert tensors["w13_weight"]["gate_up_order"] == "up_gate" and tensors["w13_weight"]["source_gate_up_order"] == "pairs"
     assert manifest["options"]["hidden_multiple"] == 128
-    import hashlib
+    import xxhash
     for name, record in manifest["files"].items():
-        assert hashlib.sha256((out / name).read_bytes()).hexdigest() == record["sha256"], name
+        assert record == {"xxh3-128": xxhash.xxh3_128((out / name).read_bytes()).hexdigest(),
+                          "bytes": (out / name).stat().st_size}, name
 
 
 def test_reads_are_bounded_by_the_chunk(gpt_oss_tiny, tmp_path, monkeypatch):
@@ -162,7 +163,7 @@ def test_verify_detects_a_flipped_byte(gpt_oss_tiny, tmp_path):
     data[-100] ^= 0x01
     shard.write_bytes(bytes(data))
     result = CliRunner().invoke(main, ["verify", str(out)])
-    assert result.exit_code == 1 and "sha256 mismatch" in result.output and shard.name in result.output
+    assert result.exit_code == 1 and "xxh3-128 mismatch" in result.output and shard.name in result.output
 
 
 def test_verify_detects_a_missing_file(gpt_oss_tiny, tmp_path):

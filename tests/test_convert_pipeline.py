@@ -1,11 +1,11 @@
 """The conversion pipeline: source hashing in the same pass, the writer thread, worker processes, --profile."""
 
-import hashlib
 import json
 import threading
 
 import pytest
 import torch
+import xxhash
 from click.testing import CliRunner
 
 from moebake.cli import main
@@ -22,7 +22,7 @@ def data_file(tmp_path):
     data = torch.randint(0, 256, (10_000,), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
     path = tmp_path / "data.bin"
     path.write_bytes(data.numpy().tobytes())
-    return path, data, hashlib.sha256(data.numpy().tobytes()).hexdigest()
+    return path, data, xxhash.xxh3_128(data.numpy().tobytes()).hexdigest()
 
 
 def fed(path, data, pieces, prefix=100):
@@ -86,7 +86,7 @@ def test_writer_hashes_exactly_the_bytes_written(tmp_path):
     chunks = [torch.full((1000,), i, dtype=torch.uint8) for i in range(7)]
     seen = []
     digest = write_shard(shard_of(chunks), tmp_path / "s.safetensors", seen.append)
-    assert digest == hashlib.sha256((tmp_path / "s.safetensors").read_bytes()).hexdigest()
+    assert digest == xxhash.xxh3_128((tmp_path / "s.safetensors").read_bytes()).hexdigest()
     assert seen == [1000] * 7
 
 
@@ -121,7 +121,7 @@ def test_workers_write_the_same_bytes_and_hashes_and_profile(gpt_oss_tiny, tmp_p
     assert one["files"] == two["files"] and one["source"]["files"] == two["source"]["files"]
     assert one["options"] == two["options"]  # workers is no conversion option
     for name, digest in two["source"]["files"].items():
-        assert digest == hashlib.sha256((gpt_oss_tiny / name).read_bytes()).hexdigest(), name
+        assert digest == "xxh3-128:" + xxhash.xxh3_128((gpt_oss_tiny / name).read_bytes()).hexdigest(), name
     for name in one["files"]:
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
     lines = [line for line in result.output.splitlines() if line.startswith("profile:")]

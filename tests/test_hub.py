@@ -241,7 +241,7 @@ def test_upload_refuses_an_output_that_fails_verify(baked):
     data[-7] ^= 0x10
     shard.write_bytes(bytes(data))
     hub = FakeHub()
-    with pytest.raises(MoebakeError, match=r"refusing to upload, verify found 1 problem\(s\); first: .*sha256 mismatch"):
+    with pytest.raises(MoebakeError, match=r"refusing to upload, verify found 1 problem\(s\); first: .*xxh3-128 mismatch"):
         publish(baked, "acme/tiny", hub)
     assert hub.calls == [] and not (baked / "README.md").exists()
 

@@ -116,7 +116,7 @@ def test_verify_refuses_a_changed_shard(baked_copy):
     shard.write_bytes(bytes(data))
     checkpoint = moebake.serve.open(baked_copy, platform=INSTALLED)
     layer = next(r["index"] for r in checkpoint.manifest["layers"] if checkpoint.weight_map[r["prefix"] + "w13_weight"] == shard.name)
-    with pytest.raises(MoebakeError, match=f"{shard.name}: sha256 mismatch"):
+    with pytest.raises(MoebakeError, match=f"{shard.name}: xxh3-128 mismatch"):
         checkpoint.load_experts(layer, device="cpu", verify=True)
     checkpoint.load_experts(layer, device="cpu", verify=False)  # unchecked loads still read it
 

@@ -4,8 +4,8 @@
 :meth:`Conversion.read_source`, and plans the target. That reader times the reads (``read`` stage),
 keeps the disk reading ahead of them (:class:`PageCacheReadAhead`) and, while a shard is being
 baked, hands the bytes read from the source shard of the same name to a :class:`StreamHash`: the
-manifest's source SHA-256 is computed in the same pass as the conversion, not by reading the
-source a second time.
+manifest's source checksum is computed in the same pass as the conversion, not by reading the
+source a second time; a Hugging Face cache blob is not hashed at all (its name is its SHA-256).
 """
 
 import functools
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from moebake.convert.allocator import reuse_freed_buffers
-from moebake.convert.hashing import StreamHash
+from moebake.convert.hashing import CHECKSUM, StreamHash, hub_blob_sha256, tagged
 from moebake.convert.options import ConvertOptions
 from moebake.convert.plan import OutputShard, assign_shards
 from moebake.convert.stages import STAGES
@@ -56,12 +56,15 @@ class Conversion:
              write: Callable[[OutputShard, str | os.PathLike, Callable[[int], None]], str]) -> tuple[str, str | None]:
         """Write ``shard`` to ``path`` with ``write`` (:func:`moebake.convert.writer.write_shard`).
 
-        Returns the written file's SHA-256 and that of the source shard of the same name (None if
-        the source has no such shard), hashed from the bytes the conversion reads.
+        Returns the written file's hex digest and the checksum of the source shard of the same name
+        as the manifest holds it (:func:`~moebake.convert.hashing.tagged`; None if the source has no
+        such shard), hashed from the bytes the conversion reads or read from a Hub-cache blob's name.
         """
         source = self.checkpoint.shards.get(shard.file_name)
         if source is None:
             return write(shard, path, on_bytes), None
+        if (known := hub_blob_sha256(source.path)) is not None:
+            return write(shard, path, on_bytes), tagged("sha256", known)
         stream = self._hashing[source.path] = StreamHash(source.path, source.data_start)
         try:
             digest = write(shard, path, on_bytes)
@@ -70,7 +73,7 @@ class Conversion:
             raise
         finally:
             del self._hashing[source.path]
-        return digest, stream.hexdigest()
+        return digest, tagged(CHECKSUM, stream.hexdigest())
 
 
 class PageCacheReadAhead:

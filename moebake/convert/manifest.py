@@ -4,11 +4,15 @@ Schema ``moebake.manifest/1`` (documented in the README; add fields freely, bump
 when a field changes meaning or a reader must refuse older files):
 
   schema, moebake_version, created (UTC ISO 8601), target, target_layout_version,
-  flashinfer_layout {id, description} (null for targets it does not apply to), source {format, location, revision, files {name: sha256}},
+  flashinfer_layout {id, description} (null for targets it does not apply to),
+  source {format, location, revision, files {name: "ALGORITHM:hex"}}  (before checksums were named: bare sha256 hex),
   options {...ConvertOptions}, activation {kind, alpha, beta, limit},
   layers [{index, prefix, experts, hidden, hidden_padded, intermediate, intermediate_padded,
            tensors {short name: {source, dtype, shape, gate_up_order, source_gate_up_order}}}],
-  files {output file name: {sha256, bytes}}   (every file in OUT except moebake.json itself)
+  files {output file name: {ALGORITHM: hex, bytes}}   (every file in OUT except moebake.json itself)
+
+ALGORITHM is ``xxh3-128`` in new manifests (``sha256`` in older ones, and for source files whose
+Hub-cache blob name is their SHA-256); see :mod:`moebake.convert.hashing`.
 """
 
 import datetime

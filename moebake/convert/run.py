@@ -3,7 +3,7 @@
 OUT is built in the sibling ``.OUT.partial`` and renamed into place only when complete. Bad input
 is detected while planning, before anything is written; a MoebakeError removes the staging
 directory. After an interruption the staging directory stays, and ``resume=True`` re-uses every
-shard whose recorded SHA-256 still matches, when the source and options are unchanged.
+shard whose recorded checksum still matches, when the source and options are unchanged.
 
 Shards are baked one after another in this process, or by ``workers`` processes in parallel
 (:mod:`moebake.convert.workers`); either way each source shard is hashed from the bytes the
@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 import moebake
 from moebake.convert.conversion import open_conversion, torch_threads, transform_threads
-from moebake.convert.hashing import file_sha256
+from moebake.convert.hashing import CHECKSUM, file_digest, file_record, hub_blob_sha256, tagged
 from moebake.convert.manifest import MANIFEST_NAME, SCHEMA, utc_now, write_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.stages import STAGES
@@ -98,13 +98,13 @@ def convert(
                 with torch_threads(transform_threads(1)):
                     for shard in todo:
                         finished(shard.file_name, *conversion.bake(shard, staging / shard.file_name, bar.update, write_shard))
-        files = {name: {"sha256": digest, "bytes": (staging / name).stat().st_size} for name, digest in done.items()}
+        files = {name: file_record(staging / name, digest) for name, digest in done.items()}
         _write_index(staging, shards)
         side_files = copied_side_files(checkpoint)
         for name in side_files:
             shutil.copyfile(checkpoint.root / name, staging / name)
         for name in (INDEX_NAME, *side_files):
-            files[name] = {"sha256": file_sha256(staging / name), "bytes": (staging / name).stat().st_size}
+            files[name] = file_record(staging / name)
         manifest = {
             "schema": SCHEMA,
             "moebake_version": moebake.__version__,
@@ -161,17 +161,23 @@ def _resumable_shards(staging: Path, fingerprint: str) -> tuple[dict[str, str], 
     if record.get("fingerprint") != fingerprint:
         return {}, {}
     done = {name: digest for name, digest in record.get("shards", {}).items()
-            if (staging / name).is_file() and file_sha256(staging / name) == digest}
+            if (staging / name).is_file() and file_digest(staging / name) == digest}
     return done, dict(record.get("sources", {}))
 
 
 def _source_files(checkpoint, hashed: dict[str, str]) -> dict[str, str]:
-    """``{file name: sha256}`` of the source's shards, side files and index; shards not hashed while
-    converting (none, unless resumed or not mirrored by an output shard) are read here."""
+    """``{file name: "ALGORITHM:hex"}`` of the source's shards, side files and index; shards not
+    hashed while converting (none, unless resumed or not mirrored by an output shard) are read here,
+    unless they are Hub-cache blobs named by their SHA-256."""
     names = [*checkpoint.shards, *checkpoint.side_files]
     if (checkpoint.root / INDEX_NAME).is_file():
         names.append(INDEX_NAME)
-    return {name: hashed.get(name) or file_sha256(checkpoint.root / name) for name in names}
+    return {name: hashed.get(name) or _source_checksum(checkpoint.root / name) for name in names}
+
+
+def _source_checksum(path: Path) -> str:
+    known = hub_blob_sha256(path)
+    return tagged("sha256", known) if known else tagged(CHECKSUM, file_digest(path))
 
 
 def _save_progress(staging: Path, fingerprint: str, done: dict[str, str], sources: dict[str, str]) -> None:

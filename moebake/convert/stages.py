@@ -9,7 +9,7 @@ Stages run in parallel threads and processes, so their seconds add up to more th
   * ``read``: source bytes: seconds the producing thread waited for them (reading them itself, or
     waiting for the reading thread that reads ahead), CPU of every thread reading them;
   * ``transform``: producing output chunks, less the reads inside it (layout transforms, padding);
-  * ``hash``: SHA-256 of source and output bytes (plus re-reads of source bytes not met in order);
+  * ``hash``: checksums of source and output bytes (plus re-reads of source bytes not met in order);
   * ``write``: writing output bytes and flushing them to the disk (``fdatasync``/``fsync``).
 """
 

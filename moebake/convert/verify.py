@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from moebake.convert.hashing import file_sha256
+from moebake.convert.hashing import checksum_problem
 from moebake.convert.manifest import MANIFEST_NAME, read_manifest
 from moebake.errors import MoebakeError
 from moebake.formats.checkpoint import INDEX_NAME
@@ -24,8 +24,8 @@ def verify_output(out: str | Path) -> list[str]:
             problems.append(f"{path}: listed in {MANIFEST_NAME} but missing")
         elif path.stat().st_size != record["bytes"]:
             problems.append(f"{path}: {path.stat().st_size} bytes, manifest says {record['bytes']}")
-        elif file_sha256(path) != record["sha256"]:
-            problems.append(f"{path}: sha256 mismatch (manifest {record['sha256'][:16]}...)")
+        elif problem := checksum_problem(path, record):
+            problems.append(problem)
     problems += _check_index(out)
     listed = set(manifest.get("files", {})) | {MANIFEST_NAME} | HUB_ADDED
     problems += [f"{p}: not listed in {MANIFEST_NAME}" for p in sorted(out.iterdir()) if p.name not in listed]

@@ -6,7 +6,7 @@ memory budget) and the cores (torch's thread count, which layout transforms use:
 :func:`~moebake.convert.conversion.transform_threads`) are shared out between the workers; neither
 changes an output byte. Workers report the
 bytes they write through a queue, which feeds the progress bar here; each finished shard comes back
-with its SHA-256, its source shard's SHA-256 and the worker's stage times.
+with its checksum, its source shard's checksum and the worker's stage times.
 """
 
 import multiprocessing
@@ -31,7 +31,7 @@ def bake_in_workers(source: str | os.PathLike, options: ConvertOptions, names: l
                     on_bytes: Callable[[int], None], on_shard: Callable[[str, str, str | None], None]) -> None:
     """Bake the output shards ``names`` into ``staging`` with ``workers`` processes.
 
-    ``on_bytes(n)`` is called here as workers write; ``on_shard(name, sha256, source sha256 or None)``
+    ``on_bytes(n)`` is called here as workers write; ``on_shard(name, digest, source checksum or None)``
     as each shard is finished (fsynced). The first error raised in a worker is raised here, after
     the shards already running have ended.
     """

@@ -5,10 +5,9 @@ computed from the plan and each tensor's bytes are streamed from its producer. T
 produces chunk ``i + 1`` (reads and transforms) while a writer thread hashes and writes chunk ``i``
 (hashlib and file writes release the GIL, so the two run on separate cores). At most
 :data:`QUEUE_DEPTH` finished chunks wait between them, so memory stays bounded by a few chunks.
-The file's SHA-256 is computed over exactly the bytes written.
+The file's checksum (:data:`~moebake.convert.hashing.CHECKSUM`) is computed over exactly the bytes written.
 """
 
-import hashlib
 import os
 import queue
 import threading
@@ -17,6 +16,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from moebake.convert.hashing import ALGORITHMS, CHECKSUM
 from moebake.convert.plan import OutputShard
 from moebake.convert.stages import STAGES
 from moebake.formats.safetensors_file import encode_header
@@ -32,7 +32,7 @@ dirty pages stay few."""
 
 
 def write_shard(shard: OutputShard, path: str | os.PathLike, on_bytes: Callable[[int], None] = lambda n: None) -> str:
-    """Write ``shard`` to ``path`` (fsynced) and return the file's SHA-256 hex digest.
+    """Write ``shard`` to ``path`` (fsynced) and return the file's hex digest (:data:`CHECKSUM`).
 
     ``on_bytes(n)`` is called (from the writer thread) after each chunk with the number of data
     bytes just written.
@@ -40,7 +40,7 @@ def write_shard(shard: OutputShard, path: str | os.PathLike, on_bytes: Callable[
     header, _ = encode_header([(t.name, t.dtype, t.shape) for t in shard.tensors], SHARD_METADATA)
     with open(path, "wb") as f:
         f.write(header)
-        writer = _WriterThread(f, hashlib.sha256(header), on_bytes)
+        writer = _WriterThread(f, ALGORITHMS[CHECKSUM](header), on_bytes)
         try:
             for tensor in shard.tensors:
                 written = 0

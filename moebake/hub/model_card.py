@@ -21,7 +21,7 @@ import yaml
 from huggingface_hub import ModelCardData
 from huggingface_hub.repocard import metadata_load
 
-from moebake.convert.hashing import file_sha256
+from moebake.convert.hashing import file_record
 from moebake.convert.manifest import read_manifest, tensor_sources, write_manifest
 from moebake.convert.targets import kernel_description
 from moebake.hub.download import parse_repo_spec
@@ -154,7 +154,7 @@ def write_model_card(out: str | os.PathLike, repo_id: str) -> str:
         temporary = out / f".{CARD_NAME}.tmp"
         temporary.write_text(card, encoding="utf-8")
         os.replace(temporary, existing)
-    record = {"sha256": file_sha256(existing), "bytes": existing.stat().st_size}
+    record = file_record(existing)
     if manifest["files"].get(CARD_NAME) != record:
         manifest["files"] = dict(sorted({**manifest["files"], CARD_NAME: record}.items()))
         write_manifest(out, manifest)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from moebake.convert.hashing import file_sha256
+from moebake.convert.hashing import checksum_problem
 from moebake.convert.manifest import MANIFEST_NAME
 from moebake.errors import MoebakeError
 from moebake.formats.checkpoint import INDEX_NAME
@@ -88,11 +88,8 @@ class BakedCheckpoint:
             size = path.stat().st_size if path.is_file() else None
             if size != record["bytes"]:
                 raise MoebakeError(f"{path}: {size} bytes, {self.manifest_path} says {record['bytes']}")
-            digest = file_sha256(path)
-            if digest != record["sha256"]:
-                raise MoebakeError(
-                    f"{path}: sha256 mismatch ({digest[:16]}..., {self.manifest_path} says {record['sha256'][:16]}...)"
-                )
+            if problem := checksum_problem(path, record):
+                raise MoebakeError(f"{problem} in {self.manifest_path}")
             self._verified.add(shard_name)
 
     def read_experts(self, record: dict, short_names: list[str], start: int, stop: int,
