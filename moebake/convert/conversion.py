@@ -2,7 +2,8 @@
 
 :func:`open_conversion` opens the source, routes every source shard's reads through
 :meth:`Conversion.read_source`, and plans the target. That reader times the reads (``read`` stage),
-keeps the disk reading ahead of them (:class:`PageCacheReadAhead`) and, while a shard is being
+reads with ``O_DIRECT`` where the file system allows it (:mod:`moebake.convert.direct_io`; else
+through the page cache, kept reading ahead by :class:`PageCacheReadAhead`) and, while a shard is being
 baked, hands the bytes read from the source shard of the same name to a :class:`StreamHash`: the
 manifest's source checksum is computed in the same pass as the conversion, not by reading the
 source a second time; a Hugging Face cache blob is not hashed at all (its name is its SHA-256).
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 from moebake.convert.allocator import reuse_freed_buffers
+from moebake.convert.direct_io import direct_io_wanted, read_range
 from moebake.convert.hashing import CHECKSUM, StreamHash, hub_blob_sha256, tagged
 from moebake.convert.options import ConvertOptions
 from moebake.convert.plan import OutputShard, assign_shards
@@ -26,7 +28,6 @@ from moebake.convert.stages import STAGES
 from moebake.convert.targets import get_target
 from moebake.formats import open_source
 from moebake.formats.checkpoint import SourceCheckpoint
-from moebake.formats.safetensors_file import read_file_range
 
 
 @dataclass
@@ -46,8 +47,9 @@ class Conversion:
     def read_source(self, path: str, offset: int, length: int) -> np.ndarray:
         """The :data:`~moebake.formats.safetensors_file.SourceReader` of every source shard."""
         with STAGES.timing("read", length):
-            data = read_file_range(path, offset, length)
-        _page_cache_read_ahead().advance(path, offset + len(data))
+            data = read_range(path, offset, length)
+        if not direct_io_wanted(path):  # O_DIRECT reads skip the page cache: nothing to read ahead into it
+            _page_cache_read_ahead().advance(path, offset + len(data))
         if (stream := self._hashing.get(path)) is not None:
             stream.feed(offset, data)
         return data

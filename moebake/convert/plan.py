@@ -5,11 +5,13 @@ byte for byte under its own name and dtype. Each output tensor lands in the shar
 source tensor, in the source's byte order, so output shards mirror source shards.
 """
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
 
+from moebake.convert.prefetch import read_ahead
 from moebake.formats.checkpoint import SourceCheckpoint
 from moebake.formats.safetensors_file import tensor_nbytes
 
@@ -43,13 +45,14 @@ class OutputShard:
 
 
 def passthrough(checkpoint: SourceCheckpoint, name: str, chunk_bytes: int) -> OutputTensor:
-    """Copy of source tensor ``name``: same name, dtype, shape and bytes, read ``chunk_bytes`` at a time."""
+    """Copy of source tensor ``name``: same name, dtype, shape and bytes, read ``chunk_bytes`` at a time
+    (the next chunk while the current one is written)."""
     entry = checkpoint.entry(name)
     source_file = checkpoint.file_of(name)
 
     def produce() -> Iterator[torch.Tensor]:
-        for start in range(0, entry.nbytes, chunk_bytes):
-            yield source_file.read_bytes(entry, start, min(start + chunk_bytes, entry.nbytes))
+        yield from read_ahead([functools.partial(source_file.read_bytes, entry, start, min(start + chunk_bytes, entry.nbytes))
+                               for start in range(0, entry.nbytes, chunk_bytes)])
 
     return OutputTensor(name, entry.dtype, entry.shape, (name,), produce)
 

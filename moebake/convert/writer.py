@@ -3,7 +3,8 @@
 ``safetensors.torch.save_file`` needs every tensor of a shard in memory; here the header is
 computed from the plan and each tensor's bytes are streamed from its producer. The caller's thread
 produces chunk ``i + 1`` (reads and transforms) while a writer thread hashes and writes chunk ``i``
-(hashlib and file writes release the GIL, so the two run on separate cores). At most
+(hashing and file writes release the GIL, so the two run on separate cores). The file is written
+with ``O_DIRECT`` where the file system allows it (:class:`moebake.convert.direct_io.OutputFile`). At most
 :data:`QUEUE_DEPTH` finished chunks wait between them, so memory stays bounded by a few chunks.
 The file's checksum (:data:`~moebake.convert.hashing.CHECKSUM`) is computed over exactly the bytes written.
 """
@@ -16,13 +17,13 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from moebake.convert.direct_io import OutputFile
 from moebake.convert.hashing import ALGORITHMS, CHECKSUM
 from moebake.convert.plan import OutputShard
 from moebake.convert.stages import STAGES
 from moebake.formats.safetensors_file import encode_header
 from moebake.layouts.parallel import helper_cpu_seconds
 
-_fdatasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 SHARD_METADATA = {"format": "pt"}  # transformers refuses shards whose metadata lacks a known format
 QUEUE_DEPTH = 2
 SYNC_EVERY = 128 << 20
@@ -38,21 +39,22 @@ def write_shard(shard: OutputShard, path: str | os.PathLike, on_bytes: Callable[
     bytes just written.
     """
     header, _ = encode_header([(t.name, t.dtype, t.shape) for t in shard.tensors], SHARD_METADATA)
-    with open(path, "wb") as f:
-        f.write(header)
-        writer = _WriterThread(f, ALGORITHMS[CHECKSUM](header), on_bytes)
-        try:
-            for tensor in shard.tensors:
-                written = 0
-                for data in _timed_chunks(tensor.produce()):
-                    writer.put(data)
-                    written += len(data)
-                if written != tensor.nbytes:
-                    raise AssertionError(f"producer of {tensor.name} wrote {written} bytes, planned {tensor.nbytes}")
-        except BaseException:
-            writer.stop()
-            raise
+    f = OutputFile(path)
+    f.write(header)
+    writer = _WriterThread(f, ALGORITHMS[CHECKSUM](header), on_bytes)
+    try:
+        for tensor in shard.tensors:
+            written = 0
+            for data in _timed_chunks(tensor.produce()):
+                writer.put(data)
+                written += len(data)
+            if written != tensor.nbytes:
+                raise AssertionError(f"producer of {tensor.name} wrote {written} bytes, planned {tensor.nbytes}")
         return writer.finish()
+    except BaseException:
+        writer.stop()
+        f.abandon()
+        raise
 
 
 def _timed_chunks(chunks: Iterator[torch.Tensor]) -> Iterator[memoryview]:
@@ -72,13 +74,13 @@ def _timed_chunks(chunks: Iterator[torch.Tensor]) -> Iterator[memoryview]:
 
 
 class _WriterThread:
-    """Hashes and writes byte chunks to open file ``f``, in order, in a thread of its own."""
+    """Hashes and writes byte chunks to :class:`OutputFile` ``f``, in order, in a thread of its own."""
 
-    def __init__(self, f, digest, on_bytes: Callable[[int], None]):
+    def __init__(self, f: OutputFile, digest, on_bytes: Callable[[int], None]):
         self._f, self._digest, self._on_bytes = f, digest, on_bytes
         self._queue: queue.Queue = queue.Queue(maxsize=QUEUE_DEPTH)
         self._error: BaseException | None = None
-        self._flusher = _Flusher(f.fileno())
+        self._flusher = _Flusher(f.sync_written)
         self._thread = threading.Thread(target=self._run, name="moebake-writer", daemon=True)
         self._thread.start()
 
@@ -94,15 +96,14 @@ class _WriterThread:
                 continue
 
     def finish(self) -> str:
-        """Write what is queued, fsync, and return the digest; raises what the writer thread raised."""
+        """Write what is queued, close the file (fsynced), and return the digest; raises what the writer thread raised."""
         self.put(None)
         self._thread.join()
         if self._error is not None:
             raise self._error
         self._flusher.close()
         with STAGES.timing("write", 0):
-            self._f.flush()
-            os.fsync(self._f.fileno())
+            self._f.close()
         return self._digest.hexdigest()
 
     def stop(self) -> None:
@@ -138,10 +139,10 @@ class _WriterThread:
 
 
 class _Flusher:
-    """``fdatasync`` of file descriptor ``fd`` in a thread of its own, whenever :meth:`request`-ed."""
+    """``sync()`` (an ``fdatasync``) in a thread of its own, whenever :meth:`request`-ed."""
 
-    def __init__(self, fd: int):
-        self._fd, self._wanted, self._closing = fd, threading.Event(), False
+    def __init__(self, sync: Callable[[], None]):
+        self._sync, self._wanted, self._closing = sync, threading.Event(), False
         self._error: OSError | None = None
         self._thread = threading.Thread(target=self._run, name="moebake-flusher", daemon=True)
         self._thread.start()
@@ -165,7 +166,7 @@ class _Flusher:
                 return
             try:
                 with STAGES.timing("write", 0):
-                    _fdatasync(self._fd)
+                    self._sync()
             except OSError as err:  # raised by close(), from the writing side
                 self._error = err
                 return

@@ -1,18 +1,17 @@
 """Streaming over the expert dimension: read a few experts, transform them, yield the bytes.
 
-While one chunk is transformed, the next is read by a reading thread (the disk works while the CPU
-does), so at most two chunks of source bytes are held at a time. Reads keep their order.
+While one chunk is transformed, the next is read by the reading thread
+(:func:`moebake.convert.prefetch.read_ahead`), so at most two chunks of source bytes are held at a
+time. Reads keep their order.
 """
 
+import functools
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from moebake.convert.stages import STAGES
+from moebake.convert.prefetch import read_ahead
 from moebake.formats.checkpoint import SourceCheckpoint
-
-_reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="moebake-read", initializer=STAGES.off_critical_path)
 
 
 def experts_per_chunk(checkpoint: SourceCheckpoint, names: tuple[str, ...], chunk_bytes: int) -> int:
@@ -37,12 +36,7 @@ def zip_expert_chunks(
         return [checkpoint.read_experts(name, start, min(start + step, num_experts)) for name in names]
 
     def produce() -> Iterator[torch.Tensor]:
-        starts = range(0, num_experts, step)
-        upcoming = _reader.submit(read, starts[0]) if starts else None
-        for index in range(len(starts)):
-            with STAGES.timing("read", 0):  # waiting for the reading thread
-                chunks = upcoming.result()
-            upcoming = _reader.submit(read, starts[index + 1]) if index + 1 < len(starts) else None
+        for chunks in read_ahead([functools.partial(read, start) for start in range(0, num_experts, step)]):
             yield combine(*chunks).contiguous()
 
     return produce

@@ -1,0 +1,151 @@
+"""O_DIRECT reads and writes give the bytes plain I/O gives, and fall back where a file system refuses."""
+
+import errno
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moebake.convert import direct_io
+from moebake.convert.direct_io import ALIGN, DISABLE_ENV, OutputFile, read_range
+from moebake.convert.options import ConvertOptions
+from moebake.convert.run import convert
+
+
+@pytest.fixture(autouse=True)
+def fresh_refusals(monkeypatch):
+    monkeypatch.setattr(direct_io, "_refused_devices", set())
+
+
+@pytest.fixture(params=["direct", "plain"])
+def io_path(request, monkeypatch, tmp_path):
+    """Which path the test runs: O_DIRECT (skipped where tmp_path's file system refuses it) or forced plain."""
+    if request.param == "plain":
+        monkeypatch.setenv(DISABLE_ENV, "1")
+    else:
+        if not hasattr(os, "O_DIRECT"):
+            pytest.skip("no O_DIRECT on this platform")
+        with OutputFile(tmp_path / "probe") as probe:
+            if not probe.direct:
+                pytest.skip(f"{tmp_path}: the file system refuses O_DIRECT")
+        direct_io._refused_devices.clear()
+    return request.param
+
+
+def random_bytes(n, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+@pytest.mark.parametrize("offset, length", [
+    (0, 1), (0, ALIGN), (1, ALIGN), (ALIGN - 1, 2), (5000, 70_000), (3 * ALIGN, 5 * ALIGN),
+    (100_000, 5000), (99_000, 10_000), (100_000 - 1, 1), (100_000, 1), (0, 100_000), (7, 0),
+])
+def test_read_range_equals_the_file(io_path, tmp_path, offset, length):
+    data = random_bytes(100_000)  # not a multiple of ALIGN: the last block is partial
+    path = tmp_path / "data.bin"
+    path.write_bytes(data)
+    got = read_range(str(path), offset, length)
+    assert got.dtype == np.uint8 and got.tobytes() == data[offset:offset + length]
+
+
+@pytest.mark.parametrize("pieces", [[0], [1], [ALIGN], [100, 5000, 3, 70_000], [40_000] * 5, [12_345, 0, 65_536, 1]])
+def test_output_file_writes_exactly_what_it_is_given(io_path, tmp_path, monkeypatch, pieces):
+    monkeypatch.setattr(direct_io, "WRITE_BLOCK", 4 * ALIGN)  # many full blocks and a partial last one
+    data = random_bytes(sum(pieces), seed=len(pieces))
+    path = tmp_path / "out.bin"
+    with OutputFile(path) as f:
+        assert f.direct == (io_path == "direct")
+        position = 0
+        for size in pieces:
+            f.write(memoryview(data)[position:position + size])
+            position += size
+    assert path.read_bytes() == data
+
+
+def refuse_o_direct_at_open(monkeypatch):
+    real_open = os.open
+
+    def fake_open(path, flags, *args):
+        if flags & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", fake_open)
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="no O_DIRECT on this platform")
+def test_a_refusal_at_open_falls_back_and_is_remembered(tmp_path, monkeypatch):
+    data = random_bytes(50_000)
+    (tmp_path / "data.bin").write_bytes(data)
+    refuse_o_direct_at_open(monkeypatch)
+    assert read_range(str(tmp_path / "data.bin"), 10, 40_000).tobytes() == data[10:40_010]
+    assert not direct_io.direct_io_wanted(tmp_path / "data.bin")  # remembered for the device
+    with OutputFile(tmp_path / "out.bin") as f:
+        f.write(data)
+        assert not f.direct
+    assert (tmp_path / "out.bin").read_bytes() == data
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="no O_DIRECT on this platform")
+def test_a_refusal_at_the_first_write_falls_back_with_the_same_bytes(tmp_path, monkeypatch):
+    monkeypatch.setattr(direct_io, "WRITE_BLOCK", 4 * ALIGN)
+    real_write = os.write
+    direct_fds = set()
+    real_open = os.open
+
+    def tracking_open(path, flags, *args):
+        fd = real_open(path, flags, *args)
+        (direct_fds.add if flags & os.O_DIRECT else direct_fds.discard)(fd)
+        return fd
+
+    def refusing_write(fd, data):
+        if fd in direct_fds:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "open", tracking_open)
+    monkeypatch.setattr(os, "write", refusing_write)
+    data = random_bytes(40_000)
+    with OutputFile(tmp_path / "out.bin") as f:
+        f.write(data[:100])
+        f.write(data[100:])
+    assert (tmp_path / "out.bin").read_bytes() == data
+
+
+def tmpfs_dir() -> Path | None:
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    for line in mounts:
+        fields = line.split()
+        if len(fields) > 2 and fields[2] == "tmpfs" and os.access(fields[1], os.W_OK) and fields[1] in ("/dev/shm", "/tmp", "/run/user"):
+            return Path(fields[1])
+    return None
+
+
+@pytest.mark.skipif(tmpfs_dir() is None, reason="no writable tmpfs mount")
+def test_tmpfs_gives_the_same_bytes(tmp_path):
+    """tmpfs refused O_DIRECT before Linux 6.6 (EINVAL) and takes it since: the bytes are the same either way."""
+    directory = tmpfs_dir() / f"moebake-test-{os.getpid()}"
+    directory.mkdir()
+    try:
+        data = random_bytes(30_000)
+        with OutputFile(directory / "out.bin") as f:
+            f.write(data)
+        assert read_range(str(directory / "out.bin"), 3, 29_000).tobytes() == data[3:29_003]
+    finally:
+        for path in directory.iterdir():
+            path.unlink()
+        directory.rmdir()
+
+
+def test_a_conversion_writes_the_same_files_with_and_without_o_direct(gpt_oss_tiny, tmp_path, monkeypatch):
+    options = ConvertOptions("sm90-cutlass", chunk_bytes=1 << 16)
+    direct = convert(gpt_oss_tiny, tmp_path / "direct", options, progress=False)
+    monkeypatch.setenv(DISABLE_ENV, "1")
+    plain = convert(gpt_oss_tiny, tmp_path / "plain", options, progress=False)
+    assert direct["files"] == plain["files"] and direct["source"]["files"] == plain["source"]["files"]
+    for name in direct["files"]:
+        assert (tmp_path / "direct" / name).read_bytes() == (tmp_path / "plain" / name).read_bytes(), name
