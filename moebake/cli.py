@@ -94,24 +94,32 @@ def convert(source, out, target, flashinfer_layout, hidden_multiple, intermediat
                                "invert every baked expert tensor, and re-bake every output byte.")
 @click.option("--token", help="Hugging Face token for a Hub SOURCE.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout (ok, problems, what was checked).")
 @reports_errors
-def verify(out, source, token, quiet):
-    """Check OUT's checksums, index and headers (and, with --source, bit-exactness)."""
-    from moebake.convert.verify import verify_output
+def verify(out, source, token, quiet, as_json):
+    """Check OUT: its manifest is as moebake wrote it, every file's size and SHA-256, the index, the shard
+    headers and the baked tensors' dtypes and shapes (and, with --source, bit-exactness)."""
+    from moebake.convert.verify import verify_report
 
-    problems = verify_output(out)
+    report = verify_report(out, progress=not quiet and not as_json)
+    problems, checked = report.problems, report.summary()
     if source is not None and not problems:
         from moebake.convert.source_check import compare_with_source
         from moebake.hub.client import hub_client
         from moebake.hub.download import resolve_source
 
-        problems = compare_with_source(out, resolve_source(source, hub_client(token)).path, progress=not quiet)
-    for problem in problems:
-        click.echo(f"mismatch: {problem}", err=True)
+        problems = compare_with_source(out, resolve_source(source, hub_client(token)).path, progress=not quiet and not as_json)
+        checked += f"; bit-exact against {source}: experts invert to it, and re-baking it reproduces every byte"
+    if as_json:
+        click.echo(json.dumps({"ok": not problems, "out": str(out), "source": source, "problems": problems,
+                               "checked": None if problems else checked}, indent=2))
+    else:
+        for problem in problems:
+            click.echo(f"mismatch: {problem}", err=True)
+        if not problems:
+            click.echo(f"ok: {out} ({checked})")
     if problems:
         sys.exit(1)
-    click.echo(f"ok: {out}" + (f" (bit-exact against {source}: experts invert to it, and re-baking it "
-                               "reproduces every byte)" if source else ""))
 
 
 @main.command()

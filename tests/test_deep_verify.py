@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from moebake.cli import main
-from moebake.convert.manifest import read_manifest
+from moebake.convert.manifest import read_manifest, write_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.convert.source_check import compare_with_source, inverse_problems
@@ -60,7 +60,7 @@ def rehash(out, name):
     manifest = json.loads((out / "moebake.json").read_text())
     manifest["files"][name] = {"sha256": hashlib.sha256((out / name).read_bytes()).hexdigest(),
                                "bytes": (out / name).stat().st_size}
-    (out / "moebake.json").write_text(json.dumps(manifest))
+    write_manifest(out, manifest)  # as a consistently wrong moebake would
 
 
 def test_a_clean_output_is_bit_exact_both_ways(baked, gpt_oss_tiny):
@@ -129,7 +129,7 @@ def test_a_source_with_more_experts_is_reported_by_field(baked, tmp_path):
 def test_a_stale_layout_version_cannot_be_rederived(damaged, gpt_oss_tiny):
     manifest = json.loads((damaged / "moebake.json").read_text())
     manifest["target_layout_version"] = 0
-    (damaged / "moebake.json").write_text(json.dumps(manifest))
+    write_manifest(damaged, manifest)
     assert any("layout version 0" in p and "cannot re-derive" in p for p in compare_with_source(damaged, gpt_oss_tiny))
 
 

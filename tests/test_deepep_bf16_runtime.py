@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 import moebake.serve
+from moebake.convert.manifest import write_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import MoebakeError
@@ -221,7 +222,7 @@ def test_serve_open_refuses_what_the_runtime_would_compute_wrongly(baked, tmp_pa
     out = shutil.copytree(baked[1], tmp_path / "out")
     manifest = json.loads((out / "moebake.json").read_text())
     manifest[field] = value
-    (out / "moebake.json").write_text(json.dumps(manifest))
+    write_manifest(out, manifest)  # as a consistently wrong moebake would
     with pytest.raises(MoebakeError, match=message):
         moebake.serve.open(out)
 

@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 import moebake.serve
+from moebake.convert.manifest import write_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import MoebakeError
@@ -38,10 +39,10 @@ def baked_copy(tmp_path, baked):
 
 
 def edit_manifest(directory, change):
-    path = directory / "moebake.json"
-    manifest = json.loads(path.read_text())
+    """Change fields as a consistently wrong moebake would (the manifest's checksum is rewritten too)."""
+    manifest = json.loads((directory / "moebake.json").read_text())
     change(manifest)
-    path.write_text(json.dumps(manifest))
+    write_manifest(directory, manifest)
 
 
 def layer_tensors(directory, layer):

@@ -42,8 +42,27 @@ def replan(out: Path, manifest: dict, model) -> tuple[list[OutputShard], list[st
                     "cannot re-derive it"]
     options = recorded_options(out, manifest)
     converted, layers = target.plan(model, options)
-    problems = _layer_differences(out, manifest["layers"], json.loads(json.dumps(layers)))
+    problems = _model_differences(out, manifest, model, target, options)
+    problems += _layer_differences(out, manifest["layers"], json.loads(json.dumps(layers)))
     return ([] if problems else assign_shards(model.checkpoint, converted, options.chunk_bytes)), problems
+
+
+def _model_differences(out: Path, manifest: dict, model, target, options: ConvertOptions) -> list[str]:
+    """Top-level records the source re-derives: its format, the activation, the FlashInfer layout."""
+    expected = {
+        "source.format": model.format_name,
+        "activation": model.activation(),
+        "flashinfer_layout.id": options.flashinfer_layout if target.USES_FLASHINFER_SM90_LAYOUT else None,
+    }
+    layout = manifest.get("flashinfer_layout")
+    recorded = {
+        "source.format": (manifest.get("source") or {}).get("format"),
+        "activation": manifest.get("activation"),
+        "flashinfer_layout.id": layout.get("id") if isinstance(layout, dict) else layout,
+    }
+    where = f"{out / MANIFEST_NAME}: the source is not the checkpoint this was baked from"
+    return [f"{where}: {key} is {recorded[key]!r}, the source gives {value!r}"
+            for key, value in expected.items() if json.loads(json.dumps(value)) != recorded[key]]
 
 
 def _layer_differences(out: Path, recorded: list[dict], planned: list[dict]) -> list[str]:

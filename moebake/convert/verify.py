@@ -1,48 +1,114 @@
-"""Integrity check of a baked output directory: manifest, checksums, index, shard headers."""
+"""Integrity check of a baked output directory: manifest, checksums, index, shard headers.
+
+What plain ``verify`` proves (without the source): ``moebake.json`` is exactly as moebake wrote it
+(its own checksum over every field, its exact bytes, the fields readers rely on of the right type);
+every file it lists has the recorded size and checksum, and no other file is there; the index maps
+every tensor to the shard that holds it and its ``total_size`` is right; every shard header is valid
+safetensors; every baked tensor the layer records name is in the index with the recorded dtype and
+shape. ``verify --source`` adds bit-exactness against the source (:mod:`moebake.convert.source_check`).
+"""
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from moebake.convert.hashing import checksum_problem
-from moebake.convert.manifest import MANIFEST_NAME, read_manifest
+from moebake.convert.manifest import MANIFEST_NAME, load_manifest
 from moebake.errors import MoebakeError
 from moebake.formats.checkpoint import INDEX_NAME
-from moebake.formats.safetensors_file import read_header
+from moebake.formats.config_values import parse_json
+from moebake.formats.safetensors_file import SafetensorsFile, read_header
+from moebake.progress import byte_bar, shard_done
 
 HUB_ADDED = {".gitattributes", ".cache"}
 """What a Hub repo or ``hf download --local-dir`` adds beside the files of a downloaded output."""
 
 
+@dataclass
+class VerifyReport:
+    """Problems found (one line each) and what was checked, for the ``ok:`` line."""
+
+    problems: list[str] = field(default_factory=list)
+    files: int = 0
+    bytes: int = 0
+    shards: int = 0
+    tensors: int = 0
+
+    def summary(self) -> str:
+        return (f"{MANIFEST_NAME} intact; {self.files} files, {self.bytes / 1e9:.2f} GB match their checksums; "
+                f"index and {self.shards} shard headers valid; {self.tensors} baked tensors as recorded")
+
+
 def verify_output(out: str | Path) -> list[str]:
     """Problems found in ``out`` (empty when every check passes). Each problem is one line."""
+    return verify_report(out).problems
+
+
+def verify_report(out: str | Path, progress: bool = False) -> VerifyReport:
+    """Check ``out`` (module docstring); a changed manifest is reported alone (its records are not trusted)."""
     out = Path(out)
-    manifest = read_manifest(out)
-    problems = []
-    for name, record in manifest.get("files", {}).items():
-        path = out / name
-        if not path.is_file():
-            problems.append(f"{path}: listed in {MANIFEST_NAME} but missing")
-        elif path.stat().st_size != record["bytes"]:
-            problems.append(f"{path}: {path.stat().st_size} bytes, manifest says {record['bytes']}")
-        elif problem := checksum_problem(path, record):
-            problems.append(problem)
-    problems += _check_index(out)
-    listed = set(manifest.get("files", {})) | {MANIFEST_NAME} | HUB_ADDED
+    manifest, problems = load_manifest(out)
+    report = VerifyReport(problems)
+    if problems:
+        return report
+    files = manifest["files"]
+    with byte_bar(sum(r["bytes"] for r in files.values()), "verifying", enabled=progress, shards=len(files)) as bar:
+        for name, record in files.items():
+            path = out / name
+            if not path.is_file():
+                problems.append(f"{path}: listed in {MANIFEST_NAME} but missing")
+            elif path.stat().st_size != record["bytes"]:
+                problems.append(f"{path}: {path.stat().st_size} bytes, manifest says {record['bytes']}")
+            elif problem := checksum_problem(path, record):
+                problems.append(problem)
+            else:
+                report.files += 1
+                report.bytes += record["bytes"]
+            bar.update(record["bytes"])
+            shard_done(bar, name, record["bytes"], "checked")
+    headers, index_problems = _check_index(out)
+    problems += index_problems
+    report.shards = len(headers)
+    problems += _check_layer_records(out, manifest, headers, report)
+    listed = set(files) | {MANIFEST_NAME} | HUB_ADDED
     problems += [f"{p}: not listed in {MANIFEST_NAME}" for p in sorted(out.iterdir()) if p.name not in listed]
+    return report
+
+
+def _check_layer_records(out: Path, manifest: dict, headers: dict[str, SafetensorsFile], report: VerifyReport) -> list[str]:
+    """Every baked tensor a layer record names is stored with the record's dtype and shape."""
+    stored = {name: (header, entry) for header in headers.values() for name, entry in header.tensors.items()}
+    problems = []
+    for layer in manifest["layers"]:
+        for short, spec in layer["tensors"].items():
+            name = layer["prefix"] + short
+            if name not in stored:
+                problems.append(f"{out / MANIFEST_NAME}: layer {layer['prefix']} records tensor {name}, which no shard holds")
+                continue
+            header, entry = stored[name]
+            recorded = (spec.get("dtype"), spec.get("shape")) if isinstance(spec, dict) else (None, None)
+            if recorded != (entry.dtype, list(entry.shape)):
+                problems.append(f"{header.path}: tensor {name} is {entry.dtype} {list(entry.shape)}, "
+                                f"{MANIFEST_NAME} records {recorded[0]} {recorded[1]}")
+            else:
+                report.tensors += 1
     return problems
 
 
-def _check_index(out: Path) -> list[str]:
+def _check_index(out: Path) -> tuple[dict[str, SafetensorsFile], list[str]]:
+    """The shard headers the index names, and problems with the index or them."""
     index_path = out / INDEX_NAME
     try:
-        index = json.loads(index_path.read_text())
+        index = parse_json(index_path.read_bytes(), index_path)
         weight_map, total_size = index["weight_map"], index["metadata"]["total_size"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        return [f"{index_path}: unreadable index ({err})"]
-    problems, payload = [], 0
+        if not all(isinstance(shard, str) for shard in weight_map.values()):
+            raise TypeError("a weight_map value is not a shard file name")
+    except (OSError, MoebakeError, KeyError, TypeError, AttributeError) as err:
+        return {}, [f"{index_path}: unreadable index ({err})"]
+    problems, payload, headers = [], 0, {}
     for shard_name in sorted(set(weight_map.values())):
         try:
-            header = read_header(out / shard_name)
+            header = headers[shard_name] = read_header(out / shard_name)
         except MoebakeError as err:
             problems.append(str(err))
             continue
@@ -56,4 +122,4 @@ def _check_index(out: Path) -> list[str]:
         payload += sum(entry.nbytes for entry in header.tensors.values())
     if payload != total_size and not problems:
         problems.append(f"{index_path}: metadata.total_size is {total_size}, shards hold {payload} tensor bytes")
-    return problems
+    return headers, problems

@@ -233,3 +233,153 @@ def test_nvfp4_global_scale_not_finite_positive(pristine, tmp_path, part, value)
     tensors[name] = torch.full_like(tensors[name], value)
     save_file(tensors, source / index[name], metadata={"format": "pt"})
     convert_fails(source, tmp_path, "cutedsl", name, index[name])
+
+
+# --- tamper with every output file, every manifest field, random bits of the manifest -----------
+
+@pytest.fixture(scope="module")
+def baked(pristine, tmp_path_factory):
+    """One output per target family: GPT-OSS for sm90-cutlass (FlashInfer layout, activation limit),
+    ModelOpt for cutedsl (NVFP4 scalars, gate/up reconciliation records)."""
+    root = tmp_path_factory.mktemp("baked")
+    outs = {}
+    for kind in ("gpt-oss", "modelopt"):
+        result = CliRunner().invoke(main, ["convert", str(pristine[kind]), str(root / kind), "--target", TARGETS[kind], "--quiet"])
+        assert result.exit_code == 0, result.output
+        outs[kind] = root / kind
+    return outs
+
+
+def verify_detects(out: Path, needle: str) -> str:
+    """Run plain verify on a tampered ``out``; assert it fails cleanly with one line naming ``needle``."""
+    result = CliRunner().invoke(main, ["verify", str(out), "--quiet"])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code in (1, 2), f"undetected: {result.output}"
+    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    assert lines and all(line.startswith(("mismatch: ", "error: ")) for line in lines), result.output
+    assert any(needle in line for line in lines), (needle, result.output)
+    return lines[0]
+
+
+def leaves(value, path=()):
+    """``(path, leaf)`` for every scalar in a JSON value, and ``(path, container)`` for every list/object."""
+    if isinstance(value, dict):
+        yield path, value
+        for key, item in value.items():
+            yield from leaves(item, (*path, key))
+    elif isinstance(value, list):
+        yield path, value
+        for position, item in enumerate(value):
+            yield from leaves(item, (*path, position))
+    else:
+        yield path, value
+
+
+def changed(value):
+    """A different JSON value of the same kind where there is one (7.0 -> 70.0, "v2" -> "v1", ...)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value * 10 if value else 1.0
+    if isinstance(value, str):
+        return {"v2": "v1", "v1": "v2"}.get(value, value + "x")
+    if isinstance(value, list):
+        return value[:-1] if value else [0]
+    if isinstance(value, dict):
+        return {} if value else {"x": 1}
+    return 0
+
+
+def set_at(manifest, path, value):
+    target = manifest
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+
+
+@pytest.mark.parametrize("kind", ["gpt-oss", "modelopt"])
+def test_every_manifest_field_change_is_detected(baked, tmp_path, kind):
+    """Each field of moebake.json (every scalar, list and object, at every depth), changed on its own:
+    plain verify reports it, without the source."""
+    text = (baked[kind] / "moebake.json").read_text()
+    paths = [path for path, _ in leaves(json.loads(text)) if path and path[0] != "manifest_sha256"]
+    assert len(paths) > 100
+    out = shutil.copytree(baked[kind], tmp_path / "out")
+    for path in paths:
+        manifest = json.loads(text)
+        target = manifest
+        for key in path:
+            target = target[key]
+        set_at(manifest, path, changed(target))
+        (out / "moebake.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        verify_detects(out, "moebake.json")
+
+
+@pytest.mark.parametrize("field, value", [
+    (("target",), "cutedsl"), (("activation", "limit"), 70.0), (("flashinfer_layout", "id"), "v1"),
+    (("layers", 0, "hidden_padded"), 384), (("layers",), []), (("options", "hidden_multiple"), 256),
+    (("target_layout_version",), 2), (("files",), {}), (("manifest_sha256",), "0" * 64), (("source", "format"), "deepseek-v4"),
+])
+def test_named_manifest_changes_are_detected(baked, tmp_path, field, value):
+    out = shutil.copytree(baked["gpt-oss"], tmp_path / "out")
+    manifest = json.loads((out / "moebake.json").read_text())
+    set_at(manifest, field, value)
+    (out / "moebake.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    verify_detects(out, "moebake.json")
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_bit_flip_in_the_manifest_is_detected(baked, tmp_path, seed):
+    import random
+
+    out = shutil.copytree(baked["gpt-oss"], tmp_path / "out")
+    data = bytearray((out / "moebake.json").read_bytes())
+    rng = random.Random(seed)
+    position = rng.randrange(len(data))
+    data[position] ^= 1 << rng.randrange(8)
+    (out / "moebake.json").write_bytes(bytes(data))
+    verify_detects(out, "moebake.json")
+
+
+def test_a_consistently_rewritten_activation_limit_is_caught_by_verify_source(baked, pristine, tmp_path):
+    from moebake.convert.manifest import write_manifest
+
+    out = shutil.copytree(baked["gpt-oss"], tmp_path / "out")
+    manifest = json.loads((out / "moebake.json").read_text())
+    manifest["activation"]["limit"] = 70.0
+    write_manifest(out, manifest)  # checksum rewritten too: only the source can tell
+    result = CliRunner().invoke(main, ["verify", str(out), "--source", str(pristine["gpt-oss"]), "--quiet"])
+    assert result.exit_code == 1 and "activation" in result.output and "70.0" in result.output, result.output
+
+
+OUTPUT_FILE_TAMPERS = {
+    "flip-middle": lambda data: data[: len(data) // 2] + bytes([data[len(data) // 2] ^ 0x10]) + data[len(data) // 2 + 1:],
+    "flip-first": lambda data: bytes([data[0] ^ 1]) + data[1:],
+    "flip-last": lambda data: data[:-1] + bytes([data[-1] ^ 0x80]),
+    "truncate": lambda data: data[:-1],
+    "append": lambda data: data + b"\0",
+}
+
+
+@pytest.mark.parametrize("tamper", sorted(OUTPUT_FILE_TAMPERS))
+@pytest.mark.parametrize("kind", ["gpt-oss", "modelopt"])
+def test_tamper_of_every_output_file_is_detected(baked, tmp_path, kind, tamper):
+    names = sorted(p.name for p in baked[kind].iterdir())
+    for name in names:
+        out = shutil.copytree(baked[kind], tmp_path / name)
+        path = out / name
+        path.write_bytes(OUTPUT_FILE_TAMPERS[tamper](path.read_bytes()))
+        verify_detects(out, name)
+
+
+@pytest.mark.parametrize("kind", ["gpt-oss", "modelopt"])
+def test_a_missing_or_an_extra_output_file_is_detected(baked, tmp_path, kind):
+    for name in sorted(p.name for p in baked[kind].iterdir()):
+        out = shutil.copytree(baked[kind], tmp_path / name)
+        (out / name).unlink()
+        verify_detects(out, name)
+    out = shutil.copytree(baked[kind], tmp_path / "extra")
+    (out / "notes.txt").write_text("x")
+    verify_detects(out, "notes.txt")
