@@ -10,10 +10,10 @@ when a field changes meaning or a reader must refuse older files):
   layers [{index, prefix, experts, hidden, hidden_padded, intermediate, intermediate_padded,
            tensors {short name: {source, dtype, shape, gate_up_order, source_gate_up_order}}}],
   files {output file name: {ALGORITHM: hex, bytes}}   (every file in OUT except moebake.json itself)
+  manifest_sha256   SHA-256 of every other field (see :func:`manifest_checksum`)
 
 ALGORITHM is ``xxh3-128`` in new manifests (``sha256`` in older ones, and for source files whose
 Hub-cache blob name is their SHA-256); see :mod:`moebake.convert.hashing`.
-  manifest_sha256   SHA-256 of every other field (see :func:`manifest_checksum`)
 
 The manifest protects itself: the engine and ``moebake.serve`` trust its fields (target, layout,
 activation limit, padding), so a changed field must not go unnoticed. :func:`write_manifest` stores
@@ -25,6 +25,7 @@ values, e.g. ``1e-05`` -> ``1E-05``), or fields of the wrong type. Every reader 
 import datetime
 import hashlib
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -35,6 +36,7 @@ MANIFEST_NAME = "moebake.json"
 SCHEMA = "moebake.manifest/1"
 KNOWN_SCHEMAS = (SCHEMA,)
 CHECKSUM_KEY = "manifest_sha256"
+LOG = logging.getLogger(__name__)
 # Top-level fields every reader relies on, with their JSON types.
 _FIELDS = {"schema": str, "moebake_version": str, "target": str, "target_layout_version": int, "source": dict,
            "options": dict, "activation": dict, "layers": list, "files": dict}
@@ -105,8 +107,12 @@ def read_manifest(directory: str | os.PathLike) -> dict:
 
 def _integrity_problems(path: Path, raw: bytes, manifest: dict) -> list[str]:
     recorded = manifest.get(CHECKSUM_KEY)
+    if recorded is None and _written_before_checksums_were_named(manifest):
+        LOG.warning("%s: written by a moebake before manifests carried %s: its fields are not protected "
+                    "(re-bake with this moebake to protect them)", path, CHECKSUM_KEY)
+        return []
     if recorded is None:
-        return [f"{path}: has no {CHECKSUM_KEY}, so a changed field would go unnoticed (re-bake it with this moebake)"]
+        return [f"{path}: has no {CHECKSUM_KEY}, so a changed field would go unnoticed"]
     try:
         text = render_manifest(manifest)
     except ValueError as err:
@@ -116,6 +122,14 @@ def _integrity_problems(path: Path, raw: bytes, manifest: dict) -> list[str]:
     if raw != text.encode("utf-8"):
         return [f"{path}: its bytes were edited since moebake wrote it (same fields, other spelling or spacing)"]
     return []
+
+
+def _written_before_checksums_were_named(manifest: dict) -> bool:
+    """A manifest from before named checksums (and so before ``manifest_sha256``): every file record is
+    ``{sha256, bytes}``. A newer manifest that lost its ``manifest_sha256`` (say, a flipped bit in the
+    key) has xxh3-128 records, so it is not taken for an old one."""
+    files = manifest.get("files")
+    return isinstance(files, dict) and bool(files) and all(isinstance(r, dict) and set(r) == {"sha256", "bytes"} for r in files.values())
 
 
 def _field_problems(path: Path, manifest: dict) -> list[str]:
