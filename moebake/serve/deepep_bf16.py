@@ -16,11 +16,20 @@ DeepEP's combine. The GEMMs run on DeepGEMM when it is usable, else on ``torch.b
 that skip the padding rows, else torch (:mod:`moebake.serve.masked_activation`). For DeepGEMM,
 ``T_max`` is zero-padded to a multiple of 128 on every call, and ``H`` / ``I`` to multiples of 64
 once at load (the weights: zero columns, and zero rows at the end of each of the gate and up
-halves, so the padded lanes give ``silu(0) * 0 = 0``); the output is cropped back. :meth:`DeepEPBf16Experts.forward` runs the same
-on token-major input through the single-GPU dispatch/combine of :mod:`moebake.serve.dispatch`.
+halves, so the padded lanes give ``silu(0) * 0 = 0``); the output is cropped back.
+
+:meth:`DeepEPBf16Experts.forward` runs a whole layer on token-major input: with a ``dispatcher``
+(:class:`moebake.serve.deepep_ll.DeepEPDispatcher` for real DeepEP LL, or
+:class:`moebake.serve.dispatch.StandInDispatcher`, both for any number of EP ranks) it is
+dispatch -> :meth:`forward_masked` -> combine across the EP group; without one, the single-rank
+stand-in functions of :mod:`moebake.serve.dispatch`. :meth:`DeepEPBf16Checkpoint.low_latency_spec`
+gives the dispatch buffer's shape for a layer (``LowLatencySpec``), and :func:`make_dispatcher`
+picks DeepEP when it is importable.
 
 Expert parallelism: EP rank ``r`` of ``n`` holds experts ``[r*E/n, (r+1)*E/n)``, as DeepEP numbers them.
 """
+
+import json
 
 import torch
 
@@ -30,7 +39,9 @@ from moebake.errors import MoebakeError
 from moebake.formats.bf16_moe import ACTIVATION
 from moebake.layouts.gate_up import pad_to, split_halves, stack_halves
 from moebake.serve.baked_checkpoint import BakedCheckpoint
-from moebake.serve.dispatch import combine, dispatch, expected_m
+from moebake.serve import deepep_ll
+from moebake.serve.deepep_ll import LowLatencyBuffer, LowLatencyRefusal, LowLatencySpec
+from moebake.serve.dispatch import StandInDispatcher, combine, dispatch, expected_m
 from moebake.serve.masked_activation import silu_and_mul_masked, zero_rows_past
 from moebake.serve.masked_gemm import MaskedGemm, get_backend
 from moebake.serve.staged_reader import LoadStats
@@ -90,13 +101,30 @@ class DeepEPBf16Experts:
         y = run(silu_and_mul_masked(gate_up, masked_m), self.w2, masked_m, expected_m)
         return zero_rows_past(y[:, :T, :H], masked_m).contiguous()
 
-    def forward(self, hidden_states: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                dispatcher=None) -> torch.Tensor:
         """Token-major MoE: ``hidden_states`` BF16 ``[T, H]``, global ``topk_ids`` / ``topk_weights`` ``[T, k]``
-        -> ``[T, H]`` BF16, this rank's experts' share (other ranks' experts contribute nothing)."""
-        recv_x, masked_m, handle = dispatch(hidden_states, topk_ids, self.num_local_experts, expert_offset=self.first_expert)
-        # SGLang's hint over E global experts and E / E_local ranks reduces to this.
-        hint = expected_m(hidden_states.shape[0], topk_ids.shape[1], self.num_local_experts)
-        return combine(self.forward_masked(recv_x, masked_m, hint), topk_weights, handle)
+        (``-1`` ids select nothing) -> ``[T, H]`` BF16.
+
+        With ``dispatcher`` (DeepEP LL or the stand-in, see the module docstring) the output is the
+        whole layer's, every rank's experts summed; collective: every rank of the EP group calls it.
+        Without one, it is this rank's experts' share of the single-rank stand-in.
+        """
+        T, k = topk_ids.shape
+        if dispatcher is None:
+            recv_x, masked_m, handle = dispatch(hidden_states, topk_ids, self.num_local_experts, expert_offset=self.first_expert)
+            # SGLang's hint over E global experts and E / E_local ranks reduces to this.
+            hint = expected_m(T, k, self.num_local_experts)
+            return combine(self.forward_masked(recv_x, masked_m, hint), topk_weights, handle)
+        spec = dispatcher.spec
+        if (spec.hidden, spec.num_local_experts, spec.first_expert(dispatcher.rank)) != (self.hidden, self.num_local_experts, self.first_expert):
+            raise LowLatencyRefusal(
+                f"the dispatcher is for hidden {spec.hidden} and experts [{spec.first_expert(dispatcher.rank)}, "
+                f"{spec.first_expert(dispatcher.rank + 1)}) on rank {dispatcher.rank}; these experts are hidden {self.hidden}, "
+                f"[{self.first_expert}, {self.first_expert + self.num_local_experts})")
+        recv_x, masked_m, handle = dispatcher.dispatch(hidden_states, topk_ids)
+        hint = expected_m(T, k, spec.num_experts, spec.num_ranks)
+        return dispatcher.combine(self.forward_masked(recv_x, masked_m, hint), topk_ids, topk_weights, handle)
 
 
 class DeepEPBf16Checkpoint(BakedCheckpoint):
@@ -142,3 +170,60 @@ class DeepEPBf16Checkpoint(BakedCheckpoint):
             self.verify_files([record["prefix"] + name for name in TENSORS])
         tensors, stats = self.read_experts(record, list(TENSORS), start, stop, device)
         return DeepEPBf16Experts(tensors["w13_weight"], tensors["w2_weight"], backend, start, stats)
+
+    def top_k(self) -> int | None:
+        """``num_experts_per_tok`` of the bake's config.json (or its ``text_config``), if it says."""
+        config = self._config()
+        for scope in (config.get("text_config"), config):
+            if isinstance(scope, dict) and isinstance(scope.get("num_experts_per_tok"), int):
+                return scope["num_experts_per_tok"]
+        return None
+
+    def _config(self) -> dict:
+        try:
+            return json.loads((self.root / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+
+    def low_latency_spec(self, layer: int | str, tokens_per_rank: int, ep_size: int = 1,
+                         top_k: int | None = None) -> LowLatencySpec:
+        """The DeepEP LL shape of layer ``layer`` on ``ep_size`` ranks for up to ``tokens_per_rank`` tokens
+        per rank (rounded up, see :meth:`LowLatencySpec.for_tokens`); ``top_k`` defaults to the
+        config's ``num_experts_per_tok``. Checked for what any dispatcher can run (see
+        :func:`make_dispatcher` for DeepEP's own limits)."""
+        record = self.layer(layer)
+        top_k = self.top_k() if top_k is None else top_k
+        if top_k is None:
+            raise MoebakeError(f"{self.root / 'config.json'}: no num_experts_per_tok; pass top_k")
+        spec = LowLatencySpec.for_tokens(record["hidden"], record["experts"], tokens_per_rank, ep_size, top_k)
+        spec.check(deep_ep=False)
+        return spec
+
+
+DISPATCHERS = ("auto", "deepep", "standin")
+
+
+def make_dispatcher(spec: LowLatencySpec, group=None, kind: str = "auto", device: torch.device | str = "cuda",
+                    buffer: LowLatencyBuffer | None = None):
+    """A dispatcher of ``kind`` for ``spec`` on EP group ``group`` (None: one rank, no group).
+
+    ``deepep``: DeepEP LL on a :class:`LowLatencyBuffer` (``buffer``, or a new one sized for ``spec``;
+    needs a group, CUDA and DeepEP); refuses with one line what DeepEP LL cannot run. ``standin``:
+    :class:`StandInDispatcher`, anywhere. ``auto``: DeepEP when it is importable, ``device`` is CUDA
+    and ``spec`` is within DeepEP's limits, else the stand-in.
+    """
+    if kind not in DISPATCHERS:
+        raise ValueError(f"unknown dispatcher {kind!r}; expected one of {', '.join(DISPATCHERS)}")
+    if kind == "auto":
+        try:
+            spec.check(deep_ep=True)
+            usable = deepep_ll.deep_ep_status()[0] is not None and torch.device(device).type == "cuda" and group is not None
+        except LowLatencyRefusal:
+            usable = False
+        kind = "deepep" if usable else "standin"
+    if kind == "standin":
+        return StandInDispatcher(spec, group)
+    spec.check(deep_ep=True)
+    if group is None:
+        raise MoebakeError("the DeepEP dispatcher needs a torch.distributed process group (one rank is a group of 1)")
+    return (buffer or LowLatencyBuffer(group, [spec])).dispatcher(spec)
