@@ -1,11 +1,14 @@
-"""The ``moebake`` command line: convert, verify, inspect, upload, demo.
+"""The ``moebake`` command line: convert, verify, inspect, list, upload, demo.
 
 Bad input ends with one line ``error: ...`` on stderr and exit status 2 (no traceback); a failed
-verification exits with status 1.
+verification exits with status 1. Importing this module does not import torch (the commands do,
+when they run), so ``--help`` and usage errors are fast. Messages go through Python ``logging``
+(logger ``moebake``): warnings always, progress notes by default, per-shard lines with ``-v``.
 """
 
 import functools
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -13,10 +16,10 @@ from pathlib import Path
 import click
 
 import moebake
-from moebake.convert.options import DEFAULT_CHUNK_BYTES, ConvertOptions
-from moebake.convert.targets import TARGETS
+from moebake.convert.options import DEFAULT_CHUNK_BYTES, MAX_MULTIPLE, ConvertOptions
 from moebake.errors import MoebakeError
-from moebake.layouts.sm90_fp4 import LAYOUTS
+from moebake.layouts.flashinfer_versions import LAYOUTS
+from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
 
 
 def reports_errors(command):
@@ -36,31 +39,65 @@ def reports_errors(command):
     return wrapper
 
 
+class _StderrHandler(logging.Handler):
+    """Writes ``warning: ...`` / ``debug: ...`` (plain text for progress notes) to the current ``sys.stderr``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        prefix = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
+        click.echo(prefix + record.getMessage(), err=True)
+
+
+def configure_logging(verbosity: int) -> None:
+    """Logger ``moebake``: INFO (progress notes) by default, DEBUG (a line per shard) with ``-v``."""
+    logger = logging.getLogger("moebake")
+    logger.setLevel(logging.DEBUG if verbosity else logging.INFO)
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        logger.addHandler(_StderrHandler())
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(moebake.__version__, prog_name="moebake")
-def main():
-    """Pre-bake MoE checkpoints into the byte layouts GPU MoE kernels consume."""
+@click.option("-v", "--verbose", count=True, help="More detail on stderr (a line per shard, decisions).")
+def main(verbose):
+    """Pre-bake MoE checkpoints into the byte layouts GPU MoE kernels consume.
+
+    Start with `moebake list` (sources x targets), `moebake inspect SOURCE` (what fits a checkpoint)
+    and `moebake convert SOURCE OUT --target T --dry-run` (what would be written).
+    """
+    configure_logging(verbose)
+
+
+def _resolve(source: str, revision: str | None, token: str | None):
+    from moebake.hub.client import hub_client
+    from moebake.hub.download import resolve_source
+
+    return resolve_source(source, hub_client(token), revision=revision)
 
 
 @main.command()
 @click.argument("source")
 @click.argument("out", type=click.Path(path_type=Path))
-@click.option("--target", required=True, type=click.Choice(sorted(TARGETS)), help="Kernel layout to bake for.")
+@click.option("--target", required=True, type=click.Choice(TARGET_NAMES), help="Kernel layout to bake for (see `moebake list`).")
 @click.option("--flashinfer-layout", default="v2", show_default=True, type=click.Choice(LAYOUTS),
               help="SM90 fp4 interleave: v2 = FlashInfer 0.6.18+/0.7.x, v1 = 0.6.10-0.6.17.")
-@click.option("--hidden-multiple", default=128, show_default=True, help="Pad H up to a multiple of this (e.g. 256 as SGLang 0.5.23).")
-@click.option("--intermediate-multiple", default=128, show_default=True, help="Pad I up to a multiple of this.")
-@click.option("--chunk-mb", default=DEFAULT_CHUNK_BYTES >> 20, show_default=True, help="Source MiB read per step (bounds memory).")
+@click.option("--hidden-multiple", default=128, show_default=True,
+              help=f"Pad H up to a multiple of this (a multiple of 128, at most {MAX_MULTIPLE}; e.g. 256 as SGLang 0.5.23).")
+@click.option("--intermediate-multiple", default=128, show_default=True,
+              help=f"Pad I up to a multiple of this (a multiple of 128, at most {MAX_MULTIPLE}).")
+@click.option("--chunk-mb", default=DEFAULT_CHUNK_BYTES >> 20, show_default=True, type=click.IntRange(1, 16384),
+              help="Source MiB read per step (bounds memory).")
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (only once the new one is complete).")
-@click.option("--resume", is_flag=True, help="Re-use shards finished by an interrupted run (checked by SHA-256).")
+@click.option("--resume", is_flag=True, help="Re-use shards finished by an interrupted run (checked by checksum).")
+@click.option("--dry-run", is_flag=True, help="Print the plan (layers, padding, every output tensor and size); write nothing.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--revision", help="Branch, tag or commit of a Hub SOURCE (same as ORG/NAME@REVISION).")
 @click.option("--token", help="Hugging Face token for a Hub SOURCE (default: HF_TOKEN or the saved login).")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1),
               help="Bake this many shards at once, in separate processes (output bytes do not change).")
 @click.option("--profile", is_flag=True, help="Print busy time per stage (read, transform, hash, write) at the end.")
 @reports_errors
-def convert(source, out, target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb, overwrite, resume, quiet, token,
-            workers, profile):
+def convert(source, out, target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb, overwrite, resume, dry_run,
+            quiet, revision, token, workers, profile):
     """Bake checkpoint SOURCE into OUT for --target.
 
     SOURCE is a checkpoint directory or a Hub model repo ORG/NAME[@REVISION] (only the files needed
@@ -68,12 +105,16 @@ def convert(source, out, target, flashinfer_layout, hidden_multiple, intermediat
     """
     from moebake.convert.run import check_out_free, convert as run_convert
     from moebake.convert.targets.nvfp4_experts import gate_up_summary
-    from moebake.hub.client import hub_client
-    from moebake.hub.download import resolve_source
 
     options = ConvertOptions(target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb << 20)
     check_out_free(out, overwrite)
-    resolved = resolve_source(source, hub_client(token))
+    resolved = _resolve(source, revision, token)
+    if dry_run:
+        from moebake.convert.conversion import open_conversion
+        from moebake.convert.dry_run import plan_lines
+
+        click.echo("\n".join(plan_lines(open_conversion(resolved.path, options), out)))
+        return
     began = time.perf_counter()
     manifest = run_convert(resolved.path, out, options, overwrite=overwrite, resume=resume, progress=not quiet,
                            source_location=resolved.repo_id, source_revision=resolved.revision, workers=workers)
@@ -92,11 +133,12 @@ def convert(source, out, target, flashinfer_layout, hidden_multiple, intermediat
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--source", help="Also prove bit-exactness against SOURCE (a directory or ORG/NAME[@REVISION]): "
                                "invert every baked expert tensor, and re-bake every output byte.")
+@click.option("--revision", help="Branch, tag or commit of a Hub --source.")
 @click.option("--token", help="Hugging Face token for a Hub SOURCE.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout (ok, problems, what was checked).")
 @reports_errors
-def verify(out, source, token, quiet, as_json):
+def verify(out, source, revision, token, quiet, as_json):
     """Check OUT: its manifest is as moebake wrote it, every file's size and SHA-256, the index, the shard
     headers and the baked tensors' dtypes and shapes (and, with --source, bit-exactness)."""
     from moebake.convert.verify import verify_report
@@ -105,10 +147,8 @@ def verify(out, source, token, quiet, as_json):
     problems, checked = report.problems, report.summary()
     if source is not None and not problems:
         from moebake.convert.source_check import compare_with_source
-        from moebake.hub.client import hub_client
-        from moebake.hub.download import resolve_source
 
-        problems = compare_with_source(out, resolve_source(source, hub_client(token)).path, progress=not quiet and not as_json)
+        problems = compare_with_source(out, _resolve(source, revision, token).path, progress=not quiet and not as_json)
         checked += f"; bit-exact against {source}: experts invert to it, and re-baking it reproduces every byte"
     if as_json:
         click.echo(json.dumps({"ok": not problems, "out": str(out), "source": source, "problems": problems,
@@ -134,20 +174,48 @@ def inspect(path, as_json):
     click.echo(json.dumps(report, indent=2) if as_json else render_text(report), nl=as_json)
 
 
+@main.command("list")
+def list_command():
+    """Supported source formats x targets, and the kernel each target bakes for."""
+    from moebake.convert.targets import TARGETS, kernel_description
+
+    width = max(map(len, SOURCE_FORMAT_NAMES)) + 2
+    lines = ["source format".ljust(width) + "  ".join(TARGETS)]
+    for source_format in SOURCE_FORMAT_NAMES:
+        cells = ("yes" if source_format in target.SOURCE_FORMATS else "-" for target in TARGETS.values())
+        lines.append(source_format.ljust(width) + "  ".join(c.ljust(len(name)) for c, name in zip(cells, TARGETS)))
+    lines += ["", "(bf16-moe also covers the BF16 MTP/draft layers of a ModelOpt NVFP4 checkpoint: deepep-bf16 bakes them.)",
+              "", "targets"]
+    lines += [f"  {name:<16}{kernel_description(name)}" for name in TARGETS]
+    lines += ["", "Which of them fit one checkpoint, and why not: moebake inspect SOURCE"]
+    click.echo("\n".join(lines))
+
+
 @main.command()
-@click.argument("out", type=click.Path(path_type=Path))
-@click.option("--repo-id", required=True, help="Hub model repo ORG/NAME (created if missing).")
+@click.argument("repo_id", required=False)
+@click.argument("path", required=False, type=click.Path(path_type=Path))
+@click.option("--repo-id", "old_repo_id", hidden=True, help="Deprecated: the old form `upload OUT --repo-id ORG/NAME`.")
 @click.option("--private", is_flag=True, help="Create the repo private (a repo that exists keeps its visibility).")
 @click.option("--revision", help="Branch to commit to (created if missing), or refs/pr/N to resume a pull request.")
 @click.option("--create-pr", is_flag=True, help="Open a pull request instead of committing to the branch.")
 @click.option("--source", help="Before uploading, also prove bit-exactness against SOURCE (directory or ORG/NAME[@REV]).")
 @click.option("--token", help="Hugging Face token (default: HF_TOKEN or the saved login).")
 @reports_errors
-def upload(out, repo_id, private, revision, create_pr, source, token):
-    """Verify OUT, write its model card (README.md) and upload it to the Hub; re-run to resume."""
+def upload(repo_id, path, old_repo_id, private, revision, create_pr, source, token):
+    """Verify baked output PATH (default: the current directory), write its model card (README.md) and
+    upload it to Hub model repo REPO_ID (ORG/NAME, created if missing), as `hf upload REPO_ID [PATH]`.
+    Re-run to resume."""
     from moebake.hub.client import hub_client
     from moebake.hub.publish import publish
 
+    if old_repo_id is not None:
+        if path is not None:
+            raise click.UsageError("give the repo once: moebake upload REPO_ID PATH")
+        repo_id, path = old_repo_id, Path(repo_id) if repo_id else None
+        click.echo("deprecated: `moebake upload OUT --repo-id REPO_ID` is now `moebake upload REPO_ID OUT`", err=True)
+    if not repo_id:
+        raise click.UsageError("missing REPO_ID (ORG/NAME): moebake upload REPO_ID [PATH]")
+    out = path or Path(".")
     commit = publish(out, repo_id, hub_client(token), private=private, revision=revision, create_pr=create_pr,
                      source=source, progress=True)
     click.echo(f"uploaded {out} to {repo_id}: {commit.pr_url or commit.commit_url}")

@@ -1,9 +1,10 @@
 """``moebake inspect``: what a checkpoint directory holds, as a JSON-ready report and as text.
 
-* A source checkpoint: detected format and model family, MoE layers, experts, dimensions,
-  quantization, shards, and for every target whether it can be converted and, if not, why. Each
-  target is asked by planning a conversion with default options (planning reads no weights), so
-  the answer and its reason are the target's own.
+* A source checkpoint: detected format and model family, MoE layers, experts, dimensions, what
+  the experts are quantized as (what gets baked), shards, and for every target whether it can be
+  converted and, if not, why. Each target is asked exactly as ``convert`` asks it
+  (:func:`moebake.convert.targets.plan_target`: the target's own source formats, then its plan with
+  default options; planning reads no weights), so the answer and its reason are the target's own.
 * A baked checkpoint (it has ``moebake.json``): the manifest's summary.
 
 Reads headers and JSON only, never weights.
@@ -15,10 +16,11 @@ from pathlib import Path
 
 from moebake.convert.manifest import MANIFEST_NAME, read_manifest
 from moebake.convert.options import ConvertOptions
-from moebake.convert.targets import TARGETS, kernel_description
+from moebake.convert.targets import TARGETS, kernel_description, plan_target
 from moebake.errors import MoebakeError
 from moebake.formats import SOURCE_FORMATS, detect_format
 from moebake.formats.checkpoint import open_checkpoint
+from moebake.formats.config_values import first_model_value
 
 
 def inspect_path(path: str | os.PathLike) -> dict:
@@ -33,7 +35,7 @@ def source_report(path: Path) -> dict:
     report = {
         "kind": "source", "path": str(path),
         "model_type": config.get("model_type"), "architectures": config.get("architectures"),
-        "quantization": (config.get("quantization_config") or {}).get("quant_method"),
+        "quantization": None, "quant_method": (checkpoint.values.section("quantization_config") or checkpoint.values).raw("quant_method"),
         "shards": len(checkpoint.shards), "tensors": len(checkpoint.locations),
         "tensor_bytes": sum(checkpoint.entry(name).nbytes for name in checkpoint.locations),
         "format": None, "problem": None, "moe": None, "targets": {},
@@ -45,25 +47,21 @@ def source_report(path: Path) -> dict:
         report["problem"] = str(err)
         report["targets"] = {name: {"convertible": False, "reason": "the source is not a supported checkpoint"} for name in TARGETS}
         return report
+    report["quantization"] = model.expert_quantization
     report["moe"] = {
-        "layers": len(model.layers), "hidden_layers": _config_value(config, "num_hidden_layers"),
-        "experts": getattr(model, "num_experts", None), "experts_per_token": _config_value(config, "num_experts_per_tok"),
+        "layers": len(model.layers), "hidden_layers": first_model_value(checkpoint.values, "num_hidden_layers"),
+        "experts": getattr(model, "num_experts", None), "experts_per_token": first_model_value(checkpoint.values, "num_experts_per_tok"),
         "hidden": getattr(model, "hidden_size", None), "intermediate": getattr(model, "intermediate_size", None),
         "activation": model.activation(),
     }
-    report["targets"] = {name: _ask_target(name, model) for name in TARGETS}
+    report["targets"] = {name: _ask_target(name, checkpoint) for name in TARGETS}
     return report
 
 
-def _config_value(config: dict, key: str):
-    """``config[key]``, or the nested language-model config's (``text_config``) for multimodal families."""
-    return config.get(key, (config.get("text_config") or {}).get(key))
-
-
-def _ask_target(name: str, model) -> dict:
-    """Plan a conversion to target ``name`` with default options: convertible, or the target's reason."""
+def _ask_target(name: str, checkpoint) -> dict:
+    """Ask target ``name`` as convert does, with default options: convertible, or the target's reason."""
     try:
-        converted, layers = TARGETS[name].plan(model, ConvertOptions(name))
+        _, converted, layers = plan_target(checkpoint, name, ConvertOptions(name))
     except MoebakeError as err:
         return {"convertible": False, "reason": str(err)}
     dims = {key: layers[0].get(key) for key in ("hidden", "hidden_padded", "intermediate", "intermediate_padded")}
@@ -102,7 +100,7 @@ def _source_lines(r: dict) -> list[str]:
     family = f"{', '.join(r['architectures'] or ['?'])}, model_type {r['model_type']}"
     lines = [f"{r['path']}: source checkpoint",
              f"  format         {r['format'] or 'not supported'} ({family})",
-             f"  quantization   {r['quantization'] or 'none'} (config.json quant_method)",
+             f"  quantization   {r['quantization'] or '?'} (config.json quant_method: {r['quant_method'] or 'none'})",
              f"  weights        {r['shards']} shards, {r['tensors']} tensors, {_mib(r['tensor_bytes'])}"]
     if r["problem"]:
         lines.append(f"  problem        {r['problem']}")

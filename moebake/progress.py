@@ -30,9 +30,9 @@ def byte_bar(total: int, desc: str, *, enabled: bool = True, initial: int = 0, s
 
 
 def shard_done(bar: tqdm, name: str, nbytes: int, verb: str = "baked") -> None:
-    """Count one finished shard on ``bar`` and log it (shown with ``-v``, one line per shard)."""
+    """Count one finished shard on ``bar`` and log it (DEBUG: shown with ``-v``, one line per shard)."""
     bar.shards_done += 1
     counter = f"{bar.shards_done}/{bar.shards_total}" if bar.shards_total else str(bar.shards_done)
     if bar.shards_total:
         bar.set_postfix_str(f"shard {counter}", refresh=False)
-    LOG.info("%s shard %s: %s (%.2f GB)", verb, counter, name, nbytes / 1e9)
+    LOG.debug("%s shard %s: %s (%.2f GB)", verb, counter, name, nbytes / 1e9)

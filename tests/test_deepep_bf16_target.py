@@ -152,6 +152,6 @@ def test_gpt_oss_source_is_refused_in_one_line(tmp_path):
     source = write_gpt_oss(tmp_path / "g", num_layers=1, num_experts=2, hidden=64, intermediate=64)
     result = CliRunner().invoke(main, ["convert", str(source), str(tmp_path / "out"), "--target", "deepep-bf16", "--quiet"])
     assert result.exit_code == 2
-    assert result.output.count("\n") == 1 and "unsupported model (model_type='gpt_oss'" in result.output
-    assert "supported: bf16-moe" in result.output
+    assert result.output.count("\n") == 1 and "target deepep-bf16 bakes bf16-moe checkpoints, this one is gpt-oss" in result.output
+    assert "targets that fit it: sm90-cutlass, sm100-trtllm" in result.output
     assert not (tmp_path / "out").exists() and not (tmp_path / ".out.partial").exists()

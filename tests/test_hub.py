@@ -272,7 +272,18 @@ def test_a_hub_failure_is_one_line_and_says_how_to_resume(baked):
 def test_cli_upload(baked, monkeypatch):
     hub = FakeHub()
     monkeypatch.setattr(hub_client_module, "hub_client", lambda token=None: hub)
-    result = CliRunner().invoke(main, ["upload", str(baked), "--repo-id", "acme/tiny", "--create-pr"])
+    result = CliRunner().invoke(main, ["upload", "acme/tiny", str(baked), "--create-pr"])  # as `hf upload REPO_ID PATH`
     assert result.exit_code == 0, result.output
     assert result.output.strip() == f"uploaded {baked} to acme/tiny: https://hub.test/acme/tiny/discussions/1"
     assert hub.calls[-1][2]["create_pr"] is True
+
+
+def test_cli_upload_old_argument_order_still_works_with_a_deprecation_line(baked, monkeypatch):
+    hub = FakeHub()
+    monkeypatch.setattr(hub_client_module, "hub_client", lambda token=None: hub)
+    result = CliRunner().invoke(main, ["upload", str(baked), "--repo-id", "acme/tiny"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        "deprecated: `moebake upload OUT --repo-id REPO_ID` is now `moebake upload REPO_ID OUT`",
+        f"uploaded {baked} to acme/tiny: https://hub.test/acme/tiny/commit/{SHA}"]
+    assert hub.calls[-1][2]["folder_path"] == str(baked)

@@ -31,7 +31,7 @@ def test_source_report(gpt_oss_tiny):
     report = inspect_path(gpt_oss_tiny)
     assert report["kind"] == "source" and report["format"] == "gpt-oss" and report["problem"] is None
     assert report["model_type"] == "gpt_oss" and report["architectures"] == ["GptOssForCausalLM"]
-    assert report["quantization"] == "mxfp4" and report["shards"] == 2
+    assert report["quantization"].startswith("MXFP4 experts") and report["quant_method"] == "mxfp4" and report["shards"] == 2
     assert report["moe"] == {"layers": 2, "hidden_layers": 2, "experts": 3, "experts_per_token": 3, "hidden": 160,
                              "intermediate": 96, "activation": {"kind": "swiglu_oai", "alpha": 1.702, "beta": 1.0, "limit": 7.0}}
     answer = report["targets"]["sm90-cutlass"]
@@ -48,7 +48,7 @@ def test_unsupported_source_says_why(gpt_oss_copy):
     (gpt_oss_copy / "config.json").write_text(json.dumps(config))
     report = inspect_path(gpt_oss_copy)
     assert report["format"] is None and report["moe"] is None
-    assert "unsupported model (model_type='mixtral'" in report["problem"]
+    assert 'unsupported model (model_type="mixtral"' in report["problem"]
     assert not report["targets"]["sm90-cutlass"]["convertible"]
     assert "sm90-cutlass   no: the source is not a supported checkpoint" in render_text(report)
 
@@ -57,7 +57,7 @@ def test_each_target_gives_its_own_reason(gpt_oss_tiny, monkeypatch):
     def plan(model, options):
         raise MoebakeError(f"target picky needs 8 experts, {model.checkpoint.root} has {model.num_experts}")
 
-    monkeypatch.setitem(TARGETS, "picky", types.SimpleNamespace(NAME="picky", plan=plan))
+    monkeypatch.setitem(TARGETS, "picky", types.SimpleNamespace(NAME="picky", SOURCE_FORMATS=("gpt-oss",), plan=plan))
     answer = inspect_path(gpt_oss_tiny)["targets"]["picky"]
     assert answer == {"convertible": False, "reason": f"target picky needs 8 experts, {gpt_oss_tiny} has 3"}
 

@@ -25,9 +25,9 @@ from moebake.convert.hashing import CHECKSUM, StreamHash, hub_blob_sha256, tagge
 from moebake.convert.options import ConvertOptions
 from moebake.convert.plan import OutputShard, assign_shards
 from moebake.convert.stages import STAGES
-from moebake.convert.targets import get_target
-from moebake.formats import open_source
-from moebake.formats.checkpoint import SourceCheckpoint
+from moebake.convert.targets import fitting_targets, get_target, model_for_target
+from moebake.errors import MoebakeError
+from moebake.formats.checkpoint import SourceCheckpoint, open_checkpoint
 
 
 @dataclass
@@ -156,11 +156,16 @@ def open_conversion(source: str | os.PathLike, options: ConvertOptions) -> Conve
     """
     reuse_freed_buffers()
     target = get_target(options.target)
-    model = open_source(source, getattr(target, "SOURCE_FORMATS", None))
+    checkpoint = open_checkpoint(source)
+    model = model_for_target(checkpoint, options.target)
     conversion = Conversion(model, target, [], [])
     shards = model.checkpoint.shards
     for name, shard in shards.items():  # before planning: producers may bind their source file now
         shards[name] = replace(shard, reader=conversion.read_source)
-    converted, conversion.layers = target.plan(model, options)
+    try:
+        converted, conversion.layers = target.plan(model, options)
+    except MoebakeError as err:
+        fits = [name for name in fitting_targets(checkpoint) if name != options.target]
+        raise MoebakeError(f"{err} (targets that fit this model: {', '.join(fits)})" if fits else str(err)) from None
     conversion.shards = assign_shards(model.checkpoint, converted, options.chunk_bytes)
     return conversion

@@ -3,7 +3,7 @@
 from dataclasses import asdict, dataclass
 
 from moebake.errors import MoebakeError
-from moebake.layouts.sm90_fp4 import LAYOUTS
+from moebake.layouts.flashinfer_versions import LAYOUTS
 
 DEFAULT_CHUNK_BYTES = 64 << 20
 MIN_CHUNK_BYTES = 1 << 16

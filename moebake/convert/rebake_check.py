@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from moebake.convert.manifest import MANIFEST_NAME
 from moebake.convert.mismatch import first_difference
@@ -20,6 +19,7 @@ from moebake.convert.plan import OutputShard, OutputTensor, assign_shards
 from moebake.convert.targets import get_target
 from moebake.errors import MoebakeError
 from moebake.formats.safetensors_file import SafetensorsFile, read_header
+from moebake.progress import byte_bar, shard_done
 
 
 def recorded_options(out: Path, manifest: dict) -> ConvertOptions:
@@ -91,8 +91,7 @@ def rebake_problems(out: str | os.PathLike, shards: list[OutputShard], progress:
     """Problems (one line each) where ``out``'s stored bytes differ from ``shards`` (see :func:`replan`)."""
     out = Path(out)
     problems = []
-    with tqdm(total=sum(s.nbytes for s in shards), unit="B", unit_scale=True, unit_divisor=1024,
-              desc="re-baking from source", disable=not progress) as bar:
+    with byte_bar(sum(s.nbytes for s in shards), "re-baking from source", enabled=progress, shards=len(shards)) as bar:
         for shard in shards:
             try:
                 stored = read_header(out / shard.file_name)
@@ -107,6 +106,7 @@ def rebake_problems(out: str | os.PathLike, shards: list[OutputShard], progress:
                 problem = _compare_tensor(stored, tensor, bar.update)
                 if problem:
                     problems.append(problem)
+            shard_done(bar, shard.file_name, shard.nbytes, "re-baked and compared")
     return problems
 
 

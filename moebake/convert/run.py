@@ -20,7 +20,6 @@ import re
 import shutil
 from pathlib import Path
 
-from tqdm import tqdm
 
 import moebake
 from moebake.convert.conversion import open_conversion, torch_threads, transform_threads
@@ -32,6 +31,7 @@ from moebake.convert.workers import bake_in_workers
 from moebake.convert.writer import write_shard
 from moebake.errors import MoebakeError
 from moebake.formats.checkpoint import INDEX_NAME
+from moebake.progress import byte_bar, shard_done
 from moebake.layouts.flashinfer_versions import DESCRIPTIONS
 
 PROGRESS_NAME = ".moebake-progress.json"
@@ -81,16 +81,20 @@ def convert(
         shutil.rmtree(staging)
     staging.mkdir(parents=True, exist_ok=True)
     try:
-        with tqdm(total=sum(s.nbytes for s in shards), unit="B", unit_scale=True, unit_divisor=1024,
-                  desc=f"baking {options.target}", disable=not progress) as bar:
-            bar.update(sum(s.nbytes for s in shards if s.file_name in done))
-            todo = [s for s in shards if s.file_name not in done]
+        todo = [s for s in shards if s.file_name not in done]
+        if resume:
+            LOG.info("resume: %d of %d shards reused (their checksums match), %d to bake", len(done), len(shards), len(todo))
+        sizes = {s.file_name: s.nbytes for s in shards}
+        with byte_bar(sum(sizes.values()), f"baking {options.target}", enabled=progress,
+                      initial=sum(sizes[name] for name in done), shards=len(shards)) as bar:
+            bar.shards_done = len(done)
 
             def finished(name: str, digest: str, source_digest: str | None) -> None:
                 done[name] = digest
                 if source_digest is not None:
                     source_hashes[name] = source_digest
                 _save_progress(staging, fingerprint, done, source_hashes)
+                shard_done(bar, name, sizes[name])
 
             if workers > 1 and len(todo) > 1:
                 bake_in_workers(source, options, [s.file_name for s in todo], staging, workers, bar.update, finished)

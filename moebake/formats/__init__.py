@@ -12,6 +12,7 @@ whose MTP layers are BF16 is ``modelopt-nvfp4`` unless the caller asks for ``bf1
 from moebake.errors import MoebakeError
 from moebake.formats import bf16_moe, deepseek_v4, gpt_oss, modelopt_nvfp4
 from moebake.formats.checkpoint import SourceCheckpoint, open_checkpoint
+from moebake.formats.config_values import short_repr
 
 SOURCE_FORMATS = {  # detection order: see the module docstring
     gpt_oss.FORMAT_NAME: gpt_oss,
@@ -21,23 +22,30 @@ SOURCE_FORMATS = {  # detection order: see the module docstring
 }
 
 
+def detected_format(checkpoint: SourceCheckpoint, formats: tuple[str, ...] | None = None) -> str | None:
+    """Name of the first of :data:`SOURCE_FORMATS` (only those in ``formats``, if given) that detects ``checkpoint``, or None."""
+    return next((name for name in SOURCE_FORMATS if (formats is None or name in formats) and SOURCE_FORMATS[name].detect(checkpoint)), None)
+
+
 def detect_format(checkpoint: SourceCheckpoint, formats: tuple[str, ...] | None = None) -> str:
-    """Name of the first of :data:`SOURCE_FORMATS` (only those in ``formats``, if given) that detects
-    ``checkpoint``; MoebakeError if none does."""
+    """:func:`detected_format`; MoebakeError naming the model if no format detects it."""
+    name = detected_format(checkpoint, formats)
+    if name is not None:
+        return name
+    config = checkpoint.values
+    quant = config.section("quantization_config")
     candidates = [name for name in SOURCE_FORMATS if formats is None or name in formats]
-    for name in candidates:
-        if SOURCE_FORMATS[name].detect(checkpoint):
-            return name
-    config = checkpoint.config
-    model_type = config.get("model_type", "?")
-    quant = (config.get("quantization_config") or {}).get("quant_method", "none")
     raise MoebakeError(
-        f"{checkpoint.root / 'config.json'}: unsupported model (model_type={model_type!r}, quant_method={quant!r}); "
-        f"supported: {', '.join(candidates)}"
+        f"{config.file}: unsupported model (model_type={short_repr(config.raw('model_type'))}, "
+        f"quant_method={short_repr(quant.raw('quant_method') if quant else None)}); supported: {', '.join(candidates)}"
     )
+
+
+def open_model(checkpoint: SourceCheckpoint, formats: tuple[str, ...] | None = None):
+    """Detect (among ``formats``, if given) and validate the model of an opened checkpoint."""
+    return SOURCE_FORMATS[detect_format(checkpoint, formats)].open_model(checkpoint)
 
 
 def open_source(path, formats: tuple[str, ...] | None = None):
     """Open, detect (among ``formats``, if given) and validate a source checkpoint directory."""
-    checkpoint = open_checkpoint(path)
-    return SOURCE_FORMATS[detect_format(checkpoint, formats)].open_model(checkpoint)
+    return open_model(open_checkpoint(path), formats)

@@ -80,6 +80,7 @@ class Bf16MoeModel:
     layers: tuple[Bf16MoeLayer, ...]
 
     format_name = FORMAT_NAME
+    expert_quantization = "BF16 experts (unquantized)"
 
     def activation(self) -> dict:
         return dict(ACTIVATION)

@@ -58,6 +58,7 @@ class DeepseekV4Model:
     layers: tuple[DeepseekV4Layer, ...]
 
     format_name = FORMAT_NAME
+    expert_quantization = "MXFP4 routed experts (expert_dtype fp4: E2M1 + E8M0 scales per 32); FP8 shared experts pass through"
     padding_allowed = False  # SGLang's DeepSeek-V4 MXFP4 methods assert H % 128 == I % 128 == 0
 
     def expert_sources(self, layer: DeepseekV4Layer) -> dict[str, ExpertSource]:

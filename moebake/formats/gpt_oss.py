@@ -53,6 +53,7 @@ class GptOssModel:
     layers: tuple[GptOssLayer, ...]
 
     format_name = FORMAT_NAME
+    expert_quantization = "MXFP4 experts (E2M1 + E8M0 scales per 32, BF16 biases)"
     padding_allowed = True  # SGLang zero-pads GPT-OSS's H and I (2880) for its MXFP4 kernels
 
     def expected_specs(self, layer: GptOssLayer) -> dict[str, tuple[str, tuple[int, ...]]]:

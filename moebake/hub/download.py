@@ -42,17 +42,23 @@ def parse_repo_spec(text: str) -> tuple[str, str | None] | None:
     return (match["repo"], match["revision"]) if match else None
 
 
-def resolve_source(text: str | os.PathLike, client) -> ResolvedSource:
+def resolve_source(text: str | os.PathLike, client, revision: str | None = None) -> ResolvedSource:
     """A local path as is; otherwise a Hub repo spec, downloaded with ``client`` (see :mod:`moebake.hub.client`).
 
+    ``revision`` (``--revision``) is the same as ``@REVISION`` in the spec, for Hub sources only.
     Text that is neither an existing path nor a repo spec is returned as a (missing) local path, for
     the checkpoint reader to report.
     """
     path = Path(text)
     spec = None if path.exists() else parse_repo_spec(str(text))
     if spec is None:
+        if revision is not None:
+            raise MoebakeError(f"{text}: --revision {revision} applies to a Hub source (ORG/NAME), not a local path")
         return ResolvedSource(path)
-    return download_source(*spec, client)
+    repo_id, spec_revision = spec
+    if revision is not None and spec_revision is not None and revision != spec_revision:
+        raise MoebakeError(f"{text}: names revision {spec_revision}, but --revision says {revision}")
+    return download_source(repo_id, revision or spec_revision, client)
 
 
 def download_source(repo_id: str, revision: str | None, client) -> ResolvedSource:

@@ -47,9 +47,9 @@ import numpy as np
 import torch
 
 from moebake.layouts.compiled import kernels
+from moebake.layouts.flashinfer_versions import LAYOUTS
 from moebake.layouts.parallel import run_in_threads
 
-LAYOUTS = ("v2", "v1")
 
 # (mask, shift) pairs of FlashInfer's interleave_fp4_weights_for_sm90_mixed_gemm_kernel (v2):
 # each masked group of source bits moves left by `shift` (right when negative).

@@ -1,0 +1,130 @@
+"""The command line a newcomer meets: fast help (no torch at import), targets that fit, dry runs,
+logging levels, the sources x targets list, verify's report and JSON, --revision, inspect's answers."""
+
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from moebake.cli import main
+from moebake.convert.targets import TARGETS
+from moebake.formats import SOURCE_FORMATS
+from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
+from moebake.synthetic import write_deepseek_v4, write_modelopt_nvfp4
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_names_match_the_registries():
+    assert TARGET_NAMES == tuple(TARGETS) and SOURCE_FORMAT_NAMES == tuple(SOURCE_FORMATS)
+
+
+def test_the_cli_imports_without_torch():
+    code = "import sys, moebake.cli; assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)[:3]"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_target_that_does_not_fit_lists_those_that_do(tmp_path):
+    source = write_modelopt_nvfp4(tmp_path / "src")
+    result = run("convert", source, tmp_path / "out", "--target", "sm90-cutlass", "--quiet")
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert "target sm90-cutlass bakes gpt-oss or deepseek-v4 checkpoints, this one is modelopt-nvfp4" in result.output
+    assert "targets that fit it: cutedsl, cutedsl-deepep, deepep-bf16" in result.output
+
+
+def test_verify_of_a_missing_path_says_it_does_not_exist(tmp_path):
+    result = run("verify", tmp_path / "nope")
+    assert result.exit_code == 2 and result.output == f"error: {tmp_path / 'nope'}: does not exist\n"
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(gpt_oss_tiny, tmp_path):
+    result = run("convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm90-cutlass", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "out").exists() and list(tmp_path.iterdir()) == []
+    assert "dry run: would write" in result.output and "hidden 160 -> 256" in result.output
+    assert "* model.layers.0.mlp.experts.w13_weight  U8 [3, 256, 128]  98304 bytes" in result.output
+    assert "  lm_head.weight  BF16 [64, 160]  20480 bytes" in result.output
+
+
+def test_verbose_logs_a_line_per_shard_and_warnings_are_prefixed(gpt_oss_copy, tmp_path):
+    (gpt_oss_copy / "moebake.json").write_text("{}")
+    quiet = run("convert", gpt_oss_copy, tmp_path / "a", "--target", "sm90-cutlass", "--quiet")
+    assert quiet.exit_code == 0 and "debug:" not in quiet.output
+    assert f"warning: {gpt_oss_copy / 'moebake.json'}: not copied (moebake writes its own moebake.json)" in quiet.output
+    verbose = run("-v", "convert", gpt_oss_copy, tmp_path / "b", "--target", "sm90-cutlass", "--quiet")
+    assert verbose.exit_code == 0
+    assert "debug: baked shard 1/2: model-00000-of-00001.safetensors" in verbose.output
+    assert "debug: baked shard 2/2: model-00001-of-00001.safetensors" in verbose.output
+    logging.getLogger("moebake").setLevel(logging.INFO)
+
+
+def test_resume_says_how_many_shards_were_reused(gpt_oss_tiny, tmp_path):
+    from conftest import load_all  # noqa: F401  (the tests' helpers are importable)
+    from moebake.convert.run import staging_dir
+
+    first = run("convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm90-cutlass", "--quiet", "--resume")
+    assert first.exit_code == 0 and "resume: 0 of 2 shards reused" in first.output, first.output
+    assert not staging_dir(tmp_path / "out").exists()
+
+
+def test_list_shows_sources_by_targets():
+    result = run("list")
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert lines[0].split()[2:] == list(TARGET_NAMES)
+    assert lines[1].split() == ["gpt-oss", "yes", "-", "-", "-", "yes"]
+    assert any(line.split()[:2] == ["deepep-bf16", "DeepGEMM"] for line in lines)
+
+
+def test_verify_says_what_it_checked_and_speaks_json(gpt_oss_tiny, tmp_path):
+    assert run("convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm90-cutlass", "--quiet").exit_code == 0
+    result = run("verify", tmp_path / "out")
+    assert result.exit_code == 0
+    assert result.output.startswith(f"ok: {tmp_path / 'out'} (moebake.json intact; 6 files, ")
+    assert "index and 2 shard headers valid; 12 baked tensors as recorded)" in result.output
+    report = json.loads(run("verify", tmp_path / "out", "--json").output)
+    assert report["ok"] is True and report["problems"] == [] and "moebake.json intact" in report["checked"]
+    (tmp_path / "out" / "extra.txt").write_text("x")
+    failed = run("verify", tmp_path / "out", "--json")
+    assert failed.exit_code == 1
+    report = json.loads(failed.output)
+    assert report["ok"] is False and report["problems"] == [f"{tmp_path / 'out' / 'extra.txt'}: not listed in moebake.json"]
+
+
+def test_revision_is_for_hub_sources(gpt_oss_tiny, tmp_path):
+    result = run("convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm90-cutlass", "--revision", "main")
+    assert result.exit_code == 2 and "--revision main applies to a Hub source" in result.output
+
+
+def test_revision_goes_to_the_hub_download(gpt_oss_tiny, tmp_path, monkeypatch):
+    from moebake.hub import download
+
+    asked = []
+    monkeypatch.setattr(download, "download_source", lambda repo, revision, client: asked.append((repo, revision)) or
+                        download.ResolvedSource(gpt_oss_tiny, repo, "1" * 40))
+    result = run("convert", "acme/tiny", tmp_path / "out", "--target", "sm90-cutlass", "--quiet", "--revision", "v1.0")
+    assert result.exit_code == 0, result.output
+    assert asked == [("acme/tiny", "v1.0")]
+
+
+@pytest.mark.parametrize("multiple", ["100", "0", "1000000000", "8192"])
+def test_a_huge_or_odd_padding_multiple_is_refused_at_once(gpt_oss_tiny, tmp_path, multiple):
+    result = run("convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm90-cutlass", "--hidden-multiple", multiple)
+    assert result.exit_code == 2 and result.output.startswith("error: --hidden-multiple") and result.output.count("\n") == 1
+
+
+def test_inspect_answers_as_convert_does(tmp_path):
+    modelopt = run("inspect", write_modelopt_nvfp4(tmp_path / "modelopt"), "--json")
+    report = json.loads(modelopt.output)
+    assert report["targets"]["deepep-bf16"]["convertible"] is True  # its BF16 MTP layer, as convert bakes it
+    assert report["quantization"].startswith("NVFP4 experts (ModelOpt") and report["quant_method"] == "modelopt"
+    assert run("convert", tmp_path / "modelopt", tmp_path / "out", "--target", "deepep-bf16", "--quiet").exit_code == 0
+    dsv4 = json.loads(run("inspect", write_deepseek_v4(tmp_path / "dsv4"), "--json").output)
+    assert dsv4["quantization"].startswith("MXFP4 routed experts") and dsv4["quant_method"] == "fp8"
+    text = run("inspect", tmp_path / "dsv4").output
+    assert "quantization   MXFP4 routed experts" in text and "(config.json quant_method: fp8)" in text
