@@ -71,26 +71,27 @@ def full_source(cache: Path, layers: int, experts: int, hidden: int) -> Path:
 
 def prefix_source(full: Path, layers: int) -> Path:
     """A ``layers``-layer checkpoint made of ``full``'s first shards (hard links), index and config rewritten."""
-    from moebake.formats.checkpoint import INDEX_NAME
+    from huggingface_hub.constants import SAFETENSORS_INDEX_FILE
+
     from moebake.formats.safetensors_file import read_header
+    from moebake.schema.index import read_index, write_index
 
     path = full.parent / f"{full.name}-first{layers}"
     if (path / COMPLETE).is_file():
         return path
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir()
-    index = json.loads((full / INDEX_NAME).read_text())
-    shards = sorted(set(index["weight_map"].values()))[:layers]  # one layer per shard
+    index = read_index(full)
+    shards = index.shard_names[:layers]  # one layer per shard
     for name in shards:
         os.link(full / name, path / name)
-    weight_map = {tensor: shard for tensor, shard in index["weight_map"].items() if shard in shards}
-    total = sum(entry.nbytes for name in shards for entry in read_header(path / name).tensors.values())
-    (path / INDEX_NAME).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    weight_map = {tensor: shard for tensor, shard in index.weight_map.items() if shard in shards}
+    write_index(path, weight_map, sum(entry.nbytes for name in shards for entry in read_header(path / name).tensors.values()))
     config = json.loads((full / "config.json").read_text())
     config["num_hidden_layers"] = layers
     (path / "config.json").write_text(json.dumps(config, indent=2))
     for side in full.iterdir():
-        if side.suffix == ".json" and side.name not in (INDEX_NAME, "config.json"):
+        if side.suffix == ".json" and side.name not in (SAFETENSORS_INDEX_FILE, "config.json"):
             shutil.copyfile(side, path / side.name)
     (path / COMPLETE).write_text("")
     return path

@@ -39,11 +39,12 @@ def main() -> None:
     from moebake.layouts.gate_up import split_halves, split_pairs
     from moebake.layouts.sm90_fp4 import deinterleave_fp4, interleave_fp4_padded
     from moebake.layouts.sm90_scales import fold_scales
+    from moebake.schema.sizes import round_up
 
     torch.set_num_threads(1)
     reuse_freed_buffers()  # as a conversion does
     E, H = args.experts, args.hidden
-    padded = -(-H // 128) * 128
+    padded = round_up(H, 128)
     generator = torch.Generator().manual_seed(0)
     blocks = torch.randint(0, 256, (E, 2 * H, H // 2), dtype=torch.uint8, generator=generator)
     scales = torch.randint(118, 123, (E, 2 * padded, padded // 32), dtype=torch.uint8, generator=generator)

@@ -17,7 +17,7 @@ import click
 
 import moebake
 from moebake.convert.options import DEFAULT_CHUNK_BYTES, MAX_MULTIPLE, ConvertOptions
-from moebake.errors import MoebakeError
+from moebake.errors import MoebakeError, format_error
 from moebake.layouts.flashinfer_versions import LAYOUTS
 from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
 
@@ -30,7 +30,7 @@ def reports_errors(command):
         try:
             return command(*args, **kwargs)
         except MoebakeError as err:
-            click.echo(f"error: {err}", err=True)
+            click.echo(format_error(err), err=True)
             sys.exit(2)
         except KeyboardInterrupt:
             click.echo("interrupted: finished shards are kept; re-run with --resume to continue", err=True)

@@ -14,13 +14,13 @@ import json
 import os
 from pathlib import Path
 
-from moebake.convert.manifest import MANIFEST_NAME, read_manifest
+from moebake.schema.manifest import MANIFEST_NAME, read_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.targets import TARGETS, kernel_description, plan_target
 from moebake.errors import MoebakeError
 from moebake.formats import SOURCE_FORMATS, detect_format
 from moebake.formats.checkpoint import open_checkpoint
-from moebake.formats.config_values import first_model_value
+from moebake.schema.config_values import first_model_value
 
 
 def inspect_path(path: str | os.PathLike) -> dict:

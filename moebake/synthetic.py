@@ -13,6 +13,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from moebake.schema.sizes import round_up
+
 
 def _save_shards(path: Path, shards: Iterable[dict[str, torch.Tensor]], num_shards: int) -> None:
     """Write ``num_shards`` shard dicts (made one at a time) as ``model-0000k-of-0000N`` plus the index."""
@@ -319,7 +321,7 @@ def _deepseek_v4_layer(base: str, E: int, H: int, I: int, vocab: int, top_k: int
 
     def fp8_block(out: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         weight = (torch.randn(out, k, generator=g) * 0.5).to(torch.float8_e4m3fn)
-        return weight, e8m0(-(-out // 128), -(-k // 128))
+        return weight, e8m0(round_up(out, 128) // 128, round_up(k, 128) // 128)
 
     t = {base + "attn_norm.weight": torch.ones(H, dtype=torch.bfloat16), base + "ffn_norm.weight": torch.ones(H, dtype=torch.bfloat16),
          base + "attn.attn_sink": torch.zeros(4), base + "ffn.gate.weight": bf16(E, H), base + "ffn.gate.bias": torch.zeros(E)}

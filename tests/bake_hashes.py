@@ -87,13 +87,14 @@ def bake_case(case: str, root: Path) -> dict[str, str]:
 
 
 def record(reason: str) -> None:
-    """Bake every case and write :data:`FIXTURE`, with ``reason`` (why the bytes changed) kept in it."""
+    """Bake every case and write :data:`FIXTURE`, appending ``reason`` (why the bytes changed) to its history."""
     cases = {}
     for case in CASES:
         with tempfile.TemporaryDirectory() as root:
             cases[case] = bake_case(case, Path(root))
         print(f"{case}: {len(cases[case])} hashes")
-    fixture = {"reason": reason, "torch": torch.__version__, "cases": cases}
+    reasons = json.loads(FIXTURE.read_text())["reasons"] if FIXTURE.is_file() else []
+    fixture = {"reasons": [*reasons, reason], "torch": torch.__version__, "cases": cases}
     FIXTURE.write_text(json.dumps(fixture, indent=1, sort_keys=True) + "\n")
 
 

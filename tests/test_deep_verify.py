@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from moebake.cli import main
-from moebake.convert.manifest import read_manifest, write_manifest
+from moebake.schema.manifest import read_manifest, write_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.convert.source_check import compare_with_source, inverse_problems

@@ -6,7 +6,7 @@ from click.testing import CliRunner
 
 from conftest import load_all
 from moebake.cli import main
-from moebake.convert.manifest import read_manifest
+from moebake.schema.manifest import read_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.formats import detect_format

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 import moebake.serve
-from moebake.convert.manifest import write_manifest
+from moebake.schema.manifest import write_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import MoebakeError

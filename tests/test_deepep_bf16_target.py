@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 
 from conftest import load_all
 from moebake.cli import main
-from moebake.convert.manifest import read_manifest
+from moebake.schema.manifest import read_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.convert.source_check import inverse_problems

@@ -14,9 +14,9 @@ from safetensors import safe_open
 
 from conftest import load_all
 from moebake.cli import main
-from moebake.convert.manifest import MANIFEST_NAME
+from moebake.schema.manifest import MANIFEST_NAME
 from moebake.formats import open_source
-from moebake.formats.config_values import ConfigValues
+from moebake.schema.config_values import ConfigValues
 from moebake.formats.safetensors_file import DTYPES, encode_header
 from moebake.synthetic import write_modelopt_nvfp4
 

@@ -8,18 +8,15 @@ and shape of the tensor) and each side's element value in hex, e.g. ``index [1, 
 to the differing nibble.
 """
 
+import numpy as np
 import torch
 
 from moebake.formats.safetensors_file import DTYPES
 
 
-def unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
-    """C-order multi-index of element number ``flat`` in a tensor of ``shape``."""
-    index = []
-    for size in reversed(shape):
-        flat, position = divmod(flat, size)
-        index.append(position)
-    return index[::-1]
+def _index(flat: int, shape: tuple[int, ...]) -> list[int]:
+    """C-order multi-index of element number ``flat`` in a tensor of ``shape``, as a plain list."""
+    return [int(i) for i in np.unravel_index(flat, shape)]
 
 
 def first_difference(actual: torch.Tensor, expected: torch.Tensor, dtype: str, shape: tuple[int, ...],
@@ -38,10 +35,10 @@ def first_difference(actual: torch.Tensor, expected: torch.Tensor, dtype: str, s
         high = (a & 0xF) == (e & 0xF)
         flat = 2 * (byte_offset + position) + high
         a, e = (a >> 4, e >> 4) if high else (a & 0xF, e & 0xF)
-        return f"index {unravel(flat, shape)} (0x{a:x} != 0x{e:x})"
+        return f"index {_index(flat, shape)} (0x{a:x} != 0x{e:x})"
     width = bits // 8
     flat = (byte_offset + position) // width
     start = position - position % width
     a = int.from_bytes(bytes(actual[start:start + width].tolist()), "little")
     e = int.from_bytes(bytes(expected[start:start + width].tolist()), "little")
-    return f"index {unravel(flat, shape)} (0x{a:0{2 * width}x} != 0x{e:0{2 * width}x})"
+    return f"index {_index(flat, shape)} (0x{a:0{2 * width}x} != 0x{e:0{2 * width}x})"

@@ -2,7 +2,7 @@
 
 from dataclasses import asdict, dataclass
 
-from moebake.errors import MoebakeError
+from moebake.errors import OptionError
 from moebake.layouts.flashinfer_versions import LAYOUTS
 
 DEFAULT_CHUNK_BYTES = 64 << 20
@@ -25,17 +25,13 @@ class ConvertOptions:
 
     def __post_init__(self):
         if self.flashinfer_layout not in LAYOUTS:
-            raise MoebakeError(f"--flashinfer-layout {self.flashinfer_layout!r}: expected one of {', '.join(LAYOUTS)}")
+            raise OptionError(f"--flashinfer-layout {self.flashinfer_layout!r}: expected one of {', '.join(LAYOUTS)}")
         for name in ("hidden_multiple", "intermediate_multiple"):
             value = getattr(self, name)
             if type(value) is not int or not 0 < value <= MAX_MULTIPLE or value % 128:
-                raise MoebakeError(f"--{name.replace('_', '-')} {value!r}: must be a positive multiple of 128, at most {MAX_MULTIPLE}")
+                raise OptionError(f"--{name.replace('_', '-')} {value!r}: must be a positive multiple of 128, at most {MAX_MULTIPLE}")
         if type(self.chunk_bytes) is not int or not MIN_CHUNK_BYTES <= self.chunk_bytes <= MAX_CHUNK_BYTES:
-            raise MoebakeError(f"chunk size {self.chunk_bytes!r} bytes: expected 64 KiB to 16 GiB")
+            raise OptionError(f"chunk size {self.chunk_bytes!r} bytes: expected 64 KiB to 16 GiB")
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple

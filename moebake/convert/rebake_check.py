@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from moebake.convert.manifest import MANIFEST_NAME
+from moebake.schema.manifest import MANIFEST_NAME
 from moebake.convert.mismatch import first_difference
 from moebake.convert.options import ConvertOptions
 from moebake.convert.plan import OutputShard, OutputTensor, assign_shards

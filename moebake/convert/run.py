@@ -20,22 +20,23 @@ import re
 import shutil
 from pathlib import Path
 
+from huggingface_hub.constants import SAFETENSORS_INDEX_FILE
 
 import moebake
 from moebake.convert.conversion import open_conversion, torch_threads, transform_threads
 from moebake.convert.hashing import CHECKSUM, file_digest, file_record, hub_blob_sha256, tagged
-from moebake.convert.manifest import MANIFEST_NAME, SCHEMA, utc_now, write_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.stages import STAGES
 from moebake.convert.workers import bake_in_workers
 from moebake.convert.writer import write_shard
-from moebake.errors import MoebakeError
-from moebake.formats.checkpoint import INDEX_NAME
+from moebake.errors import MoebakeError, OutputError
 from moebake.progress import byte_bar, shard_done
 from moebake.layouts.flashinfer_versions import DESCRIPTIONS
+from moebake.schema.index import write_index
+from moebake.schema.manifest import MANIFEST_NAME, SCHEMA, utc_now, write_manifest
 
 PROGRESS_NAME = ".moebake-progress.json"
-OWN_FILES = {MANIFEST_NAME, INDEX_NAME}
+OWN_FILES = {MANIFEST_NAME, SAFETENSORS_INDEX_FILE}
 """Files of OUT that moebake writes itself (never copied from the source)."""
 LOG = logging.getLogger(__name__)
 _HF_SNAPSHOT_RE = re.compile(r"/snapshots/([0-9a-f]{40})(/|$)")
@@ -46,9 +47,9 @@ def staging_dir(out: Path) -> Path:
 
 
 def check_out_free(out: Path, overwrite: bool) -> None:
-    """MoebakeError if ``out`` exists and may not be replaced."""
+    """OutputError if ``out`` exists and may not be replaced."""
     if out.exists() and not overwrite:
-        raise MoebakeError(f"{out}: already exists (pass --overwrite to replace it)")
+        raise OutputError(f"{out}: already exists (pass --overwrite to replace it)")
 
 
 def convert(
@@ -103,11 +104,11 @@ def convert(
                     for shard in todo:
                         finished(shard.file_name, *conversion.bake(shard, staging / shard.file_name, bar.update, write_shard))
         files = {name: file_record(staging / name, digest) for name, digest in done.items()}
-        _write_index(staging, shards)
+        write_index(staging, {t.name: shard.file_name for shard in shards for t in shard.tensors}, sum(s.nbytes for s in shards))
         side_files = copied_side_files(checkpoint)
         for name in side_files:
             shutil.copyfile(checkpoint.root / name, staging / name)
-        for name in (INDEX_NAME, *side_files):
+        for name in (SAFETENSORS_INDEX_FILE, *side_files):
             files[name] = file_record(staging / name)
         manifest = {
             "schema": SCHEMA,
@@ -174,8 +175,8 @@ def _source_files(checkpoint, hashed: dict[str, str]) -> dict[str, str]:
     hashed while converting (none, unless resumed or not mirrored by an output shard) are read here,
     unless they are Hub-cache blobs named by their SHA-256."""
     names = [*checkpoint.shards, *checkpoint.side_files]
-    if (checkpoint.root / INDEX_NAME).is_file():
-        names.append(INDEX_NAME)
+    if (checkpoint.root / SAFETENSORS_INDEX_FILE).is_file():
+        names.append(SAFETENSORS_INDEX_FILE)
     return {name: hashed.get(name) or _source_checksum(checkpoint.root / name) for name in names}
 
 
@@ -188,12 +189,6 @@ def _save_progress(staging: Path, fingerprint: str, done: dict[str, str], source
     temporary = staging / (PROGRESS_NAME + ".tmp")
     temporary.write_text(json.dumps({"fingerprint": fingerprint, "shards": done, "sources": sources}))
     os.replace(temporary, staging / PROGRESS_NAME)
-
-
-def _write_index(directory: Path, shards) -> None:
-    weight_map = {t.name: shard.file_name for shard in shards for t in shard.tensors}
-    index = {"metadata": {"total_size": sum(s.nbytes for s in shards)}, "weight_map": dict(sorted(weight_map.items()))}
-    (directory / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
 
 
 def _revision_from_path(path: Path) -> str | None:

@@ -16,20 +16,20 @@ Each problem is one line naming the file, the tensor and the first differing ele
 that tensor's own index space.
 """
 
-import json
+import functools
 import os
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 
-from moebake.convert.manifest import read_manifest, tensor_sources
+from moebake.schema.manifest import read_manifest, tensor_sources
 from moebake.convert.mismatch import first_difference
 from moebake.convert.rebake_check import rebake_problems, recorded_options, replan
 from moebake.convert.targets import get_target
 from moebake.formats import open_source
-from moebake.formats.checkpoint import EXPERT_INDEX, INDEX_NAME
-from moebake.formats.safetensors_file import tensor_nbytes
+from moebake.formats.checkpoint import EXPERT_INDEX
+from moebake.formats.safetensors_file import read_header, tensor_nbytes
+from moebake.schema.index import read_index
 
 
 def compare_with_source(out: str | os.PathLike, source: str | os.PathLike, progress: bool = False) -> list[str]:
@@ -48,7 +48,8 @@ def inverse_problems(out: Path, manifest: dict, model) -> list[str]:
     target = get_target(manifest["target"])
     layout = (manifest["flashinfer_layout"] or {}).get("id")
     chunk_bytes = recorded_options(out, manifest).chunk_bytes
-    weight_map = json.loads((out / INDEX_NAME).read_text())["weight_map"]
+    weight_map = read_index(out).weight_map
+    header = functools.cache(lambda shard_name: read_header(out / shard_name))
     problems = []
     for record in manifest["layers"]:
         prefix, specs = record["prefix"], record["tensors"]
@@ -59,8 +60,7 @@ def inverse_problems(out: Path, manifest: dict, model) -> list[str]:
             stop = min(start + step, record["experts"])
             baked = {}
             for short in specs:
-                with safe_open(out / weight_map[prefix + short], framework="pt") as f:
-                    baked[short] = f.get_slice(prefix + short)[start:stop]
+                baked[short] = header(weight_map[prefix + short]).read_rows(prefix + short, start, stop)
             for name, restored in target.restore(record, baked, layout).items():
                 if name in failed:
                     continue

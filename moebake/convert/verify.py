@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from moebake.convert.hashing import checksum_problem
-from moebake.convert.manifest import MANIFEST_NAME, load_manifest
-from moebake.errors import MoebakeError
-from moebake.formats.checkpoint import INDEX_NAME
-from moebake.formats.config_values import parse_json
+from moebake.errors import CheckpointError, MoebakeError
 from moebake.formats.safetensors_file import SafetensorsFile, read_header
 from moebake.progress import byte_bar, shard_done
+from moebake.schema.index import read_index
+from moebake.schema.manifest import MANIFEST_NAME, load_manifest
 
 HUB_ADDED = {".gitattributes", ".cache"}
 """What a Hub repo or ``hf download --local-dir`` adds beside the files of a downloaded output."""
@@ -97,16 +96,15 @@ def _check_layer_records(out: Path, manifest: dict, headers: dict[str, Safetenso
 
 def _check_index(out: Path) -> tuple[dict[str, SafetensorsFile], list[str]]:
     """The shard headers the index names, and problems with the index or them."""
-    index_path = out / INDEX_NAME
     try:
-        index = parse_json(index_path.read_bytes(), index_path)
-        weight_map, total_size = index["weight_map"], index["metadata"]["total_size"]
-        if not all(isinstance(shard, str) for shard in weight_map.values()):
-            raise TypeError("a weight_map value is not a shard file name")
-    except (OSError, MoebakeError, KeyError, TypeError, AttributeError) as err:
-        return {}, [f"{index_path}: unreadable index ({err})"]
+        index = read_index(out)
+    except CheckpointError as err:
+        return {}, [str(err)]
+    index_path, total_size = index.path, index.total_size
+    if total_size is None:
+        return {}, [f"{index_path}: metadata.total_size is missing"]
     problems, payload, headers = [], 0, {}
-    for shard_name in sorted(set(weight_map.values())):
+    for shard_name in index.shard_names:
         try:
             header = headers[shard_name] = read_header(out / shard_name)
         except MoebakeError as err:
@@ -114,7 +112,7 @@ def _check_index(out: Path) -> tuple[dict[str, SafetensorsFile], list[str]]:
             continue
         if header.metadata.get("format") != "pt":
             problems.append(f"{out / shard_name}: __metadata__ lacks \"format\": \"pt\"")
-        expected = {t for t, s in weight_map.items() if s == shard_name}
+        expected = index.tensors_of(shard_name)
         for tensor in sorted(expected - set(header.tensors)):
             problems.append(f"{index_path}: maps tensor {tensor} to {shard_name}, which does not contain it")
         for tensor in sorted(set(header.tensors) - expected):

@@ -21,6 +21,7 @@ from moebake.convert.direct_io import OutputFile
 from moebake.convert.hashing import ALGORITHMS, CHECKSUM
 from moebake.convert.plan import OutputShard
 from moebake.convert.stages import STAGES
+from moebake.errors import InternalError
 from moebake.formats.safetensors_file import encode_header
 from moebake.layouts.parallel import helper_cpu_seconds
 
@@ -49,7 +50,7 @@ def write_shard(shard: OutputShard, path: str | os.PathLike, on_bytes: Callable[
                 writer.put(data)
                 written += len(data)
             if written != tensor.nbytes:
-                raise AssertionError(f"producer of {tensor.name} wrote {written} bytes, planned {tensor.nbytes}")
+                raise InternalError(f"producer of {tensor.name} wrote {written} bytes, planned {tensor.nbytes}")
         return writer.finish()
     except BaseException:
         writer.stop()

@@ -12,7 +12,7 @@ whose MTP layers are BF16 is ``modelopt-nvfp4`` unless the caller asks for ``bf1
 from moebake.errors import MoebakeError
 from moebake.formats import bf16_moe, deepseek_v4, gpt_oss, modelopt_nvfp4
 from moebake.formats.checkpoint import SourceCheckpoint, open_checkpoint
-from moebake.formats.config_values import short_repr
+from moebake.schema.config_values import short_repr
 
 SOURCE_FORMATS = {  # detection order: see the module docstring
     gpt_oss.FORMAT_NAME: gpt_oss,

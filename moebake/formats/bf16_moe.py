@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from moebake.errors import MoebakeError
 from moebake.formats.checkpoint import EXPERT_INDEX, SourceCheckpoint, first_missing_expert, per_expert_names
-from moebake.formats.config_values import first_model_integer, model_scopes
+from moebake.schema.config_values import first_model_integer, model_scopes
 
 FORMAT_NAME = "bf16-moe"
 BF16 = "BF16"

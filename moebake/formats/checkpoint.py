@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from huggingface_hub.constants import SAFETENSORS_INDEX_FILE, SAFETENSORS_SINGLE_FILE
 
-from moebake.errors import MoebakeError
-from moebake.formats.config_values import ConfigValues, json_type, read_json_object, short_repr
+from moebake.errors import CheckpointError
 from moebake.formats.safetensors_file import SafetensorsFile, TensorEntry, read_header
+from moebake.schema.config_values import ConfigValues, read_json_object
+from moebake.schema.index import read_index
 
-INDEX_NAME = "model.safetensors.index.json"
-SINGLE_SHARD_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
 # Files at the root with these suffixes are weights (or other formats of them) and are not copied.
 WEIGHT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".h5", ".msgpack"}
@@ -91,7 +91,7 @@ class SourceCheckpoint:
 
     @property
     def values(self) -> ConfigValues:
-        """``config.json`` behind typed getters (:mod:`moebake.formats.config_values`)."""
+        """``config.json`` behind typed getters (:mod:`moebake.schema.config_values`)."""
         return ConfigValues.of_file(self.config, self.root / CONFIG_NAME)
 
     def read_json(self, relative: str) -> ConfigValues | None:
@@ -100,54 +100,43 @@ class SourceCheckpoint:
         return ConfigValues.of_file(read_json_object(path), path) if path.is_file() else None
 
 
-def _read_weight_map(index_path: Path) -> dict[str, str]:
-    """``weight_map`` of an index: a non-empty object of tensor name -> shard file name."""
-    weight_map = read_json_object(index_path).get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise MoebakeError(f"{index_path}: has no weight_map (expected a non-empty JSON object, found {json_type(weight_map)})")
-    for tensor, shard_name in weight_map.items():
-        if not isinstance(shard_name, str) or not shard_name:
-            raise MoebakeError(f"{index_path}: weight_map maps tensor {tensor} to {short_repr(shard_name)}, expected a shard file name")
-    return weight_map
-
-
 def open_checkpoint(root: str | os.PathLike) -> SourceCheckpoint:
     """Open ``root`` and validate config, index and every shard header."""
     root = Path(root)
     if not root.is_dir():
-        raise MoebakeError(f"{root}: not a checkpoint directory (does not exist or is not a directory)")
+        raise CheckpointError(f"{root}: not a checkpoint directory (does not exist or is not a directory)")
     if not (root / CONFIG_NAME).is_file():
-        raise MoebakeError(f"{root}: not a checkpoint (no {CONFIG_NAME})")
+        raise CheckpointError(f"{root}: not a checkpoint (no {CONFIG_NAME})")
     config = read_json_object(root / CONFIG_NAME)
-    index_path = root / INDEX_NAME
+    index_path = root / SAFETENSORS_INDEX_FILE
     if index_path.is_file():
-        weight_map = _read_weight_map(index_path)
+        weight_map = read_index(root).weight_map
         shard_names = sorted(set(weight_map.values()))
-    elif (root / SINGLE_SHARD_NAME).is_file():
-        weight_map, shard_names = None, [SINGLE_SHARD_NAME]
+    elif (root / SAFETENSORS_SINGLE_FILE).is_file():
+        weight_map, shard_names = None, [SAFETENSORS_SINGLE_FILE]
     else:
-        raise MoebakeError(f"{root}: not a checkpoint (no {INDEX_NAME} and no {SINGLE_SHARD_NAME})")
+        raise CheckpointError(f"{root}: not a checkpoint (no {SAFETENSORS_INDEX_FILE} and no {SAFETENSORS_SINGLE_FILE})")
     shards = {}
     for name in shard_names:
         if not (root / name).is_file():
-            raise MoebakeError(f"{index_path}: names shard {name}, which is missing")
+            raise CheckpointError(f"{index_path}: names shard {name}, which is missing")
         shards[name] = read_header(root / name)
     locations = {}
     for name, shard in shards.items():
         for tensor in shard.tensors:
             if tensor in locations:
-                raise MoebakeError(f"{root}: tensor {tensor} is stored twice, in {locations[tensor]} and in {name}")
+                raise CheckpointError(f"{root}: tensor {tensor} is stored twice, in {locations[tensor]} and in {name}")
             locations[tensor] = name
     if weight_map is not None:
         for tensor, shard_name in weight_map.items():
             if tensor not in shards[shard_name].tensors:
-                raise MoebakeError(f"{index_path}: maps tensor {tensor} to {shard_name}, which does not contain it")
+                raise CheckpointError(f"{index_path}: maps tensor {tensor} to {shard_name}, which does not contain it")
         unlisted = sorted(set(locations) - set(weight_map))
         if unlisted:
             LOG.warning("%s: does not list %d tensor(s) its shards hold (first: %s in %s); they are carried through",
                         index_path, len(unlisted), unlisted[0], locations[unlisted[0]])
     side_files = sorted(
         p.name for p in root.iterdir()
-        if p.is_file() and not p.name.startswith(".") and p.suffix not in WEIGHT_SUFFIXES and p.name != INDEX_NAME
+        if p.is_file() and not p.name.startswith(".") and p.suffix not in WEIGHT_SUFFIXES and p.name != SAFETENSORS_INDEX_FILE
     )
     return SourceCheckpoint(root, config, shards, locations, side_files)

@@ -43,7 +43,7 @@ import torch
 
 from moebake.errors import MoebakeError
 from moebake.formats.checkpoint import CONFIG_NAME, EXPERT_INDEX, SourceCheckpoint, first_missing_expert
-from moebake.formats.config_values import ConfigValues, first_model_integer
+from moebake.schema.config_values import ConfigValues, first_model_integer
 from moebake.formats.nvfp4_gate_up import RoundingBound, SharedGlobal, rescale_block_scales, rounding_bound, share_global
 
 FORMAT_NAME = "modelopt-nvfp4"

@@ -20,27 +20,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from moebake.errors import MoebakeError
-from moebake.formats.config_values import as_count, json_type, parse_json, short_repr
+from moebake.errors import CheckpointError, InvalidArgumentError
+from moebake.schema.config_values import as_count, json_type, parse_json, short_repr
+from moebake.schema.enums import DType
 
 HEADER_LENGTH_BYTES = 8
 MAX_HEADER_BYTES = 100_000_000
 METADATA_KEY = "__metadata__"
 
 # safetensors dtype code -> torch dtype (None where this torch has no such dtype); bits per element.
-# Every code safetensors 0.8 accepts; tensors of any of them pass through as opaque bytes.
-DTYPES: dict[str, tuple[torch.dtype | None, int]] = {
-    "BOOL": (torch.bool, 8), "U8": (torch.uint8, 8), "I8": (torch.int8, 8),
-    "F4": (getattr(torch, "float4_e2m1fn_x2", None), 4), "F6_E2M3": (None, 6), "F6_E3M2": (None, 6),
-    "F8_E5M2": (getattr(torch, "float8_e5m2", None), 8), "F8_E4M3": (getattr(torch, "float8_e4m3fn", None), 8),
-    "F8_E8M0": (getattr(torch, "float8_e8m0fnu", None), 8),
-    "F8_E4M3FNUZ": (getattr(torch, "float8_e4m3fnuz", None), 8), "F8_E5M2FNUZ": (getattr(torch, "float8_e5m2fnuz", None), 8),
-    "I16": (torch.int16, 16),
-    "U16": (getattr(torch, "uint16", None), 16), "F16": (torch.float16, 16), "BF16": (torch.bfloat16, 16),
-    "I32": (torch.int32, 32), "U32": (getattr(torch, "uint32", None), 32), "F32": (torch.float32, 32),
-    "F64": (torch.float64, 64), "I64": (torch.int64, 64), "U64": (getattr(torch, "uint64", None), 64),
-    "C64": (torch.complex64, 64),
-}
+# Every code safetensors 0.8 accepts (:class:`~moebake.schema.enums.DType`); tensors of any of them pass through as opaque bytes.
+DTYPES: dict[str, tuple[torch.dtype | None, int]] = {code.value: (code.torch, code.bits) for code in DType}
 
 
 @dataclass(frozen=True)
@@ -97,7 +87,7 @@ class SafetensorsFile:
         stop = entry.nbytes if stop is None else stop
         data = (self.reader or read_file_range)(self.path, self.data_start + entry.begin + start, stop - start)
         if len(data) != stop - start:
-            raise MoebakeError(f"{self.path}: tensor {entry.name} is truncated (read {len(data)} of {stop - start} bytes)")
+            raise CheckpointError(f"{self.path}: tensor {entry.name} is truncated (read {len(data)} of {stop - start} bytes)")
         return torch.from_numpy(data)
 
     def read_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
@@ -114,31 +104,31 @@ def tensor_nbytes(dtype: str, shape: tuple[int, ...]) -> int:
     """Bytes a tensor of this safetensors dtype code and shape occupies."""
     bits = DTYPES[dtype][1] * math.prod(shape)
     if bits % 8:
-        raise ValueError(f"{dtype} tensor of shape {list(shape)} does not fill whole bytes")
+        raise InvalidArgumentError(f"{dtype} tensor of shape {list(shape)} does not fill whole bytes")
     return bits // 8
 
 
 def read_header(path: str | os.PathLike) -> SafetensorsFile:
-    """Parse and validate the header of ``path``; raises MoebakeError naming the file on any violation."""
+    """Parse and validate the header of ``path``; raises CheckpointError naming the file on any violation."""
     path = str(path)
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
             prefix = f.read(HEADER_LENGTH_BYTES)
             if len(prefix) < HEADER_LENGTH_BYTES:
-                raise MoebakeError(f"{path}: not a safetensors file (only {size} bytes)")
+                raise CheckpointError(f"{path}: not a safetensors file (only {size} bytes)")
             (header_len,) = struct.unpack("<Q", prefix)
             if header_len > MAX_HEADER_BYTES or HEADER_LENGTH_BYTES + header_len > size:
-                raise MoebakeError(f"{path}: corrupt safetensors header (declares {header_len} header bytes, file has {size})")
+                raise CheckpointError(f"{path}: corrupt safetensors header (declares {header_len} header bytes, file has {size})")
             raw = f.read(header_len)
     except OSError as err:
-        raise MoebakeError(f"{path}: cannot read ({err.strerror})") from None
+        raise CheckpointError(f"{path}: cannot read ({err.strerror})") from None
     header = parse_json(raw, f"{path}: corrupt safetensors header")
     if not isinstance(header, dict):
-        raise MoebakeError(f"{path}: corrupt safetensors header (expected a JSON object, found {json_type(header)})")
+        raise CheckpointError(f"{path}: corrupt safetensors header (expected a JSON object, found {json_type(header)})")
     metadata = header.pop(METADATA_KEY, None) or {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise MoebakeError(f"{path}: corrupt safetensors header ({METADATA_KEY} is {short_repr(metadata)}, expected an object of strings)")
+        raise CheckpointError(f"{path}: corrupt safetensors header ({METADATA_KEY} is {short_repr(metadata)}, expected an object of strings)")
     tensors = {name: _parse_entry(path, name, spec) for name, spec in header.items()}
     data_start = HEADER_LENGTH_BYTES + header_len
     _check_tiling(path, tensors.values(), size - data_start)
@@ -156,22 +146,22 @@ def _parse_entry(path: str, name: str, spec) -> TensorEntry:
     bytes the shape needs (JSON floats, strings and booleans are not integers here)."""
     where = f"{path}: corrupt safetensors header: tensor {name}"
     if not isinstance(spec, dict):
-        raise MoebakeError(f"{where} is {json_type(spec)}, expected an object with dtype, shape, data_offsets")
+        raise CheckpointError(f"{where} is {json_type(spec)}, expected an object with dtype, shape, data_offsets")
     dtype, shape, offsets = spec.get("dtype"), spec.get("shape"), spec.get("data_offsets")
     if not isinstance(dtype, str) or dtype not in DTYPES:
-        raise MoebakeError(f"{path}: tensor {name} has unknown dtype {short_repr(dtype)}")
+        raise CheckpointError(f"{path}: tensor {name} has unknown dtype {short_repr(dtype)}")
     if not isinstance(shape, list) or any(_header_int(d) is None for d in shape):
-        raise MoebakeError(f"{where}: shape {short_repr(shape)} is not a list of non-negative integers")
+        raise CheckpointError(f"{where}: shape {short_repr(shape)} is not a list of non-negative integers")
     if (not isinstance(offsets, list) or len(offsets) != 2 or any(_header_int(o) is None for o in offsets)
             or offsets[0] > offsets[1]):
-        raise MoebakeError(f"{where}: data_offsets {short_repr(offsets)} is not [begin, end] with integers 0 <= begin <= end")
+        raise CheckpointError(f"{where}: data_offsets {short_repr(offsets)} is not [begin, end] with integers 0 <= begin <= end")
     shape, (begin, end) = tuple(shape), offsets
     try:
         nbytes = tensor_nbytes(dtype, shape)
     except ValueError as err:
-        raise MoebakeError(f"{where}: {err}") from None
+        raise CheckpointError(f"{where}: {err}") from None
     if end - begin != nbytes:
-        raise MoebakeError(f"{path}: tensor {name} spans {end - begin} bytes, but {dtype} {list(shape)} needs {nbytes}")
+        raise CheckpointError(f"{path}: tensor {name} spans {end - begin} bytes, but {dtype} {list(shape)} needs {nbytes}")
     return TensorEntry(name, dtype, shape, begin, end)
 
 
@@ -179,11 +169,11 @@ def _check_tiling(path: str, entries, buffer_len: int) -> None:
     position = 0
     for entry in sorted(entries, key=lambda e: (e.begin, e.end)):
         if entry.begin != position:
-            raise MoebakeError(f"{path}: corrupt safetensors header (tensor {entry.name} starts at {entry.begin}, expected {position})")
+            raise CheckpointError(f"{path}: corrupt safetensors header (tensor {entry.name} starts at {entry.begin}, expected {position})")
         position = entry.end
     if position != buffer_len:
         problem = "truncated" if position > buffer_len else "has trailing bytes"
-        raise MoebakeError(f"{path}: file is {problem} (tensors need {position} data bytes, file holds {buffer_len})")
+        raise CheckpointError(f"{path}: file is {problem} (tensors need {position} data bytes, file holds {buffer_len})")
 
 
 def encode_header(tensors: list[tuple[str, str, tuple[int, ...]]], metadata: dict[str, str]) -> tuple[bytes, list[int]]:

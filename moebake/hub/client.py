@@ -13,7 +13,7 @@ import importlib
 
 from huggingface_hub import HfApi
 
-from moebake.errors import MoebakeError
+from moebake.errors import HubError
 
 
 def hub_client(token: str | None = None) -> HfApi:
@@ -39,7 +39,7 @@ dead connection (``HfHubHTTPError``, ``LocalEntryNotFoundError`` and ``OfflineMo
 OSErrors; ``HFValidationError`` is a ValueError)."""
 
 
-def hub_error(what: str, err: BaseException) -> MoebakeError:
-    """One-line MoebakeError: ``what`` failed, with the error's type and first line."""
+def hub_error(what: str, err: BaseException) -> HubError:
+    """One-line HubError: ``what`` failed, with the error's type and first line."""
     first_line = (str(err).strip().splitlines() or [""])[0]
-    return MoebakeError(f"{what}: {type(err).__name__}: {first_line}")
+    return HubError(f"{what}: {type(err).__name__}: {first_line}")

@@ -22,7 +22,7 @@ from huggingface_hub import ModelCardData
 from huggingface_hub.repocard import metadata_load
 
 from moebake.convert.hashing import file_record
-from moebake.convert.manifest import read_manifest, tensor_sources, write_manifest
+from moebake.schema.manifest import read_manifest, tensor_sources, write_manifest
 from moebake.convert.targets import kernel_description
 from moebake.hub.download import parse_repo_spec
 

@@ -12,7 +12,7 @@ resume one, re-run with ``revision="refs/pr/N"``.
 import os
 from pathlib import Path
 
-from moebake.convert.manifest import read_manifest
+from moebake.schema.manifest import read_manifest
 from moebake.convert.source_check import compare_with_source
 from moebake.convert.verify import verify_output
 from moebake.errors import MoebakeError

@@ -17,13 +17,15 @@ the CuteDSL "MMA layout" (a strided view of them) and what ``shuffle_matrix_sf_a
 
 import torch
 
+from moebake.schema.sizes import round_up
+
 ROW_TILE = 128
 COL_TILE = 4
 
 
 def padded_dims(rows: int, cols: int) -> tuple[int, int]:
     """``(R_pad, C_pad)``: rows rounded up to 128, columns to 4."""
-    return -(-rows // ROW_TILE) * ROW_TILE, -(-cols // COL_TILE) * COL_TILE
+    return round_up(rows, ROW_TILE), round_up(cols, COL_TILE)
 
 
 def swizzle_128x4(sf: torch.Tensor) -> torch.Tensor:

@@ -6,14 +6,16 @@ reverted #3738, so the two layouts alternate across releases. A checkpoint baked
 gives wrong numbers, silently, on a FlashInfer that reads the other.
 """
 
-import re
+from packaging.version import InvalidVersion, Version
 
-# (first, last) release, inclusive, as version tuples; the layout that range reads.
+from moebake.errors import PlatformError
+
+# [first, next) release ranges (post releases included, pre-releases count as their release) -> layout read.
 _RANGES = (
-    ((0, 6, 10, 0), (0, 6, 15, 1), "v1"),
-    ((0, 6, 16, 0), (0, 6, 16, 2), "v2"),
-    ((0, 6, 16, 3), (0, 6, 17, 999), "v1"),
-    ((0, 6, 18, 0), (99, 0, 0, 0), "v2"),
+    (Version("0.6.10"), Version("0.6.16"), "v1"),
+    (Version("0.6.16"), Version("0.6.16.post3"), "v2"),
+    (Version("0.6.16.post3"), Version("0.6.18"), "v1"),
+    (Version("0.6.18"), None, "v2"),
 )
 
 LAYOUTS = ("v2", "v1")
@@ -25,18 +27,20 @@ DESCRIPTIONS = {
 }
 
 
-def _parse(version: str) -> tuple[int, int, int, int]:
-    match = re.match(r"(\d+)\.(\d+)\.(\d+)(?:\.?post(\d+))?", version)
-    if not match:
-        raise ValueError(f"cannot parse FlashInfer version {version!r}")
-    major, minor, patch, post = match.groups()
-    return int(major), int(minor), int(patch), int(post or 0)
+def _release(version: str) -> Version:
+    """``version``'s release and post numbers (``0.7.2rc1+cu128`` -> ``0.7.2``); PlatformError if unparseable."""
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        raise PlatformError(f"cannot parse FlashInfer version {version!r}") from None
+    post = f".post{parsed.post}" if parsed.post is not None else ""
+    return Version(".".join(map(str, parsed.release)) + post)
 
 
 def layout_for_flashinfer(version: str) -> str | None:
     """The SM90 fp4 layout id a FlashInfer release reads, or None if it has no SM90 W4A16 interleave."""
-    parsed = _parse(version)
-    for first, last, layout in _RANGES:
-        if first <= parsed <= last:
+    release = _release(version)
+    for first, following, layout in _RANGES:
+        if first <= release and (following is None or release < following):
             return layout
     return None

@@ -15,7 +15,7 @@
 
 from pathlib import Path
 
-from moebake.convert.manifest import MANIFEST_NAME, read_manifest
+from moebake.schema.manifest import MANIFEST_NAME, read_manifest
 from moebake.errors import MoebakeError
 from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve.deepep_bf16 import DeepEPBf16Checkpoint

@@ -7,16 +7,15 @@ read only for the experts asked for (a contiguous dim-0 range is one contiguous 
 safetensors tensor, since tensors are stored C-order).
 """
 
-import json
 from pathlib import Path
 
 import torch
 
 from moebake.convert.hashing import checksum_problem
-from moebake.convert.manifest import MANIFEST_NAME
+from moebake.schema.manifest import MANIFEST_NAME
 from moebake.errors import MoebakeError
-from moebake.formats.checkpoint import INDEX_NAME
 from moebake.formats.safetensors_file import DTYPES, SafetensorsFile, read_header
+from moebake.schema.index import read_index
 from moebake.serve.platform import Platform
 from moebake.serve.staged_reader import ByteRange, LoadStats, StagedReader
 
@@ -35,11 +34,8 @@ class BakedCheckpoint:
         version = manifest.get("target_layout_version")
         if version != self.layout_version:
             raise MoebakeError(f"{self.manifest_path}: {self.target} layout version {version!r}; this runtime reads {self.layout_version}")
-        index_path = self.root / INDEX_NAME
-        try:
-            self.weight_map: dict[str, str] = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise MoebakeError(f"{index_path}: unreadable index ({err})") from None
+        self.index = read_index(self.root)
+        self.weight_map = self.index.weight_map
         self._headers: dict[str, SafetensorsFile] = {}
         self._readers: dict[torch.device, StagedReader] = {}
         self._verified: set[str] = set()
@@ -69,7 +65,7 @@ class BakedCheckpoint:
     def _shard_of(self, name: str) -> SafetensorsFile:
         shard_name = self.weight_map.get(name)
         if shard_name is None:
-            raise MoebakeError(f"{self.root / INDEX_NAME}: tensor {name} is not in the index")
+            raise MoebakeError(f"{self.index.path}: tensor {name} is not in the index")
         if shard_name not in self._headers:
             self._headers[shard_name] = read_header(self.root / shard_name)
         return self._headers[shard_name]

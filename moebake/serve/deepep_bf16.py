@@ -33,11 +33,11 @@ import json
 
 import torch
 
-from moebake.convert.options import round_up
 from moebake.convert.targets import deepep_bf16 as bake_target
-from moebake.errors import MoebakeError
+from moebake.errors import InvalidArgumentError, MoebakeError
 from moebake.formats.bf16_moe import ACTIVATION
 from moebake.layouts.gate_up import pad_to, split_halves, stack_halves
+from moebake.schema.sizes import round_up
 from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve import deepep_ll
 from moebake.serve.deepep_ll import LowLatencyBuffer, LowLatencyRefusal, LowLatencySpec
@@ -63,7 +63,7 @@ class DeepEPBf16Experts:
         E, two_i, H = w13.shape
         I = two_i // 2
         if w13.dtype != torch.bfloat16 or w2.dtype != torch.bfloat16 or two_i % 2 or tuple(w2.shape) != (E, H, I):
-            raise ValueError(f"expected w13 BF16 [E, 2I, H] and w2 BF16 [E, H, I], got w13 {w13.dtype} "
+            raise InvalidArgumentError(f"expected w13 BF16 [E, 2I, H] and w2 BF16 [E, H, I], got w13 {w13.dtype} "
                              f"{list(w13.shape)} and w2 {w2.dtype} {list(w2.shape)}")
         self.num_local_experts, self.hidden, self.intermediate = E, H, I
         self.first_expert, self.load_stats = first_expert, load_stats
@@ -88,13 +88,13 @@ class DeepEPBf16Experts:
         """
         E, T, H = hidden_states.shape
         if hidden_states.dtype != torch.bfloat16 or (E, H) != (self.num_local_experts, self.hidden):
-            raise ValueError(f"hidden_states must be BF16 [E_local={self.num_local_experts}, T_max, H={self.hidden}], "
+            raise InvalidArgumentError(f"hidden_states must be BF16 [E_local={self.num_local_experts}, T_max, H={self.hidden}], "
                              f"got {hidden_states.dtype} {list(hidden_states.shape)}")
         if masked_m.dtype != torch.int32 or tuple(masked_m.shape) != (E,) or masked_m.device != hidden_states.device:
-            raise ValueError(f"masked_m must be int32 [{E}] on {hidden_states.device}, got {masked_m.dtype} "
+            raise InvalidArgumentError(f"masked_m must be int32 [{E}] on {hidden_states.device}, got {masked_m.dtype} "
                              f"{list(masked_m.shape)} on {masked_m.device}")
         if not isinstance(expected_m, int) or expected_m <= 0:
-            raise ValueError(f"expected_m must be a positive int, got {expected_m!r}")
+            raise InvalidArgumentError(f"expected_m must be a positive int, got {expected_m!r}")
         run = self.backend.run
         x = pad_to(hidden_states, (round_up(T, self.backend.m_align), self.w13.shape[2]))
         gate_up = run(x, self.w13, masked_m, expected_m)

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from moebake.errors import InvalidArgumentError
+
 
 @dataclass(frozen=True)
 class DispatchHandle:
@@ -52,7 +54,7 @@ def dispatch(hidden: torch.Tensor, topk_ids: torch.Tensor, num_local_experts: in
     """
     T, H = hidden.shape
     if topk_ids.dim() != 2 or topk_ids.shape[0] != T:
-        raise ValueError(f"topk_ids must be [T={T}, k], got {list(topk_ids.shape)}")
+        raise InvalidArgumentError(f"topk_ids must be [T={T}, k], got {list(topk_ids.shape)}")
     t_max = T if max_tokens is None else max_tokens
     ids = topk_ids.reshape(-1).long()
     local = ids - expert_offset
@@ -63,7 +65,7 @@ def dispatch(hidden: torch.Tensor, topk_ids: torch.Tensor, num_local_experts: in
     expert = local[choice]
     counts = torch.bincount(expert, minlength=num_local_experts)
     if choice.numel() and int(counts.max()) > t_max:
-        raise ValueError(f"an expert receives {int(counts.max())} tokens, more than T_max={t_max}")
+        raise InvalidArgumentError(f"an expert receives {int(counts.max())} tokens, more than T_max={t_max}")
     slot = torch.arange(choice.numel(), device=hidden.device) - (torch.cumsum(counts, 0) - counts)[expert]
     recv_x = hidden.new_zeros(num_local_experts, t_max, H)
     recv_x[expert, slot] = hidden[token]

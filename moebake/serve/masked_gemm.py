@@ -30,6 +30,8 @@ from types import ModuleType
 
 import torch
 
+from moebake.errors import InvalidArgumentError, PlatformError
+
 DEEP_GEMM_ARCHS = (9, 10)  # compute capability majors with DeepGEMM masked kernels (SM90, SM100)
 
 
@@ -72,7 +74,7 @@ def _torch_run(a: torch.Tensor, b: torch.Tensor, masked_m: torch.Tensor, expecte
 def _deep_gemm_run(a: torch.Tensor, b: torch.Tensor, masked_m: torch.Tensor, expected_m: int) -> torch.Tensor:
     deep_gemm, why = deep_gemm_status()
     if deep_gemm is None:
-        raise RuntimeError(why)
+        raise PlatformError(why)
     d = torch.empty(a.shape[0], a.shape[1], b.shape[1], dtype=torch.bfloat16, device=a.device)
     deep_gemm.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m)
     return d
@@ -98,5 +100,5 @@ def get_backend(backend: MaskedGemm | str | None, device: torch.device | str) ->
     if isinstance(backend, MaskedGemm):
         return backend
     if backend not in BACKENDS:
-        raise ValueError(f"unknown masked GEMM backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+        raise InvalidArgumentError(f"unknown masked GEMM backend {backend!r}; expected one of {', '.join(BACKENDS)}")
     return BACKENDS[backend]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from moebake.errors import MoebakeError
+from moebake.errors import PlatformError
 from moebake.layouts.flashinfer_versions import layout_for_flashinfer
 
 SM90 = (9, 0)
@@ -29,13 +29,13 @@ class Platform:
     capability: tuple[int, int] | None = None
 
     def installed_flashinfer_version(self) -> str:
-        """``flashinfer.__version__`` (or the injected version); MoebakeError if FlashInfer is absent."""
+        """``flashinfer.__version__`` (or the injected version); PlatformError if FlashInfer is absent."""
         if self.flashinfer_version is not None:
             return self.flashinfer_version
         try:
             import flashinfer
         except ImportError as err:
-            raise MoebakeError(f"FlashInfer is not importable ({err}); the sm90-cutlass runtime needs flashinfer-python") from None
+            raise PlatformError(f"FlashInfer is not importable ({err}); the sm90-cutlass runtime needs flashinfer-python") from None
         return flashinfer.__version__
 
     def device_capability(self, device: torch.device) -> tuple[int, int]:
@@ -43,27 +43,27 @@ class Platform:
         if self.capability is not None:
             return tuple(self.capability)
         if not torch.cuda.is_available():
-            raise MoebakeError(f"device {device}: CUDA is not available in this torch build or machine")
+            raise PlatformError(f"device {device}: CUDA is not available in this torch build or machine")
         return torch.cuda.get_device_capability(device)
 
 
 def require_sm90(capability: tuple[int, int], device: torch.device, target: str) -> None:
-    """MoebakeError unless ``capability`` is SM90 (9.0: H100, H200, H20)."""
+    """PlatformError unless ``capability`` is SM90 (9.0: H100, H200, H20)."""
     if tuple(capability) != SM90:
         major, minor = capability
-        raise MoebakeError(
+        raise PlatformError(
             f"device {device}: compute capability {major}.{minor} (sm_{major}{minor}); target {target} "
             f"needs an SM90 (Hopper, 9.0) GPU"
         )
 
 
 def require_flashinfer_layout(baked_layout: str, flashinfer_version: str, manifest_path) -> None:
-    """MoebakeError unless FlashInfer ``flashinfer_version`` reads the SM90 fp4 layout ``baked_layout``."""
+    """PlatformError unless FlashInfer ``flashinfer_version`` reads the SM90 fp4 layout ``baked_layout``."""
     read = layout_for_flashinfer(flashinfer_version)
     if read != baked_layout:
         reads = f"reads fp4 layout {read}" if read else "has no SM90 W4A16 fp4 layout"
         fix = f"re-bake with --flashinfer-layout {read}" if read else "install FlashInfer >= 0.6.10"
-        raise MoebakeError(
+        raise PlatformError(
             f"{manifest_path}: baked for FlashInfer SM90 fp4 layout {baked_layout}, but the installed "
             f"FlashInfer {flashinfer_version} {reads}; {fix} or install a FlashInfer that reads {baked_layout}"
         )

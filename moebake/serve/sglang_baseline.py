@@ -19,14 +19,13 @@ SGLang 0.5.23 rounds GPT-OSS's hidden size to a multiple of 256 (3072) before pa
 padded sizes are parameters, so that they can equal a baked checkpoint's (2944 by default).
 """
 
-import json
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
 
-from moebake.formats.checkpoint import INDEX_NAME
+from moebake.formats.safetensors_file import read_header
+from moebake.schema.index import read_index
 from moebake.serve.flashinfer_ops import sm90_moe_ops
 
 SOURCE_SUFFIXES = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
@@ -40,12 +39,11 @@ def load_source_experts(source_dir, layer: int, start: int, stop: int, device) -
     Keys are the source suffixes (``gate_up_proj_blocks``, ...); shapes and dtypes as stored.
     """
     source_dir = Path(source_dir)
-    weight_map = json.loads((source_dir / INDEX_NAME).read_text())["weight_map"]
+    weight_map = read_index(source_dir).weight_map
     out = {}
     for suffix in SOURCE_SUFFIXES:
         name = f"model.layers.{layer}.mlp.experts.{suffix}"
-        with safe_open(source_dir / weight_map[name], framework="pt", device="cpu") as f:
-            out[suffix] = f.get_slice(name)[start:stop].to(device)
+        out[suffix] = read_header(source_dir / weight_map[name]).read_rows(name, start, stop).to(device)
     return out
 
 

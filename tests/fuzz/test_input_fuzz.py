@@ -344,7 +344,7 @@ def test_random_bit_flip_in_the_manifest_is_detected(baked, tmp_path, seed):
 
 
 def test_a_consistently_rewritten_activation_limit_is_caught_by_verify_source(baked, pristine, tmp_path):
-    from moebake.convert.manifest import write_manifest
+    from moebake.schema.manifest import write_manifest
 
     out = shutil.copytree(baked["gpt-oss"], tmp_path / "out")
     manifest = json.loads((out / "moebake.json").read_text())

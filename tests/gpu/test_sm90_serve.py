@@ -18,6 +18,7 @@ import moebake.serve
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.layouts.mxfp4 import dequantize
+from moebake.schema.sizes import round_up
 from moebake.serve import sglang_baseline
 from moebake.synthetic import write_gpt_oss
 
@@ -76,7 +77,7 @@ def _inputs(tokens, shape, seed, device):
 def _sglang(source, shape, device, ep_rank=0, ep_size=1):
     start, stop = _rank_range(shape, ep_rank, ep_size)
     loaded = sglang_baseline.load_source_experts(source, 0, start, stop, device)
-    Hp, Ip = (-(-shape[d] // 128) * 128 for d in ("hidden", "intermediate"))
+    Hp, Ip = (round_up(shape[d], 128) for d in ("hidden", "intermediate"))
     return sglang_baseline.prepare_like_sglang(loaded, hidden_padded=Hp, intermediate_padded=Ip)
 
 

@@ -11,7 +11,7 @@ see :mod:`moebake.formats`); without it, the checkpoint is read as whatever form
 
 from moebake.convert.options import ConvertOptions
 from moebake.convert.targets import cutedsl, cutedsl_deepep, deepep_bf16, sm90_cutlass, sm100_trtllm
-from moebake.errors import MoebakeError
+from moebake.errors import MoebakeError, UnsupportedError
 from moebake.formats import SOURCE_FORMATS, detect_format, detected_format
 
 TARGETS = {
@@ -25,7 +25,7 @@ TARGETS = {
 
 def get_target(name: str):
     if name not in TARGETS:
-        raise MoebakeError(f"unknown target {name!r}; expected one of {', '.join(TARGETS)}")
+        raise UnsupportedError(f"unknown target {name!r}; expected one of {', '.join(TARGETS)}")
     return TARGETS[name]
 
 
@@ -41,7 +41,7 @@ def model_for_target(checkpoint, name: str, *, name_fits: bool = True):
         return SOURCE_FORMATS[detected].open_model(checkpoint)
     other = detect_format(checkpoint)  # MoebakeError if no format reads it: then the model is the problem
     fits = f"; targets that fit it: {', '.join(fitting_targets(checkpoint)) or 'none'}" if name_fits else ""
-    raise MoebakeError(f"{checkpoint.root}: target {name} bakes {' or '.join(target.SOURCE_FORMATS)} checkpoints, "
+    raise UnsupportedError(f"{checkpoint.root}: target {name} bakes {' or '.join(target.SOURCE_FORMATS)} checkpoints, "
                        f"this one is {other}{fits}")
 
 

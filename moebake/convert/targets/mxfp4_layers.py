@@ -12,11 +12,12 @@ from dataclasses import dataclass
 
 import torch
 
-from moebake.convert.options import ConvertOptions, round_up
+from moebake.convert.options import ConvertOptions
 from moebake.convert.plan import OutputTensor
 from moebake.convert.targets.expert_chunks import zip_expert_chunks
 from moebake.errors import MoebakeError
 from moebake.formats.expert_source import source_tensors
+from moebake.schema.sizes import round_up
 
 
 @dataclass(frozen=True)
