@@ -1,0 +1,189 @@
+"""vLLM 0.33.0's own load-time code, run on CPU: the oracle a vLLM-profile bake must equal byte for byte.
+
+Builds vLLM's real GPT-OSS ``MLPBlock`` (its ``FusedMoEFactory``, ``GptOssRoutedExperts`` and the MoE
+method vLLM's quantization config picks for ``--moe-backend``), loads the *source* checkpoint's expert
+tensors with vLLM's own GPT-OSS loader (``GptOssForCausalLM.hf_to_vllm_mapper``, then
+``GptOssModel.load_weights``) and runs the method's ``process_weights_after_loading``.
+
+Only these things are not vLLM's:
+  * the platform's answers about the GPU (vLLM picks MoE kernels from them): :func:`vllm_engine`
+    makes the CPU platform answer as a CUDA GPU of the given compute capability;
+  * FlashInfer's CUDA-only ``interleave_moe_weights_for_sm90_mixed_gemm``, replaced by the CPU
+    emulation of its kernel (``tests/kernel_emulation.py``); FlashInfer's CPU helpers are used as-is;
+  * the model around the MoE blocks: a holder module gives vLLM's loader the parameter names
+    ``layers.N.mlp.experts.routed_experts.*`` that ``GptOssModel`` has (attention needs a GPU).
+
+vLLM needs a process group even at one rank: :func:`vllm_engine` makes a one-process gloo group once
+per process.
+"""
+
+import json
+import os
+import socket
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
+import torch  # noqa: E402
+from safetensors import safe_open  # noqa: E402
+
+VLLM_VERSION = "0.33.0"
+
+
+def vllm_installed() -> bool:
+    try:
+        import importlib.metadata
+
+        return importlib.metadata.version("vllm") == VLLM_VERSION
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _init_process_group() -> None:
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed import parallel_state
+
+    if parallel_state._WORLD is not None:
+        return
+    with set_current_vllm_config(VllmConfig()):
+        parallel_state.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                                    distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+        parallel_state.initialize_model_parallel(1, 1, backend="gloo")
+
+
+def _import_before_faking_the_gpu() -> None:
+    """Modules that ask the platform at import time (CUDA ops probed in class bodies) are imported
+    while it still answers as a CPU."""
+    import vllm.model_executor.layers.fused_moe  # noqa: F401
+    import vllm.model_executor.layers.quantization.mxfp4  # noqa: F401
+    import vllm.model_executor.layers.quantization.online.fp8  # noqa: F401
+    import vllm.model_executor.layers.quantization.online.moe_base  # noqa: F401
+    import vllm.model_executor.models.gpt_oss  # noqa: F401
+
+
+def _capability(cap) -> int:
+    return cap if isinstance(cap, int) else cap[0] * 10 + cap[1]
+
+
+@contextmanager
+def vllm_engine(hf_config, quant_config, *, moe_backend: str = "flashinfer_cutlass", capability: int = 90):
+    """vLLM's process state as one GPU worker started with ``--moe-backend moe_backend`` would have it.
+
+    Yields the ``VllmConfig`` (current while inside). ``capability`` is the compute capability the
+    platform reports (90 = Hopper): vLLM's MoE methods pick their kernel from it.
+    """
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.platforms import current_platform
+
+    _import_before_faking_the_gpu()
+    _init_process_group()
+    config = VllmConfig()
+    config.kernel_config.moe_backend = moe_backend
+    object.__setattr__(config, "model_config", SimpleNamespace(
+        hf_config=hf_config, quantization_config=None, dtype=torch.bfloat16, architectures=hf_config.architectures))
+    config.quant_config = quant_config
+    platform = type(current_platform)
+    facts = {
+        "is_cuda": lambda *args: True,
+        "is_device_capability": classmethod(lambda cls, cap, device_id=0: _capability(cap) == capability),
+        "has_device_capability": classmethod(lambda cls, cap, device_id=0: _capability(cap) <= capability),
+        "is_device_capability_family": classmethod(lambda cls, cap, device_id=0: _capability(cap) // 10 == capability // 10),
+        "get_device_capability": classmethod(lambda cls, device_id=0: SimpleNamespace(
+            major=capability // 10, minor=capability % 10, to_int=lambda: capability)),
+    }
+    with mock.patch.multiple(platform, **facts), set_current_vllm_config(config):
+        yield config
+
+
+def read_tensors(source_dir: str | Path, names: list[str]) -> dict[str, torch.Tensor]:
+    """``{name: tensor}`` of a safetensors checkpoint directory (through its index, or its one file)."""
+    source_dir = Path(source_dir)
+    index = source_dir / "model.safetensors.index.json"
+    weight_map = json.loads(index.read_text())["weight_map"] if index.is_file() else {n: "model.safetensors" for n in names}
+    out = {}
+    for name in names:
+        with safe_open(source_dir / weight_map[name], framework="pt", device="cpu") as f:
+            out[name] = f.get_tensor(name)
+    return out
+
+
+def hf_config_of(source_dir: str | Path):
+    from transformers import PretrainedConfig
+
+    config = PretrainedConfig(**json.loads((Path(source_dir) / "config.json").read_text()))
+    config.architectures = getattr(config, "architectures", None) or ["GptOssForCausalLM"]
+    return config
+
+
+def gpt_oss_holder(vllm_config, layers: list[int]) -> torch.nn.Module:
+    """vLLM's GPT-OSS MoE blocks (``MLPBlock``) of ``layers`` in a module that has ``GptOssModel``'s
+    parameter names and the attributes its ``load_weights`` reads."""
+    from vllm.model_executor.models import gpt_oss
+
+    hf_config = vllm_config.model_config.hf_config
+
+    class Block(torch.nn.Module):
+        def __init__(self, index):
+            super().__init__()
+            self.mlp = gpt_oss.MLPBlock(vllm_config, index, prefix=f"model.layers.{index}.mlp")
+
+    class Holder(torch.nn.Module):
+        _try_load_streamed_expert = gpt_oss.GptOssModel.__dict__["_try_load_streamed_expert"]
+        _get_streamed_expert_info = gpt_oss.GptOssModel.__dict__["_get_streamed_expert_info"]
+        _load_weights_mxfp4 = gpt_oss.GptOssModel._load_weights_mxfp4
+        _load_weights_other = gpt_oss.GptOssModel._load_weights_other
+        load_weights = gpt_oss.GptOssModel.load_weights
+
+        def __init__(self):
+            super().__init__()
+            self.config = hf_config
+            self.parallel_config = vllm_config.parallel_config
+            self.layers = torch.nn.ModuleList([Block(i) if i in layers else torch.nn.Identity()
+                                               for i in range(max(layers) + 1)])
+
+    return Holder()
+
+
+def gpt_oss_flashinfer_cutlass(source_dir: str | Path, layer: int, interleave_weights) -> dict[str, torch.Tensor]:
+    """vLLM's post-``process_weights_after_loading`` parameters of GPT-OSS layer ``layer`` on SM90 with
+    ``--moe-backend flashinfer_cutlass`` (``GptOssMxfp4MoEMethod``, ``FLASHINFER_CUTLASS_MXFP4_BF16``:
+    ``convert_gpt_oss_weight_to_mxfp4_moe_kernel_format``).
+
+    ``interleave_weights(uint8 [E, n, k/2]) -> same`` stands in for FlashInfer's CUDA
+    ``interleave_moe_weights_for_sm90_mixed_gemm(w, "fp4")``. Returns ``{param name: tensor}`` with
+    the names of vLLM's ``RoutedExperts`` parameters (``w13_weight``, ..., ``w13_bias``, ``w2_bias``).
+    """
+    import flashinfer.fused_moe as fi_moe
+    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
+    from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4Config
+    from vllm.model_executor.models.gpt_oss import GptOssForCausalLM
+
+    hf_config = hf_config_of(source_dir)
+    prefix = f"model.layers.{layer}.mlp.experts."
+    suffixes = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
+                "down_proj_blocks", "down_proj_scales", "down_proj_bias")
+    source = read_tensors(source_dir, [prefix + s for s in suffixes])
+
+    def interleave(weight, quant_type):
+        assert quant_type == "fp4", quant_type
+        return interleave_weights(weight)
+
+    with vllm_engine(hf_config, GptOssMxfp4Config(), moe_backend="flashinfer_cutlass") as vllm_config, \
+            mock.patch.object(fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm", interleave):
+        holder = gpt_oss_holder(vllm_config, [layer])
+        experts = holder.layers[layer].mlp.experts.routed_experts
+        assert experts.quant_method.mxfp4_backend == Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16
+        mapped = GptOssForCausalLM.hf_to_vllm_mapper.apply(source.items())
+        loaded = holder.load_weights((name.removeprefix("model."), tensor) for name, tensor in mapped)
+        assert len(loaded) == len(suffixes), sorted(loaded)
+        experts.quant_method.process_weights_after_loading(experts)
+        return {name: p.data.clone() for name, p in experts.named_parameters()}
