@@ -1,32 +1,34 @@
 """Benchmark (not a test): ``moebake convert --target sm90-cutlass`` against ``cp -r`` of the same source.
 
 Synthetic GPT-OSS-shaped checkpoints (GPT-OSS-20B's shapes by default: E=32, H=I=2880, 64 query /
-8 KV heads of 64, vocabulary 201088; one layer per shard; 24 layers = 13.5 GB) of growing size are
+8 KV heads of 64, vocabulary 201088; one layer per shard; 24 layers = 13.8 GB) of growing size are
 generated once under ``.bench-cache/``: the largest by :func:`moebake.synthetic.write_gpt_oss`,
 the smaller ones as its first shards (hard links) with their own index and config, so they cost no
-extra disk. For each size, back to back on the same disk:
+extra disk. For each size and page-cache state, back to back on the same disk:
 
 * ``copy``: ``cp -r SRC DST`` then ``sync DST/*`` (an fsync of every copied file), run before and
   after the conversions; its time is the mean of the two;
 * ``moebake wN``: ``python -m moebake convert SRC OUT --target sm90-cutlass --quiet --profile
   --workers N`` (which fsyncs every file it writes).
 
-Page cache: before every run the source is dropped from the page cache with
-``posix_fadvise(DONTNEED)`` on each file (no root needed, other processes' cache untouched), so
-both tools read it from the disk; both flush everything they write. Each output is deleted right
-after its run.
+Page cache: ``cold`` drops the source from the page cache before every run
+(``posix_fadvise(DONTNEED)`` on each file: no root needed, other processes' cache untouched), so
+both tools read it from the disk; ``warm`` reads the whole source once right before every run, so
+both find it in memory. Both tools flush everything they write. Each output is deleted right after
+its run.
 
-Reported per run: GB/s (source bytes / wall seconds), the ratio of wall time to the copy's, CPU
-seconds (user + system of the whole process tree), the CPU floor (CPU seconds spread over all the
-machine's cores, as a ratio to the copy's wall time: no schedule of that work can beat it), peak RSS
-(sum over the process tree, polled every 50 ms; shared pages count once per process, so this
-over-counts workers) and the 1-minute load average before the run (other work on the machine
-competes for the same cores). The conversion's own per-stage profile (``--profile``) is printed
-after each run, and kept for the largest size. Results go to
-``bench/results/convert_bench.{md,csv,png}`` (``--results``).
+Reported per run: GB/s (source bytes / wall seconds), the ratio of wall time to the copy's in the
+same cache state, CPU seconds (user + system of the whole process tree), the CPU floor (CPU seconds
+spread over all the machine's cores, as a ratio to the copy's wall time: no schedule of that work
+can beat it), peak RSS (sum over the process tree, polled every 50 ms; shared pages count once per
+process, so this over-counts workers) and the 1-minute load average before the run (other work on
+the machine competes for the same cores). The conversion's own per-stage profile (``--profile``)
+is printed after each run, and kept for the largest size. Results go to
+``bench/results/convert_bench.{md,csv,png}`` (``--results``); ``--quick`` runs one small size and
+writes ``convert_bench_quick.*`` instead, so it never overwrites the full results.
 
-    .venv/bin/python bench/convert_bench.py                            # 3, 6, 12, 24 layers; workers 1, 2
-    .venv/bin/python bench/convert_bench.py --layers 3 --workers 1     # a quick look
+    .venv/bin/python bench/convert_bench.py                            # 3, 6, 12, 24 layers; workers 1, 2; cold + warm
+    .venv/bin/python bench/convert_bench.py --quick                    # 3 layers, workers 1, cold + warm
     .venv/bin/python bench/convert_bench.py --plot-only                # redraw the plot from the CSV
 """
 
@@ -34,6 +36,7 @@ import argparse
 import csv
 import json
 import os
+import platform
 import resource
 import shutil
 import subprocess
@@ -108,11 +111,26 @@ def drop_from_page_cache(directory: Path) -> None:
                 os.close(fd)
 
 
-def run_measured(command: list[str]) -> dict:
+def load_into_page_cache(directory: Path) -> None:
+    """Read every file of ``directory`` once, so that the next run finds it in memory."""
+    buffer = bytearray(8 << 20)
+    for path in directory.iterdir():
+        if path.is_file():
+            with open(path, "rb", buffering=0) as f:
+                while f.readinto(buffer):
+                    pass
+
+
+def prepare_cache(source: Path, cache: str) -> None:
+    (drop_from_page_cache if cache == "cold" else load_into_page_cache)(source)
+
+
+def run_measured(command: list[str], env: dict | None = None) -> dict:
     """Run ``command``; wall seconds, CPU seconds and peak RSS bytes of its process tree, and its stderr."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                               env={**os.environ, **(env or {})})
     watched, peak = psutil.Process(process.pid), 0
     while process.poll() is None:
         try:
@@ -130,10 +148,10 @@ def run_measured(command: list[str]) -> dict:
     return {"wall_s": wall, "cpu_s": cpu, "peak_rss": peak, "stderr": stderr}
 
 
-def measure_copy(source: Path, scratch: Path) -> dict:
+def measure_copy(source: Path, scratch: Path, cache: str) -> dict:
     destination = scratch / "copy"
     shutil.rmtree(destination, ignore_errors=True)
-    drop_from_page_cache(source)
+    prepare_cache(source, cache)
     files = sorted(p.name for p in source.iterdir() if p.is_file())
     script = f'cp -r "{source}" "{destination}" && cd "{destination}" && sync {" ".join(files)}'
     result = run_measured(["bash", "-c", script])
@@ -141,91 +159,124 @@ def measure_copy(source: Path, scratch: Path) -> dict:
     return result
 
 
-def measure_convert(source: Path, scratch: Path, workers: int) -> dict:
+def measure_convert(source: Path, scratch: Path, workers: int, cache: str, env: dict) -> dict:
     out = scratch / "baked"
     shutil.rmtree(out, ignore_errors=True)
-    drop_from_page_cache(source)
+    prepare_cache(source, cache)
     result = run_measured([sys.executable, "-m", "moebake", "convert", str(source), str(out), "--target", "sm90-cutlass",
-                           "--quiet", "--profile", "--workers", str(workers)])
+                           "--quiet", "--profile", "--workers", str(workers)], env)
     shutil.rmtree(out)
     result["profile"] = [line for line in result["stderr"].splitlines() if line.startswith("profile:")]
     return result
 
 
-def run_size(source: Path, scratch: Path, workers_list: list[int]) -> list[dict]:
+VARIANTS = {
+    "": {},
+    "numpy kernels": {"MOEBAKE_NO_COMPILED": "1"},
+    "plain I/O": {"MOEBAKE_NO_DIRECT_IO": "1"},
+}
+"""Conversion variants by label suffix: environment switches that turn one optimisation off (same bytes)."""
+
+
+def run_size(source: Path, scratch: Path, workers_list: list[int], caches: list[str], variants: list[str]) -> list[dict]:
     size = source_bytes(source)
     free = shutil.disk_usage(scratch).free
     if free < 1.1 * size:
         raise SystemExit(f"{scratch}: {free / 1e9:.1f} GB free, a copy of {source} needs {size / 1e9:.1f} GB")
-    runs = []
-    for tool, measure in [("copy", lambda: measure_copy(source, scratch)),
-                          *[(f"moebake w{w}", lambda w=w: measure_convert(source, scratch, w)) for w in workers_list],
-                          ("copy", lambda: measure_copy(source, scratch))]:
-        load = os.getloadavg()[0]
-        result = measure()
-        runs.append({"tool": tool, "load": load, **result})
-        print(f"  {tool:11s} {result['wall_s']:7.1f} s  {size / result['wall_s'] / 1e9:5.2f} GB/s  "
-              f"cpu {result['cpu_s']:6.1f} s  peak RSS {result['peak_rss'] / 2**20:6.0f} MiB  load {load:.1f}", flush=True)
-        for line in result.get("profile", []):
-            print("    " + line, flush=True)
-    copies = [r for r in runs if r["tool"] == "copy"]
-    copy = {"tool": "copy", **{key: sum(r[key] for r in copies) / len(copies) for key in ("wall_s", "cpu_s", "load")},
-            "peak_rss": max(r["peak_rss"] for r in copies)}
     rows = []
-    for run in [copy, *(r for r in runs if r["tool"] != "copy")]:
-        rows.append({"source_gb": size / 1e9, "tool": run["tool"], "wall_s": run["wall_s"], "gb_per_s": size / run["wall_s"] / 1e9,
-                     "ratio_to_copy": run["wall_s"] / copy["wall_s"], "cpu_s": run["cpu_s"],
-                     "cpu_floor_ratio": run["cpu_s"] / CORES / copy["wall_s"],
-                     "peak_rss_mib": run["peak_rss"] / 2**20, "load": run["load"],
-                     "profile": "\n".join(line.removeprefix("profile: ") for line in run.get("profile", []))})
+    for cache in caches:
+        conversions = [(f"moebake w{w}" + (f", {v}" if v else ""), w, VARIANTS[v]) for w in workers_list for v in variants
+                       if not v or w == workers_list[0]]
+        runs = []
+        for tool, measure in [("copy", lambda: measure_copy(source, scratch, cache)),
+                              *[(label, lambda w=w, env=env: measure_convert(source, scratch, w, cache, env))
+                                for label, w, env in conversions],
+                              ("copy", lambda: measure_copy(source, scratch, cache))]:
+            load = os.getloadavg()[0]
+            result = measure()
+            runs.append({"tool": tool, "load": load, **result})
+            print(f"  {cache:4s} {tool:26s} {result['wall_s']:7.1f} s  {size / result['wall_s'] / 1e9:5.2f} GB/s  "
+                  f"cpu {result['cpu_s']:6.1f} s  peak RSS {result['peak_rss'] / 2**20:6.0f} MiB  load {load:.1f}", flush=True)
+            for line in result.get("profile", []):
+                print("    " + line, flush=True)
+        copies = [r for r in runs if r["tool"] == "copy"]
+        copy = {"tool": "copy", **{key: sum(r[key] for r in copies) / len(copies) for key in ("wall_s", "cpu_s", "load")},
+                "peak_rss": max(r["peak_rss"] for r in copies)}
+        for run in [copy, *(r for r in runs if r["tool"] != "copy")]:
+            rows.append({"source_gb": size / 1e9, "cache": cache, "tool": run["tool"], "wall_s": run["wall_s"],
+                         "gb_per_s": size / run["wall_s"] / 1e9, "ratio_to_copy": run["wall_s"] / copy["wall_s"],
+                         "cpu_s": run["cpu_s"], "cpu_floor_ratio": run["cpu_s"] / CORES / copy["wall_s"],
+                         "peak_rss_mib": run["peak_rss"] / 2**20, "load": run["load"],
+                         "profile": "\n".join(line.removeprefix("profile: ") for line in run.get("profile", []))})
     return rows
 
 
-def write_results(rows: list[dict], results: Path) -> None:
+COLUMNS = ["source_gb", "cache", "tool", "wall_s", "gb_per_s", "ratio_to_copy", "cpu_s", "cpu_floor_ratio", "peak_rss_mib", "load"]
+
+
+def machine_line() -> str:
+    memory = psutil.virtual_memory().total / 2**30
+    return (f"{CORES} cores ({platform.processor() or platform.machine()}), {memory:.0f} GiB RAM, "
+            f"Linux {platform.release()}, Python {platform.python_version()}")
+
+
+def write_results(rows: list[dict], results: Path, stem: str, draw: bool = True) -> None:
     results.mkdir(parents=True, exist_ok=True)
-    columns = ["source_gb", "tool", "wall_s", "gb_per_s", "ratio_to_copy", "cpu_s", "cpu_floor_ratio", "peak_rss_mib", "load"]
-    with open(results / "convert_bench.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, columns + ["profile"])
+    with open(results / f"{stem}.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, COLUMNS + ["profile"])
         writer.writeheader()
         for row in rows:
             writer.writerow({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in row.items()})
-    table = [f"| source GB | tool | wall s | GB/s | x copy | CPU s | CPU floor (/{CORES} cores) x copy | peak RSS MiB | load |",
-             "|" + "---|" * 9]
+    table = [f"| source GB | page cache | tool | wall s | GB/s | x copy | CPU s | CPU floor (/{CORES} cores) x copy | "
+             "peak RSS MiB | load |", "|" + "---|" * 10]
     for row in rows:
-        table.append(f"| {row['source_gb']:.1f} | {row['tool']} | {row['wall_s']:.1f} | {row['gb_per_s']:.2f} | "
+        table.append(f"| {row['source_gb']:.1f} | {row['cache']} | {row['tool']} | {row['wall_s']:.1f} | {row['gb_per_s']:.2f} | "
                      f"{row['ratio_to_copy']:.2f} | {row['cpu_s']:.1f} | {row['cpu_floor_ratio']:.2f} | "
                      f"{row['peak_rss_mib']:.0f} | {row['load']:.1f} |")
     largest = max(row["source_gb"] for row in rows)
-    profiles = [f"{row['tool']}, {row['source_gb']:.1f} GB (moebake convert --profile):\n\n```\n{row['profile']}\n```"
+    profiles = [f"{row['tool']}, {row['cache']}, {row['source_gb']:.1f} GB (moebake convert --profile):\n\n```\n{row['profile']}\n```"
                 for row in rows if row["source_gb"] == largest and row["profile"]]
-    (results / "convert_bench.md").write_text("\n".join(table) + "\n\n" + "\n\n".join(profiles) + "\n")
-    print("\n".join(table))
-    plot(rows, results / "convert_bench.png")
+    header = f"Machine: {machine_line()}. Load: 1-minute load average before each run (column).\n\n"
+    (results / f"{stem}.md").write_text(header + "\n".join(table) + "\n\n" + "\n\n".join(profiles) + "\n")
+    print(header + "\n".join(table))
+    if draw:
+        plot(rows, results / f"{stem}.png")
 
 
 def plot(rows: list[dict], path: Path) -> None:
+    """Three panels: ratio of wall time to the copy's (per cache state; 1.3x target), throughput, peak RSS."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, (speed, memory) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for tool in dict.fromkeys(row["tool"] for row in rows):
-        mine = [row for row in rows if row["tool"] == tool]
+    figure, (ratio, speed, memory) = plt.subplots(1, 3, figsize=(15, 4.4))
+    styles = {"cold": "-", "warm": "--"}
+    for (tool, cache) in dict.fromkeys((row["tool"], row["cache"]) for row in rows):
+        mine = [row for row in rows if row["tool"] == tool and row["cache"] == cache]
         sizes = [row["source_gb"] for row in mine]
-        speed.plot(sizes, [row["gb_per_s"] for row in mine], "o-", label=tool)
-        memory.plot(sizes, [row["peak_rss_mib"] for row in mine], "o-", label=tool)
-    speed.set(xlabel="source checkpoint (GB)", ylabel="GB/s (source bytes / wall s)", title="throughput, cold page cache")
+        label = f"{tool} ({cache})"
+        if tool != "copy":
+            ratio.plot(sizes, [row["ratio_to_copy"] for row in mine], "o" + styles[cache], label=label)
+        speed.plot(sizes, [row["gb_per_s"] for row in mine], "o" + styles[cache], label=label)
+        memory.plot(sizes, [row["peak_rss_mib"] for row in mine], "o" + styles[cache], label=label)
+    loads = [row["load"] for row in rows]
+    ratio.axhline(1.3, color="grey", linestyle=":", label="1.3x target")
+    ratio.axhline(1.0, color="black", linewidth=0.8)
+    ratio.set(xlabel="source checkpoint (GB)", ylabel="wall time / cp + sync wall time",
+              title=f"convert vs copy, {CORES} cores (load {min(loads):.1f}-{max(loads):.1f})")
+    speed.set(xlabel="source checkpoint (GB)", ylabel="GB/s (source bytes / wall s)", title="throughput")
     memory.set(xlabel="source checkpoint (GB)", ylabel="peak RSS of the process tree (MiB)", title="peak memory")
-    memory.axhline(1.5e9 / 2**20, color="grey", linestyle=":", label="1.5 GB target")
+    memory.axhline(1024, color="grey", linestyle=":", label="1 GiB target")
     sizes = sorted({row["source_gb"] for row in rows})
-    for axes in (speed, memory):
-        axes.set_xscale("log", base=2)
+    for axes in (ratio, speed, memory):
+        if len(sizes) > 1:
+            axes.set_xscale("log", base=2)
         axes.set_xticks(sizes, [f"{size:.1f}" for size in sizes])
         axes.minorticks_off()
         axes.set_ylim(bottom=0)
         axes.grid(alpha=0.3)
-        axes.legend()
+        axes.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     print(f"wrote {path}")
@@ -239,14 +290,26 @@ def main() -> None:
     parser.add_argument("--experts", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=2880, help="H = I")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="moebake --workers values to run")
+    parser.add_argument("--cache-states", nargs="+", choices=["cold", "warm"], default=["cold", "warm"],
+                        help="page-cache states of the source to measure")
+    parser.add_argument("--variants", nargs="+", choices=[v for v in VARIANTS if v], default=[],
+                        help="also run the first --workers value with one optimisation off (same bytes)")
+    parser.add_argument("--quick", action="store_true",
+                        help="3 layers, --workers 1, results to convert_bench_quick.* (not the committed full results)")
     parser.add_argument("--cache", type=Path, default=REPO / ".bench-cache", help="where sources and scratch copies go")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
+    parser.add_argument("--name", default=None, help="results file stem (default convert_bench, or convert_bench_quick)")
     parser.add_argument("--plot-only", action="store_true", help="redraw the plot from the results' CSV, run nothing")
+    parser.add_argument("--no-plot", action="store_true", help="write the table and CSV only (no matplotlib needed)")
     args = parser.parse_args()
+    stem = args.name or ("convert_bench_quick" if args.quick else "convert_bench")
+    if args.quick:
+        args.layers, args.workers = [3], [1]
     if args.plot_only:
-        with open(args.results / "convert_bench.csv", newline="") as f:
-            rows = [{**row, **{k: float(row[k]) for k in ("source_gb", "gb_per_s", "peak_rss_mib")}} for row in csv.DictReader(f)]
-        plot(rows, args.results / "convert_bench.png")
+        with open(args.results / f"{stem}.csv", newline="") as f:
+            rows = [{**row, **{k: float(row[k]) for k in ("source_gb", "gb_per_s", "ratio_to_copy", "peak_rss_mib", "load")}}
+                    for row in csv.DictReader(f)]
+        plot(rows, args.results / f"{stem}.png")
         return
 
     if max(args.layers) > args.generate_layers:
@@ -257,9 +320,9 @@ def main() -> None:
     rows = []
     for layers in sorted(args.layers):
         source = full if layers == args.generate_layers else prefix_source(full, layers)
-        print(f"{layers} layers: {source_bytes(source) / 1e9:.2f} GB ({source})", flush=True)
-        rows.extend(run_size(source, scratch, args.workers))
-    write_results(rows, args.results)
+        print(f"{layers} layers: {source_bytes(source) / 1e9:.2f} GB ({source}); {machine_line()}", flush=True)
+        rows.extend(run_size(source, scratch, args.workers, args.cache_states, ["", *args.variants]))
+    write_results(rows, args.results, stem, draw=not args.no_plot)
 
 
 if __name__ == "__main__":

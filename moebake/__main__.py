@@ -1,5 +1,5 @@
 """``python -m moebake`` runs the CLI."""
 
-from moebake.cli import main
+from moebake.cli import run
 
-main()
+run()

@@ -37,16 +37,45 @@ def random_bytes(n, seed=0):
     return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
 
 
+def drop_from_page_cache(path, start=0, length=0):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, start, length, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def counting_direct_opens(monkeypatch) -> list:
+    opened, real_open = [], os.open
+
+    def counting_open(path, flags, *args):
+        if flags & getattr(os, "O_DIRECT", 0):
+            opened.append(path)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", counting_open)
+    return opened
+
+
+@pytest.mark.parametrize("cache", ["cold", "warm", "second-half-cold"])
 @pytest.mark.parametrize("offset, length", [
     (0, 1), (0, ALIGN), (1, ALIGN), (ALIGN - 1, 2), (5000, 70_000), (3 * ALIGN, 5 * ALIGN),
-    (100_000, 5000), (99_000, 10_000), (100_000 - 1, 1), (100_000, 1), (0, 100_000), (7, 0),
+    (100_000, 5000), (99_000, 10_000), (100_000 - 1, 1), (100_000, 1), (0, 100_000), (7, 0), (49_000, 3000),
 ])
-def test_read_range_equals_the_file(io_path, tmp_path, offset, length):
+def test_read_range_equals_the_file(io_path, tmp_path, monkeypatch, cache, offset, length):
     data = random_bytes(100_000)  # not a multiple of ALIGN: the last block is partial
     path = tmp_path / "data.bin"
     path.write_bytes(data)
+    if cache != "warm":
+        drop_from_page_cache(path, *((12 * ALIGN, 0) if cache == "second-half-cold" else ()))
+    direct_opens = counting_direct_opens(monkeypatch)
     got = read_range(str(path), offset, length)
     assert got.dtype == np.uint8 and got.tobytes() == data[offset:offset + length]
+    if io_path == "direct" and cache == "cold" and 0 < length and offset < len(data):
+        assert direct_opens  # read from the disk, not the page cache
+    if cache == "warm" or io_path == "plain":
+        assert not direct_opens  # cached bytes come from the page cache
 
 
 @pytest.mark.parametrize("pieces", [[0], [1], [ALIGN], [100, 5000, 3, 70_000], [40_000] * 5, [12_345, 0, 65_536, 1]])
@@ -78,6 +107,7 @@ def refuse_o_direct_at_open(monkeypatch):
 def test_a_refusal_at_open_falls_back_and_is_remembered(tmp_path, monkeypatch):
     data = random_bytes(50_000)
     (tmp_path / "data.bin").write_bytes(data)
+    drop_from_page_cache(tmp_path / "data.bin")
     refuse_o_direct_at_open(monkeypatch)
     assert read_range(str(tmp_path / "data.bin"), 10, 40_000).tobytes() == data[10:40_010]
     assert not direct_io.direct_io_wanted(tmp_path / "data.bin")  # remembered for the device
@@ -134,6 +164,7 @@ def test_tmpfs_gives_the_same_bytes(tmp_path):
         data = random_bytes(30_000)
         with OutputFile(directory / "out.bin") as f:
             f.write(data)
+        drop_from_page_cache(directory / "out.bin")  # tmpfs keeps its pages: they are the file
         assert read_range(str(directory / "out.bin"), 3, 29_000).tobytes() == data[3:29_003]
     finally:
         for path in directory.iterdir():

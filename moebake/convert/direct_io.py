@@ -7,7 +7,8 @@ the process's own buffers. Its rules: the file offset, the length and the buffer
 multiples of the device's block size (:data:`ALIGN` covers 512-byte and 4 KiB devices), so
 
   * :func:`read_range` reads the aligned span around the wanted bytes into an aligned buffer and
-    returns a view of the wanted ones (at most ``2 * ALIGN`` bytes more are read);
+    returns a view of the wanted ones (at most ``2 * ALIGN`` bytes more are read); bytes the page
+    cache already holds (a warm source) are copied from it instead of read from the disk again;
   * :class:`OutputFile` gathers written bytes in an aligned buffer of :data:`WRITE_BLOCK` bytes and
     writes it whole; the last, partial block is written zero-padded and the file truncated to its size.
 
@@ -59,36 +60,83 @@ def aligned_empty(nbytes: int) -> np.ndarray:
 
 
 def read_range(path: str, offset: int, length: int) -> np.ndarray:
-    """uint8 bytes ``[offset, offset + length)`` of ``path`` (fewer at its end): ``O_DIRECT`` when allowed."""
+    """uint8 bytes ``[offset, offset + length)`` of ``path`` (fewer at its end).
+
+    Bytes already in the page cache are copied from it (a warm source is not read from the disk
+    again: ``RWF_NOWAIT`` reads stop at the first page that is not cached); the rest are read with
+    ``O_DIRECT`` where allowed, else plainly.
+    """
     if length <= 0 or not direct_io_wanted(path):
         return read_file_range(path, offset, length)
     start = offset - offset % ALIGN
-    span = -(-(offset + length - start) // ALIGN) * ALIGN
+    buffer = aligned_empty(-(-(offset + length - start) // ALIGN) * ALIGN)
+    view = memoryview(buffer)
+    cached, at_end = _read_cached(path, view[offset - start:offset - start + length], offset)
+    if cached == length or at_end:
+        return buffer[offset - start:offset - start + cached]
+    resume = offset + cached - (offset + cached) % ALIGN  # O_DIRECT from the block holding the first missing byte
+    got = _read_direct(path, view[resume - start:], resume)
+    if got is None:
+        return read_file_range(path, offset, length)
+    return buffer[offset - start:max(offset, resume + got) - start][:length]
+
+
+_nowait_reads = hasattr(os, "RWF_NOWAIT")  # cleared if the kernel does not take the flag
+
+
+def _read_cached(path: str, view: memoryview, offset: int) -> tuple[int, bool]:
+    """Fill ``view`` from ``path`` at ``offset`` with page-cache bytes only: how many were there, in a
+    row, and whether they reach the file's end."""
+    global _nowait_reads
+    if not _nowait_reads:
+        return 0, False
+    got, at_end = 0, False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        while got < len(view):
+            try:
+                n = os.preadv(fd, [view[got:]], offset + got, os.RWF_NOWAIT)
+            except BlockingIOError:  # the next page is not cached
+                break
+            except OSError as err:
+                if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                _nowait_reads = False
+                break
+            if n == 0:
+                at_end = True
+                break
+            got += n
+    finally:
+        os.close(fd)
+    return got, at_end
+
+
+def _read_direct(path: str, view: memoryview, offset: int) -> int | None:
+    """Fill aligned ``view`` from ``path`` at aligned ``offset`` with ``O_DIRECT`` reads (whole
+    blocks); the bytes read (fewer at the file's end), or None if the file system refuses."""
     try:
         fd = os.open(path, os.O_RDONLY | _O_DIRECT)
     except OSError as err:
         if err.errno != errno.EINVAL:
             raise
         _refused(path)
-        return read_file_range(path, offset, length)
+        return None
+    got = 0
     try:
-        buffer = aligned_empty(span)
-        view, got = memoryview(buffer), 0
-        while got < span:
-            n = os.preadv(fd, [view[got:]], start + got)
-            if n == 0:
-                break
+        while got < len(view):
+            n = os.preadv(fd, [view[got:]], offset + got)
             got += n
-            if n % ALIGN:  # a short read ends at the file's end
+            if n == 0 or n % ALIGN:  # a short read ends at the file's end
                 break
     except OSError as err:
         if err.errno != errno.EINVAL:
             raise
         _refused(path)
-        return read_file_range(path, offset, length)
+        return None
     finally:
         os.close(fd)
-    return buffer[offset - start:max(offset - start, min(got, offset - start + length))]
+    return got
 
 
 class OutputFile:
