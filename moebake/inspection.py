@@ -20,7 +20,7 @@ from moebake.convert.targets import TARGETS, kernel_description, plan_target
 from moebake.errors import MoebakeError
 from moebake.formats import SOURCE_FORMATS, detect_format
 from moebake.formats.checkpoint import open_checkpoint
-from moebake.schema.config_values import first_model_value
+from moebake.schema.config_values import as_count, first_model_value, short_repr
 
 
 def inspect_path(path: str | os.PathLike) -> dict:
@@ -31,11 +31,11 @@ def inspect_path(path: str | os.PathLike) -> dict:
 
 def source_report(path: Path) -> dict:
     checkpoint = open_checkpoint(path)
-    config = checkpoint.config
+    config, quant = checkpoint.config, checkpoint.values.section("quantization_config")
     report = {
         "kind": "source", "path": str(path),
-        "model_type": config.get("model_type"), "architectures": config.get("architectures"),
-        "quantization": None, "quant_method": (checkpoint.values.section("quantization_config") or checkpoint.values).raw("quant_method"),
+        "model_type": _shown(config.get("model_type")), "architectures": _shown_list(config.get("architectures")),
+        "quantization": None, "quant_method": _shown(quant.raw("quant_method") if quant else None),
         "shards": len(checkpoint.shards), "tensors": len(checkpoint.locations),
         "tensor_bytes": sum(checkpoint.entry(name).nbytes for name in checkpoint.locations),
         "format": None, "problem": None, "moe": None, "targets": {},
@@ -49,13 +49,25 @@ def source_report(path: Path) -> dict:
         return report
     report["quantization"] = model.expert_quantization
     report["moe"] = {
-        "layers": len(model.layers), "hidden_layers": first_model_value(checkpoint.values, "num_hidden_layers"),
-        "experts": getattr(model, "num_experts", None), "experts_per_token": first_model_value(checkpoint.values, "num_experts_per_tok"),
+        "layers": len(model.layers), "hidden_layers": as_count(first_model_value(checkpoint.values, "num_hidden_layers")),
+        "experts": getattr(model, "num_experts", None),
+        "experts_per_token": as_count(first_model_value(checkpoint.values, "num_experts_per_tok")),
         "hidden": getattr(model, "hidden_size", None), "intermediate": getattr(model, "intermediate_size", None),
         "activation": model.activation(),
     }
     report["targets"] = {name: _ask_target(name, checkpoint) for name in TARGETS}
     return report
+
+
+def _shown(value) -> str | None:
+    """A config string as it is, anything else (an untrusted config may hold anything) as JSON text."""
+    return value if value is None or isinstance(value, str) else short_repr(value)
+
+
+def _shown_list(value) -> list[str] | None:
+    if value is None:
+        return None
+    return [v if isinstance(v, str) else short_repr(v) for v in value] if isinstance(value, list) else [short_repr(value)]
 
 
 def _ask_target(name: str, checkpoint) -> dict:
@@ -77,7 +89,7 @@ def baked_report(path: Path) -> dict:
         "target": manifest["target"], "target_layout_version": manifest["target_layout_version"],
         "kernel": kernel_description(manifest["target"]) if manifest["target"] in TARGETS else None,
         "flashinfer_layout": manifest.get("flashinfer_layout"),
-        "source": {"format": source["format"], "location": source["location"], "revision": source["revision"]},
+        "source": {"format": source["format"], "location": source["location"], "revision": source.get("revision")},
         "moebake_version": manifest["moebake_version"], "created": manifest["created"],
         "options": manifest["options"], "activation": manifest["activation"],
         "moe": {"layers": len(manifest["layers"]),

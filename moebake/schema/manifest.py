@@ -174,7 +174,8 @@ class _Fields:
         return None if value is None else tuple(value)
 
     def choice(self, key: str, enum, optional: bool = False):
-        value = self.get(key, lambda v: v in {m.value for m in enum}, f"one of {', '.join(m.value for m in enum)}", optional)
+        value = self.get(key, lambda v: isinstance(v, str) and v in {m.value for m in enum},
+                         f"one of {', '.join(m.value for m in enum)}", optional)
         return None if value is None else enum(value)
 
     def obj(self, key: str, optional: bool = False) -> "_Fields | None":

@@ -383,3 +383,33 @@ def test_a_missing_or_an_extra_output_file_is_detected(baked, tmp_path, kind):
     out = shutil.copytree(baked[kind], tmp_path / "extra")
     (out / "notes.txt").write_text("x")
     verify_detects(out, "notes.txt")
+
+
+@pytest.mark.parametrize("value", [None, {}, "x", 1.5])
+def test_readers_of_a_consistently_wrong_manifest_never_crash(baked, tmp_path, value):
+    """A manifest whose checksum was rewritten after a field got a wrong type (only a buggy or
+    malicious writer does that): verify and inspect answer with exit status 0, 1 or 2, never a traceback."""
+    from moebake.schema.manifest import write_manifest
+
+    text = (baked["gpt-oss"] / "moebake.json").read_text()
+    paths = [path for path, _ in leaves(json.loads(text)) if path and path[0] != "manifest_sha256"]
+    out = shutil.copytree(baked["gpt-oss"], tmp_path / "out")
+    crashes = []
+    for path in paths:
+        manifest = json.loads(text)
+        set_at(manifest, path, value)
+        write_manifest(out, manifest)
+        for command in (["verify", str(out), "--quiet"], ["inspect", str(out)]):
+            result = CliRunner().invoke(main, command)
+            if result.exit_code not in (0, 1, 2) or not isinstance(result.exception, (SystemExit, type(None))):
+                crashes.append((path, command[0], repr(result.exception)))
+    assert not crashes, crashes[:5]
+
+
+@pytest.mark.parametrize("literal", ["[1, 2]", "7", '{"a": 1}', "[null]", '"Gpt"'])
+def test_inspect_shows_odd_config_values_instead_of_crashing(pristine, tmp_path, literal):
+    source = copy_of(pristine, tmp_path, "gpt-oss")
+    for key in ("architectures", "model_type", "num_hidden_layers"):
+        (source / "config.json").write_text(set_raw(json.loads((source / "config.json").read_text()), (key,), literal))
+    result = CliRunner().invoke(main, ["inspect", str(source)])
+    assert result.exit_code in (0, 2) and (result.exception is None or isinstance(result.exception, SystemExit)), result.output
