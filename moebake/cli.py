@@ -180,17 +180,15 @@ def convert(source, out, target, flashinfer_layout, hidden_multiple, intermediat
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout (ok, problems, what was checked).")
 @reports_errors
 def verify(out, source, revision, token, quiet, as_json):
-    """Check OUT: its manifest is as moebake wrote it, every file's size and SHA-256, the index, the shard
+    """Check OUT: its manifest is as moebake wrote it, every file's size and checksum, the index, the shard
     headers and the baked tensors' dtypes and shapes (and, with --source, bit-exactness)."""
-    from moebake.convert.verify import verify_report
-
-    report = verify_report(out, progress=not quiet and not as_json)
-    problems, checked = report.problems, report.summary()
-    if source is not None and not problems:
-        from moebake.convert.source_check import compare_with_source
-
-        problems = compare_with_source(out, _resolve(source, revision, token).path, progress=not quiet and not as_json)
-        checked += f"; bit-exact against {source}: experts invert to it, and re-baking it reproduces every byte"
+    try:
+        problems, checked = _verify(out, source, revision, token, progress=not quiet and not as_json)
+    except MoebakeError as err:
+        if not as_json:
+            raise
+        click.echo(json.dumps({"ok": False, "out": str(out), "source": source, "error": str(err)}, indent=2))
+        sys.exit(2)
     if as_json:
         click.echo(json.dumps({"ok": not problems, "out": str(out), "source": source, "problems": problems,
                                "checked": None if problems else checked}, indent=2))
@@ -201,6 +199,20 @@ def verify(out, source, revision, token, quiet, as_json):
             click.echo(f"ok: {out} ({checked})")
     if problems:
         sys.exit(1)
+
+
+def _verify(out: Path, source: str | None, revision: str | None, token: str | None, progress: bool) -> tuple[list[str], str]:
+    """Problems found in ``out`` (and against ``source``), and what was checked."""
+    from moebake.convert.verify import verify_report
+
+    report = verify_report(out, progress=progress)
+    problems, checked = report.problems, report.summary()
+    if source is not None and not problems:
+        from moebake.convert.source_check import compare_with_source
+
+        problems = compare_with_source(out, _resolve(source, revision, token).path, progress=progress)
+        checked += f"; bit-exact against {source}: experts invert to it, and re-baking it reproduces every byte"
+    return problems, checked
 
 
 @main.command()

@@ -96,6 +96,13 @@ def test_verify_says_what_it_checked_and_speaks_json(gpt_oss_tiny, tmp_path):
     assert report["ok"] is False and report["problems"] == [f"{tmp_path / 'out' / 'extra.txt'}: not listed in moebake.json"]
 
 
+def test_verify_json_reports_an_error_as_json(tmp_path):
+    result = run("verify", tmp_path / "nope", "--json")
+    assert result.exit_code == 2
+    assert json.loads(result.output) == {"ok": False, "out": str(tmp_path / "nope"), "source": None,
+                                         "error": f"{tmp_path / 'nope'}: does not exist"}
+
+
 def test_revision_is_for_hub_sources(gpt_oss_tiny, tmp_path):
     result = run("convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm90-cutlass", "--revision", "main")
     assert result.exit_code == 2 and "--revision main applies to a Hub source" in result.output
