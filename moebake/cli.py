@@ -235,7 +235,7 @@ def list_command():
     width = max(map(len, SOURCE_FORMAT_NAMES)) + 2
     lines = ["source format".ljust(width) + "  ".join(TARGETS)]
     for source_format in SOURCE_FORMAT_NAMES:
-        cells = ("yes" if source_format in target.SOURCE_FORMATS else "-" for target in TARGETS.values())
+        cells = ("yes" if source_format in target.spec.source_formats else "-" for target in TARGETS.values())
         lines.append(source_format.ljust(width) + "  ".join(c.ljust(len(name)) for c, name in zip(cells, TARGETS)))
     lines += ["", "(bf16-moe also covers the BF16 MTP/draft layers of a ModelOpt NVFP4 checkpoint: deepep-bf16 bakes them.)",
               "", "targets"]

@@ -50,9 +50,9 @@ def source_report(path: Path) -> dict:
     report["quantization"] = model.expert_quantization
     report["moe"] = {
         "layers": len(model.layers), "hidden_layers": as_count(first_model_value(checkpoint.values, "num_hidden_layers")),
-        "experts": getattr(model, "num_experts", None),
+        "experts": model.num_experts,
         "experts_per_token": as_count(first_model_value(checkpoint.values, "num_experts_per_tok")),
-        "hidden": getattr(model, "hidden_size", None), "intermediate": getattr(model, "intermediate_size", None),
+        "hidden": model.hidden_size, "intermediate": model.intermediate_size,
         "activation": model.activation(),
     }
     report["targets"] = {name: _ask_target(name, checkpoint) for name in TARGETS}

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from moebake.cli import main
 from moebake.convert import conversion
-from moebake.convert.hashing import CHECKSUM, hub_blob_sha256, parse_tagged, record_checksum, tagged
+from moebake.convert.hashing import hub_blob_sha256
+from moebake.schema.checksums import CHECKSUM, parse_tagged, record_checksum, tagged
 from moebake.schema.manifest import write_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert

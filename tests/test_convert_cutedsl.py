@@ -17,7 +17,7 @@ from moebake.cli import main
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.convert.source_check import compare_with_source
-from moebake.convert.targets import cutedsl, cutedsl_deepep
+from moebake.convert.targets import get_target
 from moebake.errors import MoebakeError
 from moebake.formats import open_source
 from moebake.synthetic import write_modelopt_nvfp4
@@ -26,7 +26,7 @@ from test_nvfp4_gate_up import brute_force_e4m3
 
 H, I, E = 256, 128, 4  # two experts per 64 KiB chunk: W13 streams in two expert ranges
 QUANTIZED = ("model.layers.1.mlp.experts.", "model.layers.2.mlp.experts.")
-TARGETS = {"cutedsl": cutedsl, "cutedsl-deepep": cutedsl_deepep}
+TARGETS = {name: get_target(name) for name in ("cutedsl", "cutedsl-deepep")}
 F32_BITS = np.uint32
 
 
@@ -233,11 +233,11 @@ def test_cutedsl_needs_hidden_128_and_intermediate_64(tmp_path):
         model = open_source(write_modelopt_nvfp4(tmp_path / f"src{hidden}{intermediate}", hidden=hidden, intermediate=intermediate))
         for target in TARGETS.values():
             with pytest.raises(MoebakeError, match=r"hidden_size % 128 == 0 and moe_intermediate_size % 64 == 0"):
-                target.plan(model, ConvertOptions(target.NAME))
+                target.plan(model, ConvertOptions(target.spec.name))
 
 
 def test_refuses_other_source_formats(gpt_oss_tiny):
     model = open_source(gpt_oss_tiny)
     for target in TARGETS.values():
         with pytest.raises(MoebakeError, match="does not support source format gpt-oss"):
-            target.plan(model, ConvertOptions(target.NAME))
+            target.plan(model, ConvertOptions(target.spec.name))

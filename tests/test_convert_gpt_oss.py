@@ -12,7 +12,7 @@ from kernel_emulation import kernel_interleave_v1, kernel_interleave_v2
 from moebake.cli import main
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.convert.targets import sm90_cutlass
+from moebake.convert.targets import get_target
 from moebake.layouts.mxfp4 import dequantize
 from moebake.synthetic import write_gpt_oss
 
@@ -94,7 +94,7 @@ def test_dequantized_experts_survive_the_round_trip(gpt_oss_tiny, tmp_path):
     src, baked = load_all(gpt_oss_tiny), load_all(out)
     for record in manifest["layers"]:
         short = {name: baked[record["prefix"] + name] for name in record["tensors"]}
-        restored = sm90_cutlass.restore(record, short, "v2")
+        restored = get_target("sm90-cutlass").restore(record, short, "v2")
         for projection in ("gate_up_proj", "down_proj"):
             blocks, scales = (record["prefix"] + f"{projection}_{part}" for part in ("blocks", "scales"))
             E = src[blocks].shape[0]

@@ -20,7 +20,7 @@ from conftest import load_all
 from moebake.cli import main
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.convert.targets import sm100_trtllm
+from moebake.convert.targets import get_target
 from moebake.formats import open_source
 from moebake.synthetic import write_deepseek_v4
 
@@ -146,7 +146,7 @@ def test_deepseek_v4_equals_sglang_style_construction(tmp_path):
 
 def test_deepseek_v4_without_limit_has_no_clamp_tensor(tmp_path):
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=2, mtp_layers=0, swiglu_limit=None)
-    _, layers = sm100_trtllm.plan(open_source(source), ConvertOptions("sm100-trtllm"))
+    _, layers = get_target("sm100-trtllm").plan(open_source(source), ConvertOptions("sm100-trtllm"))
     assert set(layers[0]["tensors"]) == {"w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"}
 
 
@@ -156,7 +156,7 @@ def test_restore_inverts_any_run_of_experts(tmp_path):
     manifest = convert(source, out, ConvertOptions("sm100-trtllm"), progress=False)
     src, baked = load_all(source), load_all(out)
     record = manifest["layers"][0]
-    restored = sm100_trtllm.restore(record, {s: baked[record["prefix"] + s][1:3] for s in record["tensors"]}, "v2")
+    restored = get_target("sm100-trtllm").restore(record, {s: baked[record["prefix"] + s][1:3] for s in record["tensors"]}, "v2")
     assert set(restored) == {f"layers.0.ffn.experts.*.w{i}.{p}" for i in (1, 2, 3) for p in ("weight", "scale")}
     for pattern, tensor in restored.items():
         expected = torch.stack([src[pattern.replace("*", str(e))].view(torch.uint8) for e in (1, 2)])

@@ -14,7 +14,7 @@ from moebake.schema.manifest import read_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.convert.source_check import inverse_problems
-from moebake.convert.targets import deepep_bf16
+from moebake.convert.targets import get_target
 from moebake.formats import open_source
 from moebake.synthetic import write_bf16_moe, write_gpt_oss
 
@@ -85,7 +85,7 @@ def test_baked_experts_compute_the_source_models_experts(baked):
 def test_manifest_records_bf16_dispatch_and_sources(baked):
     source, out = baked
     manifest = read_manifest(out)
-    assert manifest["target"] == "deepep-bf16" and manifest["target_layout_version"] == deepep_bf16.LAYOUT_VERSION
+    assert manifest["target"] == "deepep-bf16" and manifest["target_layout_version"] == get_target("deepep-bf16").spec.layout_version
     assert manifest["source"]["format"] == "bf16-moe"
     assert manifest["activation"] == {"kind": "swiglu", "alpha": 1.0, "beta": 0.0, "limit": None}  # silu(gate) * up
     model = open_source(source)
@@ -122,7 +122,7 @@ def test_restore_inverts_any_run_of_experts(baked):
     dst = load_all(out)
     for record in read_manifest(out)["layers"]:
         slab = {short: dst[record["prefix"] + short][2:5] for short in record["tensors"]}
-        restored = deepep_bf16.restore(record, slab, "v2")
+        restored = get_target("deepep-bf16").restore(record, slab, "v2")
         assert len(restored) == (2 if "gate_up_proj" in next(iter(restored)) else 3)
         for name, tensor in restored.items():
             assert torch.equal(tensor, checkpoint.read_experts(name, 2, 5)), name

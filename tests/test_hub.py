@@ -192,11 +192,13 @@ def test_card_names_several_or_no_source_tensors(baked):
 
 
 def test_card_shows_moebake_serve_only_for_targets_it_runs(baked, monkeypatch):
-    from moebake.serve import RUNTIMES
+    from dataclasses import replace
+
+    from moebake.schema.targets import TARGET_SPECS
 
     manifest = json.loads((baked / "moebake.json").read_text())
     assert "moebake.serve.open(" in render_model_card(manifest, "acme/tiny")
-    monkeypatch.delitem(RUNTIMES, "sm90-cutlass")
+    monkeypatch.setitem(TARGET_SPECS, "sm90-cutlass", replace(TARGET_SPECS["sm90-cutlass"], runtime=False))
     card = render_model_card(manifest, "acme/tiny")
     assert "moebake.serve" not in card and "## Load it in an engine" in card
 

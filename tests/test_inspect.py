@@ -1,7 +1,7 @@
 """`moebake inspect`: source and baked reports, target answers, text and JSON output."""
 
 import json
-import types
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from moebake.cli import main
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.convert.targets import TARGETS
+from moebake.convert.targets import TARGETS, Target, get_target
 from moebake.errors import MoebakeError
 from moebake.inspection import inspect_path, render_text
 
@@ -54,10 +54,13 @@ def test_unsupported_source_says_why(gpt_oss_copy):
 
 
 def test_each_target_gives_its_own_reason(gpt_oss_tiny, monkeypatch):
-    def plan(model, options):
-        raise MoebakeError(f"target picky needs 8 experts, {model.checkpoint.root} has {model.num_experts}")
+    class Picky(Target):
+        spec = replace(get_target("sm90-cutlass").spec, name="picky")
 
-    monkeypatch.setitem(TARGETS, "picky", types.SimpleNamespace(NAME="picky", SOURCE_FORMATS=("gpt-oss",), plan=plan))
+        def plan(self, model, options):
+            raise MoebakeError(f"target picky needs 8 experts, {model.checkpoint.root} has {model.num_experts}")
+
+    monkeypatch.setitem(TARGETS, "picky", Picky())
     answer = inspect_path(gpt_oss_tiny)["targets"]["picky"]
     assert answer == {"convertible": False, "reason": f"target picky needs 8 experts, {gpt_oss_tiny} has 3"}
 

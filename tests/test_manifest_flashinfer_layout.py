@@ -9,7 +9,7 @@ from moebake.convert.targets import TARGETS
 
 
 def test_only_sm90_cutlass_depends_on_the_flashinfer_layout():
-    assert {name for name, target in TARGETS.items() if target.USES_FLASHINFER_SM90_LAYOUT} == {"sm90-cutlass"}
+    assert {name for name, target in TARGETS.items() if target.spec.uses_flashinfer_layout} == {"sm90-cutlass"}
 
 
 def test_layout_recorded_for_sm90_and_null_otherwise(gpt_oss_tiny, tmp_path):

@@ -73,13 +73,30 @@ def test_dtype_table_is_the_enum():
     assert DType.BF16.torch is not None and DType.F4.bits == 4 and DType.F32.numpy.itemsize == 4
 
 
-def test_the_schema_depends_on_no_other_layer():
+def _imported_layers(package: str) -> dict[str, set[str]]:
+    """``{file: {moebake subpackage or module it imports}}`` for every module of ``moebake.<package>``."""
     import ast
     from pathlib import Path
 
-    import moebake.schema
+    import moebake
 
-    for path in Path(moebake.schema.__file__).parent.glob("*.py"):
+    found = {}
+    for path in (Path(moebake.__file__).parent / package).rglob("*.py"):
+        names = set()
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("moebake."):
-                assert node.module.split(".")[1] in ("schema", "errors"), f"{path.name} imports {node.module}"
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            names |= {m.split(".")[1] for m in modules if m.startswith("moebake.")}
+        found[path.name] = names
+    return found
+
+
+@pytest.mark.parametrize("package, allowed, forbidden", [
+    ("schema", {"schema", "errors"}, None),
+    ("serve", None, {"convert", "hub"}),
+    ("hub", None, {"serve"}),
+])
+def test_layers_depend_only_downwards(package, allowed, forbidden):
+    for name, layers in _imported_layers(package).items():
+        assert allowed is None or layers <= allowed, f"moebake/{package}/{name} imports {sorted(layers - allowed)}"
+        assert forbidden is None or not layers & forbidden, f"moebake/{package}/{name} imports {sorted(layers & forbidden)}"

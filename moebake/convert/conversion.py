@@ -1,7 +1,7 @@
 """A planned conversion, and baking one output shard of it (in this process or a worker process).
 
 :func:`open_conversion` opens the source, routes every source shard's reads through
-:meth:`Conversion.read_source`, and plans the target. That reader times the reads (``read`` stage),
+:class:`SourceReads`, and plans the target. That reader times the reads (``read`` stage),
 reads with ``O_DIRECT`` where the file system allows it (:mod:`moebake.convert.direct_io`; else
 through the page cache, kept reading ahead by :class:`PageCacheReadAhead`) and, while a shard is being
 baked, hands the bytes read from the source shard of the same name to a :class:`StreamHash`: the
@@ -14,45 +14,54 @@ import os
 import threading
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from moebake.convert.allocator import reuse_freed_buffers
 from moebake.convert.direct_io import direct_io_wanted, read_range
-from moebake.convert.hashing import CHECKSUM, StreamHash, hub_blob_sha256, tagged
+from moebake.convert.hashing import StreamHash, hub_blob_sha256
 from moebake.convert.options import ConvertOptions
 from moebake.convert.plan import OutputShard, assign_shards
 from moebake.convert.stages import STAGES
-from moebake.convert.targets import fitting_targets, get_target, model_for_target
+from moebake.convert.targets import Target, fitting_targets, get_target, model_for_target
 from moebake.errors import MoebakeError
 from moebake.formats.checkpoint import SourceCheckpoint, open_checkpoint
+from moebake.formats.source_model import SourceModel
+from moebake.schema.checksums import CHECKSUM, tagged
 
 
-@dataclass
-class Conversion:
-    """The opened source, the target module, the output shards and the manifest's layer records."""
+class SourceReads:
+    """The :data:`~moebake.formats.safetensors_file.SourceReader` a conversion opens its source with:
+    times the reads, keeps the page cache reading ahead, and feeds the :class:`StreamHash` of a shard
+    being baked (``hashing``: source path -> its stream, while that shard is baked)."""
 
-    model: object
-    target: object
-    shards: list[OutputShard]
-    layers: list[dict]
-    _hashing: dict[str, StreamHash] = field(default_factory=dict)
+    def __init__(self):
+        self.hashing: dict[str, StreamHash] = {}
 
-    @property
-    def checkpoint(self) -> SourceCheckpoint:
-        return self.model.checkpoint
-
-    def read_source(self, path: str, offset: int, length: int) -> np.ndarray:
-        """The :data:`~moebake.formats.safetensors_file.SourceReader` of every source shard."""
+    def __call__(self, path: str, offset: int, length: int) -> np.ndarray:
         with STAGES.timing("read", length):
             data = read_range(path, offset, length)
         if not direct_io_wanted(path):  # O_DIRECT reads skip the page cache: nothing to read ahead into it
             _page_cache_read_ahead().advance(path, offset + len(data))
-        if (stream := self._hashing.get(path)) is not None:
+        if (stream := self.hashing.get(path)) is not None:
             stream.feed(offset, data)
         return data
+
+
+@dataclass
+class Conversion:
+    """The opened source (read through ``reads``), the target, the output shards and the manifest's layer records."""
+
+    model: SourceModel
+    target: Target
+    shards: list[OutputShard]
+    layers: list[dict]
+    reads: SourceReads
+
+    @property
+    def checkpoint(self) -> SourceCheckpoint:
+        return self.model.checkpoint
 
     def bake(self, shard: OutputShard, path: str | os.PathLike, on_bytes: Callable[[int], None],
              write: Callable[[OutputShard, str | os.PathLike, Callable[[int], None]], str]) -> tuple[str, str | None]:
@@ -67,14 +76,14 @@ class Conversion:
             return write(shard, path, on_bytes), None
         if (known := hub_blob_sha256(source.path)) is not None:
             return write(shard, path, on_bytes), tagged("sha256", known)
-        stream = self._hashing[source.path] = StreamHash(source.path, source.data_start)
+        stream = self.reads.hashing[source.path] = StreamHash(source.path, source.data_start)
         try:
             digest = write(shard, path, on_bytes)
         except BaseException:
             stream.close()
             raise
         finally:
-            del self._hashing[source.path]
+            del self.reads.hashing[source.path]
         return digest, tagged(CHECKSUM, stream.hexdigest())
 
 
@@ -150,22 +159,16 @@ def torch_threads(count: int):
 
 
 def open_conversion(source: str | os.PathLike, options: ConvertOptions) -> Conversion:
-    """Open and validate ``source`` and plan ``options.target`` on it (reads headers only).
-
-    Also lets this process reuse freed chunk-sized buffers (:func:`reuse_freed_buffers`).
-    """
-    reuse_freed_buffers()
+    """Open and validate ``source`` (every shard read through one :class:`SourceReads`) and plan
+    ``options.target`` on it (reads headers only). Changes nothing in the process: a caller that
+    bakes sets the allocator up itself (:func:`~moebake.convert.allocator.reuse_freed_buffers`)."""
     target = get_target(options.target)
-    checkpoint = open_checkpoint(source)
+    reads = SourceReads()
+    checkpoint = open_checkpoint(source, reads)
     model = model_for_target(checkpoint, options.target)
-    conversion = Conversion(model, target, [], [])
-    shards = model.checkpoint.shards
-    for name, shard in shards.items():  # before planning: producers may bind their source file now
-        shards[name] = replace(shard, reader=conversion.read_source)
     try:
-        converted, conversion.layers = target.plan(model, options)
+        converted, layers = target.plan(model, options)
     except MoebakeError as err:
         fits = [name for name in fitting_targets(checkpoint) if name != options.target]
-        raise MoebakeError(f"{err} (targets that fit this model: {', '.join(fits)})" if fits else str(err)) from None
-    conversion.shards = assign_shards(model.checkpoint, converted, options.chunk_bytes)
-    return conversion
+        raise type(err)(f"{err} (targets that fit this model: {', '.join(fits)})" if fits else str(err)) from None
+    return Conversion(model, target, assign_shards(checkpoint, converted, options.chunk_bytes), layers, reads)

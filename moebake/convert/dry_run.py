@@ -14,7 +14,7 @@ def plan_lines(conversion: Conversion, out) -> list[str]:
     baked = {record["prefix"] + short for record in layers for short in record["tensors"]}
     lines = [f"dry run: would write {out} (nothing written)",
              f"source   {model.checkpoint.root} ({model.format_name})",
-             f"target   {conversion.target.NAME} (layout version {conversion.target.LAYOUT_VERSION})",
+             f"target   {conversion.target.spec.name} (layout version {conversion.target.spec.layout_version})",
              f"layers   {len(layers)} MoE layers baked"]
     for record in layers:
         lines.append(f"  {record['prefix']}: {record['experts']} experts, hidden {record['hidden']} -> {record['hidden_padded']}, "

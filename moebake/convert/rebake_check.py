@@ -36,9 +36,9 @@ def replan(out: Path, manifest: dict, model) -> tuple[list[OutputShard], list[st
     their dims and tensors). Plans only: reads no weights. Shards are empty when there are problems,
     since byte comparisons against another model would only repeat them."""
     target = get_target(manifest["target"])
-    if manifest.get("target_layout_version") != target.LAYOUT_VERSION:
-        return [], [f"{out / MANIFEST_NAME}: baked with {target.NAME} layout version "
-                    f"{manifest.get('target_layout_version')}, this moebake writes version {target.LAYOUT_VERSION}; "
+    if manifest.get("target_layout_version") != target.spec.layout_version:
+        return [], [f"{out / MANIFEST_NAME}: baked with {target.spec.name} layout version "
+                    f"{manifest.get('target_layout_version')}, this moebake writes version {target.spec.layout_version}; "
                     "cannot re-derive it"]
     options = recorded_options(out, manifest)
     converted, layers = target.plan(model, options)
@@ -52,7 +52,7 @@ def _model_differences(out: Path, manifest: dict, model, target, options: Conver
     expected = {
         "source.format": model.format_name,
         "activation": model.activation(),
-        "flashinfer_layout.id": options.flashinfer_layout if target.USES_FLASHINFER_SM90_LAYOUT else None,
+        "flashinfer_layout.id": options.flashinfer_layout if target.spec.uses_flashinfer_layout else None,
     }
     layout = manifest.get("flashinfer_layout")
     recorded = {

@@ -23,8 +23,9 @@ from pathlib import Path
 from huggingface_hub.constants import SAFETENSORS_INDEX_FILE
 
 import moebake
+from moebake.convert.allocator import reuse_freed_buffers
 from moebake.convert.conversion import open_conversion, torch_threads, transform_threads
-from moebake.convert.hashing import CHECKSUM, file_digest, file_record, hub_blob_sha256, tagged
+from moebake.convert.hashing import hub_blob_sha256
 from moebake.convert.options import ConvertOptions
 from moebake.convert.stages import STAGES
 from moebake.convert.workers import bake_in_workers
@@ -32,6 +33,7 @@ from moebake.convert.writer import write_shard
 from moebake.errors import MoebakeError, OutputError
 from moebake.progress import byte_bar, shard_done
 from moebake.layouts.flashinfer_versions import DESCRIPTIONS
+from moebake.schema.checksums import CHECKSUM, file_digest, file_record, tagged
 from moebake.schema.index import write_index
 from moebake.schema.manifest import MANIFEST_NAME, SCHEMA, utc_now, write_manifest
 
@@ -71,6 +73,7 @@ def convert(
     out = Path(out)
     check_out_free(out, overwrite)
     STAGES.reset()
+    reuse_freed_buffers()  # this process bakes: keep freed chunk buffers for the next chunk (process-wide, glibc)
     conversion = open_conversion(source, options)
     model, target, checkpoint = conversion.model, conversion.target, conversion.checkpoint
     shards, layers = conversion.shards, conversion.layers
@@ -115,10 +118,10 @@ def convert(
             "moebake_version": moebake.__version__,
             "created": utc_now(),
             "target": options.target,
-            "target_layout_version": target.LAYOUT_VERSION,
+            "target_layout_version": target.spec.layout_version,
             "flashinfer_layout": (
                 {"id": options.flashinfer_layout, "description": DESCRIPTIONS[options.flashinfer_layout]}
-                if target.USES_FLASHINFER_SM90_LAYOUT else None
+                if target.spec.uses_flashinfer_layout else None
             ),
             "source": {
                 "format": model.format_name,

@@ -77,7 +77,6 @@ def _compare_restored(out, weight_map, record, model, name, restored, start, sto
     A model whose targets bake other bytes than the file's (ModelOpt NVFP4's shared gate/up global
     scales) gives them through its own ``read_experts``."""
     checkpoint = model.checkpoint
-    read_experts = getattr(model, "read_experts", checkpoint.read_experts)
     baked = [record["prefix"] + short for short, spec in record["tensors"].items() if name in tensor_sources(spec)]
     files = sorted({str(out / weight_map[b]) for b in baked}) or [str(out)]
     where = f"{', '.join(files)}: {', '.join(baked) or record['prefix'] + '*'} inverted to {name}"
@@ -85,7 +84,7 @@ def _compare_restored(out, weight_map, record, model, name, restored, start, sto
     entry = checkpoint.entry(name.replace(EXPERT_INDEX, "0"))
     shape = (record["experts"], *entry.shape) if per_expert else entry.shape
     source_path = checkpoint.root if per_expert else checkpoint.file_of(name).path
-    original = read_experts(name, start, stop).contiguous().reshape(-1).view(torch.uint8)
+    original = model.read_experts(name, start, stop).contiguous().reshape(-1).view(torch.uint8)
     actual = restored.contiguous().reshape(-1).view(torch.uint8)
     if len(actual) != len(original):
         return f"{where}: {len(actual)} bytes for experts [{start}, {stop}), {source_path} has {len(original)}"

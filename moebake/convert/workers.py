@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from moebake.convert.allocator import reuse_freed_buffers
 from moebake.convert.conversion import Conversion, open_conversion, transform_threads
 from moebake.convert.options import MIN_CHUNK_BYTES, ConvertOptions
 from moebake.convert.stages import STAGES
@@ -67,6 +68,7 @@ def _drain(progress, on_bytes: Callable[[int], None]) -> None:
 
 def _start_worker(source: str, options: ConvertOptions, progress, threads: int) -> None:
     torch.set_num_threads(threads)
+    reuse_freed_buffers()  # a baking process: keep freed chunk buffers for the next chunk (glibc)
     conversion: Conversion = open_conversion(source, options)
     _worker.update(conversion=conversion, shards={s.file_name: s for s in conversion.shards}, progress=progress)
 

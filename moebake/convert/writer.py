@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from moebake.convert.direct_io import OutputFile
-from moebake.convert.hashing import ALGORITHMS, CHECKSUM
+from moebake.schema.checksums import ALGORITHMS, CHECKSUM
 from moebake.convert.plan import OutputShard
 from moebake.convert.stages import STAGES
 from moebake.errors import InternalError

@@ -24,6 +24,8 @@ In an unquantized checkpoint every expert weight must be BF16.
 import re
 from dataclasses import dataclass
 
+import torch
+
 from moebake.errors import MoebakeError
 from moebake.formats.checkpoint import EXPERT_INDEX, SourceCheckpoint, first_missing_expert, per_expert_names
 from moebake.schema.config_values import first_model_integer, model_scopes
@@ -81,9 +83,14 @@ class Bf16MoeModel:
 
     format_name = FORMAT_NAME
     expert_quantization = "BF16 experts (unquantized)"
+    padding_allowed = False  # deepep-bf16 stores SGLang's unpadded shapes; the runtime pads at load time
 
     def activation(self) -> dict:
         return dict(ACTIVATION)
+
+    def read_experts(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """Experts ``[start, stop)`` of ``name`` as stored (the baked tensors invert to the file's bytes)."""
+        return self.checkpoint.read_experts(name, start, stop)
 
 
 def _scan(checkpoint: SourceCheckpoint) -> dict[str, dict]:

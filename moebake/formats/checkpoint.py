@@ -20,7 +20,7 @@ import torch
 from huggingface_hub.constants import SAFETENSORS_INDEX_FILE, SAFETENSORS_SINGLE_FILE
 
 from moebake.errors import CheckpointError
-from moebake.formats.safetensors_file import SafetensorsFile, TensorEntry, read_header
+from moebake.formats.safetensors_file import SafetensorsFile, SourceReader, TensorEntry, read_header
 from moebake.schema.config_values import ConfigValues, read_json_object
 from moebake.schema.index import read_index
 
@@ -100,8 +100,9 @@ class SourceCheckpoint:
         return ConfigValues.of_file(read_json_object(path), path) if path.is_file() else None
 
 
-def open_checkpoint(root: str | os.PathLike) -> SourceCheckpoint:
-    """Open ``root`` and validate config, index and every shard header."""
+def open_checkpoint(root: str | os.PathLike, reader: SourceReader | None = None) -> SourceCheckpoint:
+    """Open ``root`` and validate config, index and every shard header; shard data is read through
+    ``reader`` if given (see :class:`~moebake.formats.safetensors_file.SafetensorsFile`)."""
     root = Path(root)
     if not root.is_dir():
         raise CheckpointError(f"{root}: not a checkpoint directory (does not exist or is not a directory)")
@@ -120,7 +121,7 @@ def open_checkpoint(root: str | os.PathLike) -> SourceCheckpoint:
     for name in shard_names:
         if not (root / name).is_file():
             raise CheckpointError(f"{index_path}: names shard {name}, which is missing")
-        shards[name] = read_header(root / name)
+        shards[name] = read_header(root / name, reader)
     locations = {}
     for name, shard in shards.items():
         for tensor in shard.tensors:

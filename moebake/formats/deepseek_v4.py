@@ -23,6 +23,8 @@ tensor pass through.
 import re
 from dataclasses import dataclass
 
+import torch
+
 from moebake.errors import MoebakeError
 from moebake.formats.checkpoint import EXPERT_INDEX, SourceCheckpoint, first_missing_expert, per_expert_names
 from moebake.formats.expert_source import ExpertSource
@@ -81,6 +83,10 @@ class DeepseekV4Model:
     def activation(self) -> dict:
         """Plain SwiGLU with clamping: ``g * sigmoid(alpha * g) * (clamp(up, -limit, limit) + beta)``, ``g = min(gate, limit)``."""
         return {"kind": "swiglu", "alpha": 1.0, "beta": 0.0, "limit": self.swiglu_limit}
+
+    def read_experts(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """Experts ``[start, stop)`` of ``name`` as stored (the baked tensors invert to the file's bytes)."""
+        return self.checkpoint.read_experts(name, start, stop)
 
 
 def detect(checkpoint: SourceCheckpoint) -> bool:

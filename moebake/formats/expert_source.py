@@ -63,19 +63,10 @@ class ExpertSource:
             return split_pairs(chunks[0].reshape(e, 2 * rows, *rest))
         return tuple(c.reshape(e, *self.part_shape) for c in chunks)
 
-    def manifest_fields(self) -> dict:
-        """What a layer record keeps about this source, enough for :func:`source_tensors` to invert."""
-        return {
-            "source": self.names[0] if len(self.names) == 1 else list(self.names),
-            "source_gate_up_order": self.order,
-            "source_shape": list(self.source_shape),
-            "source_dtype": self.source_dtype,
-        }
-
 
 def source_tensors(spec: dict, parts: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
-    """Inverse of :meth:`ExpertSource.parts`, from a tensor's manifest record ``spec`` (its
-    :meth:`~ExpertSource.manifest_fields`): canonical parts ``[e, ...]`` -> ``{source name or pattern:
+    """Inverse of :meth:`ExpertSource.parts`, from a tensor's manifest record ``spec`` (its ``source``,
+    ``source_gate_up_order`` and ``source_shape``): canonical parts ``[e, ...]`` -> ``{source name or pattern:
     [e, *source_shape]}`` holding the source bytes (one-byte dtypes as uint8)."""
     names = [spec["source"]] if isinstance(spec["source"], str) else spec["source"]
     stacked = [merge_pairs(*parts)] if spec["source_gate_up_order"] == "pairs" else list(parts)

@@ -19,6 +19,8 @@ with ``L = swiglu_limit`` (a finite number > 0; 7.0 when absent, as transformers
 import re
 from dataclasses import dataclass
 
+import torch
+
 from moebake.errors import MoebakeError
 from moebake.formats.checkpoint import SourceCheckpoint
 from moebake.formats.expert_source import ExpertSource
@@ -75,6 +77,10 @@ class GptOssModel:
 
     def activation(self) -> dict:
         return {"kind": "swiglu_oai", "alpha": SWIGLU_ALPHA, "beta": SWIGLU_BETA, "limit": self.swiglu_limit}
+
+    def read_experts(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """Experts ``[start, stop)`` of ``name`` as stored (the baked tensors invert to the file's bytes)."""
+        return self.checkpoint.read_experts(name, start, stop)
 
 
 def detect(checkpoint: SourceCheckpoint) -> bool:

@@ -110,9 +110,13 @@ class NvFp4Layer:
         return f"{self.prefix}{expert}.{proj}_proj.{part}"
 
 
-@dataclass(frozen=True)
+@dataclass
 class ModelOptNvfp4Model:
-    """A validated ModelOpt NVFP4 source: dimensions, quantized MoE layers, excluded MoE layers."""
+    """A validated ModelOpt NVFP4 source: dimensions, quantized MoE layers, excluded MoE layers.
+
+    Not frozen: it holds one cache, ``_shared``, the gate/up globals made one per ``(layer prefix,
+    expert)`` (:meth:`shared_global`), scoped to this model object.
+    """
 
     checkpoint: SourceCheckpoint
     hidden_size: int
@@ -126,6 +130,7 @@ class ModelOptNvfp4Model:
     _shared: dict = field(default_factory=dict, compare=False, repr=False)
 
     format_name = FORMAT_NAME
+    padding_allowed = False  # the CuteDSL tiles need H % 128 == I % 64 == 0; NVFP4 is never padded here
 
     @property
     def weight_only(self) -> bool:

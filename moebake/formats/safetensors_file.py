@@ -108,8 +108,9 @@ def tensor_nbytes(dtype: str, shape: tuple[int, ...]) -> int:
     return bits // 8
 
 
-def read_header(path: str | os.PathLike) -> SafetensorsFile:
-    """Parse and validate the header of ``path``; raises CheckpointError naming the file on any violation."""
+def read_header(path: str | os.PathLike, reader: SourceReader | None = None) -> SafetensorsFile:
+    """Parse and validate the header of ``path`` (its data to be read through ``reader``, if given); raises
+    CheckpointError naming the file on any violation."""
     path = str(path)
     try:
         size = os.path.getsize(path)
@@ -132,7 +133,7 @@ def read_header(path: str | os.PathLike) -> SafetensorsFile:
     tensors = {name: _parse_entry(path, name, spec) for name, spec in header.items()}
     data_start = HEADER_LENGTH_BYTES + header_len
     _check_tiling(path, tensors.values(), size - data_start)
-    return SafetensorsFile(path, data_start, tensors, metadata)
+    return SafetensorsFile(path, data_start, tensors, metadata, reader)
 
 
 def _header_int(value) -> int | None:

@@ -21,10 +21,10 @@ import yaml
 from huggingface_hub import ModelCardData
 from huggingface_hub.repocard import metadata_load
 
-from moebake.convert.hashing import file_record
+from moebake.schema.checksums import file_record
 from moebake.schema.manifest import read_manifest, tensor_sources, write_manifest
-from moebake.convert.targets import kernel_description
 from moebake.hub.download import parse_repo_spec
+from moebake.schema.targets import target_spec
 
 CARD_NAME = "README.md"
 _CACHE_SNAPSHOT = re.compile(r"/models--([^/]+?)--([^/]+)/snapshots/[0-9a-f]{40}/?$")
@@ -67,12 +67,12 @@ def render_model_card(manifest: dict, repo_id: str, license_id: str | None = Non
         "---", data.to_yaml(), "---", "",
         f"# {name}", "",
         f"The expert weights of {source_ref}{revision}, pre-baked offline by moebake into the exact byte "
-        f"layout of {kernel_description(target)}, so they load with zero processing. `moebake verify --source` "
+        f"layout of {target_spec(target).description}, so they load with zero processing. `moebake verify --source` "
         "proves them bit-exact: every baked expert tensor inverts to the source's bytes, and re-baking the "
         "source reproduces every byte of every tensor here.", "",
         "| | |", "|---|---|",
         f"| target | `{target}` (moebake layout version {manifest['target_layout_version']}) |",
-        f"| kernel and GPU | {kernel_description(target)} |",
+        f"| kernel and GPU | {target_spec(target).description} |",
     ]
     if layout:
         lines.append(f"| FlashInfer layout | `{layout['id']}`: {layout['description']} |")
@@ -115,9 +115,7 @@ def _source_cell(spec: dict, prefix: str) -> str:
 
 def _serve_section(target: str, repo_id: str, layer: int) -> list[str]:
     """How to load it with moebake's GPU runtime, when ``moebake.serve`` has one for ``target``."""
-    from moebake.serve import RUNTIMES
-
-    if target not in RUNTIMES:
+    if not target_spec(target).runtime:
         return []
     return [
         "## Load it with moebake", "",

@@ -9,13 +9,21 @@ Two version vocabularies live here and must not be confused:
     the same options (``target_layout_version`` in the manifest; a runtime reads exactly one).
 """
 
+import functools
 from enum import Enum
 
-import numpy as np
-import torch
+
+class _Name(str, Enum):
+    """A ``str`` enum that prints and formats as its value (as Python 3.11's ``StrEnum``)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
-class GateUpOrder(str, Enum):
+class GateUpOrder(_Name):
     """How the gate and up halves of a W13 (fused gate/up) tensor are laid out along its rows.
 
     Target orders (``gate_up_order`` of a baked tensor) and source orders (``source_gate_up_order``)
@@ -30,21 +38,21 @@ class GateUpOrder(str, Enum):
     SEPARATE = "separate"                               # one source tensor per half (gate, up)
 
 
-class ActivationKind(str, Enum):
+class ActivationKind(_Name):
     """The expert activation ``act(gate) * up`` a manifest's ``activation`` record names."""
 
     SWIGLU = "swiglu"            # silu(min(gate, L)) * clamp(up, -L, L); alpha 1, beta 0, L optional
     SWIGLU_OAI = "swiglu_oai"    # GPT-OSS: min(g, L) * sigmoid(alpha * min(g, L)) * (clamp(u, -L, L) + beta)
 
 
-class FlashInferLayout(str, Enum):
+class FlashInferLayout(_Name):
     """The SM90 fp4 interleave era of FlashInfer (not a target layout version; see the module docstring)."""
 
     V2 = "v2"
     V1 = "v1"
 
 
-class DType(str, Enum):
+class DType(_Name):
     """A safetensors dtype code, with its width and its torch and numpy element types.
 
     :attr:`torch` is None where this torch lacks the type, and :attr:`numpy` where numpy does
@@ -77,29 +85,38 @@ class DType(str, Enum):
     @property
     def bits(self) -> int:
         """Bits per element (4 for ``F4``: two elements per byte, the even one in the low nibble; 6 for ``F6_*``)."""
-        return _TYPES[self][0]
+        return _types()[self][0]
 
     @property
-    def torch(self) -> torch.dtype | None:
-        return _TYPES[self][1]
+    def torch(self):
+        """The ``torch.dtype`` (None where this torch has none); torch is imported on first use only."""
+        return _types()[self][1]
 
     @property
-    def numpy(self) -> np.dtype | None:
-        return _TYPES[self][2]
+    def numpy(self):
+        """The ``numpy.dtype`` (None where numpy has none)."""
+        return _types()[self][2]
 
 
-_TYPES = {  # code -> (bits, torch dtype or None, numpy dtype or None)
-    DType.BOOL: (8, torch.bool, np.dtype(np.bool_)), DType.U8: (8, torch.uint8, np.dtype(np.uint8)),
-    DType.I8: (8, torch.int8, np.dtype(np.int8)), DType.F8_E5M2: (8, getattr(torch, "float8_e5m2", None), None),
-    DType.F8_E4M3: (8, getattr(torch, "float8_e4m3fn", None), None),
-    DType.F8_E8M0: (8, getattr(torch, "float8_e8m0fnu", None), None),
-    DType.F8_E4M3FNUZ: (8, getattr(torch, "float8_e4m3fnuz", None), None),
-    DType.F8_E5M2FNUZ: (8, getattr(torch, "float8_e5m2fnuz", None), None),
-    DType.F6_E2M3: (6, None, None), DType.F6_E3M2: (6, None, None),
-    DType.I16: (16, torch.int16, np.dtype(np.int16)), DType.U16: (16, getattr(torch, "uint16", None), np.dtype(np.uint16)),
-    DType.F16: (16, torch.float16, np.dtype(np.float16)), DType.BF16: (16, torch.bfloat16, None),
-    DType.I32: (32, torch.int32, np.dtype(np.int32)), DType.U32: (32, getattr(torch, "uint32", None), np.dtype(np.uint32)),
-    DType.F32: (32, torch.float32, np.dtype(np.float32)), DType.F64: (64, torch.float64, np.dtype(np.float64)),
-    DType.I64: (64, torch.int64, np.dtype(np.int64)), DType.U64: (64, getattr(torch, "uint64", None), np.dtype(np.uint64)),
-    DType.C64: (64, torch.complex64, np.dtype(np.complex64)), DType.F4: (4, getattr(torch, "float4_e2m1fn_x2", None), None),
-}
+@functools.cache
+def _types() -> dict:
+    """code -> (bits, torch dtype or None, numpy dtype or None); imports torch and numpy when first asked,
+    so importing the schema (the CLI does) stays cheap."""
+    import numpy as np
+    import torch
+
+    return {
+        DType.BOOL: (8, torch.bool, np.dtype(np.bool_)), DType.U8: (8, torch.uint8, np.dtype(np.uint8)),
+        DType.I8: (8, torch.int8, np.dtype(np.int8)), DType.F8_E5M2: (8, getattr(torch, "float8_e5m2", None), None),
+        DType.F8_E4M3: (8, getattr(torch, "float8_e4m3fn", None), None),
+        DType.F8_E8M0: (8, getattr(torch, "float8_e8m0fnu", None), None),
+        DType.F8_E4M3FNUZ: (8, getattr(torch, "float8_e4m3fnuz", None), None),
+        DType.F8_E5M2FNUZ: (8, getattr(torch, "float8_e5m2fnuz", None), None),
+        DType.F6_E2M3: (6, None, None), DType.F6_E3M2: (6, None, None),
+        DType.I16: (16, torch.int16, np.dtype(np.int16)), DType.U16: (16, getattr(torch, "uint16", None), np.dtype(np.uint16)),
+        DType.F16: (16, torch.float16, np.dtype(np.float16)), DType.BF16: (16, torch.bfloat16, None),
+        DType.I32: (32, torch.int32, np.dtype(np.int32)), DType.U32: (32, getattr(torch, "uint32", None), np.dtype(np.uint32)),
+        DType.F32: (32, torch.float32, np.dtype(np.float32)), DType.F64: (64, torch.float64, np.dtype(np.float64)),
+        DType.I64: (64, torch.int64, np.dtype(np.int64)), DType.U64: (64, getattr(torch, "uint64", None), np.dtype(np.uint64)),
+        DType.C64: (64, torch.complex64, np.dtype(np.complex64)), DType.F4: (4, getattr(torch, "float4_e2m1fn_x2", None), None),
+    }

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from moebake.convert.hashing import checksum_problem
+from moebake.schema.checksums import checksum_problem
 from moebake.schema.manifest import MANIFEST_NAME
 from moebake.errors import MoebakeError
 from moebake.formats.safetensors_file import DTYPES, SafetensorsFile, read_header

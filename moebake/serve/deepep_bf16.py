@@ -33,10 +33,10 @@ import json
 
 import torch
 
-from moebake.convert.targets import deepep_bf16 as bake_target
 from moebake.errors import InvalidArgumentError, MoebakeError
 from moebake.formats.bf16_moe import ACTIVATION
 from moebake.layouts.gate_up import pad_to, split_halves, stack_halves
+from moebake.schema.targets import DEEPEP_BF16
 from moebake.schema.sizes import round_up
 from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve import deepep_ll
@@ -46,7 +46,7 @@ from moebake.serve.masked_activation import silu_and_mul_masked, zero_rows_past
 from moebake.serve.masked_gemm import MaskedGemm, get_backend
 from moebake.serve.staged_reader import LoadStats
 
-TENSORS = ("w13_weight", "w2_weight")
+TENSORS = DEEPEP_BF16.required_tensors  # w13_weight, w2_weight
 
 
 class DeepEPBf16Experts:
@@ -130,8 +130,8 @@ class DeepEPBf16Experts:
 class DeepEPBf16Checkpoint(BakedCheckpoint):
     """A baked ``deepep-bf16`` checkpoint; :meth:`load_experts` gives one layer's experts of one EP rank."""
 
-    target = bake_target.NAME
-    layout_version = bake_target.LAYOUT_VERSION
+    target = DEEPEP_BF16.name
+    layout_version = DEEPEP_BF16.layout_version
 
     def __init__(self, root, manifest, platform):
         super().__init__(root, manifest, platform)

@@ -24,15 +24,15 @@ import math
 import torch
 import torch.nn.functional as F
 
-from moebake.convert.targets import sm90_cutlass as bake_target
 from moebake.errors import MoebakeError
+from moebake.schema.targets import SM90_CUTLASS
 from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve.flashinfer_ops import sm90_moe_ops
 from moebake.serve.platform import require_flashinfer_layout, require_sm90
 from moebake.serve.staged_reader import LoadStats
 
-REQUIRED_TENSORS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale")
-BIAS_TENSORS = ("w13_weight_bias", "w2_weight_bias")
+REQUIRED_TENSORS = SM90_CUTLASS.required_tensors  # w13/w2 weights and scales
+BIAS_TENSORS = SM90_CUTLASS.optional_tensors      # w13/w2 biases: both or neither
 
 
 # Activation kinds this runtime runs, with the parameters a manifest record may leave out.
@@ -59,8 +59,8 @@ def swiglu_parameters(activation: dict, where) -> tuple[float, float, float]:
 class Sm90CutlassCheckpoint(BakedCheckpoint):
     """A baked ``sm90-cutlass`` checkpoint; :meth:`load_experts` gives runnable experts of one layer."""
 
-    target = bake_target.NAME
-    layout_version = bake_target.LAYOUT_VERSION
+    target = SM90_CUTLASS.name
+    layout_version = SM90_CUTLASS.layout_version
 
     def __init__(self, root, manifest, platform):
         super().__init__(root, manifest, platform)

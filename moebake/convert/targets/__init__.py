@@ -1,29 +1,22 @@
-"""Conversion targets: each module turns a source model's expert tensors into one kernel's layout.
-
-A target module exposes ``NAME``, ``LAYOUT_VERSION``, ``USES_FLASHINFER_SM90_LAYOUT`` (whether
-``--flashinfer-layout`` changes its bytes; the manifest records the layout only then),
-``plan(model, options) -> (list[OutputTensor], list[layer dict])`` and
-``restore(record, baked, layout) -> {source tensor name: tensor}``, the exact inverse used by verification. The first line of its docstring reads ``Target ``NAME``: <kernel> on <GPU>.``
-(shown by ``inspect`` and in model cards, see :func:`kernel_description`).
-A target may also set ``SOURCE_FORMATS``, the source formats it reads (tried in registry order,
-see :mod:`moebake.formats`); without it, the checkpoint is read as whatever format it is detected as.
+"""Conversion targets: each module defines one :class:`~moebake.convert.targets.base.Target` class and
+registers it (see :mod:`moebake.convert.targets.base` for the contract, :mod:`moebake.schema.targets`
+for what each target is). Importing this package registers them all in :data:`TARGETS`, in this order.
+A target reads the source formats its spec lists (tried in registry order, see :mod:`moebake.formats`).
 """
 
 from moebake.convert.options import ConvertOptions
-from moebake.convert.targets import cutedsl, cutedsl_deepep, deepep_bf16, sm90_cutlass, sm100_trtllm
+# Each module registers its target on import; this order is the registry's (the CLI's and inspect's).
+from moebake.convert.targets import sm90_cutlass  # noqa: F401, I001
+from moebake.convert.targets import cutedsl  # noqa: F401
+from moebake.convert.targets import cutedsl_deepep  # noqa: F401
+from moebake.convert.targets import deepep_bf16  # noqa: F401
+from moebake.convert.targets import sm100_trtllm  # noqa: F401
+from moebake.convert.targets.base import TARGETS, Target
 from moebake.errors import MoebakeError, UnsupportedError
 from moebake.formats import SOURCE_FORMATS, detect_format, detected_format
 
-TARGETS = {
-    sm90_cutlass.NAME: sm90_cutlass,
-    cutedsl.NAME: cutedsl,
-    cutedsl_deepep.NAME: cutedsl_deepep,
-    deepep_bf16.NAME: deepep_bf16,
-    sm100_trtllm.NAME: sm100_trtllm,
-}
 
-
-def get_target(name: str):
+def get_target(name: str) -> Target:
     if name not in TARGETS:
         raise UnsupportedError(f"unknown target {name!r}; expected one of {', '.join(TARGETS)}")
     return TARGETS[name]
@@ -31,17 +24,17 @@ def get_target(name: str):
 
 def model_for_target(checkpoint, name: str, *, name_fits: bool = True):
     """The source model target ``name`` bakes from opened ``checkpoint``: detected among the target's
-    ``SOURCE_FORMATS`` (so a ModelOpt checkpoint's BF16 MTP layers are ``bf16-moe`` for ``deepep-bf16``).
+    ``spec.source_formats`` (so a ModelOpt checkpoint's BF16 MTP layers are ``bf16-moe`` for ``deepep-bf16``).
 
     The one check ``convert`` and ``inspect`` both use. When the checkpoint is a supported model that
     this target does not read, the error names the targets that fit it (``name_fits``)."""
     target = get_target(name)
-    detected = detected_format(checkpoint, target.SOURCE_FORMATS)
+    detected = detected_format(checkpoint, target.spec.source_formats)
     if detected is not None:
         return SOURCE_FORMATS[detected].open_model(checkpoint)
     other = detect_format(checkpoint)  # MoebakeError if no format reads it: then the model is the problem
     fits = f"; targets that fit it: {', '.join(fitting_targets(checkpoint)) or 'none'}" if name_fits else ""
-    raise UnsupportedError(f"{checkpoint.root}: target {name} bakes {' or '.join(target.SOURCE_FORMATS)} checkpoints, "
+    raise UnsupportedError(f"{checkpoint.root}: target {name} bakes {' or '.join(target.spec.source_formats)} checkpoints, "
                        f"this one is {other}{fits}")
 
 
@@ -66,6 +59,5 @@ def fitting_targets(checkpoint) -> list[str]:
 
 
 def kernel_description(name: str) -> str:
-    """The kernel and GPU target ``name`` bakes for, from its docstring's first line (Markdown code spans)."""
-    first_line = (get_target(name).__doc__ or name).strip().splitlines()[0]
-    return first_line.split(": ", 1)[-1].rstrip(".").replace("``", "`")
+    """The kernel and GPU target ``name`` bakes for (Markdown code spans), from its spec."""
+    return get_target(name).spec.description

@@ -17,18 +17,13 @@ per layer are those of :mod:`moebake.convert.targets.nvfp4_experts`, with:
 
 import torch
 
-from moebake.convert.options import ConvertOptions
-from moebake.convert.plan import OutputTensor
-from moebake.convert.targets.nvfp4_experts import W13Order, plan_layers, restore_layer
+from moebake.convert.targets.base import register
+from moebake.convert.targets.nvfp4_experts import Nvfp4Target, W13Order
 from moebake.convert.targets.nvfp4_scalars import cutedsl_wrapper_scales, load_time_scales
-from moebake.formats.modelopt_nvfp4 import FORMAT_NAME
 from moebake.layouts.gate_up import split_halves, stack_halves
 from moebake.layouts.group_interleave import deinterleave_halves, interleave_halves
+from moebake.schema.targets import CUTEDSL
 
-NAME = "cutedsl"
-LAYOUT_VERSION = 1  # bump when the bytes this target writes change for the same options
-USES_FLASHINFER_SM90_LAYOUT = False  # --flashinfer-layout (the SM90 fp4 interleave version) does not apply
-SOURCE_FORMATS = (FORMAT_NAME,)
 GROUP_ROWS = 64
 
 
@@ -41,19 +36,11 @@ def _split(w13: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return gate, up
 
 
-ORDER = W13Order("up_gate_interleaved_64", _rows, _split)
+@register
+class CuteDsl(Nvfp4Target):
+    spec = CUTEDSL
+    order = W13Order(_rows, _split)
 
-
-def _derive(raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    load_time = load_time_scales(raw)
-    return {**cutedsl_wrapper_scales(raw, load_time), "w13_input_scale_quant": load_time["w13_input_scale_quant"]}
-
-
-def plan(model, options: ConvertOptions) -> tuple[list[OutputTensor], list[dict]]:
-    """Output tensors and per-layer manifest records for every quantized MoE layer of a ModelOpt NVFP4 model."""
-    return plan_layers(NAME, model, options, ORDER, _derive)
-
-
-def restore(record: dict, baked: dict[str, torch.Tensor], layout: str) -> dict[str, torch.Tensor]:
-    """Exact inverse of :func:`plan` for one layer's experts (``layout``, the SM90 fp4 id, does not apply)."""
-    return restore_layer(record, baked, ORDER)
+    def derive(self, raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        load_time = load_time_scales(raw)
+        return {**cutedsl_wrapper_scales(raw, load_time), "w13_input_scale_quant": load_time["w13_input_scale_quant"]}

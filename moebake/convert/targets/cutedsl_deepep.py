@@ -17,17 +17,11 @@ SGLang's ``--moe-runner-backend flashinfer_cutedsl --moe-a2a-backend deepep`` pa
 
 import torch
 
-from moebake.convert.options import ConvertOptions
-from moebake.convert.plan import OutputTensor
-from moebake.convert.targets.nvfp4_experts import W13Order, plan_layers, restore_layer
+from moebake.convert.targets.base import register
+from moebake.convert.targets.nvfp4_experts import Nvfp4Target, W13Order
 from moebake.convert.targets.nvfp4_scalars import load_time_scales
-from moebake.formats.modelopt_nvfp4 import FORMAT_NAME
 from moebake.layouts.gate_up import split_halves, stack_halves
-
-NAME = "cutedsl-deepep"
-LAYOUT_VERSION = 1  # bump when the bytes this target writes change for the same options
-USES_FLASHINFER_SM90_LAYOUT = False  # --flashinfer-layout (the SM90 fp4 interleave version) does not apply
-SOURCE_FORMATS = (FORMAT_NAME,)
+from moebake.schema.targets import CUTEDSL_DEEPEP
 
 
 def _rows(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -38,14 +32,10 @@ def _split(w13: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return split_halves(w13, (w13.shape[1] // 2, *w13.shape[2:]))
 
 
-ORDER = W13Order("gate_up", _rows, _split)
+@register
+class CuteDslDeepEP(Nvfp4Target):
+    spec = CUTEDSL_DEEPEP
+    order = W13Order(_rows, _split)
 
-
-def plan(model, options: ConvertOptions) -> tuple[list[OutputTensor], list[dict]]:
-    """Output tensors and per-layer manifest records for every quantized MoE layer of a ModelOpt NVFP4 model."""
-    return plan_layers(NAME, model, options, ORDER, load_time_scales)
-
-
-def restore(record: dict, baked: dict[str, torch.Tensor], layout: str) -> dict[str, torch.Tensor]:
-    """Exact inverse of :func:`plan` for one layer's experts (``layout``, the SM90 fp4 id, does not apply)."""
-    return restore_layer(record, baked, ORDER)
+    def derive(self, raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return load_time_scales(raw)

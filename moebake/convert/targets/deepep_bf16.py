@@ -18,16 +18,14 @@ pads at load time when it is not, so the baked tensors stay the shapes SGLang al
 import torch
 
 from moebake.convert.options import ConvertOptions
-from moebake.convert.plan import OutputTensor
+from moebake.convert.targets.base import Planned, Target, register
 from moebake.convert.targets.expert_chunks import zip_expert_chunks
-from moebake.errors import MoebakeError
+from moebake.formats.bf16_moe import Bf16MoeLayer
 from moebake.formats.checkpoint import stored_names
 from moebake.layouts.gate_up import split_halves
+from moebake.schema.enums import GateUpOrder
+from moebake.schema.targets import DEEPEP_BF16, LayerDims
 
-NAME = "deepep-bf16"
-LAYOUT_VERSION = 1  # bump when the bytes this target writes change for the same options
-USES_FLASHINFER_SM90_LAYOUT = False  # --flashinfer-layout (the SM90 fp4 interleave version) does not apply
-SOURCE_FORMATS = ("bf16-moe",)
 DISPATCHER_OUTPUT_DTYPE = "bf16"
 
 
@@ -39,48 +37,31 @@ def _cat_rows(*parts: torch.Tensor) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
 
 
-def plan(model, options: ConvertOptions) -> tuple[list[OutputTensor], list[dict]]:
-    """Output tensors and per-layer manifest records for every BF16 MoE layer of ``model``."""
-    if model.format_name not in SOURCE_FORMATS:
-        raise MoebakeError(f"target {NAME} does not support source format {model.format_name}")
-    E, H, I = model.num_experts, model.hidden_size, model.intermediate_size
-    checkpoint, chunk = model.checkpoint, options.chunk_bytes
-    tensors, layers = [], []
-    for layer in model.layers:
-        w13_order = "gate_up" if layer.fused else "separate"
-        recipe = (
-            ("w13_weight", layer.gate_up, (E, 2 * I, H), "gate_up", w13_order),
-            ("w2_weight", (layer.down,), (E, H, I), None, None),
-        )
-        record = {
-            "index": layer.index, "prefix": layer.prefix, "experts": E,
-            "hidden": H, "hidden_padded": H, "intermediate": I, "intermediate_padded": I,
-            "dispatcher_output_dtype": DISPATCHER_OUTPUT_DTYPE, "tensors": {},
-        }
-        for out_name, sources, shape, order, source_order in recipe:
-            produce = zip_expert_chunks(checkpoint, sources, E, chunk, _cat_rows)
-            tensors.append(OutputTensor(layer.prefix + out_name, "BF16", shape, stored_names(sources, E), produce))
-            record["tensors"][out_name] = {
-                "source": sources[0] if len(sources) == 1 else list(sources), "dtype": "BF16", "shape": list(shape),
-                "gate_up_order": order, "source_gate_up_order": source_order,
-            }
-        layers.append(record)
-    return tensors, layers
+@register
+class DeepEPBf16(Target):
+    spec = DEEPEP_BF16
 
+    def layer_facts(self, model, layer) -> dict:
+        return {"dispatcher_output_dtype": DISPATCHER_OUTPUT_DTYPE}
 
-def restore(record: dict, baked: dict[str, torch.Tensor], layout: str) -> dict[str, torch.Tensor]:
-    """Exact inverse of :func:`plan` for one layer (any run of experts ``[e, ...]``).
+    def layer_tensors(self, model, layer: Bf16MoeLayer, dims: LayerDims, options: ConvertOptions) -> dict[str, Planned]:
+        E, checkpoint = dims.experts, model.checkpoint
+        planned = {}
+        for short, sources, order in (("w13_weight", layer.gate_up, GateUpOrder.GATE_UP if layer.fused else GateUpOrder.SEPARATE),
+                                      ("w2_weight", (layer.down,), None)):
+            produce = zip_expert_chunks(checkpoint, sources, E, options.chunk_bytes, _cat_rows)
+            planned[short] = Planned(produce, stored_names(sources, E), sources[0] if len(sources) == 1 else sources, order)
+        return planned
 
-    Returns ``{source name: [e, ...]}`` with the names the record gives (a per-expert pattern
-    stands for its experts stacked; :meth:`SourceCheckpoint.read_experts` reads them). ``layout``
-    (the FlashInfer layout id every manifest carries) does not apply to this target.
-    """
-    w13, H, I = baked["w13_weight"], record["hidden"], record["intermediate"]
-    gate_up = record["tensors"]["w13_weight"]["source"]
-    if isinstance(gate_up, str):
-        out = {gate_up: w13}
-    else:
-        gate, up = split_halves(w13, (I, H))
-        out = {gate_up[0]: gate, gate_up[1]: up}
-    out[record["tensors"]["w2_weight"]["source"]] = baked["w2_weight"]
-    return {name: value.contiguous() for name, value in out.items()}
+    def restore(self, record: dict, baked: dict[str, torch.Tensor], layout: str | None) -> dict[str, torch.Tensor]:
+        """Returns ``{source name: [e, ...]}`` with the names the record gives (a per-expert pattern
+        stands for its experts stacked; :meth:`SourceCheckpoint.read_experts` reads them)."""
+        w13, H, I = baked["w13_weight"], record["hidden"], record["intermediate"]
+        gate_up = record["tensors"]["w13_weight"]["source"]
+        if isinstance(gate_up, str):
+            out = {gate_up: w13}
+        else:
+            gate, up = split_halves(w13, (I, H))
+            out = {gate_up[0]: gate, gate_up[1]: up}
+        out[record["tensors"]["w2_weight"]["source"]] = baked["w2_weight"]
+        return {name: value.contiguous() for name, value in out.items()}

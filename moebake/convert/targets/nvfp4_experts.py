@@ -25,38 +25,29 @@ Gate/up block scales and globals are the source's after the gate/up global-scale
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from moebake.convert.options import ConvertOptions
-from moebake.convert.plan import OutputTensor
-from moebake.errors import MoebakeError
+from moebake.convert.targets.base import Planned, Target, constant
+from moebake.errors import UnsupportedError
 from moebake.formats.checkpoint import EXPERT_INDEX, per_expert_names
-from moebake.formats.modelopt_nvfp4 import FORMAT_NAME, GROUP_SIZE, ModelOptNvfp4Model, NvFp4Layer
+from moebake.formats.modelopt_nvfp4 import GROUP_SIZE, ModelOptNvfp4Model, NvFp4Layer
 from moebake.layouts.block_scale_swizzle import swizzle_128x4, unswizzle_128x4
+from moebake.schema.enums import GateUpOrder
+from moebake.schema.targets import LayerDims
 
 HIDDEN_MULTIPLE, INTERMEDIATE_MULTIPLE = 128, 64
+_W13_TENSORS = ("w13_weight", "w13_weight_scale", "w13_weight_scale_2", "w13_input_scale")  # (gate, up) sources
 
 
 @dataclass(frozen=True)
 class W13Order:
     """A target's W13 row order: ``rows(gate, up)`` ``[n, I, ...]`` x2 -> ``[n, 2I, ...]``, and its inverse ``split``."""
 
-    tag: str
     rows: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     split: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-
-
-def _check_model(target: str, model) -> None:
-    if model.format_name != FORMAT_NAME:
-        raise MoebakeError(f"target {target} does not support source format {model.format_name} (it bakes {FORMAT_NAME})")
-    if model.weight_only:
-        raise MoebakeError(f"{model.quant.source}: experts are {model.expert_algo} (weight-only, no input_scale); target {target} "
-                           "runs W4A4 NVFP4 and needs each expert's static input_scale (NVFP4 experts)")
-    H, I = model.hidden_size, model.intermediate_size
-    if H % HIDDEN_MULTIPLE or I % INTERMEDIATE_MULTIPLE:
-        raise MoebakeError(f"{model.checkpoint.root}: target {target} needs hidden_size % {HIDDEN_MULTIPLE} == 0 and "
-                           f"moe_intermediate_size % {INTERMEDIATE_MULTIPLE} == 0 (CuteDSL tiles), got {H} and {I}")
 
 
 def _expert_ranges(num_experts: int, step: int, build: Callable[[int, int], torch.Tensor]):
@@ -72,96 +63,95 @@ def _pattern(layer: NvFp4Layer, proj: str, part: str) -> str:
     return layer.name(EXPERT_INDEX, proj, part)
 
 
-def plan_layers(target: str, model, options: ConvertOptions, order: W13Order,
-                derive: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]) -> tuple[list[OutputTensor], list[dict]]:
-    """Output tensors and manifest records of every quantized MoE layer of a ModelOpt NVFP4 ``model``.
+class Nvfp4Target(Target):
+    """A target baking ModelOpt NVFP4 experts for a CuteDSL kernel: its W13 row :attr:`order` and
+    :meth:`derive`, the F32 scalars SGLang computes from the four raw ones."""
 
-    ``derive(raw)`` maps the four raw F32 scalar tensors (``w13_weight_scale_2``, ``w2_weight_scale_2``,
-    ``w13_input_scale``, ``w2_input_scale``; SGLang's shapes) to the target's derived F32 tensors.
-    """
-    _check_model(target, model)
-    E = model.num_experts
-    tensors, records = [], []
-    for layer in model.layers:
-        specs = _layer_specs(model, layer, options, order, derive)
-        record = {"index": layer.index, "prefix": layer.prefix, "experts": E,
-                  "hidden": model.hidden_size, "hidden_padded": model.hidden_size,
-                  "intermediate": model.intermediate_size, "intermediate_padded": model.intermediate_size,
-                  "scalar_shape": list(model.scalar_shape), "gate_up_global_scale": model.reconciliation(layer),
-                  "tensors": {}}
-        for short, dtype, shape, sources, produce, gate_up_order in specs:
-            names = tuple(name for pattern in sources for name in per_expert_names(pattern, E))
-            tensors.append(OutputTensor(layer.prefix + short, dtype, shape, names, produce))
-            record["tensors"][short] = {"source": list(sources), "dtype": dtype, "shape": list(shape),
-                                        "gate_up_order": gate_up_order, "source_gate_up_order": "separate" if gate_up_order else None}
-        records.append(record)
-    return tensors, records
+    order: ClassVar[W13Order]
 
+    def derive(self, raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The four raw F32 scalar tensors (``w13_weight_scale_2``, ``w2_weight_scale_2``, ``w13_input_scale``,
+        ``w2_input_scale``; SGLang's shapes) -> the target's derived F32 tensors."""
+        raise NotImplementedError
 
-def _layer_specs(model: ModelOptNvfp4Model, layer: NvFp4Layer, options: ConvertOptions, order: W13Order, derive):
-    """``(short name, dtype, shape, source patterns, producer, gate_up_order)`` of one layer's tensors."""
-    E, H, I = model.num_experts, model.hidden_size, model.intermediate_size
-    step = max(1, options.chunk_bytes // (I * H))  # one expert's gate + up weights: 2 * I * H/2 bytes
+    def check(self, model, options: ConvertOptions) -> None:
+        super().check(model, options)
+        name = self.spec.name
+        if model.weight_only:
+            raise UnsupportedError(f"{model.quant.source}: experts are {model.expert_algo} (weight-only, no input_scale); target {name} "
+                                   "runs W4A4 NVFP4 and needs each expert's static input_scale (NVFP4 experts)")
+        H, I = model.hidden_size, model.intermediate_size
+        if H % HIDDEN_MULTIPLE or I % INTERMEDIATE_MULTIPLE:
+            raise UnsupportedError(f"{model.checkpoint.root}: target {name} needs hidden_size % {HIDDEN_MULTIPLE} == 0 and "
+                                   f"moe_intermediate_size % {INTERMEDIATE_MULTIPLE} == 0 (CuteDSL tiles), got {H} and {I}")
 
-    def stack(proj, part, start, stop):
-        return torch.stack([model.consumed(layer, e, proj, part) for e in range(start, stop)])
+    def layer_facts(self, model: ModelOptNvfp4Model, layer: NvFp4Layer) -> dict:
+        return {"scalar_shape": tuple(model.scalar_shape), "gate_up_global_scale": model.reconciliation(layer)}
 
-    def w13_weight(start, stop):
-        return order.rows(stack("gate", "weight", start, stop), stack("up", "weight", start, stop))
+    def layer_tensors(self, model: ModelOptNvfp4Model, layer: NvFp4Layer, dims: LayerDims,
+                      options: ConvertOptions) -> dict[str, Planned]:
+        E, H, I, order = dims.experts, dims.hidden, dims.intermediate, self.order
+        step = max(1, options.chunk_bytes // (I * H))  # one expert's gate + up weights: 2 * I * H/2 bytes
 
-    def w13_scale(start, stop):
-        rows = order.rows(stack("gate", "weight_scale", start, stop), stack("up", "weight_scale", start, stop))
-        return swizzle_128x4(rows).reshape(stop - start, 2 * I, H // GROUP_SIZE)
+        def stack(proj, part, start, stop):
+            return torch.stack([model.consumed(layer, e, proj, part) for e in range(start, stop)])
 
-    def w2_weight(start, stop):
-        return stack("down", "weight", start, stop)
+        def w13_weight(start, stop):
+            return order.rows(stack("gate", "weight", start, stop), stack("up", "weight", start, stop))
 
-    def w2_scale(start, stop):
-        return swizzle_128x4(stack("down", "weight_scale", start, stop)).reshape(stop - start, H, I // GROUP_SIZE)
+        def w13_scale(start, stop):
+            rows = order.rows(stack("gate", "weight_scale", start, stop), stack("up", "weight_scale", start, stop))
+            return swizzle_128x4(rows).reshape(stop - start, 2 * I, H // GROUP_SIZE)
 
-    @functools.cache
-    def scalars():
-        def column(proj, part):
-            return stack(proj, part, 0, E).reshape(E)
+        def w2_weight(start, stop):
+            return stack("down", "weight", start, stop)
 
-        raw = {
-            "w13_weight_scale_2": torch.stack([column("gate", "weight_scale_2"), column("up", "weight_scale_2")], 1),
-            "w2_weight_scale_2": column("down", "weight_scale_2"),
-            "w13_input_scale": torch.stack([column("gate", "input_scale"), column("up", "input_scale")], 1),
-            "w2_input_scale": column("down", "input_scale"),
+        def w2_scale(start, stop):
+            return swizzle_128x4(stack("down", "weight_scale", start, stop)).reshape(stop - start, H, I // GROUP_SIZE)
+
+        @functools.cache
+        def scalars():
+            def column(proj, part):
+                return stack(proj, part, 0, E).reshape(E)
+
+            raw = {
+                "w13_weight_scale_2": torch.stack([column("gate", "weight_scale_2"), column("up", "weight_scale_2")], 1),
+                "w2_weight_scale_2": column("down", "weight_scale_2"),
+                "w13_input_scale": torch.stack([column("gate", "input_scale"), column("up", "input_scale")], 1),
+                "w2_input_scale": column("down", "input_scale"),
+            }
+            return {**raw, **self.derive(raw)}
+
+        pattern = functools.partial(_pattern, layer)
+        sources = {
+            "w13_weight": (pattern("gate", "weight"), pattern("up", "weight")),
+            "w13_weight_scale": (pattern("gate", "weight_scale"), pattern("up", "weight_scale")),
+            "w2_weight": (pattern("down", "weight"),),
+            "w2_weight_scale": (pattern("down", "weight_scale"),),
+            "w13_weight_scale_2": (pattern("gate", "weight_scale_2"), pattern("up", "weight_scale_2")),
+            "w2_weight_scale_2": (pattern("down", "weight_scale_2"),),
+            "w13_input_scale": (pattern("gate", "input_scale"), pattern("up", "input_scale")),
+            "w2_input_scale": (pattern("down", "input_scale"),),
         }
-        return {**raw, **derive(raw)}
+        producers = {"w13_weight": _expert_ranges(E, step, w13_weight), "w13_weight_scale": _expert_ranges(E, step, w13_scale),
+                     "w2_weight": _expert_ranges(E, step, w2_weight), "w2_weight_scale": _expert_ranges(E, step, w2_scale)}
+        all_scalar_sources = tuple(p for short in list(sources)[4:] for p in sources[short])
+        planned = {}
+        for entry in self.spec.tensors:
+            short = entry.name
+            patterns = sources.get(short, all_scalar_sources)
+            produce = producers.get(short) or constant(lambda short=short: scalars()[short])
+            stored = tuple(name for p in patterns for name in per_expert_names(p, E))
+            planned[short] = Planned(produce, stored, patterns, GateUpOrder.SEPARATE if short in _W13_TENSORS else None)
+        return planned
 
-    def scalar(short):
-        return lambda: iter([scalars()[short]])
-
-    pattern = functools.partial(_pattern, layer)
-    scalar_sources = {
-        "w13_weight_scale_2": (pattern("gate", "weight_scale_2"), pattern("up", "weight_scale_2")),
-        "w2_weight_scale_2": (pattern("down", "weight_scale_2"),),
-        "w13_input_scale": (pattern("gate", "input_scale"), pattern("up", "input_scale")),
-        "w2_input_scale": (pattern("down", "input_scale"),),
-    }
-    specs = [
-        ("w13_weight", "U8", (E, 2 * I, H // 2), (pattern("gate", "weight"), pattern("up", "weight")),
-         _expert_ranges(E, step, w13_weight), order.tag),
-        ("w13_weight_scale", "F8_E4M3", (E, 2 * I, H // GROUP_SIZE), (pattern("gate", "weight_scale"), pattern("up", "weight_scale")),
-         _expert_ranges(E, step, w13_scale), order.tag),
-        ("w2_weight", "U8", (E, H, I // 2), (pattern("down", "weight"),), _expert_ranges(E, step, w2_weight), None),
-        ("w2_weight_scale", "F8_E4M3", (E, H, I // GROUP_SIZE), (pattern("down", "weight_scale"),),
-         _expert_ranges(E, step, w2_scale), None),
-    ]
-    shapes = {"w13_weight_scale_2": (E, 2), "w2_weight_scale_2": (E,), "w13_input_scale": (E, 2), "w2_input_scale": (E,)}
-    derived = derive({name: torch.ones(shape) for name, shape in shapes.items()})  # shapes only: no reads at plan time
-    all_sources = tuple(p for patterns in scalar_sources.values() for p in patterns)
-    for short, shape in [*shapes.items(), *((name, tuple(t.shape)) for name, t in derived.items())]:
-        order_tag = "gate_up" if short in ("w13_weight_scale_2", "w13_input_scale") else None
-        specs.append((short, "F32", shape, scalar_sources.get(short, all_sources), scalar(short), order_tag))
-    return specs
+    def restore(self, record: dict, baked: dict[str, torch.Tensor], layout: str | None) -> dict[str, torch.Tensor]:
+        """Derived scalars are not needed (see :func:`restore_layer`)."""
+        return restore_layer(record, baked, self.order)
 
 
 def restore_layer(record: dict, baked: dict[str, torch.Tensor], order: W13Order) -> dict[str, torch.Tensor]:
-    """Exact inverse of :func:`plan_layers` for experts ``[start, stop)`` of one layer.
+    """Exact inverse of :meth:`Nvfp4Target.plan` for experts ``[start, stop)`` of one layer.
 
     ``baked``: those experts' rows of each baked tensor, by short name. Returns ``{per-expert source
     name pattern: [stop - start, ...] tensor}`` (the source dtype's bytes; scalars ``[n]`` or ``[n, 1]``),

@@ -1,0 +1,34 @@
+"""The protocol every source format's model implements fully (targets and checks call it without fallbacks)."""
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from moebake.formats.checkpoint import SourceCheckpoint
+
+
+@runtime_checkable
+class SourceModel(Protocol):
+    """A validated source checkpoint of one format (:data:`moebake.formats.SOURCE_FORMATS`).
+
+    ``layers``: its MoE layers (each with ``index`` and ``prefix``, the expert tensors' name prefix);
+    ``padding_allowed``: whether the engine path zero-pads H and I for this format (else a target
+    refuses sizes that would need it); ``expert_quantization``: one line for ``inspect``.
+    """
+
+    format_name: str
+    checkpoint: SourceCheckpoint
+    hidden_size: int
+    intermediate_size: int
+    num_experts: int
+    layers: Sequence
+    padding_allowed: bool
+    expert_quantization: str
+
+    def activation(self) -> dict:
+        """The manifest's ``activation`` record: ``{kind, alpha, beta, limit}``."""
+
+    def read_experts(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """Experts ``[start, stop)`` of a stacked tensor or per-expert pattern, as the baked tensors must
+        invert to (:meth:`SourceCheckpoint.read_experts` unless the format bakes other bytes than the file's)."""

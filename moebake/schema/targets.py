@@ -1,0 +1,176 @@
+"""What each target is, as data: its name, layout version, sources, kernel, GPU, help text and tensor table.
+
+The converter (:mod:`moebake.convert.targets`, which adds ``bake`` and ``restore``), the runtime
+(:mod:`moebake.serve`), ``inspect``, the CLI and the model card all read these specs; none of them
+lists a target's tensor names again. :func:`register_spec` adds one (a target registered in the
+converter registers its spec here too).
+
+Shape formulas are Python integer expressions over one MoE layer's dims (:class:`LayerDims`):
+``E`` experts, ``H``/``I`` hidden and expert intermediate sizes, ``H_pad``/``I_pad`` as baked.
+"""
+
+from dataclasses import dataclass
+
+from moebake.errors import UnsupportedError
+from moebake.schema.enums import DType, GateUpOrder
+
+
+@dataclass(frozen=True)
+class LayerDims:
+    """One MoE layer's sizes as a layer record holds them (``*_padded``: as baked)."""
+
+    experts: int
+    hidden: int
+    hidden_padded: int
+    intermediate: int
+    intermediate_padded: int
+
+    def names(self) -> dict[str, int]:
+        """The names shape formulas use."""
+        return {"E": self.experts, "H": self.hidden, "H_pad": self.hidden_padded,
+                "I": self.intermediate, "I_pad": self.intermediate_padded}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One baked tensor of a layer, stored as ``prefix + name``.
+
+    ``dtype`` None: the source's dtype (weights kept in their container, e.g. U8 or I8).
+    ``shape``: formula over :meth:`LayerDims.names`. ``gate_up_order``: the W13 row order written
+    (None for tensors without gate/up halves). ``optional``: present only for sources that have it
+    (biases) or models that need it (activation constants).
+    """
+
+    name: str
+    dtype: DType | None
+    shape: str
+    gate_up_order: GateUpOrder | None = None
+    optional: bool = False
+
+    def shape_for(self, dims: LayerDims) -> tuple[int, ...]:
+        value = eval(self.shape, {"__builtins__": {}}, dims.names())  # noqa: S307 - a formula of this table
+        return tuple(value) if isinstance(value, tuple) else (value,)
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """A target: see the module docstring. ``kernel`` and ``arch`` are Markdown (code spans allowed);
+    :attr:`description` made of them is the text the CLI (``moebake list``), ``inspect`` and model
+    cards show; ``uses_flashinfer_layout``: ``--flashinfer-layout`` (the
+    FlashInfer SM90 fp4 era) changes its bytes, so the manifest records it; ``runtime``:
+    :mod:`moebake.serve` runs it."""
+
+    name: str
+    layout_version: int
+    source_formats: tuple[str, ...]
+    kernel: str
+    arch: str
+    tensors: tuple[TensorSpec, ...]
+    uses_flashinfer_layout: bool = False
+    runtime: bool = False
+
+    @property
+    def description(self) -> str:
+        """``<kernel> on <arch>``: what ``inspect``, ``moebake list`` and model cards show."""
+        return f"{self.kernel} on {self.arch}"
+
+    def tensor(self, name: str) -> TensorSpec:
+        return next(t for t in self.tensors if t.name == name)
+
+    @property
+    def required_tensors(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tensors if not t.optional)
+
+    @property
+    def optional_tensors(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tensors if t.optional)
+
+
+TARGET_SPECS: dict[str, TargetSpec] = {}
+
+
+def register_spec(spec: TargetSpec) -> TargetSpec:
+    """Add ``spec`` to :data:`TARGET_SPECS` (replacing one of the same name: a re-imported module)."""
+    TARGET_SPECS[spec.name] = spec
+    return spec
+
+
+def unregister_spec(name: str) -> None:
+    """Remove target ``name``'s spec (a test's toy target, when its tests are done)."""
+    TARGET_SPECS.pop(name, None)
+
+
+def target_spec(name: str) -> TargetSpec:
+    """The spec of target ``name``; UnsupportedError naming the known ones otherwise."""
+    if name not in TARGET_SPECS:
+        raise UnsupportedError(f"unknown target {name!r}; expected one of {', '.join(TARGET_SPECS)}")
+    return TARGET_SPECS[name]
+
+
+_W = GateUpOrder
+_MXFP4_SOURCES = ("gpt-oss", "deepseek-v4")
+_NVFP4_SCALARS = (
+    TensorSpec("w13_weight_scale_2", DType.F32, "E, 2", _W.GATE_UP), TensorSpec("w2_weight_scale_2", DType.F32, "E"),
+    TensorSpec("w13_input_scale", DType.F32, "E, 2", _W.GATE_UP), TensorSpec("w2_input_scale", DType.F32, "E"),
+)
+
+
+def _nvfp4_weights(order: GateUpOrder) -> tuple[TensorSpec, ...]:
+    return (
+        TensorSpec("w13_weight", DType.U8, "E, 2 * I, H // 2", order),
+        TensorSpec("w13_weight_scale", DType.F8_E4M3, "E, 2 * I, H // 16", order),
+        TensorSpec("w2_weight", DType.U8, "E, H, I // 2"),
+        TensorSpec("w2_weight_scale", DType.F8_E4M3, "E, H, I // 16"),
+    )
+
+
+SM90_CUTLASS = register_spec(TargetSpec(
+    "sm90-cutlass", 1, _MXFP4_SOURCES, "FlashInfer `cutlass_fused_moe` W4A16 (BF16 x MXFP4)", "Hopper (SM90)",
+    (
+        TensorSpec("w13_weight", DType.U8, "E, 2 * I_pad, H_pad // 2", _W.UP_GATE),
+        TensorSpec("w13_weight_scale", DType.U8, "E, 2 * I_pad // 64, H_pad // 128, 16, 16", _W.UP_GATE),
+        TensorSpec("w13_weight_bias", DType.BF16, "E, 2 * I_pad", _W.UP_GATE, optional=True),
+        TensorSpec("w2_weight", DType.U8, "E, H_pad, I_pad // 2"),
+        TensorSpec("w2_weight_scale", DType.U8, "E, H_pad // 64, I_pad // 128, 16, 16"),
+        TensorSpec("w2_weight_bias", DType.BF16, "E, H_pad", optional=True),
+    ),
+    uses_flashinfer_layout=True, runtime=True,
+))
+
+CUTEDSL = register_spec(TargetSpec(
+    "cutedsl", 1, ("modelopt-nvfp4",), "FlashInfer CuteDSL NVFP4 MoE (`CuteDslMoEWrapper`)", "Blackwell (SM100/SM103)",
+    (*_nvfp4_weights(_W.UP_GATE_INTERLEAVED_64), *_NVFP4_SCALARS,
+     TensorSpec("w1_alpha", DType.F32, "E"), TensorSpec("w2_alpha", DType.F32, "E"),
+     TensorSpec("fc2_input_scale", DType.F32, "1"), TensorSpec("w13_input_scale_quant", DType.F32, "E")),
+))
+
+CUTEDSL_DEEPEP = register_spec(TargetSpec(
+    "cutedsl-deepep", 1, ("modelopt-nvfp4",),
+    "FlashInfer CuteDSL masked grouped GEMM behind DeepEP low-latency", "Blackwell (SM100/SM103)",
+    (*_nvfp4_weights(_W.GATE_UP), *_NVFP4_SCALARS,
+     TensorSpec("g1_alphas", DType.F32, "E"), TensorSpec("g2_alphas", DType.F32, "E"),
+     TensorSpec("w13_input_scale_quant", DType.F32, "E"), TensorSpec("w2_input_scale_quant", DType.F32, "E")),
+))
+
+DEEPEP_BF16 = register_spec(TargetSpec(
+    "deepep-bf16", 1, ("bf16-moe",),
+    "DeepGEMM `m_grouped_bf16_gemm_nt_masked` behind DeepEP low-latency BF16 dispatch", "Hopper (SM90)",
+    (TensorSpec("w13_weight", DType.BF16, "E, 2 * I, H", _W.GATE_UP), TensorSpec("w2_weight", DType.BF16, "E, H, I")),
+    runtime=True,
+))
+
+SM100_TRTLLM = register_spec(TargetSpec(
+    "sm100-trtllm", 1, _MXFP4_SOURCES, "FlashInfer `trtllm_fp4_block_scale_moe` (trtllm-gen, MXFP4 weights)",
+    "Blackwell (SM100)",
+    (
+        TensorSpec("w13_weight", None, "E, 2 * I_pad, H_pad // 2", _W.UP_GATE_PAIRS),
+        TensorSpec("w13_weight_scale", DType.F8_E4M3, "E, 2 * I_pad, H_pad // 32", _W.UP_GATE_PAIRS),
+        TensorSpec("w13_weight_bias", DType.F32, "E, 2 * I_pad", _W.UP_GATE_PAIRS, optional=True),
+        TensorSpec("w2_weight", None, "E, H_pad, I_pad // 2"),
+        TensorSpec("w2_weight_scale", DType.F8_E4M3, "E, H_pad, I_pad // 32"),
+        TensorSpec("w2_weight_bias", DType.F32, "E, H_pad", optional=True),
+        TensorSpec("gemm1_alpha", DType.F32, "E", optional=True),
+        TensorSpec("gemm1_beta", DType.F32, "E", optional=True),
+        TensorSpec("gemm1_clamp_limit", DType.F32, "E", optional=True),
+    ),
+))
