@@ -29,13 +29,13 @@ picks DeepEP when it is importable.
 Expert parallelism: EP rank ``r`` of ``n`` holds experts ``[r*E/n, (r+1)*E/n)``, as DeepEP numbers them.
 """
 
-import json
 
 import torch
 
 from moebake.errors import InvalidArgumentError, MoebakeError
 from moebake.formats.bf16_moe import ACTIVATION
 from moebake.layouts.gate_up import pad_to, split_halves, stack_halves
+from moebake.schema.config_values import ConfigValues, model_scopes, read_json_object
 from moebake.schema.targets import DEEPEP_BF16
 from moebake.schema.sizes import round_up
 from moebake.serve.baked_checkpoint import BakedCheckpoint
@@ -172,18 +172,14 @@ class DeepEPBf16Checkpoint(BakedCheckpoint):
         return DeepEPBf16Experts(tensors["w13_weight"], tensors["w2_weight"], backend, start, stats)
 
     def top_k(self) -> int | None:
-        """``num_experts_per_tok`` of the bake's config.json (or its ``text_config``), if it says."""
-        config = self._config()
-        for scope in (config.get("text_config"), config):
-            if isinstance(scope, dict) and isinstance(scope.get("num_experts_per_tok"), int):
-                return scope["num_experts_per_tok"]
-        return None
-
-    def _config(self) -> dict:
-        try:
-            return json.loads((self.root / "config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
+        """``num_experts_per_tok`` of the bake's config.json (or its ``text_config``), if it says; a
+        value that is not a positive integer is a MoebakeError naming the file and key."""
+        path = self.root / "config.json"
+        if not path.is_file():
+            return None
+        config = ConfigValues.of_file(read_json_object(path), path)
+        scope = next((scope for scope in model_scopes(config) if "num_experts_per_tok" in scope), None)
+        return None if scope is None else scope.integer("num_experts_per_tok")
 
     def low_latency_spec(self, layer: int | str, tokens_per_rank: int, ep_size: int = 1,
                          top_k: int | None = None) -> LowLatencySpec:
