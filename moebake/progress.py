@@ -2,9 +2,10 @@
 
 * decimal units (``7.70GB``, as ``--profile`` and disk tools count), a shard counter in the postfix;
 * the full terminal width, re-read when the terminal is resized (never cut at tqdm's fixed 60 columns);
-* bytes already done at the start (resumed shards) count as ``initial``, not as a burst of speed,
-  and the rate is averaged over the whole run (``smoothing=0``) so no absurd ETA shows at the start
-  when workers report their first bytes late;
+* bytes already done at the start (resumed shards) count as ``initial``, not as a burst of speed;
+  the rate is averaged (``smoothing=0``) from the first bytes reported, not from the bar's creation,
+  so the seconds workers take to start (and the first report, often a few header bytes) do not show
+  as an ETA of hours; until bytes flow it shows ``?``;
 * nothing but a final line when stderr is not a terminal (no ``\\r`` floods in logs): there the
   caller's per-shard :func:`shard_done` lines (``-v``) say how far it got.
 """
@@ -17,10 +18,23 @@ from tqdm import tqdm
 LOG = logging.getLogger("moebake")
 
 
+class _ByteBar(tqdm):
+    """A tqdm bar whose clock starts at the first bytes reported (module docstring)."""
+
+    _flowing = False
+
+    def update(self, n=1):
+        if not self._flowing and n:
+            self._flowing = True
+            self.start_t = self.last_print_t = self._time()
+            self.initial = self.n + n  # neither earlier bytes nor this first report count towards the rate
+        return super().update(n)
+
+
 def byte_bar(total: int, desc: str, *, enabled: bool = True, initial: int = 0, shards: int | None = None) -> tqdm:
     """A tqdm bar over ``total`` bytes (``initial`` of them already done); ``shards``: total for the counter."""
     interactive = enabled and sys.stderr.isatty()
-    bar = tqdm(total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1000, desc=desc,
+    bar = _ByteBar(total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1000, desc=desc,
                dynamic_ncols=True, smoothing=0, mininterval=0.5, disable=not interactive, file=sys.stderr)
     bar.shards_total = shards
     bar.shards_done = 0

@@ -135,3 +135,17 @@ def test_inspect_answers_as_convert_does(tmp_path):
     assert dsv4["quantization"].startswith("MXFP4 routed experts") and dsv4["quant_method"] == "fp8"
     text = run("inspect", tmp_path / "dsv4").output
     assert "quantization   MXFP4 routed experts" in text and "(config.json quant_method: fp8)" in text
+
+
+def test_progress_rate_starts_with_the_first_bytes():
+    """Workers take seconds to start: that wait, and the first few bytes, must not make the ETA hours."""
+    import io
+
+    from moebake.progress import _ByteBar
+
+    bar = _ByteBar(total=10**9, initial=10**8, file=io.StringIO(), smoothing=0, unit_divisor=1000)
+    bar.start_t -= 60  # the bar was made a minute before any worker reported
+    bar.update(4096)
+    assert bar.format_dict["elapsed"] < 1 and bar.initial == 10**8 + 4096
+    assert bar.format_dict["n"] == 10**8 + 4096
+    bar.close()
