@@ -24,7 +24,7 @@ class _ByteBar(tqdm):
     _flowing = False
 
     def update(self, n=1):
-        if not self._flowing and n:
+        if not self._flowing and n and not self.disable:
             self._flowing = True
             self.start_t = self.last_print_t = self._time()
             self.initial = self.n + n  # neither earlier bytes nor this first report count towards the rate
