@@ -95,26 +95,6 @@ def _resolve(source: str, revision: str | None, token: str | None):
     return resolve_source(source, hub_client(token), revision=revision)
 
 
-def run() -> None:
-    """The ``moebake`` program: :func:`main`, then an immediate exit with its status.
-
-    The interpreter's own teardown takes ~1.5-2 s once torch and numba are loaded (measured on the
-    benchmark machine), which is all waiting, for nothing: every file a command writes is closed
-    and fsynced by then. Output streams and logging are flushed first.
-    """
-    try:
-        main()
-        status = 0
-    except SystemExit as done:
-        status = done.code
-    if isinstance(status, str):
-        print(status, file=sys.stderr)
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status if isinstance(status, int) else (0 if status is None else 1))
-
-
 @main.command()
 @click.argument("source")
 @click.argument("out", type=click.Path(path_type=Path))
