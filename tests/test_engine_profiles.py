@@ -19,18 +19,26 @@ from moebake.synthetic import write_gpt_oss
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():
     pytest.skip("sglang 0.5.23 is not installed (bin/setup installs it)", allow_module_level=True)
+standins_hidden_after_each_test = sglang_oracle.standins_hidden_after_each_test  # autouse fixture
 
 KERNELS = {"v2": kernel_interleave_v2, "v1": kernel_interleave_v1}
-# (target, source format) -> the test below that proves it against the engine's code
-ORACLE_TESTS = {("sm90-cutlass", "gpt-oss"): "test_gpt_oss_sm90_cutlass_equals_sglang"}
+# (engine, target, source format) -> (test file, test) that proves it against the engine's own code
+ORACLE_TESTS = {
+    ("sglang", "sm90-cutlass", "gpt-oss"): ("test_engine_profiles.py", "test_gpt_oss_sm90_cutlass_equals_sglang"),
+    ("vllm", "sm90-cutlass", "gpt-oss"): ("test_vllm_profile.py", "test_gpt_oss_flashinfer_cutlass_equals_vllm"),
+}
 
 
 def test_every_verified_profile_entry_has_an_oracle_test():
+    from pathlib import Path
+
     for profile in PROFILES.values():
-        for key, entry in profile.targets.items():
+        for (target, source), entry in profile.targets.items():
+            key = (profile.engine, target, source)
             if entry.verified:
-                assert key in ORACLE_TESTS, f"{profile.engine} {profile.version} {key} is marked verified without an oracle test"
-                assert ORACLE_TESTS[key] in globals(), key
+                assert key in ORACLE_TESTS, f"{key} is marked verified without an oracle test"
+                test_file, test = ORACLE_TESTS[key]
+                assert f"def {test}(" in (Path(__file__).parent / test_file).read_text(), key
 
 
 def _assert_bake_equals_engine(out, layer_prefix, engine_params, derived):

@@ -26,6 +26,9 @@ if not sglang_oracle.sglang_installed():
     pytest.skip("sglang 0.5.23 is not installed (bin/setup installs it)", allow_module_level=True)
 
 from sglang.srt.plugins import load_plugins  # noqa: E402  (after the stand-ins are installed)
+from engine_oracles.sglang_oracle import standins, standins_hidden_after_each_test  # noqa: E402,F401  (autouse)
+
+standins.hide()
 
 PREFIX = "model.layers.0.mlp.experts."
 
@@ -47,6 +50,7 @@ def plugin_loaded():
 
     QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)  # as SGLang registers it on a CUDA (or CPU-engine) machine
     load_plugins()
+    standins.hide()
 
 
 @pytest.fixture(scope="module")

@@ -76,7 +76,14 @@ SGLANG_0_5_23 = EngineProfile("sglang", "0.5.23", {
        for source in ("bf16-moe", "modelopt-nvfp4")},
 })
 
-PROFILES = {"sglang": SGLANG_0_5_23}
+# vLLM 0.33.0, ``--moe-backend flashinfer_cutlass`` on SM90 (GptOssMxfp4MoEMethod): H and I padded to 128,
+# zero-filled (its padded buffers are created as zeros). Its biases are named w13_bias / w2_bias.
+VLLM_0_33_0 = EngineProfile("vllm", "0.33.0", {
+    ("sm90-cutlass", "gpt-oss"): TargetProfile(
+        "flashinfer_cutlass", "none", "vllm.model_executor.layers.quantization.mxfp4.GptOssMxfp4MoEMethod"),
+})
+
+PROFILES = {"sglang": SGLANG_0_5_23, "vllm": VLLM_0_33_0}
 DEFAULT_ENGINE = "sglang"
 
 

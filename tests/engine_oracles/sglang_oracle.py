@@ -18,12 +18,13 @@ import socket
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors import safe_open
 
-from engine_oracles.standins import install as install_standins
+from engine_oracles import standins
 
-install_standins()
+standins.install()
 
 SGLANG_VERSION = "0.5.23"
 
@@ -33,7 +34,17 @@ def sglang_installed() -> bool:
         import sglang
     except ImportError:
         return False
+    finally:
+        standins.hide()
     return sglang.__version__ == SGLANG_VERSION
+
+
+@pytest.fixture(autouse=True)
+def standins_hidden_after_each_test():
+    """Autouse in the modules that import it: after each test, the stand-ins leave ``sys.modules``
+    (:func:`standins.hide`), so the rest of the test session sees the real environment."""
+    yield
+    standins.hide()
 
 
 def _free_port() -> int:
@@ -73,8 +84,11 @@ def sglang_engine(*, moe_runner_backend: str = "auto", moe_a2a_backend: str = "n
         parallel_state.initialize_model_parallel(backend="gloo")
     initialize_moe_config()
     facts = {"is_sm90": gpu == "sm90", "is_sm100": gpu == "sm100", "is_sm120": False}
-    with override_platform(**facts):
-        yield
+    try:
+        with override_platform(**facts):
+            yield
+    finally:
+        standins.hide()
 
 
 def read_tensors(source_dir: str | Path, names: list[str]) -> dict[str, torch.Tensor]:

@@ -4,7 +4,9 @@ SGLang's Python tree imports ``triton`` (GPU compiler, ~0.9 GB) and ``sgl_kernel
 extension, 1.2 GB, pinned to another torch) at module level, though the load-time code the tests
 run (``create_weights``, weight loaders, ``process_weights_after_loading``) never calls into them.
 :func:`install` makes ``import triton`` / ``import sgl_kernel`` (and any of their submodules)
-succeed with permissive placeholders *only when the real module is absent*: decorators such as
+*made by SGLang's own modules* succeed with permissive placeholders *only when the real module is
+absent*, and :func:`hide` takes them out of ``sys.modules`` again, so torch, transformers or vLLM
+in the same process still find them absent: decorators such as
 ``triton.jit`` return the function unchanged; any other attribute is a placeholder that can be
 called, subscripted, compared or inherited from, and fails loudly if it is ever used as data.
 """
@@ -78,7 +80,12 @@ class _StandinModule(types.ModuleType):
 
 
 class _Loader(importlib.abc.Loader):
+    def __init__(self, made: types.ModuleType | None = None):
+        self.made = made
+
     def create_module(self, spec):
+        if self.made is not None:
+            return self.made
         module = _StandinModule(spec.name)
         module.__path__ = []  # a package: submodules resolve through the finder too
         module.__version__ = "0.0.0+standin"
@@ -89,19 +96,47 @@ class _Loader(importlib.abc.Loader):
         pass
 
 
+SERVED_TO = ("sglang", "sgl_kernel", "sglang_kernel", "triton", "torchvision", "torch")
+"""Packages whose own imports get the stand-ins (torch: SGLang imports it while a stand-in is in
+``sys.modules``, and torch then imports triton submodules). Everyone else (transformers, vLLM probing
+``find_spec("triton")``) still sees the module as absent, so nothing outside SGLang changes course."""
+
+
+def _importer() -> str:
+    """``__name__`` of the module executing the ``import`` being resolved (the first frame outside importlib)."""
+    frame = sys._getframe(2)
+    while frame is not None and (frame.f_code.co_filename.startswith("<frozen importlib") or
+                                 frame.f_globals.get("__name__", "").startswith("importlib")):
+        frame = frame.f_back
+    return "" if frame is None else frame.f_globals.get("__name__", "")
+
+
 class _Finder(importlib.abc.MetaPathFinder):
     def __init__(self, roots):
         self.roots = roots
+        self.made: dict[str, types.ModuleType] = {}
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname.split(".")[0] not in self.roots:
+        if fullname.split(".")[0] not in self.roots or _importer().split(".")[0] not in SERVED_TO:
             return None
-        return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=True)
+        return importlib.machinery.ModuleSpec(fullname, _Loader(self.made.get(fullname)), is_package=True)
 
 
 def install() -> list[str]:
-    """Stand in for each of :data:`STANDIN_ROOTS` that is not installed; returns those stood in for."""
+    """Stand in for each of :data:`STANDIN_ROOTS` that is not installed, for imports made by SGLang's
+    modules only (:data:`SERVED_TO`); returns those stood in for."""
     missing = [root for root in STANDIN_ROOTS if root not in sys.modules and importlib.util.find_spec(root) is None]
     if missing and not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.append(_Finder(tuple(missing)))
     return missing
+
+
+def hide() -> None:
+    """Take the stand-ins out of ``sys.modules`` (SGLang's modules keep their references; a later import
+    by SGLang gets the same module back), so that code outside SGLang finds these modules absent."""
+    for finder in sys.meta_path:
+        if isinstance(finder, _Finder):
+            for name in [n for n in sys.modules if n.split(".")[0] in finder.roots]:
+                module = sys.modules[name]
+                if getattr(module, "__moebake_standin__", False):
+                    finder.made[name] = sys.modules.pop(name)
