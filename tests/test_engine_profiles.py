@@ -14,7 +14,7 @@ from kernel_emulation import kernel_interleave_v1, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.engines.profiles import PROFILES, SGLANG_0_5_23
-from moebake.synthetic import write_gpt_oss
+from moebake.synthetic import write_bf16_moe, write_gpt_oss
 
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():
@@ -26,6 +26,7 @@ KERNELS = {"v2": kernel_interleave_v2, "v1": kernel_interleave_v1}
 ORACLE_TESTS = {
     ("sglang", "sm90-cutlass", "gpt-oss"): ("test_engine_profiles.py", "test_gpt_oss_sm90_cutlass_equals_sglang"),
     ("vllm", "sm90-cutlass", "gpt-oss"): ("test_vllm_profile.py", "test_gpt_oss_flashinfer_cutlass_equals_vllm"),
+    ("sglang", "deepep-bf16", "bf16-moe"): ("test_engine_profiles.py", "test_bf16_moe_deepep_bf16_equals_sglang"),
 }
 
 
@@ -67,3 +68,14 @@ def test_gpt_oss_sm90_cutlass_equals_sglang(tmp_path, hidden, intermediate, layo
     for name in derived:
         assert torch.equal(engine[name], torch.full((2,), activation[name.removeprefix("swiglu_")], dtype=torch.float32)), name
     assert SGLANG_0_5_23.target("sm90-cutlass", "gpt-oss").hidden_multiple == 256
+
+
+@pytest.mark.parametrize("style, names", [("qwen3", ("gate_proj", "up_proj", "down_proj")), ("mixtral", ("w1", "w3", "w2"))])
+def test_bf16_moe_deepep_bf16_equals_sglang(tmp_path, style, names):
+    source = write_bf16_moe(tmp_path / "src", style=style, num_layers=1, num_experts=4, hidden=64, intermediate=32)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("deepep-bf16"), progress=False)
+    assert manifest["engine"]["exact"] is True
+    record = manifest["layers"][0]
+    engine = sglang_oracle.unquantized_deepep_bf16(source, record["prefix"], 4, 64, 32, names)
+    assert sorted(engine) == sorted(record["tensors"]) == ["w13_weight", "w2_weight"]
+    _assert_bake_equals_engine(tmp_path / "out", record["prefix"], engine, derived=set())

@@ -69,11 +69,13 @@ SGLANG_0_5_23 = EngineProfile("sglang", "0.5.23", {
     # filled with 127 before the trtllm-gen shuffles): recorded as not engine-exact.
     ("sm100-trtllm", "gpt-oss"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_MXFP4, verified=False),
     ("sm100-trtllm", "deepseek-v4"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_DSV4_SM100, verified=False),
-    # The entries below are not yet proven against SGLang's own code by a test (recorded as not exact).
+    # Not yet proven against SGLang's own code by a test (recorded as not exact); SGLang 0.5.23 also derives
+    # g1_alphas_up, which these bakes lack.
     ("cutedsl", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "none", _SGLANG_NVFP4, verified=False),
     ("cutedsl-deepep", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "deepep", _SGLANG_NVFP4, verified=False),
-    **{("deepep-bf16", source): TargetProfile("deep_gemm", "deepep", _SGLANG_UNQUANT, verified=False)
-       for source in ("bf16-moe", "modelopt-nvfp4")},
+    # SGLang's unquantized DeepEP-LL + DeepGEMM post-load step transforms no weight.
+    ("deepep-bf16", "bf16-moe"): TargetProfile("deep_gemm", "deepep", _SGLANG_UNQUANT),
+    ("deepep-bf16", "modelopt-nvfp4"): TargetProfile("deep_gemm", "deepep", _SGLANG_UNQUANT, verified=False),
 })
 
 # vLLM 0.33.0, ``--moe-backend flashinfer_cutlass`` on SM90 (GptOssMxfp4MoEMethod): H and I padded to 128,

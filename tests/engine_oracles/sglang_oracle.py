@@ -163,3 +163,34 @@ def gpt_oss_sm90_cutlass(source_dir: str | Path, layer: int, interleave_weights)
     finally:
         (mxfp4._FI_HAS_SM90_CUTLASS_MXFP4, mxfp4.interleave_moe_weights_for_sm90_mixed_gemm,
          mxfp4.interleave_moe_scales_for_sm90_mixed_gemm) = saved
+
+
+def unquantized_deepep_bf16(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
+                            names: tuple[str, str, str]) -> dict[str, torch.Tensor]:
+    """SGLang's post-``process_weights_after_loading`` parameters of one BF16 MoE layer for the
+    unquantized DeepEP low-latency + DeepGEMM path (``UnquantizedFusedMoEMethod``, ``deep_gemm`` runner).
+
+    ``names``: the checkpoint's per-expert (gate, up, down) projection names (``gate_proj``... or
+    Mixtral's ``w1, w3, w2``); each ``{prefix}{e}.{name}.weight`` goes through ``FusedMoE.weight_loader``
+    as SGLang's model loaders call it (``make_expert_params_mapping``). The all-to-all backend is left
+    at ``none`` (DeepEP's dispatcher needs a process group per rank): the post-load step's DeepEP
+    branch only sets the dispatcher's output dtype and transforms no weight.
+    """
+    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+
+    gate, up, down = names
+    mapping = FusedMoE.make_expert_params_mapping(ckpt_gate_proj_name=gate, ckpt_down_proj_name=down,
+                                                  ckpt_up_proj_name=up, num_experts=num_experts)
+    source = read_tensors(source_dir, [f"{prefix}{e}.{n}.weight" for e in range(num_experts) for n in names])
+    with sglang_engine(moe_runner_backend="deep_gemm", gpu="sm90"):
+        experts = FusedMoE(num_experts=num_experts, top_k=2, layer_id=0, hidden_size=hidden, intermediate_size=intermediate,
+                           params_dtype=torch.bfloat16, prefix=prefix.rstrip("."))
+        params = dict(experts.named_parameters())
+        for name, tensor in source.items():
+            for param_name, weight_name, expert_id, shard_id in mapping:
+                if weight_name in name:
+                    param = params[param_name.removeprefix("experts.") + "weight"]
+                    experts.weight_loader(param, tensor, name, shard_id=shard_id, expert_id=expert_id)
+                    break
+        experts.quant_method.process_weights_after_loading(experts)
+        return {name: p.data.clone() for name, p in experts.named_parameters()}
