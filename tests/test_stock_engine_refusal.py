@@ -77,7 +77,7 @@ def test_verify_catches_a_changed_manifest(baked, tmp_path):
 def test_verify_catches_a_config_restored_to_the_source_quant_method(baked, tmp_path, gpt_oss_tiny):
     import shutil
 
-    from moebake.convert.hashing import file_record
+    from moebake.schema.checksums import file_record
 
     copy = tmp_path / "copy"
     shutil.copytree(baked, copy)

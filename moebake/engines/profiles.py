@@ -21,7 +21,7 @@ against the engine's own code, run on CPU.
 
 from dataclasses import asdict, dataclass
 
-from moebake.errors import OptionError, UnsupportedError
+from moebake.errors import OptionError
 
 
 @dataclass(frozen=True)
@@ -44,13 +44,13 @@ class EngineProfile:
     targets: dict[tuple[str, str], TargetProfile]
 
     def target(self, target: str, source_format: str) -> TargetProfile:
-        """The profile of (``target``, ``source_format``); MoebakeError if this engine has none."""
-        try:
-            return self.targets[(target, source_format)]
-        except KeyError:
-            raise UnsupportedError(f"engine {self.engine} {self.version} has no profile for target {target} with source "
-                               f"format {source_format}") from None
+        """The profile of (``target``, ``source_format``); without one (a target this engine version
+        was never profiled for), moebake's plain defaults, marked not verified."""
+        return self.targets.get((target, source_format), UNPROFILED)
 
+
+UNPROFILED = TargetProfile("unknown", "unknown", "unknown", verified=False)
+"""What a (target, source) without a profile gets: 128 multiples, zero fill, not engine-exact."""
 
 _SGLANG_MXFP4 = "sglang.srt.layers.quantization.mxfp4.Mxfp4MoEMethod"
 _SGLANG_DSV4_SM90 = "sglang.srt.layers.quantization.mxfp4_flashinfer_cutlass_moe.Mxfp4FlashinferCutlassMoEMethod"
@@ -103,7 +103,8 @@ def manifest_engine(options, source_format: str) -> dict:
     entry = profile.target(options.target, source_format)
     hidden_multiple, intermediate_multiple, _ = options.padding(source_format)
     overridden = (hidden_multiple, intermediate_multiple) != (entry.hidden_multiple, entry.intermediate_multiple)
-    reason = ("padding multiples overridden" if overridden else None) or (None if entry.verified else
-                                                                           "profile not verified against the engine's code")
+    reason = ("padding multiples overridden" if overridden else None) or (
+        None if entry.verified else "no profile of this engine for this target and source" if entry is UNPROFILED
+        else "profile not verified against the engine's code")
     return {"name": profile.engine, "version": profile.version, **asdict(entry), "exact": reason is None,
             "not_exact_because": reason}

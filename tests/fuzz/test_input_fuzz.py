@@ -358,7 +358,7 @@ def test_a_consistently_rewritten_activation_limit_is_caught_by_verify_source(ba
 
 def rewrite_config_digest(out):
     """Point ``out/config.json`` at the manifest as it is now (and re-record config.json's checksum)."""
-    from moebake.convert.hashing import file_record
+    from moebake.schema.checksums import file_record
     from moebake.schema.manifest import write_manifest
     from moebake.engines.config_json import manifest_digest
 
