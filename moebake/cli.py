@@ -18,6 +18,7 @@ import click
 
 import moebake
 from moebake.convert.options import DEFAULT_CHUNK_BYTES, MAX_MULTIPLE, ConvertOptions
+from moebake.engines.profiles import DEFAULT_ENGINE, PROFILES
 from moebake.errors import MoebakeError, format_error
 from moebake.layouts.flashinfer_versions import LAYOUTS
 from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
@@ -101,10 +102,13 @@ def _resolve(source: str, revision: str | None, token: str | None):
 @click.option("--target", required=True, type=click.Choice(TARGET_NAMES), help="Kernel layout to bake for (see `moebake list`).")
 @click.option("--flashinfer-layout", default="v2", show_default=True, type=click.Choice(LAYOUTS),
               help="SM90 fp4 interleave: v2 = FlashInfer 0.6.18+/0.7.x, v1 = 0.6.10-0.6.17.")
-@click.option("--hidden-multiple", default=128, show_default=True,
-              help=f"Pad H up to a multiple of this (a multiple of 128, at most {MAX_MULTIPLE}; e.g. 256 as SGLang 0.5.23).")
-@click.option("--intermediate-multiple", default=128, show_default=True,
-              help=f"Pad I up to a multiple of this (a multiple of 128, at most {MAX_MULTIPLE}).")
+@click.option("--engine", default=DEFAULT_ENGINE, show_default=True, type=click.Choice(sorted(PROFILES)),
+              help="Serving engine whose load-time bytes the bake equals (its profile: padding, fills, names).")
+@click.option("--hidden-multiple", type=int,
+              help=f"Override the engine profile's H padding multiple (a multiple of 128, at most {MAX_MULTIPLE}); the bake "
+                   "is then recorded as not engine-exact unless it equals the profile's.")
+@click.option("--intermediate-multiple", type=int,
+              help=f"Override the engine profile's I padding multiple (as --hidden-multiple).")
 @click.option("--chunk-mb", default=DEFAULT_CHUNK_BYTES >> 20, show_default=True, type=click.IntRange(1, 16384),
               help="Source MiB read per step (bounds memory).")
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (only once the new one is complete).")
@@ -117,7 +121,7 @@ def _resolve(source: str, revision: str | None, token: str | None):
               help="Bake this many shards at once, in separate processes (output bytes do not change).")
 @click.option("--profile", is_flag=True, help="Print busy time per stage (read, transform, hash, write) at the end.")
 @reports_errors
-def convert(source, out, target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb, overwrite, resume, dry_run,
+def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, intermediate_multiple, chunk_mb, overwrite, resume, dry_run,
             quiet, revision, token, workers, profile):
     """Bake checkpoint SOURCE into OUT for --target.
 
@@ -127,7 +131,7 @@ def convert(source, out, target, flashinfer_layout, hidden_multiple, intermediat
     from moebake.convert.run import check_out_free, convert as run_convert
     from moebake.convert.targets.nvfp4_experts import gate_up_summary
 
-    options = ConvertOptions(target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb << 20)
+    options = ConvertOptions(target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb << 20, engine)
     check_out_free(out, overwrite)
     resolved = _resolve(source, revision, token)
     if dry_run:
@@ -145,6 +149,10 @@ def convert(source, out, target, flashinfer_layout, hidden_multiple, intermediat
         click.echo("\n".join(profile_lines(STAGES.snapshot(), time.perf_counter() - began)), err=True)
     layout = f", FlashInfer layout {manifest['flashinfer_layout']['id']}" if manifest["flashinfer_layout"] else ""
     click.echo(f"wrote {out} ({len(manifest['layers'])} MoE layers, target {target}{layout})")
+    engine_record = manifest["engine"]
+    exactness = "engine-exact" if engine_record["exact"] else f"NOT engine-exact: {engine_record['not_exact_because']}"
+    click.echo(f"engine {engine_record['name']} {engine_record['version']} (--moe-runner-backend "
+               f"{engine_record['runner_backend']}, --moe-a2a-backend {engine_record['a2a_backend']}): {exactness}")
     gate_up = gate_up_summary(manifest)
     if gate_up:
         click.echo(gate_up)

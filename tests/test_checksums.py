@@ -38,6 +38,7 @@ def as_old_manifest(out):
                          for name, record in manifest["files"].items()}
     manifest["source"]["files"] = {name: "0" * 64 for name in manifest["source"]["files"]}
     del manifest["manifest_sha256"]  # nor did manifests protect themselves then
+    del manifest["engine"]  # nor name an engine profile (their config.json was the source's)
     path.write_text(json.dumps(manifest, indent=2))
 
 

@@ -20,7 +20,7 @@ KERNELS = {"v2": kernel_interleave_v2, "v1": kernel_interleave_v1}
 
 
 
-def sglang_style_layer(src, prefix, H, I, Hp, Ip, layout):
+def sglang_style_layer(src, prefix, H, I, Hp, Ip, layout, fill=127):
     """What SGLang's _process_weights_for_sm90_cutlass builds, written out the way SGLang does it."""
     fold = pytest.importorskip("flashinfer.fused_moe").interleave_moe_scales_for_sm90_mixed_gemm
     blocks = src[prefix + "gate_up_proj_blocks"]
@@ -29,13 +29,17 @@ def sglang_style_layer(src, prefix, H, I, Hp, Ip, layout):
     scales, bias = src[prefix + "gate_up_proj_scales"], src[prefix + "gate_up_proj_bias"]
     w13 = torch.zeros(E, 2 * Ip, Hp // 2, dtype=torch.uint8)
     w13[:, :I, : H // 2], w13[:, Ip:Ip + I, : H // 2] = blocks[:, 1::2], blocks[:, 0::2]
+    # SGLang's scale buffers start at 127 (E8M0 1.0) over [I, H_pad/32] of each half (its loader
+    # writes the checkpoint's H only); its post-load padding of I is zeros. W2 likewise over [H_pad, I/32].
     s13 = torch.zeros(E, 2 * Ip, Hp // 32, dtype=torch.uint8)
+    s13[:, :I], s13[:, Ip:Ip + I] = fill, fill
     s13[:, :I, : H // 32], s13[:, Ip:Ip + I, : H // 32] = scales[:, 1::2], scales[:, 0::2]
     b13 = torch.zeros(E, 2 * Ip, dtype=torch.bfloat16)
     b13[:, :I], b13[:, Ip:Ip + I] = bias[:, 1::2], bias[:, 0::2]
     w2 = torch.zeros(E, Hp, Ip // 2, dtype=torch.uint8)
     w2[:, :H, : I // 2] = src[prefix + "down_proj_blocks"].reshape(E, H, I // 2)
     s2 = torch.zeros(E, Hp, Ip // 32, dtype=torch.uint8)
+    s2[:, :, : I // 32] = fill
     s2[:, :H, : I // 32] = src[prefix + "down_proj_scales"]
     b2 = torch.zeros(E, Hp, dtype=torch.bfloat16)
     b2[:, :H] = src[prefix + "down_proj_bias"]
@@ -76,16 +80,19 @@ def test_tiny_equals_sglang_style_construction(gpt_oss_tiny, tmp_path, layout):
 
 
 @pytest.mark.oracle
-def test_gpt_oss_dims_2880_pad_to_2944(tmp_path):
+def test_gpt_oss_dims_2880_pad_like_sglang_0_5_23(tmp_path):
+    """The default engine profile (SGLang 0.5.23): H 2880 -> 3072 (multiple of 256), I 2880 -> 2944."""
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=2880, intermediate=2880, vocab=32)
     convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass"), progress=False)
-    _check_against_reference(source, tmp_path / "out", 2880, 2880, 2944, 2944, "v2")
+    _check_against_reference(source, tmp_path / "out", 2880, 2880, 3072, 2944, "v2")
 
 
 @pytest.mark.oracle
-def test_hidden_multiple_256_like_sglang_0_5_23(gpt_oss_tiny, tmp_path):
-    convert(gpt_oss_tiny, tmp_path / "out", ConvertOptions("sm90-cutlass", hidden_multiple=256, intermediate_multiple=256), progress=False)
+def test_overridden_multiples_are_recorded_as_not_engine_exact(gpt_oss_tiny, tmp_path):
+    manifest = convert(gpt_oss_tiny, tmp_path / "out", ConvertOptions("sm90-cutlass", hidden_multiple=128, intermediate_multiple=256),
+                       progress=False)
     _check_against_reference(gpt_oss_tiny, tmp_path / "out", 160, 96, 256, 256, "v2")
+    assert manifest["engine"]["exact"] is False and manifest["engine"]["not_exact_because"] == "padding multiples overridden"
 
 
 def test_dequantized_experts_survive_the_round_trip(gpt_oss_tiny, tmp_path):
@@ -116,13 +123,19 @@ def test_output_files_index_manifest(gpt_oss_tiny, tmp_path):
             assert f.metadata() == {"format": "pt"}
     index = json.loads((out / "model.safetensors.index.json").read_text())
     assert index["metadata"]["total_size"] == sum(t.numel() * t.element_size() for t in load_all(out).values())
-    assert (out / "config.json").read_bytes() == (gpt_oss_tiny / "config.json").read_bytes()
+    config, source_config = (json.loads((d / "config.json").read_text()) for d in (out, gpt_oss_tiny))
+    assert config.pop("quantization_config")["original"] == source_config.pop("quantization_config")
+    assert config == source_config  # the rest of config.json is the source's (see test_stock_engine_refusal.py)
     assert manifest["schema"] == "moebake.manifest/1" and manifest["target"] == "sm90-cutlass"
     assert manifest["activation"] == {"kind": "swiglu_oai", "alpha": 1.702, "beta": 1.0, "limit": 7.0}
     assert set(manifest["source"]["files"]) >= {"model-00000-of-00001.safetensors", "config.json"}
     tensors = manifest["layers"][0]["tensors"]
     assert tensors["w13_weight"]["gate_up_order"] == "up_gate" and tensors["w13_weight"]["source_gate_up_order"] == "pairs"
-    assert manifest["options"]["hidden_multiple"] == 128
+    assert manifest["options"]["hidden_multiple"] is None and manifest["options"]["engine"] == "sglang"
+    assert manifest["engine"] == {"name": "sglang", "version": "0.5.23", "runner_backend": "flashinfer_mxfp4", "a2a_backend": "none",
+                                  "engine_method": "sglang.srt.layers.quantization.mxfp4.Mxfp4MoEMethod", "hidden_multiple": 256,
+                                  "intermediate_multiple": 128, "hidden_scale_fill": 127, "verified": True, "exact": True,
+                                  "not_exact_because": None}
     import xxhash
     for name, record in manifest["files"].items():
         assert record == {"xxh3-128": xxhash.xxh3_128((out / name).read_bytes()).hexdigest(),

@@ -20,6 +20,7 @@ from moebake.schema.manifest import read_manifest, write_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.convert.source_check import compare_with_source, inverse_problems
+from moebake.engines.config_json import manifest_digest
 from moebake.formats import open_source
 from moebake.formats.safetensors_file import SafetensorsFile
 from moebake.synthetic import write_gpt_oss
@@ -56,10 +57,16 @@ def flip(path, tensor, index, mask=0x01, byte_in_element=0):
 
 
 def rehash(out, name):
-    """Record ``name``'s new checksum in the manifest, as a consistently wrong bake would have."""
+    """Record ``name``'s new checksum in the manifest (and the manifest's digest in config.json), as a
+    consistently wrong bake would have."""
     manifest = json.loads((out / "moebake.json").read_text())
     manifest["files"][name] = {"sha256": hashlib.sha256((out / name).read_bytes()).hexdigest(),
                                "bytes": (out / name).stat().st_size}
+    config = json.loads((out / "config.json").read_text())
+    config["quantization_config"]["manifest_sha256"] = manifest_digest(manifest)
+    (out / "config.json").write_text(json.dumps(config))
+    manifest["files"]["config.json"] = {"sha256": hashlib.sha256((out / "config.json").read_bytes()).hexdigest(),
+                                        "bytes": (out / "config.json").stat().st_size}
     write_manifest(out, manifest)  # as a consistently wrong moebake would
 
 
@@ -156,5 +163,5 @@ def test_deep_verify_reads_in_bounded_chunks(tmp_path, monkeypatch):
     monkeypatch.setattr(SafetensorsFile, "read_bytes", recording)
     assert compare_with_source(out, source) == []
     experts_per_chunk = (1 << 16) // (2 * 64 * 64 // 2)  # source gate_up_proj_blocks rows per 64 KiB
-    baked_row = 2 * 128 * 128 // 2  # one expert of w13_weight: H, I padded 64 -> 128
+    baked_row = 2 * 128 * 256 // 2  # one expert of w13_weight: H padded 64 -> 256 (SGLang profile), I 64 -> 128
     assert max(sizes) <= experts_per_chunk * baked_row < 40 * baked_row

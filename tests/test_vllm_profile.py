@@ -27,7 +27,8 @@ VLLM_NAMES = {"w13_bias": "w13_weight_bias", "w2_bias": "w2_weight_bias"}
 @pytest.mark.parametrize("hidden, intermediate", [(256, 96), (512, 64)])
 def test_gpt_oss_flashinfer_cutlass_equals_vllm(tmp_path, hidden, intermediate):
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
-    convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass"), progress=False)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", engine="vllm"), progress=False)
+    assert manifest["engine"]["name"] == "vllm" and manifest["engine"]["exact"] is True
     engine = vllm_oracle.gpt_oss_flashinfer_cutlass(source, 0, KERNELS["v2"])
     baked = load_all(tmp_path / "out")
     assert len(engine) == 6

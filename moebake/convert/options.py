@@ -2,6 +2,7 @@
 
 from dataclasses import asdict, dataclass
 
+from moebake.engines.profiles import DEFAULT_ENGINE, get_profile
 from moebake.errors import OptionError
 from moebake.layouts.flashinfer_versions import LAYOUTS
 
@@ -13,25 +14,40 @@ MAX_MULTIPLE = 4096  # kernels ask for 128 or 256; larger only inflates the padd
 
 @dataclass(frozen=True)
 class ConvertOptions:
-    """``hidden_multiple`` / ``intermediate_multiple``: H and I are zero-padded up to multiples of these
-    (multiples of 128; SGLang 0.5.23 pads GPT-OSS's hidden to a multiple of 256).
+    """``engine``: the engine profile (:mod:`moebake.engines.profiles`) whose load-time bytes the bake equals.
+    ``hidden_multiple`` / ``intermediate_multiple``: None = the profile's; a value overrides it
+    (multiples of 128), and the manifest then says the bake is not engine-exact.
     ``chunk_bytes``: source bytes read per step; bounds peak memory."""
 
     target: str
     flashinfer_layout: str = "v2"
-    hidden_multiple: int = 128
-    intermediate_multiple: int = 128
+    hidden_multiple: int | None = None
+    intermediate_multiple: int | None = None
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    engine: str = DEFAULT_ENGINE
 
     def __post_init__(self):
         if self.flashinfer_layout not in LAYOUTS:
             raise OptionError(f"--flashinfer-layout {self.flashinfer_layout!r}: expected one of {', '.join(LAYOUTS)}")
         for name in ("hidden_multiple", "intermediate_multiple"):
             value = getattr(self, name)
-            if type(value) is not int or not 0 < value <= MAX_MULTIPLE or value % 128:
+            if value is not None and (type(value) is not int or not 0 < value <= MAX_MULTIPLE or value % 128):
                 raise OptionError(f"--{name.replace('_', '-')} {value!r}: must be a positive multiple of 128, at most {MAX_MULTIPLE}")
         if type(self.chunk_bytes) is not int or not MIN_CHUNK_BYTES <= self.chunk_bytes <= MAX_CHUNK_BYTES:
             raise OptionError(f"chunk size {self.chunk_bytes!r} bytes: expected 64 KiB to 16 GiB")
 
+        get_profile(self.engine)
+
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def padding(self, source_format: str) -> tuple[int, int, int]:
+        """``(hidden multiple, intermediate multiple, hidden scale fill byte)`` for ``source_format``:
+        the engine profile's, with this conversion's overrides."""
+        profile = get_profile(self.engine).target(self.target, source_format)
+        return (self.hidden_multiple or profile.hidden_multiple, self.intermediate_multiple or profile.intermediate_multiple,
+                profile.hidden_scale_fill)
+
+
+def round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple

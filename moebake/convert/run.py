@@ -30,7 +30,10 @@ from moebake.convert.options import ConvertOptions
 from moebake.convert.stages import STAGES
 from moebake.convert.workers import bake_in_workers
 from moebake.convert.writer import write_shard
+from moebake.engines.config_json import write_baked_config
+from moebake.engines.profiles import manifest_engine
 from moebake.errors import MoebakeError, OutputError
+from moebake.formats.checkpoint import CONFIG_NAME
 from moebake.progress import byte_bar, shard_done
 from moebake.layouts.flashinfer_versions import DESCRIPTIONS
 from moebake.schema.checksums import CHECKSUM, file_digest, file_record, tagged
@@ -108,7 +111,7 @@ def convert(
                         finished(shard.file_name, *conversion.bake(shard, staging / shard.file_name, bar.update, write_shard))
         files = {name: file_record(staging / name, digest) for name, digest in done.items()}
         write_index(staging, {t.name: shard.file_name for shard in shards for t in shard.tensors}, sum(s.nbytes for s in shards))
-        side_files = copied_side_files(checkpoint)
+        side_files = [name for name in copied_side_files(checkpoint) if name != CONFIG_NAME]  # config.json: below
         for name in side_files:
             shutil.copyfile(checkpoint.root / name, staging / name)
         for name in (SAFETENSORS_INDEX_FILE, *side_files):
@@ -130,10 +133,14 @@ def convert(
                 "files": _source_files(checkpoint, source_hashes),
             },
             "options": options.as_dict(),
+            "engine": manifest_engine(options, model.format_name),
             "activation": model.activation(),
             "layers": layers,
             "files": dict(sorted(files.items())),
         }
+        write_baked_config(checkpoint.root, staging, manifest)  # names quant_method moebake and this manifest's hash
+        files[CONFIG_NAME] = file_record(staging / CONFIG_NAME)
+        manifest["files"] = dict(sorted(files.items()))
         write_manifest(staging, manifest)
         (staging / PROGRESS_NAME).unlink()
     except MoebakeError:

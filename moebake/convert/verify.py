@@ -8,10 +8,12 @@ safetensors; every baked tensor the layer records name is in the index with the 
 shape. ``verify --source`` adds bit-exactness against the source (:mod:`moebake.convert.source_check`).
 """
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from moebake.schema.checksums import checksum_problem
+from moebake.engines.config_json import config_problems
 from moebake.errors import CheckpointError, MoebakeError
 from moebake.formats.safetensors_file import SafetensorsFile, read_header
 from moebake.progress import byte_bar, shard_done
@@ -68,6 +70,8 @@ def verify_report(out: str | Path, progress: bool = False) -> VerifyReport:
     problems += index_problems
     report.shards = len(headers)
     problems += _check_layer_records(out, manifest, headers, report)
+    if "engine" in manifest:  # bakes from before engine profiles kept the source's config.json
+        problems += config_problems(out, manifest)
     listed = set(files) | {MANIFEST_NAME} | HUB_ADDED
     problems += [f"{p}: not listed in {MANIFEST_NAME}" for p in sorted(out.iterdir()) if p.name not in listed]
     return report

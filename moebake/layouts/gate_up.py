@@ -20,12 +20,13 @@ def merge_pairs(gate: torch.Tensor, up: torch.Tensor, dim: int = 1) -> torch.Ten
     return torch.stack([gate, up], dim + 1).flatten(dim, dim + 1)
 
 
-def pad_to(x: torch.Tensor, sizes: tuple[int, ...]) -> torch.Tensor:
-    """Zero-pad the trailing dims of ``x`` (``len(sizes)`` of them) at their ends to ``sizes``."""
+def pad_to(x: torch.Tensor, sizes: tuple[int, ...], fill: int = 0) -> torch.Tensor:
+    """Pad the trailing dims of ``x`` (``len(sizes)`` of them) at their ends to ``sizes``, with ``fill``
+    (zero unless an engine fills padding otherwise, e.g. SGLang's 127 = E8M0 1.0 scale buffers)."""
     lead = x.shape[: x.dim() - len(sizes)]
     if tuple(x.shape[len(lead):]) == tuple(sizes):
         return x.contiguous()
-    out = x.new_zeros(*lead, *sizes)
+    out = x.new_full((*lead, *sizes), fill)
     out[(...,) + tuple(slice(0, n) for n in x.shape[len(lead):])] = x
     return out
 

@@ -7,16 +7,18 @@ see ``sglang-consumers.md`` §1.3-1.6), written independently of moebake's layou
 
 1. load: the rank's contiguous experts of the six source tensors, to the GPU;
 2. W13 weights/scales/bias: de-interleave the pairs (even row = gate, odd row = up), write
-   ``[up; gate]`` with each half zero-padded to ``I_pad`` rows (and K zero-padded to ``H_pad``);
-3. W2 weights/scales/bias: zero-pad to ``[H_pad, I_pad]``;
+   ``[up; gate]`` with each half zero-padded to ``I_pad`` rows (and K padded to ``H_pad``: zero
+   weights, 127 scales);
+3. W2 weights/scales/bias: pad to ``[H_pad, I_pad]`` (hidden rows of the scales 127, the rest zero);
 4. ``interleave_moe_weights_for_sm90_mixed_gemm(w, "fp4")`` (CUDA kernel) and
    ``interleave_moe_scales_for_sm90_mixed_gemm(s, group_size=32)``;
 5. forward: pad the input to ``H_pad``, ``cutlass_fused_moe(..., use_w4_group_scaling=True)`` with
    ``quant_scales=[s13.view(int32), s2.view(int32)]``, GPT-OSS ``swiglu_alpha=1.702``,
    ``swiglu_beta=1.0``, ``swiglu_limit=config.swiglu_limit``, then trim the output to ``H``.
 
-SGLang 0.5.23 rounds GPT-OSS's hidden size to a multiple of 256 (3072) before padding; here the
-padded sizes are parameters, so that they can equal a baked checkpoint's (2944 by default).
+SGLang 0.5.23 rounds GPT-OSS's hidden size to a multiple of 256 (3072) before creating its buffers,
+whose scales start at 127 (E8M0 1.0) and keep it in the hidden padding; here the padded sizes are
+parameters (a baked checkpoint's: 3072 by default, the same).
 """
 
 from pathlib import Path
@@ -64,6 +66,14 @@ def _pad_last_two(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     return out
 
 
+def _in_scale_buffer(scales: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    """The scales as SGLang's loader leaves them: copied into a ``[E, *shape]`` buffer created full of
+    127 (``_UE8M0_ONE``, E8M0 1.0) that holds the hidden size padded to 256."""
+    out = torch.full((scales.shape[0], *shape), 127, dtype=scales.dtype, device=scales.device)
+    out[:, : scales.shape[1], : scales.shape[2]] = scales
+    return out
+
+
 def prepare_like_sglang(source: dict[str, torch.Tensor], *, hidden_padded: int, intermediate_padded: int) -> dict[str, torch.Tensor]:
     """The six SGLang parameters (``w13_weight``, ...) from :func:`load_source_experts`' tensors, on their device."""
     ops = sm90_moe_ops()
@@ -73,10 +83,10 @@ def prepare_like_sglang(source: dict[str, torch.Tensor], *, hidden_padded: int, 
     H = blocks2.shape[1]
     Hp, Ip = hidden_padded, intermediate_padded
     w13 = _stack_up_gate(blocks13.reshape(E, two_i, -1), Ip, Hp // 2)
-    s13 = _stack_up_gate(source["gate_up_proj_scales"], Ip, Hp // 32)
+    s13 = _stack_up_gate(_in_scale_buffer(source["gate_up_proj_scales"], (two_i, Hp // 32)), Ip, Hp // 32)
     b13 = _stack_up_gate(source["gate_up_proj_bias"].unsqueeze(-1), Ip, 1).squeeze(-1)
     w2 = _pad_last_two(blocks2.reshape(E, H, -1), Hp, Ip // 2)
-    s2 = _pad_last_two(source["down_proj_scales"], Hp, Ip // 32)
+    s2 = _pad_last_two(_in_scale_buffer(source["down_proj_scales"], (Hp, source["down_proj_scales"].shape[2])), Hp, Ip // 32)
     b2 = torch.zeros(E, Hp, dtype=torch.bfloat16, device=blocks2.device)
     b2[:, :H] = source["down_proj_bias"]
     return {

@@ -349,9 +349,25 @@ def test_a_consistently_rewritten_activation_limit_is_caught_by_verify_source(ba
     out = shutil.copytree(baked["gpt-oss"], tmp_path / "out")
     manifest = json.loads((out / "moebake.json").read_text())
     manifest["activation"]["limit"] = 70.0
-    write_manifest(out, manifest)  # checksum rewritten too: only the source can tell
+    write_manifest(out, manifest)
+    assert "quantization_config.manifest_sha256 does not match" in CliRunner().invoke(main, ["verify", str(out)]).output
+    rewrite_config_digest(out)  # config.json's digest and the checksums rewritten too: only the source can tell
     result = CliRunner().invoke(main, ["verify", str(out), "--source", str(pristine["gpt-oss"]), "--quiet"])
     assert result.exit_code == 1 and "activation" in result.output and "70.0" in result.output, result.output
+
+
+def rewrite_config_digest(out):
+    """Point ``out/config.json`` at the manifest as it is now (and re-record config.json's checksum)."""
+    from moebake.schema.checksums import file_record
+    from moebake.schema.manifest import write_manifest
+    from moebake.engines.config_json import manifest_digest
+
+    manifest = json.loads((out / "moebake.json").read_text())
+    config = json.loads((out / "config.json").read_text())
+    config["quantization_config"]["manifest_sha256"] = manifest_digest(manifest)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    manifest["files"]["config.json"] = file_record(out / "config.json")
+    write_manifest(out, manifest)
 
 
 OUTPUT_FILE_TAMPERS = {

@@ -28,7 +28,7 @@ SWIGLU_LIMIT = 7.0
 TOP_K = 4
 BIAS_SCALE = 50.0  # synthetic biases are ~0.02; scaled up so that a misplaced bias shows in the outputs
 SHAPES = {
-    "gpt-oss-2880": {"num_experts": 4, "hidden": 2880, "intermediate": 2880},  # padded to 2944
+    "gpt-oss-2880": {"num_experts": 4, "hidden": 2880, "intermediate": 2880},  # padded to 3072 x 2944
     "unpadded": {"num_experts": 8, "hidden": 512, "intermediate": 256},
 }
 
@@ -77,7 +77,7 @@ def _inputs(tokens, shape, seed, device):
 def _sglang(source, shape, device, ep_rank=0, ep_size=1):
     start, stop = _rank_range(shape, ep_rank, ep_size)
     loaded = sglang_baseline.load_source_experts(source, 0, start, stop, device)
-    Hp, Ip = (round_up(shape[d], 128) for d in ("hidden", "intermediate"))
+    Hp, Ip = round_up(shape["hidden"], 256), round_up(shape["intermediate"], 128)  # SGLang 0.5.23: GPT-OSS H to 256
     return sglang_baseline.prepare_like_sglang(loaded, hidden_padded=Hp, intermediate_padded=Ip)
 
 

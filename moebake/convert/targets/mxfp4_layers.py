@@ -42,14 +42,16 @@ class Mxfp4Target(Target):
         raise NotImplementedError
 
     def layer_dims(self, model, options: ConvertOptions) -> LayerDims:
-        """H and I padded to the options' multiples. Models whose engine path does not pad
-        (``model.padding_allowed`` false) must already be multiples of them (UnsupportedError)."""
+        """H and I padded to the engine profile's multiples (or the options' overrides). Models whose
+        engine path does not pad (``model.padding_allowed`` false) must already be multiples of them
+        (UnsupportedError)."""
         H, I = model.hidden_size, model.intermediate_size
-        Hp, Ip = round_up(H, options.hidden_multiple), round_up(I, options.intermediate_multiple)
+        hidden_multiple, intermediate_multiple, _ = options.padding(model.format_name)
+        Hp, Ip = round_up(H, hidden_multiple), round_up(I, intermediate_multiple)
         if not model.padding_allowed and (Hp, Ip) != (H, I):
             raise UnsupportedError(
                 f"{model.checkpoint.root / 'config.json'}: hidden size {H} and expert intermediate size {I} must be "
-                f"multiples of {options.hidden_multiple} and {options.intermediate_multiple} for target {self.spec.name}: "
+                f"multiples of {hidden_multiple} and {intermediate_multiple} for target {self.spec.name}: "
                 f"{model.format_name} experts are not padded (SGLang's {model.format_name} MXFP4 path has no padding)"
             )
         return LayerDims(model.num_experts, H, Hp, I, Ip)

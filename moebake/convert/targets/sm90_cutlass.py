@@ -4,19 +4,23 @@ Reproduces, on CPU, what SGLang builds on the GPU for GPT-OSS (``Mxfp4MoEMethod.
 _process_weights_for_sm90_cutlass``) and DeepSeek-V4 (``Mxfp4FlashinferCutlassMoEMethod``), from the
 canonical expert tensors of :mod:`moebake.formats.expert_source`. Per MoE layer, under the layer's
 expert prefix, with ``E`` experts, padded sizes ``H_pad = round_up(H, hidden_multiple)`` and
-``I_pad = round_up(I, intermediate_multiple)``:
+``I_pad = round_up(I, intermediate_multiple)`` (the engine profile's multiples, see
+:mod:`moebake.engines.profiles`; SGLang 0.5.23: GPT-OSS 256 and 128, DeepSeek-V4 not padded):
 
   ``w13_weight``        U8   ``[E, 2*I_pad, H_pad/2]``               halves [up; gate], zero-padded, SM90 fp4 interleave
-  ``w13_weight_scale``  U8   ``[E, 2*I_pad/64, H_pad/128, 16, 16]``  E8M0, same halves, zero-padded, SM90 scale fold
+  ``w13_weight_scale``  U8   ``[E, 2*I_pad/64, H_pad/128, 16, 16]``  E8M0, same halves, padded (below), SM90 scale fold
   ``w13_weight_bias``   BF16 ``[E, 2*I_pad]``                       [up | gate], zero-padded
   ``w2_weight``         U8   ``[E, H_pad, I_pad/2]``                 zero-padded, SM90 fp4 interleave
-  ``w2_weight_scale``   U8   ``[E, H_pad/64, I_pad/128, 16, 16]``    zero-padded, SM90 scale fold
+  ``w2_weight_scale``   U8   ``[E, H_pad/64, I_pad/128, 16, 16]``    padded (below), SM90 scale fold
   ``w2_weight_bias``    BF16 ``[E, H_pad]``                         zero-padded
 
 The biases exist only for sources that have them (GPT-OSS; DeepSeek-V4 has none). Sources whose
 engine path does not pad (DeepSeek-V4) must have H and I multiples of the padding multiples.
-All padding bytes are zero (a zero E8M0 scale times a zero weight is zero; padded intermediate
-lanes have gate = 0 and so contribute nothing). The kernel reads the scales as ``.view(torch.int32)``.
+Padding bytes are zero, except the block scales' hidden padding next to real data, which holds the
+profile's ``hidden_scale_fill`` (SGLang 0.5.23, GPT-OSS: 127 = E8M0 2^0, what its scale buffers are
+created with: W13 scale columns ``H/32 .. H_pad/32`` of real rows, W2 scale rows ``H .. H_pad`` of
+real columns). Either way the padded weights are zero, so the padding contributes nothing (padded
+intermediate lanes have gate = 0). The kernel reads the scales as ``.view(torch.int32)``.
 """
 
 import torch
@@ -36,12 +40,23 @@ class Sm90Cutlass(Mxfp4Target):
 
     def bakes(self, model, dims: LayerDims, options: ConvertOptions) -> dict[str, Bake]:
         layout, Hp, Ip = options.flashinfer_layout, dims.hidden_padded, dims.intermediate_padded
+        fill = options.padding(model.format_name)[2]
+
+        def w13_hidden_filled(scales: torch.Tensor) -> torch.Tensor:
+            """W13 block scales ``[e, I, H/32]`` -> ``[e, I, Hp/32]``, the hidden padding at ``fill``."""
+            return pad_to(scales, (scales.shape[1], Hp // 32), fill) if fill else scales
+
+        def w2_hidden_filled(scales: torch.Tensor) -> torch.Tensor:
+            """W2 block scales ``[e, H, I/32]`` -> ``[e, Hp, I/32]``, the hidden padding at ``fill``."""
+            return pad_to(scales, (Hp, scales.shape[2]), fill) if fill else scales
+
         return {
             "w13_weight": Bake("w13_weight", lambda gate, up: interleave_fp4_padded((up, gate), (Ip, Hp // 2), layout)),
-            "w13_weight_scale": Bake("w13_scale", lambda gate, up: fold_scales_padded((up, gate), (Ip, Hp // 32))),
+            "w13_weight_scale": Bake("w13_scale", lambda gate, up: fold_scales_padded(
+                (w13_hidden_filled(up), w13_hidden_filled(gate)), (Ip, Hp // 32))),
             "w13_weight_bias": Bake("w13_bias", lambda gate, up: stack_halves(up, gate, (Ip,))),
             "w2_weight": Bake("w2_weight", lambda down: interleave_fp4_padded((down,), (Hp, Ip // 2), layout)),
-            "w2_weight_scale": Bake("w2_scale", lambda down: fold_scales_padded((down,), (Hp, Ip // 32))),
+            "w2_weight_scale": Bake("w2_scale", lambda down: fold_scales_padded((w2_hidden_filled(down),), (Hp, Ip // 32))),
             "w2_weight_bias": Bake("w2_bias", lambda down: pad_to(down, (Hp,))),
         }
 

@@ -1,0 +1,1 @@
+"""Serving engines: their profiles (what each builds at load time) and their plugins (SGLang)."""

@@ -1,0 +1,110 @@
+"""Engine profiles: for a named engine and version, what its load-time code builds for each target x source.
+
+A bake is "engine-exact" when its expert tensors equal, byte for byte, the parameters the engine
+holds after ``process_weights_after_loading`` for the same source. What differs between engines
+(and versions of one engine) is recorded here, per (target, source format):
+
+  * ``hidden_multiple`` / ``intermediate_multiple``: H and I are padded up to multiples of these;
+  * ``hidden_scale_fill``: the byte left in the block scales' *hidden* padding next to real
+    rows/columns (SGLang 0.5.23 creates its GPT-OSS MXFP4 scale buffers filled with 127 = E8M0 2^0
+    and its loader never writes past the checkpoint's H; intermediate padding is zero-filled by
+    its post-load step);
+  * ``runner_backend`` / ``a2a_backend``: the engine's ``--moe-runner-backend`` /
+    ``--moe-a2a-backend`` whose preparation the bytes equal (the serving flags);
+  * ``engine_method``: the engine's class that prepares them (the tests run it as the oracle);
+  * ``verified``: whether the tests prove the bytes against that class's own code (a profile that
+    is not verified is recorded as not engine-exact).
+
+``tests/test_engine_profiles.py`` loops over :data:`PROFILES` and checks every verified entry
+against the engine's own code, run on CPU.
+"""
+
+from dataclasses import asdict, dataclass
+
+from moebake.errors import OptionError
+
+
+@dataclass(frozen=True)
+class TargetProfile:
+    """What one engine builds for one (target, source format)."""
+
+    runner_backend: str
+    a2a_backend: str
+    engine_method: str
+    hidden_multiple: int = 128
+    intermediate_multiple: int = 128
+    hidden_scale_fill: int = 0
+    verified: bool = True
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    engine: str
+    version: str
+    targets: dict[tuple[str, str], TargetProfile]
+
+    def target(self, target: str, source_format: str) -> TargetProfile:
+        """The profile of (``target``, ``source_format``); without one (a target this engine version
+        was never profiled for), moebake's plain defaults, marked not verified."""
+        return self.targets.get((target, source_format), UNPROFILED)
+
+
+UNPROFILED = TargetProfile("unknown", "unknown", "unknown", verified=False)
+"""What a (target, source) without a profile gets: 128 multiples, zero fill, not engine-exact."""
+
+_SGLANG_MXFP4 = "sglang.srt.layers.quantization.mxfp4.Mxfp4MoEMethod"
+_SGLANG_DSV4_SM90 = "sglang.srt.layers.quantization.mxfp4_flashinfer_cutlass_moe.Mxfp4FlashinferCutlassMoEMethod"
+_SGLANG_DSV4_SM100 = "sglang.srt.layers.quantization.mxfp4_flashinfer_trtllm_moe.Mxfp4FlashinferTrtllmMoEMethod"
+_SGLANG_NVFP4 = "sglang.srt.layers.quantization.modelopt_quant.ModelOptNvFp4FusedMoEMethod"
+_SGLANG_UNQUANT = "sglang.srt.layers.quantization.unquant.UnquantizedFusedMoEMethod"
+
+SGLANG_0_5_23 = EngineProfile("sglang", "0.5.23", {
+    # FusedMoE rounds GPT-OSS's hidden size up to 256 for flashinfer_mxfp4 (2880 -> 3072) before
+    # Mxfp4MoEMethod.create_weights; its cutlass_sm90 step pads I to 128 with zeros.
+    ("sm90-cutlass", "gpt-oss"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_MXFP4, hidden_multiple=256,
+                                               hidden_scale_fill=127),
+    # DeepSeek-V4's SM90 method asserts H and I multiples of 128 (no padding).
+    ("sm90-cutlass", "deepseek-v4"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_DSV4_SM90, verified=False),
+    # Not yet checked against SGLang's SM100 code (its GPT-OSS buffers are padded at creation and
+    # filled with 127 before the trtllm-gen shuffles): recorded as not engine-exact.
+    ("sm100-trtllm", "gpt-oss"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_MXFP4, verified=False),
+    ("sm100-trtllm", "deepseek-v4"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_DSV4_SM100, verified=False),
+    # Not yet proven against SGLang's own code by a test (recorded as not exact); SGLang 0.5.23 also derives
+    # g1_alphas_up, which these bakes lack.
+    ("cutedsl", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "none", _SGLANG_NVFP4, verified=False),
+    ("cutedsl-deepep", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "deepep", _SGLANG_NVFP4, verified=False),
+    # SGLang's unquantized DeepEP-LL + DeepGEMM post-load step transforms no weight.
+    ("deepep-bf16", "bf16-moe"): TargetProfile("deep_gemm", "deepep", _SGLANG_UNQUANT),
+    ("deepep-bf16", "modelopt-nvfp4"): TargetProfile("deep_gemm", "deepep", _SGLANG_UNQUANT, verified=False),
+})
+
+# vLLM 0.33.0, ``--moe-backend flashinfer_cutlass`` on SM90 (GptOssMxfp4MoEMethod): H and I padded to 128,
+# zero-filled (its padded buffers are created as zeros). Its biases are named w13_bias / w2_bias.
+VLLM_0_33_0 = EngineProfile("vllm", "0.33.0", {
+    ("sm90-cutlass", "gpt-oss"): TargetProfile(
+        "flashinfer_cutlass", "none", "vllm.model_executor.layers.quantization.mxfp4.GptOssMxfp4MoEMethod"),
+})
+
+PROFILES = {"sglang": SGLANG_0_5_23, "vllm": VLLM_0_33_0}
+DEFAULT_ENGINE = "sglang"
+
+
+def get_profile(engine: str) -> EngineProfile:
+    if engine not in PROFILES:
+        raise OptionError(f"unknown engine {engine!r}; expected one of {', '.join(PROFILES)}")
+    return PROFILES[engine]
+
+
+def manifest_engine(options, source_format: str) -> dict:
+    """The manifest's ``engine`` record for a conversion's ``ConvertOptions``: name, version, the
+    profile, and whether the bake is engine-exact (a verified profile used as is; padding multiples
+    overridden with other values make an honest non-exact bake)."""
+    profile = get_profile(options.engine)
+    entry = profile.target(options.target, source_format)
+    hidden_multiple, intermediate_multiple, _ = options.padding(source_format)
+    overridden = (hidden_multiple, intermediate_multiple) != (entry.hidden_multiple, entry.intermediate_multiple)
+    reason = ("padding multiples overridden" if overridden else None) or (
+        None if entry.verified else "no profile of this engine for this target and source" if entry is UNPROFILED
+        else "profile not verified against the engine's code")
+    return {"name": profile.engine, "version": profile.version, **asdict(entry), "exact": reason is None,
+            "not_exact_because": reason}

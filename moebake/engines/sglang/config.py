@@ -1,0 +1,108 @@
+"""The ``moebake`` quantization config SGLang builds from a bake's config.json ``quantization_config``.
+
+``from_config`` reads the manifest the config names (in the model directory SGLang serves), refuses
+when the manifest's hash differs from the one config.json recorded at baking, and builds the
+source's own quantization config from ``original`` (e.g. ``mxfp4`` for GPT-OSS, ``modelopt_fp4`` for
+ModelOpt NVFP4): every layer that is not a baked MoE layer is handled by it, exactly as stock SGLang
+would handle the source checkpoint.
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from sglang.srt.layers.quantization.base_config import QuantizationConfig
+
+from moebake.engines.config_json import manifest_digest
+from moebake.engines.sglang.refusals import MoebakeRefusal
+
+
+def model_directory() -> Path:
+    """The directory SGLang serves (``--model-path``; a Hub id resolves to its local snapshot)."""
+    from sglang.srt.runtime_context import get_server_args
+
+    args = get_server_args()
+    path = Path(args.model_path)
+    if path.is_dir():
+        return path
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(args.model_path, revision=getattr(args, "revision", None), allow_patterns=["moebake.json"]))
+
+
+def _original_config(original: dict | None, original_file: str | None) -> QuantizationConfig | None:
+    """SGLang's own quantization config for the source's ``original`` quantization config (None: unquantized)."""
+    if not original:
+        return None
+    from sglang.srt.layers.quantization import get_quantization_config
+
+    method = str(original.get("quant_method", "")).lower()
+    if original_file == "hf_quant_config.json" or method in ("", "modelopt"):
+        algo = json.dumps(original).upper()
+        method = "modelopt_fp4" if "NVFP4" in algo else "modelopt_fp8" if "FP8" in algo else "modelopt"
+    try:
+        return get_quantization_config(method).from_config(original)
+    except Exception as err:  # SGLang raises ValueError/KeyError/NotImplementedError for what it cannot build
+        raise MoebakeRefusal(f"config.json quantization_config.original: SGLang cannot build its {method!r} config "
+                             f"for the non-MoE layers ({err})") from None
+
+
+class MoebakeConfig(QuantizationConfig):
+    """``--quantization moebake``: baked MoE layers from the manifest, everything else as the source's config."""
+
+    def __init__(self, quant: dict, manifest: dict, manifest_path: Path, original: QuantizationConfig | None):
+        super().__init__()
+        self.quant, self.manifest, self.manifest_path, self.original = quant, manifest, manifest_path, original
+        self.records = {record["prefix"]: record for record in manifest["layers"]}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "MoebakeConfig":
+        manifest_path = model_directory() / config.get("manifest", "moebake.json")
+        try:
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise MoebakeRefusal(f"{manifest_path}: cannot read the bake's manifest ({err})") from None
+        if manifest_digest(manifest) != config.get("manifest_sha256"):
+            raise MoebakeRefusal(f"{manifest_path}: config.json and manifest disagree (manifest_sha256 differs: the "
+                                 "manifest changed after baking); run `moebake verify` on the checkpoint")
+        return cls(config, manifest, manifest_path, _original_config(config.get("original"), config.get("original_file")))
+
+    @classmethod
+    def get_name(cls) -> str:
+        return "moebake"
+
+    @classmethod
+    def get_supported_act_dtypes(cls) -> list[torch.dtype]:
+        return [torch.bfloat16]
+
+    @classmethod
+    def get_min_capability(cls) -> int:
+        return 90
+
+    @staticmethod
+    def get_config_filenames() -> list[str]:
+        return []
+
+    def get_scaled_act_names(self) -> list[str]:
+        return []
+
+    def update_packed_modules_mapping(self, mapping) -> None:
+        super().update_packed_modules_mapping(mapping)
+        if self.original is not None:
+            self.original.update_packed_modules_mapping(mapping)
+
+    def record_for(self, prefix: str) -> dict | None:
+        """The manifest's layer record of the MoE layer at ``prefix`` (``...mlp.experts``), or None."""
+        return self.records.get(prefix.rstrip(".") + ".")
+
+    def get_quant_method(self, layer: torch.nn.Module, prefix: str):
+        from sglang.srt.layers.moe.fused_moe_triton import FusedMoE
+
+        if isinstance(layer, FusedMoE):
+            record = self.record_for(prefix)
+            if record is not None:
+                from moebake.engines.sglang.moe_methods import moe_method
+
+                return moe_method(self, record, prefix)
+        return self.original.get_quant_method(layer, prefix) if self.original is not None else None

@@ -1,0 +1,196 @@
+"""SGLang 0.5.23's own load-time code, run on CPU: the oracle a bake must equal byte for byte.
+
+Builds a real ``FusedMoE`` layer (SGLang's class, its quantization method chosen by SGLang's
+``QuantizationConfig.get_quant_method``), feeds the source checkpoint's expert tensors through
+SGLang's own loaders, and runs SGLang's ``process_weights_after_loading``. Only two things are not
+SGLang's: the compiled modules SGLang imports but these paths never call (:mod:`standins`), and
+FlashInfer's CUDA-only ``interleave_moe_weights_for_sm90_mixed_gemm``, replaced by the CPU
+emulation of its kernel (``tests/kernel_emulation.py``); FlashInfer's CPU helpers are used as-is.
+
+SGLang needs a process group and a published server configuration even at one rank:
+:func:`sglang_engine` makes a one-process gloo group once per process and re-publishes the
+server arguments (MoE runner backend, all-to-all backend) for each use, and says which GPU
+generation the platform claims to be.
+"""
+
+import os
+import socket
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from engine_oracles import standins
+
+standins.install()
+
+SGLANG_VERSION = "0.5.23"
+
+
+def sglang_installed() -> bool:
+    try:
+        import sglang
+    except ImportError:
+        return False
+    finally:
+        standins.hide()
+    return sglang.__version__ == SGLANG_VERSION
+
+
+@pytest.fixture(autouse=True)
+def standins_hidden_after_each_test():
+    """Autouse in the modules that import it: after each test, the stand-ins leave ``sys.modules``
+    (:func:`standins.hide`), so the rest of the test session sees the real environment."""
+    yield
+    standins.hide()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _init_process_group() -> None:
+    from sglang.srt.distributed.parallel_state import init_distributed_environment
+
+    if not torch.distributed.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo")
+
+
+@contextmanager
+def sglang_engine(*, moe_runner_backend: str = "auto", moe_a2a_backend: str = "none", gpu: str = "sm90",
+                  **server_args):
+    """SGLang's process state as a one-GPU server started with these arguments would have it.
+
+    ``gpu`` is the platform SGLang is told it runs on (``sm90``, ``sm100``, or anything else for
+    neither): its quantization methods pick their kernel from it.
+    """
+    from sglang.srt.distributed import parallel_state
+    from sglang.srt.layers.moe.utils import initialize_moe_config
+    from sglang.srt.runtime_context import SpawnRanks, get_parallel, override_platform, publish, reset_context
+    from sglang.srt.server_args import ServerArgs
+
+    _init_process_group()
+    reset_context()
+    publish(ServerArgs(model_path="dummy", tp_size=1, ep_size=1, pp_size=1, moe_runner_backend=moe_runner_backend,
+                       moe_a2a_backend=moe_a2a_backend, **server_args), role="test", ranks=SpawnRanks(world_rank=0))
+    get_parallel().override_permanently(world_group=parallel_state._WORLD)
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(backend="gloo")
+    initialize_moe_config()
+    facts = {"is_sm90": gpu == "sm90", "is_sm100": gpu == "sm100", "is_sm120": False}
+    try:
+        with override_platform(**facts):
+            yield
+    finally:
+        standins.hide()
+
+
+def read_tensors(source_dir: str | Path, names: list[str]) -> dict[str, torch.Tensor]:
+    """``{name: tensor}`` of a safetensors checkpoint directory (through its index, or its one file)."""
+    import json
+
+    source_dir = Path(source_dir)
+    index = source_dir / "model.safetensors.index.json"
+    weight_map = json.loads(index.read_text())["weight_map"] if index.is_file() else {n: "model.safetensors" for n in names}
+    out = {}
+    for name in names:
+        with safe_open(source_dir / weight_map[name], framework="pt", device="cpu") as f:
+            out[name] = f.get_tensor(name)
+    return out
+
+
+class _Holder(torch.nn.Module):
+    """Modules at the checkpoint's names (``model.layers.N.mlp.experts``), as SGLang's model has them."""
+
+    def __init__(self, prefix: str, experts: torch.nn.Module, config):
+        super().__init__()
+        self.config = config
+        node = self
+        parts = prefix.rstrip(".").split(".")
+        for part in parts[:-1]:
+            child = torch.nn.Module()
+            node.add_module(part, child)
+            node = child
+        node.add_module(parts[-1], experts)
+
+
+def gpt_oss_sm90_cutlass(source_dir: str | Path, layer: int, interleave_weights) -> dict[str, torch.Tensor]:
+    """SGLang's post-``process_weights_after_loading`` parameters of GPT-OSS layer ``layer`` on SM90
+    with ``--moe-runner-backend flashinfer_mxfp4`` (``Mxfp4MoEMethod``, ``cutlass_sm90``).
+
+    ``interleave_weights(uint8 [E, n, k/2]) -> same`` stands in for FlashInfer's CUDA
+    ``interleave_moe_weights_for_sm90_mixed_gemm(w, "fp4")``. Returns ``{param name: tensor}``.
+    """
+    import json
+
+    import flashinfer.fused_moe as fi_moe
+    import sglang.srt.layers.quantization.mxfp4 as mxfp4
+    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+    from sglang.srt.models.gpt_oss import GptOssForCausalLM
+    from transformers import PretrainedConfig
+
+    config = PretrainedConfig(**json.loads((Path(source_dir) / "config.json").read_text()))
+    prefix = f"model.layers.{layer}.mlp.experts."
+    suffixes = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
+                "down_proj_blocks", "down_proj_scales", "down_proj_bias")
+    source = read_tensors(source_dir, [prefix + s for s in suffixes])
+    saved = (mxfp4._FI_HAS_SM90_CUTLASS_MXFP4, getattr(mxfp4, "interleave_moe_weights_for_sm90_mixed_gemm", None),
+             getattr(mxfp4, "interleave_moe_scales_for_sm90_mixed_gemm", None))
+    mxfp4._FI_HAS_SM90_CUTLASS_MXFP4 = True
+    mxfp4.interleave_moe_weights_for_sm90_mixed_gemm = lambda w, quant_type: interleave_weights(w)
+    mxfp4.interleave_moe_scales_for_sm90_mixed_gemm = fi_moe.interleave_moe_scales_for_sm90_mixed_gemm
+    try:
+        with sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90"):
+            quant_config = mxfp4.Mxfp4Config.from_config(config.quantization_config)
+            experts = FusedMoE(  # as GptOssSparseMoeBlock builds it
+                num_experts=config.num_local_experts, top_k=config.num_experts_per_tok, layer_id=layer,
+                hidden_size=config.hidden_size, intermediate_size=config.intermediate_size, quant_config=quant_config,
+                activation=config.hidden_act, gemm1_alpha=getattr(config, "hidden_act_alpha", 1.702),
+                gemm1_clamp_limit=config.swiglu_limit, with_bias=True, prefix=prefix.rstrip("."),
+                use_weight_loader_fused=False,
+            )
+            assert experts.quant_method._fi_kernel == "cutlass_sm90"
+            holder = _Holder(prefix, experts, config)
+            GptOssForCausalLM._load_mxfp4_experts_weights(holder, iter(source.items()))
+            experts.quant_method.process_weights_after_loading(experts)
+            return {name: p.data.clone() for name, p in experts.named_parameters()}
+    finally:
+        (mxfp4._FI_HAS_SM90_CUTLASS_MXFP4, mxfp4.interleave_moe_weights_for_sm90_mixed_gemm,
+         mxfp4.interleave_moe_scales_for_sm90_mixed_gemm) = saved
+
+
+def unquantized_deepep_bf16(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
+                            names: tuple[str, str, str]) -> dict[str, torch.Tensor]:
+    """SGLang's post-``process_weights_after_loading`` parameters of one BF16 MoE layer for the
+    unquantized DeepEP low-latency + DeepGEMM path (``UnquantizedFusedMoEMethod``, ``deep_gemm`` runner).
+
+    ``names``: the checkpoint's per-expert (gate, up, down) projection names (``gate_proj``... or
+    Mixtral's ``w1, w3, w2``); each ``{prefix}{e}.{name}.weight`` goes through ``FusedMoE.weight_loader``
+    as SGLang's model loaders call it (``make_expert_params_mapping``). The all-to-all backend is left
+    at ``none`` (DeepEP's dispatcher needs a process group per rank): the post-load step's DeepEP
+    branch only sets the dispatcher's output dtype and transforms no weight.
+    """
+    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+
+    gate, up, down = names
+    mapping = FusedMoE.make_expert_params_mapping(ckpt_gate_proj_name=gate, ckpt_down_proj_name=down,
+                                                  ckpt_up_proj_name=up, num_experts=num_experts)
+    source = read_tensors(source_dir, [f"{prefix}{e}.{n}.weight" for e in range(num_experts) for n in names])
+    with sglang_engine(moe_runner_backend="deep_gemm", gpu="sm90"):
+        experts = FusedMoE(num_experts=num_experts, top_k=2, layer_id=0, hidden_size=hidden, intermediate_size=intermediate,
+                           params_dtype=torch.bfloat16, prefix=prefix.rstrip("."))
+        params = dict(experts.named_parameters())
+        for name, tensor in source.items():
+            for param_name, weight_name, expert_id, shard_id in mapping:
+                if weight_name in name:
+                    param = params[param_name.removeprefix("experts.") + "weight"]
+                    experts.weight_loader(param, tensor, name, shard_id=shard_id, expert_id=expert_id)
+                    break
+        experts.quant_method.process_weights_after_loading(experts)
+        return {name: p.data.clone() for name, p in experts.named_parameters()}

@@ -1,0 +1,167 @@
+"""SGLang itself serving a bake on an SM90 GPU: the moebake plugin against stock SGLang, same runner.
+
+A GPT-OSS layer (H = I = 2880: H padded to 3072, I to 2944) is prepared two ways, both with SGLang
+0.5.23's own code on the GPU:
+
+* stock: ``--quantization mxfp4``, SGLang's ``FusedMoE`` + ``Mxfp4MoEMethod`` (``cutlass_sm90``)
+  loading the *source* with its GPT-OSS expert loader and running its ``process_weights_after_loading``
+  (FlashInfer's CUDA ``interleave_moe_weights_for_sm90_mixed_gemm``);
+* plugin: ``--quantization moebake``, the same ``FusedMoE`` with the plugin's method loading the
+  *bake* (its parameters' ``weight_loader``, no transform).
+
+Then (1) the plugin's parameters equal stock SGLang's byte for byte, (2) both layers' forward
+through SGLang's ``flashinfer_mxfp4`` MoeRunner (FlashInfer ``cutlass_fused_moe``) give bit-identical
+outputs, (3) the start-up (layer creation + loading + post-load step, synchronised) is printed for
+both, with the ratio stock / plugin.
+
+FlashInfer's kernels come from moebake's reduced fused-MoE module (``sm90_moe_ops``: the full JIT
+module takes over half an hour to build); both paths call the same functions. SGLang's compiled
+modules the layer never calls (``sgl_kernel``) are stood in for where absent (``tests/engine_oracles``).
+Skipped without an SM90 GPU, FlashInfer, or the sglang package. Run by ``bin/gpu-harness sglang``.
+"""
+
+import json
+import time
+from contextlib import contextmanager
+from unittest import mock
+
+import pytest
+import torch
+
+from moebake.convert.options import ConvertOptions
+from moebake.convert.run import convert
+from moebake.synthetic import write_gpt_oss
+
+pytestmark = pytest.mark.gpu
+
+PREFIX = "model.layers.0.mlp.experts."
+SHAPE = {"num_experts": 8, "hidden": 2880, "intermediate": 2880}
+TOP_K = 4
+
+
+@pytest.fixture(scope="module")
+def oracle(sm90_gpu):
+    sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
+    if not sglang_oracle.sglang_installed():
+        pytest.skip("sglang 0.5.23 is not installed (bin/gpu-wheels --sglang, carry .whl-sglang)")
+    from sglang.srt.layers.quantization import QUANTIZATION_METHODS
+    from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
+    from sglang.srt.plugins import load_plugins
+
+    QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
+    load_plugins()
+    return sglang_oracle
+
+
+@pytest.fixture(scope="module")
+def bake(tmp_path_factory, oracle):
+    root = tmp_path_factory.mktemp("sglang-gpu")
+    source = write_gpt_oss(root / "src", num_layers=1, vocab=64, seed=3, **SHAPE)
+    convert(source, root / "out", ConvertOptions("sm90-cutlass"), progress=False)
+    return source, root / "out"
+
+
+@contextmanager
+def sm90_server(oracle, model_dir):
+    """SGLang's state for one GPU with --moe-runner-backend flashinfer_mxfp4, FlashInfer routed to the reduced module."""
+    import sglang.srt.layers.moe.moe_runner.flashinfer_cutlass as runner
+    import sglang.srt.layers.quantization.mxfp4 as mxfp4
+    from flashinfer.fused_moe.core import ActivationType
+
+    from moebake.serve.flashinfer_ops import sm90_moe_ops
+
+    ops = sm90_moe_ops()
+    with (oracle.sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90"),
+          mock.patch.object(mxfp4, "_FI_HAS_SM90_CUTLASS_MXFP4", True),
+          mock.patch.object(mxfp4, "interleave_moe_weights_for_sm90_mixed_gemm", ops.interleave_weights, create=True),
+          mock.patch.object(mxfp4, "interleave_moe_scales_for_sm90_mixed_gemm", ops.interleave_scales, create=True),
+          mock.patch.object(runner, "_flashinfer_cutlass_fused_moe", lambda: (ops.cutlass_fused_moe, ActivationType)),
+          mock.patch("moebake.engines.sglang.config.model_directory", return_value=model_dir),
+          torch.device("cuda")):
+        yield
+
+
+def _fused_moe(config: dict, quant_config):
+    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+
+    return FusedMoE(num_experts=config["num_local_experts"], top_k=config["num_experts_per_tok"], layer_id=0,
+                    hidden_size=config["hidden_size"], intermediate_size=config["intermediate_size"],
+                    quant_config=quant_config, activation=config["hidden_act"], gemm1_alpha=1.702,
+                    gemm1_clamp_limit=config["swiglu_limit"], with_bias=True, prefix=PREFIX.rstrip("."),
+                    use_weight_loader_fused=quant_config.get_name() != "mxfp4")
+
+
+def stock_layer(oracle, source):
+    """Stock SGLang: Mxfp4MoEMethod, its GPT-OSS loader on the source, its post-load step (timed)."""
+    from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
+    from sglang.srt.models.gpt_oss import GptOssForCausalLM
+    from transformers import PretrainedConfig
+
+    config = json.loads((source / "config.json").read_text())
+    with sm90_server(oracle, source):
+        torch.cuda.synchronize()
+        began = time.perf_counter()
+        layer = _fused_moe(config, Mxfp4Config.from_config(config["quantization_config"]))
+        names = [PREFIX + s for s in ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
+                                      "down_proj_blocks", "down_proj_scales", "down_proj_bias")]
+        holder = oracle._Holder(PREFIX, layer, PretrainedConfig(**config))
+        GptOssForCausalLM._load_mxfp4_experts_weights(holder, iter(oracle.read_tensors(source, names).items()))
+        layer.quant_method.process_weights_after_loading(layer)
+        torch.cuda.synchronize()
+        return layer, time.perf_counter() - began
+
+
+def plugin_layer(oracle, out):
+    """SGLang with the moebake plugin: its method, the bake's tensors through the parameters' loaders (timed)."""
+    from sglang.srt.layers.quantization import QUANTIZATION_METHODS
+
+    config = json.loads((out / "config.json").read_text())
+    with sm90_server(oracle, out):
+        torch.cuda.synchronize()
+        began = time.perf_counter()
+        layer = _fused_moe(config, QUANTIZATION_METHODS["moebake"].from_config(config["quantization_config"]))
+        params = dict(layer.named_parameters())
+        for name, tensor in oracle.read_tensors(out, [PREFIX + n for n in params]).items():
+            params[name.removeprefix(PREFIX)].weight_loader(params[name.removeprefix(PREFIX)], tensor)
+        layer.quant_method.process_weights_after_loading(layer)
+        torch.cuda.synchronize()
+        return layer, time.perf_counter() - began
+
+
+def forward(oracle, layer, model_dir, x, ids, weights):
+    """The layer's ``quant_method.apply`` (SGLang's MoeRunner, FlashInfer ``cutlass_fused_moe``) on a standard dispatch."""
+    from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
+    from sglang.srt.layers.moe.topk import StandardTopKOutput
+
+    with sm90_server(oracle, model_dir):
+        topk = StandardTopKOutput(topk_weights=weights, topk_ids=ids.to(torch.int32), router_logits=None)
+        combined = layer.quant_method.apply(layer, StandardDispatchOutput(x, None, topk))
+        torch.cuda.synchronize()
+        return combined.hidden_states
+
+
+def test_plugin_equals_stock_sglang_and_starts_faster(oracle, bake):
+    source, out = bake
+    stock_layer(oracle, source)  # warm-up: CUDA context, kernels loaded, allocator
+    plugin_layer(oracle, out)
+    stock, stock_seconds = stock_layer(oracle, source)
+    plugin, plugin_seconds = plugin_layer(oracle, out)
+
+    stock_params = dict(stock.named_parameters())
+    for name, tensor in plugin.named_parameters():
+        assert name in stock_params, name
+        reference = stock_params[name]
+        assert (tensor.dtype, tensor.shape) == (reference.dtype, reference.shape), name
+        assert torch.equal(tensor.view(torch.uint8), reference.view(torch.uint8)), f"{name} differs from stock SGLang's"
+    assert plugin.quant_method._padded_hidden == stock.quant_method._padded_hidden == 3072
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for tokens in (1, 37, 512):
+        x = torch.randn(tokens, SHAPE["hidden"], generator=g, device="cuda").to(torch.bfloat16)
+        weights, ids = torch.topk(torch.softmax(torch.randn(tokens, SHAPE["num_experts"], generator=g, device="cuda"), -1), TOP_K)
+        weights = weights / weights.sum(-1, keepdim=True)
+        ours, theirs = forward(oracle, plugin, out, x, ids, weights), forward(oracle, stock, source, x, ids, weights)
+        assert ours.shape == (tokens, SHAPE["hidden"]) and ours.abs().max() > 0
+        assert torch.equal(ours, theirs), f"{tokens} tokens: plugin output differs from stock SGLang's"
+    print(f"\nstart-up of one GPT-OSS layer (E={SHAPE['num_experts']}, H=I=2880): stock SGLang {stock_seconds:.3f} s, "
+          f"moebake plugin {plugin_seconds:.3f} s, ratio stock/plugin {stock_seconds / plugin_seconds:.2f}")

@@ -1,0 +1,81 @@
+"""Engine profiles against the engine's own code: a bake equals SGLang 0.5.23's post-load parameters byte for byte.
+
+The oracle (``tests/engine_oracles/sglang_oracle.py``) builds SGLang's real ``FusedMoE`` layer with
+the method SGLang picks for the serving flags the profile names, loads the *source* checkpoint with
+SGLang's own loaders and runs its ``process_weights_after_loading`` on CPU. Every verified profile
+entry is covered here; the test of the registry itself fails if a verified entry has no oracle.
+"""
+
+import pytest
+import torch
+
+from conftest import load_all
+from kernel_emulation import kernel_interleave_v1, kernel_interleave_v2
+from moebake.convert.options import ConvertOptions
+from moebake.convert.run import convert
+from moebake.engines.profiles import PROFILES, SGLANG_0_5_23
+from moebake.synthetic import write_bf16_moe, write_gpt_oss
+
+sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
+if not sglang_oracle.sglang_installed():
+    pytest.skip("sglang 0.5.23 is not installed (bin/setup installs it)", allow_module_level=True)
+standins_hidden_after_each_test = sglang_oracle.standins_hidden_after_each_test  # autouse fixture
+
+KERNELS = {"v2": kernel_interleave_v2, "v1": kernel_interleave_v1}
+# (engine, target, source format) -> (test file, test) that proves it against the engine's own code
+ORACLE_TESTS = {
+    ("sglang", "sm90-cutlass", "gpt-oss"): ("test_engine_profiles.py", "test_gpt_oss_sm90_cutlass_equals_sglang"),
+    ("vllm", "sm90-cutlass", "gpt-oss"): ("test_vllm_profile.py", "test_gpt_oss_flashinfer_cutlass_equals_vllm"),
+    ("sglang", "deepep-bf16", "bf16-moe"): ("test_engine_profiles.py", "test_bf16_moe_deepep_bf16_equals_sglang"),
+}
+
+
+def test_every_verified_profile_entry_has_an_oracle_test():
+    from pathlib import Path
+
+    for profile in PROFILES.values():
+        for (target, source), entry in profile.targets.items():
+            key = (profile.engine, target, source)
+            if entry.verified:
+                assert key in ORACLE_TESTS, f"{key} is marked verified without an oracle test"
+                test_file, test = ORACLE_TESTS[key]
+                assert f"def {test}(" in (Path(__file__).parent / test_file).read_text(), key
+
+
+def _assert_bake_equals_engine(out, layer_prefix, engine_params, derived):
+    baked = load_all(out)
+    for name, expected in engine_params.items():
+        if name in derived:
+            continue
+        got = baked[layer_prefix + name]
+        assert (got.dtype, tuple(got.shape)) == (expected.dtype, tuple(expected.shape)), name
+        assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{name} differs from SGLang's"
+
+
+@pytest.mark.parametrize("hidden, intermediate, layout", [
+    (160, 96, "v2"),     # pads H 160 -> 256 (127 scales), I 96 -> 128 (zeros)
+    (2880, 128, "v2"),   # GPT-OSS's H: 2880 -> 3072
+    (256, 128, "v1"),    # no padding; FlashInfer's older interleave
+])
+def test_gpt_oss_sm90_cutlass_equals_sglang(tmp_path, hidden, intermediate, layout):
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", flashinfer_layout=layout), progress=False)
+    assert manifest["engine"]["exact"] is True
+    engine = sglang_oracle.gpt_oss_sm90_cutlass(source, 0, KERNELS[layout])
+    derived = {"swiglu_alpha", "swiglu_beta", "swiglu_limit"}
+    _assert_bake_equals_engine(tmp_path / "out", "model.layers.0.mlp.experts.", engine, derived)
+    activation = manifest["activation"]  # what a loader derives the per-expert SwiGLU constants from
+    for name in derived:
+        assert torch.equal(engine[name], torch.full((2,), activation[name.removeprefix("swiglu_")], dtype=torch.float32)), name
+    assert SGLANG_0_5_23.target("sm90-cutlass", "gpt-oss").hidden_multiple == 256
+
+
+@pytest.mark.parametrize("style, names", [("qwen3", ("gate_proj", "up_proj", "down_proj")), ("mixtral", ("w1", "w3", "w2"))])
+def test_bf16_moe_deepep_bf16_equals_sglang(tmp_path, style, names):
+    source = write_bf16_moe(tmp_path / "src", style=style, num_layers=1, num_experts=4, hidden=64, intermediate=32)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("deepep-bf16"), progress=False)
+    assert manifest["engine"]["exact"] is True
+    record = manifest["layers"][0]
+    engine = sglang_oracle.unquantized_deepep_bf16(source, record["prefix"], 4, 64, 32, names)
+    assert sorted(engine) == sorted(record["tensors"]) == ["w13_weight", "w2_weight"]
+    _assert_bake_equals_engine(tmp_path / "out", record["prefix"], engine, derived=set())

@@ -1,0 +1,213 @@
+"""moebake's SGLang plugin against the real sglang 0.5.23 package, on CPU.
+
+The plugin is found through the ``sglang.srt.plugins`` entry point by SGLang's own ``load_plugins``;
+a real ``FusedMoE`` layer built by SGLang with ``--quantization moebake`` gets the manifest's
+parameters; SGLang's default loader call (``param.weight_loader(param, tensor)``) puts the files'
+bytes in them untransformed (each expert-parallel rank its own experts); post-load only adds the
+runner's SwiGLU scalars; every refusal is one line.
+"""
+
+import json
+import shutil
+from contextlib import contextmanager
+from unittest import mock
+
+import pytest
+import torch
+
+from conftest import load_all
+from moebake.schema.manifest import write_manifest
+from moebake.convert.options import ConvertOptions
+from moebake.convert.run import convert
+from moebake.synthetic import write_gpt_oss
+
+sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
+if not sglang_oracle.sglang_installed():
+    pytest.skip("sglang 0.5.23 is not installed (bin/setup installs it)", allow_module_level=True)
+
+from sglang.srt.plugins import load_plugins  # noqa: E402  (after the stand-ins are installed)
+from engine_oracles.sglang_oracle import standins, standins_hidden_after_each_test  # noqa: E402,F401  (autouse)
+
+standins.hide()
+
+PREFIX = "model.layers.0.mlp.experts."
+
+
+@contextmanager
+def serving(out, **engine):
+    """SGLang's state for a one-GPU server of the bake ``out`` started with ``engine``'s flags. (The
+    plugin finds the bake under ``--model-path``; resolving a real one here would probe for a GPU.)"""
+    with (sglang_oracle.sglang_engine(**engine),
+          mock.patch("moebake.engines.sglang.config.model_directory", return_value=out),
+          mock.patch("sglang.srt.layers.quantization.mxfp4._FI_HAS_SM90_CUTLASS_MXFP4", True)):  # FlashInfer on a GPU has it
+        yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def plugin_loaded():
+    from sglang.srt.layers.quantization import QUANTIZATION_METHODS
+    from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
+
+    QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)  # as SGLang registers it on a CUDA (or CPU-engine) machine
+    load_plugins()
+    standins.hide()
+
+
+@pytest.fixture(scope="module")
+def gpt_oss_bake(tmp_path_factory):
+    root = tmp_path_factory.mktemp("plugin")
+    source = write_gpt_oss(root / "src", num_layers=1, num_experts=4, hidden=160, intermediate=96, vocab=32)
+    convert(source, root / "out", ConvertOptions("sm90-cutlass"), progress=False)
+    return root / "out"
+
+
+def _quant_config(out):
+    return json.loads((out / "config.json").read_text())["quantization_config"]
+
+
+def _gpt_oss_layer(out, **engine):
+    """SGLang's FusedMoE for the bake's layer 0, as GptOssSparseMoeBlock builds it, with --quantization moebake."""
+    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+    from sglang.srt.layers.quantization import QUANTIZATION_METHODS
+
+    config = json.loads((out / "config.json").read_text())
+    quant_config = QUANTIZATION_METHODS["moebake"].from_config(config["quantization_config"])
+    return FusedMoE(num_experts=config["num_local_experts"], top_k=config["num_experts_per_tok"], layer_id=0,
+                    hidden_size=config["hidden_size"], intermediate_size=config["intermediate_size"],
+                    quant_config=quant_config, activation=config["hidden_act"], gemm1_alpha=1.702,
+                    gemm1_clamp_limit=config["swiglu_limit"], with_bias=True, prefix=PREFIX.rstrip("."),
+                    use_weight_loader_fused=True)
+
+
+def test_plugin_is_found_through_the_entry_point():
+    from sglang.srt.arg_groups.choices import QUANTIZATION_CHOICES
+    from sglang.srt.layers.quantization import QUANTIZATION_METHODS
+
+    from moebake.engines.sglang.config import MoebakeConfig
+
+    assert QUANTIZATION_METHODS["moebake"] is MoebakeConfig and "moebake" in QUANTIZATION_CHOICES
+
+
+def test_sglang_accepts_the_bake_with_the_plugin(gpt_oss_bake):
+    from sglang.srt.configs.model_config import ModelConfig
+
+    assert ModelConfig(str(gpt_oss_bake)).quantization == "moebake"
+
+
+def test_layer_parameters_are_the_manifest_and_load_the_files_bytes_untransformed(gpt_oss_bake):
+    manifest = json.loads((gpt_oss_bake / "moebake.json").read_text())
+    record, baked = manifest["layers"][0], load_all(gpt_oss_bake)
+    with serving(gpt_oss_bake, moe_runner_backend="flashinfer_mxfp4", gpu="sm90"):
+        layer = _gpt_oss_layer(gpt_oss_bake)
+        params = dict(layer.named_parameters())
+        assert {name: (str(p.dtype), list(p.shape)) for name, p in params.items()} == {
+            name: (str(baked[PREFIX + name].dtype), spec["shape"]) for name, spec in record["tensors"].items()}
+        for name, param in params.items():
+            param.weight_loader(param, baked[PREFIX + name])  # SGLang's default loader call for a named parameter
+        before = {name: p.data.clone() for name, p in layer.named_parameters()}
+        layer.quant_method.process_weights_after_loading(layer)
+        after = dict(layer.named_parameters())
+    for name in record["tensors"]:
+        assert after[name].data_ptr() == params[name].data_ptr(), f"{name} was replaced at load"
+        assert torch.equal(after[name].view(torch.uint8), baked[PREFIX + name].view(torch.uint8)), name
+        assert torch.equal(after[name].view(torch.uint8), before[name].view(torch.uint8)), f"{name} was transformed at load"
+    activation = manifest["activation"]
+    for scalar in ("alpha", "beta", "limit"):
+        assert torch.equal(getattr(layer, f"swiglu_{scalar}"), torch.full((4,), activation[scalar], dtype=torch.float32))
+    assert layer.quant_method._padded_hidden == record["hidden_padded"] == 256
+
+
+def test_each_expert_parallel_rank_loads_its_own_experts(gpt_oss_bake):
+    from sglang.srt.runtime_context import get_parallel
+
+    baked = load_all(gpt_oss_bake)
+    for rank in range(2):
+        with serving(gpt_oss_bake, moe_runner_backend="flashinfer_mxfp4", gpu="sm90"):
+            get_parallel().override_permanently(tp_size=2, attn_tp_size=2, moe_ep_size=2, moe_ep_rank=rank)
+            layer = _gpt_oss_layer(gpt_oss_bake)
+            for name, param in layer.named_parameters():
+                param.weight_loader(param, baked[PREFIX + name])
+                assert torch.equal(param.data.view(torch.uint8), baked[PREFIX + name][2 * rank:2 * rank + 2].view(torch.uint8))
+
+
+def _refusal(gpt_oss_bake, build=_gpt_oss_layer, **engine):
+    from moebake.engines.sglang.refusals import MoebakeRefusal
+
+    engine = {"moe_runner_backend": "flashinfer_mxfp4", "gpu": "sm90", **engine}
+    with serving(gpt_oss_bake, **engine):
+        with pytest.raises(MoebakeRefusal) as caught:
+            build(gpt_oss_bake)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("moebake: ")
+    return message
+
+
+def test_refuses_the_wrong_gpu(gpt_oss_bake):
+    assert "target sm90-cutlass runs on Hopper (SM90) GPUs only" in _refusal(gpt_oss_bake, gpu="sm100")
+
+
+def test_refuses_the_wrong_runner_backend(gpt_oss_bake):
+    message = _refusal(gpt_oss_bake, moe_runner_backend="triton")
+    assert "this bake is for --moe-runner-backend flashinfer_mxfp4, the server runs --moe-runner-backend triton" in message
+
+
+def test_refuses_another_flashinfer_layout(gpt_oss_bake, monkeypatch):
+    import flashinfer
+
+    monkeypatch.setattr(flashinfer, "__version__", "0.6.17")
+    message = _refusal(gpt_oss_bake)
+    assert "baked for FlashInfer SM90 fp4 layout v2, but the installed FlashInfer 0.6.17 reads v1" in message
+
+
+def test_refuses_moe_tensor_parallelism(gpt_oss_bake):
+    from sglang.srt.runtime_context import get_parallel
+
+    def build(out):
+        get_parallel().override_permanently(tp_size=2, attn_tp_size=2, moe_tp_size=2, moe_tp_rank=0)
+        return _gpt_oss_layer(out)
+
+    assert "MoE tensor parallelism (2) is not supported" in _refusal(gpt_oss_bake, build) and "--ep-size" in _refusal(gpt_oss_bake, build)
+
+
+def test_refuses_experts_not_divisible_by_the_ep_size(gpt_oss_bake):
+    from moebake.engines.sglang import refusals
+
+    with pytest.raises(refusals.MoebakeRefusal, match="has 4 experts, not divisible by the expert-parallel size 3"):
+        refusals.check_parallelism({"prefix": PREFIX, "experts": 4}, 1, 3)
+
+
+def test_refuses_a_config_that_disagrees_with_the_manifest(gpt_oss_bake, tmp_path):
+    changed = tmp_path / "changed"
+    shutil.copytree(gpt_oss_bake, changed)
+    manifest = json.loads((changed / "moebake.json").read_text())
+    manifest["activation"]["limit"] = 9.0
+    write_manifest(changed, manifest)
+    assert "config.json and manifest disagree (manifest_sha256 differs" in _refusal(changed)
+    config = json.loads((gpt_oss_bake / "config.json").read_text())
+    config["hidden_size"] = 192
+    (changed / "config.json").write_text(json.dumps(config))
+    shutil.copyfile(gpt_oss_bake / "moebake.json", changed / "moebake.json")
+    assert "config.json and manifest disagree on layer model.layers.0.mlp.experts." in _refusal(changed)
+
+
+def test_refuses_a_baked_parameter_never_loaded(gpt_oss_bake):
+    baked = load_all(gpt_oss_bake)
+
+    def build(out):
+        layer = _gpt_oss_layer(out)
+        for name, param in layer.named_parameters():
+            if name != "w2_weight_bias":
+                param.weight_loader(param, baked[PREFIX + name])
+        layer.quant_method.process_weights_after_loading(layer)
+
+    assert "baked parameter model.layers.0.mlp.experts.w2_weight_bias was never loaded" in _refusal(gpt_oss_bake, build)
+
+
+def test_refuses_a_tensor_whose_shape_is_not_the_manifests(gpt_oss_bake):
+    baked = load_all(gpt_oss_bake)
+
+    def build(out):
+        layer = _gpt_oss_layer(out)
+        layer.w13_weight.weight_loader(layer.w13_weight, baked[PREFIX + "w13_weight"][:, :-2])
+
+    assert "checkpoint tensor model.layers.0.mlp.experts.w13_weight is torch.uint8" in _refusal(gpt_oss_bake, build)
