@@ -100,3 +100,13 @@ def test_layers_depend_only_downwards(package, allowed, forbidden):
     for name, layers in _imported_layers(package).items():
         assert allowed is None or layers <= allowed, f"moebake/{package}/{name} imports {sorted(layers - allowed)}"
         assert forbidden is None or not layers & forbidden, f"moebake/{package}/{name} imports {sorted(layers & forbidden)}"
+
+
+def test_errors_are_typed(tmp_path):
+    (tmp_path / "moebake.json").write_text("{")
+    with pytest.raises(ManifestError, match="corrupt manifest"):
+        read_manifest(tmp_path)
+    with pytest.raises(CheckpointError, match="not a checkpoint"):
+        from moebake.formats.checkpoint import open_checkpoint
+
+        open_checkpoint(tmp_path)

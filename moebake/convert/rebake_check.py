@@ -17,7 +17,7 @@ from moebake.convert.mismatch import first_difference
 from moebake.convert.options import ConvertOptions
 from moebake.convert.plan import OutputShard, OutputTensor, assign_shards
 from moebake.convert.targets import get_target
-from moebake.errors import MoebakeError
+from moebake.errors import ManifestError, MoebakeError
 from moebake.formats.safetensors_file import SafetensorsFile, read_header
 from moebake.progress import byte_bar, shard_done
 
@@ -27,7 +27,7 @@ def recorded_options(out: Path, manifest: dict) -> ConvertOptions:
     try:
         return ConvertOptions(**manifest["options"])
     except (KeyError, TypeError) as err:
-        raise MoebakeError(f"{out / MANIFEST_NAME}: options {manifest.get('options')!r} not understood ({err})") from None
+        raise ManifestError(f"{out / MANIFEST_NAME}: options {manifest.get('options')!r} not understood ({err})") from None
 
 
 def replan(out: Path, manifest: dict, model) -> tuple[list[OutputShard], list[str]]:

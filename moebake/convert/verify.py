@@ -8,7 +8,6 @@ safetensors; every baked tensor the layer records name is in the index with the 
 shape. ``verify --source`` adds bit-exactness against the source (:mod:`moebake.convert.source_check`).
 """
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 

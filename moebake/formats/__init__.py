@@ -9,7 +9,7 @@ whose MTP layers are BF16 is ``modelopt-nvfp4`` unless the caller asks for ``bf1
 ``deepep-bf16`` does, through ``formats``).
 """
 
-from moebake.errors import MoebakeError
+from moebake.errors import UnsupportedError
 from moebake.formats import bf16_moe, deepseek_v4, gpt_oss, modelopt_nvfp4
 from moebake.formats.checkpoint import SourceCheckpoint, open_checkpoint
 from moebake.schema.config_values import short_repr
@@ -35,7 +35,7 @@ def detect_format(checkpoint: SourceCheckpoint, formats: tuple[str, ...] | None 
     config = checkpoint.values
     quant = config.section("quantization_config")
     candidates = [name for name in SOURCE_FORMATS if formats is None or name in formats]
-    raise MoebakeError(
+    raise UnsupportedError(
         f"{config.file}: unsupported model (model_type={short_repr(config.raw('model_type'))}, "
         f"quant_method={short_repr(quant.raw('quant_method') if quant else None)}); supported: {', '.join(candidates)}"
     )

@@ -24,10 +24,9 @@ In an unquantized checkpoint every expert weight must be BF16.
 import re
 from dataclasses import dataclass
 
-import torch
-
-from moebake.errors import MoebakeError
+from moebake.errors import CheckpointError
 from moebake.formats.checkpoint import EXPERT_INDEX, SourceCheckpoint, first_missing_expert, per_expert_names
+from moebake.formats.source_model import StoredExperts
 from moebake.schema.config_values import first_model_integer, model_scopes
 
 FORMAT_NAME = "bf16-moe"
@@ -72,7 +71,7 @@ class Bf16MoeLayer:
 
 
 @dataclass(frozen=True)
-class Bf16MoeModel:
+class Bf16MoeModel(StoredExperts):
     """A validated BF16 MoE source: dimensions and the layers whose experts are BF16."""
 
     checkpoint: SourceCheckpoint
@@ -87,10 +86,6 @@ class Bf16MoeModel:
 
     def activation(self) -> dict:
         return dict(ACTIVATION)
-
-    def read_experts(self, name: str, start: int, stop: int) -> torch.Tensor:
-        """Experts ``[start, stop)`` of ``name`` as stored (the baked tensors invert to the file's bytes)."""
-        return self.checkpoint.read_experts(name, start, stop)
 
 
 def _scan(checkpoint: SourceCheckpoint) -> dict[str, dict]:
@@ -138,10 +133,10 @@ def _is_quantized(checkpoint: SourceCheckpoint) -> bool:
 
 def _check(checkpoint: SourceCheckpoint, name: str, shape: tuple[int, ...]) -> None:
     if name not in checkpoint.locations:
-        raise MoebakeError(f"{checkpoint.root}: tensor {name} is missing")
+        raise CheckpointError(f"{checkpoint.root}: tensor {name} is missing")
     entry = checkpoint.entry(name)
     if entry.dtype != BF16 or entry.shape != shape:
-        raise MoebakeError(
+        raise CheckpointError(
             f"{checkpoint.file_of(name).path}: tensor {name} is {entry.dtype} {list(entry.shape)}, "
             f"expected {BF16} {list(shape)} from config.json"
         )
@@ -151,17 +146,17 @@ def _per_expert_pattern(checkpoint: SourceCheckpoint, prefix: str, role: str, pr
                         naming: int) -> str:
     """Validate one role's per-expert tensors (all of ``[0, E)``, one naming) and return its name pattern."""
     if not projections:
-        raise MoebakeError(f"{checkpoint.root}: tensor {prefix}0.{_PROJECTIONS[role][naming]}.weight is missing")
+        raise CheckpointError(f"{checkpoint.root}: tensor {prefix}0.{_PROJECTIONS[role][naming]}.weight is missing")
     if len(projections) > 1:
-        raise MoebakeError(f"{checkpoint.root}: layer {prefix} names its {role} experts both {' and '.join(sorted(projections))}")
+        raise CheckpointError(f"{checkpoint.root}: layer {prefix} names its {role} experts both {' and '.join(sorted(projections))}")
     (projection, experts), = projections.items()
     beyond = sorted(e for e in experts if e >= E)
     if beyond:
-        raise MoebakeError(f"{checkpoint.file_of(experts[beyond[0]]).path}: tensor {experts[beyond[0]]} has expert index {beyond[0]}, "
+        raise CheckpointError(f"{checkpoint.file_of(experts[beyond[0]]).path}: tensor {experts[beyond[0]]} has expert index {beyond[0]}, "
                            f"but config.json says {E} experts")
     missing = first_missing_expert(experts, E)  # before the E names are made
     if missing is not None:
-        raise MoebakeError(f"{checkpoint.root}: tensor {prefix}{missing}.{projection}.weight is missing "
+        raise CheckpointError(f"{checkpoint.root}: tensor {prefix}{missing}.{projection}.weight is missing "
                            f"(config.json says {E} experts, the checkpoint holds {len(experts)})")
     pattern = f"{prefix}{EXPERT_INDEX}.{projection}.weight"
     for name in per_expert_names(pattern, E):
@@ -172,7 +167,7 @@ def _per_expert_pattern(checkpoint: SourceCheckpoint, prefix: str, role: str, pr
 def _layer(checkpoint: SourceCheckpoint, prefix: str, found: dict, dims: dict) -> Bf16MoeLayer:
     E, H, I = dims["experts"], dims["hidden"], dims["intermediate"]
     if found["fused"] and found["per_expert"]:
-        raise MoebakeError(f"{checkpoint.root}: layer {prefix} has both fused ({', '.join(found['fused'])}) and per-expert expert tensors")
+        raise CheckpointError(f"{checkpoint.root}: layer {prefix} has both fused ({', '.join(found['fused'])}) and per-expert expert tensors")
     if found["fused"]:
         gate_up, down = prefix + "gate_up_proj", prefix + "down_proj"
         _check(checkpoint, gate_up, (E, 2 * I, H))
@@ -197,9 +192,9 @@ def open_model(checkpoint: SourceCheckpoint) -> Bf16MoeModel:
             if quantized:
                 continue  # a quantized layer: passes through untouched
             name = names[0]
-            raise MoebakeError(f"{checkpoint.file_of(name).path}: tensor {name} is {checkpoint.entry(name).dtype}, expected {BF16}")
+            raise CheckpointError(f"{checkpoint.file_of(name).path}: tensor {name} is {checkpoint.entry(name).dtype}, expected {BF16}")
         layers.append(_layer(checkpoint, prefix, found, dims))
     if not layers:
-        raise MoebakeError(f"{checkpoint.root}: no BF16 MoE expert tensors (<...>layers.N.mlp.experts.*)")
+        raise CheckpointError(f"{checkpoint.root}: no BF16 MoE expert tensors (<...>layers.N.mlp.experts.*)")
     layers.sort(key=lambda layer: (layer.prefix[: layer.prefix.rindex("layers.")], layer.index))
     return Bf16MoeModel(checkpoint, dims["hidden"], dims["intermediate"], dims["experts"], tuple(layers))

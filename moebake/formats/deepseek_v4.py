@@ -23,11 +23,10 @@ tensor pass through.
 import re
 from dataclasses import dataclass
 
-import torch
-
-from moebake.errors import MoebakeError
+from moebake.errors import CheckpointError
 from moebake.formats.checkpoint import EXPERT_INDEX, SourceCheckpoint, first_missing_expert, per_expert_names
 from moebake.formats.expert_source import ExpertSource
+from moebake.formats.source_model import StoredExperts
 
 FORMAT_NAME = "deepseek-v4"
 WEIGHT_DTYPES = ("I8", "U8")
@@ -49,7 +48,7 @@ class DeepseekV4Layer:
 
 
 @dataclass(frozen=True)
-class DeepseekV4Model:
+class DeepseekV4Model(StoredExperts):
     """A validated DeepSeek-V4 source with MXFP4 routed experts."""
 
     checkpoint: SourceCheckpoint
@@ -84,10 +83,6 @@ class DeepseekV4Model:
         """Plain SwiGLU with clamping: ``g * sigmoid(alpha * g) * (clamp(up, -limit, limit) + beta)``, ``g = min(gate, limit)``."""
         return {"kind": "swiglu", "alpha": 1.0, "beta": 0.0, "limit": self.swiglu_limit}
 
-    def read_experts(self, name: str, start: int, stop: int) -> torch.Tensor:
-        """Experts ``[start, stop)`` of ``name`` as stored (the baked tensors invert to the file's bytes)."""
-        return self.checkpoint.read_experts(name, start, stop)
-
 
 def detect(checkpoint: SourceCheckpoint) -> bool:
     return checkpoint.values.raw("model_type") == "deepseek_v4"
@@ -112,15 +107,15 @@ def _config(checkpoint: SourceCheckpoint) -> dict:
 def _check_tensor(checkpoint: SourceCheckpoint, name: str, dtypes: tuple[str, ...], shape: tuple[int, ...]) -> str:
     """The dtype of tensor ``name``, after checking it is one of ``dtypes`` with ``shape``."""
     if name not in checkpoint.locations:
-        raise MoebakeError(f"{checkpoint.root}: tensor {name} is missing")
+        raise CheckpointError(f"{checkpoint.root}: tensor {name} is missing")
     entry, path = checkpoint.entry(name), checkpoint.file_of(name).path
     if name.endswith(".scale") and entry.dtype in FLOAT_DTYPES:
-        raise MoebakeError(
+        raise CheckpointError(
             f"{path}: tensor {name} is {entry.dtype}: its E8M0 scales were cast to a float type elsewhere; "
             f"moebake needs the raw F8_E8M0 bytes as DeepSeek ships them (use the original checkpoint files)"
         )
     if entry.dtype not in dtypes or entry.shape != shape:
-        raise MoebakeError(
+        raise CheckpointError(
             f"{path}: tensor {name} is {entry.dtype} {list(entry.shape)}, expected {' or '.join(dtypes)} {list(shape)} from config.json"
         )
     return entry.dtype
@@ -137,14 +132,14 @@ def open_model(checkpoint: SourceCheckpoint) -> DeepseekV4Model:
             prefixes[match.group(1)] = int(match.group(2))
             experts.setdefault(match.group(1), set()).add(int(match.group(3)))
             if int(match.group(3)) >= E:
-                raise MoebakeError(f"{checkpoint.file_of(name).path}: tensor {name} names expert {match.group(3)}, "
+                raise CheckpointError(f"{checkpoint.file_of(name).path}: tensor {name} names expert {match.group(3)}, "
                                    f"but config.json has n_routed_experts={E}")
     if not prefixes:
-        raise MoebakeError(f"{checkpoint.root}: deepseek-v4 checkpoint has no layers.L.ffn.experts.E.w1.weight tensors")
+        raise CheckpointError(f"{checkpoint.root}: deepseek-v4 checkpoint has no layers.L.ffn.experts.E.w1.weight tensors")
     for prefix, present in experts.items():  # before any per-expert name list is made
         missing = first_missing_expert(present, E)
         if missing is not None:
-            raise MoebakeError(f"{checkpoint.root}: tensor {prefix}{missing}.w1.weight is missing "
+            raise CheckpointError(f"{checkpoint.root}: tensor {prefix}{missing}.w1.weight is missing "
                                f"(config.json has n_routed_experts={E}, the checkpoint holds experts of {len(present)})")
     layers = tuple(DeepseekV4Layer(index, prefix) for prefix, index in sorted(prefixes.items(), key=_layer_order))
     shapes = {"w1": (I, H), "w3": (I, H), "w2": (H, I)}  # [out, in] in elements

@@ -19,11 +19,10 @@ with ``L = swiglu_limit`` (a finite number > 0; 7.0 when absent, as transformers
 import re
 from dataclasses import dataclass
 
-import torch
-
-from moebake.errors import MoebakeError
+from moebake.errors import CheckpointError
 from moebake.formats.checkpoint import SourceCheckpoint
 from moebake.formats.expert_source import ExpertSource
+from moebake.formats.source_model import StoredExperts
 
 FORMAT_NAME = "gpt-oss"
 SWIGLU_ALPHA = 1.702  # hard-coded in GPT-OSS (not in config.json)
@@ -44,7 +43,7 @@ class GptOssLayer:
 
 
 @dataclass(frozen=True)
-class GptOssModel:
+class GptOssModel(StoredExperts):
     """A validated GPT-OSS source: dimensions, layers and activation parameters."""
 
     checkpoint: SourceCheckpoint
@@ -78,10 +77,6 @@ class GptOssModel:
     def activation(self) -> dict:
         return {"kind": "swiglu_oai", "alpha": SWIGLU_ALPHA, "beta": SWIGLU_BETA, "limit": self.swiglu_limit}
 
-    def read_experts(self, name: str, start: int, stop: int) -> torch.Tensor:
-        """Experts ``[start, stop)`` of ``name`` as stored (the baked tensors invert to the file's bytes)."""
-        return self.checkpoint.read_experts(name, start, stop)
-
 
 def detect(checkpoint: SourceCheckpoint) -> bool:
     config = checkpoint.values
@@ -98,7 +93,7 @@ def open_model(checkpoint: SourceCheckpoint) -> GptOssModel:
             raise config.fail(key, f"is {dims[key]}, not a multiple of the MXFP4 block (32)")
     layer_ids = sorted({int(m.group(2)) for m in map(_EXPERT_RE.match, checkpoint.locations) if m})
     if not layer_ids:
-        raise MoebakeError(f"{checkpoint.root}: gpt-oss checkpoint has no model.layers.N.mlp.experts.* tensors")
+        raise CheckpointError(f"{checkpoint.root}: gpt-oss checkpoint has no model.layers.N.mlp.experts.* tensors")
     model = GptOssModel(
         checkpoint=checkpoint,
         hidden_size=dims["hidden_size"],
@@ -110,10 +105,10 @@ def open_model(checkpoint: SourceCheckpoint) -> GptOssModel:
     for layer in model.layers:
         for name, (dtype, shape) in model.expected_specs(layer).items():
             if name not in checkpoint.locations:
-                raise MoebakeError(f"{checkpoint.root}: tensor {name} is missing")
+                raise CheckpointError(f"{checkpoint.root}: tensor {name} is missing")
             entry = checkpoint.entry(name)
             if entry.dtype != dtype or entry.shape != shape:
-                raise MoebakeError(
+                raise CheckpointError(
                     f"{checkpoint.file_of(name).path}: tensor {name} is {entry.dtype} {list(entry.shape)}, "
                     f"expected {dtype} {list(shape)} from config.json"
                 )

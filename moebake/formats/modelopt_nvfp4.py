@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from moebake.errors import MoebakeError
+from moebake.errors import CheckpointError, UnsupportedError
 from moebake.formats.checkpoint import CONFIG_NAME, EXPERT_INDEX, SourceCheckpoint, first_missing_expert
 from moebake.schema.config_values import ConfigValues, first_model_integer
 from moebake.formats.nvfp4_gate_up import RoundingBound, SharedGlobal, rescale_block_scales, rounding_bound, share_global
@@ -170,7 +170,7 @@ class ModelOptNvfp4Model:
         if name.rsplit(".", 1)[-1] in SCALAR_PARTS:
             value = float(tensor.reshape(-1)[0])
             if not (math.isfinite(value) and value > 0):
-                raise MoebakeError(f"{self.checkpoint.file_of(name).path}: tensor {name} is {value}, "
+                raise CheckpointError(f"{self.checkpoint.file_of(name).path}: tensor {name} is {value}, "
                                    "expected a finite global scale > 0")
         return tensor
 
@@ -192,7 +192,7 @@ class ModelOptNvfp4Model:
         try:
             return rescale_block_scales(scales, shared.scaled_global, shared.shared)
         except ValueError as err:
-            raise MoebakeError(f"{self.checkpoint.file_of(name).path}: tensor {name}: {err}") from None
+            raise CheckpointError(f"{self.checkpoint.file_of(name).path}: tensor {name}: {err}") from None
 
     def consumed(self, layer: NvFp4Layer, expert: int, proj: str, part: str) -> torch.Tensor:
         """The tensor targets bake: the file's, except gate/up globals made one (module docstring)."""
@@ -279,12 +279,12 @@ def _expert_algo(checkpoint: SourceCheckpoint, quant: QuantConfig, prefix: str, 
     for module, module_quant in sorted(modules.items()):
         where = f"{quant.source}: MoE layer {prefix[:-1]} expert {module}"
         if module_quant.algo.upper() not in EXPERT_ALGOS:
-            raise MoebakeError(f"{where} is quantized {module_quant.algo!r}; moebake bakes NVFP4 experts ({', '.join(EXPERT_ALGOS)})")
+            raise UnsupportedError(f"{where} is quantized {module_quant.algo!r}; moebake bakes NVFP4 experts ({', '.join(EXPERT_ALGOS)})")
         if module_quant.group_size != GROUP_SIZE:
-            raise MoebakeError(f"{where}: NVFP4 group_size is {module_quant.group_size!r}, expected {GROUP_SIZE}")
+            raise CheckpointError(f"{where}: NVFP4 group_size is {module_quant.group_size!r}, expected {GROUP_SIZE}")
     algos = {m.algo.upper() for m in modules.values()}
     if len(algos) > 1:
-        raise MoebakeError(f"{quant.source}: MoE layer {prefix[:-1]} mixes {' and '.join(sorted(algos))} experts")
+        raise UnsupportedError(f"{quant.source}: MoE layer {prefix[:-1]} mixes {' and '.join(sorted(algos))} experts")
     return algos.pop()
 
 
@@ -305,7 +305,7 @@ def _scan_layers(checkpoint: SourceCheckpoint, quant: QuantConfig) -> tuple[list
     for (index, prefix), found in sorted(modules.items()):
         quantized = {module: q for module, q in found.items() if q is not None}
         if quantized and len(quantized) < len(found):
-            raise MoebakeError(f"{checkpoint.root}: MoE layer {prefix[:-1]} has both excluded and quantized experts "
+            raise UnsupportedError(f"{checkpoint.root}: MoE layer {prefix[:-1]} has both excluded and quantized experts "
                                f"({quant.source}); moebake bakes whole layers")
         if not quantized:
             excluded.append(prefix)
@@ -313,7 +313,7 @@ def _scan_layers(checkpoint: SourceCheckpoint, quant: QuantConfig) -> tuple[list
         algos.add(_expert_algo(checkpoint, quant, prefix, quantized))
         layers.append(NvFp4Layer(index, prefix))
     if len(algos) > 1:
-        raise MoebakeError(f"{quant.source}: MoE layers mix {' and '.join(sorted(algos))} experts")
+        raise UnsupportedError(f"{quant.source}: MoE layers mix {' and '.join(sorted(algos))} experts")
     return layers, excluded, (algos.pop() if algos else NVFP4), experts
 
 
@@ -323,20 +323,20 @@ def open_model(checkpoint: SourceCheckpoint) -> ModelOptNvfp4Model:
     _check_quant(quant)
     layers, excluded, expert_algo, present = _scan_layers(checkpoint, quant)
     if not layers:
-        raise MoebakeError(f"{checkpoint.root}: ModelOpt checkpoint has no quantized ...layers.N.mlp.experts.E.* tensors")
+        raise CheckpointError(f"{checkpoint.root}: ModelOpt checkpoint has no quantized ...layers.N.mlp.experts.E.* tensors")
     config = checkpoint.values
     dims = {}
     for dim, keys in (("hidden", ("hidden_size",)), ("intermediate", ("moe_intermediate_size", "intermediate_size")),
                       ("experts", ("n_routed_experts", "num_experts", "num_local_experts"))):
         key, dims[dim] = first_model_integer(config, keys)
         if dim != "experts" and dims[dim] % GROUP_SIZE:
-            raise MoebakeError(f"{checkpoint.root / CONFIG_NAME}: {key}={dims[dim]} is not a multiple of the NVFP4 block ({GROUP_SIZE})")
+            raise CheckpointError(f"{checkpoint.root / CONFIG_NAME}: {key}={dims[dim]} is not a multiple of the NVFP4 block ({GROUP_SIZE})")
     hidden, intermediate, experts = dims["hidden"], dims["intermediate"], dims["experts"]
     for layer in layers:  # before any per-expert name is made
         missing = first_missing_expert(present[layer.prefix], experts)
         if missing is not None:
             name = layer.name(missing, "gate", "weight")
-            raise MoebakeError(f"{checkpoint.root}: tensor {name} is missing ({CONFIG_NAME} says {experts} experts, "
+            raise CheckpointError(f"{checkpoint.root}: tensor {name} is missing ({CONFIG_NAME} says {experts} experts, "
                                f"layer {layer.prefix[:-1]} holds {len(present[layer.prefix])})")
     first_scalar = layers[0].name(0, "gate", "weight_scale_2")
     scalar_shape = (1,) if first_scalar in checkpoint.locations and checkpoint.entry(first_scalar).shape == (1,) else ()
@@ -346,15 +346,15 @@ def open_model(checkpoint: SourceCheckpoint) -> ModelOptNvfp4Model:
     for layer in model.layers:
         for name, (dtype, shape) in model.expected_specs(layer).items():
             if name not in checkpoint.locations:
-                raise MoebakeError(f"{checkpoint.root}: tensor {name} is missing (an {expert_algo} expert needs "
+                raise CheckpointError(f"{checkpoint.root}: tensor {name} is missing (an {expert_algo} expert needs "
                                    f"{', '.join(parts)} for each of gate/up/down_proj)")
             entry = checkpoint.entry(name)
             if entry.dtype != dtype or entry.shape != shape:
-                raise MoebakeError(f"{checkpoint.file_of(name).path}: tensor {name} is {entry.dtype} {list(entry.shape)}, "
+                raise CheckpointError(f"{checkpoint.file_of(name).path}: tensor {name} is {entry.dtype} {list(entry.shape)}, "
                                    f"expected {dtype} {list(shape)} (ModelOpt NVFP4, group {GROUP_SIZE}, from {CONFIG_NAME})")
     prefixes = {layer.prefix for layer in model.layers}
     beyond = next((n for n in checkpoint.locations if (m := _EXPERT_RE.match(n)) and m["prefix"] in prefixes
                    and int(m["expert"]) >= experts), None)
     if beyond:
-        raise MoebakeError(f"{checkpoint.file_of(beyond).path}: tensor {beyond} names an expert beyond the {experts} in {CONFIG_NAME}")
+        raise CheckpointError(f"{checkpoint.file_of(beyond).path}: tensor {beyond} names an expert beyond the {experts} in {CONFIG_NAME}")
     return model

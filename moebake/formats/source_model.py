@@ -32,3 +32,12 @@ class SourceModel(Protocol):
     def read_experts(self, name: str, start: int, stop: int) -> torch.Tensor:
         """Experts ``[start, stop)`` of a stacked tensor or per-expert pattern, as the baked tensors must
         invert to (:meth:`SourceCheckpoint.read_experts` unless the format bakes other bytes than the file's)."""
+
+
+class StoredExperts:
+    """Mixin of formats whose baked tensors invert to the file's own bytes: :meth:`SourceModel.read_experts`
+    is :meth:`SourceCheckpoint.read_experts` of the model's ``checkpoint``."""
+
+    def read_experts(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """Experts ``[start, stop)`` of ``name`` as stored."""
+        return self.checkpoint.read_experts(name, start, stop)

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from moebake.errors import MoebakeError
+from moebake.errors import HubError, OptionError
 from moebake.hub.client import HUB_ERRORS, hub_error
 
 SOURCE_PATTERNS = ["*.safetensors", "*.json", "*.jinja", "*.txt", "*.model", "*.tiktoken", "LICENSE*", "USAGE_POLICY*"]
@@ -53,11 +53,11 @@ def resolve_source(text: str | os.PathLike, client, revision: str | None = None)
     spec = None if path.exists() else parse_repo_spec(str(text))
     if spec is None:
         if revision is not None:
-            raise MoebakeError(f"{text}: --revision {revision} applies to a Hub source (ORG/NAME), not a local path")
+            raise OptionError(f"{text}: --revision {revision} applies to a Hub source (ORG/NAME), not a local path")
         return ResolvedSource(path)
     repo_id, spec_revision = spec
     if revision is not None and spec_revision is not None and revision != spec_revision:
-        raise MoebakeError(f"{text}: names revision {spec_revision}, but --revision says {revision}")
+        raise OptionError(f"{text}: names revision {spec_revision}, but --revision says {revision}")
     return download_source(repo_id, revision or spec_revision, client)
 
 
@@ -71,5 +71,5 @@ def download_source(repo_id: str, revision: str | None, client) -> ResolvedSourc
         raise hub_error(f"{spec}: not a local path, and downloading it from the Hugging Face Hub failed", err) from None
     commit = Path(folder).name
     if not _COMMIT.fullmatch(commit):
-        raise MoebakeError(f"{spec}: downloaded to {folder}, which is not a cache snapshot folder named by its commit")
+        raise HubError(f"{spec}: downloaded to {folder}, which is not a cache snapshot folder named by its commit")
     return ResolvedSource(Path(folder), repo_id, commit)

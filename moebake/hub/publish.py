@@ -15,7 +15,7 @@ from pathlib import Path
 from moebake.schema.manifest import read_manifest
 from moebake.convert.source_check import compare_with_source
 from moebake.convert.verify import verify_output
-from moebake.errors import MoebakeError
+from moebake.errors import IntegrityError, OptionError
 from moebake.hub.client import HUB_ERRORS, hub_error
 from moebake.hub.download import resolve_source
 from moebake.hub.model_card import source_label, write_model_card
@@ -31,13 +31,13 @@ def publish(out: str | os.PathLike, repo_id: str, client, *, private: bool = Fal
     """
     out = Path(out)
     if create_pr and revision:
-        raise MoebakeError("--create-pr opens a pull request against the default branch and cannot be combined with "
+        raise OptionError("--create-pr opens a pull request against the default branch and cannot be combined with "
                            f"--revision {revision} (to resume an interrupted pull request, pass --revision {PR_REF_PREFIX}N)")
     problems = verify_output(out)
     if not problems and source is not None:
         problems = compare_with_source(out, resolve_source(source, client).path, progress)
     if problems:
-        raise MoebakeError(f"{out}: refusing to upload, verify found {len(problems)} problem(s); first: {problems[0]}")
+        raise IntegrityError(f"{out}: refusing to upload, verify found {len(problems)} problem(s); first: {problems[0]}")
     write_model_card(out, repo_id)
     manifest = read_manifest(out)
     message = f"moebake {manifest['target']} bake of {source_label(manifest['source'])}"

@@ -9,6 +9,7 @@ gives wrong numbers, silently, on a FlashInfer that reads the other.
 from packaging.version import InvalidVersion, Version
 
 from moebake.errors import PlatformError
+from moebake.schema.enums import FlashInferLayout
 
 # [first, next) release ranges (post releases included, pre-releases count as their release) -> layout read.
 _RANGES = (
@@ -18,8 +19,8 @@ _RANGES = (
     (Version("0.6.18"), None, "v2"),
 )
 
-LAYOUTS = ("v2", "v1")
-"""The SM90 fp4 layout ids (``--flashinfer-layout``); v2 is the default."""
+LAYOUTS = tuple(layout.value for layout in FlashInferLayout)
+"""The SM90 fp4 layout ids (``--flashinfer-layout``; :class:`~moebake.schema.enums.FlashInferLayout`); v2 is the default."""
 
 DESCRIPTIONS = {
     "v2": "FlashInfer 0.6.16, 0.6.16.post1/.post2 and >= 0.6.18 (incl. 0.7.x): bit-scrambled words, PR #3738",

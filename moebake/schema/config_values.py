@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from moebake.errors import MoebakeError
+from moebake.errors import CheckpointError, MoebakeError
 
 MAX_COUNT = (1 << 31) - 1
 """Largest dimension or count accepted from a config file (sizes are then checked against the tensors)."""
@@ -35,11 +35,11 @@ def parse_json(text: str | bytes, where: str | os.PathLike):
     try:
         return json.loads(text)
     except UnicodeDecodeError as err:
-        raise MoebakeError(f"{where}: not UTF-8 JSON ({err.reason} at byte {err.start})") from None
+        raise CheckpointError(f"{where}: not UTF-8 JSON ({err.reason} at byte {err.start})") from None
     except json.JSONDecodeError as err:
-        raise MoebakeError(f"{where}: not valid JSON ({err})") from None
+        raise CheckpointError(f"{where}: not valid JSON ({err})") from None
     except RecursionError:
-        raise MoebakeError(f"{where}: not usable JSON (nested too deeply)") from None
+        raise CheckpointError(f"{where}: not usable JSON (nested too deeply)") from None
 
 
 def read_json_object(path: str | os.PathLike) -> dict:
@@ -47,10 +47,10 @@ def read_json_object(path: str | os.PathLike) -> dict:
     try:
         raw = Path(path).read_bytes()
     except OSError as err:
-        raise MoebakeError(f"{path}: cannot read ({err.strerror})") from None
+        raise CheckpointError(f"{path}: cannot read ({err.strerror})") from None
     value = parse_json(raw, path)
     if not isinstance(value, dict):
-        raise MoebakeError(f"{path}: expected a JSON object, found {json_type(value)}")
+        raise CheckpointError(f"{path}: expected a JSON object, found {json_type(value)}")
     return value
 
 
@@ -197,7 +197,7 @@ def first_model_integer(config: ConfigValues, keys: tuple[str, ...], *, minimum:
         for scope in scopes:
             if key in scope:
                 return scope.name(key), scope.integer(key, minimum=minimum)
-    raise MoebakeError(f"{config.file}: none of {' / '.join(keys)} is set")
+    raise CheckpointError(f"{config.file}: none of {' / '.join(keys)} is set")
 
 
 def first_model_value(config: ConfigValues, key: str):

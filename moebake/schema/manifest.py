@@ -37,7 +37,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from moebake.errors import ManifestError
+from moebake.errors import CheckpointError, ManifestError
 from moebake.schema.config_values import parse_json
 from moebake.schema.enums import ActivationKind, DType, FlashInferLayout, GateUpOrder
 
@@ -96,7 +96,10 @@ def load_manifest(directory: str | os.PathLike) -> tuple[dict, list[str]]:
         raw = path.read_bytes()
     except OSError as err:
         raise ManifestError(f"{path}: cannot read ({err.strerror})") from None
-    manifest = parse_json(raw, f"{path}: corrupt manifest")
+    try:
+        manifest = parse_json(raw, f"{path}: corrupt manifest")
+    except CheckpointError as err:
+        raise ManifestError(str(err)) from None
     schema = manifest.get("schema") if isinstance(manifest, dict) else None
     if schema not in KNOWN_SCHEMAS:
         raise ManifestError(f"{path}: unknown manifest schema {schema!r}; this moebake reads {', '.join(KNOWN_SCHEMAS)}")

@@ -16,7 +16,7 @@
 from pathlib import Path
 
 from moebake.schema.manifest import MANIFEST_NAME, read_manifest
-from moebake.errors import MoebakeError
+from moebake.errors import UnsupportedError
 from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve.deepep_bf16 import DeepEPBf16Checkpoint
 from moebake.serve.platform import Platform
@@ -37,5 +37,5 @@ def open(path, *, platform: Platform | None = None) -> BakedCheckpoint:  # noqa:
     manifest = read_manifest(path)
     target = manifest.get("target")
     if target not in RUNTIMES:
-        raise MoebakeError(f"{Path(path) / MANIFEST_NAME}: target {target!r} has no runtime here (known: {', '.join(RUNTIMES)})")
+        raise UnsupportedError(f"{Path(path) / MANIFEST_NAME}: target {target!r} has no runtime here (known: {', '.join(RUNTIMES)})")
     return RUNTIMES[target](Path(path), manifest, platform or Platform())

@@ -13,7 +13,7 @@ import torch
 
 from moebake.schema.checksums import checksum_problem
 from moebake.schema.manifest import MANIFEST_NAME
-from moebake.errors import MoebakeError
+from moebake.errors import CheckpointError, IntegrityError, InvalidArgumentError, UnsupportedError
 from moebake.formats.safetensors_file import DTYPES, SafetensorsFile, read_header
 from moebake.schema.index import read_index
 from moebake.serve.platform import Platform
@@ -33,7 +33,7 @@ class BakedCheckpoint:
         self.manifest_path = self.root / MANIFEST_NAME
         version = manifest.get("target_layout_version")
         if version != self.layout_version:
-            raise MoebakeError(f"{self.manifest_path}: {self.target} layout version {version!r}; this runtime reads {self.layout_version}")
+            raise UnsupportedError(f"{self.manifest_path}: {self.target} layout version {version!r}; this runtime reads {self.layout_version}")
         self.index = read_index(self.root)
         self.weight_map = self.index.weight_map
         self._headers: dict[str, SafetensorsFile] = {}
@@ -46,7 +46,7 @@ class BakedCheckpoint:
             if record.get("index") == index:
                 return record
         known = [record.get("index") for record in self.manifest.get("layers", [])]
-        raise MoebakeError(f"{self.manifest_path}: no MoE layer {index} (layers: {known})")
+        raise InvalidArgumentError(f"{self.manifest_path}: no MoE layer {index} (layers: {known})")
 
     def rank_experts(self, record: dict, ep_rank: int, ep_size: int) -> tuple[int, int]:
         """The contiguous expert range ``[start, stop)`` that EP rank ``ep_rank`` of ``ep_size`` owns in a layer.
@@ -55,7 +55,7 @@ class BakedCheckpoint:
         """
         experts = record["experts"]
         if ep_size < 1 or experts % ep_size or not 0 <= ep_rank < ep_size:
-            raise MoebakeError(
+            raise InvalidArgumentError(
                 f"{self.manifest_path}: layer {record['prefix']} has {experts} experts, which EP rank {ep_rank} of "
                 f"{ep_size} cannot split evenly (need ep_size dividing {experts} and 0 <= ep_rank < ep_size)"
             )
@@ -65,7 +65,7 @@ class BakedCheckpoint:
     def _shard_of(self, name: str) -> SafetensorsFile:
         shard_name = self.weight_map.get(name)
         if shard_name is None:
-            raise MoebakeError(f"{self.index.path}: tensor {name} is not in the index")
+            raise CheckpointError(f"{self.index.path}: tensor {name} is not in the index")
         if shard_name not in self._headers:
             self._headers[shard_name] = read_header(self.root / shard_name)
         return self._headers[shard_name]
@@ -80,12 +80,12 @@ class BakedCheckpoint:
             path = self.root / shard_name
             record = files.get(shard_name)
             if record is None:
-                raise MoebakeError(f"{path}: not listed in {self.manifest_path}")
+                raise IntegrityError(f"{path}: not listed in {self.manifest_path}")
             size = path.stat().st_size if path.is_file() else None
             if size != record["bytes"]:
-                raise MoebakeError(f"{path}: {size} bytes, {self.manifest_path} says {record['bytes']}")
+                raise IntegrityError(f"{path}: {size} bytes, {self.manifest_path} says {record['bytes']}")
             if problem := checksum_problem(path, record):
-                raise MoebakeError(f"{problem} in {self.manifest_path}")
+                raise IntegrityError(f"{problem} in {self.manifest_path}")
             self._verified.add(shard_name)
 
     def read_experts(self, record: dict, short_names: list[str], start: int, stop: int,
@@ -103,7 +103,7 @@ class BakedCheckpoint:
             entry = shard.tensors[name]
             expected = record["tensors"][short]
             if entry.dtype != expected["dtype"] or list(entry.shape) != list(expected["shape"]):
-                raise MoebakeError(
+                raise IntegrityError(
                     f"{shard.path}: tensor {name} is {entry.dtype} {list(entry.shape)}, "
                     f"{self.manifest_path} says {expected['dtype']} {expected['shape']}"
                 )

@@ -24,7 +24,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from moebake.errors import MoebakeError
+from moebake.errors import InvalidArgumentError, ManifestError, PlatformError, UnsupportedError
 from moebake.schema.targets import SM90_CUTLASS
 from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve.flashinfer_ops import sm90_moe_ops
@@ -48,12 +48,12 @@ def swiglu_parameters(activation: dict, where) -> tuple[float, float, float]:
     """
     kind = activation.get("kind")
     if kind not in SWIGLU_DEFAULTS:
-        raise MoebakeError(f"{where}: activation kind {kind!r} is not supported by the sm90-cutlass runtime ({', '.join(SWIGLU_DEFAULTS)})")
+        raise UnsupportedError(f"{where}: activation kind {kind!r} is not supported by the sm90-cutlass runtime ({', '.join(SWIGLU_DEFAULTS)})")
     values = {**SWIGLU_DEFAULTS[kind], **{key: value for key, value in activation.items() if value is not None}}
     try:
         return float(values["alpha"]), float(values["beta"]), float(values["limit"])
     except (KeyError, TypeError, ValueError):
-        raise MoebakeError(f"{where}: activation {kind} needs numeric alpha, beta and limit, got {activation}") from None
+        raise ManifestError(f"{where}: activation {kind} needs numeric alpha, beta and limit, got {activation}") from None
 
 
 class Sm90CutlassCheckpoint(BakedCheckpoint):
@@ -98,7 +98,7 @@ class Sm90CutlassCheckpoint(BakedCheckpoint):
         unknown = sorted(present - set(REQUIRED_TENSORS) - set(BIAS_TENSORS))
         biases = [n for n in BIAS_TENSORS if n in present]
         if missing or unknown or len(biases) == 1:
-            raise MoebakeError(
+            raise UnsupportedError(
                 f"{self.manifest_path}: layer {record['index']} tensors {sorted(present)} do not fit the sm90-cutlass "
                 f"runtime (needs {', '.join(REQUIRED_TENSORS)}, and both or neither of {', '.join(BIAS_TENSORS)})"
             )
@@ -165,6 +165,6 @@ class Sm90CutlassExperts:
         if wrong_device:
             problems.append(f"{', '.join(wrong_device)} not on {self.device}")
         if problems:
-            raise MoebakeError("forward: " + "; ".join(problems))
+            raise InvalidArgumentError("forward: " + "; ".join(problems))
         if self.device.type != "cuda":
-            raise MoebakeError(f"experts were loaded to {self.device}; forward needs a CUDA device")
+            raise PlatformError(f"experts were loaded to {self.device}; forward needs a CUDA device")
