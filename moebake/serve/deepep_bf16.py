@@ -209,7 +209,7 @@ def make_dispatcher(spec: LowLatencySpec, group=None, kind: str = "auto", device
     and ``spec`` is within DeepEP's limits, else the stand-in.
     """
     if kind not in DISPATCHERS:
-        raise ValueError(f"unknown dispatcher {kind!r}; expected one of {', '.join(DISPATCHERS)}")
+        raise InvalidArgumentError(f"unknown dispatcher {kind!r}; expected one of {', '.join(DISPATCHERS)}")
     if kind == "auto":
         try:
             spec.check(deep_ep=True)
