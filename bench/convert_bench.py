@@ -126,16 +126,24 @@ def prepare_cache(source: Path, cache: str) -> None:
 
 
 def run_measured(command: list[str], env: dict | None = None) -> dict:
-    """Run ``command``; wall seconds, CPU seconds and peak RSS bytes of its process tree, and its stderr."""
+    """Run ``command``; wall seconds, CPU seconds and peak RSS bytes of its process tree, and its stderr.
+
+    CPU seconds: the larger of what the kernel reports for the command and the descendants it
+    waited for, and the sum of every process of the tree as last seen by the 50 ms polling."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
                                env={**os.environ, **(env or {})})
-    watched, peak = psutil.Process(process.pid), 0
+    watched, peak, polled_cpu = psutil.Process(process.pid), 0, {}
     while process.poll() is None:
         try:
-            tree = [watched, *watched.children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            own = watched.cpu_times()
+            polled_cpu[process.pid] = own.user + own.system
+            descendants = watched.children(recursive=True)
+            peak = max(peak, sum(p.memory_info().rss for p in [watched, *descendants] if p.is_running()))
+            for child in descendants:
+                times = child.cpu_times()
+                polled_cpu[child.pid] = times.user + times.system
         except psutil.Error:
             pass
         time.sleep(0.05)
@@ -145,7 +153,9 @@ def run_measured(command: list[str], env: dict | None = None) -> dict:
         raise SystemExit(f"{' '.join(command)} failed ({process.returncode}):\n{stderr}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": wall, "cpu_s": cpu, "peak_rss": peak, "stderr": stderr}
+    # ``cpu`` counts the descendants the command waited for; those it leaves to end on their own
+    # (moebake --workers does not wait out its workers' teardown) only appear in the polled times.
+    return {"wall_s": wall, "cpu_s": max(cpu, sum(polled_cpu.values())), "peak_rss": peak, "stderr": stderr}
 
 
 def measure_copy(source: Path, scratch: Path, cache: str) -> dict:
@@ -251,15 +261,16 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, (ratio, speed, memory) = plt.subplots(1, 3, figsize=(15, 4.4))
-    styles = {"cold": "-", "warm": "--"}
+    styles = {"cold": "o-", "warm": "s--"}  # one colour per tool, one line style per page-cache state
+    colours = {tool: f"C{index}" for index, tool in enumerate(dict.fromkeys(row["tool"] for row in rows))}
     for (tool, cache) in dict.fromkeys((row["tool"], row["cache"]) for row in rows):
         mine = [row for row in rows if row["tool"] == tool and row["cache"] == cache]
         sizes = [row["source_gb"] for row in mine]
-        label = f"{tool} ({cache})"
+        look = {"color": colours[tool], "label": f"{tool} ({cache})"}
         if tool != "copy":
-            ratio.plot(sizes, [row["ratio_to_copy"] for row in mine], "o" + styles[cache], label=label)
-        speed.plot(sizes, [row["gb_per_s"] for row in mine], "o" + styles[cache], label=label)
-        memory.plot(sizes, [row["peak_rss_mib"] for row in mine], "o" + styles[cache], label=label)
+            ratio.plot(sizes, [row["ratio_to_copy"] for row in mine], styles[cache], **look)
+        speed.plot(sizes, [row["gb_per_s"] for row in mine], styles[cache], **look)
+        memory.plot(sizes, [row["peak_rss_mib"] for row in mine], styles[cache], **look)
     loads = [row["load"] for row in rows]
     ratio.axhline(1.3, color="grey", linestyle=":", label="1.3x target")
     ratio.axhline(1.0, color="black", linewidth=0.8)
