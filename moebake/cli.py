@@ -129,7 +129,7 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     are downloaded, into the Hugging Face cache; the manifest records the repo and resolved commit).
     """
     from moebake.convert.run import check_out_free, convert as run_convert
-    from moebake.convert.targets.nvfp4_experts import gate_up_summary
+    from moebake.inspection import gate_up_summary
 
     options = ConvertOptions(target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb << 20, engine)
     check_out_free(out, overwrite)

@@ -175,19 +175,3 @@ def restore_layer(record: dict, baked: dict[str, torch.Tensor], order: W13Order)
             out[pattern(proj, part)] = baked[w13][:, column].clone(memory_format=torch.contiguous_format).reshape(scalar_shape)
         out[pattern("down", part)] = baked[w2].reshape(scalar_shape)
     return {name: tensor.contiguous() for name, tensor in out.items()}
-
-
-def gate_up_summary(manifest: dict) -> str | None:
-    """One console line summing up the layers' ``gate_up_global_scale`` reports (None if the target has none)."""
-    reports = [layer["gate_up_global_scale"] for layer in manifest["layers"] if "gate_up_global_scale" in layer]
-    if not reports:
-        return None
-    experts = sum(layer["experts"] for layer in manifest["layers"])
-    rescaled = sum(r["experts_rescaled"] for r in reports)
-    if not rescaled:
-        return f"gate/up global scales: already one per expert in all {experts} experts"
-    worst = {key: max(r[key] for r in reports) for key in ("max_relative_change", "max_relative_error", "subnormal_below", "zero_at_or_below")}
-    return (f"gate/up global scales made one in {rescaled} of {experts} experts: the smaller half's block scales rescaled "
-            f"(largest relative change {worst['max_relative_change']:.2%}); E4M3 rounding of any block scale >= "
-            f"{worst['subnormal_below']:.3g}: at most {worst['max_relative_error']:.2%}; smaller ones lose precision, "
-            f"those <= {worst['zero_at_or_below']:.3g} become 0")
