@@ -39,6 +39,7 @@ def _bf16(style: str, **extra):
 CASES = {
     "sm90-cutlass/gpt-oss": (_GPT_OSS, {"target": "sm90-cutlass"}),
     "sm90-cutlass/gpt-oss/v1": (_GPT_OSS, {"target": "sm90-cutlass", "flashinfer_layout": "v1"}),
+    "sm90-cutlass/gpt-oss/vllm": (_GPT_OSS, {"target": "sm90-cutlass", "engine": "vllm"}),
     "sm90-cutlass/gpt-oss/pad-256": (_GPT_OSS, {"target": "sm90-cutlass", "hidden_multiple": 256, "intermediate_multiple": 256}),
     "sm90-cutlass/gpt-oss/64KiB-chunks": (_GPT_OSS, {"target": "sm90-cutlass", "chunk_bytes": 1 << 16}),
     "sm90-cutlass/deepseek-v4": (_DSV4, {"target": "sm90-cutlass"}),

@@ -31,7 +31,7 @@ from moebake.convert.stages import STAGES
 from moebake.convert.workers import bake_in_workers
 from moebake.convert.writer import write_shard
 from moebake.engines.config_json import write_baked_config
-from moebake.engines.profiles import manifest_engine
+from moebake.engines.profiles import engines_with_same_bytes, manifest_engine
 from moebake.errors import MoebakeError, OutputError
 from moebake.formats.checkpoint import CONFIG_NAME
 from moebake.progress import byte_bar, shard_done
@@ -134,6 +134,7 @@ def convert(
             },
             "options": options.as_dict(),
             "engine": manifest_engine(options, model.format_name),
+            "serves": _engines_with_same_bytes(options, model.format_name, layers),
             "activation": model.activation(),
             "layers": layers,
             "files": dict(sorted(files.items())),
@@ -157,6 +158,14 @@ def copied_side_files(checkpoint) -> list[str]:
     for name in skipped:
         LOG.warning("%s: not copied (moebake writes its own %s)", checkpoint.root / name, name)
     return [name for name in checkpoint.side_files if name not in OWN_FILES]
+
+
+def _engines_with_same_bytes(options: ConvertOptions, source_format: str, layers: list[dict]) -> list[dict]:
+    """Other engines this bake's bytes also equal (see :func:`engines_with_same_bytes`); none without padded layers."""
+    sizes = layers[0] if layers else {}
+    if "hidden" not in sizes or "intermediate" not in sizes:
+        return []
+    return engines_with_same_bytes(options, source_format, sizes["hidden"], sizes["intermediate"])
 
 
 def _fingerprint(checkpoint, options: ConvertOptions) -> str:

@@ -13,7 +13,14 @@ holds after ``process_weights_after_loading`` for the same source. What differs 
     ``--moe-a2a-backend`` whose preparation the bytes equal (the serving flags);
   * ``engine_method``: the engine's class that prepares them (the tests run it as the oracle);
   * ``verified``: whether the tests prove the bytes against that class's own code (a profile that
-    is not verified is recorded as not engine-exact).
+    is not verified is recorded as not engine-exact);
+  * ``parameter_names``: where the engine's parameter names differ from the bake's tensor short names
+    (the files keep moebake's names, which ``verify`` and ``moebake.serve`` read), ``(baked, engine)``
+    pairs; the engine's plugin maps them.
+
+A bake whose bytes also equal another engine's preparation (e.g. no hidden padding, so SGLang's 127
+fill and vLLM's zeros never show) lists that engine in the manifest's ``serves``
+(:func:`engines_with_same_bytes`): one bake serves both.
 
 ``tests/test_engine_profiles.py`` loops over :data:`PROFILES` and checks every verified entry
 against the engine's own code, run on CPU.
@@ -35,6 +42,7 @@ class TargetProfile:
     intermediate_multiple: int = 128
     hidden_scale_fill: int = 0
     verified: bool = True
+    parameter_names: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,11 +86,16 @@ SGLANG_0_5_23 = EngineProfile("sglang", "0.5.23", {
     ("deepep-bf16", "modelopt-nvfp4"): TargetProfile("deep_gemm", "deepep", _SGLANG_UNQUANT, verified=False),
 })
 
-# vLLM 0.33.0, ``--moe-backend flashinfer_cutlass`` on SM90 (GptOssMxfp4MoEMethod): H and I padded to 128,
-# zero-filled (its padded buffers are created as zeros). Its biases are named w13_bias / w2_bias.
+_VLLM_GPT_OSS_MXFP4 = "vllm.model_executor.layers.quantization.mxfp4.GptOssMxfp4MoEMethod"
+
 VLLM_0_33_0 = EngineProfile("vllm", "0.33.0", {
-    ("sm90-cutlass", "gpt-oss"): TargetProfile(
-        "flashinfer_cutlass", "none", "vllm.model_executor.layers.quantization.mxfp4.GptOssMxfp4MoEMethod"),
+    # --moe-backend flashinfer_cutlass (FLASHINFER_CUTLASS_MXFP4_BF16): H and I rounded up to 128
+    # (mxfp4_round_up_hidden_size_and_intermediate_size) for create_weights' zero-filled buffers, then
+    # convert_gpt_oss_weight_to_mxfp4_moe_kernel_format: [w3; w1] halves, FlashInfer's SM90 interleave
+    # and scale fold. Its RoutedExperts name the biases w13_bias / w2_bias.
+    ("sm90-cutlass", "gpt-oss"): TargetProfile("flashinfer_cutlass", "none", _VLLM_GPT_OSS_MXFP4,
+                                               parameter_names=(("w13_weight_bias", "w13_bias"),
+                                                                ("w2_weight_bias", "w2_bias"))),
 })
 
 PROFILES = {"sglang": SGLANG_0_5_23, "vllm": VLLM_0_33_0}
@@ -106,5 +119,32 @@ def manifest_engine(options, source_format: str) -> dict:
     reason = ("padding multiples overridden" if overridden else None) or (
         None if entry.verified else "no profile of this engine for this target and source" if entry is UNPROFILED
         else "profile not verified against the engine's code")
-    return {"name": profile.engine, "version": profile.version, **asdict(entry), "exact": reason is None,
-            "not_exact_because": reason}
+    return _engine_record(profile, entry, reason)
+
+
+def _engine_record(profile: EngineProfile, entry: TargetProfile, not_exact_because: str | None) -> dict:
+    return {"name": profile.engine, "version": profile.version, **asdict(entry),
+            "parameter_names": dict(entry.parameter_names), "exact": not_exact_because is None,
+            "not_exact_because": not_exact_because}
+
+
+def engines_with_same_bytes(options, source_format: str, hidden: int, intermediate: int) -> list[dict]:
+    """The manifest's ``serves``: the other engines whose verified preparation of this model (hidden
+    size ``hidden``, expert intermediate size ``intermediate``) gives this engine-exact bake's bytes:
+    the same padded sizes, and the same scale fill wherever H is padded. Their ``engine`` records."""
+    from moebake.convert.options import round_up
+
+    own = get_profile(options.engine).target(options.target, source_format)
+    hidden_multiple, intermediate_multiple, fill = options.padding(source_format)
+    if (hidden_multiple, intermediate_multiple) != (own.hidden_multiple, own.intermediate_multiple) or not own.verified:
+        return []
+    padded = (round_up(hidden, hidden_multiple), round_up(intermediate, intermediate_multiple))
+    served = []
+    for name, profile in PROFILES.items():
+        entry = profile.targets.get((options.target, source_format))
+        if name == options.engine or entry is None or not entry.verified:
+            continue
+        theirs = (round_up(hidden, entry.hidden_multiple), round_up(intermediate, entry.intermediate_multiple))
+        if theirs == padded and (entry.hidden_scale_fill == fill or padded[0] == hidden):
+            served.append(_engine_record(profile, entry, None))
+    return served
