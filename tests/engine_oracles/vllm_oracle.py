@@ -75,11 +75,15 @@ def _capability(cap) -> int:
 
 
 @contextmanager
-def vllm_engine(hf_config, quant_config, *, moe_backend: str = "flashinfer_cutlass", capability: int = 90):
+def vllm_engine(hf_config, quant_config, *, moe_backend: str = "flashinfer_cutlass", capability: int = 90,
+                tensor_parallel: tuple[int, int] = (1, 0), expert_parallel: bool = False):
     """vLLM's process state as one GPU worker started with ``--moe-backend moe_backend`` would have it.
 
     Yields the ``VllmConfig`` (current while inside). ``capability`` is the compute capability the
     platform reports (90 = Hopper): vLLM's MoE methods pick their kernel from it.
+    ``tensor_parallel`` = (size, this worker's rank) is what vLLM's MoE layers are told of the
+    tensor-parallel group (the process group itself stays one process); with ``expert_parallel``
+    (``--enable-expert-parallel``) vLLM turns it into EP size and rank, and places experts by them.
     """
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.platforms import current_platform
@@ -91,6 +95,8 @@ def vllm_engine(hf_config, quant_config, *, moe_backend: str = "flashinfer_cutla
     object.__setattr__(config, "model_config", SimpleNamespace(
         hf_config=hf_config, quantization_config=None, dtype=torch.bfloat16, architectures=hf_config.architectures))
     config.quant_config = quant_config
+    config.parallel_config.enable_expert_parallel = expert_parallel
+    size, rank = tensor_parallel
     platform = type(current_platform)
     facts = {
         "is_cuda": lambda *args: True,
@@ -100,7 +106,9 @@ def vllm_engine(hf_config, quant_config, *, moe_backend: str = "flashinfer_cutla
         "get_device_capability": classmethod(lambda cls, device_id=0: SimpleNamespace(
             major=capability // 10, minor=capability % 10, to_int=lambda: capability)),
     }
-    with mock.patch.multiple(platform, **facts), set_current_vllm_config(config):
+    with mock.patch.multiple(platform, **facts), set_current_vllm_config(config), \
+            mock.patch("vllm.model_executor.layers.fused_moe.layer.get_tensor_model_parallel_world_size", lambda: size), \
+            mock.patch("vllm.model_executor.layers.fused_moe.config.get_tensor_model_parallel_rank", lambda: rank):
         yield config
 
 

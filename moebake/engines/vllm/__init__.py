@@ -1,0 +1,24 @@
+"""The vLLM plugin: serves ``sm90-cutlass`` GPT-OSS bakes made for vLLM 0.33.0 (``--engine vllm``).
+
+vLLM loads it in every process through the ``vllm.general_plugins`` entry point (``pyproject.toml``);
+:func:`register` adds the ``moebake`` quantization (:mod:`moebake.engines.vllm.quantization`) and the
+``moebake`` load format (:mod:`moebake.engines.vllm.loader`). Serve with::
+
+  vllm serve BAKED_DIR --quantization moebake --load-format moebake --moe-backend flashinfer_cutlass
+
+(``--enable-expert-parallel`` for more than one GPU). Importing this package does not import vLLM.
+"""
+
+
+def register() -> None:
+    """Register the ``moebake`` quantization config and model loader with vLLM (idempotent)."""
+    from vllm.model_executor.layers.quantization import _CUSTOMIZED_METHOD_TO_QUANT_CONFIG, register_quantization_config
+    from vllm.model_executor.model_loader import _LOAD_FORMAT_TO_MODEL_LOADER, register_model_loader
+
+    from moebake.engines.vllm.loader import MoebakeModelLoader
+    from moebake.engines.vllm.quantization import LOAD_FORMAT, QUANT_METHOD, MoebakeConfig
+
+    if _CUSTOMIZED_METHOD_TO_QUANT_CONFIG.get(QUANT_METHOD) is not MoebakeConfig:
+        register_quantization_config(QUANT_METHOD)(MoebakeConfig)
+    if _LOAD_FORMAT_TO_MODEL_LOADER.get(LOAD_FORMAT) is not MoebakeModelLoader:
+        register_model_loader(LOAD_FORMAT)(MoebakeModelLoader)

@@ -1,0 +1,170 @@
+"""What the vLLM plugin knows about a bake before vLLM builds a layer: the manifest, checked against the
+checkpoint's config.json and against what vLLM 0.33.0 builds (no vLLM import here).
+
+vLLM 0.33.0, GPT-OSS, ``--moe-backend flashinfer_cutlass`` on SM90 (``GptOssMxfp4MoEMethod`` with
+``FLASHINFER_CUTLASS_MXFP4_BF16``): after ``process_weights_after_loading`` each MoE layer's
+``RoutedExperts`` module (``model.layers.N.mlp.experts.routed_experts``) holds, for its ``E_local``
+experts, exactly the ``sm90-cutlass`` bake's tensors (H and I padded to multiples of 128, zero
+padding, SM90 fp4 interleave and scale fold, W13 halves ``[up; gate]``), under vLLM's names:
+
+  bake (file, manifest)   vLLM parameter        dtype  shape
+  ``w13_weight``          ``w13_weight``        U8     ``[E_local, 2*I_pad, H_pad/2]``
+  ``w13_weight_scale``    ``w13_weight_scale``  U8     ``[E_local, 2*I_pad/64, H_pad/128, 16, 16]``
+  ``w13_weight_bias``     ``w13_bias``          BF16   ``[E_local, 2*I_pad]``
+  ``w2_weight``           ``w2_weight``         U8     ``[E_local, H_pad, I_pad/2]``
+  ``w2_weight_scale``     ``w2_weight_scale``   U8     ``[E_local, H_pad/64, I_pad/128, 16, 16]``
+  ``w2_weight_bias``      ``w2_bias``           BF16   ``[E_local, H_pad]``
+
+Every problem is a :class:`moebake.errors.MoebakeError` whose message is one line starting with
+``moebake (vLLM plugin):``, saying what disagrees and what to do.
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from moebake.schema.manifest import MANIFEST_NAME
+from moebake.errors import MoebakeError
+
+ENGINE = "vllm"
+VLLM_VERSION = "0.33.0"
+TARGET = "sm90-cutlass"
+SOURCE_FORMAT = "gpt-oss"
+ARCHITECTURE = "GptOssForCausalLM"
+MOE_BACKEND = "flashinfer_cutlass"
+PARAMETER_NAMES = {
+    "w13_weight": "w13_weight", "w13_weight_scale": "w13_weight_scale", "w13_weight_bias": "w13_bias",
+    "w2_weight": "w2_weight", "w2_weight_scale": "w2_weight_scale", "w2_weight_bias": "w2_bias",
+}
+"""Baked tensor short name -> vLLM 0.33.0 ``RoutedExperts`` parameter name."""
+SWIGLU = {"alpha": 1.702, "beta": 1.0, "limit": 7.0}
+"""GPT-OSS SwiGLU constants vLLM 0.33.0's ``GptOssMxfp4MoEMethod`` passes to the kernel (hard-coded)."""
+PREFIX = "moebake (vLLM plugin): "
+
+
+def refuse(message: str) -> MoebakeError:
+    """The one-line error a refusal raises (``message`` is one line)."""
+    return MoebakeError(PREFIX + message)
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One baked MoE layer: its checkpoint prefix (``model.layers.N.mlp.experts.``), sizes, tensors."""
+
+    prefix: str
+    experts: int
+    hidden: int
+    hidden_padded: int
+    intermediate: int
+    intermediate_padded: int
+    tensors: dict  # short name -> {"dtype": safetensors code, "shape": [E, ...]}
+
+    def parameter_specs(self, local_experts: int) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """vLLM parameter name -> (safetensors dtype code, shape with ``local_experts`` experts)."""
+        return {PARAMETER_NAMES[short]: (spec["dtype"], (local_experts, *spec["shape"][1:]))
+                for short, spec in self.tensors.items()}
+
+
+@dataclass(frozen=True)
+class VllmBake:
+    """A baked checkpoint as the vLLM plugin serves it."""
+
+    directory: Path
+    manifest: dict
+    layers: dict[str, LayerSpec]  # keyed by prefix
+
+    @property
+    def flashinfer_layout(self) -> str:
+        return self.manifest["flashinfer_layout"]["id"]
+
+    def layer(self, module_prefix: str) -> LayerSpec:
+        """The layer whose experts vLLM builds at ``module_prefix`` (``model.layers.N.mlp.experts``)."""
+        prefix = module_prefix.rstrip(".") + "."
+        if prefix not in self.layers:
+            raise refuse(f"vLLM builds MoE layer {module_prefix} but {self.directory / MANIFEST_NAME} has no layer with "
+                         f"prefix {prefix} (config.json and the manifest disagree)")
+        return self.layers[prefix]
+
+    def baked_tensor_names(self) -> set[str]:
+        return {layer.prefix + short for layer in self.layers.values() for short in layer.tensors}
+
+
+def _engines_served(manifest: dict) -> list[dict]:
+    """The engine records whose load-time bytes this bake equals: its own, and ``serves`` (same bytes)."""
+    own = manifest.get("engine")
+    return ([own] if isinstance(own, dict) else []) + [e for e in manifest.get("serves", []) if isinstance(e, dict)]
+
+
+def check_manifest(manifest: dict, quantization_config: dict, hf_config: dict, where: Path) -> None:
+    """Refuse unless ``manifest`` is a bake vLLM 0.33.0 serves bit-identically for this ``config.json``."""
+    from moebake.engines.config_json import manifest_digest
+
+    if quantization_config.get("manifest_sha256") != manifest_digest(manifest):
+        raise refuse(f"{where}: the manifest's digest differs from config.json's quantization_config.manifest_sha256 "
+                     "(the manifest changed after baking); re-bake or restore the original moebake.json")
+    if manifest.get("target") != TARGET:
+        raise refuse(f"{where}: target {manifest.get('target')!r}; the vLLM plugin serves {TARGET} "
+                     f"(vLLM --moe-backend {MOE_BACKEND} on SM90)")
+    if manifest.get("source", {}).get("format") != SOURCE_FORMAT:
+        raise refuse(f"{where}: source format {manifest.get('source', {}).get('format')!r}; the vLLM plugin serves "
+                     f"{SOURCE_FORMAT} ({ARCHITECTURE})")
+    served = [e for e in _engines_served(manifest) if e.get("name") == ENGINE and e.get("version") == VLLM_VERSION]
+    if not served or not served[0].get("exact", False):
+        engine = manifest.get("engine") or {}
+        raise refuse(f"{where}: baked for {engine.get('name')} {engine.get('version')} "
+                     f"({'engine-exact' if engine.get('exact') else 'not engine-exact'}), not vLLM {VLLM_VERSION}'s "
+                     f"bytes; re-bake with: moebake convert SRC OUT --target {TARGET} --engine {ENGINE}")
+    architectures = hf_config.get("architectures") or []
+    if ARCHITECTURE not in architectures:
+        raise refuse(f"{where}: config.json architectures {architectures}; the vLLM plugin serves {ARCHITECTURE}")
+    activation = manifest.get("activation") or {}
+    if {k: activation.get(k) for k in SWIGLU} != SWIGLU:
+        raise refuse(f"{where}: activation {activation}; vLLM {VLLM_VERSION}'s GPT-OSS MXFP4 kernel set-up uses "
+                     f"SwiGLU {SWIGLU} (config.json and the manifest disagree with vLLM)")
+    expected = {"hidden": hf_config.get("hidden_size"), "intermediate": hf_config.get("intermediate_size"),
+                "experts": hf_config.get("num_local_experts")}
+    for record in manifest.get("layers", []):
+        got = {key: record.get(key) for key in expected}
+        if got != expected:
+            raise refuse(f"{where}: layer {record.get('prefix')} has {got}, config.json says {expected} "
+                         "(config.json and the manifest disagree)")
+        unknown = set(record.get("tensors", {})) - set(PARAMETER_NAMES)
+        if unknown:
+            raise refuse(f"{where}: layer {record.get('prefix')} has tensors {sorted(unknown)} that vLLM "
+                         f"{VLLM_VERSION}'s GptOssMxfp4MoEMethod does not hold")
+
+
+def read_bake(directory: str | Path, quantization_config: dict, hf_config: dict) -> VllmBake:
+    """Read and check ``directory/moebake.json`` (see :func:`check_manifest`)."""
+    from moebake.schema.manifest import read_manifest
+
+    directory = Path(directory)
+    try:
+        manifest = read_manifest(directory)
+    except MoebakeError as err:
+        raise refuse(str(err)) from None
+    check_manifest(manifest, quantization_config, hf_config, directory / MANIFEST_NAME)
+    layers = {}
+    for record in manifest["layers"]:
+        layers[record["prefix"]] = LayerSpec(
+            record["prefix"], record["experts"], record["hidden"], record["hidden_padded"], record["intermediate"],
+            record["intermediate_padded"], {short: {"dtype": spec["dtype"], "shape": list(spec["shape"])}
+                                            for short, spec in record["tensors"].items()})
+    return VllmBake(directory, manifest, layers)
+
+
+def locate_checkpoint(model: str, revision: str | None) -> Path:
+    """The local directory of ``model`` (a path, or a Hub repo id whose manifest is fetched into the Hub cache)."""
+    path = Path(model)
+    if path.is_dir():
+        return path
+    from huggingface_hub import hf_hub_download
+
+    return Path(hf_hub_download(model, MANIFEST_NAME, revision=revision)).parent
+
+
+def hf_config_dict(hf_config) -> dict:
+    """A transformers config (or a dict) as the plain dict config.json holds."""
+    if isinstance(hf_config, dict):
+        return hf_config
+    return json.loads(hf_config.to_json_string()) if hasattr(hf_config, "to_json_string") else dict(vars(hf_config))

@@ -1,0 +1,122 @@
+"""vLLM's ``--load-format moebake``: copies the baked expert tensors into the ``moebake`` MoE layers itself
+(this EP rank's experts only, read as slices of the files), and hands every other tensor to the model's
+own ``load_weights`` (GPT-OSS's attention, router, norms, embeddings load as they always do).
+
+vLLM's GPT-OSS loader cannot be given the baked experts: for a quantization it does not know it
+transposes ``*.w13_weight`` (``_load_weights_other``). Each baked tensor is checked against the
+manifest (dtype, shape) before a byte is copied, and every baked parameter must be filled:
+:class:`moebake.engines.vllm.quantization.MoebakeMoEMethod` refuses to set up a layer that was not.
+
+vLLM's post-load step then runs as usual: the MoE layers only build their kernel (they transform
+nothing), while the rest of the checkpoint, which is the source's own tensors, gets vLLM's normal
+processing. That is why the whole load is not wrapped in ``weights_already_processed()``, which would
+tell every other layer (e.g. the KV-cache scales) that its tensors are post-processed too.
+"""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from huggingface_hub.constants import SAFETENSORS_INDEX_FILE
+from safetensors import safe_open
+from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+
+from moebake.engines.vllm.bake import PARAMETER_NAMES, refuse
+from moebake.engines.vllm.quantization import MoebakeMoEMethod
+from moebake.errors import MoebakeError
+from moebake.schema.index import read_index
+
+_PATTERNS = ["*.safetensors", "*.json"]
+
+
+def weight_map(directory: Path) -> dict[str, str]:
+    """Tensor name -> shard file name, from the bake's index (``moebake convert`` always writes one)."""
+    try:
+        return read_index(directory).weight_map
+    except MoebakeError as err:
+        raise refuse(str(err)) from None
+
+
+def local_expert_runs(layer, experts: int) -> list[tuple[int, int, int]]:
+    """``(first global expert, first local slot, count)`` runs of the experts this EP rank holds."""
+    runs = []
+    for expert in range(experts):
+        slot = layer._map_global_expert_id_to_local_expert_id(expert)
+        if slot < 0:
+            continue
+        if runs and runs[-1][0] + runs[-1][2] == expert and runs[-1][1] + runs[-1][2] == slot:
+            runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
+        else:
+            runs.append((expert, slot, 1))
+    return runs
+
+
+def copy_baked_experts(layer, method: MoebakeMoEMethod, directory: Path, files: dict[str, str]) -> list[str]:
+    """Fill ``layer``'s baked parameters from the files; returns their names (relative to ``layer``)."""
+    spec = method.layer_spec
+    runs = local_expert_runs(layer, spec.experts)
+    held = sum(count for _, _, count in runs)
+    copied = []
+    for short, parameter_name in PARAMETER_NAMES.items():
+        if short not in spec.tensors:
+            continue
+        name, expected = spec.prefix + short, spec.tensors[short]
+        if name not in files:
+            raise refuse(f"{directory / SAFETENSORS_INDEX_FILE}: baked tensor {name} is missing (the manifest lists it)")
+        parameter = getattr(layer, parameter_name)
+        if parameter.shape[0] != held:
+            raise refuse(f"{name}: this EP rank holds {held} experts but vLLM made {parameter.shape[0]} slots")
+        with safe_open(directory / files[name], framework="pt") as f:
+            stored = f.get_slice(name)
+            found = (stored.get_dtype(), list(stored.get_shape()))
+            if found != (expected["dtype"], expected["shape"]):
+                raise refuse(f"{directory / files[name]}: tensor {name} is {found[0]} {found[1]}, the manifest says "
+                             f"{expected['dtype']} {expected['shape']}")
+            for first, slot, count in runs:
+                parameter.data[slot:slot + count].copy_(stored[first:first + count])
+        parameter.moebake_loaded = True
+        copied.append(parameter_name)
+    return copied
+
+
+def other_tensors(directory: Path, files: dict[str, str], skip: set[str]) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor of the checkpoint not in ``skip``, one at a time, shard by shard."""
+    for file_name in sorted(set(files.values())):
+        with safe_open(directory / file_name, framework="pt") as f:
+            for name in f.keys():
+                if name not in skip and files.get(name) == file_name:
+                    yield name, f.get_tensor(name)
+
+
+class MoebakeModelLoader(BaseModelLoader):
+    """``--load-format moebake``: baked experts copied here, the rest through ``model.load_weights``."""
+
+    def checkpoint_directory(self, model_config) -> Path:
+        path = Path(model_config.model)
+        if path.is_dir():
+            return path
+        from vllm.model_executor.model_loader.weight_utils import download_weights_from_hf
+
+        return Path(download_weights_from_hf(model_config.model, self.load_config.download_dir, _PATTERNS,
+                                             model_config.revision, ignore_patterns=self.load_config.ignore_patterns))
+
+    def download_model(self, model_config) -> None:
+        self.checkpoint_directory(model_config)
+
+    def load_weights(self, model: torch.nn.Module, model_config) -> None:
+        directory = self.checkpoint_directory(model_config)
+        files = weight_map(directory)
+        layers = [(name, module) for name, module in model.named_modules()
+                  if isinstance(getattr(module, "quant_method", None), MoebakeMoEMethod)]
+        if not layers:
+            raise refuse(f"{directory}: the model has no moebake MoE layer (config.json's quant_method must be "
+                         f"'moebake'; was the checkpoint baked by moebake convert?)")
+        baked = layers[0][1].quant_method.bake.baked_tensor_names()
+        for _, layer in layers:
+            copy_baked_experts(layer, layer.quant_method, directory, files)
+        model.load_weights(other_tensors(directory, files, baked))
+        unloaded = [f"{name}.{p}" for name, layer in layers for p in layer.quant_method.baked_parameters()
+                    if not getattr(layer, p).moebake_loaded]
+        if unloaded:
+            raise refuse(f"{directory}: baked parameters never loaded: {', '.join(unloaded[:4])}"
+                         f"{' ...' if len(unloaded) > 4 else ''}")

@@ -1,0 +1,332 @@
+"""The vLLM plugin, run inside the real vLLM 0.33.0 Python package on CPU (``tests/engine_oracles/vllm_oracle.py``
+makes the platform answer as an SM90 GPU, as vLLM picks its MoE kernel from that).
+
+Found through the ``vllm.general_plugins`` entry point; the ``moebake`` MoE layers vLLM builds have the
+manifest's parameters; the loader copies exactly the files' bytes (per EP rank) and hands every other
+tensor to the model's own ``load_weights``; vLLM's post-load step (also in pre-processed mode) only builds
+the kernel; each refusal is one line.
+"""
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from conftest import load_all
+from moebake.convert.options import ConvertOptions
+from moebake.convert.run import convert
+from moebake.errors import MoebakeError
+from moebake.synthetic import write_gpt_oss
+
+vllm_oracle = pytest.importorskip("engine_oracles.vllm_oracle")
+if not vllm_oracle.vllm_installed():
+    pytest.skip(f"vllm {vllm_oracle.VLLM_VERSION} is not installed (bin/setup installs it)", allow_module_level=True)
+
+from moebake.engines.vllm.bake import PARAMETER_NAMES, PREFIX  # noqa: E402
+
+EXPERTS, HIDDEN, INTERMEDIATE = 4, 160, 96  # pads to 256, 128
+
+
+@pytest.fixture(scope="module", autouse=True)
+def plugin_loaded():
+    """vLLM loads its general plugins (moebake's, through the entry point) in every process it starts."""
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    return write_gpt_oss(tmp_path_factory.mktemp("src") / "gpt-oss", num_layers=2, num_experts=EXPERTS, hidden=HIDDEN,
+                         intermediate=INTERMEDIATE, vocab=32)
+
+
+@pytest.fixture(scope="module")
+def bake(source, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bake") / "out"
+    convert(source, out, ConvertOptions("sm90-cutlass", engine="vllm"), progress=False)
+    return out
+
+
+def _copy(bake, tmp_path) -> Path:
+    return Path(shutil.copytree(bake, tmp_path / "bake"))
+
+
+def moebake_config(directory: Path, hf_config=None):
+    """vLLM's quantization config for ``directory`` as vLLM makes it: from config.json's
+    quantization_config, then ``maybe_update_config``."""
+    from vllm.model_executor.layers.quantization import get_quantization_config
+
+    config = json.loads((directory / "config.json").read_text())
+    quant = get_quantization_config(config["quantization_config"]["quant_method"]).from_config(config["quantization_config"])
+    quant.maybe_update_config(str(directory), hf_config=vllm_oracle.hf_config_of(directory) if hf_config is None else hf_config)
+    return quant
+
+
+class Spy(torch.nn.Module):
+    """A GPT-OSS model's MoE part (vLLM's MLPBlocks at ``model.layers.N.mlp``) whose ``load_weights``
+    records what it is handed (the model's own loader for everything but the experts)."""
+
+    def __init__(self, holder):
+        super().__init__()
+        self.model = holder
+        self.handed = {}
+
+    def load_weights(self, weights):
+        for name, tensor in weights:
+            self.handed[name] = tensor
+        return set(self.handed)
+
+
+def build(directory: Path, *, load_format="moebake", moe_backend="flashinfer_cutlass", capability=90,
+          tensor_parallel=(1, 0), expert_parallel=False):
+    """vLLM's GPT-OSS MoE blocks over the bake at ``directory`` (a Spy model), built inside vLLM's engine state."""
+    from vllm.config.load import LoadConfig
+
+    with vllm_oracle.vllm_engine(vllm_oracle.hf_config_of(directory), None, moe_backend=moe_backend, capability=capability,
+                                 tensor_parallel=tensor_parallel, expert_parallel=expert_parallel) as vllm_config:
+        vllm_config.quant_config = moebake_config(directory)
+        vllm_config.load_config = LoadConfig(load_format=load_format)
+        return Spy(vllm_oracle.gpt_oss_holder(vllm_config, [0, 1])), vllm_config
+
+
+def load(directory: Path, model):
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader import get_model_loader
+
+    loader = get_model_loader(LoadConfig(load_format="moebake"))
+    loader.load_weights(model, SimpleNamespace(model=str(directory), revision=None))
+    return loader
+
+
+def experts_of(model, layer):
+    return model.model.layers[layer].mlp.experts.routed_experts
+
+
+# What vLLM's post-load driver reads of the ModelConfig for a model like this one.
+MODEL_CONFIG = SimpleNamespace(quantization="moebake", dtype=torch.bfloat16, word_embeddings_untied_by_checkpoint=False)
+
+
+def refusal(excinfo) -> str:
+    message = str(excinfo.value)
+    assert "\n" not in message and message.startswith(PREFIX), message
+    return message
+
+
+def test_plugin_is_found_through_the_entry_point():
+    import importlib.metadata
+
+    from vllm.model_executor.layers.quantization import get_quantization_config
+    from vllm.model_executor.model_loader import get_model_loader
+    from vllm.config.load import LoadConfig
+    from vllm.plugins import load_general_plugins
+
+    from moebake.engines.vllm.loader import MoebakeModelLoader
+    from moebake.engines.vllm.quantization import MoebakeConfig
+
+    points = {p.name: p.value for p in importlib.metadata.entry_points(group="vllm.general_plugins")}
+    assert points.get("moebake") == "moebake.engines.vllm:register"
+    load_general_plugins()
+    assert get_quantization_config("moebake") is MoebakeConfig
+    assert type(get_model_loader(LoadConfig(load_format="moebake"))) is MoebakeModelLoader
+
+
+def test_stock_vllm_refuses_a_bake(bake):
+    """Without the plugin (a vLLM process that loads no moebake plugin), vLLM's own config parsing refuses
+    config.json's quant_method: moebake instead of loading the bake as GPT-OSS MXFP4."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("from vllm.config import ModelConfig\n"
+              "try:\n    ModelConfig(model=sys.argv[1])\nexcept ValueError as err:\n    print(err)\n")
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_PLUGINS": "none"}
+    result = subprocess.run([sys.executable, "-c", "import sys\n" + script, str(bake)], env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert "Unknown quantization method: moebake" in result.stdout, result.stdout + result.stderr
+
+
+def test_vllm_config_parsing_selects_the_plugin(bake):
+    from vllm.config import ModelConfig
+
+    assert ModelConfig(model=str(bake)).quantization == "moebake"
+
+
+def test_layer_parameters_equal_the_manifest(bake):
+    model, _ = build(bake)
+    manifest = json.loads((bake / "moebake.json").read_text())
+    dtypes = {"U8": torch.uint8, "BF16": torch.bfloat16}
+    for index, record in enumerate(manifest["layers"]):
+        experts = experts_of(model, index)
+        params = dict(experts.named_parameters())
+        assert set(params) == {PARAMETER_NAMES[short] for short in record["tensors"]} == set(PARAMETER_NAMES.values())
+        for short, spec in record["tensors"].items():
+            p = params[PARAMETER_NAMES[short]]
+            assert (p.dtype, list(p.shape)) == (dtypes[spec["dtype"]], spec["shape"]), short
+
+
+def test_loaded_bytes_equal_the_files_and_the_rest_goes_to_the_model(bake):
+    model, _ = build(bake)
+    load(bake, model)
+    files, manifest = load_all(bake), json.loads((bake / "moebake.json").read_text())
+    baked = set()
+    for index, record in enumerate(manifest["layers"]):
+        experts = experts_of(model, index)
+        for short in record["tensors"]:
+            baked.add(record["prefix"] + short)
+            got, want = getattr(experts, PARAMETER_NAMES[short]).data, files[record["prefix"] + short]
+            assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), short
+    assert set(model.handed) == set(files) - baked
+    for name, tensor in model.handed.items():
+        assert torch.equal(tensor.view(torch.uint8), files[name].view(torch.uint8)), name
+
+
+@pytest.mark.parametrize("pre_processed", [False, True])
+def test_post_load_step_only_builds_the_kernel(bake, pre_processed):
+    """vLLM's own post-load driver: every byte stays as loaded, the FlashInfer CUTLASS kernel is set up."""
+    from contextlib import nullcontext
+
+    from vllm.model_executor.model_loader.utils import process_weights_after_loading
+    from vllm.model_executor.utils import weights_already_processed
+
+    model, vllm_config = build(bake)
+    load(bake, model)
+    before = {n: p.data.clone() for n, p in model.named_parameters() if ".experts." in n}
+    with vllm_oracle.vllm_engine(vllm_config.model_config.hf_config, vllm_config.quant_config), \
+            (weights_already_processed() if pre_processed else nullcontext()):
+        process_weights_after_loading(model, MODEL_CONFIG, torch.device("cpu"))
+    after = dict(model.named_parameters())
+    for name, tensor in before.items():
+        assert torch.equal(after[name].data.view(torch.uint8), tensor.view(torch.uint8)), name
+    method = experts_of(model, 0).quant_method
+    assert type(method.moe_kernel.fused_experts).__name__ == "FlashInferExperts"
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_each_ep_rank_holds_its_slice(bake, rank):
+    """EP 2 (``--enable-expert-parallel`` over 2 GPUs): vLLM's expert map gives rank r experts [2r, 2r+2);
+    the loader copies exactly those rows of the files into its parameters."""
+    model, _ = build(bake, tensor_parallel=(2, rank), expert_parallel=True)
+    load(bake, model)
+    files = load_all(bake)
+    for index in (0, 1):
+        experts = experts_of(model, index)
+        assert experts.moe_config.moe_parallel_config.ep_size == 2
+        for short, parameter in PARAMETER_NAMES.items():
+            got = getattr(experts, parameter).data
+            want = files[f"model.layers.{index}.mlp.experts.{short}"][2 * rank: 2 * rank + 2]
+            assert got.shape == want.shape and torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (rank, short)
+
+
+# --- refusals: one line each -------------------------------------------------------------------------
+
+def test_refuses_a_gpu_that_is_not_sm90(bake):
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake, capability=100)
+    assert "compute capability 10.0" in refusal(excinfo) and "SM90" in refusal(excinfo)
+
+
+def test_refuses_another_flashinfer_layout(source, tmp_path):
+    out = tmp_path / "v1"
+    convert(source, out, ConvertOptions("sm90-cutlass", engine="vllm", flashinfer_layout="v1"), progress=False)
+    with pytest.raises(MoebakeError) as excinfo:
+        build(out)
+    assert "layout v1" in refusal(excinfo) and "reads fp4 layout v2" in refusal(excinfo)
+
+
+def test_refuses_moe_tensor_parallelism(bake):
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake, tensor_parallel=(2, 0), expert_parallel=False)
+    assert "MoE tensor parallel size 2" in refusal(excinfo) and "--enable-expert-parallel" in refusal(excinfo)
+
+
+def test_refuses_experts_not_divisible_by_ep(bake):
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake, tensor_parallel=(3, 0), expert_parallel=True)
+    assert "4 experts do not split evenly over 3 EP ranks" in refusal(excinfo)
+
+
+def test_refuses_another_moe_backend(bake):
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake, moe_backend="marlin")
+    assert "--moe-backend flashinfer_cutlass" in refusal(excinfo)
+
+
+def test_refuses_another_load_format(bake):
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake, load_format="auto")
+    assert "--load-format moebake" in refusal(excinfo)
+
+
+def test_refuses_a_manifest_changed_after_baking(bake, tmp_path):
+    """A manifest rewritten consistently (its own checksum updated) no longer matches config.json's digest."""
+    from moebake.schema.manifest import write_manifest
+
+    directory = _copy(bake, tmp_path)
+    manifest = json.loads((directory / "moebake.json").read_text())
+    manifest["activation"]["limit"] = 8.0
+    write_manifest(directory, manifest)
+    with pytest.raises(MoebakeError) as excinfo:
+        moebake_config(directory)
+    assert "manifest_sha256" in refusal(excinfo)
+
+
+def test_refuses_an_edited_manifest(bake, tmp_path):
+    directory = _copy(bake, tmp_path)
+    text = (directory / "moebake.json").read_text()
+    (directory / "moebake.json").write_text(text.replace('"limit": 7.0', '"limit": 8.0'))
+    with pytest.raises(MoebakeError) as excinfo:
+        moebake_config(directory)
+    assert "moebake.json" in refusal(excinfo)
+
+
+def test_refuses_a_config_that_disagrees_with_the_manifest(bake, tmp_path):
+    directory = _copy(bake, tmp_path)
+    hf_config = vllm_oracle.hf_config_of(directory)
+    hf_config.intermediate_size = 2 * INTERMEDIATE
+    with pytest.raises(MoebakeError) as excinfo:
+        moebake_config(directory, hf_config)
+    assert "config.json and the manifest disagree" in refusal(excinfo)
+
+
+def test_refuses_another_architecture(bake, tmp_path):
+    hf_config = vllm_oracle.hf_config_of(bake)
+    hf_config.architectures = ["MixtralForCausalLM"]
+    with pytest.raises(MoebakeError) as excinfo:
+        moebake_config(bake, hf_config)
+    assert "GptOssForCausalLM" in refusal(excinfo)
+
+
+def test_refuses_a_bake_for_another_engine(source, tmp_path):
+    out = tmp_path / "sglang"
+    convert(source, out, ConvertOptions("sm90-cutlass", engine="sglang"), progress=False)
+    with pytest.raises(MoebakeError) as excinfo:
+        moebake_config(out)
+    assert "--engine vllm" in refusal(excinfo)
+
+
+def test_refuses_unloaded_parameters(bake):
+    from vllm.model_executor.model_loader.utils import process_weights_after_loading
+
+    model, vllm_config = build(bake)
+    with vllm_oracle.vllm_engine(vllm_config.model_config.hf_config, vllm_config.quant_config), pytest.raises(MoebakeError) as excinfo:
+        process_weights_after_loading(model, MODEL_CONFIG, torch.device("cpu"))
+    assert "were never loaded" in refusal(excinfo)
+
+
+def test_refuses_a_baked_tensor_whose_shape_differs_from_the_manifest(bake, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    directory = _copy(bake, tmp_path)
+    files = json.loads((directory / "model.safetensors.index.json").read_text())["weight_map"]
+    name = "model.layers.0.mlp.experts.w2_weight_bias"
+    tensors = load_file(directory / files[name])
+    tensors[name] = tensors[name][:, :-1].contiguous()
+    save_file(tensors, directory / files[name], metadata={"format": "pt"})
+    model, _ = build(directory)
+    with pytest.raises(MoebakeError) as excinfo:
+        load(directory, model)
+    assert name in refusal(excinfo) and "the manifest says" in refusal(excinfo)
