@@ -65,18 +65,20 @@ def _quant_config(out):
     return json.loads((out / "config.json").read_text())["quantization_config"]
 
 
-def _gpt_oss_layer(out, **engine):
-    """SGLang's FusedMoE for the bake's layer 0, as GptOssSparseMoeBlock builds it, with --quantization moebake."""
+def _gpt_oss_layer(out, quant_config=None):
+    """SGLang's FusedMoE for the checkpoint's layer 0, as GptOssSparseMoeBlock builds it, with
+    ``quant_config`` (default: --quantization moebake, from the bake's config.json)."""
     from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
     from sglang.srt.layers.quantization import QUANTIZATION_METHODS
 
     config = json.loads((out / "config.json").read_text())
-    quant_config = QUANTIZATION_METHODS["moebake"].from_config(config["quantization_config"])
+    if quant_config is None:
+        quant_config = QUANTIZATION_METHODS["moebake"].from_config(config["quantization_config"])
     return FusedMoE(num_experts=config["num_local_experts"], top_k=config["num_experts_per_tok"], layer_id=0,
                     hidden_size=config["hidden_size"], intermediate_size=config["intermediate_size"],
                     quant_config=quant_config, activation=config["hidden_act"], gemm1_alpha=1.702,
                     gemm1_clamp_limit=config["swiglu_limit"], with_bias=True, prefix=PREFIX.rstrip("."),
-                    use_weight_loader_fused=True)
+                    use_weight_loader_fused=quant_config.get_name() != "mxfp4")
 
 
 def test_plugin_is_found_through_the_entry_point():
@@ -211,3 +213,70 @@ def test_refuses_a_tensor_whose_shape_is_not_the_manifests(gpt_oss_bake):
         layer.w13_weight.weight_loader(layer.w13_weight, baked[PREFIX + "w13_weight"][:, :-2])
 
     assert "checkpoint tensor model.layers.0.mlp.experts.w13_weight is torch.uint8" in _refusal(gpt_oss_bake, build)
+
+
+def test_sglang_runner_calls_the_kernel_with_stock_sglangs_arguments(tmp_path):
+    """SGLang's flashinfer_mxfp4 runner, given the plugin's layer and stock SGLang's layer (its
+    Mxfp4MoEMethod preparing the source, FlashInfer's CUDA interleave emulated), calls
+    ``cutlass_fused_moe`` with identical arguments (the kernel itself is recorded, not run: CPU)."""
+    import sglang.srt.layers.moe.moe_runner.flashinfer_cutlass as runner
+    import sglang.srt.layers.quantization.mxfp4 as mxfp4
+    from flashinfer.fused_moe import interleave_moe_scales_for_sm90_mixed_gemm
+    from flashinfer.fused_moe.core import ActivationType
+    from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
+    from sglang.srt.layers.moe.topk import StandardTopKOutput
+    from sglang.srt.layers.quantization import QUANTIZATION_METHODS
+    from sglang.srt.models.gpt_oss import GptOssForCausalLM
+    from transformers import PretrainedConfig
+
+    from kernel_emulation import kernel_interleave_v2
+
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=4, hidden=160, intermediate=96, vocab=32)
+    out = tmp_path / "out"
+    convert(source, out, ConvertOptions("sm90-cutlass"), progress=False)
+    calls = []
+
+    def recorded_kernel(**kwargs):
+        calls.append(kwargs)
+        kwargs["output"].zero_()
+        return [kwargs["output"]]
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 160, generator=g).to(torch.bfloat16)
+    weights, ids = torch.topk(torch.softmax(torch.randn(5, 4, generator=g), -1), 2)
+    dispatch = StandardDispatchOutput(x, None, StandardTopKOutput(weights, ids.to(torch.int32), None))
+    with (serving(out, moe_runner_backend="flashinfer_mxfp4", gpu="sm90"),
+          mock.patch.object(mxfp4, "interleave_moe_weights_for_sm90_mixed_gemm", lambda w, q: kernel_interleave_v2(w), create=True),
+          mock.patch.object(mxfp4, "interleave_moe_scales_for_sm90_mixed_gemm", interleave_moe_scales_for_sm90_mixed_gemm,
+                            create=True),
+          mock.patch.object(runner, "_flashinfer_cutlass_fused_moe", lambda: (recorded_kernel, ActivationType))):
+        from sglang.srt.distributed import parallel_state
+        from sglang.srt.runtime_context import get_parallel
+
+        get_parallel().override_permanently(tp_group=parallel_state._TP)  # the runner's output allocation reads it
+        config = json.loads((source / "config.json").read_text())
+        stock = _gpt_oss_layer(source, quant_config=mxfp4.Mxfp4Config.from_config(config["quantization_config"]))
+        names = [PREFIX + s for s in ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
+                                      "down_proj_blocks", "down_proj_scales", "down_proj_bias")]
+        holder = sglang_oracle._Holder(PREFIX, stock, PretrainedConfig(**config))
+        GptOssForCausalLM._load_mxfp4_experts_weights(holder, iter(sglang_oracle.read_tensors(source, names).items()))
+        stock.quant_method.process_weights_after_loading(stock)
+        plugin = _gpt_oss_layer(out)
+        baked = load_all(out)
+        for name, param in plugin.named_parameters():
+            param.weight_loader(param, baked[PREFIX + name])
+        plugin.quant_method.process_weights_after_loading(plugin)
+        assert isinstance(QUANTIZATION_METHODS["moebake"].from_config(_quant_config(out)), QUANTIZATION_METHODS["moebake"])
+        for layer in (plugin, stock):
+            layer.quant_method.apply(layer, dispatch)
+    ours, theirs = calls
+    assert sorted(ours) == sorted(theirs)
+    for name, value in theirs.items():
+        if isinstance(value, torch.Tensor):
+            assert (value.dtype, value.shape) == (ours[name].dtype, ours[name].shape), name
+            assert torch.equal(value.view(torch.uint8), ours[name].view(torch.uint8)), name
+        elif isinstance(value, list):
+            assert all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(value, ours[name])), name
+        else:
+            assert value == ours[name], name
+    assert ours["input"].shape == (5, 256) and ours["use_w4_group_scaling"] is True  # x padded to H_pad by SGLang
