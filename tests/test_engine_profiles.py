@@ -14,7 +14,7 @@ from kernel_emulation import kernel_interleave_v1, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.engines.profiles import PROFILES, SGLANG_0_5_23
-from moebake.synthetic import write_bf16_moe, write_gpt_oss
+from moebake.synthetic import write_bf16_moe, write_deepseek_v4, write_gpt_oss
 
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():
@@ -27,6 +27,7 @@ ORACLE_TESTS = {
     ("sglang", "sm90-cutlass", "gpt-oss"): ("test_engine_profiles.py", "test_gpt_oss_sm90_cutlass_equals_sglang"),
     ("vllm", "sm90-cutlass", "gpt-oss"): ("test_vllm_profile.py", "test_gpt_oss_flashinfer_cutlass_equals_vllm"),
     ("sglang", "deepep-bf16", "bf16-moe"): ("test_engine_profiles.py", "test_bf16_moe_deepep_bf16_equals_sglang"),
+    ("sglang", "sm90-cutlass", "deepseek-v4"): ("test_engine_profiles.py", "test_deepseek_v4_sm90_cutlass_equals_sglang"),
 }
 
 
@@ -79,3 +80,20 @@ def test_bf16_moe_deepep_bf16_equals_sglang(tmp_path, style, names):
     engine = sglang_oracle.unquantized_deepep_bf16(source, record["prefix"], 4, 64, 32, names)
     assert sorted(engine) == sorted(record["tensors"]) == ["w13_weight", "w2_weight"]
     _assert_bake_equals_engine(tmp_path / "out", record["prefix"], engine, derived=set())
+
+
+@pytest.mark.parametrize("layout", ["v2", "v1"])
+def test_deepseek_v4_sm90_cutlass_equals_sglang(tmp_path, layout):
+    """SGLang names the scales ``w*_weight_scale_inv`` and types weights int8 / scales float8_e8m0fnu;
+    the bake keeps U8 (the same bytes): a loader ``copy_``s bytes, so names map and bytes must match."""
+    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=256, intermediate=128, mtp_layers=0)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", flashinfer_layout=layout), progress=False)
+    assert manifest["engine"]["exact"] is True
+    record = manifest["layers"][0]
+    engine = sglang_oracle.deepseek_v4_sm90_cutlass(source, record["prefix"], 3, 256, 128, KERNELS[layout])
+    baked = load_all(tmp_path / "out")
+    assert sorted(n.replace("_scale_inv", "_scale") for n in engine) == sorted(record["tensors"])
+    for name, expected in engine.items():
+        got = baked[record["prefix"] + name.replace("_scale_inv", "_scale")]
+        assert tuple(got.shape) == tuple(expected.shape), name
+        assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{name} differs from SGLang's"

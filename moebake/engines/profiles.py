@@ -72,7 +72,7 @@ SGLANG_0_5_23 = EngineProfile("sglang", "0.5.23", {
     ("sm90-cutlass", "gpt-oss"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_MXFP4, hidden_multiple=256,
                                                hidden_scale_fill=127),
     # DeepSeek-V4's SM90 method asserts H and I multiples of 128 (no padding).
-    ("sm90-cutlass", "deepseek-v4"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_DSV4_SM90, verified=False),
+    ("sm90-cutlass", "deepseek-v4"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_DSV4_SM90),
     # Not yet checked against SGLang's SM100 code (its GPT-OSS buffers are padded at creation and
     # filled with 127 before the trtllm-gen shuffles): recorded as not engine-exact.
     ("sm100-trtllm", "gpt-oss"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_MXFP4, verified=False),

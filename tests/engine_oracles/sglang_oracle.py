@@ -194,3 +194,46 @@ def unquantized_deepep_bf16(source_dir: str | Path, prefix: str, num_experts: in
                     break
         experts.quant_method.process_weights_after_loading(experts)
         return {name: p.data.clone() for name, p in experts.named_parameters()}
+
+
+def deepseek_v4_sm90_cutlass(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
+                             interleave_weights) -> dict[str, torch.Tensor]:
+    """SGLang's post-``process_weights_after_loading`` parameters of one DeepSeek-V4 MXFP4 expert layer
+    on SM90 with ``flashinfer_mxfp4`` (``Fp8Config`` with FP4 experts -> ``Mxfp4FlashinferCutlassMoEMethod``).
+
+    Each expert's ``w1/w2/w3`` ``.weight`` and ``.scale`` go through ``FusedMoE.weight_loader`` (shard
+    ids from ``make_expert_params_mapping``; scales under SGLang's ``weight_scale_inv`` names, as its
+    DeepSeek loader renames them). ``interleave_weights`` stands in for FlashInfer's CUDA
+    ``interleave_moe_weights_for_sm90_mixed_gemm``. Returns SGLang's names: ``w13_weight`` (int8),
+    ``w13_weight_scale_inv`` (float8_e8m0fnu), ...
+    """
+    import json
+    from unittest import mock
+
+    import sglang.srt.layers.quantization.fp8 as fp8
+    import sglang.srt.layers.quantization.mxfp4_flashinfer_cutlass_moe as dsv4
+    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+
+    config = json.loads((Path(source_dir) / "config.json").read_text())
+    names = [f"{prefix}{e}.{p}.{k}" for e in range(num_experts) for p in ("w1", "w2", "w3") for k in ("weight", "scale")]
+    source = read_tensors(source_dir, names)
+    mapping = FusedMoE.make_expert_params_mapping(ckpt_gate_proj_name="w1", ckpt_down_proj_name="w2", ckpt_up_proj_name="w3",
+                                                  num_experts=num_experts)
+    with (sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90"),
+          mock.patch.object(dsv4, "is_flashinfer_available", lambda: True),  # FlashInfer imports on CPU; SGLang asks CUDA
+          mock.patch("flashinfer.fused_moe.interleave_moe_weights_for_sm90_mixed_gemm", lambda w, q: interleave_weights(w))):
+        quant_config = fp8.Fp8Config.from_config(config["quantization_config"])
+        quant_config.is_fp4_experts = True  # what SGLang's ModelConfig derives for DeepSeek-V4 (expert_dtype fp4)
+        experts = FusedMoE(num_experts=num_experts, top_k=2, layer_id=0, hidden_size=hidden, intermediate_size=intermediate,
+                           quant_config=quant_config, prefix=prefix.rstrip("."), params_dtype=torch.bfloat16,
+                           swiglu_limit=config.get("swiglu_limit"))
+        assert type(experts.quant_method) is dsv4.Mxfp4FlashinferCutlassMoEMethod
+        params = dict(experts.named_parameters())
+        for name, tensor in source.items():
+            for param_name, weight_name, expert_id, shard_id in mapping:
+                if weight_name in name:
+                    param = param_name.removeprefix("experts.") + ("weight" if name.endswith(".weight") else "weight_scale_inv")
+                    experts.weight_loader(params[param], tensor, prefix + param, shard_id=shard_id, expert_id=expert_id)
+                    break
+        experts.quant_method.process_weights_after_loading(experts)
+        return {name: p.data.clone() for name, p in experts.named_parameters()}
