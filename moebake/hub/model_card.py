@@ -79,8 +79,9 @@ def render_model_card(manifest: dict, repo_id: str, license_id: str | None = Non
     lines += [
         f"| source | {source_ref}{revision} (format `{source['format']}`) |",
         f"| MoE layers x experts | {len(layers)} x {first['experts']} |",
-        f"| padding (zero-filled) | hidden {first['hidden']} -> {first['hidden_padded']}, "
+        f"| padding | hidden {first['hidden']} -> {first['hidden_padded']}, "
         f"intermediate {first['intermediate']} -> {first['intermediate_padded']} |",
+        *_engine_row(manifest.get("engine")),
         f"| activation | `{json.dumps(manifest['activation'])}` |",
         f"| baked by | moebake {manifest['moebake_version']}, {manifest['created']} |", "",
         f"## Expert tensors (per MoE layer, under `{first['prefix']}`)", "",
@@ -88,8 +89,10 @@ def render_model_card(manifest: dict, repo_id: str, license_id: str | None = Non
         *(f"| `{short}` | {spec['dtype']} | {spec['shape']} | {_source_cell(spec, first['prefix'])} |"
           for short, spec in first["tensors"].items()),
         "",
-        "Every other tensor, the config and the tokenizer are the source's, byte for byte. `moebake.json` records "
-        "the options, the SHA-256 of every source file and of every file here.", "",
+        "Every other tensor and the tokenizer are the source's, byte for byte; `config.json` is the source's with "
+        "`quantization_config.quant_method: moebake` (the source's kept as `original`), so an engine without "
+        "moebake's plugin refuses to load it. `moebake.json` records the options and the checksum of every "
+        "source file and of every file here.", "",
         "## Check it with moebake", "",
         "```bash",
         f"hf download {repo_id} --local-dir {name}",
@@ -100,12 +103,25 @@ def render_model_card(manifest: dict, repo_id: str, license_id: str | None = Non
         *_serve_section(target, repo_id, first["index"]),
         "## Load it in an engine", "",
         "The expert tensors carry SGLang's parameter names for this kernel path, already in the kernel's "
-        "layout: an engine installs them with `param.copy_(tensor)` and skips its own load-time re-layout "
-        "of the experts (`process_weights_after_loading`), after checking `target` and `flashinfer_layout` "
-        "in `moebake.json` against the kernel it runs. An engine without that support cannot load this "
-        "repo as a plain checkpoint: it would re-lay-out the already baked experts.", "",
+        "layout. SGLang serves them with moebake's plugin (`pip install \"moebake[sglang]\"`, then "
+        "`--quantization moebake` with the `--moe-runner-backend` the table names; expert parallelism with "
+        "`--ep-size` = `--tp-size`): it loads them as they are and skips its own load-time re-layout of the "
+        "experts. An engine without the plugin refuses this repo at start-up (unknown quantization method "
+        "`moebake`) instead of serving it as the source format.", "",
     ]
     return "\n".join(lines)
+
+
+def _engine_row(engine: dict | None) -> list[str]:
+    """The table row naming the engine profile the bake follows (none for bakes from before profiles)."""
+    if not engine:
+        return []
+    flags = f"`--moe-runner-backend {engine['runner_backend']}`"
+    if engine["a2a_backend"] != "none":
+        flags += f" `--moe-a2a-backend {engine['a2a_backend']}`"
+    exact = ("byte for byte its post-load parameters (proven against its code)" if engine["exact"]
+             else f"not engine-exact: {engine['not_exact_because']}")
+    return [f"| engine | {engine['name']} {engine['version']}, {flags}: {exact} |"]
 
 
 def _source_cell(spec: dict, prefix: str) -> str:
