@@ -37,6 +37,7 @@ pytestmark = pytest.mark.gpu
 PREFIX = "model.layers.0.mlp.experts."
 SHAPE = {"num_experts": 8, "hidden": 2880, "intermediate": 2880}
 TOP_K = 4
+DEVICE = "cuda"
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +78,11 @@ def sm90_server(oracle, model_dir):
           mock.patch.object(mxfp4, "interleave_moe_scales_for_sm90_mixed_gemm", ops.interleave_scales, create=True),
           mock.patch.object(runner, "_flashinfer_cutlass_fused_moe", lambda: (ops.cutlass_fused_moe, ActivationType)),
           mock.patch("moebake.engines.sglang.config.model_directory", return_value=model_dir),
-          torch.device("cuda")):
+          torch.device(DEVICE)):
+        from sglang.srt.distributed import parallel_state
+        from sglang.srt.runtime_context import get_parallel
+
+        get_parallel().override_permanently(tp_group=parallel_state._TP)  # the runner's output allocation reads it
         yield
 
 
@@ -155,10 +160,10 @@ def test_plugin_equals_stock_sglang_and_starts_faster(oracle, bake):
         assert torch.equal(tensor.view(torch.uint8), reference.view(torch.uint8)), f"{name} differs from stock SGLang's"
     assert plugin.quant_method._padded_hidden == stock.quant_method._padded_hidden == 3072
 
-    g = torch.Generator(device="cuda").manual_seed(0)
+    g = torch.Generator(device=DEVICE).manual_seed(0)
     for tokens in (1, 37, 512):
-        x = torch.randn(tokens, SHAPE["hidden"], generator=g, device="cuda").to(torch.bfloat16)
-        weights, ids = torch.topk(torch.softmax(torch.randn(tokens, SHAPE["num_experts"], generator=g, device="cuda"), -1), TOP_K)
+        x = torch.randn(tokens, SHAPE["hidden"], generator=g, device=DEVICE).to(torch.bfloat16)
+        weights, ids = torch.topk(torch.softmax(torch.randn(tokens, SHAPE["num_experts"], generator=g, device=DEVICE), -1), TOP_K)
         weights = weights / weights.sum(-1, keepdim=True)
         ours, theirs = forward(oracle, plugin, out, x, ids, weights), forward(oracle, stock, source, x, ids, weights)
         assert ours.shape == (tokens, SHAPE["hidden"]) and ours.abs().max() > 0
