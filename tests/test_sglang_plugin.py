@@ -280,3 +280,26 @@ def test_sglang_runner_calls_the_kernel_with_stock_sglangs_arguments(tmp_path):
         else:
             assert value == ours[name], name
     assert ours["input"].shape == (5, 256) and ours["use_w4_group_scaling"] is True  # x padded to H_pad by SGLang
+
+
+def test_sglang_gpt_oss_model_loader_routes_every_baked_tensor_to_the_plugin(gpt_oss_bake):
+    """SGLang's own GPT-OSS ``load_weights`` with ``--quantization moebake`` (quant name not ``mxfp4``:
+    its ``_load_normal_weights``) hands each baked expert tensor, under its checkpoint name, to the
+    plugin's parameter loader; nothing is left unloaded and the bytes are the files'."""
+    from sglang.srt.models.gpt_oss import GptOssForCausalLM
+    from transformers import PretrainedConfig
+
+    baked = load_all(gpt_oss_bake)
+    experts_tensors = {name: tensor for name, tensor in baked.items() if name.startswith(PREFIX)}
+    with serving(gpt_oss_bake, moe_runner_backend="flashinfer_mxfp4", gpu="sm90"):
+        layer = _gpt_oss_layer(gpt_oss_bake)
+        config = json.loads((gpt_oss_bake / "config.json").read_text())
+        # SGLang's model class with only this layer in it (its __init__ would build the whole network)
+        model = GptOssForCausalLM.__new__(GptOssForCausalLM)
+        torch.nn.Module.__init__(model)
+        model.config, model.quant_config = PretrainedConfig(**config), layer.quant_method.moebake_config
+        model.add_module("model", sglang_oracle._Holder(PREFIX.removeprefix("model."), layer, None))
+        model.load_weights(iter(experts_tensors.items()))
+        layer.quant_method.process_weights_after_loading(layer)  # refuses if a baked parameter was never loaded
+        for name, tensor in experts_tensors.items():
+            assert torch.equal(getattr(layer, name.removeprefix(PREFIX)).view(torch.uint8), tensor.view(torch.uint8)), name
