@@ -28,7 +28,8 @@ from unittest import mock
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 import torch  # noqa: E402
-from safetensors import safe_open  # noqa: E402
+
+from conftest import load_all  # noqa: E402
 
 VLLM_VERSION = "0.33.0"
 
@@ -112,18 +113,6 @@ def vllm_engine(hf_config, quant_config, *, moe_backend: str = "flashinfer_cutla
         yield config
 
 
-def read_tensors(source_dir: str | Path, names: list[str]) -> dict[str, torch.Tensor]:
-    """``{name: tensor}`` of a safetensors checkpoint directory (through its index, or its one file)."""
-    source_dir = Path(source_dir)
-    index = source_dir / "model.safetensors.index.json"
-    weight_map = json.loads(index.read_text())["weight_map"] if index.is_file() else {n: "model.safetensors" for n in names}
-    out = {}
-    for name in names:
-        with safe_open(source_dir / weight_map[name], framework="pt", device="cpu") as f:
-            out[name] = f.get_tensor(name)
-    return out
-
-
 def hf_config_of(source_dir: str | Path):
     from transformers import PretrainedConfig
 
@@ -179,7 +168,7 @@ def gpt_oss_flashinfer_cutlass(source_dir: str | Path, layer: int, interleave_we
     prefix = f"model.layers.{layer}.mlp.experts."
     suffixes = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
                 "down_proj_blocks", "down_proj_scales", "down_proj_bias")
-    source = read_tensors(source_dir, [prefix + s for s in suffixes])
+    source = {name: tensor for name, tensor in load_all(source_dir).items() if name.startswith(prefix)}
 
     def interleave(weight, quant_type):
         assert quant_type == "fp4", quant_type

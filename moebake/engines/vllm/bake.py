@@ -23,7 +23,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from moebake.schema.manifest import MANIFEST_NAME
+from moebake.schema.enums import DType
+from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, read_manifest
 from moebake.errors import MoebakeError
 
 ENGINE = "vllm"
@@ -47,22 +48,9 @@ def refuse(message: str) -> MoebakeError:
     return MoebakeError(PREFIX + message)
 
 
-@dataclass(frozen=True)
-class LayerSpec:
-    """One baked MoE layer: its checkpoint prefix (``model.layers.N.mlp.experts.``), sizes, tensors."""
-
-    prefix: str
-    experts: int
-    hidden: int
-    hidden_padded: int
-    intermediate: int
-    intermediate_padded: int
-    tensors: dict  # short name -> {"dtype": safetensors code, "shape": [E, ...]}
-
-    def parameter_specs(self, local_experts: int) -> dict[str, tuple[str, tuple[int, ...]]]:
-        """vLLM parameter name -> (safetensors dtype code, shape with ``local_experts`` experts)."""
-        return {PARAMETER_NAMES[short]: (spec["dtype"], (local_experts, *spec["shape"][1:]))
-                for short, spec in self.tensors.items()}
+def parameter_specs(layer: LayerRecord, local_experts: int) -> dict[str, tuple[DType, tuple[int, ...]]]:
+    """vLLM parameter name -> (dtype, shape with ``local_experts`` experts) of one baked layer."""
+    return {PARAMETER_NAMES[short]: (spec.dtype, (local_experts, *spec.shape[1:])) for short, spec in layer.tensors.items()}
 
 
 @dataclass(frozen=True)
@@ -71,13 +59,13 @@ class VllmBake:
 
     directory: Path
     manifest: dict
-    layers: dict[str, LayerSpec]  # keyed by prefix
+    layers: dict[str, LayerRecord]  # keyed by prefix
 
     @property
     def flashinfer_layout(self) -> str:
         return self.manifest["flashinfer_layout"]["id"]
 
-    def layer(self, module_prefix: str) -> LayerSpec:
+    def layer(self, module_prefix: str) -> LayerRecord:
         """The layer whose experts vLLM builds at ``module_prefix`` (``model.layers.N.mlp.experts``)."""
         prefix = module_prefix.rstrip(".") + "."
         if prefix not in self.layers:
@@ -136,20 +124,14 @@ def check_manifest(manifest: dict, quantization_config: dict, hf_config: dict, w
 
 def read_bake(directory: str | Path, quantization_config: dict, hf_config: dict) -> VllmBake:
     """Read and check ``directory/moebake.json`` (see :func:`check_manifest`)."""
-    from moebake.schema.manifest import read_manifest
-
     directory = Path(directory)
+    where = directory / MANIFEST_NAME
     try:
         manifest = read_manifest(directory)
     except MoebakeError as err:
         raise refuse(str(err)) from None
-    check_manifest(manifest, quantization_config, hf_config, directory / MANIFEST_NAME)
-    layers = {}
-    for record in manifest["layers"]:
-        layers[record["prefix"]] = LayerSpec(
-            record["prefix"], record["experts"], record["hidden"], record["hidden_padded"], record["intermediate"],
-            record["intermediate_padded"], {short: {"dtype": spec["dtype"], "shape": list(spec["shape"])}
-                                            for short, spec in record["tensors"].items()})
+    check_manifest(manifest, quantization_config, hf_config, where)
+    layers = {record["prefix"]: LayerRecord.from_json(record, where) for record in manifest["layers"]}
     return VllmBake(directory, manifest, layers)
 
 

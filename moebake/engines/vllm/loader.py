@@ -53,14 +53,14 @@ def local_expert_runs(layer, experts: int) -> list[tuple[int, int, int]]:
 
 def copy_baked_experts(layer, method: MoebakeMoEMethod, directory: Path, files: dict[str, str]) -> list[str]:
     """Fill ``layer``'s baked parameters from the files; returns their names (relative to ``layer``)."""
-    spec = method.layer_spec
-    runs = local_expert_runs(layer, spec.experts)
+    record = method.layer_record
+    runs = local_expert_runs(layer, record.experts)
     held = sum(count for _, _, count in runs)
     copied = []
     for short, parameter_name in PARAMETER_NAMES.items():
-        if short not in spec.tensors:
+        if short not in record.tensors:
             continue
-        name, expected = spec.prefix + short, spec.tensors[short]
+        name, expected = record.prefix + short, record.tensors[short]
         if name not in files:
             raise refuse(f"{directory / SAFETENSORS_INDEX_FILE}: baked tensor {name} is missing (the manifest lists it)")
         parameter = getattr(layer, parameter_name)
@@ -69,9 +69,9 @@ def copy_baked_experts(layer, method: MoebakeMoEMethod, directory: Path, files: 
         with safe_open(directory / files[name], framework="pt") as f:
             stored = f.get_slice(name)
             found = (stored.get_dtype(), list(stored.get_shape()))
-            if found != (expected["dtype"], expected["shape"]):
+            if found != (expected.dtype.value, list(expected.shape)):
                 raise refuse(f"{directory / files[name]}: tensor {name} is {found[0]} {found[1]}, the manifest says "
-                             f"{expected['dtype']} {expected['shape']}")
+                             f"{expected.dtype} {list(expected.shape)}")
             for first, slot, count in runs:
                 parameter.data[slot:slot + count].copy_(stored[first:first + count])
         parameter.moebake_loaded = True

@@ -22,13 +22,12 @@ from vllm.model_executor.layers.quantization.base_config import QuantizationConf
 from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4Config, GptOssMxfp4MoEMethod
 
 from moebake.engines.vllm.bake import (
-    MOE_BACKEND, VllmBake, hf_config_dict, locate_checkpoint, read_bake, refuse,
+    MOE_BACKEND, VllmBake, hf_config_dict, locate_checkpoint, parameter_specs, read_bake, refuse,
 )
 from moebake.errors import MoebakeError
 
 QUANT_METHOD = "moebake"
 LOAD_FORMAT = "moebake"
-_DTYPES = {"U8": torch.uint8, "BF16": torch.bfloat16, "F32": torch.float32}
 
 
 def check_platform(bake: VllmBake) -> None:
@@ -105,7 +104,7 @@ class MoebakeMoEMethod(GptOssMxfp4MoEMethod):
     def __init__(self, moe, bake: VllmBake, prefix: str):
         super().__init__(moe)  # vLLM's own backend selection
         self.bake = bake
-        self.layer_spec = bake.layer(prefix)
+        self.layer_record = bake.layer(prefix)
         self.prefix = prefix
         parallel = moe.moe_parallel_config
         if parallel.tp_size > 1:
@@ -121,10 +120,10 @@ class MoebakeMoEMethod(GptOssMxfp4MoEMethod):
     def maybe_roundup_sizes(self, hidden_size, intermediate_size_per_partition, act_dtype, moe_parallel_config):
         """vLLM's padded sizes for the selected backend, refused unless they are the bake's."""
         padded = super().maybe_roundup_sizes(hidden_size, intermediate_size_per_partition, act_dtype, moe_parallel_config)
-        spec = self.layer_spec
-        if tuple(padded) != (spec.hidden_padded, spec.intermediate_padded):
+        record = self.layer_record
+        if tuple(padded) != (record.hidden_padded, record.intermediate_padded):
             raise refuse(f"{self.prefix}: vLLM pads H, I to {tuple(padded)}, the bake to "
-                         f"({spec.hidden_padded}, {spec.intermediate_padded}) (config.json and the manifest disagree)")
+                         f"({record.hidden_padded}, {record.intermediate_padded}) (config.json and the manifest disagree)")
         return padded
 
     def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
@@ -135,14 +134,14 @@ class MoebakeMoEMethod(GptOssMxfp4MoEMethod):
         self.hidden_size = hidden_size
         layer.params_dtype = params_dtype
         layer.num_experts = num_experts
-        for name, (dtype, shape) in self.layer_spec.parameter_specs(num_experts).items():
-            parameter = torch.nn.Parameter(torch.empty(shape, dtype=_DTYPES[dtype]), requires_grad=False)
+        for name, (dtype, shape) in parameter_specs(self.layer_record, num_experts).items():
+            parameter = torch.nn.Parameter(torch.empty(shape, dtype=dtype.torch), requires_grad=False)
             parameter.moebake_loaded = False
             layer.register_parameter(name, parameter)
 
     def baked_parameters(self) -> list[str]:
         """vLLM parameter names this method holds (each filled from the bake)."""
-        return list(self.layer_spec.parameter_specs(1))
+        return list(parameter_specs(self.layer_record, 1))
 
     def process_weights_after_loading(self, layer) -> None:
         """No transform: check every baked parameter was loaded, then build vLLM's kernel over them."""
