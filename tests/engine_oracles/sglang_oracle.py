@@ -54,12 +54,13 @@ def _free_port() -> int:
 
 
 def _init_process_group() -> None:
-    from sglang.srt.distributed.parallel_state import init_distributed_environment
+    from sglang.srt.distributed import parallel_state
 
-    if not torch.distributed.is_initialized():
+    # SGLang's own world group, not torch's default group: the vLLM oracle may have made that one.
+    if parallel_state._WORLD is None:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
-        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo")
+        parallel_state.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo")
 
 
 @contextmanager
