@@ -11,7 +11,8 @@ extra disk. For each size and page-cache state, back to back on the same disk:
 * ``moebake wN``: ``python -m moebake convert SRC OUT --target sm90-cutlass --quiet --profile
   --workers N`` (which fsyncs every file it writes).
 
-Page cache: ``cold`` drops the source from the page cache before every run
+A tiny conversion runs first (:func:`warm_up`: numba compiles the kernels once per machine and
+caches them on disk). Page cache: ``cold`` drops the source from the page cache before every run
 (``posix_fadvise(DONTNEED)`` on each file: no root needed, other processes' cache untouched), so
 both tools read it from the disk; ``warm`` reads the whole source once right before every run, so
 both find it in memory. Both tools flush everything they write. Each output is deleted right after
@@ -98,6 +99,23 @@ def prefix_source(full: Path, layers: int) -> Path:
             shutil.copyfile(side, path / side.name)
     (path / COMPLETE).write_text("")
     return path
+
+
+def warm_up(cache: Path, scratch: Path) -> None:
+    """One tiny conversion before the measured ones, so that numba's on-disk cache of the compiled
+    kernels is filled (compiling them the first time on a machine takes ~5 s, once)."""
+    from moebake.synthetic import write_gpt_oss
+
+    tiny = cache / "gpt-oss-tiny-warm-up"
+    if not (tiny / COMPLETE).is_file():
+        shutil.rmtree(tiny, ignore_errors=True)
+        write_gpt_oss(tiny, num_layers=1, num_experts=3, hidden=160, intermediate=96, vocab=64)
+        (tiny / COMPLETE).write_text("")
+    out = scratch / "warm-up"
+    shutil.rmtree(out, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "moebake", "convert", str(tiny), str(out), "--target", "sm90-cutlass", "--quiet"],
+                   check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    shutil.rmtree(out)
 
 
 def drop_from_page_cache(directory: Path) -> None:
@@ -328,6 +346,7 @@ def main() -> None:
     full = full_source(args.cache, args.generate_layers, args.experts, args.hidden)
     scratch = args.cache / "scratch"
     scratch.mkdir(exist_ok=True)
+    warm_up(args.cache, scratch)
     rows = []
     for layers in sorted(args.layers):
         source = full if layers == args.generate_layers else prefix_source(full, layers)

@@ -5,6 +5,7 @@
 # dependencies, cp312 manylinux x86_64; each is installed only if the machine lacks it):
 #
 #   bench/device_convert_scaling.sh [LAYERS] [WORKERS...]      # default: 24 layers (13.8 GB), workers 1 2 4 8
+#   CACHE_STATES=cold bench/device_convert_scaling.sh ...      # page-cache states (default: cold warm)
 #
 # It generates a GPT-OSS-20B-shaped source under /tmp (the machine's local disk; kept while the
 # machine stays warm, so a second call skips it), runs bench/convert_bench.py there (cp vs
@@ -42,6 +43,8 @@ python3 -c "import torch, numpy, numba, xxhash; print('torch', torch.__version__
 
 echo "== $(date -u +%H:%M:%S) benchmark: $LAYERS layers, workers ${WORKERS[*]}"
 # shellcheck disable=SC2068
+# shellcheck disable=SC2086
 python3 bench/convert_bench.py --layers "$LAYERS" --generate-layers "$LAYERS" --workers ${WORKERS[@]} \
-  --cache /tmp/moebake-bench-cache --results "$OUT" --name convert_bench_16core --no-plot
+  --cache-states ${CACHE_STATES:-cold warm} --cache /tmp/moebake-bench-cache --results "$OUT" \
+  --name convert_bench_16core --no-plot
 echo "== $(date -u +%H:%M:%S) done"

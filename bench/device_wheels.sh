@@ -3,9 +3,13 @@
 # installs on the GPU machine (Python 3.12, torch 2.11, no network) into .whl/bench/ (ignored by git;
 # carry ".whl/bench"). moebake's converter needs numba (+ llvmlite) and xxhash; the rest are its
 # pure-Python dependencies and psutil (the benchmark's RSS/CPU polling), each installed there only
-# if the machine lacks it. numpy is included for a machine without it (torch images have it).
+# if the machine lacks it. numpy is left out (the torch image has it; it would not fit).
 #
-#   bench/device_wheels.sh            # -> .whl/bench/*.whl, prints their total size (carry limit: 64 MiB)
+# A device call carries at most 64 MiB, and llvmlite's wheel alone is 60 MB (zip deflate): it is
+# recompressed here with LZMA (zip method 14, which pip's installer reads), to ~41 MB, same files
+# and RECORD. That takes a few minutes once. Total: ~53 MB.
+#
+#   bench/device_wheels.sh            # -> .whl/bench/*.whl, prints their total size
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEST="$ROOT/.whl/bench"
@@ -14,6 +18,20 @@ mkdir -p "$DEST"
 "$PY" -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 --platform any \
-  -d "$DEST" numba llvmlite xxhash psutil click tqdm pyyaml safetensors huggingface_hub numpy
+  -d "$DEST" numba llvmlite xxhash psutil click tqdm pyyaml safetensors huggingface_hub
+rm -f "$DEST"/numpy-*.whl  # a dependency of numba: the device has it
+"$PY" - "$DEST"/llvmlite-*.whl <<'PY'
+import os, sys, zipfile
+for wheel in sys.argv[1:]:
+    with zipfile.ZipFile(wheel) as source:
+        if all(info.compress_type == zipfile.ZIP_LZMA for info in source.infolist()):
+            continue
+        packed = wheel + ".lzma"
+        with zipfile.ZipFile(packed, "w") as target:
+            for info in source.infolist():
+                target.writestr(info, source.read(info.filename), compress_type=zipfile.ZIP_LZMA)
+    os.replace(packed, wheel)
+    print(f"recompressed {os.path.basename(wheel)}: {os.path.getsize(wheel) / 1e6:.1f} MB")
+PY
 ls -1 "$DEST"
 du -sh "$DEST"
