@@ -100,11 +100,12 @@ def reference_scalars(src, prefix, shared, target):
     w13_input = np.full(E, in13.max(), dtype=np.float32)
     w13_quant, w2_quant = one / w13_input, one / in2
     if target == "cutedsl-deepep":
-        return raw | {"g1_alphas": w13_input * ws13[:, 0], "g2_alphas": in2 * ws2,
+        return raw | {"g1_alphas": w13_input * ws13[:, 0], "g1_alphas_up": w13_input * ws13[:, 1], "g2_alphas": in2 * ws2,
                       "w13_input_scale_quant": w13_quant, "w2_input_scale_quant": w2_quant}
     fc2 = w2_quant.min()
     return raw | {"w1_alpha": ws13[:, 0] / w13_quant.min(), "w2_alpha": ws2 / fc2,
-                  "fc2_input_scale": np.array([fc2], dtype=np.float32), "w13_input_scale_quant": w13_quant}
+                  "fc2_input_scale": np.array([fc2], dtype=np.float32), "w13_input_scale_quant": w13_quant,
+                  "g1_alphas_up": w13_input * ws13[:, 1]}
 
 
 @pytest.mark.oracle

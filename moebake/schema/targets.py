@@ -138,17 +138,18 @@ SM90_CUTLASS = register_spec(TargetSpec(
 ))
 
 CUTEDSL = register_spec(TargetSpec(
-    "cutedsl", 1, ("modelopt-nvfp4",), "FlashInfer CuteDSL NVFP4 MoE (`CuteDslMoEWrapper`)", "Blackwell (SM100/SM103)",
+    "cutedsl", 2, ("modelopt-nvfp4",), "FlashInfer CuteDSL NVFP4 MoE (`CuteDslMoEWrapper`)", "Blackwell (SM100/SM103)",
     (*_nvfp4_weights(_W.UP_GATE_INTERLEAVED_64), *_NVFP4_SCALARS,
      TensorSpec("w1_alpha", DType.F32, "E"), TensorSpec("w2_alpha", DType.F32, "E"),
-     TensorSpec("fc2_input_scale", DType.F32, "1"), TensorSpec("w13_input_scale_quant", DType.F32, "E")),
+     TensorSpec("fc2_input_scale", DType.F32, "1"), TensorSpec("w13_input_scale_quant", DType.F32, "E"),
+     TensorSpec("g1_alphas_up", DType.F32, "E")),
 ))
 
 CUTEDSL_DEEPEP = register_spec(TargetSpec(
-    "cutedsl-deepep", 1, ("modelopt-nvfp4",),
+    "cutedsl-deepep", 2, ("modelopt-nvfp4",),
     "FlashInfer CuteDSL masked grouped GEMM behind DeepEP low-latency", "Blackwell (SM100/SM103)",
     (*_nvfp4_weights(_W.GATE_UP), *_NVFP4_SCALARS,
-     TensorSpec("g1_alphas", DType.F32, "E"), TensorSpec("g2_alphas", DType.F32, "E"),
+     TensorSpec("g1_alphas", DType.F32, "E"), TensorSpec("g1_alphas_up", DType.F32, "E"), TensorSpec("g2_alphas", DType.F32, "E"),
      TensorSpec("w13_input_scale_quant", DType.F32, "E"), TensorSpec("w2_input_scale_quant", DType.F32, "E")),
 ))
 

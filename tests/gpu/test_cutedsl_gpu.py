@@ -67,6 +67,7 @@ def test_scalars_equal_sglang_formulas_on_cuda(bakes):
     # SGLang process_weights_after_loading, CuteDSL branch (one rank holding every expert)
     w13_input_scale = raw["w13_input_scale"].max().to(torch.float32).repeat(E)
     g1_alphas = (w13_input_scale * raw["w13_weight_scale_2"][:, 0]).to(torch.float32)
+    g1_alphas_up = (w13_input_scale * raw["w13_weight_scale_2"][:, 1]).to(torch.float32)
     g2_alphas = (raw["w2_input_scale"] * raw["w2_weight_scale_2"]).to(torch.float32)
     w13_input_scale_quant = (1 / w13_input_scale).to(torch.float32)
     w2_input_scale_quant = (1 / raw["w2_input_scale"]).to(torch.float32)
@@ -76,10 +77,10 @@ def test_scalars_equal_sglang_formulas_on_cuda(bakes):
     w1_alpha = raw["w13_weight_scale_2"][:, 0] / torch.clamp(used_input_scale.reshape(()), min=1e-12)
     w2_alpha = raw["w2_weight_scale_2"] / torch.clamp(fc2_input_scale.reshape(-1)[:1], min=1e-12).reshape(())
     expected = {
-        "cutedsl-deepep": {"g1_alphas": g1_alphas, "g2_alphas": g2_alphas, "w13_input_scale_quant": w13_input_scale_quant,
-                           "w2_input_scale_quant": w2_input_scale_quant},
+        "cutedsl-deepep": {"g1_alphas": g1_alphas, "g1_alphas_up": g1_alphas_up, "g2_alphas": g2_alphas,
+                           "w13_input_scale_quant": w13_input_scale_quant, "w2_input_scale_quant": w2_input_scale_quant},
         "cutedsl": {"w1_alpha": w1_alpha, "w2_alpha": w2_alpha, "fc2_input_scale": fc2_input_scale,
-                    "w13_input_scale_quant": w13_input_scale_quant},
+                    "w13_input_scale_quant": w13_input_scale_quant, "g1_alphas_up": g1_alphas_up},
     }
     for target, tensors in expected.items():
         for short, value in tensors.items():

@@ -12,6 +12,7 @@ per layer are those of :mod:`moebake.convert.targets.nvfp4_experts`, with:
     ``w1_alpha``               ``[E]``  ``w13_weight_scale_2[:, 0] / min(w13_input_scale_quant)``
     ``w2_alpha``               ``[E]``  ``w2_weight_scale_2 / fc2_input_scale``
     ``fc2_input_scale``        ``[1]``  ``min(1 / w2_input_scale)``
+    ``g1_alphas_up``           ``[E]``  ``max(w13_input_scale) * w13_weight_scale_2[:, 1]`` (SGLang 0.5.23 derives it at load)
     ``w13_input_scale_quant``  ``[E]``  ``1 / max(w13_input_scale)``: the scale activations are FP4-quantized with
 """
 
@@ -43,4 +44,5 @@ class CuteDsl(Nvfp4Target):
 
     def derive(self, raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         load_time = load_time_scales(raw)
-        return {**cutedsl_wrapper_scales(raw, load_time), "w13_input_scale_quant": load_time["w13_input_scale_quant"]}
+        return {**cutedsl_wrapper_scales(raw, load_time), "w13_input_scale_quant": load_time["w13_input_scale_quant"],
+                "g1_alphas_up": load_time["g1_alphas_up"]}

@@ -10,6 +10,7 @@ SGLang's ``--moe-runner-backend flashinfer_cutedsl --moe-a2a-backend deepep`` pa
     expert-parallel split of them is a rank's share:
 
     ``g1_alphas``              ``[E]``  ``max(w13_input_scale) * w13_weight_scale_2[:, 0]``  (``w1_alpha``)
+    ``g1_alphas_up``           ``[E]``  ``max(w13_input_scale) * w13_weight_scale_2[:, 1]``  (SGLang 0.5.23 derives it too)
     ``g2_alphas``              ``[E]``  ``w2_input_scale * w2_weight_scale_2``                (``w2_alpha``)
     ``w13_input_scale_quant``  ``[E]``  ``1 / max(w13_input_scale)``                          (``input_global_scale``)
     ``w2_input_scale_quant``   ``[E]``  ``1 / w2_input_scale``                                (``a2_global_scale``)

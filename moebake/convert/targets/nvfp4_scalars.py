@@ -23,7 +23,8 @@ def load_time_scales(raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """``process_weights_after_loading`` for CuteDSL, from the four parameters above by name: F32 ``[E]`` each.
 
     ``g1_alphas = max(w13_input_scale) * w13_weight_scale_2[:, 0]`` (one activation scale for all
-    experts and both halves), ``g2_alphas = w2_input_scale * w2_weight_scale_2``, and the
+    experts and both halves), ``g1_alphas_up`` the same with the up half's global (``[:, 1]``; SGLang
+    0.5.23's ``_compute_gemm1_alphas``), ``g2_alphas = w2_input_scale * w2_weight_scale_2``, and the
     "quant-domain" reciprocals ``w13_input_scale_quant = 1 / max(w13_input_scale)``,
     ``w2_input_scale_quant = 1 / w2_input_scale``.
     """
@@ -31,6 +32,7 @@ def load_time_scales(raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     w13_input = raw["w13_input_scale"].max().to(torch.float32).repeat(experts)
     return {
         "g1_alphas": (w13_input * raw["w13_weight_scale_2"][:, 0]).to(torch.float32),
+        "g1_alphas_up": (w13_input * raw["w13_weight_scale_2"][:, 1]).to(torch.float32),
         "g2_alphas": (raw["w2_input_scale"] * raw["w2_weight_scale_2"]).to(torch.float32),
         "w13_input_scale_quant": (1 / w13_input).to(torch.float32),
         "w2_input_scale_quant": (1 / raw["w2_input_scale"]).to(torch.float32),
