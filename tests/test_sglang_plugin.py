@@ -172,10 +172,13 @@ def test_refuses_moe_tensor_parallelism(gpt_oss_bake):
 
 
 def test_refuses_experts_not_divisible_by_the_ep_size(gpt_oss_bake):
-    from moebake.engines.sglang import refusals
+    from sglang.srt.runtime_context import get_parallel
 
-    with pytest.raises(refusals.MoebakeRefusal, match="has 4 experts, not divisible by the expert-parallel size 3"):
-        refusals.check_parallelism({"prefix": PREFIX, "experts": 4}, 1, 3)
+    def build(out):
+        get_parallel().override_permanently(tp_size=3, attn_tp_size=3, moe_ep_size=3, moe_ep_rank=0)
+        return _gpt_oss_layer(out)  # refused when SGLang builds the quantization config, before FusedMoE asserts
+
+    assert "has 4 experts, not divisible by the expert-parallel size 3; choose an --ep-size" in _refusal(gpt_oss_bake, build)
 
 
 def test_refuses_a_config_that_disagrees_with_the_manifest(gpt_oss_bake, tmp_path):

@@ -15,7 +15,7 @@ import torch
 from sglang.srt.layers.quantization.base_config import QuantizationConfig
 
 from moebake.engines.config_json import manifest_digest
-from moebake.engines.sglang.refusals import MoebakeRefusal
+from moebake.engines.sglang.refusals import MoebakeRefusal, check_parallelism
 
 
 def model_directory() -> Path:
@@ -48,6 +48,16 @@ def _original_config(original: dict | None, original_file: str | None) -> Quanti
                              f"for the non-MoE layers ({err})") from None
 
 
+def _check_parallelism(manifest: dict) -> None:
+    """The MoE parallelism refusals, before any layer is built (SGLang's FusedMoE would otherwise stop at
+    its own bare assertion on an expert count the EP size does not divide)."""
+    from sglang.srt.runtime_context import get_parallel
+
+    parallel = get_parallel()
+    for record in manifest["layers"]:
+        check_parallelism(record, parallel.moe_tp_size, parallel.moe_ep_size)
+
+
 class MoebakeConfig(QuantizationConfig):
     """``--quantization moebake``: baked MoE layers from the manifest, everything else as the source's config."""
 
@@ -66,6 +76,7 @@ class MoebakeConfig(QuantizationConfig):
         if manifest_digest(manifest) != config.get("manifest_sha256"):
             raise MoebakeRefusal(f"{manifest_path}: config.json and manifest disagree (manifest_sha256 differs: the "
                                  "manifest changed after baking); run `moebake verify` on the checkpoint")
+        _check_parallelism(manifest)
         return cls(config, manifest, manifest_path, _original_config(config.get("original"), config.get("original_file")))
 
     @classmethod
