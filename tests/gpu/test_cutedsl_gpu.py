@@ -51,7 +51,7 @@ def test_scales_equal_block_scale_interleave(bakes, target):
 
     model = open_source(bakes / "src")
     layer = model.layers[0]
-    order = get_target(target).ORDER
+    order = get_target(target).order
     gate = torch.stack([model.block_scales(layer, e, "gate") for e in range(E)])
     up = torch.stack([model.block_scales(layer, e, "up") for e in range(E)])
     down = torch.stack([model.block_scales(layer, e, "down") for e in range(E)])
