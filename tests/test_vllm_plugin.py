@@ -184,6 +184,20 @@ def test_loaded_bytes_equal_the_files_and_the_rest_goes_to_the_model(bake):
         assert torch.equal(tensor.view(torch.uint8), files[name].view(torch.uint8)), name
 
 
+def test_an_sglang_bake_that_serves_vllm_loads(tmp_path):
+    """One bake for both engines: the default (SGLang 0.5.23) bake of a model whose H needs no padding
+    lists vLLM 0.33.0 in ``serves``, and the plugin loads it byte for byte."""
+    source = write_gpt_oss(tmp_path / "src", num_layers=2, num_experts=EXPERTS, hidden=256, intermediate=INTERMEDIATE, vocab=32)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass"), progress=False)
+    assert manifest["engine"]["name"] == "sglang" and [e["name"] for e in manifest["serves"]] == ["vllm"]
+    model, _ = build(tmp_path / "out")
+    load(tmp_path / "out", model)
+    files = load_all(tmp_path / "out")
+    for short, parameter in PARAMETER_NAMES.items():
+        got = getattr(experts_of(model, 1), parameter).data
+        assert torch.equal(got.view(torch.uint8), files[f"model.layers.1.mlp.experts.{short}"].view(torch.uint8)), short
+
+
 @pytest.mark.parametrize("pre_processed", [False, True])
 def test_post_load_step_only_builds_the_kernel(bake, pre_processed):
     """vLLM's own post-load driver: every byte stays as loaded, the FlashInfer CUTLASS kernel is set up."""
