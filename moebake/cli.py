@@ -108,11 +108,11 @@ def _resolve(source: str, revision: str | None, token: str | None):
               help=f"Override the engine profile's H padding multiple (a multiple of 128, at most {MAX_MULTIPLE}); the bake "
                    "is then recorded as not engine-exact unless it equals the profile's.")
 @click.option("--intermediate-multiple", type=int,
-              help=f"Override the engine profile's I padding multiple (as --hidden-multiple).")
+              help="Override the engine profile's I padding multiple (as --hidden-multiple).")
 @click.option("--chunk-mb", default=DEFAULT_CHUNK_BYTES >> 20, show_default=True, type=click.IntRange(1, 16384),
               help="Source MiB read per step (bounds memory).")
-@click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (only once the new one is complete).")
-@click.option("--resume", is_flag=True, help="Re-use shards finished by an interrupted run (checked by checksum).")
+@click.option("--overwrite", is_flag=True, help="Replace OUT if it is a previous moebake output (only once the new one is complete).")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run with the same options (re-uses its checked shards).")
 @click.option("--dry-run", is_flag=True, help="Print the plan (layers, padding, every output tensor and size); write nothing.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--revision", help="Branch, tag or commit of a Hub SOURCE (same as ORG/NAME@REVISION).")
@@ -128,11 +128,13 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     SOURCE is a checkpoint directory or a Hub model repo ORG/NAME[@REVISION] (only the files needed
     are downloaded, into the Hugging Face cache; the manifest records the repo and resolved commit).
     """
-    from moebake.convert.run import check_out_free, convert as run_convert
+    from moebake.convert.output_dir import check_output, output_paths
+    from moebake.convert.run import convert as run_convert
     from moebake.inspection import gate_up_summary
 
     options = ConvertOptions(target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb << 20, engine)
-    check_out_free(out, overwrite)
+    check_output(output_paths(out), overwrite=overwrite, resume=resume,
+                 source=source if Path(source).exists() else None)  # before a Hub download
     resolved = _resolve(source, revision, token)
     if dry_run:
         from moebake.convert.conversion import open_conversion

@@ -1,5 +1,11 @@
-"""``moebake demo``: bake a small synthetic GPT-OSS checkpoint for sm90-cutlass and prove it exact."""
+"""``moebake demo``: bake a small synthetic GPT-OSS checkpoint for sm90-cutlass and prove it exact.
 
+The work directory is the demo's own: it is made with a marker file :data:`MARKER` in it, and a
+directory that exists without one is used only if it holds nothing but the demo's two folders
+(left by an earlier demo); anything else is refused, never written into.
+"""
+
+import os
 import time
 from pathlib import Path
 
@@ -9,18 +15,39 @@ from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.convert.source_check import compare_with_source
 from moebake.convert.verify import verify_output
+from moebake.errors import OutputError
 from moebake.synthetic import write_gpt_oss
 
 DEMO_SHAPE = {"num_layers": 2, "num_experts": 4, "hidden": 2880, "intermediate": 2880}
+SOURCE_NAME, OUT_NAME, MARKER = "gpt-oss-mini", "gpt-oss-mini-sm90-cutlass", ".moebake-demo"
+
+
+def claim_workdir(workdir: Path) -> None:
+    """Make ``workdir`` (with :data:`MARKER`), or check that an existing one is the demo's;
+    OutputError otherwise."""
+    if os.path.lexists(workdir):
+        if workdir.is_symlink() or not workdir.is_dir():
+            raise OutputError(f"{workdir}: exists and is not a directory; pass another --workdir")
+        foreign = sorted(p.name for p in workdir.iterdir()) if not (workdir / MARKER).is_file() else []
+        foreign = [name for name in foreign if name not in (SOURCE_NAME, OUT_NAME, MARKER)]
+        if foreign:
+            raise OutputError(f"{workdir}: exists and is not a moebake demo directory (it holds {foreign[0]}); "
+                               "pass another --workdir")
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / MARKER).write_text("made by moebake demo: it may rewrite the folders here\n")
+    except OSError as err:
+        raise OutputError(f"{workdir}: cannot create the demo directory ({err.strerror})") from None
 
 
 def run_demo(workdir: Path) -> None:
-    source, out = workdir / "gpt-oss-mini", workdir / "gpt-oss-mini-sm90-cutlass"
+    claim_workdir(workdir)
+    source, out = workdir / SOURCE_NAME, workdir / OUT_NAME
     if not (source / "config.json").is_file():
         click.echo(f"writing example GPT-OSS checkpoint to {source} {DEMO_SHAPE}")
         write_gpt_oss(source, **DEMO_SHAPE)
     started = time.perf_counter()
-    manifest = convert(source, out, ConvertOptions("sm90-cutlass"), overwrite=True)
+    manifest = convert(source, out, ConvertOptions("sm90-cutlass"), overwrite=True, resume=True)
     seconds = time.perf_counter() - started
     problems = verify_output(out) or compare_with_source(out, source)
     if problems:

@@ -90,7 +90,7 @@ def baked_report(path: Path) -> dict:
         "kernel": kernel_description(manifest["target"]) if manifest["target"] in TARGETS else None,
         "flashinfer_layout": manifest.get("flashinfer_layout"),
         "source": {"format": source["format"], "location": source["location"], "revision": source.get("revision")},
-        "moebake_version": manifest["moebake_version"], "created": manifest["created"],
+        "moebake_version": manifest["moebake_version"], "created": manifest.get("created"),
         "options": manifest["options"], "activation": manifest["activation"],
         "moe": {"layers": len(manifest["layers"]),
                 **{key: first[key] for key in ("experts", "hidden", "hidden_padded", "intermediate", "intermediate_padded")}},
@@ -136,7 +136,8 @@ def _source_lines(r: dict) -> list[str]:
 
 def _baked_lines(r: dict) -> list[str]:
     m, s, layout = r["moe"], r["source"], r["flashinfer_layout"] or {}
-    lines = [f"{r['path']}: baked checkpoint (moebake {r['moebake_version']}, {r['created']})",
+    created = f", {r['created']}" if r["created"] else ""
+    lines = [f"{r['path']}: baked checkpoint (moebake {r['moebake_version']}{created})",
              f"  target         {r['target']} (layout version {r['target_layout_version']}): {r['kernel'] or 'unknown to this moebake'}",
              *([f"  FlashInfer     layout {layout['id']}: {layout['description']}"] if layout else []),
              f"  source         {s['format']} {s['location']}" + (f" @ {s['revision']}" if s["revision"] else ""),

@@ -65,11 +65,11 @@ def test_verbose_logs_a_line_per_shard_and_warnings_are_prefixed(gpt_oss_copy, t
 
 def test_resume_says_how_many_shards_were_reused(gpt_oss_tiny, tmp_path):
     from conftest import load_all  # noqa: F401  (the tests' helpers are importable)
-    from moebake.convert.run import staging_dir
+    from moebake.convert.output_dir import output_paths
 
     first = run("convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm90-cutlass", "--quiet", "--resume")
     assert first.exit_code == 0 and "resume: 0 of 2 shards reused" in first.output, first.output
-    assert not staging_dir(tmp_path / "out").exists()
+    assert not output_paths(tmp_path / "out").staging.exists()
 
 
 def test_list_shows_sources_by_targets():

@@ -237,12 +237,11 @@ def test_resume_rewrites_a_damaged_shard(gpt_oss_tiny, tmp_path, monkeypatch):
     assert CliRunner().invoke(main, ["verify", str(out)]).exit_code == 0
 
 
-def test_overwrite_replaces_existing_output(gpt_oss_tiny, tmp_path):
+def test_overwrite_replaces_a_previous_output(gpt_oss_tiny, tmp_path):
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "stale.txt").write_text("old")
+    convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass", flashinfer_layout="v1"), progress=False)
     convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), overwrite=True, progress=False)
-    assert not (out / "stale.txt").exists() and (out / "moebake.json").is_file()
+    assert json.loads((out / "moebake.json").read_text())["flashinfer_layout"]["id"] == "v2"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 

@@ -27,8 +27,9 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
 class FakeHub:
     """Records every call; ``snapshot_download`` returns ``snapshot`` (or raises ``error``)."""
 
-    def __init__(self, snapshot=None, error=None):
+    def __init__(self, snapshot=None, error=None, upload_error=None):
         self.calls, self.snapshot, self.error, self.uploaded = [], snapshot, error, None
+        self.upload_error = upload_error
 
     def _maybe_fail(self):
         if self.error:
@@ -42,8 +43,10 @@ class FakeHub:
         self.calls.append(("create_branch", repo_id, {"branch": branch, "exist_ok": exist_ok}))
 
     def upload_folder(self, *, repo_id, folder_path, commit_message, revision, create_pr):
-        self.calls.append(("upload_folder", repo_id, {"folder_path": folder_path, "revision": revision, "create_pr": create_pr}))
+        self.calls.append(("upload_folder", repo_id, {"revision": revision, "create_pr": create_pr}))
         self.commit_message = commit_message
+        if self.upload_error:
+            raise self.upload_error
         self.uploaded = {p.name: p.read_bytes() for p in sorted(Path(folder_path).iterdir())}
         return types.SimpleNamespace(commit_url=f"https://hub.test/{repo_id}/commit/{SHA}",
                                      pr_url=f"https://hub.test/{repo_id}/discussions/1" if create_pr else None)
@@ -222,8 +225,9 @@ def test_upload_verifies_writes_the_card_and_uploads(baked):
     commit = publish(baked, "acme/tiny", hub, private=True)
     assert [c[0] for c in hub.calls] == ["create_repo", "upload_folder"]
     assert hub.calls[0] == ("create_repo", "acme/tiny", {"private": True, "exist_ok": True})
-    assert hub.calls[1][2] == {"folder_path": str(baked), "revision": None, "create_pr": False}
+    assert hub.calls[1][2] == {"revision": None, "create_pr": False}
     assert "README.md" in hub.uploaded and "moebake.json" in hub.uploaded and commit.commit_url.endswith(SHA)
+    assert hub.uploaded == {p.name: p.read_bytes() for p in sorted(baked.iterdir())}  # OUT now holds what was uploaded
     assert hub.commit_message == "moebake sm90-cutlass bake of gpt-oss-tiny"
     assert verify_output(baked) == []
 
@@ -271,6 +275,16 @@ def test_a_hub_failure_is_one_line_and_says_how_to_resume(baked):
                                  "OfflineModeIsEnabled: Cannot reach https://hub.test: offline mode")
 
 
+@pytest.mark.parametrize("hub", [FakeHub(error=OfflineModeIsEnabled("offline")), FakeHub(upload_error=OSError("connection reset"))],
+                         ids=["no network", "upload fails"])
+def test_a_failed_upload_leaves_out_byte_identical(baked, hub):
+    before = {p.name: p.read_bytes() for p in sorted(baked.iterdir())}
+    with pytest.raises(MoebakeError, match="re-run the same command"):
+        publish(baked, "acme/tiny", hub)
+    assert {p.name: p.read_bytes() for p in sorted(baked.iterdir())} == before
+    assert "README.md" not in before
+
+
 def test_cli_upload(baked, monkeypatch):
     hub = FakeHub()
     monkeypatch.setattr(hub_client_module, "hub_client", lambda token=None: hub)
@@ -288,4 +302,4 @@ def test_cli_upload_old_argument_order_still_works_with_a_deprecation_line(baked
     assert result.output.splitlines() == [
         "deprecated: `moebake upload OUT --repo-id REPO_ID` is now `moebake upload REPO_ID OUT`",
         f"uploaded {baked} to acme/tiny: https://hub.test/acme/tiny/commit/{SHA}"]
-    assert hub.calls[-1][2]["folder_path"] == str(baked)
+    assert hub.uploaded == {p.name: p.read_bytes() for p in sorted(baked.iterdir())}

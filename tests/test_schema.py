@@ -54,13 +54,16 @@ def test_unknown_fields_are_kept():
 
 
 def test_the_index_reader_names_the_file_and_field(tmp_path):
-    write_index(tmp_path, {"b": "s2", "a": "s1"}, 10)
+    write_index(tmp_path, {"b": "s2.safetensors", "a": "s1.safetensors"}, 10)
     index = read_index(tmp_path)
-    assert (index.weight_map, index.total_size, index.shard_names) == ({"a": "s1", "b": "s2"}, 10, ["s1", "s2"])
+    assert (index.weight_map, index.total_size, index.shard_names) == (
+        {"a": "s1.safetensors", "b": "s2.safetensors"}, 10, ["s1.safetensors", "s2.safetensors"])
     path = tmp_path / "model.safetensors.index.json"
     for bad, message in (("[]", "expected a JSON object"), ('{"weight_map": {}}', "has no weight_map"),
                          ('{"weight_map": {"a": 3}}', "weight_map maps tensor a to 3"),
-                         ('{"weight_map": {"a": "s"}, "metadata": {"total_size": -1}}', "metadata.total_size is -1"),
+                         ('{"weight_map": {"a": "../s.safetensors"}}', "not a plain file name"),
+                         ('{"weight_map": {"a": "s.bin"}}', "does not end in .safetensors"),
+                         ('{"weight_map": {"a": "s.safetensors"}, "metadata": {"total_size": -1}}', "metadata.total_size is -1"),
                          ("{", "not valid JSON")):
         path.write_text(bad)
         with pytest.raises(CheckpointError, match=message) as caught:

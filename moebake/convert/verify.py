@@ -16,6 +16,7 @@ from moebake.engines.config_json import config_problems
 from moebake.errors import CheckpointError, MoebakeError
 from moebake.formats.safetensors_file import SafetensorsFile, read_header
 from moebake.progress import byte_bar, shard_done
+from moebake.schema.files import file_kind, plain_name_problem
 from moebake.schema.index import read_index
 from moebake.schema.manifest import MANIFEST_NAME, load_manifest
 
@@ -54,8 +55,12 @@ def verify_report(out: str | Path, progress: bool = False) -> VerifyReport:
     with byte_bar(sum(r["bytes"] for r in files.values()), "verifying", enabled=progress, shards=len(files)) as bar:
         for name, record in files.items():
             path = out / name
-            if not path.is_file():
+            if (problem := plain_name_problem(name)) is not None:
+                problems.append(f"{out / MANIFEST_NAME}: lists {name!r}, which is not a plain file name ({problem})")
+            elif not path.exists():
                 problems.append(f"{path}: listed in {MANIFEST_NAME} but missing")
+            elif not path.is_file():
+                problems.append(f"{path}: is {file_kind(path.stat().st_mode)}, not a regular file")
             elif path.stat().st_size != record["bytes"]:
                 problems.append(f"{path}: {path.stat().st_size} bytes, manifest says {record['bytes']}")
             elif problem := checksum_problem(path, record):

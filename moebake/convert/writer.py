@@ -37,8 +37,17 @@ def write_shard(shard: OutputShard, path: str | os.PathLike, on_bytes: Callable[
     """Write ``shard`` to ``path`` (fsynced) and return the file's hex digest (:data:`CHECKSUM`).
 
     ``on_bytes(n)`` is called (from the writer thread) after each chunk with the number of data
-    bytes just written.
+    bytes just written. An OSError (a full disk) names ``path``.
     """
+    try:
+        return _write_shard(shard, path, on_bytes)
+    except OSError as err:  # a failed write names no file: name the shard
+        if err.filename is None:
+            raise OSError(err.errno, err.strerror or str(err), str(path)) from None
+        raise
+
+
+def _write_shard(shard: OutputShard, path: str | os.PathLike, on_bytes: Callable[[int], None]) -> str:
     header, _ = encode_header([(t.name, t.dtype, t.shape) for t in shard.tensors], SHARD_METADATA)
     f = OutputFile(path)
     f.write(header)

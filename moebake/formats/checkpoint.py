@@ -22,6 +22,7 @@ from huggingface_hub.constants import SAFETENSORS_INDEX_FILE, SAFETENSORS_SINGLE
 from moebake.errors import CheckpointError
 from moebake.formats.safetensors_file import SafetensorsFile, SourceReader, TensorEntry, read_header
 from moebake.schema.config_values import ConfigValues, read_json_object
+from moebake.schema.files import open_regular
 from moebake.schema.index import read_index
 
 CONFIG_NAME = "config.json"
@@ -97,7 +98,7 @@ class SourceCheckpoint:
     def read_json(self, relative: str) -> ConfigValues | None:
         """A side JSON file of the checkpoint behind typed getters, or None if absent."""
         path = self.root / relative
-        return ConfigValues.of_file(read_json_object(path), path) if path.is_file() else None
+        return ConfigValues.of_file(read_json_object(path), path) if os.path.lexists(path) else None
 
 
 def open_checkpoint(root: str | os.PathLike, reader: SourceReader | None = None) -> SourceCheckpoint:
@@ -106,20 +107,20 @@ def open_checkpoint(root: str | os.PathLike, reader: SourceReader | None = None)
     root = Path(root)
     if not root.is_dir():
         raise CheckpointError(f"{root}: not a checkpoint directory (does not exist or is not a directory)")
-    if not (root / CONFIG_NAME).is_file():
+    if not os.path.lexists(root / CONFIG_NAME):
         raise CheckpointError(f"{root}: not a checkpoint (no {CONFIG_NAME})")
     config = read_json_object(root / CONFIG_NAME)
     index_path = root / SAFETENSORS_INDEX_FILE
-    if index_path.is_file():
+    if os.path.lexists(index_path):
         weight_map = read_index(root).weight_map
         shard_names = sorted(set(weight_map.values()))
-    elif (root / SAFETENSORS_SINGLE_FILE).is_file():
+    elif os.path.lexists(root / SAFETENSORS_SINGLE_FILE):
         weight_map, shard_names = None, [SAFETENSORS_SINGLE_FILE]
     else:
         raise CheckpointError(f"{root}: not a checkpoint (no {SAFETENSORS_INDEX_FILE} and no {SAFETENSORS_SINGLE_FILE})")
     shards = {}
     for name in shard_names:
-        if not (root / name).is_file():
+        if not os.path.lexists(root / name):
             raise CheckpointError(f"{index_path}: names shard {name}, which is missing")
         shards[name] = read_header(root / name, reader)
     locations = {}
@@ -140,4 +141,6 @@ def open_checkpoint(root: str | os.PathLike, reader: SourceReader | None = None)
         p.name for p in root.iterdir()
         if p.is_file() and not p.name.startswith(".") and p.suffix not in WEIGHT_SUFFIXES and p.name != SAFETENSORS_INDEX_FILE
     )
+    for name in side_files:  # copied into the output at the end: unreadable ones are refused now
+        open_regular(root / name).close()
     return SourceCheckpoint(root, config, shards, locations, side_files)

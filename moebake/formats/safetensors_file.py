@@ -23,6 +23,7 @@ import torch
 from moebake.errors import CheckpointError, InvalidArgumentError
 from moebake.schema.config_values import as_count, json_type, parse_json, short_repr
 from moebake.schema.enums import DType
+from moebake.schema.files import open_regular
 
 HEADER_LENGTH_BYTES = 8
 MAX_HEADER_BYTES = 100_000_000
@@ -113,8 +114,8 @@ def read_header(path: str | os.PathLike, reader: SourceReader | None = None) -> 
     CheckpointError naming the file on any violation."""
     path = str(path)
     try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
             prefix = f.read(HEADER_LENGTH_BYTES)
             if len(prefix) < HEADER_LENGTH_BYTES:
                 raise CheckpointError(f"{path}: not a safetensors file (only {size} bytes)")

@@ -8,8 +8,9 @@ source's card. Body: target kernel and GPU, FlashInfer layout id, padding, the e
 how to check the checkpoint, load it with ``moebake.serve`` (when it has a runtime for the target)
 and install it in an engine.
 
-:func:`write_model_card` writes it into the output as ``README.md`` and records it in
-``moebake.json`` (so ``verify`` keeps passing, here and after a download).
+:func:`card_files` makes it, and the ``moebake.json`` that records it (so ``verify`` keeps passing,
+here and after a download), without writing anything; :func:`write_model_card` writes both into
+the output.
 """
 
 import json
@@ -21,8 +22,8 @@ import yaml
 from huggingface_hub import ModelCardData
 from huggingface_hub.repocard import metadata_load
 
-from moebake.schema.checksums import file_record
-from moebake.schema.manifest import read_manifest, tensor_sources, write_manifest
+from moebake.schema.checksums import ALGORITHMS, CHECKSUM
+from moebake.schema.manifest import MANIFEST_NAME, read_manifest, render_manifest, tensor_sources
 from moebake.hub.download import parse_repo_spec
 from moebake.schema.targets import target_spec
 
@@ -83,7 +84,8 @@ def render_model_card(manifest: dict, repo_id: str, license_id: str | None = Non
         f"intermediate {first['intermediate']} -> {first['intermediate_padded']} |",
         *_engine_row(manifest.get("engine")),
         f"| activation | `{json.dumps(manifest['activation'])}` |",
-        f"| baked by | moebake {manifest['moebake_version']}, {manifest['created']} |", "",
+        f"| baked by | moebake {manifest['moebake_version']}" + (f", {manifest['created']}" if manifest.get("created") else "")
+        + " |", "",
         f"## Expert tensors (per MoE layer, under `{first['prefix']}`)", "",
         "| tensor | dtype | shape | from source tensors |", "|---|---|---|---|",
         *(f"| `{short}` | {spec['dtype']} | {spec['shape']} | {_source_cell(spec, first['prefix'])} |"
@@ -157,19 +159,26 @@ def _card_license(path: Path) -> str | None:
     return metadata.get("license") if isinstance(metadata, dict) else None
 
 
-def write_model_card(out: str | os.PathLike, repo_id: str) -> str:
-    """Write the card into ``out/README.md`` (keeping the licence of a source card it replaces) and
-    record it in ``out/moebake.json``; returns the card. Idempotent."""
+def card_files(out: str | os.PathLike, repo_id: str) -> dict[str, bytes]:
+    """The card ``README.md`` for ``out`` (keeping the licence of a source card it replaces) and
+    ``out``'s ``moebake.json`` recording it, as ``{file name: bytes}``; writes nothing."""
     out = Path(out)
     manifest = read_manifest(out)
-    existing = out / CARD_NAME
-    card = render_model_card(manifest, repo_id, _card_license(existing))
-    if not existing.is_file() or existing.read_text(encoding="utf-8") != card:
-        temporary = out / f".{CARD_NAME}.tmp"
-        temporary.write_text(card, encoding="utf-8")
-        os.replace(temporary, existing)
-    record = file_record(existing)
-    if manifest["files"].get(CARD_NAME) != record:
-        manifest["files"] = dict(sorted({**manifest["files"], CARD_NAME: record}.items()))
-        write_manifest(out, manifest)
-    return card
+    card = render_model_card(manifest, repo_id, _card_license(out / CARD_NAME)).encode("utf-8")
+    record = {CHECKSUM: ALGORITHMS[CHECKSUM](card).hexdigest(), "bytes": len(card)}
+    manifest["files"] = dict(sorted({**manifest["files"], CARD_NAME: record}.items()))
+    return {CARD_NAME: card, MANIFEST_NAME: render_manifest(manifest).encode("utf-8")}
+
+
+def write_model_card(out: str | os.PathLike, repo_id: str) -> str:
+    """Write the card into ``out/README.md`` and record it in ``out/moebake.json`` (each file replaced
+    atomically, the manifest last, and only if it changes); returns the card. Idempotent."""
+    out = Path(out)
+    files = card_files(out, repo_id)
+    for name in (CARD_NAME, MANIFEST_NAME):
+        path = out / name
+        if not path.is_file() or path.read_bytes() != files[name]:
+            temporary = out / f".{name}.tmp"
+            temporary.write_bytes(files[name])
+            os.replace(temporary, path)
+    return files[CARD_NAME].decode("utf-8")

@@ -1,8 +1,11 @@
 """``moebake upload``: verify a baked output, write its model card, and upload it to a Hub model repo.
 
 Steps: refuse unless ``verify`` passes (and, given the source, the deep bit-exactness check);
-write ``README.md`` (:mod:`moebake.hub.model_card`); create the repo if missing (and the branch
-``revision`` if given); ``upload_folder`` the output. With ``hf_xet`` installed (the default)
+make ``README.md`` (:mod:`moebake.hub.model_card`) and the ``moebake.json`` that records it, in
+memory; create the repo if missing (and the branch ``revision`` if given); ``upload_folder`` a
+temporary folder that links to OUT's files, with the new card and manifest in it; and only once
+the upload succeeded, write the card and manifest into OUT. A failed upload (no network, refused)
+leaves OUT byte for byte as it was. With ``hf_xet`` installed (the default)
 ``upload_folder`` streams, splits large folders into several commits and resumes an interrupted
 upload when re-run (files already committed are skipped, uploaded chunks deduplicated); without
 it, one commit that skips unchanged files. ``create_pr`` opens a new pull request each run; to
@@ -10,15 +13,16 @@ resume one, re-run with ``revision="refs/pr/N"``.
 """
 
 import os
+import tempfile
 from pathlib import Path
 
 from moebake.schema.manifest import read_manifest
 from moebake.convert.source_check import compare_with_source
 from moebake.convert.verify import verify_output
-from moebake.errors import IntegrityError, OptionError
+from moebake.errors import IntegrityError, OptionError, OutputError
 from moebake.hub.client import HUB_ERRORS, hub_error
 from moebake.hub.download import resolve_source
-from moebake.hub.model_card import source_label, write_model_card
+from moebake.hub.model_card import card_files, source_label, write_model_card
 
 PR_REF_PREFIX = "refs/pr/"
 
@@ -38,14 +42,32 @@ def publish(out: str | os.PathLike, repo_id: str, client, *, private: bool = Fal
         problems = compare_with_source(out, resolve_source(source, client).path, progress)
     if problems:
         raise IntegrityError(f"{out}: refusing to upload, verify found {len(problems)} problem(s); first: {problems[0]}")
-    write_model_card(out, repo_id)
     manifest = read_manifest(out)
     message = f"moebake {manifest['target']} bake of {source_label(manifest['source'])}"
+    updated = card_files(out, repo_id)
+    with tempfile.TemporaryDirectory(prefix="moebake-upload-") as folder:
+        _link_upload_folder(out, Path(folder), updated)
+        try:
+            client.create_repo(repo_id, private=private, exist_ok=True)
+            if revision and not revision.startswith(PR_REF_PREFIX):
+                client.create_branch(repo_id, branch=revision, exist_ok=True)
+            commit = client.upload_folder(repo_id=repo_id, folder_path=folder, commit_message=message,
+                                          revision=revision, create_pr=create_pr)
+        except HUB_ERRORS as err:
+            raise hub_error(f"uploading {out} to {repo_id} failed (re-run the same command to resume)", err) from None
     try:
-        client.create_repo(repo_id, private=private, exist_ok=True)
-        if revision and not revision.startswith(PR_REF_PREFIX):
-            client.create_branch(repo_id, branch=revision, exist_ok=True)
-        return client.upload_folder(repo_id=repo_id, folder_path=str(out), commit_message=message,
-                                    revision=revision, create_pr=create_pr)
-    except HUB_ERRORS as err:
-        raise hub_error(f"uploading {out} to {repo_id} failed (re-run the same command to resume)", err) from None
+        write_model_card(out, repo_id)
+    except OSError as err:
+        raise OutputError(f"{out}: uploaded to {repo_id}, but writing its model card into it failed ({err.strerror}); "
+                           "re-run the same command once it is writable") from None
+    return commit
+
+
+def _link_upload_folder(out: Path, folder: Path, updated: dict[str, bytes]) -> None:
+    """Fill ``folder`` with what is uploaded: symbolic links to OUT's files (the Hub client reads
+    through them), and the ``updated`` files' new bytes."""
+    for entry in sorted(os.scandir(out), key=lambda e: e.name):
+        if entry.name not in updated and entry.is_file():
+            os.symlink(os.path.realpath(entry.path), folder / entry.name)
+    for name, data in updated.items():
+        (folder / name).write_bytes(data)

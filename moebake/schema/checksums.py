@@ -15,6 +15,8 @@ import os
 
 import xxhash
 
+from moebake.schema.files import open_regular
+
 CHECKSUM = "xxh3-128"
 """The algorithm of the checksums a conversion writes into a new manifest."""
 ALGORITHMS = {"xxh3-128": xxhash.xxh3_128, "sha256": hashlib.sha256}
@@ -38,9 +40,10 @@ def hash_range(digest, f, start: int, stop: int | None = None) -> int:
 
 
 def file_digest(path: str | os.PathLike, algorithm: str = CHECKSUM) -> str:
-    """Hex digest of the file ``path`` by ``algorithm`` (a key of :data:`ALGORITHMS`)."""
+    """Hex digest of the regular file ``path`` by ``algorithm`` (a key of :data:`ALGORITHMS`);
+    MoebakeError for anything else (a FIFO would block the read)."""
     digest = ALGORITHMS[algorithm]()
-    with open(path, "rb", buffering=0) as f:
+    with open_regular(path, buffering=0) as f:
         hash_range(digest, f, 0)
     return digest.hexdigest()
 

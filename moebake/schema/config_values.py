@@ -20,9 +20,9 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from moebake.errors import CheckpointError, MoebakeError
+from moebake.schema.files import open_regular
 
 MAX_COUNT = (1 << 31) - 1
 """Largest dimension or count accepted from a config file (sizes are then checked against the tensors)."""
@@ -44,10 +44,8 @@ def parse_json(text: str | bytes, where: str | os.PathLike):
 
 def read_json_object(path: str | os.PathLike) -> dict:
     """The JSON object stored in file ``path``; MoebakeError naming it if unreadable or not an object."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as err:
-        raise CheckpointError(f"{path}: cannot read ({err.strerror})") from None
+    with open_regular(path) as f:  # a FIFO would block a plain read
+        raw = f.read()
     value = parse_json(raw, path)
     if not isinstance(value, dict):
         raise CheckpointError(f"{path}: expected a JSON object, found {json_type(value)}")

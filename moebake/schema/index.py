@@ -3,7 +3,8 @@
 The file is a JSON object ``{"metadata": {"total_size": int, ...}, "weight_map": {tensor: shard
 file name}}``; ``total_size`` is the tensors' payload bytes (headers excluded). Sources, baked
 outputs, ``verify`` and the runtime all read it here, with one error policy: a missing or malformed
-index raises :class:`~moebake.errors.CheckpointError` naming the file and the field.
+index raises :class:`~moebake.errors.CheckpointError` naming the file and the field, and so does
+a shard name that is not a plain file name (:func:`shard_name_problem`).
 """
 
 import json
@@ -15,6 +16,9 @@ from huggingface_hub.constants import SAFETENSORS_INDEX_FILE
 
 from moebake.errors import CheckpointError, MoebakeError
 from moebake.schema.config_values import json_type, read_json_object, short_repr
+from moebake.schema.files import plain_name_problem
+
+SHARD_SUFFIX = ".safetensors"
 
 
 @dataclass(frozen=True)
@@ -35,10 +39,20 @@ class SafetensorsIndex:
         return {tensor for tensor, shard in self.weight_map.items() if shard == shard_name}
 
 
+def shard_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a shard's file name (None if it can): shards are plain file names
+    (:func:`moebake.schema.files.plain_name_problem`: no ``/``, ``\\``, ``..``, NUL) ending in ``.safetensors``,
+    so a shard lies in its checkpoint, and the output shard made from it in the output."""
+    problem = plain_name_problem(name)
+    if problem is None and not name.endswith(SHARD_SUFFIX):
+        problem = f"does not end in {SHARD_SUFFIX}"
+    return problem
+
+
 def read_index(directory: str | os.PathLike) -> SafetensorsIndex:
     """Read and check ``directory/model.safetensors.index.json``; CheckpointError naming the file and field."""
     path = Path(directory) / SAFETENSORS_INDEX_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise CheckpointError(f"{path}: missing")
     try:
         data = read_json_object(path)
@@ -52,6 +66,9 @@ def read_index(directory: str | os.PathLike) -> SafetensorsIndex:
     for tensor, shard in weight_map.items():
         if not isinstance(shard, str) or not shard:
             raise CheckpointError(f"{path}: weight_map maps tensor {tensor} to {short_repr(shard)}, expected a shard file name")
+        if (problem := shard_name_problem(shard)) is not None:
+            raise CheckpointError(f"{path}: maps tensor {tensor} to shard {shard!r}, which is not a plain file name "
+                                  f"in the checkpoint ({problem})")
     metadata = data.get("metadata")
     total_size = metadata.get("total_size") if isinstance(metadata, dict) else None
     if total_size is not None and (type(total_size) is not int or total_size < 0):

@@ -3,7 +3,8 @@
 Schema ``moebake.manifest/1`` (documented in the README; add fields freely, bump the number only
 when a field changes meaning or a reader must refuse older files):
 
-  schema, moebake_version, created (UTC ISO 8601), target, target_layout_version,
+  schema, moebake_version, created (UTC ISO 8601; only when SOURCE_DATE_EPOCH is set, so that
+  identical runs write identical bytes), target, target_layout_version,
   flashinfer_layout {id, description} (null for targets it does not apply to),
   source {format, location, revision, files {name: "ALGORITHM:hex"}}  (before checksums were named: bare sha256 hex),
   options {...ConvertOptions}, activation {kind, alpha, beta, limit},
@@ -40,6 +41,7 @@ from pathlib import Path
 from moebake.errors import CheckpointError, ManifestError
 from moebake.schema.config_values import parse_json
 from moebake.schema.enums import ActivationKind, DType, FlashInferLayout, GateUpOrder
+from moebake.schema.files import open_regular
 
 MANIFEST_NAME = "moebake.json"
 SCHEMA = "moebake.manifest/1"
@@ -48,8 +50,13 @@ CHECKSUM_KEY = "manifest_sha256"
 LOG = logging.getLogger(__name__)
 
 
-def utc_now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+def created_field() -> dict:
+    """``{"created": <UTC ISO 8601>}`` from ``SOURCE_DATE_EPOCH`` (the reproducible-builds convention)
+    when it is set, else nothing: the manifests of two identical runs are the same bytes."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if not epoch.isdigit():
+        return {}
+    return {"created": datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc).isoformat()}
 
 
 def manifest_checksum(manifest: dict) -> str:
@@ -90,12 +97,10 @@ def load_manifest(directory: str | os.PathLike) -> tuple[dict, list[str]]:
         raise ManifestError(f"{directory}: does not exist")
     if not directory.is_dir():
         raise ManifestError(f"{directory}: not a directory (a moebake output is a directory with {MANIFEST_NAME})")
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise ManifestError(f"{directory}: not a moebake output (no {MANIFEST_NAME})")
-    try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise ManifestError(f"{path}: cannot read ({err.strerror})") from None
+    with open_regular(path, error=ManifestError) as f:  # a FIFO would block a plain read
+        raw = f.read()
     try:
         manifest = parse_json(raw, f"{path}: corrupt manifest")
     except CheckpointError as err:
