@@ -10,7 +10,8 @@ import torch
 
 import moebake.serve
 from moebake.convert.options import ConvertOptions
-from moebake.convert.run import convert, staging_dir
+from moebake.convert.output_dir import output_paths
+from moebake.convert.run import convert
 from moebake.convert.source_check import compare_with_source, inverse_problems
 from moebake.convert.targets import TARGETS
 from moebake.convert.targets.base import Planned, Target, register, unregister
@@ -139,7 +140,7 @@ def test_refuses_sources_it_does_not_bake(sources, tmp_path, target, source):
     with pytest.raises(MoebakeError) as refusal:
         convert(sources[source], tmp_path / "out", ConvertOptions(target), progress=False)
     assert "\n" not in str(refusal.value) and target in str(refusal.value)
-    assert not (tmp_path / "out").exists() and not staging_dir(tmp_path / "out").exists()
+    assert not (tmp_path / "out").exists() and not output_paths(tmp_path / "out").staging.exists()
 
 
 def test_the_runtimes_are_the_specs_that_say_so():

@@ -30,7 +30,7 @@ import stat
 from pathlib import Path
 
 import moebake
-from moebake.convert.hashing import CHECKSUM, file_digest
+from moebake.schema.checksums import CHECKSUM, file_digest
 from moebake.convert.options import ConvertOptions
 from moebake.errors import MoebakeError, OutputError
 from moebake.schema.files import child, open_regular, plain_name_problem

@@ -25,7 +25,9 @@ import hashlib
 import json
 from pathlib import Path
 
+from moebake.errors import MoebakeError
 from moebake.formats.checkpoint import CONFIG_NAME
+from moebake.schema.config_values import read_json_object
 
 QUANT_METHOD = "moebake"
 HF_QUANT_CONFIG = "hf_quant_config.json"
@@ -76,9 +78,9 @@ def config_problems(out: Path, manifest: dict) -> list[str]:
     """One line per way ``out/config.json`` fails to name this manifest (for ``verify``)."""
     path = Path(out) / CONFIG_NAME
     try:
-        quant = json.loads(path.read_text(encoding="utf-8")).get("quantization_config")
-    except (OSError, ValueError, AttributeError) as err:
-        return [f"{path}: unreadable ({err})"]
+        quant = read_json_object(path).get("quantization_config")  # a regular file only: a FIFO would block
+    except MoebakeError as err:
+        return [str(err)]
     if not isinstance(quant, dict) or quant.get("quant_method") != QUANT_METHOD:
         method = quant.get("quant_method") if isinstance(quant, dict) else None
         return [f"{path}: quantization_config.quant_method is {method!r}, expected {QUANT_METHOD!r} "
