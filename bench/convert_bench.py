@@ -271,8 +271,17 @@ def write_results(rows: list[dict], results: Path, stem: str, draw: bool = True)
         plot(rows, results / f"{stem}.png")
 
 
-def plot(rows: list[dict], path: Path) -> None:
-    """Three panels: ratio of wall time to the copy's (per cache state; 1.3x target), throughput, peak RSS."""
+def measured_cores(rows: list[dict]) -> int:
+    """The core count of the machine that measured ``rows`` (CSV rows), from a conversion's CPU
+    seconds and its CPU floor ratio (CPU s / cores / the copy's wall s, same size and cache state)."""
+    copy = {(row["source_gb"], row["cache"]): float(row["wall_s"]) for row in rows if row["tool"] == "copy"}
+    run = next(row for row in rows if row["tool"] != "copy" and float(row["cpu_floor_ratio"]) > 0)
+    return round(float(run["cpu_s"]) / float(run["cpu_floor_ratio"]) / copy[(run["source_gb"], run["cache"])])
+
+
+def plot(rows: list[dict], path: Path, cores: int = CORES) -> None:
+    """Three panels: ratio of wall time to the copy's (per cache state; 1.3x target), throughput, peak RSS
+    (``cores``: of the machine that measured ``rows``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -293,7 +302,7 @@ def plot(rows: list[dict], path: Path) -> None:
     ratio.axhline(1.3, color="grey", linestyle=":", label="1.3x target")
     ratio.axhline(1.0, color="black", linewidth=0.8)
     ratio.set(xlabel="source checkpoint (GB)", ylabel="wall time / cp + sync wall time",
-              title=f"convert vs copy, {CORES} cores (load {min(loads):.1f}-{max(loads):.1f})")
+              title=f"convert vs copy, {cores} cores (load {min(loads):.1f}-{max(loads):.1f})")
     speed.set(xlabel="source checkpoint (GB)", ylabel="GB/s (source bytes / wall s)", title="throughput")
     memory.set(xlabel="source checkpoint (GB)", ylabel="peak RSS of the process tree (MiB)", title="peak memory")
     memory.axhline(1024, color="grey", linestyle=":", label="1 GiB target")
@@ -338,7 +347,7 @@ def main() -> None:
         with open(args.results / f"{stem}.csv", newline="") as f:
             rows = [{**row, **{k: float(row[k]) for k in ("source_gb", "gb_per_s", "ratio_to_copy", "peak_rss_mib", "load")}}
                     for row in csv.DictReader(f)]
-        plot(rows, args.results / f"{stem}.png")
+        plot(rows, args.results / f"{stem}.png", measured_cores(rows))
         return
 
     if max(args.layers) > args.generate_layers:
