@@ -15,6 +15,8 @@ import torch
 from sglang.srt.layers.quantization.base_config import QuantizationConfig
 
 from moebake.engines.config_json import manifest_digest
+from moebake.errors import MoebakeError
+from moebake.schema.manifest import MANIFEST_NAME, read_manifest
 from moebake.engines.sglang.refusals import MoebakeRefusal, check_parallelism
 
 
@@ -68,11 +70,11 @@ class MoebakeConfig(QuantizationConfig):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "MoebakeConfig":
-        manifest_path = model_directory() / config.get("manifest", "moebake.json")
-        try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            raise MoebakeRefusal(f"{manifest_path}: cannot read the bake's manifest ({err})") from None
+        manifest_path = model_directory() / MANIFEST_NAME
+        try:  # the one manifest reader: strict JSON, its own checksum, field types (as verify reads it)
+            manifest = read_manifest(manifest_path.parent)
+        except MoebakeError as err:
+            raise MoebakeRefusal(f"cannot use the bake's manifest: {err}") from None
         if manifest_digest(manifest) != config.get("manifest_sha256"):
             raise MoebakeRefusal(f"{manifest_path}: config.json and manifest disagree (manifest_sha256 differs: the "
                                  "manifest changed after baking); run `moebake verify` on the checkpoint")
