@@ -21,6 +21,7 @@ Skipped without an SM90 GPU, FlashInfer, or the sglang package. Run by ``bin/gpu
 """
 
 import json
+import os
 import time
 from contextlib import contextmanager
 from unittest import mock
@@ -35,7 +36,9 @@ from moebake.synthetic import write_gpt_oss
 pytestmark = pytest.mark.gpu
 
 PREFIX = "model.layers.0.mlp.experts."
-SHAPE = {"num_experts": 8, "hidden": 2880, "intermediate": 2880}
+# MOEBAKE_GPU_SGLANG_EXPERTS sets the layer's expert count (default 8; GPT-OSS-120B has 128) to time start-up
+# at a real layer's size: `MOEBAKE_GPU_SGLANG_EXPERTS=128 bin/gpu-harness sglang`.
+SHAPE = {"num_experts": int(os.environ.get("MOEBAKE_GPU_SGLANG_EXPERTS", "8")), "hidden": 2880, "intermediate": 2880}
 TOP_K = 4
 DEVICE = "cuda"
 
