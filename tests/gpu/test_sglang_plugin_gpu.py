@@ -99,8 +99,13 @@ def _fused_moe(config: dict, quant_config):
                     use_weight_loader_fused=quant_config.get_name() != "mxfp4")
 
 
+def _peak_gib(before: int) -> float:
+    """GPU memory the start-up needed at its peak beyond what was allocated before it, GiB."""
+    return (torch.cuda.max_memory_allocated() - before) / 2**30
+
+
 def stock_layer(oracle, source):
-    """Stock SGLang: Mxfp4MoEMethod, its GPT-OSS loader on the source, its post-load step (timed)."""
+    """Stock SGLang: Mxfp4MoEMethod, its GPT-OSS loader on the source, its post-load step (timed; peak GPU memory)."""
     from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
     from sglang.srt.models.gpt_oss import GptOssForCausalLM
     from transformers import PretrainedConfig
@@ -108,6 +113,8 @@ def stock_layer(oracle, source):
     config = json.loads((source / "config.json").read_text())
     with sm90_server(oracle, source):
         torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
         began = time.perf_counter()
         layer = _fused_moe(config, Mxfp4Config.from_config(config["quantization_config"]))
         names = [PREFIX + s for s in ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
@@ -116,16 +123,18 @@ def stock_layer(oracle, source):
         GptOssForCausalLM._load_mxfp4_experts_weights(holder, iter(oracle.read_tensors(source, names).items()))
         layer.quant_method.process_weights_after_loading(layer)
         torch.cuda.synchronize()
-        return layer, time.perf_counter() - began
+        return layer, time.perf_counter() - began, _peak_gib(before)
 
 
 def plugin_layer(oracle, out):
-    """SGLang with the moebake plugin: its method, the bake's tensors through the parameters' loaders (timed)."""
+    """SGLang with the moebake plugin: its method, the bake's tensors through the parameters' loaders (timed; peak GPU memory)."""
     from sglang.srt.layers.quantization import QUANTIZATION_METHODS
 
     config = json.loads((out / "config.json").read_text())
     with sm90_server(oracle, out):
         torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
         began = time.perf_counter()
         layer = _fused_moe(config, QUANTIZATION_METHODS["moebake"].from_config(config["quantization_config"]))
         params = dict(layer.named_parameters())
@@ -133,7 +142,7 @@ def plugin_layer(oracle, out):
             params[name.removeprefix(PREFIX)].weight_loader(params[name.removeprefix(PREFIX)], tensor)
         layer.quant_method.process_weights_after_loading(layer)
         torch.cuda.synchronize()
-        return layer, time.perf_counter() - began
+        return layer, time.perf_counter() - began, _peak_gib(before)
 
 
 def forward(oracle, layer, model_dir, x, ids, weights):
@@ -152,8 +161,8 @@ def test_plugin_equals_stock_sglang_and_starts_faster(oracle, bake):
     source, out = bake
     stock_layer(oracle, source)  # warm-up: CUDA context, kernels loaded, allocator
     plugin_layer(oracle, out)
-    stock, stock_seconds = stock_layer(oracle, source)
-    plugin, plugin_seconds = plugin_layer(oracle, out)
+    stock, stock_seconds, stock_peak = stock_layer(oracle, source)
+    plugin, plugin_seconds, plugin_peak = plugin_layer(oracle, out)
 
     stock_params = dict(stock.named_parameters())
     for name, tensor in plugin.named_parameters():
@@ -172,4 +181,5 @@ def test_plugin_equals_stock_sglang_and_starts_faster(oracle, bake):
         assert ours.shape == (tokens, SHAPE["hidden"]) and ours.abs().max() > 0
         assert torch.equal(ours, theirs), f"{tokens} tokens: plugin output differs from stock SGLang's"
     print(f"\nstart-up of one GPT-OSS layer (E={SHAPE['num_experts']}, H=I=2880): stock SGLang {stock_seconds:.3f} s, "
-          f"moebake plugin {plugin_seconds:.3f} s, ratio stock/plugin {stock_seconds / plugin_seconds:.2f}")
+          f"moebake plugin {plugin_seconds:.3f} s, ratio stock/plugin {stock_seconds / plugin_seconds:.2f}; "
+          f"peak GPU memory beyond the layer's start: stock {stock_peak:.2f} GiB, plugin {plugin_peak:.2f} GiB")
