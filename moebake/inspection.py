@@ -53,7 +53,7 @@ def source_report(path: Path) -> dict:
         "experts": model.num_experts,
         "experts_per_token": as_count(first_model_value(checkpoint.values, "num_experts_per_tok")),
         "hidden": model.hidden_size, "intermediate": model.intermediate_size,
-        "activation": model.activation(),
+        "activation": model.activation().to_json(),
     }
     report["targets"] = {name: _ask_target(name, checkpoint) for name in TARGETS}
     return report
@@ -76,7 +76,7 @@ def _ask_target(name: str, checkpoint) -> dict:
         _, converted, layers = plan_target(checkpoint, name, ConvertOptions(name))
     except MoebakeError as err:
         return {"convertible": False, "reason": str(err)}
-    dims = {key: layers[0].get(key) for key in ("hidden", "hidden_padded", "intermediate", "intermediate_padded")}
+    dims = {key: getattr(layers[0], key) for key in ("hidden", "hidden_padded", "intermediate", "intermediate_padded")}
     return {"convertible": True, "kernel": kernel_description(name), "default_padding": dims,
             "baked_expert_bytes": sum(t.nbytes for t in converted)}
 

@@ -147,7 +147,7 @@ def test_deepseek_v4_equals_sglang_style_construction(tmp_path):
 def test_deepseek_v4_without_limit_has_no_clamp_tensor(tmp_path):
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=2, mtp_layers=0, swiglu_limit=None)
     _, layers = get_target("sm100-trtllm").plan(open_source(source), ConvertOptions("sm100-trtllm"))
-    assert set(layers[0]["tensors"]) == {"w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"}
+    assert set(layers[0].tensors) == {"w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"}
 
 
 def test_restore_inverts_any_run_of_experts(tmp_path):

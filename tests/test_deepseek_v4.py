@@ -76,7 +76,7 @@ def test_open_model_reads_config_and_layers(dsv4):
     assert model.format_name == "deepseek-v4"
     assert (model.hidden_size, model.intermediate_size, model.num_experts) == (256, 128, 3)
     assert [layer.prefix for layer in model.layers] == list(PREFIXES)
-    assert model.activation() == {"kind": "swiglu", "alpha": 1.0, "beta": 0.0, "limit": 10.0}
+    assert model.activation().to_json() == {"kind": "swiglu", "alpha": 1.0, "beta": 0.0, "limit": 10.0}
 
 
 def test_canonical_parts_are_the_raw_source_bytes(dsv4):
@@ -223,4 +223,4 @@ def test_refuses_sizes_sglang_would_not_pad(tmp_path):
 
 def test_swiglu_limit_absent_means_no_clamp(tmp_path):
     src = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=2, mtp_layers=0, swiglu_limit=None)
-    assert open_source(src).activation()["limit"] is None
+    assert open_source(src).activation().limit is None

@@ -8,7 +8,7 @@ from bake_hashes import CASES, bake_case
 from moebake.errors import CheckpointError, ManifestError, MoebakeError, format_error
 from moebake.schema.enums import DType
 from moebake.schema.index import read_index, write_index
-from moebake.schema.manifest import MANIFEST_NAME, Manifest, read_manifest, write_manifest
+from moebake.schema.manifest import MANIFEST_NAME, EngineRecord, Manifest, read_manifest, write_manifest
 from moebake.formats.safetensors_file import DTYPES
 
 
@@ -49,8 +49,23 @@ def test_unknown_fields_are_kept():
                                   "target_layout_version": 1, "flashinfer_layout": None,
                                   "source": {"format": "f", "location": "l", "revision": None, "files": {}},
                                   "options": {}, "activation": {"kind": "swiglu", "alpha": 1.0, "beta": 0.0, "limit": None},
-                                  "layers": [], "files": {"a": {"xxh3-128": "0", "bytes": 1, "sha256": "9"}}, "engine": {"x": 1}}))
+                                  "layers": [], "files": {"a": {"xxh3-128": "0", "bytes": 1, "sha256": "9"}}, "tuned_for": {"x": 1}}))
     assert Manifest.from_json(data, "m.json").to_json() == data
+
+
+ENGINE = {"name": "sglang", "version": "0.5.23", "runner_backend": "flashinfer_mxfp4", "a2a_backend": "none",
+          "engine_method": "m.C", "hidden_multiple": 256, "intermediate_multiple": 128, "hidden_scale_fill": 127,
+          "verified": True, "parameter_names": {}, "exact": True, "not_exact_because": None}
+
+
+def test_engine_records_are_typed_and_validated():
+    record = EngineRecord.from_json(dict(ENGINE, future=1), "m.json")
+    assert (record.name, record.hidden_multiple, record.exact, record.extra) == ("sglang", 256, True, {"future": 1})
+    assert record.to_json() == dict(ENGINE, future=1)
+    for key, bad, message in (("exact", "yes", "engine.exact is str"), ("hidden_multiple", True, "engine.hidden_multiple is bool"),
+                              ("parameter_names", {"a": 1}, "engine.parameter_names is dict")):
+        with pytest.raises(ManifestError, match=message):
+            EngineRecord.from_json(dict(ENGINE, **{key: bad}), "m.json")
 
 
 def test_the_index_reader_names_the_file_and_field(tmp_path):

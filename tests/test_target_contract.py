@@ -155,4 +155,4 @@ def test_every_source_model_implements_the_protocol_fully(sources, source):
     assert isinstance(model, SourceModel)
     layer = model.layers[0]
     assert isinstance(layer.index, int) and isinstance(layer.prefix, str) and isinstance(model.padding_allowed, bool)
-    assert isinstance(model.expert_quantization, str) and model.activation()["kind"] in ("swiglu", "swiglu_oai")
+    assert isinstance(model.expert_quantization, str) and model.activation().kind in ("swiglu", "swiglu_oai")

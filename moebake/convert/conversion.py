@@ -29,6 +29,7 @@ from moebake.errors import MoebakeError
 from moebake.formats.checkpoint import SourceCheckpoint, open_checkpoint
 from moebake.formats.source_model import SourceModel
 from moebake.schema.checksums import CHECKSUM, tagged
+from moebake.schema.manifest import LayerRecord
 
 
 class SourceReads:
@@ -56,7 +57,7 @@ class Conversion:
     model: SourceModel
     target: Target
     shards: list[OutputShard]
-    layers: list[dict]
+    layers: list[LayerRecord]
     reads: SourceReads
 
     @property

@@ -11,14 +11,14 @@ def plan_lines(conversion: Conversion, out) -> list[str]:
     """The plan: source format, target, MoE layers with their padding, then each output shard with its
     tensors (baked ones marked ``*``: dtype, shape, bytes) and the totals."""
     model, shards, layers = conversion.model, conversion.shards, conversion.layers
-    baked = {record["prefix"] + short for record in layers for short in record["tensors"]}
+    baked = {record.prefix + short for record in layers for short in record.tensors}
     lines = [f"dry run: would write {out} (nothing written)",
              f"source   {model.checkpoint.root} ({model.format_name})",
              f"target   {conversion.target.spec.name} (layout version {conversion.target.spec.layout_version})",
              f"layers   {len(layers)} MoE layers baked"]
     for record in layers:
-        lines.append(f"  {record['prefix']}: {record['experts']} experts, hidden {record['hidden']} -> {record['hidden_padded']}, "
-                     f"intermediate {record['intermediate']} -> {record['intermediate_padded']}")
+        lines.append(f"  {record.prefix}: {record.experts} experts, hidden {record.hidden} -> {record.hidden_padded}, "
+                     f"intermediate {record.intermediate} -> {record.intermediate_padded}")
     for shard in shards:
         lines.append(f"shard {shard.file_name}: {len(shard.tensors)} tensors, {_gb(shard.nbytes)}")
         lines += [f"  {'*' if t.name in baked else ' '} {t.name}  {t.dtype} {list(t.shape)}  {t.nbytes} bytes" for t in shard.tensors]

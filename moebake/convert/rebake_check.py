@@ -43,7 +43,7 @@ def replan(out: Path, manifest: dict, model) -> tuple[list[OutputShard], list[st
     options = recorded_options(out, manifest)
     converted, layers = target.plan(model, options)
     problems = _model_differences(out, manifest, model, target, options)
-    problems += _layer_differences(out, manifest["layers"], json.loads(json.dumps(layers)))
+    problems += _layer_differences(out, manifest["layers"], json.loads(json.dumps([layer.to_json() for layer in layers])))
     return ([] if problems else assign_shards(model.checkpoint, converted, options.chunk_bytes)), problems
 
 
@@ -51,7 +51,7 @@ def _model_differences(out: Path, manifest: dict, model, target, options: Conver
     """Top-level records the source re-derives: its format, the activation, the FlashInfer layout."""
     expected = {
         "source.format": model.format_name,
-        "activation": model.activation(),
+        "activation": model.activation().to_json(),
         "flashinfer_layout.id": options.flashinfer_layout if target.spec.uses_flashinfer_layout else None,
     }
     layout = manifest.get("flashinfer_layout")

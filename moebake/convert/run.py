@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 from huggingface_hub.constants import SAFETENSORS_INDEX_FILE
@@ -43,7 +44,8 @@ from moebake.progress import byte_bar, shard_done
 from moebake.schema.checksums import CHECKSUM, file_digest, file_record, tagged
 from moebake.schema.files import child, open_regular
 from moebake.schema.index import write_index
-from moebake.schema.manifest import MANIFEST_NAME, SCHEMA, created_field, write_manifest
+from moebake.schema.manifest import (MANIFEST_NAME, EngineRecord, FileRecord, LayerRecord, Manifest, SourceRecord, created,
+                                     write_manifest)
 
 _HF_SNAPSHOT_RE = re.compile(r"/snapshots/([0-9a-f]{40})(/|$)")
 OWN_FILES = {MANIFEST_NAME, SAFETENSORS_INDEX_FILE}
@@ -143,35 +145,26 @@ def _bake(conversion, source, options: ConvertOptions, staging: Path, done: Prog
             shutil.copyfileobj(f, copy)
     for name in (SAFETENSORS_INDEX_FILE, *side_files):
         files[name] = file_record(staging / name)
-    manifest = {
-        "schema": SCHEMA,
-        "moebake_version": moebake.__version__,
-        **created_field(),
-        "target": options.target,
-        "target_layout_version": target.spec.layout_version,
-        "flashinfer_layout": (
-            {"id": options.flashinfer_layout, "description": DESCRIPTIONS[options.flashinfer_layout]}
-            if target.spec.uses_flashinfer_layout else None
-        ),
-        "source": {
-            "format": model.format_name,
-            "location": location,
-            "revision": revision,
-            "files": _source_files(checkpoint, done.sources),
-        },
-        "options": options.as_dict(),
-        "engine": manifest_engine(options, model.format_name),
-        "serves": _engines_with_same_bytes(options, model.format_name, conversion.layers),
-        "activation": model.activation(),
-        "layers": conversion.layers,
-        "files": dict(sorted(files.items())),
-    }
-    write_baked_config(checkpoint.root, staging, manifest)  # names quant_method moebake and this manifest's hash
+    layout = options.flashinfer_layout if target.spec.uses_flashinfer_layout else None
+    manifest = Manifest(
+        moebake.__version__, created(), options.target, target.spec.layout_version,
+        layout, DESCRIPTIONS[layout] if layout else None,
+        SourceRecord(model.format_name, location, revision, _source_files(checkpoint, done.sources)),
+        options.as_dict(), model.activation(), conversion.layers, _file_records(staging, files),
+        engine=manifest_engine(options, model.format_name),
+        serves=tuple(_engines_with_same_bytes(options, model.format_name, conversion.layers)),
+    )
+    write_baked_config(checkpoint.root, staging, manifest.to_json())  # names quant_method moebake and this manifest's hash
     files[CONFIG_NAME] = file_record(staging / CONFIG_NAME)
-    manifest["files"] = dict(sorted(files.items()))
-    write_manifest(staging, manifest)
+    manifest = replace(manifest, files=_file_records(staging, files))
+    write_manifest(staging, manifest.to_json())
     done.remove()
-    return manifest
+    return manifest.to_json()
+
+
+def _file_records(staging: Path, files: dict[str, dict]) -> dict[str, FileRecord]:
+    """The manifest's ``files``, sorted by name, from :func:`file_record` dicts."""
+    return {name: FileRecord.from_json(record, staging, name) for name, record in sorted(files.items())}
 
 
 def copied_side_files(checkpoint) -> list[str]:
@@ -183,12 +176,11 @@ def copied_side_files(checkpoint) -> list[str]:
     return [name for name in checkpoint.side_files if name not in OWN_FILES]
 
 
-def _engines_with_same_bytes(options: ConvertOptions, source_format: str, layers: list[dict]) -> list[dict]:
-    """Other engines this bake's bytes also equal (see :func:`engines_with_same_bytes`); none without padded layers."""
-    sizes = layers[0] if layers else {}
-    if "hidden" not in sizes or "intermediate" not in sizes:
+def _engines_with_same_bytes(options: ConvertOptions, source_format: str, layers: list[LayerRecord]) -> list[EngineRecord]:
+    """Other engines this bake's bytes also equal (see :func:`engines_with_same_bytes`); none without MoE layers."""
+    if not layers:
         return []
-    return engines_with_same_bytes(options, source_format, sizes["hidden"], sizes["intermediate"])
+    return engines_with_same_bytes(options, source_format, layers[0].hidden, layers[0].intermediate)
 
 
 def _source_files(checkpoint, hashed: dict[str, str]) -> dict[str, str]:

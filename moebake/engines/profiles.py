@@ -26,9 +26,11 @@ fill and vLLM's zeros never show) lists that engine in the manifest's ``serves``
 against the engine's own code, run on CPU.
 """
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from moebake.errors import OptionError
+from moebake.schema.manifest import EngineRecord
+from moebake.schema.sizes import round_up
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ def get_profile(engine: str) -> EngineProfile:
     return PROFILES[engine]
 
 
-def manifest_engine(options, source_format: str) -> dict:
+def manifest_engine(options, source_format: str) -> EngineRecord:
     """The manifest's ``engine`` record for a conversion's ``ConvertOptions``: name, version, the
     profile, and whether the bake is engine-exact (a verified profile used as is; padding multiples
     overridden with other values make an honest non-exact bake)."""
@@ -122,18 +124,16 @@ def manifest_engine(options, source_format: str) -> dict:
     return _engine_record(profile, entry, reason)
 
 
-def _engine_record(profile: EngineProfile, entry: TargetProfile, not_exact_because: str | None) -> dict:
-    return {"name": profile.engine, "version": profile.version, **asdict(entry),
-            "parameter_names": dict(entry.parameter_names), "exact": not_exact_because is None,
-            "not_exact_because": not_exact_because}
+def _engine_record(profile: EngineProfile, entry: TargetProfile, not_exact_because: str | None) -> EngineRecord:
+    return EngineRecord(profile.engine, profile.version, entry.runner_backend, entry.a2a_backend, entry.engine_method,
+                        entry.hidden_multiple, entry.intermediate_multiple, entry.hidden_scale_fill, entry.verified,
+                        dict(entry.parameter_names), not_exact_because is None, not_exact_because)
 
 
-def engines_with_same_bytes(options, source_format: str, hidden: int, intermediate: int) -> list[dict]:
+def engines_with_same_bytes(options, source_format: str, hidden: int, intermediate: int) -> list[EngineRecord]:
     """The manifest's ``serves``: the other engines whose verified preparation of this model (hidden
     size ``hidden``, expert intermediate size ``intermediate``) gives this engine-exact bake's bytes:
     the same padded sizes, and the same scale fill wherever H is padded. Their ``engine`` records."""
-    from moebake.convert.options import round_up
-
     own = get_profile(options.engine).target(options.target, source_format)
     hidden_multiple, intermediate_multiple, fill = options.padding(source_format)
     if (hidden_multiple, intermediate_multiple) != (own.hidden_multiple, own.intermediate_multiple) or not own.verified:

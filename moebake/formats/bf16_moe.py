@@ -28,13 +28,15 @@ from moebake.errors import CheckpointError
 from moebake.formats.checkpoint import EXPERT_INDEX, SourceCheckpoint, first_missing_expert, per_expert_names
 from moebake.formats.source_model import StoredExperts
 from moebake.schema.config_values import first_model_integer, model_scopes
+from moebake.schema.enums import ActivationKind
+from moebake.schema.manifest import Activation
 
 FORMAT_NAME = "bf16-moe"
 BF16 = "BF16"
 QUANT_SIDECAR = "hf_quant_config.json"
 SILU_ACTIVATIONS = ("silu", "swish")
 # silu(gate) * up in the manifest's SwiGLU parametrisation (as modelopt-nvfp4 records it).
-ACTIVATION = {"kind": "swiglu", "alpha": 1.0, "beta": 0.0, "limit": None}
+ACTIVATION = Activation(ActivationKind.SWIGLU, alpha=1.0, beta=0.0, limit=None)
 
 _LAYER = r"(?P<prefix>(?:[\w.]+\.)?layers\.(?P<index>\d+)\.(?:mlp|block_sparse_moe)\.experts\.)"
 _FUSED_RE = re.compile(_LAYER + r"(?P<projection>gate_up_proj|down_proj)$")
@@ -84,8 +86,8 @@ class Bf16MoeModel(StoredExperts):
     expert_quantization = "BF16 experts (unquantized)"
     padding_allowed = False  # deepep-bf16 stores SGLang's unpadded shapes; the runtime pads at load time
 
-    def activation(self) -> dict:
-        return dict(ACTIVATION)
+    def activation(self) -> Activation:
+        return ACTIVATION
 
 
 def _scan(checkpoint: SourceCheckpoint) -> dict[str, dict]:

@@ -27,6 +27,8 @@ from moebake.errors import CheckpointError
 from moebake.formats.checkpoint import EXPERT_INDEX, SourceCheckpoint, first_missing_expert, per_expert_names
 from moebake.formats.expert_source import ExpertSource
 from moebake.formats.source_model import StoredExperts
+from moebake.schema.enums import ActivationKind
+from moebake.schema.manifest import Activation
 
 FORMAT_NAME = "deepseek-v4"
 WEIGHT_DTYPES = ("I8", "U8")
@@ -79,9 +81,9 @@ class DeepseekV4Model(StoredExperts):
             "w2_scale": source(("w2",), "scale", (H, I // 32)),
         }
 
-    def activation(self) -> dict:
+    def activation(self) -> Activation:
         """Plain SwiGLU with clamping: ``g * sigmoid(alpha * g) * (clamp(up, -limit, limit) + beta)``, ``g = min(gate, limit)``."""
-        return {"kind": "swiglu", "alpha": 1.0, "beta": 0.0, "limit": self.swiglu_limit}
+        return Activation(ActivationKind.SWIGLU, alpha=1.0, beta=0.0, limit=self.swiglu_limit)
 
 
 def detect(checkpoint: SourceCheckpoint) -> bool:

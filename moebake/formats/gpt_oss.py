@@ -23,6 +23,8 @@ from moebake.errors import CheckpointError
 from moebake.formats.checkpoint import SourceCheckpoint
 from moebake.formats.expert_source import ExpertSource
 from moebake.formats.source_model import StoredExperts
+from moebake.schema.enums import ActivationKind
+from moebake.schema.manifest import Activation
 
 FORMAT_NAME = "gpt-oss"
 SWIGLU_ALPHA = 1.702  # hard-coded in GPT-OSS (not in config.json)
@@ -74,8 +76,8 @@ class GptOssModel(StoredExperts):
             "w2_bias": ExpertSource((layer.name(w2, "bias"),), None, (H,), (H,), "BF16"),
         }
 
-    def activation(self) -> dict:
-        return {"kind": "swiglu_oai", "alpha": SWIGLU_ALPHA, "beta": SWIGLU_BETA, "limit": self.swiglu_limit}
+    def activation(self) -> Activation:
+        return Activation(ActivationKind.SWIGLU_OAI, alpha=SWIGLU_ALPHA, beta=SWIGLU_BETA, limit=self.swiglu_limit)
 
 
 def detect(checkpoint: SourceCheckpoint) -> bool:

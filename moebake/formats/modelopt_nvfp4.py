@@ -43,8 +43,10 @@ import torch
 
 from moebake.errors import CheckpointError, UnsupportedError
 from moebake.formats.checkpoint import CONFIG_NAME, EXPERT_INDEX, SourceCheckpoint, first_missing_expert
-from moebake.schema.config_values import ConfigValues, first_model_integer
 from moebake.formats.nvfp4_gate_up import RoundingBound, SharedGlobal, rescale_block_scales, rounding_bound, share_global
+from moebake.schema.config_values import ConfigValues, first_model_integer
+from moebake.schema.enums import ActivationKind
+from moebake.schema.manifest import Activation
 
 FORMAT_NAME = "modelopt-nvfp4"
 SIDECAR_NAME = "hf_quant_config.json"
@@ -155,9 +157,9 @@ class ModelOptNvfp4Model:
                     specs[layer.name(expert, proj, part)] = ("F32", self.scalar_shape)
         return specs
 
-    def activation(self) -> dict:
+    def activation(self) -> Activation:
         """Plain SwiGLU, ``silu(gate) * up`` (FlashInfer's parametrisation: alpha 1, beta 0, no limit)."""
-        return {"kind": "swiglu", "alpha": 1.0, "beta": 0.0, "limit": None}
+        return Activation(ActivationKind.SWIGLU, alpha=1.0, beta=0.0, limit=None)
 
     def read(self, name: str) -> torch.Tensor:
         """Source tensor ``name`` as stored: U8 and F8_E4M3 as uint8 bytes, F32 as float32, its own shape.

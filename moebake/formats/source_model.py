@@ -6,6 +6,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from moebake.formats.checkpoint import SourceCheckpoint
+from moebake.schema.manifest import Activation
 
 
 @runtime_checkable
@@ -26,8 +27,8 @@ class SourceModel(Protocol):
     padding_allowed: bool
     expert_quantization: str
 
-    def activation(self) -> dict:
-        """The manifest's ``activation`` record: ``{kind, alpha, beta, limit}``."""
+    def activation(self) -> Activation:
+        """The manifest's ``activation`` record (kind, alpha, beta, limit)."""
 
     def read_experts(self, name: str, start: int, stop: int) -> torch.Tensor:
         """Experts ``[start, stop)`` of a stacked tensor or per-expert pattern, as the baked tensors must

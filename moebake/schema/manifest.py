@@ -7,7 +7,12 @@ when a field changes meaning or a reader must refuse older files):
   identical runs write identical bytes), target, target_layout_version,
   flashinfer_layout {id, description} (null for targets it does not apply to),
   source {format, location, revision, files {name: "ALGORITHM:hex"}}  (before checksums were named: bare sha256 hex),
-  options {...ConvertOptions}, activation {kind, alpha, beta, limit},
+  options {...ConvertOptions},
+  engine EngineRecord: {name, version, runner_backend, a2a_backend, engine_method, hidden_multiple,
+         intermediate_multiple, hidden_scale_fill, verified, parameter_names, exact, not_exact_because}
+         (absent in manifests from before engine profiles),
+  serves [EngineRecord] (the other engines whose preparation gives the same bytes),
+  activation {kind, alpha, beta, limit},
   layers [LayerRecord: {index, prefix, experts, hidden, hidden_padded, intermediate, intermediate_padded,
            tensors {short name: TensorRecord: {source, dtype, shape, gate_up_order, source_gate_up_order}}}],
   files {output file name: {ALGORITHM: hex, bytes}}   (every file in OUT except moebake.json itself)
@@ -50,13 +55,13 @@ CHECKSUM_KEY = "manifest_sha256"
 LOG = logging.getLogger(__name__)
 
 
-def created_field() -> dict:
-    """``{"created": <UTC ISO 8601>}`` from ``SOURCE_DATE_EPOCH`` (the reproducible-builds convention)
-    when it is set, else nothing: the manifests of two identical runs are the same bytes."""
+def created() -> str | None:
+    """The manifest's ``created`` (UTC ISO 8601) from ``SOURCE_DATE_EPOCH`` (the reproducible-builds
+    convention) when it is set, else None (no field): the manifests of two identical runs are the same bytes."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
     if not epoch.isdigit():
-        return {}
-    return {"created": datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc).isoformat()}
+        return None
+    return datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc).isoformat()
 
 
 def manifest_checksum(manifest: dict) -> str:
@@ -169,6 +174,9 @@ class _Fields:
 
     def integer(self, key: str, optional: bool = False) -> int | None:
         return self.get(key, lambda v: type(v) is int and v >= 0, "a non-negative integer", optional)
+
+    def boolean(self, key: str) -> bool:
+        return self.get(key, lambda v: isinstance(v, bool), "true or false")
 
     def string(self, key: str, optional: bool = False) -> str | None:
         return self.get(key, lambda v: isinstance(v, str), "a string", optional)
@@ -351,6 +359,43 @@ class FileRecord:
 
 
 @dataclass(frozen=True)
+class EngineRecord:
+    """The engine profile a bake follows (:mod:`moebake.engines.profiles`): the engine and version, its
+    serving flags (``runner_backend``, ``a2a_backend``), the class whose post-load parameters the bytes
+    equal, the padding multiples and the fill of the scales' hidden padding (a byte), whether the
+    profile is proven against the engine's code (``verified``), the engine's parameter names where they
+    differ from the bake's short names, and whether this bake is engine-exact (``exact``; if not, why)."""
+
+    name: str
+    version: str
+    runner_backend: str
+    a2a_backend: str
+    engine_method: str
+    hidden_multiple: int
+    intermediate_multiple: int
+    hidden_scale_fill: int
+    verified: bool
+    parameter_names: dict[str, str]
+    exact: bool
+    not_exact_because: str | None = None
+    extra: dict = field(default_factory=dict, compare=False)
+
+    _KEYS = ("name", "version", "runner_backend", "a2a_backend", "engine_method", "hidden_multiple",
+             "intermediate_multiple", "hidden_scale_fill", "verified", "parameter_names", "exact", "not_exact_because")
+
+    def to_json(self) -> dict:
+        return {key: getattr(self, key) for key in self._KEYS} | {"parameter_names": dict(self.parameter_names)} | self.extra
+
+    @classmethod
+    def from_json(cls, data, where, path: str = "engine") -> "EngineRecord":
+        f = _Fields(data, where, path)
+        names = f.get("parameter_names", lambda v: isinstance(v, dict) and all(isinstance(n, str) for n in v.values()),
+                      "an object of baked name: engine name")
+        return cls(*(f.string(key) for key in cls._KEYS[:5]), *(f.integer(key) for key in cls._KEYS[5:8]), f.boolean("verified"),
+                   dict(names), f.boolean("exact"), f.string("not_exact_because", optional=True), f.extra(cls._KEYS))
+
+
+@dataclass(frozen=True)
 class Manifest:
     """The whole ``moebake.json`` (see the module docstring); ``extra`` keeps top-level fields added by newer writers."""
 
@@ -365,6 +410,8 @@ class Manifest:
     activation: Activation
     layers: list[LayerRecord]
     files: dict[str, FileRecord]
+    engine: EngineRecord | None = None
+    serves: tuple[EngineRecord, ...] = ()
     schema: str = SCHEMA
     extra: dict = field(default_factory=dict, compare=False)
 
@@ -375,7 +422,9 @@ class Manifest:
             out["created"] = self.created
         return out | {
             "target": self.target, "target_layout_version": self.target_layout_version, "flashinfer_layout": layout,
-            "source": self.source.to_json(), "options": dict(self.options), "activation": self.activation.to_json(),
+            "source": self.source.to_json(), "options": dict(self.options),
+            **({} if self.engine is None else {"engine": self.engine.to_json(), "serves": [e.to_json() for e in self.serves]}),
+            "activation": self.activation.to_json(),
             "layers": [layer.to_json() for layer in self.layers],
             "files": {name: record.to_json() for name, record in self.files.items()},
         } | self.extra
@@ -387,6 +436,8 @@ class Manifest:
         layout = f.obj("flashinfer_layout", optional=True)
         layers = f.get("layers", lambda v: isinstance(v, list), "a list")
         files = f.obj("files")
+        engine = f.obj("engine", optional=True)
+        serves = f.get("serves", lambda v: isinstance(v, list), "a list", optional=True) or []
         return cls(
             f.string("moebake_version"), f.string("created", optional=True), f.string("target"),
             f.integer("target_layout_version"),
@@ -396,9 +447,11 @@ class Manifest:
             Activation.from_json(data.get("activation"), where),
             [LayerRecord.from_json(layer, where, f"layers[{i}]") for i, layer in enumerate(layers)],
             {name: FileRecord.from_json(record, where, files.name(name)) for name, record in files.data.items()},
+            None if engine is None else EngineRecord.from_json(engine.data, where),
+            tuple(EngineRecord.from_json(e, where, f"serves[{i}]") for i, e in enumerate(serves)),
             schema,
             f.extra(("schema", "moebake_version", "created", "target", "target_layout_version", "flashinfer_layout",
-                     "source", "options", "activation", "layers", "files")),
+                     "source", "options", "engine", "serves", "activation", "layers", "files")),
         )
 
 

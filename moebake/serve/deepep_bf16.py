@@ -135,9 +135,9 @@ class DeepEPBf16Checkpoint(BakedCheckpoint):
 
     def __init__(self, root, manifest, platform):
         super().__init__(root, manifest, platform)
-        if manifest.get("activation") != ACTIVATION:
+        if manifest.get("activation") != ACTIVATION.to_json():
             raise MoebakeError(f"{self.manifest_path}: activation {manifest.get('activation')} is not the silu(gate) * up "
-                               f"({ACTIVATION}) that the {self.target} runtime computes")
+                               f"({ACTIVATION.to_json()}) that the {self.target} runtime computes")
 
     def layer(self, layer: int | str) -> dict:
         """The record of MoE layer ``layer``: its index, or its prefix (``mtp.layers.0.mlp.experts.``),

@@ -81,7 +81,7 @@ class Target:
         ``{source tensor name or per-expert pattern: [e, ...]}`` holding the source's bytes."""
         raise NotImplementedError
 
-    def plan(self, model: SourceModel, options: ConvertOptions) -> tuple[list[OutputTensor], list[dict]]:
+    def plan(self, model: SourceModel, options: ConvertOptions) -> tuple[list[OutputTensor], list[LayerRecord]]:
         """Output tensors and manifest layer records of every MoE layer of ``model`` (reads no tensor data
         beyond what :meth:`layer_facts` needs)."""
         self.check(model, options)
@@ -105,7 +105,7 @@ class Target:
                                                  made.source_shape, made.source_dtype)
             record = LayerRecord(layer.index, layer.prefix, dims.experts, dims.hidden, dims.hidden_padded,
                                  dims.intermediate, dims.intermediate_padded, specs, **self.layer_facts(model, layer))
-            records.append(record.to_json())
+            records.append(record)
         return tensors, records
 
 

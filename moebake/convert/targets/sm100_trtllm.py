@@ -51,9 +51,9 @@ def _swizzled(scales: torch.Tensor) -> torch.Tensor:
 def _constants(model, experts: int) -> dict[str, Bake]:
     """Per-expert SwiGLU parameters SGLang registers for this path: alpha/beta for GPT-OSS's SwiGLU, the limit."""
     activation = model.activation()
-    values = {"gemm1_clamp_limit": activation["limit"]}
-    if activation["kind"] == ActivationKind.SWIGLU_OAI:
-        values = {"gemm1_alpha": activation["alpha"], "gemm1_beta": activation["beta"], **values}
+    values = {"gemm1_clamp_limit": activation.limit}
+    if activation.kind == ActivationKind.SWIGLU_OAI:
+        values = {"gemm1_alpha": activation.alpha, "gemm1_beta": activation.beta, **values}
     return {name: Bake(None, lambda value=value: torch.full((experts,), value, dtype=torch.float32))
             for name, value in values.items() if value is not None}
 
