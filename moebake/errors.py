@@ -12,6 +12,8 @@ stderr and exits with status 2, without a traceback. Catch the subclass that say
   :class:`IntegrityError`    bytes differ from what the manifest records
   :class:`PlatformError`     the GPU or FlashInfer present is not the one a checkpoint was baked for
   :class:`HubError`          a Hugging Face Hub request failed
+  :class:`EngineRefusal`     an engine plugin (SGLang, vLLM) refuses to serve a bake (also a ``RuntimeError``,
+                             so the engine reports it as its own start-up errors)
   :class:`InvalidArgumentError`  an argument of the Python API (also a ``ValueError``)
   :class:`InternalError`     a broken invariant of moebake itself (a bug; also a ``RuntimeError``)
 """
@@ -51,6 +53,11 @@ class PlatformError(MoebakeError):
 
 class HubError(MoebakeError):
     """A Hugging Face Hub request failed (refused, missing repo or revision, offline)."""
+
+
+class EngineRefusal(MoebakeError, RuntimeError):
+    """An engine's moebake plugin refuses to serve a bake here: the GPU, the installed FlashInfer's layout, the
+    parallelism, the runner backend, config.json and the manifest disagree, or a baked tensor is missing or wrong."""
 
 
 class InvalidArgumentError(MoebakeError, ValueError):

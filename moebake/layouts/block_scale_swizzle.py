@@ -17,6 +17,7 @@ the CuteDSL "MMA layout" (a strided view of them) and what ``shuffle_matrix_sf_a
 
 import torch
 
+from moebake.errors import InvalidArgumentError
 from moebake.schema.sizes import round_up
 
 ROW_TILE = 128
@@ -31,7 +32,7 @@ def padded_dims(rows: int, cols: int) -> tuple[int, int]:
 def swizzle_128x4(sf: torch.Tensor) -> torch.Tensor:
     """Linear scales ``[E, R, C]`` -> swizzled ``[E, R_pad * C_pad]`` (same dtype, zero padding)."""
     if sf.dim() != 3:
-        raise ValueError(f"expected scales [E, R, C], got shape {list(sf.shape)}")
+        raise InvalidArgumentError(f"expected scales [E, R, C], got shape {list(sf.shape)}")
     E, R, C = sf.shape
     Rp, Cp = padded_dims(R, C)
     if (Rp, Cp) != (R, C):
@@ -46,7 +47,7 @@ def unswizzle_128x4(flat: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     """Inverse of :func:`swizzle_128x4`: ``[E, R_pad * C_pad]`` -> ``[E, rows, cols]`` (padding dropped)."""
     Rp, Cp = padded_dims(rows, cols)
     if flat.dim() != 2 or flat.shape[1] != Rp * Cp:
-        raise ValueError(f"expected swizzled scales [E, {Rp * Cp}] for {rows}x{cols}, got shape {list(flat.shape)}")
+        raise InvalidArgumentError(f"expected swizzled scales [E, {Rp * Cp}] for {rows}x{cols}, got shape {list(flat.shape)}")
     E = flat.shape[0]
     tiles = flat.reshape(E, Rp // 128, Cp // 4, 32, 4, 4).permute(0, 1, 4, 3, 2, 5)
     return tiles.reshape(E, Rp, Cp)[:, :rows, :cols]

@@ -12,10 +12,12 @@ scales), whatever its dtype and trailing dims. Needs ``I % g == 0``. This equals
 
 import torch
 
+from moebake.errors import InvalidArgumentError
+
 
 def _groups(w13: torch.Tensor, group_size: int) -> int:
     if w13.dim() < 2 or w13.shape[1] % (2 * group_size):
-        raise ValueError(f"W13 rows must split into two halves of whole {group_size}-row groups, got shape {list(w13.shape)}")
+        raise InvalidArgumentError(f"W13 rows must split into two halves of whole {group_size}-row groups, got shape {list(w13.shape)}")
     return w13.shape[1] // (2 * group_size)
 
 

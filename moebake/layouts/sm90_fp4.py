@@ -46,6 +46,7 @@ import threading
 import numpy as np
 import torch
 
+from moebake.errors import InternalError, InvalidArgumentError
 from moebake.layouts.compiled import kernels
 from moebake.layouts.flashinfer_versions import LAYOUTS
 from moebake.layouts.parallel import run_in_threads
@@ -68,7 +69,8 @@ def _bit_destinations(mask_shifts) -> tuple[int, ...]:
         for bit in range(32):
             if mask >> bit & 1:
                 destination[bit] = bit + shift
-    assert sorted(destination) == list(range(32)), "bit map is not a permutation"
+    if sorted(destination) != list(range(32)):
+        raise InternalError("SM90 fp4 bit map is not a permutation")
     return tuple(destination)
 
 
@@ -87,7 +89,8 @@ def _nibble_table(destination) -> np.ndarray:
     for t in range(4):
         for s in range(4):
             low, high = destination[8 * t + s], destination[8 * t + 4 + s]
-            assert low < 16 and high == low + 16, "v2 bit map does not split into nibble halves"
+            if not (low < 16 and high == low + 16):
+                raise InternalError("SM90 fp4 v2 bit map does not split into nibble halves")
             table |= ((index >> (4 * t + s)) & 1) << low
     return table.astype(np.uint16)
 
@@ -217,17 +220,17 @@ def _copy_planes(plane_bytes: np.ndarray, lane_bytes: np.ndarray, to_planes: boo
 
 def _check_layout(layout: str) -> None:
     if layout not in LAYOUTS:
-        raise ValueError(f"unknown SM90 fp4 layout {layout!r}; expected one of {LAYOUTS}")
+        raise InvalidArgumentError(f"unknown SM90 fp4 layout {layout!r}; expected one of {LAYOUTS}")
 
 
 def _check_shape(rows: int, row_bytes: int) -> None:
     if rows % 16 or row_bytes % 32:
-        raise ValueError(f"SM90 fp4 interleave needs n % 16 == 0 and k % 64 == 0, got n={rows}, k={2 * row_bytes}")
+        raise InvalidArgumentError(f"SM90 fp4 interleave needs n % 16 == 0 and k % 64 == 0, got n={rows}, k={2 * row_bytes}")
 
 
 def _check_weight(weight: torch.Tensor) -> None:
     if weight.dtype != torch.uint8 or weight.dim() != 3:
-        raise ValueError(f"expected uint8 [E, n, k/2], got {weight.dtype} {list(weight.shape)}")
+        raise InvalidArgumentError(f"expected uint8 [E, n, k/2], got {weight.dtype} {list(weight.shape)}")
 
 
 def interleave_fp4(weight: torch.Tensor, layout: str = "v2") -> torch.Tensor:
@@ -250,11 +253,11 @@ def interleave_fp4_padded(parts, part_shape: tuple[int, int], layout: str = "v2"
     rows, row_bytes = part_shape
     _check_shape(rows, row_bytes)
     if not parts:
-        raise ValueError("interleave_fp4_padded needs at least one part")
+        raise InvalidArgumentError("interleave_fp4_padded needs at least one part")
     for part in parts:
         _check_weight(part)
         if part.shape[0] != parts[0].shape[0] or part.shape[1] > rows or part.shape[2] > row_bytes:
-            raise ValueError(f"parts {[list(p.shape) for p in parts]} do not fit [E, {rows}, {row_bytes}] each")
+            raise InvalidArgumentError(f"parts {[list(p.shape) for p in parts]} do not fit [E, {rows}, {row_bytes}] each")
     experts = parts[0].shape[0]
     out = np.empty((experts, len(parts) * rows, row_bytes), np.uint8)
     compiled = kernels()

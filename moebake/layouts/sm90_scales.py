@@ -19,6 +19,7 @@ import functools
 import numpy as np
 import torch
 
+from moebake.errors import InvalidArgumentError
 from moebake.layouts.compiled import kernels
 from moebake.layouts.gate_up import pad_to
 from moebake.layouts.parallel import run_in_threads
@@ -52,7 +53,7 @@ def fold_scales(scales: torch.Tensor, group_size: int = 32) -> torch.Tensor:
     E, rows, groups = scales.shape
     gpk, m_slices, folded_m = _geometry(scales, group_size)
     if rows % 64 or groups % gpk:
-        raise ValueError(f"scale fold needs rows % 64 == 0 and K % 128 == 0, got rows={rows}, K={groups * group_size}")
+        raise InvalidArgumentError(f"scale fold needs rows % 64 == 0 and K % 128 == 0, got rows={rows}, K={groups * group_size}")
     units, per_unit = _units(scales, gpk * scales.element_size())
     tiles = units.reshape(E, rows // 64, m_slices, folded_m, groups // gpk, per_unit).permute(0, 1, 4, 3, 2, 5)
     return tiles.contiguous().view(scales.dtype).reshape(E, rows // 64, groups // gpk, folded_m, m_slices * gpk)
@@ -70,7 +71,7 @@ def fold_scales_padded(parts, part_shape: tuple[int, int], group_size: int = 32)
         return fold_scales(torch.cat([pad_to(part, part_shape) for part in parts], 1), group_size)
     if any(p.shape[0] != parts[0].shape[0] or p.shape[1] > rows or p.shape[2] > groups or p.dtype != parts[0].dtype
            for p in parts):
-        raise ValueError(f"scale parts {[list(p.shape) for p in parts]} do not fit [E, {rows}, {groups}] each")
+        raise InvalidArgumentError(f"scale parts {[list(p.shape) for p in parts]} do not fit [E, {rows}, {groups}] each")
     experts = parts[0].shape[0]
     out = np.empty((experts, len(parts) * rows // 64, groups // 4, 16, 16), np.uint8)
     run_in_threads([functools.partial(compiled.fold_scales_part, part[e].view(torch.uint8).numpy(), out[e], index * rows, rows)

@@ -18,6 +18,8 @@ dims (bytes of a row, or none for a bias ``[E, M]``) move with their row.
 
 import torch
 
+from moebake.errors import InvalidArgumentError
+
 EPILOGUE_TILE_M = 128  # what SGLang and FlashInfer's own preparation pass for trtllm-gen FP4 MoE
 
 
@@ -30,7 +32,7 @@ def _row_blocks(x: torch.Tensor, epilogue_tile_m: int) -> tuple[int, int, int]:
     """``(E, M / block, block)``; ValueError unless ``x`` is ``[E, M, ...]`` with ``M % block == 0``."""
     block = shuffle_block(epilogue_tile_m)
     if x.dim() < 2 or x.shape[1] % block:
-        raise ValueError(f"row shuffle needs [E, M, ...] with M % {block} == 0, got shape {list(x.shape)}")
+        raise InvalidArgumentError(f"row shuffle needs [E, M, ...] with M % {block} == 0, got shape {list(x.shape)}")
     return x.shape[0], x.shape[1] // block, block
 
 

@@ -15,6 +15,7 @@ import os
 
 import xxhash
 
+from moebake.errors import InvalidArgumentError
 from moebake.schema.files import open_regular
 
 CHECKSUM = "xxh3-128"
@@ -58,7 +59,7 @@ def record_checksum(record: dict) -> tuple[str, str]:
     for algorithm in ALGORITHMS:
         if isinstance(record.get(algorithm), str):
             return algorithm, record[algorithm]
-    raise ValueError(f"no checksum of a known algorithm ({', '.join(ALGORITHMS)}) in {sorted(record)}")
+    raise InvalidArgumentError(f"no checksum of a known algorithm ({', '.join(ALGORITHMS)}) in {sorted(record)}")
 
 
 def checksum_problem(path: str | os.PathLike, record: dict) -> str | None:

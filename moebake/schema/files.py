@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-from moebake.errors import CheckpointError, MoebakeError
+from moebake.errors import CheckpointError, InvalidArgumentError, MoebakeError
 
 _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket", stat.S_IFLNK: "a symbolic link"}
@@ -39,7 +39,7 @@ def child(directory: str | os.PathLike, name: str) -> Path:
     when they read them, with a message that names their source: this is the last line of defence)."""
     problem = plain_name_problem(name)
     if problem is not None:
-        raise ValueError(f"{name!r} is not a plain file name ({problem})")
+        raise InvalidArgumentError(f"{name!r} is not a plain file name ({problem})")
     return Path(directory) / name
 
 

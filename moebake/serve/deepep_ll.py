@@ -33,7 +33,7 @@ from types import ModuleType
 
 import torch
 
-from moebake.errors import MoebakeError
+from moebake.errors import InvalidArgumentError, OptionError, PlatformError
 
 # Hidden sizes the LL kernels of tokenspeed-deepep 1.2.1 are instantiated for (SWITCH_HIDDEN).
 LL_HIDDEN_SIZES = (2048, 2560, 3072, 4096, 5120, 6144, 7168, 8192)
@@ -51,7 +51,7 @@ _ALIGN = 128
 _INT4 = 16
 
 
-class LowLatencyRefusal(MoebakeError):
+class LowLatencyRefusal(OptionError):
     """A layer shape or batch that DeepEP's low-latency kernels cannot run; one line."""
 
 
@@ -165,7 +165,7 @@ def deep_ep_status() -> tuple[ModuleType | None, str]:
 def require_deep_ep() -> ModuleType:
     module, why = deep_ep_status()
     if module is None:
-        raise MoebakeError(f"DeepEP is not usable here ({why}); use the stand-in dispatcher")
+        raise PlatformError(f"DeepEP is not usable here ({why}); use the stand-in dispatcher")
     return module
 
 
@@ -181,7 +181,7 @@ class LowLatencyBuffer:
     def __init__(self, group, specs: list[LowLatencySpec]):
         deep_ep = require_deep_ep()
         if not specs:
-            raise ValueError("LowLatencyBuffer needs at least one spec to size the buffer")
+            raise InvalidArgumentError("LowLatencyBuffer needs at least one spec to size the buffer")
         for spec in specs:
             spec.check(deep_ep=True)
             if spec.num_ranks != group.size():

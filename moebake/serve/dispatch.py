@@ -106,7 +106,7 @@ class StandInDispatcher:
         spec.check(deep_ep=False)
         ranks = 1 if group is None else group.size()
         if spec.num_ranks != ranks:
-            raise ValueError(f"a spec for {spec.num_ranks} EP ranks cannot run on a group of {ranks}")
+            raise InvalidArgumentError(f"a spec for {spec.num_ranks} EP ranks cannot run on a group of {ranks}")
         self.spec, self.group = spec, group
         self.rank = 0 if group is None else group.rank()
 

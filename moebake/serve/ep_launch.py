@@ -31,7 +31,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from moebake.errors import MoebakeError
+from moebake.errors import MoebakeError, OptionError, PlatformError, UnsupportedError
 from moebake.serve import deepep_ll
 from moebake.serve.deepep_ll import LowLatencyBuffer, LowLatencyRefusal, LowLatencySpec
 from moebake.serve.moe_reference import decode_inputs, relative_l2, source_moe_fp32
@@ -58,13 +58,13 @@ def free_port() -> int:
 def check_ranks(ranks: int, device: str) -> None:
     """MoebakeError unless ``ranks`` processes can run on ``device`` here (one GPU each on CUDA)."""
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
-        raise MoebakeError(f"ranks must be a positive integer, got {ranks!r}")
+        raise OptionError(f"ranks must be a positive integer, got {ranks!r}")
     if device not in DEVICES:
-        raise MoebakeError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+        raise OptionError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
     if device == "cuda":
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if ranks > gpus:
-            raise MoebakeError(f"{ranks} EP ranks need {ranks} GPUs (one process per GPU); this machine has {gpus}")
+            raise PlatformError(f"{ranks} EP ranks need {ranks} GPUs (one process per GPU); this machine has {gpus}")
 
 
 def _rank_main(rank: int, fn: Callable, ranks: int, device: str, port: int, out_dir: str, payload) -> None:
@@ -136,18 +136,18 @@ def plan(config: LaunchConfig) -> LaunchConfig:
     from moebake.serve.deepep_bf16 import DISPATCHERS, DeepEPBf16Checkpoint
 
     if isinstance(config.ranks, bool) or not isinstance(config.ranks, int) or config.ranks < 1:
-        raise MoebakeError(f"ranks must be a positive integer, got {config.ranks!r}")
+        raise OptionError(f"ranks must be a positive integer, got {config.ranks!r}")
     if config.dispatcher not in DISPATCHERS:
-        raise MoebakeError(f"dispatcher must be one of {', '.join(DISPATCHERS)}, got {config.dispatcher!r}")
+        raise OptionError(f"dispatcher must be one of {', '.join(DISPATCHERS)}, got {config.dispatcher!r}")
     if not config.jobs:
-        raise MoebakeError("nothing to run: no jobs")
+        raise OptionError("nothing to run: no jobs")
     specs = []
     for job in config.jobs:
         checkpoint = moebake.serve.open(job.bake)
         if not isinstance(checkpoint, DeepEPBf16Checkpoint):
-            raise MoebakeError(f"{job.bake}: target {checkpoint.target}; the EP launcher runs deepep-bf16 bakes")
+            raise UnsupportedError(f"{job.bake}: target {checkpoint.target}; the EP launcher runs deepep-bf16 bakes")
         if isinstance(job.tokens_per_rank, bool) or not isinstance(job.tokens_per_rank, int) or job.tokens_per_rank < 1:
-            raise MoebakeError(f"tokens per rank must be a positive integer, got {job.tokens_per_rank!r}")
+            raise OptionError(f"tokens per rank must be a positive integer, got {job.tokens_per_rank!r}")
         capacity = job.tokens_per_rank if job.max_tokens_per_rank is None else job.max_tokens_per_rank
         spec = checkpoint.low_latency_spec(job.layer, capacity, config.ranks, job.top_k)
         spec.check_batch(job.tokens_per_rank, spec.top_k)
@@ -165,10 +165,10 @@ def plan(config: LaunchConfig) -> LaunchConfig:
         for spec in specs:
             spec.check(deep_ep=True)
         if config.device != "cuda":
-            raise MoebakeError("the DeepEP dispatcher runs on CUDA only; use --device cuda or --dispatcher standin")
+            raise PlatformError("the DeepEP dispatcher runs on CUDA only; use --device cuda or --dispatcher standin")
         module, why = deepep_ll.deep_ep_status()
         if module is None:
-            raise MoebakeError(f"DeepEP is not usable here ({why}); use --dispatcher standin")
+            raise PlatformError(f"DeepEP is not usable here ({why}); use --dispatcher standin")
     check_ranks(config.ranks, config.device)
     return LaunchConfig(config.ranks, tuple(config.jobs), config.device, kind, config.backend, config.keep_outputs, tuple(specs))
 

@@ -62,6 +62,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
+from moebake.errors import PlatformError
+
 MODULE_NAME = "fused_moe_90_moebake_w4a16"
 """Name of the reduced JIT module (its cache directory and ``.so`` are named after it)."""
 
@@ -238,7 +240,7 @@ def bf16_fp4_instantiations(generated_dir: Path) -> dict[tuple[str, str, str], t
                 continue
             m = _CONFIG_RE.search(args)
             if m is None:
-                raise RuntimeError(f"unrecognised instantiation in {path.name}: {args[:200]}")
+                raise PlatformError(f"unrecognised instantiation in {path.name}: {args[:200]}")
             key = ("x".join(m.group(1, 2, 3)), "x".join(m.group(4, 5, 6)), m.group(7))
             found[key] = (match.group(0), path.name)
     return found
@@ -249,7 +251,7 @@ def reduced_binding_source(csrc_dir: Path) -> str:
     text = (Path(csrc_dir) / _BINDING).read_text()
     for anchor in (_CTOR_BEGIN, _CTOR_END, _RELATIVE_INCLUDE, _ERROR_TEXT):
         if text.count(anchor) != 1:
-            raise RuntimeError(f"FlashInfer binding changed: anchor {anchor.strip()!r} not found exactly once")
+            raise PlatformError(f"FlashInfer binding changed: anchor {anchor.strip()!r} not found exactly once")
     begin = text.index(_CTOR_BEGIN)
     end = text.index(_CTOR_END, begin)
     text = text[:begin] + _CTOR_REDUCED + text[end:]
@@ -262,7 +264,7 @@ def _check_flashinfer_version() -> str:
 
     version = flashinfer.__version__
     if version not in TESTED_FLASHINFER_VERSIONS and not os.environ.get("MOEBAKE_FLASHINFER_ANY_VERSION"):
-        raise RuntimeError(
+        raise PlatformError(
             f"moebake's reduced FlashInfer MoE module was written for FlashInfer {TESTED_FLASHINFER_VERSIONS}, "
             f"found {version}; set MOEBAKE_FLASHINFER_ANY_VERSION=1 to try anyway"
         )
@@ -369,17 +371,17 @@ def check_prebuilt(so_path: Path) -> dict[str, Any]:
     import tvm_ffi
 
     if meta.get("module") != MODULE_NAME or meta.get("flashinfer") != flashinfer.__version__:
-        raise RuntimeError(
+        raise PlatformError(
             f"prebuilt module {so_path} is for {meta.get('module')} / FlashInfer {meta.get('flashinfer')}, "
             f"not {MODULE_NAME} / FlashInfer {flashinfer.__version__}"
         )
     # The module subclasses tvm-ffi C++ classes inline from the headers it was compiled with: the
     # runtime library must be the same apache-tvm-ffi release (0.1.11 and 0.1.15 differ in layout).
     if meta.get("tvm_ffi", tvm_ffi.__version__) != tvm_ffi.__version__:
-        raise RuntimeError(f"prebuilt module {so_path} was built with apache-tvm-ffi {meta['tvm_ffi']}, "
+        raise PlatformError(f"prebuilt module {so_path} was built with apache-tvm-ffi {meta['tvm_ffi']}, "
                            f"but {tvm_ffi.__version__} is installed; rebuild it")
     if "sha256" in meta and hashlib.sha256(so_path.read_bytes()).hexdigest() != meta["sha256"]:
-        raise RuntimeError(f"prebuilt module {so_path} does not match the sha256 in {meta_path}")
+        raise PlatformError(f"prebuilt module {so_path} does not match the sha256 in {meta_path}")
     return meta
 
 

@@ -1,13 +1,15 @@
 """The plugin's refusals: each is one line saying what is wrong and what to do, raised before any weight is read.
 
-``MoebakeRefusal`` subclasses ``RuntimeError`` so SGLang's start-up reports it like its own errors.
+``MoebakeRefusal`` is an :class:`~moebake.errors.EngineRefusal` (also a ``RuntimeError``, so SGLang's start-up
+reports it like its own errors).
 Every check here is a pure function of the manifest and SGLang's state, tested on CPU.
 """
 
+from moebake.errors import EngineRefusal
 from moebake.layouts.flashinfer_versions import layout_for_flashinfer
 
 
-class MoebakeRefusal(RuntimeError):
+class MoebakeRefusal(EngineRefusal):
     """A baked checkpoint that this SGLang process must not serve (one line: what, and what to do)."""
 
     def __str__(self) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from moebake.schema.enums import DType
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, read_manifest
-from moebake.errors import MoebakeError
+from moebake.errors import EngineRefusal, MoebakeError
 
 ENGINE = "vllm"
 VLLM_VERSION = "0.33.0"
@@ -43,9 +43,9 @@ SWIGLU = {"alpha": 1.702, "beta": 1.0, "limit": 7.0}
 PREFIX = "moebake (vLLM plugin): "
 
 
-def refuse(message: str) -> MoebakeError:
+def refuse(message: str) -> EngineRefusal:
     """The one-line error a refusal raises (``message`` is one line)."""
-    return MoebakeError(PREFIX + message)
+    return EngineRefusal(PREFIX + message)
 
 
 def parameter_specs(layer: LayerRecord, local_experts: int) -> dict[str, tuple[DType, tuple[int, ...]]]:
