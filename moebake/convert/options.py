@@ -47,7 +47,3 @@ class ConvertOptions:
         profile = get_profile(self.engine).target(self.target, source_format)
         return (self.hidden_multiple or profile.hidden_multiple, self.intermediate_multiple or profile.intermediate_multiple,
                 profile.hidden_scale_fill)
-
-
-def round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple

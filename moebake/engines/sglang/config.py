@@ -15,6 +15,7 @@ import torch
 from sglang.srt.layers.quantization.base_config import QuantizationConfig
 
 from moebake.engines.config_json import manifest_digest
+from moebake.engines.quantization_identity import MoebakeQuantization
 from moebake.errors import MoebakeError
 from moebake.schema.manifest import MANIFEST_NAME, read_manifest
 from moebake.engines.sglang.refusals import MoebakeRefusal, check_parallelism
@@ -60,7 +61,7 @@ def _check_parallelism(manifest: dict) -> None:
         check_parallelism(record, parallel.moe_tp_size, parallel.moe_ep_size)
 
 
-class MoebakeConfig(QuantizationConfig):
+class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
     """``--quantization moebake``: baked MoE layers from the manifest, everything else as the source's config."""
 
     def __init__(self, quant: dict, manifest: dict, manifest_path: Path, original: QuantizationConfig | None):
@@ -80,22 +81,6 @@ class MoebakeConfig(QuantizationConfig):
                                  "manifest changed after baking); run `moebake verify` on the checkpoint")
         _check_parallelism(manifest)
         return cls(config, manifest, manifest_path, _original_config(config.get("original"), config.get("original_file")))
-
-    @classmethod
-    def get_name(cls) -> str:
-        return "moebake"
-
-    @classmethod
-    def get_supported_act_dtypes(cls) -> list[torch.dtype]:
-        return [torch.bfloat16]
-
-    @classmethod
-    def get_min_capability(cls) -> int:
-        return 90
-
-    @staticmethod
-    def get_config_filenames() -> list[str]:
-        return []
 
     def get_scaled_act_names(self) -> list[str]:
         return []

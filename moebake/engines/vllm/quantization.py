@@ -21,12 +21,12 @@ from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend, m
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4Config, GptOssMxfp4MoEMethod
 
+from moebake.engines.quantization_identity import MoebakeQuantization
 from moebake.engines.vllm.bake import (
     MOE_BACKEND, VllmBake, hf_config_dict, locate_checkpoint, parameter_specs, read_bake, refuse,
 )
 from moebake.errors import MoebakeError
 
-QUANT_METHOD = "moebake"
 LOAD_FORMAT = "moebake"
 
 
@@ -47,7 +47,7 @@ def check_platform(bake: VllmBake) -> None:
         raise refuse(str(err)) from None
 
 
-class MoebakeConfig(QuantizationConfig):
+class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
     """``quantization_config`` of a baked checkpoint (``quant_method: "moebake"``, written by ``moebake convert``)."""
 
     def __init__(self, quantization_config: dict):
@@ -55,22 +55,6 @@ class MoebakeConfig(QuantizationConfig):
         self.quantization_config = quantization_config
         self.bake: VllmBake | None = None
         self.source_config = GptOssMxfp4Config()  # what stock vLLM builds for the source checkpoint
-
-    @classmethod
-    def get_name(cls) -> str:
-        return QUANT_METHOD
-
-    @classmethod
-    def get_supported_act_dtypes(cls) -> list[torch.dtype]:
-        return [torch.bfloat16]
-
-    @classmethod
-    def get_min_capability(cls) -> int:
-        return 90
-
-    @staticmethod
-    def get_config_filenames() -> list[str]:
-        return []
 
     @classmethod
     def from_config(cls, config: dict) -> "MoebakeConfig":
