@@ -8,6 +8,48 @@ from safetensors.torch import load_file
 
 from moebake.synthetic import write_gpt_oss
 
+ENGINE_PACKAGES = {"sglang": "0.5.23", "vllm": "0.33.0", "flashinfer-python": "0.7.2.post1"}
+"""The oracles' packages and versions the CPU suite runs against; ``bin/test`` requires them all
+(``MOEBAKE_REQUIRE_ENGINES=1``): their tests skip where one is absent, so CI must not lack one."""
+
+
+def _installed(package: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def pytest_sessionstart(session):
+    import os
+
+    if os.environ.get("MOEBAKE_REQUIRE_ENGINES") != "1":
+        return
+    wrong = [f"{package} {_installed(package) or 'absent'} (want {version})"
+             for package, version in ENGINE_PACKAGES.items() if _installed(package) != version]
+    if wrong:
+        pytest.exit(f"MOEBAKE_REQUIRE_ENGINES=1 but {', '.join(wrong)}: run bin/setup", returncode=2)
+
+
+def pytest_report_header(config):
+    """The machine's numerics: CPU, torch's and numpy's BLAS (the suite must pass on MKL and OpenBLAS alike)."""
+    import platform
+    import re
+
+    import numpy
+
+    build = torch.__config__.show()
+    torch_blas, capability = (next(iter(re.findall(pattern, build)), "unknown")
+                              for pattern in (r"BLAS_INFO=([^,\s]+)", r"CPU capability usage: (\S+)"))
+    numpy_blas = numpy.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {})
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    engines = ", ".join(f"{p} {_installed(p) or 'absent'}" for p in ENGINE_PACKAGES)
+    return [f"cpu: {cpu}", f"torch {torch.__version__}: BLAS {torch_blas}, CPU kernels {capability}; numpy {numpy.__version__}: BLAS "
+            f"{numpy_blas.get('name', 'unknown')} {numpy_blas.get('version', '')}".rstrip(), f"oracles: {engines}"]
+
 # A GPT-OSS shape whose dims need padding: H=160 -> 256, I=96 -> 128.
 TINY = {"num_layers": 2, "num_experts": 3, "hidden": 160, "intermediate": 96, "vocab": 64}
 
