@@ -30,7 +30,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from huggingface_hub import HfApi, constants
-from werkzeug import Response
 
 from moebake.cli import main
 from moebake.convert.options import ConvertOptions
@@ -41,6 +40,10 @@ from moebake.hub.download import resolve_source
 from moebake.hub.publish import publish
 from moebake.synthetic import write_gpt_oss
 from tests.conftest import TINY
+
+# The loopback Hub: pytest-httpserver and its werkzeug (test extras, installed by bin/setup).
+pytest.importorskip("pytest_httpserver", reason="the loopback Hub needs pytest-httpserver (bin/setup installs it)")
+Response = pytest.importorskip("werkzeug").Response
 
 TOKEN = "hf_loopback_token"
 _API = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/(?P<op>preupload|commit|revision|tree|branch)/(?P<rev>.+)$")
