@@ -14,7 +14,8 @@ from kernel_emulation import kernel_interleave_v1, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.engines.profiles import PROFILES, SGLANG_0_5_23
-from moebake.synthetic import write_bf16_moe, write_deepseek_v4, write_gpt_oss
+from moebake.convert.targets.nvfp4_scalars import load_time_scales
+from moebake.synthetic import write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
 
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():
@@ -28,6 +29,8 @@ ORACLE_TESTS = {
     ("vllm", "sm90-cutlass", "gpt-oss"): ("test_vllm_profile.py", "test_gpt_oss_flashinfer_cutlass_equals_vllm"),
     ("sglang", "deepep-bf16", "bf16-moe"): ("test_engine_profiles.py", "test_bf16_moe_deepep_bf16_equals_sglang"),
     ("sglang", "sm90-cutlass", "deepseek-v4"): ("test_engine_profiles.py", "test_deepseek_v4_sm90_cutlass_equals_sglang"),
+    ("sglang", "cutedsl", "modelopt-nvfp4"): ("test_engine_profiles.py", "test_modelopt_nvfp4_cutedsl_equals_sglang"),
+    ("sglang", "cutedsl-deepep", "modelopt-nvfp4"): ("test_engine_profiles.py", "test_modelopt_nvfp4_cutedsl_equals_sglang"),
 }
 
 
@@ -82,6 +85,16 @@ def test_bf16_moe_deepep_bf16_equals_sglang(tmp_path, style, names):
     _assert_bake_equals_engine(tmp_path / "out", record["prefix"], engine, derived=set())
 
 
+def test_modelopt_bf16_mtp_experts_deepep_bf16_equal_sglang(tmp_path):
+    """A ModelOpt NVFP4 checkpoint's BF16 MTP experts bake as source format bf16-moe (its profile, exact)."""
+    source = write_modelopt_nvfp4(tmp_path / "src", num_layers=2, num_experts=4, hidden=256, intermediate=128)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("deepep-bf16"), progress=False)
+    assert (manifest["source"]["format"], manifest["engine"]["exact"]) == ("bf16-moe", True)
+    record = manifest["layers"][0]
+    engine = sglang_oracle.unquantized_deepep_bf16(source, record["prefix"], 4, 256, 128, ("gate_proj", "up_proj", "down_proj"))
+    _assert_bake_equals_engine(tmp_path / "out", record["prefix"], engine, derived=set())
+
+
 @pytest.mark.parametrize("layout", ["v2", "v1"])
 def test_deepseek_v4_sm90_cutlass_equals_sglang(tmp_path, layout):
     """SGLang names the scales ``w*_weight_scale_inv`` and types weights int8 / scales float8_e8m0fnu;
@@ -97,3 +110,52 @@ def test_deepseek_v4_sm90_cutlass_equals_sglang(tmp_path, layout):
         got = baked[record["prefix"] + name.replace("_scale_inv", "_scale")]
         assert tuple(got.shape) == tuple(expected.shape), name
         assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{name} differs from SGLang's"
+
+
+# Derived at load by SGLang's CuteDSL standard path from tensors the bake stores (the plugin runs SGLang's own
+# post-load step for them): the F32 scalars below, and the MMA-layout views of the swizzled scales.
+CUTEDSL_LOAD_TIME_SCALARS = ("g1_alphas", "g2_alphas", "w2_input_scale_quant")
+CUTEDSL_MMA_VIEWS = {"w13_blockscale_mma": "w13_weight_scale", "w2_blockscale_mma": "w2_weight_scale"}
+# Computed at the CuteDSL wrapper's first forward (resolve_cutedsl_standard_scales), not post-load parameters.
+CUTEDSL_WRAPPER_SCALARS = ("w1_alpha", "w2_alpha", "fc2_input_scale")
+
+
+@pytest.mark.parametrize("hidden, intermediate", [(256, 128), (384, 192)])
+@pytest.mark.parametrize("target, a2a", [("cutedsl", "none"), ("cutedsl-deepep", "deepep")])
+def test_modelopt_nvfp4_cutedsl_equals_sglang(tmp_path, target, a2a, hidden, intermediate):
+    """SGLang's ModelOptNvFp4FusedMoEMethod (flashinfer_cutedsl; a2a deepep = its v1 path) on the source, against
+    the bake: every parameter it holds after its post-load step, byte for byte, for experts whose gate and up
+    globals agree (where they differ, see the next test)."""
+    source = write_modelopt_nvfp4(tmp_path / "src", num_layers=2, num_experts=4, hidden=hidden, intermediate=intermediate,
+                                  mismatches=())
+    manifest = convert(source, tmp_path / "out", ConvertOptions(target), progress=False)
+    assert manifest["engine"]["exact"] is True, manifest["engine"]
+    baked = load_all(tmp_path / "out")
+    record = manifest["layers"][0]
+    prefix = record["prefix"]
+    engine = sglang_oracle.modelopt_nvfp4_cutedsl(source, prefix, 4, hidden, intermediate, a2a)
+    derived = set(CUTEDSL_MMA_VIEWS) | set(CUTEDSL_LOAD_TIME_SCALARS) if target == "cutedsl" else set()
+    assert set(engine) - derived == set(record["tensors"]) - set(CUTEDSL_WRAPPER_SCALARS)
+    _assert_bake_equals_engine(tmp_path / "out", prefix, engine, derived)
+    if target == "cutedsl":
+        stored = {name: baked[prefix + name] for name in ("w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale", "w2_input_scale")}
+        expected = load_time_scales(stored)
+        for name in CUTEDSL_LOAD_TIME_SCALARS:
+            assert torch.equal(engine[name].view(torch.int32), expected[name].view(torch.int32)), name
+        for view, stored_name in CUTEDSL_MMA_VIEWS.items():
+            scales = baked[prefix + stored_name]
+            m, k = scales.shape[1], scales.shape[2] * 16
+            mine = sglang_oracle._convert_sf_to_mma_layout(scales.contiguous().view(torch.uint8).reshape(-1), m, k, 4)
+            assert torch.equal(engine[view].view(torch.uint8), mine), view
+
+
+def test_modelopt_nvfp4_with_differing_gate_up_globals_is_not_engine_exact(tmp_path):
+    """Where an expert's gate and up globals differ, moebake shares them (the accurate choice for kernels taking
+    one W13 alpha); SGLang keeps both, so the bake says it is not SGLang's bytes, and why."""
+    source = write_modelopt_nvfp4(tmp_path / "src", num_layers=2, num_experts=4, hidden=256, intermediate=128)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("cutedsl"), progress=False)
+    assert manifest["engine"]["exact"] is False and manifest["serves"] == []
+    assert manifest["engine"]["not_exact_because"].startswith("gate and up global scales shared in 2 experts")
+    engine = sglang_oracle.modelopt_nvfp4_cutedsl(source, manifest["layers"][0]["prefix"], 4, 256, 128, "none")
+    baked = load_all(tmp_path / "out")
+    assert not torch.equal(engine["w13_weight_scale_2"], baked[manifest["layers"][0]["prefix"] + "w13_weight_scale_2"])

@@ -146,13 +146,13 @@ def _bake(conversion, source, options: ConvertOptions, staging: Path, done: Prog
     for name in (SAFETENSORS_INDEX_FILE, *side_files):
         files[name] = file_record(staging / name)
     layout = options.flashinfer_layout if target.spec.uses_flashinfer_layout else None
+    engine = manifest_engine(options, model.format_name, conversion.layers)
     manifest = Manifest(
         moebake.__version__, created(), options.target, target.spec.layout_version,
         layout, DESCRIPTIONS[layout] if layout else None,
         SourceRecord(model.format_name, location, revision, _source_files(checkpoint, done.sources)),
         options.as_dict(), model.activation(), conversion.layers, _file_records(staging, files),
-        engine=manifest_engine(options, model.format_name),
-        serves=tuple(_engines_with_same_bytes(options, model.format_name, conversion.layers)),
+        engine=engine, serves=tuple(_engines_with_same_bytes(options, model.format_name, conversion.layers) if engine.exact else ()),
     )
     write_baked_config(checkpoint.root, staging, manifest.to_json())  # names quant_method moebake and this manifest's hash
     files[CONFIG_NAME] = file_record(staging / CONFIG_NAME)

@@ -29,7 +29,7 @@ against the engine's own code, run on CPU.
 from dataclasses import dataclass
 
 from moebake.errors import OptionError
-from moebake.schema.manifest import EngineRecord
+from moebake.schema.manifest import EngineRecord, LayerRecord
 from moebake.schema.sizes import round_up
 
 
@@ -79,13 +79,14 @@ SGLANG_0_5_23 = EngineProfile("sglang", "0.5.23", {
     # filled with 127 before the trtllm-gen shuffles): recorded as not engine-exact.
     ("sm100-trtllm", "gpt-oss"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_MXFP4, verified=False),
     ("sm100-trtllm", "deepseek-v4"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_DSV4_SM100, verified=False),
-    # Not yet proven against SGLang's own code by a test (recorded as not exact); SGLang 0.5.23 also derives
-    # g1_alphas_up, which these bakes lack.
-    ("cutedsl", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "none", _SGLANG_NVFP4, verified=False),
-    ("cutedsl-deepep", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "deepep", _SGLANG_NVFP4, verified=False),
+    # ModelOptNvFp4FusedMoEMethod, flashinfer_cutedsl: its standard ("v2": [up; gate] in 64-row groups, swizzled
+    # scales) and DeepEP low-latency ("v1": [gate; up]) post-load steps; NVFP4 is not padded. Exact where each
+    # expert's gate and up globals agree: where they differ moebake shares them (SGLang keeps both, and its
+    # CuteDSL kernels apply the gate's to both halves), which :func:`manifest_engine` records as not exact.
+    ("cutedsl", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "none", _SGLANG_NVFP4),
+    ("cutedsl-deepep", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "deepep", _SGLANG_NVFP4),
     # SGLang's unquantized DeepEP-LL + DeepGEMM post-load step transforms no weight.
     ("deepep-bf16", "bf16-moe"): TargetProfile("deep_gemm", "deepep", _SGLANG_UNQUANT),
-    ("deepep-bf16", "modelopt-nvfp4"): TargetProfile("deep_gemm", "deepep", _SGLANG_UNQUANT, verified=False),
 })
 
 _VLLM_GPT_OSS_MXFP4 = "vllm.model_executor.layers.quantization.mxfp4.GptOssMxfp4MoEMethod"
@@ -110,17 +111,21 @@ def get_profile(engine: str) -> EngineProfile:
     return PROFILES[engine]
 
 
-def manifest_engine(options, source_format: str) -> EngineRecord:
-    """The manifest's ``engine`` record for a conversion's ``ConvertOptions``: name, version, the
-    profile, and whether the bake is engine-exact (a verified profile used as is; padding multiples
-    overridden with other values make an honest non-exact bake)."""
+def manifest_engine(options, source_format: str, layers: list[LayerRecord]) -> EngineRecord:
+    """The manifest's ``engine`` record for a conversion's ``ConvertOptions`` and its planned ``layers``:
+    name, version, the profile, and whether the bake is engine-exact (a verified profile used as is).
+    Not exact: padding multiples overridden with other values, or NVFP4 experts whose gate and up
+    global scales moebake shared (the engine keeps them apart)."""
     profile = get_profile(options.engine)
     entry = profile.target(options.target, source_format)
     hidden_multiple, intermediate_multiple, _ = options.padding(source_format)
     overridden = (hidden_multiple, intermediate_multiple) != (entry.hidden_multiple, entry.intermediate_multiple)
+    shared = sum((layer.gate_up_global_scale or {}).get("experts_rescaled", 0) for layer in layers)
     reason = ("padding multiples overridden" if overridden else None) or (
         None if entry.verified else "no profile of this engine for this target and source" if entry is UNPROFILED
-        else "profile not verified against the engine's code")
+        else "profile not verified against the engine's code") or (
+        f"gate and up global scales shared in {shared} experts ({profile.engine} {profile.version} keeps both and "
+        "applies the gate's to both halves)" if shared else None)
     return _engine_record(profile, entry, reason)
 
 

@@ -84,7 +84,7 @@ def sglang_engine(*, moe_runner_backend: str = "auto", moe_a2a_backend: str = "n
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(backend="gloo")
     initialize_moe_config()
-    facts = {"is_sm90": gpu == "sm90", "is_sm100": gpu == "sm100", "is_sm120": False}
+    facts = {"is_sm90": gpu == "sm90", "is_sm100": gpu == "sm100", "is_blackwell": gpu == "sm100", "is_sm120": False}
     try:
         with override_platform(**facts):
             yield
@@ -238,3 +238,86 @@ def deepseek_v4_sm90_cutlass(source_dir: str | Path, prefix: str, num_experts: i
                     break
         experts.quant_method.process_weights_after_loading(experts)
         return {name: p.data.clone() for name, p in experts.named_parameters()}
+
+
+def _convert_sf_to_mma_layout(sf: torch.Tensor, m: int, k: int, num_groups: int = 1, sf_vec_size: int = 16) -> torch.Tensor:
+    """FlashInfer's ``flashinfer.cute_dsl.utils.convert_sf_to_mma_layout`` (0.7.2.post1), for a CPU box without
+    ``nvidia-cutlass-dsl`` (its module imports ``cutlass``): the same strided view of the swizzled scale bytes,
+    ``(num_groups, m_tiles, k_tiles, 32, 4, 4)`` permuted to ``(32, 4, m_tiles, 4, k_tiles, num_groups)``.
+    ``test_convert_cutedsl.py`` checks this index math against FlashInfer's function where it imports."""
+    m_tiles, k_tiles = -(-m // 128), -(-(-(-k // sf_vec_size)) // 4)
+    return sf.view(num_groups, m_tiles, k_tiles, 32, 4, 4).permute(3, 4, 1, 5, 2, 0)
+
+
+@contextmanager
+def _cutedsl_utils():
+    """``flashinfer.cute_dsl.utils`` as SGLang imports it in its CuteDSL post-load step: FlashInfer's own where
+    ``nvidia-cutlass-dsl`` is installed, else a module holding only :func:`_convert_sf_to_mma_layout`."""
+    import sys
+    import types
+
+    try:
+        import flashinfer.cute_dsl.utils  # noqa: F401
+    except ImportError:
+        module = types.ModuleType("flashinfer.cute_dsl.utils")
+        module.convert_sf_to_mma_layout = _convert_sf_to_mma_layout
+        sys.modules[module.__name__] = module  # only this entry: SGLang's modules imported meanwhile stay imported
+        try:
+            yield
+        finally:
+            sys.modules.pop(module.__name__, None)
+        return
+    yield
+
+
+class _DispatcherStandin:
+    """The layer's token dispatcher, which the post-load step only tells its activation quantization
+    (``set_quant_config``): DeepEP's dispatcher needs ``deep_ep`` and a process group per rank to be made."""
+
+    def __init__(self):
+        self.quant_config = None
+
+    def set_quant_config(self, quant_config: dict) -> None:
+        self.quant_config = quant_config
+
+
+def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
+                           a2a: str = "none") -> dict[str, torch.Tensor]:
+    """SGLang's post-``process_weights_after_loading`` parameters of one ModelOpt NVFP4 MoE layer for
+    ``--moe-runner-backend flashinfer_cutedsl`` on Blackwell (``ModelOptNvFp4FusedMoEMethod``): its standard
+    ("v2") path with ``a2a="none"``, its DeepEP low-latency ("v1") path with ``a2a="deepep"``.
+
+    Each expert's ``{gate,up,down}_proj.{weight, weight_scale, weight_scale_2, input_scale}`` goes through
+    ``FusedMoE.weight_loader`` (shard ids from ``make_expert_params_mapping``, as SGLang's DeepSeek/Qwen
+    loaders call it). The config is ``ModelOptFp4Config.from_config`` of the checkpoint's
+    ``quantization_config``. Returns ``{param name: tensor}``, the MMA-layout scale views included.
+    """
+    import json
+
+    from unittest import mock
+
+    import sglang.srt.layers.moe.fused_moe_triton.layer as fused_moe_layer
+    import sglang.srt.layers.quantization.modelopt_quant as modelopt
+    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+
+    config = json.loads((Path(source_dir) / "config.json").read_text())
+    names = [f"{prefix}{e}.{p}_proj.{k}" for e in range(num_experts) for p in ("gate", "up", "down")
+             for k in ("weight", "weight_scale", "weight_scale_2", "input_scale")]
+    source = read_tensors(source_dir, names)
+    mapping = FusedMoE.make_expert_params_mapping(ckpt_gate_proj_name="gate_proj", ckpt_down_proj_name="down_proj",
+                                                  ckpt_up_proj_name="up_proj", num_experts=num_experts)
+    with (sglang_engine(moe_runner_backend="flashinfer_cutedsl", moe_a2a_backend=a2a, gpu="sm100"), _cutedsl_utils(),
+          mock.patch.object(fused_moe_layer, "create_moe_dispatcher", lambda *args, **kwargs: _DispatcherStandin())):
+        quant_config = modelopt.ModelOptFp4Config.from_config(config["quantization_config"])
+        experts = FusedMoE(num_experts=num_experts, top_k=2, layer_id=0, hidden_size=hidden, intermediate_size=intermediate,
+                           quant_config=quant_config, prefix=prefix.rstrip("."), params_dtype=torch.bfloat16)
+        assert type(experts.quant_method) is modelopt.ModelOptNvFp4FusedMoEMethod
+        params = dict(experts.named_parameters())
+        for name, tensor in source.items():
+            for param_name, weight_name, expert_id, shard_id in mapping:
+                if weight_name in name:
+                    param = param_name.removeprefix("experts.") + name.rsplit(".", 1)[1]
+                    experts.weight_loader(params[param], tensor, prefix + param, shard_id=shard_id, expert_id=expert_id)
+                    break
+        experts.quant_method.process_weights_after_loading(experts)
+        return {name: p.data.clone() if p.is_contiguous() else p.data for name, p in experts.named_parameters()}
