@@ -1,7 +1,7 @@
 """``sm100-trtllm``: GPT-OSS and DeepSeek-V4 against SGLang-style constructions built from FlashInfer's helpers.
 
 The oracles follow SGLang's load-time code for the SM100 ``flashinfer_mxfp4`` path, written out
-here: GPT-OSS (``Mxfp4MoEMethod``): zero-initialised padded buffers, naive copy of the pair-
+here: GPT-OSS (``Mxfp4MoEMethod``): padded buffers (weights and biases zero, scales 127 = E8M0 2^0), naive copy of the pair-
 interleaved rows, ``swap_every_two_rows``, FlashInfer's ``get_w2_permute_indices_with_cache`` rows;
 DeepSeek-V4 (``Mxfp4FlashinferTrtllmMoEMethod``): ``[w1; w3]`` loaded, ``[w3; w1]`` folded into
 FlashInfer's ``_maybe_get_cached_w3_w1_permute_indices`` rows. Scales then go through the 128x4
@@ -44,8 +44,8 @@ def sglang_gpt_oss_layer(src, prefix, H, I, Hp, Ip):
     core = pytest.importorskip("flashinfer.fused_moe.core")
     E = src[prefix + "gate_up_proj_blocks"].shape[0]
 
-    def padded(name, shape, width, dtype=torch.uint8):
-        buffer = torch.zeros(E, *shape, dtype=dtype)
+    def padded(name, shape, width, dtype=torch.uint8, fill=0):
+        buffer = torch.full((E, *shape), fill, dtype=dtype)
         buffer[(slice(None),) + tuple(slice(0, n) for n in width)] = src[prefix + name].reshape(E, *width)
         return buffer
 
@@ -55,10 +55,10 @@ def sglang_gpt_oss_layer(src, prefix, H, I, Hp, Ip):
         return x.reshape(pairs).flip(axis + 1).reshape(shape)
 
     w13 = swap_every_two_rows(padded("gate_up_proj_blocks", (2 * Ip, Hp // 2), (2 * I, H // 2)), 1)
-    s13 = swap_every_two_rows(padded("gate_up_proj_scales", (2 * Ip, Hp // 32), (2 * I, H // 32)), 1)
+    s13 = swap_every_two_rows(padded("gate_up_proj_scales", (2 * Ip, Hp // 32), (2 * I, H // 32), fill=127), 1)
     b13 = swap_every_two_rows(padded("gate_up_proj_bias", (2 * Ip,), (2 * I,), torch.bfloat16).float(), 1)
     w2 = padded("down_proj_blocks", (Hp, Ip // 2), (H, I // 2))
-    s2 = padded("down_proj_scales", (Hp, Ip // 32), (H, I // 32))
+    s2 = padded("down_proj_scales", (Hp, Ip // 32), (H, I // 32), fill=127)
     b2 = padded("down_proj_bias", (Hp,), (H,), torch.bfloat16).float()
 
     def rows(x, sf=None):

@@ -29,6 +29,8 @@ ORACLE_TESTS = {
     ("vllm", "sm90-cutlass", "gpt-oss"): ("test_vllm_profile.py", "test_gpt_oss_flashinfer_cutlass_equals_vllm"),
     ("sglang", "deepep-bf16", "bf16-moe"): ("test_engine_profiles.py", "test_bf16_moe_deepep_bf16_equals_sglang"),
     ("sglang", "sm90-cutlass", "deepseek-v4"): ("test_engine_profiles.py", "test_deepseek_v4_sm90_cutlass_equals_sglang"),
+    ("sglang", "sm100-trtllm", "gpt-oss"): ("test_engine_profiles.py", "test_gpt_oss_sm100_trtllm_equals_sglang"),
+    ("sglang", "sm100-trtllm", "deepseek-v4"): ("test_engine_profiles.py", "test_deepseek_v4_sm100_trtllm_equals_sglang"),
     ("sglang", "cutedsl", "modelopt-nvfp4"): ("test_engine_profiles.py", "test_modelopt_nvfp4_cutedsl_equals_sglang"),
     ("sglang", "cutedsl-deepep", "modelopt-nvfp4"): ("test_engine_profiles.py", "test_modelopt_nvfp4_cutedsl_equals_sglang"),
 }
@@ -106,6 +108,36 @@ def test_deepseek_v4_sm90_cutlass_equals_sglang(tmp_path, layout):
     engine = sglang_oracle.deepseek_v4_sm90_cutlass(source, record["prefix"], 3, 256, 128, KERNELS[layout])
     baked = load_all(tmp_path / "out")
     assert sorted(n.replace("_scale_inv", "_scale") for n in engine) == sorted(record["tensors"])
+    for name, expected in engine.items():
+        got = baked[record["prefix"] + name.replace("_scale_inv", "_scale")]
+        assert tuple(got.shape) == tuple(expected.shape), name
+        assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{name} differs from SGLang's"
+
+
+@pytest.mark.parametrize("hidden, intermediate", [
+    (160, 96),     # pads H 160 -> 256 and I 96 -> 128: 127 in all the scales' padding, zero weights and biases
+    (2880, 128),   # GPT-OSS's H: 2880 -> 3072
+    (256, 128),    # no padding
+])
+def test_gpt_oss_sm100_trtllm_equals_sglang(tmp_path, hidden, intermediate):
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm"), progress=False)
+    assert manifest["engine"]["exact"] is True
+    engine = sglang_oracle.gpt_oss_sm100_trtllm(source, 0)
+    assert sorted(engine) == sorted(manifest["layers"][0]["tensors"])
+    _assert_bake_equals_engine(tmp_path / "out", "model.layers.0.mlp.experts.", engine, derived=set())
+
+
+def test_deepseek_v4_sm100_trtllm_equals_sglang(tmp_path):
+    """SGLang holds the shuffled weights as uint8 (the bake keeps the source's int8: the same bytes) and passes
+    the SwiGLU limit to its kernel at run time; the bake also stores it per expert (``gemm1_clamp_limit``)."""
+    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=256, intermediate=128, mtp_layers=0)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm"), progress=False)
+    assert manifest["engine"]["exact"] is True
+    record = manifest["layers"][0]
+    engine = sglang_oracle.deepseek_v4_sm100_trtllm(source, record["prefix"], 3, 256, 128)
+    baked = load_all(tmp_path / "out")
+    assert sorted(n.replace("_scale_inv", "_scale") for n in engine) == sorted(set(record["tensors"]) - {"gemm1_clamp_limit"})
     for name, expected in engine.items():
         got = baked[record["prefix"] + name.replace("_scale_inv", "_scale")]
         assert tuple(got.shape) == tuple(expected.shape), name

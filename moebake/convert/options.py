@@ -1,6 +1,7 @@
 """Options of a conversion (recorded verbatim in the manifest)."""
 
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 from moebake.engines.profiles import DEFAULT_ENGINE, get_profile
 from moebake.errors import OptionError
@@ -41,9 +42,19 @@ class ConvertOptions:
     def as_dict(self) -> dict:
         return asdict(self)
 
-    def padding(self, source_format: str) -> tuple[int, int, int]:
-        """``(hidden multiple, intermediate multiple, hidden scale fill byte)`` for ``source_format``:
-        the engine profile's, with this conversion's overrides."""
+    def padding(self, source_format: str) -> "Padding":
+        """The padding of ``source_format``'s experts: the engine profile's, with this conversion's overridden multiples."""
         profile = get_profile(self.engine).target(self.target, source_format)
-        return (self.hidden_multiple or profile.hidden_multiple, self.intermediate_multiple or profile.intermediate_multiple,
-                profile.hidden_scale_fill)
+        return Padding(self.hidden_multiple or profile.hidden_multiple, self.intermediate_multiple or profile.intermediate_multiple,
+                       profile.hidden_scale_fill, profile.intermediate_scale_fill)
+
+
+class Padding(NamedTuple):
+    """How a bake pads H and I: to multiples of ``hidden_multiple`` / ``intermediate_multiple``; the byte
+    left in the block scales' hidden padding and in their intermediate padding (E8M0: 0, or 127 = 2^0
+    where the engine fills its scale buffers with it and its post-load step keeps it)."""
+
+    hidden_multiple: int
+    intermediate_multiple: int
+    hidden_scale_fill: int
+    intermediate_scale_fill: int

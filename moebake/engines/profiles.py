@@ -5,10 +5,10 @@ holds after ``process_weights_after_loading`` for the same source. What differs 
 (and versions of one engine) is recorded here, per (target, source format):
 
   * ``hidden_multiple`` / ``intermediate_multiple``: H and I are padded up to multiples of these;
-  * ``hidden_scale_fill``: the byte left in the block scales' *hidden* padding next to real
-    rows/columns (SGLang 0.5.23 creates its GPT-OSS MXFP4 scale buffers filled with 127 = E8M0 2^0
-    and its loader never writes past the checkpoint's H; intermediate padding is zero-filled by
-    its post-load step);
+  * ``hidden_scale_fill`` / ``intermediate_scale_fill``: the byte left in the block scales' *hidden* /
+    *intermediate* padding next to real rows/columns (SGLang 0.5.23 creates its GPT-OSS MXFP4 scale
+    buffers filled with 127 = E8M0 2^0 and its loader never writes past the checkpoint's H and I; its
+    SM90 post-load step zero-pads I again, its SM100 one keeps the 127s);
   * ``runner_backend`` / ``a2a_backend``: the engine's ``--moe-runner-backend`` /
     ``--moe-a2a-backend`` whose preparation the bytes equal (the serving flags);
   * ``engine_method``: the engine's class that prepares them (the tests run it as the oracle);
@@ -43,6 +43,7 @@ class TargetProfile:
     hidden_multiple: int = 128
     intermediate_multiple: int = 128
     hidden_scale_fill: int = 0
+    intermediate_scale_fill: int = 0
     verified: bool = True
     parameter_names: tuple[tuple[str, str], ...] = ()
 
@@ -75,10 +76,12 @@ SGLANG_0_5_23 = EngineProfile("sglang", "0.5.23", {
                                                hidden_scale_fill=127),
     # DeepSeek-V4's SM90 method asserts H and I multiples of 128 (no padding).
     ("sm90-cutlass", "deepseek-v4"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_DSV4_SM90),
-    # Not yet checked against SGLang's SM100 code (its GPT-OSS buffers are padded at creation and
-    # filled with 127 before the trtllm-gen shuffles): recorded as not engine-exact.
-    ("sm100-trtllm", "gpt-oss"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_MXFP4, verified=False),
-    ("sm100-trtllm", "deepseek-v4"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_DSV4_SM100, verified=False),
+    # trtllm_sm100: H rounded up to 256 by FusedMoE (as above), I to 128 by Mxfp4MoEMethod.create_weights, whose
+    # scale buffers start at 127 in all their padding; the trtllm-gen row shuffles and scale swizzle keep it.
+    ("sm100-trtllm", "gpt-oss"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_MXFP4, hidden_multiple=256,
+                                               hidden_scale_fill=127, intermediate_scale_fill=127),
+    # Mxfp4FlashinferTrtllmMoEMethod: no padding (H and I multiples of 128 required), the same shuffles.
+    ("sm100-trtllm", "deepseek-v4"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_DSV4_SM100),
     # ModelOptNvFp4FusedMoEMethod, flashinfer_cutedsl: its standard ("v2": [up; gate] in 64-row groups, swizzled
     # scales) and DeepEP low-latency ("v1": [gate; up]) post-load steps; NVFP4 is not padded. Exact where each
     # expert's gate and up globals agree: where they differ moebake shares them (SGLang keeps both, and its
@@ -118,7 +121,7 @@ def manifest_engine(options, source_format: str, layers: list[LayerRecord]) -> E
     global scales moebake shared (the engine keeps them apart)."""
     profile = get_profile(options.engine)
     entry = profile.target(options.target, source_format)
-    hidden_multiple, intermediate_multiple, _ = options.padding(source_format)
+    hidden_multiple, intermediate_multiple, *_ = options.padding(source_format)
     overridden = (hidden_multiple, intermediate_multiple) != (entry.hidden_multiple, entry.intermediate_multiple)
     shared = sum((layer.gate_up_global_scale or {}).get("experts_rescaled", 0) for layer in layers)
     reason = ("padding multiples overridden" if overridden else None) or (
@@ -132,7 +135,7 @@ def manifest_engine(options, source_format: str, layers: list[LayerRecord]) -> E
 def _engine_record(profile: EngineProfile, entry: TargetProfile, not_exact_because: str | None) -> EngineRecord:
     return EngineRecord(profile.engine, profile.version, entry.runner_backend, entry.a2a_backend, entry.engine_method,
                         entry.hidden_multiple, entry.intermediate_multiple, entry.hidden_scale_fill, entry.verified,
-                        dict(entry.parameter_names), not_exact_because is None, not_exact_because)
+                        dict(entry.parameter_names), not_exact_because is None, not_exact_because, entry.intermediate_scale_fill)
 
 
 def engines_with_same_bytes(options, source_format: str, hidden: int, intermediate: int) -> list[EngineRecord]:
@@ -140,7 +143,7 @@ def engines_with_same_bytes(options, source_format: str, hidden: int, intermedia
     size ``hidden``, expert intermediate size ``intermediate``) gives this engine-exact bake's bytes:
     the same padded sizes, and the same scale fill wherever H is padded. Their ``engine`` records."""
     own = get_profile(options.engine).target(options.target, source_format)
-    hidden_multiple, intermediate_multiple, fill = options.padding(source_format)
+    hidden_multiple, intermediate_multiple, fill, intermediate_fill = options.padding(source_format)
     if (hidden_multiple, intermediate_multiple) != (own.hidden_multiple, own.intermediate_multiple) or not own.verified:
         return []
     padded = (round_up(hidden, hidden_multiple), round_up(intermediate, intermediate_multiple))
@@ -150,6 +153,7 @@ def engines_with_same_bytes(options, source_format: str, hidden: int, intermedia
         if name == options.engine or entry is None or not entry.verified:
             continue
         theirs = (round_up(hidden, entry.hidden_multiple), round_up(intermediate, entry.intermediate_multiple))
-        if theirs == padded and (entry.hidden_scale_fill == fill or padded[0] == hidden):
+        if theirs == padded and (entry.hidden_scale_fill == fill or padded[0] == hidden) and (
+                entry.intermediate_scale_fill == intermediate_fill or padded[1] == intermediate):
             served.append(_engine_record(profile, entry, None))
     return served

@@ -362,7 +362,8 @@ class FileRecord:
 class EngineRecord:
     """The engine profile a bake follows (:mod:`moebake.engines.profiles`): the engine and version, its
     serving flags (``runner_backend``, ``a2a_backend``), the class whose post-load parameters the bytes
-    equal, the padding multiples and the fill of the scales' hidden padding (a byte), whether the
+    equal, the padding multiples and the fill of the scales' hidden and intermediate padding (bytes;
+    ``intermediate_scale_fill`` is written only where it is not 0), whether the
     profile is proven against the engine's code (``verified``), the engine's parameter names where they
     differ from the bake's short names, and whether this bake is engine-exact (``exact``; if not, why)."""
 
@@ -378,13 +379,17 @@ class EngineRecord:
     parameter_names: dict[str, str]
     exact: bool
     not_exact_because: str | None = None
+    intermediate_scale_fill: int = 0
     extra: dict = field(default_factory=dict, compare=False)
 
     _KEYS = ("name", "version", "runner_backend", "a2a_backend", "engine_method", "hidden_multiple",
              "intermediate_multiple", "hidden_scale_fill", "verified", "parameter_names", "exact", "not_exact_because")
 
     def to_json(self) -> dict:
-        return {key: getattr(self, key) for key in self._KEYS} | {"parameter_names": dict(self.parameter_names)} | self.extra
+        out = {key: getattr(self, key) for key in self._KEYS} | {"parameter_names": dict(self.parameter_names)}
+        if self.intermediate_scale_fill:  # written only where it is not 0 (manifests before it have none)
+            out["intermediate_scale_fill"] = self.intermediate_scale_fill
+        return out | self.extra
 
     @classmethod
     def from_json(cls, data, where, path: str = "engine") -> "EngineRecord":
@@ -392,7 +397,8 @@ class EngineRecord:
         names = f.get("parameter_names", lambda v: isinstance(v, dict) and all(isinstance(n, str) for n in v.values()),
                       "an object of baked name: engine name")
         return cls(*(f.string(key) for key in cls._KEYS[:5]), *(f.integer(key) for key in cls._KEYS[5:8]), f.boolean("verified"),
-                   dict(names), f.boolean("exact"), f.string("not_exact_because", optional=True), f.extra(cls._KEYS))
+                   dict(names), f.boolean("exact"), f.string("not_exact_because", optional=True),
+                   f.integer("intermediate_scale_fill", optional=True) or 0, f.extra((*cls._KEYS, "intermediate_scale_fill")))
 
 
 @dataclass(frozen=True)

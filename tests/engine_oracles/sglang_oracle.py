@@ -13,6 +13,7 @@ server arguments (MoE runner backend, all-to-all backend) for each use, and says
 generation the platform claims to be.
 """
 
+import contextlib
 import os
 import socket
 from contextlib import contextmanager
@@ -201,18 +202,36 @@ def deepseek_v4_sm90_cutlass(source_dir: str | Path, prefix: str, num_experts: i
                              interleave_weights) -> dict[str, torch.Tensor]:
     """SGLang's post-``process_weights_after_loading`` parameters of one DeepSeek-V4 MXFP4 expert layer
     on SM90 with ``flashinfer_mxfp4`` (``Fp8Config`` with FP4 experts -> ``Mxfp4FlashinferCutlassMoEMethod``).
-
-    Each expert's ``w1/w2/w3`` ``.weight`` and ``.scale`` go through ``FusedMoE.weight_loader`` (shard
-    ids from ``make_expert_params_mapping``; scales under SGLang's ``weight_scale_inv`` names, as its
-    DeepSeek loader renames them). ``interleave_weights`` stands in for FlashInfer's CUDA
-    ``interleave_moe_weights_for_sm90_mixed_gemm``. Returns SGLang's names: ``w13_weight`` (int8),
-    ``w13_weight_scale_inv`` (float8_e8m0fnu), ...
-    """
-    import json
+    ``interleave_weights`` stands in for FlashInfer's CUDA ``interleave_moe_weights_for_sm90_mixed_gemm``.
+    Returns SGLang's names (see :func:`_deepseek_v4_layer`)."""
     from unittest import mock
 
-    import sglang.srt.layers.quantization.fp8 as fp8
     import sglang.srt.layers.quantization.mxfp4_flashinfer_cutlass_moe as dsv4
+
+    with (sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90"),
+          mock.patch.object(dsv4, "is_flashinfer_available", lambda: True),  # FlashInfer imports on CPU; SGLang asks CUDA
+          mock.patch("flashinfer.fused_moe.interleave_moe_weights_for_sm90_mixed_gemm", lambda w, q: interleave_weights(w))):
+        return _deepseek_v4_layer(source_dir, prefix, num_experts, hidden, intermediate, dsv4.Mxfp4FlashinferCutlassMoEMethod)
+
+
+def deepseek_v4_sm100_trtllm(source_dir: str | Path, prefix: str, num_experts: int, hidden: int,
+                             intermediate: int) -> dict[str, torch.Tensor]:
+    """The same on SM100 (``Mxfp4FlashinferTrtllmMoEMethod``: w3/w1 reorder, trtllm-gen row shuffles, scale swizzle)."""
+    import sglang.srt.layers.quantization.mxfp4_flashinfer_trtllm_moe as dsv4
+
+    with sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm100"), _sm100_flashinfer(dsv4):
+        return _deepseek_v4_layer(source_dir, prefix, num_experts, hidden, intermediate, dsv4.Mxfp4FlashinferTrtllmMoEMethod)
+
+
+def _deepseek_v4_layer(source_dir, prefix: str, num_experts: int, hidden: int, intermediate: int, method) -> dict[str, torch.Tensor]:
+    """One DeepSeek-V4 expert layer through SGLang, inside an engine context: each expert's ``w1/w2/w3``
+    ``.weight`` and ``.scale`` through ``FusedMoE.weight_loader`` (shard ids from ``make_expert_params_mapping``;
+    scales under SGLang's ``weight_scale_inv`` names, as its DeepSeek loader renames them), then the post-load
+    step of ``method`` (asserted to be SGLang's pick). Returns SGLang's names: ``w13_weight`` (int8),
+    ``w13_weight_scale_inv`` (float8_e8m0fnu or the E8M0 bytes as float8_e4m3fn), ..."""
+    import json
+
+    import sglang.srt.layers.quantization.fp8 as fp8
     from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
 
     config = json.loads((Path(source_dir) / "config.json").read_text())
@@ -220,25 +239,21 @@ def deepseek_v4_sm90_cutlass(source_dir: str | Path, prefix: str, num_experts: i
     source = read_tensors(source_dir, names)
     mapping = FusedMoE.make_expert_params_mapping(ckpt_gate_proj_name="w1", ckpt_down_proj_name="w2", ckpt_up_proj_name="w3",
                                                   num_experts=num_experts)
-    with (sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90"),
-          mock.patch.object(dsv4, "is_flashinfer_available", lambda: True),  # FlashInfer imports on CPU; SGLang asks CUDA
-          mock.patch("flashinfer.fused_moe.interleave_moe_weights_for_sm90_mixed_gemm", lambda w, q: interleave_weights(w))):
-        quant_config = fp8.Fp8Config.from_config(config["quantization_config"])
-        quant_config.is_fp4_experts = True  # what SGLang's ModelConfig derives for DeepSeek-V4 (expert_dtype fp4)
-        experts = FusedMoE(num_experts=num_experts, top_k=2, layer_id=0, hidden_size=hidden, intermediate_size=intermediate,
-                           quant_config=quant_config, prefix=prefix.rstrip("."), params_dtype=torch.bfloat16,
-                           swiglu_limit=config.get("swiglu_limit"))
-        assert type(experts.quant_method) is dsv4.Mxfp4FlashinferCutlassMoEMethod
-        params = dict(experts.named_parameters())
-        for name, tensor in source.items():
-            for param_name, weight_name, expert_id, shard_id in mapping:
-                if weight_name in name:
-                    param = param_name.removeprefix("experts.") + ("weight" if name.endswith(".weight") else "weight_scale_inv")
-                    experts.weight_loader(params[param], tensor, prefix + param, shard_id=shard_id, expert_id=expert_id)
-                    break
-        experts.quant_method.process_weights_after_loading(experts)
-        return {name: p.data.clone() for name, p in experts.named_parameters()}
-
+    quant_config = fp8.Fp8Config.from_config(config["quantization_config"])
+    quant_config.is_fp4_experts = True  # what SGLang's ModelConfig derives for DeepSeek-V4 (expert_dtype fp4)
+    experts = FusedMoE(num_experts=num_experts, top_k=2, layer_id=0, hidden_size=hidden, intermediate_size=intermediate,
+                       quant_config=quant_config, prefix=prefix.rstrip("."), params_dtype=torch.bfloat16,
+                       swiglu_limit=config.get("swiglu_limit"))
+    assert type(experts.quant_method) is method, type(experts.quant_method)
+    params = dict(experts.named_parameters())
+    for name, tensor in source.items():
+        for param_name, weight_name, expert_id, shard_id in mapping:
+            if weight_name in name:
+                param = param_name.removeprefix("experts.") + ("weight" if name.endswith(".weight") else "weight_scale_inv")
+                experts.weight_loader(params[param], tensor, prefix + param, shard_id=shard_id, expert_id=expert_id)
+                break
+    experts.quant_method.process_weights_after_loading(experts)
+    return {name: p.data.clone() for name, p in experts.named_parameters()}
 
 def _convert_sf_to_mma_layout(sf: torch.Tensor, m: int, k: int, num_groups: int = 1, sf_vec_size: int = 16) -> torch.Tensor:
     """FlashInfer's ``flashinfer.cute_dsl.utils.convert_sf_to_mma_layout`` (0.7.2.post1), for a CPU box without
@@ -321,3 +336,62 @@ def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int
                     break
         experts.quant_method.process_weights_after_loading(experts)
         return {name: p.data.clone() if p.is_contiguous() else p.data for name, p in experts.named_parameters()}
+
+
+def _block_scale_interleave(scales: torch.Tensor) -> torch.Tensor:
+    """FlashInfer's CUDA-only ``block_scale_interleave`` (one expert's uint8 scales ``[rows, K/32]`` -> the flat
+    128x4-swizzled bytes), by FlashInfer's own CPU helper of the same layout, ``_swizzle_cutile_fp4_scales``
+    (the GPU test ``test_block_scale_swizzle_gpu.py`` checks the CUDA kernel against moebake's swizzle)."""
+    from flashinfer.fused_moe.prepare import _swizzle_cutile_fp4_scales
+
+    return _swizzle_cutile_fp4_scales(scales.view(torch.uint8)[None], scale_block_size=32).reshape(-1)
+
+
+@contextmanager
+def _sm100_flashinfer(*modules):
+    """FlashInfer's trtllm-gen preparation helpers in SGLang's ``modules`` (which import them only where
+    FlashInfer's CUDA side is available): its CPU permutation helpers as they are, ``block_scale_interleave``
+    by :func:`_block_scale_interleave`; ``Tensor.cuda`` keeps a tensor where it is (SGLang moves its
+    per-expert constants to the GPU)."""
+    from unittest import mock
+
+    import flashinfer.fused_moe.core as core
+
+    helpers = {"get_w2_permute_indices_with_cache": core.get_w2_permute_indices_with_cache,
+               "_maybe_get_cached_w3_w1_permute_indices": core._maybe_get_cached_w3_w1_permute_indices,
+               "block_scale_interleave": _block_scale_interleave, "nvfp4_block_scale_interleave": _block_scale_interleave}
+    with contextlib.ExitStack() as stack:
+        for module in modules:
+            for name, helper in helpers.items():
+                stack.enter_context(mock.patch.object(module, name, helper, create=True))
+        stack.enter_context(mock.patch.object(torch.Tensor, "cuda", lambda tensor, *args, **kwargs: tensor))
+        yield
+
+
+def gpt_oss_sm100_trtllm(source_dir: str | Path, layer: int) -> dict[str, torch.Tensor]:
+    """SGLang's post-``process_weights_after_loading`` parameters of GPT-OSS layer ``layer`` on SM100 with
+    ``--moe-runner-backend flashinfer_mxfp4`` (``Mxfp4MoEMethod``, ``trtllm_sm100``). Returns ``{param name: tensor}``."""
+    import json
+
+    import sglang.srt.layers.quantization.mxfp4 as mxfp4
+    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+    from sglang.srt.models.gpt_oss import GptOssForCausalLM
+    from transformers import PretrainedConfig
+
+    config = PretrainedConfig(**json.loads((Path(source_dir) / "config.json").read_text()))
+    prefix = f"model.layers.{layer}.mlp.experts."
+    suffixes = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
+                "down_proj_blocks", "down_proj_scales", "down_proj_bias")
+    source = read_tensors(source_dir, [prefix + s for s in suffixes])
+    with sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm100"), _sm100_flashinfer(mxfp4):
+        experts = FusedMoE(  # as GptOssSparseMoeBlock builds it
+            num_experts=config.num_local_experts, top_k=config.num_experts_per_tok, layer_id=layer,
+            hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+            quant_config=mxfp4.Mxfp4Config.from_config(config.quantization_config), activation=config.hidden_act,
+            gemm1_alpha=getattr(config, "hidden_act_alpha", 1.702), gemm1_clamp_limit=config.swiglu_limit, with_bias=True,
+            prefix=prefix.rstrip("."), use_weight_loader_fused=False,
+        )
+        assert experts.quant_method._fi_kernel == "trtllm_sm100"
+        GptOssForCausalLM._load_mxfp4_experts_weights(_Holder(prefix, experts, config), iter(source.items()))
+        experts.quant_method.process_weights_after_loading(experts)
+        return {name: p.data.clone() for name, p in experts.named_parameters()}

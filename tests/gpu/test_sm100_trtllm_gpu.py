@@ -29,18 +29,19 @@ def flashinfer():
 
 
 def gpt_oss_halves(src, prefix, e, H, I, Hp, Ip):
-    """(W13 [up; gate] each zero-padded to Ip rows, W2) for weights and scales of expert ``e``, uint8."""
-    def padded(x, rows, cols):
-        out = torch.zeros(rows, cols, dtype=torch.uint8)
+    """(W13 [up; gate] each padded to Ip rows, W2) for weights and scales of expert ``e``, uint8: weights with
+    zeros, scales with 127 (E8M0 2^0, SGLang 0.5.23's SM100 scale buffers)."""
+    def padded(x, rows, cols, fill=0):
+        out = torch.full((rows, cols), fill, dtype=torch.uint8)
         out[: x.shape[0], : x.shape[1]] = x
         return out
 
     blocks = src[prefix + "gate_up_proj_blocks"][e].reshape(2 * I, H // 2)
     scales = src[prefix + "gate_up_proj_scales"][e]
     w13 = torch.cat([padded(blocks[1::2], Ip, Hp // 2), padded(blocks[0::2], Ip, Hp // 2)])
-    s13 = torch.cat([padded(scales[1::2], Ip, Hp // 32), padded(scales[0::2], Ip, Hp // 32)])
+    s13 = torch.cat([padded(scales[1::2], Ip, Hp // 32, 127), padded(scales[0::2], Ip, Hp // 32, 127)])
     w2 = padded(src[prefix + "down_proj_blocks"][e].reshape(H, I // 2), Hp, Ip // 2)
-    s2 = padded(src[prefix + "down_proj_scales"][e], Hp, Ip // 32)
+    s2 = padded(src[prefix + "down_proj_scales"][e], Hp, Ip // 32, 127)
     return w13, s13, w2, s2
 
 

@@ -46,7 +46,7 @@ class Mxfp4Target(Target):
         engine path does not pad (``model.padding_allowed`` false) must already be multiples of them
         (UnsupportedError)."""
         H, I = model.hidden_size, model.intermediate_size
-        hidden_multiple, intermediate_multiple, _ = options.padding(model.format_name)
+        hidden_multiple, intermediate_multiple, *_ = options.padding(model.format_name)
         Hp, Ip = round_up(H, hidden_multiple), round_up(I, intermediate_multiple)
         if not model.padding_allowed and (Hp, Ip) != (H, I):
             raise UnsupportedError(

@@ -19,9 +19,10 @@ Reproduces, on CPU, what SGLang builds for its SM100 ``flashinfer_mxfp4`` path: 
 Weights keep the source's dtype (GPT-OSS U8, DeepSeek-V4 I8) and scales are the E8M0 bytes in a
 float8_e4m3fn container, as SGLang's parameters are, so an engine can ``copy_`` them byte for byte.
 Each expert's 128x4-swizzled scales have exactly ``rows * K/32`` bytes (rows % 128 == 0 and
-``K/32 % 4 == 0``), stored ``[E, rows, K/32]`` as SGLang reshapes them. Padding bytes are zero
-(as SGLang's zero-initialised GPT-OSS buffers); sources whose engine path does not pad (DeepSeek-V4)
-must have H and I multiples of the padding multiples. ``--flashinfer-layout`` (the SM90 interleave)
+``K/32 % 4 == 0``), stored ``[E, rows, K/32]`` as SGLang reshapes them. Padding: weights and biases
+zero (SGLang's zero-initialised GPT-OSS buffers), block scales the engine profile's fills (SGLang 0.5.23:
+127 = E8M0 2^0 in H and I padding, what its scale buffers start at); sources whose engine path does not
+pad (DeepSeek-V4) must have H and I multiples of the padding multiples. ``--flashinfer-layout`` (the SM90 interleave)
 does not apply.
 """
 
@@ -67,12 +68,23 @@ class Sm100Trtllm(Mxfp4Target):
 
     def bakes(self, model, dims: LayerDims, options: ConvertOptions) -> dict[str, Bake]:
         Hp, Ip = dims.hidden_padded, dims.intermediate_padded
+        padding = options.padding(model.format_name)
+        hidden_fill, intermediate_fill = padding.hidden_scale_fill, padding.intermediate_scale_fill
+
+        def w13_scales(half: torch.Tensor) -> torch.Tensor:
+            """One W13 half's block scales ``[e, I, H/32]`` -> ``[e, Ip, Hp/32]``: H padding, then I padding, at their fills."""
+            return pad_to(pad_to(half, (half.shape[1], Hp // 32), hidden_fill), (Ip, Hp // 32), intermediate_fill)
+
+        def w2_scales(down: torch.Tensor) -> torch.Tensor:
+            """W2 block scales ``[e, H, I/32]`` -> ``[e, Hp, Ip/32]``: I padding, then H padding, at their fills."""
+            return pad_to(pad_to(down, (down.shape[1], Ip // 32), intermediate_fill), (Hp, Ip // 32), hidden_fill)
+
         return {
             "w13_weight": Bake("w13_weight", lambda gate, up: _w13(gate, up, (Ip, Hp // 2))),
-            "w13_weight_scale": Bake("w13_scale", lambda gate, up: _swizzled(_w13(gate, up, (Ip, Hp // 32)))),
+            "w13_weight_scale": Bake("w13_scale", lambda gate, up: _swizzled(_w13(w13_scales(gate), w13_scales(up), (Ip, Hp // 32)))),
             "w13_weight_bias": Bake("w13_bias", lambda gate, up: _w13(gate.float(), up.float(), (Ip,))),
             "w2_weight": Bake("w2_weight", lambda down: shuffle_rows(pad_to(down, (Hp, Ip // 2)), EPILOGUE_TILE_M)),
-            "w2_weight_scale": Bake("w2_scale", lambda down: _swizzled(shuffle_rows(pad_to(down, (Hp, Ip // 32)), EPILOGUE_TILE_M))),
+            "w2_weight_scale": Bake("w2_scale", lambda down: _swizzled(shuffle_rows(w2_scales(down), EPILOGUE_TILE_M))),
             "w2_weight_bias": Bake("w2_bias", lambda down: shuffle_rows(pad_to(down.float(), (Hp,)), EPILOGUE_TILE_M)),
             **_constants(model, dims.experts),
         }

@@ -40,7 +40,7 @@ class Sm90Cutlass(Mxfp4Target):
 
     def bakes(self, model, dims: LayerDims, options: ConvertOptions) -> dict[str, Bake]:
         layout, Hp, Ip = options.flashinfer_layout, dims.hidden_padded, dims.intermediate_padded
-        fill = options.padding(model.format_name)[2]
+        fill = options.padding(model.format_name).hidden_scale_fill
 
         def w13_hidden_filled(scales: torch.Tensor) -> torch.Tensor:
             """W13 block scales ``[e, I, H/32]`` -> ``[e, I, Hp/32]``, the hidden padding at ``fill``."""
