@@ -19,8 +19,11 @@ import torch
 _EPS = 1e-12  # resolve_cutedsl_standard_scales clamps the scalar divisors to at least this
 
 
-def load_time_scales(raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def load_time_scales(raw: dict[str, torch.Tensor], local: slice = slice(None)) -> dict[str, torch.Tensor]:
     """``process_weights_after_loading`` for CuteDSL, from the four parameters above by name: F32 ``[E]`` each.
+
+    ``local``: the experts of one expert-parallel rank, as SGLang holds them: the input scales stay global
+    (``[E, 2]``, ``[E]``), the weight globals are the rank's rows, and the results are the rank's rows.
 
     ``g1_alphas = max(w13_input_scale) * w13_weight_scale_2[:, 0]`` (one activation scale for all
     experts and both halves), ``g1_alphas_up`` the same with the up half's global (``[:, 1]``; SGLang
@@ -29,13 +32,14 @@ def load_time_scales(raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     ``w2_input_scale_quant = 1 / w2_input_scale``.
     """
     experts = raw["w13_input_scale"].shape[0]
-    w13_input = raw["w13_input_scale"].max().to(torch.float32).repeat(experts)
+    w13_input = raw["w13_input_scale"].max().to(torch.float32).repeat(experts)[local]
+    w2_input = raw["w2_input_scale"][local]
     return {
         "g1_alphas": (w13_input * raw["w13_weight_scale_2"][:, 0]).to(torch.float32),
         "g1_alphas_up": (w13_input * raw["w13_weight_scale_2"][:, 1]).to(torch.float32),
-        "g2_alphas": (raw["w2_input_scale"] * raw["w2_weight_scale_2"]).to(torch.float32),
+        "g2_alphas": (w2_input * raw["w2_weight_scale_2"]).to(torch.float32),
         "w13_input_scale_quant": (1 / w13_input).to(torch.float32),
-        "w2_input_scale_quant": (1 / raw["w2_input_scale"]).to(torch.float32),
+        "w2_input_scale_quant": (1 / w2_input).to(torch.float32),
     }
 
 

@@ -26,7 +26,12 @@ from moebake.formats.safetensors_file import DTYPES
 
 
 class BakedExperts:
-    """What every moebake MoE method does: manifest-shaped parameters, checked rank-slice loading."""
+    """What every moebake MoE method does: manifest-shaped parameters, checked rank-slice loading.
+
+    ``WHOLE_TENSORS``: per-expert tensors SGLang keeps for all experts on every rank (it slices them itself).
+    """
+
+    WHOLE_TENSORS: frozenset[str] = frozenset()
 
     def _bake_init(self, config, record: dict) -> None:
         self.moebake_config, self.record, self.loaded = config, record, set()
@@ -40,7 +45,7 @@ class BakedExperts:
         start = layer.moe_ep_rank * local
         for name, spec in record["tensors"].items():
             dtype = DTYPES[spec["dtype"]][0]
-            per_expert = spec["shape"][0] == record["experts"]
+            per_expert = spec["shape"][0] == record["experts"] and name not in self.WHOLE_TENSORS
             shape = [local, *spec["shape"][1:]] if per_expert else list(spec["shape"])
             param = torch.nn.Parameter(torch.empty(shape, dtype=dtype), requires_grad=False)
             layer.register_parameter(name, param)
@@ -133,7 +138,99 @@ def _deepep_bf16_method():
     return MoebakeDeepEPBf16MoEMethod
 
 
-METHODS = {"sm90-cutlass": _sm90_cutlass_method, "deepep-bf16": _deepep_bf16_method}
+def _sm100_trtllm_method():
+    from sglang.srt.layers.quantization.mxfp4 import Mxfp4MoEMethod
+
+    class MoebakeSm100TrtllmMoEMethod(BakedExperts, Mxfp4MoEMethod):
+        """Baked GPT-OSS ``sm100-trtllm`` experts through SGLang's ``flashinfer_mxfp4`` runner on Blackwell
+        (``trtllm_fp4_block_scale_moe``), as ``Mxfp4MoEMethod``'s ``trtllm_sm100`` path runs them: the bake holds
+        the shuffled weights, swizzled scales, F32 biases and the per-expert SwiGLU constants it makes."""
+
+        def __init__(self, config, record: dict, prefix: str):
+            Mxfp4MoEMethod.__init__(self, prefix)
+            self._bake_init(config, record)
+
+        def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
+                           with_bias=False, **extra_weight_attrs):
+            self.num_experts, self.with_bias = num_experts, with_bias
+            self.hidden_size, self.intermediate_size_per_partition = self.record["hidden_padded"], self.record["intermediate_padded"]
+            self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
+
+        def process_weights_after_loading(self, layer) -> None:
+            self._check_loaded()
+            layer._situ_routing_bias_bf16 = None  # what SGLang's trtllm_sm100 step sets besides the weights
+
+    return MoebakeSm100TrtllmMoEMethod
+
+
+def _cutedsl_method():
+    from sglang.srt.layers.quantization.modelopt_quant import ModelOptNvFp4FusedMoEMethod
+
+    class MoebakeCuteDslMoEMethod(BakedExperts, ModelOptNvFp4FusedMoEMethod):
+        """Baked ``cutedsl`` / ``cutedsl-deepep`` NVFP4 experts through SGLang's ``flashinfer_cutedsl`` runner
+        (standard, or DeepEP low-latency with ``--moe-a2a-backend deepep``), as ``ModelOptNvFp4FusedMoEMethod``
+        prepares them. The bake holds the interleaved weights and swizzled scales; at load only what SGLang
+        derives from them is made (:func:`_cutedsl_derived`)."""
+
+        WHOLE_TENSORS = frozenset({"w13_input_scale", "w2_input_scale"})  # SGLang keeps them for all experts
+
+        def __init__(self, config, record: dict, prefix: str):
+            ModelOptNvFp4FusedMoEMethod.__init__(self, config.original)
+            self._bake_init(config, record)
+            _check_cutedsl_w4a4(self)
+
+        def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
+                           **extra_weight_attrs):
+            self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
+
+        def process_weights_after_loading(self, layer) -> None:
+            self._check_loaded()
+            _cutedsl_derived(self, layer)
+
+    return MoebakeCuteDslMoEMethod
+
+
+def _cutedsl_derived(method, layer) -> None:
+    """SGLang 0.5.23's CuteDSL post-load step minus its transforms (the bake holds their result): the
+    swizzled-scale aliases, on the standard path the load-time F32 scalars the bake does not store
+    (``g1_alphas``, ``g2_alphas``, ``w2_input_scale_quant``; per local expert, from the global input scales)
+    and the MMA-layout scale views, then the dispatcher's activation quantization."""
+    from sglang.srt.layers.quantization.modelopt_quant import _use_nvfp4_dispatch, should_use_flashinfer_cutlass_moe_fp4_allgather
+    from sglang.srt.layers.utils.common import copy_or_rebind_param
+
+    from moebake.convert.targets.nvfp4_scalars import load_time_scales
+
+    local = slice(layer.moe_ep_rank * layer.num_local_experts, (layer.moe_ep_rank + 1) * layer.num_local_experts)
+    layer.w13_blockscale_swizzled, layer.w2_blockscale_swizzled = layer.w13_weight_scale, layer.w2_weight_scale
+    if method._is_cutedsl_v2_standard:
+        from flashinfer.cute_dsl.utils import convert_sf_to_mma_layout
+        from sglang.srt.layers.moe.moe_runner.flashinfer_cutedsl import _FP4_SF_VEC_SIZE
+
+        derived = load_time_scales({name: getattr(layer, name).data for name in
+                                    ("w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale", "w2_input_scale")}, local)
+        for name in ("g1_alphas", "g2_alphas", "w2_input_scale_quant"):
+            copy_or_rebind_param(layer, name, derived[name])
+        for weight, scales in (("w13_weight", "w13_weight_scale"), ("w2_weight", "w2_weight_scale")):
+            w, sf = getattr(layer, weight), getattr(layer, scales)
+            copy_or_rebind_param(layer, scales.replace("weight_scale", "blockscale_mma"), convert_sf_to_mma_layout(
+                sf.data.contiguous().view(torch.uint8).reshape(-1), m=w.shape[1], k=w.shape[2] * 2,
+                num_groups=w.shape[0], sf_vec_size=_FP4_SF_VEC_SIZE))
+    dispatch_fp4 = _use_nvfp4_dispatch() or should_use_flashinfer_cutlass_moe_fp4_allgather()
+    layer.dispatcher.set_quant_config({"input_global_scale": layer.w13_input_scale_quant if dispatch_fp4 else None})
+
+
+def _check_cutedsl_w4a4(method) -> None:
+    """The bake's scalars are SGLang's for static W4A4 activation scales; refuse the modes that neutralise them."""
+    from sglang.srt.environ import envs
+
+    if method.quant_config.use_per_token_activation or (method._is_cutedsl_v2_standard and
+                                                        envs.SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16.get()):
+        raise MoebakeRefusal("this cutedsl bake holds the checkpoint's static activation scales (W4A4); unset "
+                             "SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16 / per-token activation scaling, or re-bake")
+
+
+METHODS = {"sm90-cutlass": _sm90_cutlass_method, "deepep-bf16": _deepep_bf16_method, "sm100-trtllm": _sm100_trtllm_method,
+           "cutedsl": _cutedsl_method, "cutedsl-deepep": _cutedsl_method}
 
 
 def moe_method(config, record: dict, prefix: str):
@@ -143,4 +240,8 @@ def moe_method(config, record: dict, prefix: str):
         raise MoebakeRefusal(f"target {target}: this moebake's SGLang plugin serves {', '.join(sorted(METHODS))} only; "
                              f"serve this bake with moebake.serve")
     _common_refusals(config, target)
+    source_format = config.manifest["source"]["format"]
+    if target == "sm100-trtllm" and source_format != "gpt-oss":
+        raise MoebakeRefusal(f"target sm100-trtllm from {source_format}: this moebake's SGLang plugin serves sm100-trtllm "
+                             "bakes of gpt-oss only; serve this bake with moebake.serve")
     return METHODS[target]()(config, record, prefix)
