@@ -17,7 +17,7 @@ import torch
 from conftest import load_all
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.synthetic import write_gpt_oss, write_modelopt_nvfp4
+from moebake.synthetic import write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
 
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():
@@ -29,6 +29,7 @@ from engine_oracles.sglang_oracle import standins, standins_hidden_after_each_te
 E, H, I = 4, 256, 128
 MODELOPT_PREFIX = "model.layers.1.mlp.experts."
 GPT_OSS_PREFIX = "model.layers.0.mlp.experts."
+DSV4_PREFIX = "layers.0.ffn.experts."
 # target -> (source writer, layer prefix, SGLang flags, stock SGLang's preparation of the source)
 CASES = {
     "cutedsl": (lambda path: write_modelopt_nvfp4(path, num_layers=2, num_experts=E, hidden=H, intermediate=I, mismatches=()),
@@ -40,6 +41,10 @@ CASES = {
     "sm100-trtllm": (lambda path: write_gpt_oss(path, num_layers=1, num_experts=E, hidden=160, intermediate=96, vocab=32),
                      GPT_OSS_PREFIX, {"moe_runner_backend": "flashinfer_mxfp4"},
                      lambda src: sglang_oracle.gpt_oss_sm100_trtllm(src, 0)),
+    "sm100-trtllm/deepseek-v4": (
+        lambda path: write_deepseek_v4(path, num_layers=1, num_experts=E, hidden=H, intermediate=I, mtp_layers=0),
+        DSV4_PREFIX, {"moe_runner_backend": "flashinfer_mxfp4"},
+        lambda src: sglang_oracle.deepseek_v4_sm100_trtllm(src, DSV4_PREFIX, E, H, I)),
 }
 
 
@@ -59,7 +64,7 @@ def bakes(tmp_path_factory):
     made = {}
     for target, (write, *_) in CASES.items():
         source = write(root / target / "src")
-        convert(source, root / target / "out", ConvertOptions(target), progress=False)
+        convert(source, root / target / "out", ConvertOptions(target.split("/")[0]), progress=False)
         made[target] = source, root / target / "out"
     return made
 
@@ -91,7 +96,7 @@ def plugin_layer(out, prefix):
                         gemm1_clamp_limit=config["swiglu_limit"], with_bias=True, prefix=prefix.rstrip("."),
                         use_weight_loader_fused=True)
     return FusedMoE(num_experts=E, top_k=2, layer_id=1, hidden_size=H, intermediate_size=I, quant_config=quant_config,
-                    prefix=prefix.rstrip("."), params_dtype=torch.bfloat16)
+                    prefix=prefix.rstrip("."), params_dtype=torch.bfloat16, swiglu_limit=config.get("swiglu_limit"))
 
 
 @pytest.mark.parametrize("target", CASES)
@@ -112,7 +117,7 @@ def test_plugin_layer_equals_stock_sglang(bakes, target):
         assert after[name].data_ptr() == params[name].data_ptr(), f"{name} was replaced at load"
         assert torch.equal(after[name].view(torch.uint8), baked[prefix + name].view(torch.uint8)), f"{name} was transformed at load"
     for name, expected in stock(source).items():
-        got = after[name]
+        got = getattr(layer, name)  # SGLang's names (DeepSeek-V4's *_scale_inv are bound to the baked *_scale)
         assert (got.dtype.itemsize, tuple(got.shape)) == (expected.dtype.itemsize, tuple(expected.shape)), name
         assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{name} differs from stock SGLang's"
 
@@ -142,4 +147,4 @@ def test_refuses_a_gpu_that_is_not_blackwell(bakes, target):
     with serving(out, gpu="sm90", **flags), pytest.raises(MoebakeRefusal) as caught:
         plugin_layer(out, prefix)
     message = str(caught.value)
-    assert "\n" not in message and message.startswith(f"moebake: target {target} runs on Blackwell (SM100) GPUs only")
+    assert "\n" not in message and message.startswith(f"moebake: target {target.split('/')[0]} runs on Blackwell (SM100) GPUs only")

@@ -163,6 +163,32 @@ def _sm100_trtllm_method():
     return MoebakeSm100TrtllmMoEMethod
 
 
+def _sm100_deepseek_v4_method():
+    from sglang.srt.layers.quantization.mxfp4_flashinfer_trtllm_moe import Mxfp4FlashinferTrtllmMoEMethod
+
+    class MoebakeSm100DeepseekV4MoEMethod(BakedExperts, Mxfp4FlashinferTrtllmMoEMethod):
+        """Baked DeepSeek-V4 ``sm100-trtllm`` experts through SGLang's ``Mxfp4FlashinferTrtllmMoEMethod``
+        (``trtllm_fp4_block_scale_moe``). SGLang names the scales ``w*_weight_scale_inv`` and holds the shuffled
+        weights as uint8: the post-load step binds those names to the baked tensors (same storage)."""
+
+        def __init__(self, config, record: dict, prefix: str):
+            Mxfp4FlashinferTrtllmMoEMethod.__init__(self, None, prefix)  # its FP8 method only prepares weights: baked
+            self._bake_init(config, record)
+
+        def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
+                           **extra_weight_attrs):
+            self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
+
+        def process_weights_after_loading(self, layer) -> None:
+            self._check_loaded()
+            for weight in (layer.w13_weight, layer.w2_weight):
+                weight.data = weight.data.view(torch.uint8)  # the same bytes, typed as SGLang's shuffle leaves them
+            layer.w13_weight_scale_inv, layer.w2_weight_scale_inv = layer.w13_weight_scale, layer.w2_weight_scale
+            self._register_static_scale_ones(layer)
+
+    return MoebakeSm100DeepseekV4MoEMethod
+
+
 def _cutedsl_method():
     from sglang.srt.layers.quantization.modelopt_quant import ModelOptNvFp4FusedMoEMethod
 
@@ -231,6 +257,8 @@ def _check_cutedsl_w4a4(method) -> None:
 
 METHODS = {"sm90-cutlass": _sm90_cutlass_method, "deepep-bf16": _deepep_bf16_method, "sm100-trtllm": _sm100_trtllm_method,
            "cutedsl": _cutedsl_method, "cutedsl-deepep": _cutedsl_method}
+SOURCE_METHODS = {("sm100-trtllm", "deepseek-v4"): _sm100_deepseek_v4_method}
+"""Where SGLang prepares a target with another method for some source format: (target, source format) -> method."""
 
 
 def moe_method(config, record: dict, prefix: str):
@@ -240,8 +268,5 @@ def moe_method(config, record: dict, prefix: str):
         raise MoebakeRefusal(f"target {target}: this moebake's SGLang plugin serves {', '.join(sorted(METHODS))} only; "
                              f"serve this bake with moebake.serve")
     _common_refusals(config, target)
-    source_format = config.manifest["source"]["format"]
-    if target == "sm100-trtllm" and source_format != "gpt-oss":
-        raise MoebakeRefusal(f"target sm100-trtllm from {source_format}: this moebake's SGLang plugin serves sm100-trtllm "
-                             "bakes of gpt-oss only; serve this bake with moebake.serve")
-    return METHODS[target]()(config, record, prefix)
+    method = SOURCE_METHODS.get((target, config.manifest["source"]["format"]), METHODS[target])
+    return method()(config, record, prefix)
