@@ -22,7 +22,9 @@ Reported per run: GB/s (source bytes / wall seconds), the ratio of wall time to 
 same cache state, CPU seconds (user + system of the whole process tree), the CPU floor (CPU seconds
 spread over all the machine's cores, as a ratio to the copy's wall time: no schedule of that work
 can beat it), peak RSS (sum over the process tree, polled every 50 ms; shared pages count once per
-process, so this over-counts workers) and the 1-minute load average before the run (other work on
+process, so this over-counts workers, which share torch's libraries), peak PSS (the same sum of
+proportional set sizes: a page shared by N processes counts 1/N in each, so the tree's shared pages
+count once; the memory target is judged on it) and the 1-minute load average before the run (other work on
 the machine competes for the same cores). The conversion's own per-stage profile (``--profile``)
 is printed after each run, and kept for the largest size. Results go to
 ``bench/results/convert_bench.{md,csv,png}`` (``--results``); ``--quick`` runs one small size and
@@ -144,7 +146,7 @@ def prepare_cache(source: Path, cache: str) -> None:
 
 
 def run_measured(command: list[str], env: dict | None = None) -> dict:
-    """Run ``command``; wall seconds, CPU seconds and peak RSS bytes of its process tree, and its stderr.
+    """Run ``command``; wall seconds, CPU seconds, peak RSS and peak PSS bytes of its process tree, and its stderr.
 
     CPU seconds: the larger of what the kernel reports for the command and the descendants it
     waited for, and the sum of every process of the tree as last seen by the 50 ms polling."""
@@ -152,13 +154,15 @@ def run_measured(command: list[str], env: dict | None = None) -> dict:
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
                                env={**os.environ, **(env or {})})
-    watched, peak, polled_cpu = psutil.Process(process.pid), 0, {}
+    watched, peak, peak_pss, polled_cpu = psutil.Process(process.pid), 0, 0, {}
     while process.poll() is None:
         try:
             own = watched.cpu_times()
             polled_cpu[process.pid] = own.user + own.system
             descendants = watched.children(recursive=True)
-            peak = max(peak, sum(p.memory_info().rss for p in [watched, *descendants] if p.is_running()))
+            tree = [p for p in [watched, *descendants] if p.is_running()]
+            peak = max(peak, sum(p.memory_info().rss for p in tree))
+            peak_pss = max(peak_pss, sum(p.memory_full_info().pss for p in tree))
             for child in descendants:
                 times = child.cpu_times()
                 polled_cpu[child.pid] = times.user + times.system
@@ -173,7 +177,8 @@ def run_measured(command: list[str], env: dict | None = None) -> dict:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     # ``cpu`` counts the descendants the command waited for; those it leaves to end on their own
     # (moebake --workers does not wait out its workers' teardown) only appear in the polled times.
-    return {"wall_s": wall, "cpu_s": max(cpu, sum(polled_cpu.values())), "peak_rss": peak, "stderr": stderr}
+    return {"wall_s": wall, "cpu_s": max(cpu, sum(polled_cpu.values())), "peak_rss": peak, "peak_pss": peak_pss,
+            "stderr": stderr}
 
 
 def measure_copy(source: Path, scratch: Path, cache: str) -> dict:
@@ -224,22 +229,24 @@ def run_size(source: Path, scratch: Path, workers_list: list[int], caches: list[
             result = measure()
             runs.append({"tool": tool, "load": load, **result})
             print(f"  {cache:4s} {tool:26s} {result['wall_s']:7.1f} s  {size / result['wall_s'] / 1e9:5.2f} GB/s  "
-                  f"cpu {result['cpu_s']:6.1f} s  peak RSS {result['peak_rss'] / 2**20:6.0f} MiB  load {load:.1f}", flush=True)
+                  f"cpu {result['cpu_s']:6.1f} s  peak RSS {result['peak_rss'] / 2**20:6.0f} MiB  "
+                  f"PSS {result['peak_pss'] / 2**20:6.0f} MiB  load {load:.1f}", flush=True)
             for line in result.get("profile", []):
                 print("    " + line, flush=True)
         copies = [r for r in runs if r["tool"] == "copy"]
         copy = {"tool": "copy", **{key: sum(r[key] for r in copies) / len(copies) for key in ("wall_s", "cpu_s", "load")},
-                "peak_rss": max(r["peak_rss"] for r in copies)}
+                "peak_rss": max(r["peak_rss"] for r in copies), "peak_pss": max(r["peak_pss"] for r in copies)}
         for run in [copy, *(r for r in runs if r["tool"] != "copy")]:
             rows.append({"source_gb": size / 1e9, "cache": cache, "tool": run["tool"], "wall_s": run["wall_s"],
                          "gb_per_s": size / run["wall_s"] / 1e9, "ratio_to_copy": run["wall_s"] / copy["wall_s"],
                          "cpu_s": run["cpu_s"], "cpu_floor_ratio": run["cpu_s"] / CORES / copy["wall_s"],
-                         "peak_rss_mib": run["peak_rss"] / 2**20, "load": run["load"],
+                         "peak_rss_mib": run["peak_rss"] / 2**20, "peak_pss_mib": run["peak_pss"] / 2**20, "load": run["load"],
                          "profile": "\n".join(line.removeprefix("profile: ") for line in run.get("profile", []))})
     return rows
 
 
-COLUMNS = ["source_gb", "cache", "tool", "wall_s", "gb_per_s", "ratio_to_copy", "cpu_s", "cpu_floor_ratio", "peak_rss_mib", "load"]
+COLUMNS = ["source_gb", "cache", "tool", "wall_s", "gb_per_s", "ratio_to_copy", "cpu_s", "cpu_floor_ratio", "peak_rss_mib",
+           "peak_pss_mib", "load"]
 
 
 def machine_line() -> str:
@@ -256,11 +263,11 @@ def write_results(rows: list[dict], results: Path, stem: str, draw: bool = True)
         for row in rows:
             writer.writerow({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in row.items()})
     table = [f"| source GB | page cache | tool | wall s | GB/s | x copy | CPU s | CPU floor (/{CORES} cores) x copy | "
-             "peak RSS MiB | load |", "|" + "---|" * 10]
+             "peak RSS MiB | peak PSS MiB | load |", "|" + "---|" * 11]
     for row in rows:
         table.append(f"| {row['source_gb']:.1f} | {row['cache']} | {row['tool']} | {row['wall_s']:.1f} | {row['gb_per_s']:.2f} | "
                      f"{row['ratio_to_copy']:.2f} | {row['cpu_s']:.1f} | {row['cpu_floor_ratio']:.2f} | "
-                     f"{row['peak_rss_mib']:.0f} | {row['load']:.1f} |")
+                     f"{row['peak_rss_mib']:.0f} | {row['peak_pss_mib']:.0f} | {row['load']:.1f} |")
     largest = max(row["source_gb"] for row in rows)
     profiles = [f"{row['tool']}, {row['cache']}, {row['source_gb']:.1f} GB (moebake convert --profile):\n\n```\n{row['profile']}\n```"
                 for row in rows if row["source_gb"] == largest and row["profile"]]
@@ -280,8 +287,8 @@ def measured_cores(rows: list[dict]) -> int:
 
 
 def plot(rows: list[dict], path: Path, cores: int = CORES) -> None:
-    """Three panels: ratio of wall time to the copy's (per cache state; 1.3x target), throughput, peak RSS
-    (``cores``: of the machine that measured ``rows``)."""
+    """Three panels: ratio of wall time to the copy's (per cache state; 1.3x target), throughput, peak PSS
+    (peak RSS for results measured before PSS was; ``cores``: of the machine that measured ``rows``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -297,14 +304,15 @@ def plot(rows: list[dict], path: Path, cores: int = CORES) -> None:
         if tool != "copy":
             ratio.plot(sizes, [row["ratio_to_copy"] for row in mine], styles[cache], **look)
         speed.plot(sizes, [row["gb_per_s"] for row in mine], styles[cache], **look)
-        memory.plot(sizes, [row["peak_rss_mib"] for row in mine], styles[cache], **look)
+        memory.plot(sizes, [row.get("peak_pss_mib") or row["peak_rss_mib"] for row in mine], styles[cache], **look)
     loads = [row["load"] for row in rows]
     ratio.axhline(1.3, color="grey", linestyle=":", label="1.3x target")
     ratio.axhline(1.0, color="black", linewidth=0.8)
     ratio.set(xlabel="source checkpoint (GB)", ylabel="wall time / cp + sync wall time",
               title=f"convert vs copy, {cores} cores (load {min(loads):.1f}-{max(loads):.1f})")
     speed.set(xlabel="source checkpoint (GB)", ylabel="GB/s (source bytes / wall s)", title="throughput")
-    memory.set(xlabel="source checkpoint (GB)", ylabel="peak RSS of the process tree (MiB)", title="peak memory")
+    measure = "PSS" if all(row.get("peak_pss_mib") for row in rows) else "RSS"
+    memory.set(xlabel="source checkpoint (GB)", ylabel=f"peak {measure} of the process tree (MiB)", title="peak memory")
     memory.axhline(1024, color="grey", linestyle=":", label="1 GiB target")
     sizes = sorted({row["source_gb"] for row in rows})
     for axes in (ratio, speed, memory):
@@ -345,7 +353,8 @@ def main() -> None:
         args.layers, args.workers = [3], [1]
     if args.plot_only:
         with open(args.results / f"{stem}.csv", newline="") as f:
-            rows = [{**row, **{k: float(row[k]) for k in ("source_gb", "gb_per_s", "ratio_to_copy", "peak_rss_mib", "load")}}
+            rows = [{**row, **{k: float(row[k]) for k in ("source_gb", "gb_per_s", "ratio_to_copy", "peak_rss_mib", "peak_pss_mib",
+                                                         "load") if row.get(k)}}
                     for row in csv.DictReader(f)]
         plot(rows, args.results / f"{stem}.png", measured_cores(rows))
         return
