@@ -135,7 +135,8 @@ def test_output_files_index_manifest(gpt_oss_tiny, tmp_path):
     assert manifest["engine"] == {"name": "sglang", "version": "0.5.23", "runner_backend": "flashinfer_mxfp4", "a2a_backend": "none",
                                   "engine_method": "sglang.srt.layers.quantization.mxfp4.Mxfp4MoEMethod", "hidden_multiple": 256,
                                   "intermediate_multiple": 128, "hidden_scale_fill": 127, "verified": True,
-                                  "parameter_names": {}, "exact": True, "not_exact_because": None}
+                                  "parameter_names": {}, "exact": True, "not_exact_because": None,
+                                  "moe_parallelism": "expert-only"}
     assert manifest["serves"] == []  # H 160 is padded: vLLM 0.33.0's bytes differ (128 multiple, zero fill)
     import xxhash
     for name, record in manifest["files"].items():

@@ -1,23 +1,28 @@
-"""moebake's SGLang plugin serving ``cutedsl``, ``cutedsl-deepep`` and ``sm100-trtllm`` bakes, against stock SGLang 0.5.23 on CPU.
+"""moebake's SGLang plugin serving every target x source (GPT-OSS ``sm90-cutlass``: test_sglang_plugin.py), against stock
+SGLang 0.5.23 on CPU.
 
-For each target, a real SGLang ``FusedMoE`` built with ``--quantization moebake`` (the serving flags the bake's
-engine record names, the platform told it is an SM100 GPU) gets the manifest's parameters; SGLang's loader call
+For each, a real SGLang ``FusedMoE`` built with ``--quantization moebake`` (the serving flags the bake's
+engine record names, the platform told it is the bake's GPU) gets the manifest's parameters; SGLang's loader call
 puts the files' bytes in them untransformed; after the post-load step, every parameter stock SGLang holds for the
 same layer prepared from the *source* (``tests/engine_oracles/sglang_oracle.py``) is the plugin's, byte for byte.
 (CuteDSL and trtllm-gen kernels run on Blackwell only: no GPU test here.)
 """
 
 import json
+from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from unittest import mock
 
 import pytest
 import torch
 
 from conftest import load_all
+from kernel_emulation import kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.synthetic import write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
+from moebake.synthetic import write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
 
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():
@@ -30,22 +35,52 @@ E, H, I = 4, 256, 128
 MODELOPT_PREFIX = "model.layers.1.mlp.experts."
 GPT_OSS_PREFIX = "model.layers.0.mlp.experts."
 DSV4_PREFIX = "layers.0.ffn.experts."
-# target -> (source writer, layer prefix, SGLang flags, stock SGLang's preparation of the source)
+BF16_PREFIX = "model.layers.0.mlp.experts."
+
+
+@dataclass(frozen=True)
+class Case:
+    """One target x source: how to write the source, the layer it checks, the SGLang flags and GPU the bake is
+    served with, a GPU it must refuse (and the words of that refusal), and stock SGLang's preparation of the source."""
+
+    write: Callable[[Path], Path]
+    prefix: str
+    flags: dict
+    gpu: str
+    wrong_gpu: str
+    gpu_words: str
+    stock: Callable[[Path], dict]
+
+
+def _modelopt(path):
+    return write_modelopt_nvfp4(path, num_layers=2, num_experts=E, hidden=H, intermediate=I, mismatches=())
+
+
+def _dsv4(path):
+    return write_deepseek_v4(path, num_layers=1, num_experts=E, hidden=H, intermediate=I, mtp_layers=0)
+
+
+BLACKWELL, HOPPER = "Blackwell (SM100)", "Hopper (SM90)"
 CASES = {
-    "cutedsl": (lambda path: write_modelopt_nvfp4(path, num_layers=2, num_experts=E, hidden=H, intermediate=I, mismatches=()),
-                MODELOPT_PREFIX, {"moe_runner_backend": "flashinfer_cutedsl", "moe_a2a_backend": "none"},
-                lambda src: sglang_oracle.modelopt_nvfp4_cutedsl(src, MODELOPT_PREFIX, E, H, I, "none")),
-    "cutedsl-deepep": (lambda path: write_modelopt_nvfp4(path, num_layers=2, num_experts=E, hidden=H, intermediate=I, mismatches=()),
-                       MODELOPT_PREFIX, {"moe_runner_backend": "flashinfer_cutedsl", "moe_a2a_backend": "deepep"},
-                       lambda src: sglang_oracle.modelopt_nvfp4_cutedsl(src, MODELOPT_PREFIX, E, H, I, "deepep")),
-    "sm100-trtllm": (lambda path: write_gpt_oss(path, num_layers=1, num_experts=E, hidden=160, intermediate=96, vocab=32),
-                     GPT_OSS_PREFIX, {"moe_runner_backend": "flashinfer_mxfp4"},
-                     lambda src: sglang_oracle.gpt_oss_sm100_trtllm(src, 0)),
-    "sm100-trtllm/deepseek-v4": (
-        lambda path: write_deepseek_v4(path, num_layers=1, num_experts=E, hidden=H, intermediate=I, mtp_layers=0),
-        DSV4_PREFIX, {"moe_runner_backend": "flashinfer_mxfp4"},
-        lambda src: sglang_oracle.deepseek_v4_sm100_trtllm(src, DSV4_PREFIX, E, H, I)),
+    "cutedsl/modelopt-nvfp4": Case(_modelopt, MODELOPT_PREFIX, {"moe_runner_backend": "flashinfer_cutedsl"}, "sm100", "sm90",
+                                   BLACKWELL, lambda src: sglang_oracle.modelopt_nvfp4_cutedsl(src, MODELOPT_PREFIX, E, H, I, "none")),
+    "cutedsl-deepep/modelopt-nvfp4": Case(
+        _modelopt, MODELOPT_PREFIX, {"moe_runner_backend": "flashinfer_cutedsl", "moe_a2a_backend": "deepep"}, "sm100", "sm90",
+        BLACKWELL, lambda src: sglang_oracle.modelopt_nvfp4_cutedsl(src, MODELOPT_PREFIX, E, H, I, "deepep")),
+    "sm100-trtllm/gpt-oss": Case(
+        lambda path: write_gpt_oss(path, num_layers=1, num_experts=E, hidden=160, intermediate=96, vocab=32), GPT_OSS_PREFIX,
+        {"moe_runner_backend": "flashinfer_mxfp4"}, "sm100", "sm90", BLACKWELL, lambda src: sglang_oracle.gpt_oss_sm100_trtllm(src, 0)),
+    "sm100-trtllm/deepseek-v4": Case(_dsv4, DSV4_PREFIX, {"moe_runner_backend": "flashinfer_mxfp4"}, "sm100", "sm90", BLACKWELL,
+                                     lambda src: sglang_oracle.deepseek_v4_sm100_trtllm(src, DSV4_PREFIX, E, H, I)),
+    "sm90-cutlass/deepseek-v4": Case(
+        _dsv4, DSV4_PREFIX, {"moe_runner_backend": "flashinfer_mxfp4"}, "sm90", "sm100", HOPPER,
+        lambda src: sglang_oracle.deepseek_v4_sm90_cutlass(src, DSV4_PREFIX, E, H, I, kernel_interleave_v2)),
+    "deepep-bf16/bf16-moe": Case(
+        lambda path: write_bf16_moe(path, style="qwen3", num_layers=1, num_experts=E, hidden=64, intermediate=32), BF16_PREFIX,
+        {"moe_runner_backend": "deep_gemm", "moe_a2a_backend": "deepep"}, "sm90", "neither", f"{HOPPER} or {BLACKWELL}",
+        lambda src: sglang_oracle.unquantized_deepep_bf16(src, BF16_PREFIX, E, 64, 32, ("gate_proj", "up_proj", "down_proj"))),
 }
+"""Every target x source but GPT-OSS sm90-cutlass, which tests/test_sglang_plugin.py covers (and the H100 runs)."""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -62,10 +97,10 @@ def plugin_loaded():
 def bakes(tmp_path_factory):
     root = tmp_path_factory.mktemp("plugin-targets")
     made = {}
-    for target, (write, *_) in CASES.items():
-        source = write(root / target / "src")
-        convert(source, root / target / "out", ConvertOptions(target.split("/")[0]), progress=False)
-        made[target] = source, root / target / "out"
+    for name, case in CASES.items():
+        source = case.write(root / name / "src")
+        convert(source, root / name / "out", ConvertOptions(name.split("/")[0]), progress=False)
+        made[name] = source, root / name / "out"
     return made
 
 
@@ -78,6 +113,7 @@ def serving(out, gpu="sm100", **flags):
 
     with (sglang_oracle.sglang_engine(gpu=gpu, **flags), sglang_oracle._cutedsl_utils(), sglang_oracle._sm100_flashinfer(mxfp4),
           mock.patch.object(fused_moe_layer, "create_moe_dispatcher", lambda *a, **k: sglang_oracle._DispatcherStandin()),
+          mock.patch.object(mxfp4, "_FI_HAS_SM90_CUTLASS_MXFP4", True),  # FlashInfer on a GPU has it
           mock.patch("moebake.engines.sglang.config.model_directory", return_value=out)):
         yield
 
@@ -89,45 +125,49 @@ def plugin_layer(out, prefix):
 
     config = json.loads((out / "config.json").read_text())
     quant_config = QUANTIZATION_METHODS["moebake"].from_config(config["quantization_config"])
-    if "num_local_experts" in config:  # GPT-OSS, as GptOssSparseMoeBlock builds it
+    record = next(r for r in json.loads((out / "moebake.json").read_text())["layers"] if r["prefix"] == prefix)
+    if config.get("model_type") == "gpt_oss":  # as GptOssSparseMoeBlock builds it
         return FusedMoE(num_experts=config["num_local_experts"], top_k=config["num_experts_per_tok"], layer_id=0,
                         hidden_size=config["hidden_size"], intermediate_size=config["intermediate_size"],
                         quant_config=quant_config, activation=config["hidden_act"], gemm1_alpha=1.702,
                         gemm1_clamp_limit=config["swiglu_limit"], with_bias=True, prefix=prefix.rstrip("."),
                         use_weight_loader_fused=True)
-    return FusedMoE(num_experts=E, top_k=2, layer_id=1, hidden_size=H, intermediate_size=I, quant_config=quant_config,
-                    prefix=prefix.rstrip("."), params_dtype=torch.bfloat16, swiglu_limit=config.get("swiglu_limit"))
+    return FusedMoE(num_experts=record["experts"], top_k=2, layer_id=record["index"], hidden_size=record["hidden"],
+                    intermediate_size=record["intermediate"], quant_config=quant_config, prefix=prefix.rstrip("."),
+                    params_dtype=torch.bfloat16, swiglu_limit=config.get("swiglu_limit"))
 
 
-@pytest.mark.parametrize("target", CASES)
-def test_plugin_layer_equals_stock_sglang(bakes, target):
-    _, prefix, flags, stock = CASES[target]
-    source, out = bakes[target]
-    record = next(r for r in json.loads((out / "moebake.json").read_text())["layers"] if r["prefix"] == prefix)
+@pytest.mark.parametrize("name", CASES)
+def test_plugin_layer_equals_stock_sglang(bakes, name):
+    case = CASES[name]
+    source, out = bakes[name]
+    record = next(r for r in json.loads((out / "moebake.json").read_text())["layers"] if r["prefix"] == case.prefix)
     baked = load_all(out)
-    with serving(out, **flags):
-        layer = plugin_layer(out, prefix)
+    with serving(out, gpu=case.gpu, **case.flags):
+        layer = plugin_layer(out, case.prefix)
         params = dict(layer.named_parameters())
         assert {name: list(p.shape) for name, p in params.items()} == {name: spec["shape"] for name, spec in record["tensors"].items()}
-        for name, param in params.items():
-            param.weight_loader(param, baked[prefix + name])  # SGLang's default loader call for a named parameter
+        for short, param in params.items():
+            param.weight_loader(param, baked[case.prefix + short])  # SGLang's default loader call for a named parameter
         layer.quant_method.process_weights_after_loading(layer)
         after = dict(layer.named_parameters())
-    for name in record["tensors"]:
-        assert after[name].data_ptr() == params[name].data_ptr(), f"{name} was replaced at load"
-        assert torch.equal(after[name].view(torch.uint8), baked[prefix + name].view(torch.uint8)), f"{name} was transformed at load"
-    for name, expected in stock(source).items():
-        got = getattr(layer, name)  # SGLang's names (DeepSeek-V4's *_scale_inv are bound to the baked *_scale)
-        assert (got.dtype.itemsize, tuple(got.shape)) == (expected.dtype.itemsize, tuple(expected.shape)), name
-        assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{name} differs from stock SGLang's"
+    for short in record["tensors"]:
+        assert after[short].data_ptr() == params[short].data_ptr(), f"{short} was replaced at load"
+        assert torch.equal(after[short].view(torch.uint8), baked[case.prefix + short].view(torch.uint8)), f"{short} was transformed at load"
+    for engine_name, expected in case.stock(source).items():
+        # SGLang's names; DeepSeek-V4's *_scale_inv are the baked *_scale (bound to them on SM100, read as them on SM90)
+        got = getattr(layer, engine_name, None)
+        got = got if got is not None else getattr(layer, engine_name.replace("_scale_inv", "_scale"))
+        assert (got.dtype.itemsize, tuple(got.shape)) == (expected.dtype.itemsize, tuple(expected.shape)), engine_name
+        assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{engine_name} differs from stock SGLang's"
 
 
 def test_cutedsl_expert_parallel_rank_holds_its_experts_and_sglangs_global_input_scales(bakes):
     from sglang.srt.runtime_context import get_parallel
 
-    source, out = bakes["cutedsl"]
+    source, out = bakes["cutedsl/modelopt-nvfp4"]
     baked, stock = load_all(out), sglang_oracle.modelopt_nvfp4_cutedsl(source, MODELOPT_PREFIX, E, H, I, "none")
-    with serving(out, **CASES["cutedsl"][2]):
+    with serving(out, **CASES["cutedsl/modelopt-nvfp4"].flags):
         get_parallel().override_permanently(tp_size=2, attn_tp_size=2, moe_ep_size=2, moe_ep_rank=1)
         layer = plugin_layer(out, MODELOPT_PREFIX)
         for name, param in layer.named_parameters():
@@ -138,13 +178,12 @@ def test_cutedsl_expert_parallel_rank_holds_its_experts_and_sglangs_global_input
         assert torch.equal(getattr(layer, name).view(torch.uint8), stock[name][2:].contiguous().view(torch.uint8)), name
 
 
-@pytest.mark.parametrize("target", CASES)
-def test_refuses_a_gpu_that_is_not_blackwell(bakes, target):
+@pytest.mark.parametrize("name", CASES)
+def test_refuses_another_gpu(bakes, name):
     from moebake.engines.sglang.refusals import MoebakeRefusal
 
-    _, prefix, flags, _ = CASES[target]
-    out = bakes[target][1]
-    with serving(out, gpu="sm90", **flags), pytest.raises(MoebakeRefusal) as caught:
-        plugin_layer(out, prefix)
+    case, out = CASES[name], bakes[name][1]
+    with serving(out, gpu=case.wrong_gpu, **case.flags), pytest.raises(MoebakeRefusal) as caught:
+        plugin_layer(out, case.prefix)
     message = str(caught.value)
-    assert "\n" not in message and message.startswith(f"moebake: target {target.split('/')[0]} runs on Blackwell (SM100) GPUs only")
+    assert "\n" not in message and message.startswith(f"moebake: target {name.split('/')[0]} runs on {case.gpu_words} GPUs only")

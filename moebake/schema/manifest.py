@@ -358,12 +358,19 @@ class FileRecord:
         return cls(checksums, f.integer("bytes"))
 
 
+EXPERT_PARALLEL_ONLY = "expert-only"
+"""The engine record's ``moe_parallelism`` of every bake: experts are baked whole (I is not split), so an engine
+serves them with expert parallelism (each rank a contiguous run of whole experts), never MoE tensor parallelism."""
+
+
 @dataclass(frozen=True)
 class EngineRecord:
     """The engine profile a bake follows (:mod:`moebake.engines.profiles`): the engine and version, its
     serving flags (``runner_backend``, ``a2a_backend``), the class whose post-load parameters the bytes
     equal, the padding multiples and the fill of the scales' hidden and intermediate padding (bytes;
-    ``intermediate_scale_fill`` is written only where it is not 0), whether the
+    ``intermediate_scale_fill`` is written only where it is not 0), how a loader may split the MoE layers
+    over GPUs (``moe_parallelism``: ``expert-only``, whole experts per rank, no MoE tensor parallelism;
+    manifests before the field mean the same), whether the
     profile is proven against the engine's code (``verified``), the engine's parameter names where they
     differ from the bake's short names, and whether this bake is engine-exact (``exact``; if not, why)."""
 
@@ -380,6 +387,7 @@ class EngineRecord:
     exact: bool
     not_exact_because: str | None = None
     intermediate_scale_fill: int = 0
+    moe_parallelism: str = EXPERT_PARALLEL_ONLY
     extra: dict = field(default_factory=dict, compare=False)
 
     _KEYS = ("name", "version", "runner_backend", "a2a_backend", "engine_method", "hidden_multiple",
@@ -389,7 +397,7 @@ class EngineRecord:
         out = {key: getattr(self, key) for key in self._KEYS} | {"parameter_names": dict(self.parameter_names)}
         if self.intermediate_scale_fill:  # written only where it is not 0 (manifests before it have none)
             out["intermediate_scale_fill"] = self.intermediate_scale_fill
-        return out | self.extra
+        return out | {"moe_parallelism": self.moe_parallelism} | self.extra
 
     @classmethod
     def from_json(cls, data, where, path: str = "engine") -> "EngineRecord":
@@ -398,7 +406,9 @@ class EngineRecord:
                       "an object of baked name: engine name")
         return cls(*(f.string(key) for key in cls._KEYS[:5]), *(f.integer(key) for key in cls._KEYS[5:8]), f.boolean("verified"),
                    dict(names), f.boolean("exact"), f.string("not_exact_because", optional=True),
-                   f.integer("intermediate_scale_fill", optional=True) or 0, f.extra((*cls._KEYS, "intermediate_scale_fill")))
+                   f.integer("intermediate_scale_fill", optional=True) or 0,
+                   f.string("moe_parallelism", optional=True) or EXPERT_PARALLEL_ONLY,
+                   f.extra((*cls._KEYS, "intermediate_scale_fill", "moe_parallelism")))
 
 
 @dataclass(frozen=True)

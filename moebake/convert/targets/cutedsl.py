@@ -20,9 +20,9 @@ import torch
 
 from moebake.convert.targets.base import register
 from moebake.convert.targets.nvfp4_experts import Nvfp4Target, W13Order
-from moebake.convert.targets.nvfp4_scalars import cutedsl_wrapper_scales, load_time_scales
 from moebake.layouts.gate_up import split_halves, stack_halves
 from moebake.layouts.group_interleave import deinterleave_halves, interleave_halves
+from moebake.layouts.nvfp4_scalars import cutedsl_wrapper_scales, load_time_scales
 from moebake.schema.targets import CUTEDSL
 
 GROUP_ROWS = 64

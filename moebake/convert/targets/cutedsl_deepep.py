@@ -20,8 +20,8 @@ import torch
 
 from moebake.convert.targets.base import register
 from moebake.convert.targets.nvfp4_experts import Nvfp4Target, W13Order
-from moebake.convert.targets.nvfp4_scalars import load_time_scales
 from moebake.layouts.gate_up import split_halves, stack_halves
+from moebake.layouts.nvfp4_scalars import load_time_scales
 from moebake.schema.targets import CUTEDSL_DEEPEP
 
 

@@ -12,7 +12,7 @@ names of SGLang's ``ModelOptNvFp4FusedMoEMethod`` parameters and ``E`` experts:
   ``w2_weight_scale_2``   F32      ``[E]``
   ``w13_input_scale``     F32      ``[E, 2]``         (gate, up) activation globals, as in the source
   ``w2_input_scale``      F32      ``[E]``
-  and the target's derived F32 scalars (:mod:`moebake.convert.targets.nvfp4_scalars`).
+  and the target's derived F32 scalars (:mod:`moebake.layouts.nvfp4_scalars`).
 
 The swizzled scale tensors keep the linear shape because ``H % 128 == 0`` and ``I % 64 == 0`` are
 required (the CuteDSL tiles need them; NVFP4 is never padded here), so SGLang's

@@ -224,7 +224,7 @@ def _cutedsl_derived(method, layer) -> None:
     from sglang.srt.layers.quantization.modelopt_quant import _use_nvfp4_dispatch, should_use_flashinfer_cutlass_moe_fp4_allgather
     from sglang.srt.layers.utils.common import copy_or_rebind_param
 
-    from moebake.convert.targets.nvfp4_scalars import load_time_scales
+    from moebake.layouts.nvfp4_scalars import load_time_scales
 
     local = slice(layer.moe_ep_rank * layer.num_local_experts, (layer.moe_ep_rank + 1) * layer.num_local_experts)
     layer.w13_blockscale_swizzled, layer.w2_blockscale_swizzled = layer.w13_weight_scale, layer.w2_weight_scale
