@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 import moebake
-from moebake.convert.options import DEFAULT_CHUNK_BYTES, MAX_MULTIPLE, ConvertOptions
+from moebake.convert.options import DEFAULT_CHUNK_BYTES, GATE_UP_GLOBALS, MAX_MULTIPLE, ConvertOptions
 from moebake.engines.profiles import DEFAULT_ENGINE, PROFILES
 from moebake.errors import MoebakeError, format_error
 from moebake.layouts.flashinfer_versions import LAYOUTS
@@ -109,6 +109,9 @@ def _resolve(source: str, revision: str | None, token: str | None):
                    "is then recorded as not engine-exact unless it equals the profile's.")
 @click.option("--intermediate-multiple", type=int,
               help="Override the engine profile's I padding multiple (as --hidden-multiple).")
+@click.option("--gate-up-globals", default="share", show_default=True, type=click.Choice(GATE_UP_GLOBALS),
+              help="NVFP4 experts whose gate and up global scales differ: share one (rescaled block scales; accurate, "
+                   "not the engine's bytes) or keep both (the engine's bytes; its kernels apply the gate's to both halves).")
 @click.option("--chunk-mb", default=DEFAULT_CHUNK_BYTES >> 20, show_default=True, type=click.IntRange(1, 16384),
               help="Source MiB read per step (bounds memory).")
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it is a previous moebake output (only once the new one is complete).")
@@ -121,8 +124,8 @@ def _resolve(source: str, revision: str | None, token: str | None):
               help="Bake this many shards at once, in separate processes (output bytes do not change).")
 @click.option("--profile", is_flag=True, help="Print busy time per stage (read, transform, hash, write) at the end.")
 @reports_errors
-def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, intermediate_multiple, chunk_mb, overwrite, resume, dry_run,
-            quiet, revision, token, workers, profile):
+def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, intermediate_multiple, gate_up_globals, chunk_mb, overwrite,
+            resume, dry_run, quiet, revision, token, workers, profile):
     """Bake checkpoint SOURCE into OUT for --target.
 
     SOURCE is a checkpoint directory or a Hub model repo ORG/NAME[@REVISION] (only the files needed
@@ -132,7 +135,7 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     from moebake.convert.run import convert as run_convert
     from moebake.inspection import gate_up_summary
 
-    options = ConvertOptions(target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb << 20, engine)
+    options = ConvertOptions(target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb << 20, engine, gate_up_globals)
     check_output(output_paths(out), overwrite=overwrite, resume=resume,
                  source=source if Path(source).exists() else None)  # before a Hub download
     resolved = _resolve(source, revision, token)

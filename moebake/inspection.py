@@ -158,10 +158,14 @@ def gate_up_summary(manifest: dict) -> str | None:
         return None
     experts = sum(layer["experts"] for layer in manifest["layers"])
     rescaled = sum(r["experts_rescaled"] for r in reports)
+    kept_apart = sum(r.get("experts_kept_apart", 0) for r in reports)
+    if kept_apart:
+        return (f"gate/up global scales kept as the source has them (--gate-up-globals keep): they differ in {kept_apart} of "
+                f"{experts} experts, whose up halves a kernel taking one W13 alpha dequantizes with the gate's global")
     if not rescaled:
         return f"gate/up global scales: already one per expert in all {experts} experts"
     worst = {key: max(r[key] for r in reports) for key in ("max_relative_change", "max_relative_error", "subnormal_below", "zero_at_or_below")}
     return (f"gate/up global scales made one in {rescaled} of {experts} experts: the smaller half's block scales rescaled "
             f"(largest relative change {worst['max_relative_change']:.2%}); E4M3 rounding of any block scale >= "
             f"{worst['subnormal_below']:.3g}: at most {worst['max_relative_error']:.2%}; smaller ones lose precision, "
-            f"those <= {worst['zero_at_or_below']:.3g} become 0")
+            f"those <= {worst['zero_at_or_below']:.3g} become 0 (--gate-up-globals keep bakes the engine's bytes instead)")

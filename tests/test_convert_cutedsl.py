@@ -20,6 +20,7 @@ from moebake.convert.source_check import compare_with_source
 from moebake.convert.targets import get_target
 from moebake.errors import MoebakeError
 from moebake.formats import open_source
+from moebake.formats.checkpoint import per_expert_names
 from moebake.synthetic import write_modelopt_nvfp4
 from test_convert_gpt_oss import load_all
 from test_nvfp4_gate_up import brute_force_e4m3
@@ -211,6 +212,27 @@ def test_cli_convert_reports_and_verify_source_passes(source, tmp_path, target):
     result = CliRunner().invoke(main, ["convert", str(source), str(out), "--target", target, "--quiet"])
     assert result.exit_code == 0, result.output
     assert "gate/up global scales made one in 4 of 8 experts" in result.output and "largest relative change 75.00%" in result.output
+    result = CliRunner().invoke(main, ["verify", str(out), "--source", str(source), "--quiet"])
+    assert result.exit_code == 0 and result.output.startswith("ok:"), result.output
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_keep_gate_up_globals_bakes_the_files_scales_and_verifies(source, tmp_path, target):
+    """``--gate-up-globals keep``: every gate/up block scale and global is the file's (recorded in the manifest's
+    options, engine-exact, reported), and deep verify (inversion and re-bake from the recorded options) passes."""
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["convert", str(source), str(out), "--target", target, "--gate-up-globals", "keep", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "gate/up global scales kept as the source has them" in result.output and "differ in 4 of 8 experts" in result.output
+    assert ": engine-exact" in result.output
+    manifest = json.loads((out / "moebake.json").read_text())
+    assert manifest["options"]["gate_up_globals"] == "keep"
+    stored, files = load_all(out), load_all(source)
+    for record in manifest["layers"]:
+        restored = TARGETS[target].restore(record, {n: stored[record["prefix"] + n] for n in record["tensors"]}, "v2")
+        for pattern, tensor in restored.items():
+            expected = torch.stack([files[name] for name in per_expert_names(pattern, record["experts"])])
+            assert torch.equal(as_bytes(tensor), as_bytes(expected.reshape(tensor.shape))), pattern
     result = CliRunner().invoke(main, ["verify", str(out), "--source", str(source), "--quiet"])
     assert result.exit_code == 0 and result.output.startswith("ok:"), result.output
 

@@ -15,7 +15,7 @@ from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.engines.profiles import PROFILES, SGLANG_0_5_23
 from moebake.layouts.nvfp4_scalars import load_time_scales
-from moebake.synthetic import write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
+from moebake.synthetic import MODELOPT_MISMATCHES, write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
 
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():
@@ -154,17 +154,26 @@ CUTEDSL_WRAPPER_SCALARS = ("w1_alpha", "w2_alpha", "fc2_input_scale")
 
 @pytest.mark.parametrize("hidden, intermediate", [(256, 128), (384, 192)])
 @pytest.mark.parametrize("target, a2a", [("cutedsl", "none"), ("cutedsl-deepep", "deepep")])
-def test_modelopt_nvfp4_cutedsl_equals_sglang(tmp_path, target, a2a, hidden, intermediate):
+@pytest.mark.parametrize("mismatches, gate_up_globals", [
+    ((), "share"),                       # every expert's gate and up globals agree: nothing to share
+    (MODELOPT_MISMATCHES, "keep"),       # experts 1 and 3 differ (up x0.3, x4): kept apart, as SGLang keeps them
+])
+def test_modelopt_nvfp4_cutedsl_equals_sglang(tmp_path, target, a2a, hidden, intermediate, mismatches, gate_up_globals):
     """SGLang's ModelOptNvFp4FusedMoEMethod (flashinfer_cutedsl; a2a deepep = its v1 path) on the source, against
     the bake: every parameter it holds after its post-load step, byte for byte, for experts whose gate and up
-    globals agree (where they differ, see the next test)."""
+    globals agree, and for ones whose globals differ baked with ``--gate-up-globals keep`` (shared, the
+    default, see the next test)."""
     source = write_modelopt_nvfp4(tmp_path / "src", num_layers=2, num_experts=4, hidden=hidden, intermediate=intermediate,
-                                  mismatches=())
-    manifest = convert(source, tmp_path / "out", ConvertOptions(target), progress=False)
+                                  mismatches=mismatches)
+    manifest = convert(source, tmp_path / "out", ConvertOptions(target, gate_up_globals=gate_up_globals), progress=False)
     assert manifest["engine"]["exact"] is True, manifest["engine"]
     baked = load_all(tmp_path / "out")
     record = manifest["layers"][0]
     prefix = record["prefix"]
+    globals_ = baked[prefix + "w13_weight_scale_2"]
+    assert [int(e) for e in (globals_[:, 0] != globals_[:, 1]).nonzero()] == [e for e, _ in mismatches]
+    assert record["gate_up_global_scale"]["experts_rescaled"] == 0
+    assert record["gate_up_global_scale"].get("experts_kept_apart", 0) == len(mismatches)
     engine = sglang_oracle.modelopt_nvfp4_cutedsl(source, prefix, 4, hidden, intermediate, a2a)
     derived = set(CUTEDSL_MMA_VIEWS) | set(CUTEDSL_LOAD_TIME_SCALARS) if target == "cutedsl" else set()
     assert set(engine) - derived == set(record["tensors"]) - set(CUTEDSL_WRAPPER_SCALARS)

@@ -56,6 +56,10 @@ def _modelopt(path):
     return write_modelopt_nvfp4(path, num_layers=2, num_experts=E, hidden=H, intermediate=I, mismatches=())
 
 
+def _modelopt_differing_globals(path):
+    return write_modelopt_nvfp4(path, num_layers=2, num_experts=E, hidden=H, intermediate=I)  # MODELOPT_MISMATCHES
+
+
 def _dsv4(path):
     return write_deepseek_v4(path, num_layers=1, num_experts=E, hidden=H, intermediate=I, mtp_layers=0)
 
@@ -67,6 +71,13 @@ CASES = {
     "cutedsl-deepep/modelopt-nvfp4": Case(
         _modelopt, MODELOPT_PREFIX, {"moe_runner_backend": "flashinfer_cutedsl", "moe_a2a_backend": "deepep"}, "sm100", "sm90",
         BLACKWELL, lambda src: sglang_oracle.modelopt_nvfp4_cutedsl(src, MODELOPT_PREFIX, E, H, I, "deepep")),
+    # experts 1 and 3 with gate and up globals that differ, baked with --gate-up-globals keep (SGLang's bytes)
+    "cutedsl/modelopt-nvfp4/keep-globals": Case(
+        _modelopt_differing_globals, MODELOPT_PREFIX, {"moe_runner_backend": "flashinfer_cutedsl"}, "sm100", "sm90",
+        BLACKWELL, lambda src: sglang_oracle.modelopt_nvfp4_cutedsl(src, MODELOPT_PREFIX, E, H, I, "none")),
+    "cutedsl-deepep/modelopt-nvfp4/keep-globals": Case(
+        _modelopt_differing_globals, MODELOPT_PREFIX, {"moe_runner_backend": "flashinfer_cutedsl", "moe_a2a_backend": "deepep"},
+        "sm100", "sm90", BLACKWELL, lambda src: sglang_oracle.modelopt_nvfp4_cutedsl(src, MODELOPT_PREFIX, E, H, I, "deepep")),
     "sm100-trtllm/gpt-oss": Case(
         lambda path: write_gpt_oss(path, num_layers=1, num_experts=E, hidden=160, intermediate=96, vocab=32), GPT_OSS_PREFIX,
         {"moe_runner_backend": "flashinfer_mxfp4"}, "sm100", "sm90", BLACKWELL, lambda src: sglang_oracle.gpt_oss_sm100_trtllm(src, 0)),
@@ -99,7 +110,8 @@ def bakes(tmp_path_factory):
     made = {}
     for name, case in CASES.items():
         source = case.write(root / name / "src")
-        convert(source, root / name / "out", ConvertOptions(name.split("/")[0]), progress=False)
+        gate_up_globals = "keep" if name.endswith("/keep-globals") else "share"
+        convert(source, root / name / "out", ConvertOptions(name.split("/")[0], gate_up_globals=gate_up_globals), progress=False)
         made[name] = source, root / name / "out"
     return made
 

@@ -11,6 +11,7 @@ DEFAULT_CHUNK_BYTES = 64 << 20
 MIN_CHUNK_BYTES = 1 << 16
 MAX_CHUNK_BYTES = 1 << 34
 MAX_MULTIPLE = 4096  # kernels ask for 128 or 256; larger only inflates the padding
+GATE_UP_GLOBALS = ("share", "keep")
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,11 @@ class ConvertOptions:
     """``engine``: the engine profile (:mod:`moebake.engines.profiles`) whose load-time bytes the bake equals.
     ``hidden_multiple`` / ``intermediate_multiple``: None = the profile's; a value overrides it
     (multiples of 128), and the manifest then says the bake is not engine-exact.
-    ``chunk_bytes``: source bytes read per step; bounds peak memory."""
+    ``chunk_bytes``: source bytes read per step; bounds peak memory.
+    ``gate_up_globals``: NVFP4 experts whose gate and up global scales differ: ``share`` one global,
+    rescaling the smaller half's block scales (accurate for kernels taking one W13 alpha; not the
+    engine's bytes), or ``keep`` both as the source has them (the engine's bytes; SGLang's CuteDSL
+    kernels then apply the gate's global to both halves, as stock SGLang does)."""
 
     target: str
     flashinfer_layout: str = "v2"
@@ -26,6 +31,7 @@ class ConvertOptions:
     intermediate_multiple: int | None = None
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     engine: str = DEFAULT_ENGINE
+    gate_up_globals: str = "share"
 
     def __post_init__(self):
         if self.flashinfer_layout not in LAYOUTS:
@@ -37,10 +43,17 @@ class ConvertOptions:
         if type(self.chunk_bytes) is not int or not MIN_CHUNK_BYTES <= self.chunk_bytes <= MAX_CHUNK_BYTES:
             raise OptionError(f"chunk size {self.chunk_bytes!r} bytes: expected 64 KiB to 16 GiB")
 
+        if self.gate_up_globals not in GATE_UP_GLOBALS:
+            raise OptionError(f"--gate-up-globals {self.gate_up_globals!r}: expected one of {', '.join(GATE_UP_GLOBALS)}")
         get_profile(self.engine)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """Every option; ``gate_up_globals`` only where it is not ``share`` (manifests written before it
+        existed mean ``share``, and read back the same)."""
+        options = asdict(self)
+        if options["gate_up_globals"] == "share":
+            del options["gate_up_globals"]
+        return options
 
     def padding(self, source_format: str) -> "Padding":
         """The padding of ``source_format``'s experts: the engine profile's, with this conversion's overridden multiples."""

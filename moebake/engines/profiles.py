@@ -84,8 +84,9 @@ SGLANG_0_5_23 = EngineProfile("sglang", "0.5.23", {
     ("sm100-trtllm", "deepseek-v4"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_DSV4_SM100),
     # ModelOptNvFp4FusedMoEMethod, flashinfer_cutedsl: its standard ("v2": [up; gate] in 64-row groups, swizzled
     # scales) and DeepEP low-latency ("v1": [gate; up]) post-load steps; NVFP4 is not padded. Exact where each
-    # expert's gate and up globals agree: where they differ moebake shares them (SGLang keeps both, and its
-    # CuteDSL kernels apply the gate's to both halves), which :func:`manifest_engine` records as not exact.
+    # expert's gate and up globals agree, or are kept apart (--gate-up-globals keep: SGLang keeps both, and its
+    # CuteDSL kernels apply the gate's to both halves); where moebake shares them (the default),
+    # :func:`manifest_engine` records the bake as not exact.
     ("cutedsl", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "none", _SGLANG_NVFP4),
     ("cutedsl-deepep", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "deepep", _SGLANG_NVFP4),
     # SGLang's unquantized DeepEP-LL + DeepGEMM post-load step transforms no weight.

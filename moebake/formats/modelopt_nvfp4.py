@@ -29,9 +29,10 @@ expert ``e`` and projection ``p`` in ``gate``, ``up`` (``[I, H]``) and ``down`` 
 moe_intermediate_size`` (else ``intermediate_size``), ``E = n_routed_experts`` / ``num_experts`` /
 ``num_local_experts``, read from ``config.json`` or its ``text_config``.
 
-Targets read experts through :meth:`ModelOptNvfp4Model.consumed`, which gives each expert one
-gate/up global scale (see :mod:`moebake.formats.nvfp4_gate_up`): the rescaled half's block scales
-and both halves' ``weight_scale_2`` differ from the file there; every other tensor is the file's bytes.
+Targets read experts through :meth:`ModelOptNvfp4Model.consumed`, which by default gives each
+expert one gate/up global scale (see :mod:`moebake.formats.nvfp4_gate_up`): the rescaled half's block
+scales and both halves' ``weight_scale_2`` differ from the file there; every other tensor is the
+file's bytes. With ``gate_up_globals = "keep"`` every tensor is the file's bytes (the engines' choice).
 """
 
 import fnmatch
@@ -117,7 +118,8 @@ class ModelOptNvfp4Model:
     """A validated ModelOpt NVFP4 source: dimensions, quantized MoE layers, excluded MoE layers.
 
     Not frozen: it holds one cache, ``_shared``, the gate/up globals made one per ``(layer prefix,
-    expert)`` (:meth:`shared_global`), scoped to this model object.
+    expert)`` (:meth:`shared_global`), scoped to this model object, and ``gate_up_globals``, set by the
+    target from the conversion's options (:meth:`use_gate_up_globals`): ``share`` or ``keep``.
     """
 
     checkpoint: SourceCheckpoint
@@ -129,6 +131,7 @@ class ModelOptNvfp4Model:
     layers: tuple[NvFp4Layer, ...]
     excluded_layers: tuple[str, ...]
     expert_algo: str = NVFP4
+    gate_up_globals: str = "share"
     _shared: dict = field(default_factory=dict, compare=False, repr=False)
 
     format_name = FORMAT_NAME
@@ -176,6 +179,12 @@ class ModelOptNvfp4Model:
                                    "expected a finite global scale > 0")
         return tensor
 
+    def use_gate_up_globals(self, mode: str) -> None:
+        """``share`` (one global per expert, the smaller half's block scales rescaled) or ``keep`` (the file's)."""
+        if mode != self.gate_up_globals:
+            self.gate_up_globals = mode
+            self._shared.clear()
+
     def shared_global(self, layer: NvFp4Layer, expert: int) -> SharedGlobal:
         """The one gate/up global of ``expert`` (cached: a bake reads it for several tensors)."""
         key = (layer.prefix, expert)
@@ -185,10 +194,10 @@ class ModelOptNvfp4Model:
         return self._shared[key]
 
     def block_scales(self, layer: NvFp4Layer, expert: int, proj: str) -> torch.Tensor:
-        """uint8 E4M3 block scales ``[N, K/16]`` of one projection, as baked (rescaled for the smaller gate/up global)."""
+        """uint8 E4M3 block scales ``[N, K/16]`` of one projection, as baked (``share``: rescaled for the smaller gate/up global)."""
         name = layer.name(expert, proj, "weight_scale")
         scales = self.read(name)
-        shared = self.shared_global(layer, expert) if proj != "down" else None
+        shared = self.shared_global(layer, expert) if proj != "down" and self.gate_up_globals == "share" else None
         if shared is None or shared.rescaled_half != proj:
             return scales
         try:
@@ -197,10 +206,10 @@ class ModelOptNvfp4Model:
             raise CheckpointError(f"{self.checkpoint.file_of(name).path}: tensor {name}: {err}") from None
 
     def consumed(self, layer: NvFp4Layer, expert: int, proj: str, part: str) -> torch.Tensor:
-        """The tensor targets bake: the file's, except gate/up globals made one (module docstring)."""
+        """The tensor targets bake: the file's, except gate/up globals made one under ``share`` (module docstring)."""
         if part == "weight_scale":
             return self.block_scales(layer, expert, proj)
-        if part == "weight_scale_2" and proj != "down":
+        if part == "weight_scale_2" and proj != "down" and self.gate_up_globals == "share":
             return torch.full(self.scalar_shape, self.shared_global(layer, expert).shared, dtype=torch.float32)
         return self.read(layer.name(expert, proj, part))
 
@@ -216,17 +225,21 @@ class ModelOptNvfp4Model:
     def reconciliation(self, layer: NvFp4Layer) -> dict:
         """How ``layer``'s gate/up globals are made one, from the globals alone (no block scale is read):
         ``rescaled_gate``/``rescaled_up`` expert ids, ``max_relative_change`` = 1 - the smallest ratio,
-        and the :class:`~moebake.formats.nvfp4_gate_up.RoundingBound` fields over the rescaled experts."""
+        and the :class:`~moebake.formats.nvfp4_gate_up.RoundingBound` fields over the rescaled experts;
+        under ``keep`` none is rescaled and ``experts_kept_apart`` counts those whose globals differ."""
         rescaled = {"gate": [], "up": []}
-        smallest_ratio, bound = 1.0, RoundingBound()
+        smallest_ratio, bound, kept_apart = 1.0, RoundingBound(), 0
         for expert in range(self.num_experts):
             shared = self.shared_global(layer, expert)
-            if shared.rescaled_half is not None:
+            if shared.rescaled_half is not None and self.gate_up_globals == "keep":
+                kept_apart += 1
+            elif shared.rescaled_half is not None:
                 rescaled[shared.rescaled_half].append(expert)
                 smallest_ratio = min(smallest_ratio, shared.ratio)
                 bound = bound.merge(rounding_bound(shared.scaled_global, shared.shared))
-        return {"experts_rescaled": len(rescaled["gate"]) + len(rescaled["up"]), "rescaled_gate": rescaled["gate"],
-                "rescaled_up": rescaled["up"], "max_relative_change": 1.0 - smallest_ratio, **vars(bound)}
+        report = {"experts_rescaled": len(rescaled["gate"]) + len(rescaled["up"]), "rescaled_gate": rescaled["gate"],
+                  "rescaled_up": rescaled["up"], "max_relative_change": 1.0 - smallest_ratio, **vars(bound)}
+        return report | {"experts_kept_apart": kept_apart} if self.gate_up_globals == "keep" else report
 
 
 def read_quant_config(checkpoint: SourceCheckpoint) -> QuantConfig | None:

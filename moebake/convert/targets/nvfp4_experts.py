@@ -9,6 +9,7 @@ names of SGLang's ``ModelOptNvFp4FusedMoEMethod`` parameters and ``E`` experts:
   ``w2_weight``           U8       ``[E, H, I/2]``    down weights, as in the source
   ``w2_weight_scale``     F8_E4M3  ``[E, H, I/16]``   down block scales, 128x4-swizzled per expert
   ``w13_weight_scale_2``  F32      ``[E, 2]``         (gate, up) weight globals: the expert's one shared global, twice
+                                                      (``--gate-up-globals keep``: the source's two)
   ``w2_weight_scale_2``   F32      ``[E]``
   ``w13_input_scale``     F32      ``[E, 2]``         (gate, up) activation globals, as in the source
   ``w2_input_scale``      F32      ``[E]``
@@ -19,7 +20,8 @@ required (the CuteDSL tiles need them; NVFP4 is never padded here), so SGLang's
 ``w*_blockscale_swizzled`` alias of ``w*_weight_scale`` holds exactly these bytes, and CuteDSL's
 "MMA layout" (``convert_sf_to_mma_layout``) is a zero-copy strided view of them for the runtime to make.
 Gate/up block scales and globals are the source's after the gate/up global-scale sharing of
-:mod:`moebake.formats.nvfp4_gate_up`; the layer record reports it under ``gate_up_global_scale``.
+:mod:`moebake.formats.nvfp4_gate_up` (none under ``gate_up_globals="keep"``); the layer record reports
+it under ``gate_up_global_scale``.
 """
 
 import functools
@@ -84,6 +86,7 @@ class Nvfp4Target(Target):
         if H % HIDDEN_MULTIPLE or I % INTERMEDIATE_MULTIPLE:
             raise UnsupportedError(f"{model.checkpoint.root}: target {name} needs hidden_size % {HIDDEN_MULTIPLE} == 0 and "
                                    f"moe_intermediate_size % {INTERMEDIATE_MULTIPLE} == 0 (CuteDSL tiles), got {H} and {I}")
+        model.use_gate_up_globals(options.gate_up_globals)  # the plan's first step: before any tensor is planned or read back
 
     def layer_facts(self, model: ModelOptNvfp4Model, layer: NvFp4Layer) -> dict:
         return {"scalar_shape": tuple(model.scalar_shape), "gate_up_global_scale": model.reconciliation(layer)}
