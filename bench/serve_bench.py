@@ -153,9 +153,9 @@ def run(args) -> dict:
     warm_page_cache(source, baked)
 
     checkpoint = moebake.serve.open(baked)
-    layers = [record["index"] for record in checkpoint.manifest["layers"]]
+    layers = [record.index for record in checkpoint.manifest.layers]
     record = checkpoint.layer(layers[0])
-    Hp, Ip, E = record["hidden_padded"], record["intermediate_padded"], record["experts"]
+    Hp, Ip, E = record.hidden_padded, record.intermediate_padded, record.experts
 
     def moebake_load():
         opened = moebake.serve.open(baked)

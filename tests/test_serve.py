@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 import moebake.serve
-from moebake.schema.manifest import write_manifest
+from moebake.schema.manifest import Activation, write_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import MoebakeError
@@ -79,16 +79,19 @@ def test_activation_parameters_come_from_the_manifest(baked_copy):
 
 
 def test_swiglu_kinds():
-    assert swiglu_parameters({"kind": "swiglu_oai", "alpha": 1.702, "beta": 1.0, "limit": 7.0}, "m") == (1.702, 1.0, 7.0)
-    assert swiglu_parameters({"kind": "swiglu", "alpha": 1.0, "beta": 0.0, "limit": 10.0}, "m") == (1.0, 0.0, 10.0)
-    assert swiglu_parameters({"kind": "swiglu", "limit": None}, "m") == (1.0, 0.0, math.inf)
-    assert swiglu_parameters({"kind": "swiglu"}, "m") == (1.0, 0.0, math.inf)
+    def parameters(**activation):
+        return swiglu_parameters(Activation.from_json(activation, "m"), "m")
+
+    assert parameters(kind="swiglu_oai", alpha=1.702, beta=1.0, limit=7.0) == (1.702, 1.0, 7.0)
+    assert parameters(kind="swiglu", alpha=1.0, beta=0.0, limit=10.0) == (1.0, 0.0, 10.0)
+    assert parameters(kind="swiglu", limit=None) == (1.0, 0.0, math.inf)
+    assert parameters(kind="swiglu") == (1.0, 0.0, math.inf)
     with pytest.raises(MoebakeError, match="m: activation swiglu_oai needs numeric alpha, beta and limit"):
-        swiglu_parameters({"kind": "swiglu_oai", "alpha": 1.0, "beta": 1.0}, "m")
-    with pytest.raises(MoebakeError, match="m: activation swiglu needs numeric"):
-        swiglu_parameters({"kind": "swiglu", "limit": "high"}, "m")
+        parameters(kind="swiglu_oai", alpha=1.0, beta=1.0)
+    with pytest.raises(MoebakeError, match="m: field activation.limit is str"):  # the manifest's one validation path
+        parameters(kind="swiglu", limit="high")
     with pytest.raises(MoebakeError, match="m: activation kind 'gelu' is not supported"):
-        swiglu_parameters({"kind": "gelu"}, "m")
+        parameters(kind="gelu")
 
 
 def test_expert_parallel_reads_only_the_ranks_bytes(baked):
@@ -116,7 +119,7 @@ def test_verify_refuses_a_changed_shard(baked_copy):
     data[-1] ^= 0xFF
     shard.write_bytes(bytes(data))
     checkpoint = moebake.serve.open(baked_copy, platform=INSTALLED)
-    layer = next(r["index"] for r in checkpoint.manifest["layers"] if checkpoint.weight_map[r["prefix"] + "w13_weight"] == shard.name)
+    layer = next(r.index for r in checkpoint.manifest.layers if checkpoint.weight_map[r.prefix + "w13_weight"] == shard.name)
     with pytest.raises(MoebakeError, match=f"{shard.name}: xxh3-128 mismatch"):
         checkpoint.load_experts(layer, device="cpu", verify=True)
     checkpoint.load_experts(layer, device="cpu", verify=False)  # unchecked loads still read it

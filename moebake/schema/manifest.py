@@ -124,6 +124,11 @@ def read_manifest(directory: str | os.PathLike) -> dict:
     return manifest
 
 
+def read_manifest_record(directory: str | os.PathLike) -> "Manifest":
+    """:func:`read_manifest` as the typed :class:`Manifest` (what the runtime and the engine plugins read)."""
+    return Manifest.from_json(read_manifest(directory), Path(directory) / MANIFEST_NAME)
+
+
 def _integrity_problems(path: Path, raw: bytes, manifest: dict) -> list[str]:
     recorded = manifest.get(CHECKSUM_KEY)
     if recorded is None and _written_before_checksums_were_named(manifest):

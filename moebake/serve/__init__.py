@@ -15,7 +15,7 @@
 
 from pathlib import Path
 
-from moebake.schema.manifest import MANIFEST_NAME, read_manifest
+from moebake.schema.manifest import MANIFEST_NAME, read_manifest_record
 from moebake.errors import UnsupportedError
 from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve.deepep_bf16 import DeepEPBf16Checkpoint
@@ -34,8 +34,8 @@ def open(path, *, platform: Platform | None = None) -> BakedCheckpoint:  # noqa:
     ``platform`` overrides detected facts (FlashInfer version, GPU capability) for the checks
     the runtime makes before loading. MoebakeError for an unknown schema or target.
     """
-    manifest = read_manifest(path)
-    target = manifest.get("target")
+    manifest = read_manifest_record(path)
+    target = manifest.target
     if target not in RUNTIMES:
         raise UnsupportedError(f"{Path(path) / MANIFEST_NAME}: target {target!r} has no runtime here (known: {', '.join(RUNTIMES)})")
     return RUNTIMES[target](Path(path), manifest, platform or Platform())

@@ -36,6 +36,7 @@ from moebake.errors import InvalidArgumentError, MoebakeError
 from moebake.formats.bf16_moe import ACTIVATION
 from moebake.layouts.gate_up import pad_to, split_halves, stack_halves
 from moebake.schema.config_values import ConfigValues, model_scopes, read_json_object
+from moebake.schema.manifest import LayerRecord
 from moebake.schema.targets import DEEPEP_BF16
 from moebake.schema.sizes import round_up
 from moebake.serve.baked_checkpoint import BakedCheckpoint
@@ -135,20 +136,20 @@ class DeepEPBf16Checkpoint(BakedCheckpoint):
 
     def __init__(self, root, manifest, platform):
         super().__init__(root, manifest, platform)
-        if manifest.get("activation") != ACTIVATION.to_json():
-            raise MoebakeError(f"{self.manifest_path}: activation {manifest.get('activation')} is not the silu(gate) * up "
+        if manifest.activation != ACTIVATION:
+            raise MoebakeError(f"{self.manifest_path}: activation {manifest.activation.to_json()} is not the silu(gate) * up "
                                f"({ACTIVATION.to_json()}) that the {self.target} runtime computes")
 
-    def layer(self, layer: int | str) -> dict:
+    def layer(self, layer: int | str) -> LayerRecord:
         """The record of MoE layer ``layer``: its index, or its prefix (``mtp.layers.0.mlp.experts.``),
         which an index shared by a main and an MTP layer needs."""
         if isinstance(layer, str):
-            for record in self.manifest.get("layers", []):
-                if record.get("prefix") == layer:
+            for record in self.manifest.layers:
+                if record.prefix == layer:
                     return record
-            prefixes = [record.get("prefix") for record in self.manifest.get("layers", [])]
+            prefixes = [record.prefix for record in self.manifest.layers]
             raise MoebakeError(f"{self.manifest_path}: no MoE layer with prefix {layer!r} (layers: {prefixes})")
-        matches = [record.get("prefix") for record in self.manifest.get("layers", []) if record.get("index") == layer]
+        matches = [record.prefix for record in self.manifest.layers if record.index == layer]
         if len(matches) > 1:
             raise MoebakeError(f"{self.manifest_path}: MoE layer index {layer} is ambiguous ({', '.join(matches)}); pass the prefix")
         return super().layer(layer)
@@ -163,11 +164,11 @@ class DeepEPBf16Checkpoint(BakedCheckpoint):
         device = torch.device(device)
         record = self.layer(layer)
         start, stop = self.rank_experts(record, ep_rank, ep_size)
-        if sorted(record["tensors"]) != sorted(TENSORS) or record.get("dispatcher_output_dtype") != "bf16":
-            raise MoebakeError(f"{self.manifest_path}: layer {record['prefix']} is not a deepep-bf16 layer "
+        if sorted(record.tensors) != sorted(TENSORS) or record.dispatcher_output_dtype != "bf16":
+            raise MoebakeError(f"{self.manifest_path}: layer {record.prefix} is not a deepep-bf16 layer "
                                f"(needs tensors {', '.join(TENSORS)} and dispatcher_output_dtype bf16)")
         if verify:
-            self.verify_files([record["prefix"] + name for name in TENSORS])
+            self.verify_files([record.prefix + name for name in TENSORS])
         tensors, stats = self.read_experts(record, list(TENSORS), start, stop, device)
         return DeepEPBf16Experts(tensors["w13_weight"], tensors["w2_weight"], backend, start, stats)
 
@@ -191,7 +192,7 @@ class DeepEPBf16Checkpoint(BakedCheckpoint):
         top_k = self.top_k() if top_k is None else top_k
         if top_k is None:
             raise MoebakeError(f"{self.root / 'config.json'}: no num_experts_per_tok; pass top_k")
-        spec = LowLatencySpec.for_tokens(record["hidden"], record["experts"], tokens_per_rank, ep_size, top_k)
+        spec = LowLatencySpec.for_tokens(record.hidden, record.experts, tokens_per_rank, ep_size, top_k)
         spec.check(deep_ep=False)
         return spec
 

@@ -183,7 +183,7 @@ def layer_worker(ctx: RankContext, config: LaunchConfig) -> list[dict]:
     try:
         for index, (job, spec) in enumerate(zip(config.jobs, config.specs)):
             checkpoint = moebake.serve.open(job.bake)
-            prefix = checkpoint.layer(job.layer)["prefix"]
+            prefix = checkpoint.layer(job.layer).prefix
             experts = checkpoint.load_experts(job.layer, ctx.device, ep_rank=ctx.rank, ep_size=ctx.ranks, backend=config.backend)
             dispatcher = make_dispatcher(spec, ctx.group, config.dispatcher, ctx.device, buffer)
             hidden, topk_ids, topk_weights = decode_inputs(job.tokens_per_rank, spec.hidden, spec.num_experts, spec.top_k,

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from moebake.errors import InvalidArgumentError, ManifestError, PlatformError, UnsupportedError
+from moebake.schema.manifest import Activation, LayerRecord
 from moebake.schema.targets import SM90_CUTLASS
 from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve.flashinfer_ops import sm90_moe_ops
@@ -39,21 +40,22 @@ BIAS_TENSORS = SM90_CUTLASS.optional_tensors      # w13/w2 biases: both or neith
 SWIGLU_DEFAULTS = {"swiglu_oai": {}, "swiglu": {"alpha": 1.0, "beta": 0.0, "limit": math.inf}}
 
 
-def swiglu_parameters(activation: dict, where) -> tuple[float, float, float]:
+def swiglu_parameters(activation: Activation, where) -> tuple[float, float, float]:
     """``(alpha, beta, limit)`` of a manifest ``activation`` record; MoebakeError for other kinds.
 
     ``swiglu_oai`` (GPT-OSS) must give all three; ``swiglu`` (e.g. DeepSeek-V4) is
     ``silu(min(gate, L)) * clamp(up, -L, L)``: alpha defaults to 1, beta to 0, a missing or null
     ``limit`` to infinity.
     """
-    kind = activation.get("kind")
+    kind = activation.kind
     if kind not in SWIGLU_DEFAULTS:
-        raise UnsupportedError(f"{where}: activation kind {kind!r} is not supported by the sm90-cutlass runtime ({', '.join(SWIGLU_DEFAULTS)})")
-    values = {**SWIGLU_DEFAULTS[kind], **{key: value for key, value in activation.items() if value is not None}}
+        raise UnsupportedError(f"{where}: activation kind {str(kind)!r} is not supported by the sm90-cutlass runtime ({', '.join(SWIGLU_DEFAULTS)})")
+    given = {"alpha": activation.alpha, "beta": activation.beta, "limit": activation.limit}
+    values = {**SWIGLU_DEFAULTS[kind], **{key: value for key, value in given.items() if value is not None}}
     try:
         return float(values["alpha"]), float(values["beta"]), float(values["limit"])
     except (KeyError, TypeError, ValueError):
-        raise ManifestError(f"{where}: activation {kind} needs numeric alpha, beta and limit, got {activation}") from None
+        raise ManifestError(f"{where}: activation {kind} needs numeric alpha, beta and limit, got {activation.to_json()}") from None
 
 
 class Sm90CutlassCheckpoint(BakedCheckpoint):
@@ -64,7 +66,7 @@ class Sm90CutlassCheckpoint(BakedCheckpoint):
 
     def __init__(self, root, manifest, platform):
         super().__init__(root, manifest, platform)
-        self.flashinfer_layout = (manifest.get("flashinfer_layout") or {}).get("id")
+        self.flashinfer_layout = manifest.flashinfer_layout
 
     def check_platform(self, device: torch.device) -> None:
         """Refuse a FlashInfer reading another fp4 layout and, for CUDA devices, a GPU that is not SM90."""
@@ -83,23 +85,23 @@ class Sm90CutlassCheckpoint(BakedCheckpoint):
         record = self.layer(layer)
         start, stop = self.rank_experts(record, ep_rank, ep_size)
         names = self._tensor_names(record)
-        swiglu = swiglu_parameters(self.manifest.get("activation") or {}, self.manifest_path)
+        swiglu = swiglu_parameters(self.manifest.activation, self.manifest_path)
         self.check_platform(device)
         if verify:
-            self.verify_files([record["prefix"] + n for n in names])
+            self.verify_files([record.prefix + n for n in names])
         tensors, stats = self.read_experts(record, names, start, stop, device)
-        return Sm90CutlassExperts(tensors, hidden=record["hidden"], hidden_padded=record["hidden_padded"],
+        return Sm90CutlassExperts(tensors, hidden=record.hidden, hidden_padded=record.hidden_padded,
                                   swiglu=swiglu, ep_rank=ep_rank, ep_size=ep_size, load_stats=stats)
 
-    def _tensor_names(self, record: dict) -> list[str]:
+    def _tensor_names(self, record: LayerRecord) -> list[str]:
         """The layer's baked tensor names, checked: the four required, both biases or neither, nothing else."""
-        present = set(record["tensors"])
+        present = set(record.tensors)
         missing = [n for n in REQUIRED_TENSORS if n not in present]
         unknown = sorted(present - set(REQUIRED_TENSORS) - set(BIAS_TENSORS))
         biases = [n for n in BIAS_TENSORS if n in present]
         if missing or unknown or len(biases) == 1:
             raise UnsupportedError(
-                f"{self.manifest_path}: layer {record['index']} tensors {sorted(present)} do not fit the sm90-cutlass "
+                f"{self.manifest_path}: layer {record.index} tensors {sorted(present)} do not fit the sm90-cutlass "
                 f"runtime (needs {', '.join(REQUIRED_TENSORS)}, and both or neither of {', '.join(BIAS_TENSORS)})"
             )
         return [*REQUIRED_TENSORS, *biases]

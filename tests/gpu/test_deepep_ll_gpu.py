@@ -93,7 +93,7 @@ def bakes(deep_ep, tmp_path_factory):
             source = write_bf16_moe(root / f"{tag}-src", style=d.style, num_layers=1, num_experts=d.experts * ep,
                                     hidden=d.hidden, intermediate=d.intermediate, seed=i)
             convert(source, root / f"{tag}-out", ConvertOptions(target="deepep-bf16"), progress=False)
-            prefix = moebake.serve.open(root / f"{tag}-out").layer(0)["prefix"]
+            prefix = moebake.serve.open(root / f"{tag}-out").layer(0).prefix
             made[name, ep] = (str(source), str(root / f"{tag}-out"), prefix)
     return made
 

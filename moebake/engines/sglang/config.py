@@ -17,7 +17,7 @@ from sglang.srt.layers.quantization.base_config import QuantizationConfig
 from moebake.engines.config_json import manifest_digest
 from moebake.engines.quantization_identity import MoebakeQuantization
 from moebake.errors import MoebakeError
-from moebake.schema.manifest import MANIFEST_NAME, read_manifest
+from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest, read_manifest
 from moebake.engines.sglang.refusals import MoebakeRefusal, check_parallelism
 
 
@@ -51,34 +51,35 @@ def _original_config(original: dict | None, original_file: str | None) -> Quanti
                              f"for the non-MoE layers ({err})") from None
 
 
-def _check_parallelism(manifest: dict) -> None:
+def _check_parallelism(manifest: Manifest) -> None:
     """The MoE parallelism refusals, before any layer is built (SGLang's FusedMoE would otherwise stop at
     its own bare assertion on an expert count the EP size does not divide)."""
     from sglang.srt.runtime_context import get_parallel
 
     parallel = get_parallel()
-    for record in manifest["layers"]:
+    for record in manifest.layers:
         check_parallelism(record, parallel.moe_tp_size, parallel.moe_ep_size)
 
 
 class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
     """``--quantization moebake``: baked MoE layers from the manifest, everything else as the source's config."""
 
-    def __init__(self, quant: dict, manifest: dict, manifest_path: Path, original: QuantizationConfig | None):
+    def __init__(self, quant: dict, manifest: Manifest, manifest_path: Path, original: QuantizationConfig | None):
         super().__init__()
         self.quant, self.manifest, self.manifest_path, self.original = quant, manifest, manifest_path, original
-        self.records = {record["prefix"]: record for record in manifest["layers"]}
+        self.records = {record.prefix: record for record in manifest.layers}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "MoebakeConfig":
         manifest_path = model_directory() / MANIFEST_NAME
         try:  # the one manifest reader: strict JSON, its own checksum, field types (as verify reads it)
-            manifest = read_manifest(manifest_path.parent)
+            raw = read_manifest(manifest_path.parent)
         except MoebakeError as err:
             raise MoebakeRefusal(f"cannot use the bake's manifest: {err}") from None
-        if manifest_digest(manifest) != config.get("manifest_sha256"):
+        if manifest_digest(raw) != config.get("manifest_sha256"):
             raise MoebakeRefusal(f"{manifest_path}: config.json and manifest disagree (manifest_sha256 differs: the "
                                  "manifest changed after baking); run `moebake verify` on the checkpoint")
+        manifest = Manifest.from_json(raw, manifest_path)  # validated by read_manifest: the typed records
         _check_parallelism(manifest)
         return cls(config, manifest, manifest_path, _original_config(config.get("original"), config.get("original_file")))
 
@@ -90,7 +91,7 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
         if self.original is not None:
             self.original.update_packed_modules_mapping(mapping)
 
-    def record_for(self, prefix: str) -> dict | None:
+    def record_for(self, prefix: str) -> LayerRecord | None:
         """The manifest's layer record of the MoE layer at ``prefix`` (``...mlp.experts``), or None."""
         return self.records.get(prefix.rstrip(".") + ".")
 

@@ -23,6 +23,8 @@ import torch
 from moebake.engines.sglang import refusals
 from moebake.engines.sglang.refusals import MoebakeRefusal
 from moebake.formats.safetensors_file import DTYPES
+from moebake.schema.enums import ActivationKind
+from moebake.schema.manifest import LayerRecord, TensorRecord
 
 
 class BakedExperts:
@@ -33,7 +35,7 @@ class BakedExperts:
 
     WHOLE_TENSORS: frozenset[str] = frozenset()
 
-    def _bake_init(self, config, record: dict) -> None:
+    def _bake_init(self, config, record: LayerRecord) -> None:
         self.moebake_config, self.record, self.loaded = config, record, set()
 
     def _create_baked_weights(self, layer: torch.nn.Module, num_experts: int, hidden_size: int,
@@ -41,24 +43,24 @@ class BakedExperts:
         record = self.record
         refusals.check_parallelism(record, layer.moe_tp_size, layer.moe_ep_size)
         refusals.check_dims(record, layer.num_experts, hidden_size, intermediate_size_per_partition)
-        local = record["experts"] // layer.moe_ep_size
+        local = record.experts // layer.moe_ep_size
         start = layer.moe_ep_rank * local
-        for name, spec in record["tensors"].items():
-            dtype = DTYPES[spec["dtype"]][0]
-            per_expert = spec["shape"][0] == record["experts"] and name not in self.WHOLE_TENSORS
-            shape = [local, *spec["shape"][1:]] if per_expert else list(spec["shape"])
+        for name, spec in record.tensors.items():
+            dtype = DTYPES[spec.dtype][0]
+            per_expert = spec.shape[0] == record.experts and name not in self.WHOLE_TENSORS
+            shape = [local, *spec.shape[1:]] if per_expert else list(spec.shape)
             param = torch.nn.Parameter(torch.empty(shape, dtype=dtype), requires_grad=False)
             layer.register_parameter(name, param)
             rows = slice(start, start + local) if per_expert else slice(None)
             param.weight_loader = functools.partial(self._load_baked, name, spec, dtype, rows)
 
-    def _load_baked(self, name: str, spec: dict, dtype: torch.dtype, rows: slice, param: torch.nn.Parameter,
+    def _load_baked(self, name: str, spec: TensorRecord, dtype: torch.dtype, rows: slice, param: torch.nn.Parameter,
                     loaded: torch.Tensor, *args, **kwargs) -> None:
         """Copy this rank's rows of the checkpoint tensor ``loaded`` into ``param``; no transform."""
-        where = f"{self.record['prefix']}{name}"
-        if list(loaded.shape) != spec["shape"] or loaded.dtype != dtype:
+        where = f"{self.record.prefix}{name}"
+        if tuple(loaded.shape) != spec.shape or loaded.dtype != dtype:
             raise MoebakeRefusal(f"checkpoint tensor {where} is {loaded.dtype} {list(loaded.shape)}, the manifest says "
-                                 f"{spec['dtype']} {spec['shape']}; run `moebake verify` on the checkpoint")
+                                 f"{spec.dtype} {list(spec.shape)}; run `moebake verify` on the checkpoint")
         param.data.copy_(loaded[rows])
         self.loaded.add(name)
 
@@ -72,8 +74,8 @@ def _common_refusals(config, target: str) -> None:
 
     manifest = config.manifest
     refusals.check_gpu(target, get_platform())
-    refusals.check_backends(manifest["engine"], get_moe_runner_backend().value, get_moe_a2a_backend().value)
-    if manifest.get("flashinfer_layout"):
+    refusals.check_backends(manifest.engine, get_moe_runner_backend().value, get_moe_a2a_backend().value)
+    if manifest.flashinfer_layout:
         import flashinfer
 
         refusals.check_flashinfer_layout(manifest, flashinfer.__version__)
@@ -89,7 +91,7 @@ def _sm90_cutlass_method():
         def __init__(self, config, record: dict, prefix: str):
             Mxfp4MoEMethod.__init__(self, prefix)
             self._bake_init(config, record)
-            self._padded_hidden = record["hidden_padded"]
+            self._padded_hidden = record.hidden_padded
 
         def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
                            with_bias=False, **extra_weight_attrs):
@@ -98,19 +100,19 @@ def _sm90_cutlass_method():
 
         def process_weights_after_loading(self, layer) -> None:
             self._check_loaded()
-            activation, local = self.moebake_config.manifest["activation"], layer.num_local_experts
+            activation, local = self.moebake_config.manifest.activation, layer.num_local_experts
             device = layer.w13_weight.device
 
             def per_expert(value):
                 return None if value is None else torch.nn.Parameter(
                     torch.full((local,), value, dtype=torch.float32, device=device), requires_grad=False)
 
-            plain = activation["kind"] == "swiglu"  # DeepSeek-V4: SGLang passes only the limit
-            layer.swiglu_alpha = None if plain else per_expert(activation["alpha"])
-            layer.swiglu_beta = None if plain else per_expert(activation["beta"])
-            layer.swiglu_limit = per_expert(activation["limit"])
+            plain = activation.kind == ActivationKind.SWIGLU  # DeepSeek-V4: SGLang passes only the limit
+            layer.swiglu_alpha = None if plain else per_expert(activation.alpha)
+            layer.swiglu_beta = None if plain else per_expert(activation.beta)
+            layer.swiglu_limit = per_expert(activation.limit)
             for bias in ("w13_weight_bias", "w2_weight_bias"):
-                if bias not in self.record["tensors"]:
+                if bias not in self.record.tensors:
                     setattr(layer, bias, None)
 
     return MoebakeSm90CutlassMoEMethod
@@ -153,7 +155,7 @@ def _sm100_trtllm_method():
         def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
                            with_bias=False, **extra_weight_attrs):
             self.num_experts, self.with_bias = num_experts, with_bias
-            self.hidden_size, self.intermediate_size_per_partition = self.record["hidden_padded"], self.record["intermediate_padded"]
+            self.hidden_size, self.intermediate_size_per_partition = self.record.hidden_padded, self.record.intermediate_padded
             self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
 
         def process_weights_after_loading(self, layer) -> None:
@@ -263,10 +265,10 @@ SOURCE_METHODS = {("sm100-trtllm", "deepseek-v4"): _sm100_deepseek_v4_method}
 
 def moe_method(config, record: dict, prefix: str):
     """The moebake MoE method for ``config``'s target and the layer ``record`` (refusing first if it must)."""
-    target = config.manifest["target"]
+    target = config.manifest.target
     if target not in METHODS:
         raise MoebakeRefusal(f"target {target}: this moebake's SGLang plugin serves {', '.join(sorted(METHODS))} only; "
                              f"serve this bake with moebake.serve")
     _common_refusals(config, target)
-    method = SOURCE_METHODS.get((target, config.manifest["source"]["format"]), METHODS[target])
+    method = SOURCE_METHODS.get((target, config.manifest.source.format), METHODS[target])
     return method()(config, record, prefix)
