@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from moebake.schema.manifest import MANIFEST_NAME, read_manifest
+from moebake.schema.manifest import MANIFEST_NAME, read_manifest_record
 from moebake.convert.options import ConvertOptions
 from moebake.convert.targets import TARGETS, kernel_description, plan_target
 from moebake.errors import MoebakeError
@@ -82,20 +82,21 @@ def _ask_target(name: str, checkpoint) -> dict:
 
 
 def baked_report(path: Path) -> dict:
-    manifest = read_manifest(path)
-    first, source = manifest["layers"][0], manifest["source"]
+    manifest = read_manifest_record(path)
+    first, source = manifest.layers[0], manifest.source
+    layout = manifest.flashinfer_layout
     return {
         "kind": "baked", "path": str(path),
-        "target": manifest["target"], "target_layout_version": manifest["target_layout_version"],
-        "kernel": kernel_description(manifest["target"]) if manifest["target"] in TARGETS else None,
-        "flashinfer_layout": manifest.get("flashinfer_layout"),
-        "source": {"format": source["format"], "location": source["location"], "revision": source.get("revision")},
-        "moebake_version": manifest["moebake_version"], "created": manifest.get("created"),
-        "options": manifest["options"], "activation": manifest["activation"],
-        "moe": {"layers": len(manifest["layers"]),
-                **{key: first[key] for key in ("experts", "hidden", "hidden_padded", "intermediate", "intermediate_padded")}},
-        "expert_tensors": {short: {"dtype": spec["dtype"], "shape": spec["shape"]} for short, spec in first["tensors"].items()},
-        "files": len(manifest["files"]), "bytes": sum(record["bytes"] for record in manifest["files"].values()),
+        "target": manifest.target, "target_layout_version": manifest.target_layout_version,
+        "kernel": kernel_description(manifest.target) if manifest.target in TARGETS else None,
+        "flashinfer_layout": None if layout is None else {"id": layout, "description": manifest.flashinfer_layout_description},
+        "source": {"format": source.format, "location": source.location, "revision": source.revision},
+        "moebake_version": manifest.moebake_version, "created": manifest.created,
+        "options": manifest.options, "activation": manifest.activation.to_json(),
+        "moe": {"layers": len(manifest.layers),
+                **{key: getattr(first, key) for key in ("experts", "hidden", "hidden_padded", "intermediate", "intermediate_padded")}},
+        "expert_tensors": {short: {"dtype": spec.dtype, "shape": list(spec.shape)} for short, spec in first.tensors.items()},
+        "files": len(manifest.files), "bytes": sum(record.bytes for record in manifest.files.values()),
     }
 
 

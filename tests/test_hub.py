@@ -20,6 +20,7 @@ from moebake.hub import client as hub_client_module
 from moebake.hub.download import SOURCE_PATTERNS, SUBFOLDERS, parse_repo_spec, resolve_source
 from moebake.hub.model_card import hub_repo_of, render_model_card, write_model_card
 from moebake.hub.publish import publish
+from moebake.schema.manifest import Manifest
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 
@@ -159,7 +160,7 @@ def card_metadata(tmp_path, card):
 def test_card_of_a_hub_source(baked, tmp_path):
     manifest = json.loads((baked / "moebake.json").read_text())
     manifest["source"].update(location="openai/gpt-oss-20b", revision=SHA)
-    card = render_model_card(manifest, "acme/gpt-oss-20b-sm90")
+    card = render_model_card(Manifest.from_json(manifest, "m"), "acme/gpt-oss-20b-sm90")
     meta = card_metadata(tmp_path, card)
     assert meta["base_model"] == "openai/gpt-oss-20b" and meta["base_model_relation"] == "quantized"
     assert meta["library_name"] == "moebake" and {"moebake", "sm90-cutlass", "gpt-oss"} <= set(meta["tags"])
@@ -170,7 +171,7 @@ def test_card_of_a_hub_source(baked, tmp_path):
 
 
 def test_card_of_a_local_source_names_no_base_model_and_no_path(baked, tmp_path, gpt_oss_tiny):
-    card = render_model_card(json.loads((baked / "moebake.json").read_text()), "acme/tiny")
+    card = render_model_card(Manifest.from_json(json.loads((baked / "moebake.json").read_text()), "m"), "acme/tiny")
     meta = card_metadata(tmp_path, card)
     assert "base_model" not in meta and "base_model_relation" not in meta and "moebake" in meta["tags"]
     assert str(gpt_oss_tiny.parent) not in card and f"`{gpt_oss_tiny.name}`" in card
@@ -189,7 +190,7 @@ def test_card_names_several_or_no_source_tensors(baked):
     layer = manifest["layers"][0]
     layer["tensors"]["w13_weight"]["source"] = [layer["prefix"] + "gate.weight", layer["prefix"] + "up.weight"]
     layer["tensors"]["w2_weight_bias"]["source"] = None
-    card = render_model_card(manifest, "acme/tiny")
+    card = render_model_card(Manifest.from_json(manifest, "m"), "acme/tiny")
     assert "| `w13_weight` | U8 | [3, 256, 128] | `gate.weight`, `up.weight` |" in card
     assert "| `w2_weight_bias` | BF16 | [3, 256] | derived |" in card
 
@@ -200,9 +201,9 @@ def test_card_shows_moebake_serve_only_for_targets_it_runs(baked, monkeypatch):
     from moebake.schema.targets import TARGET_SPECS
 
     manifest = json.loads((baked / "moebake.json").read_text())
-    assert "moebake.serve.open(" in render_model_card(manifest, "acme/tiny")
+    assert "moebake.serve.open(" in render_model_card(Manifest.from_json(manifest, "m"), "acme/tiny")
     monkeypatch.setitem(TARGET_SPECS, "sm90-cutlass", replace(TARGET_SPECS["sm90-cutlass"], runtime=False))
-    card = render_model_card(manifest, "acme/tiny")
+    card = render_model_card(Manifest.from_json(manifest, "m"), "acme/tiny")
     assert "moebake.serve" not in card and "## Load it in an engine" in card
 
 

@@ -18,7 +18,7 @@ from moebake.formats.safetensors_file import SafetensorsFile, read_header
 from moebake.progress import byte_bar, shard_done
 from moebake.schema.files import file_kind, plain_name_problem
 from moebake.schema.index import read_index
-from moebake.schema.manifest import MANIFEST_NAME, load_manifest
+from moebake.schema.manifest import MANIFEST_NAME, Manifest, load_manifest
 
 HUB_ADDED = {".gitattributes", ".cache"}
 """What a Hub repo or ``hf download --local-dir`` adds beside the files of a downloaded output."""
@@ -47,12 +47,13 @@ def verify_output(out: str | Path) -> list[str]:
 def verify_report(out: str | Path, progress: bool = False) -> VerifyReport:
     """Check ``out`` (module docstring); a changed manifest is reported alone (its records are not trusted)."""
     out = Path(out)
-    manifest, problems = load_manifest(out)
+    raw, problems = load_manifest(out)
     report = VerifyReport(problems)
     if problems:
         return report
-    files = manifest["files"]
-    with byte_bar(sum(r["bytes"] for r in files.values()), "verifying", enabled=progress, shards=len(files)) as bar:
+    manifest = Manifest.from_json(raw, out / MANIFEST_NAME)  # intact: its typed records
+    files = manifest.files
+    with byte_bar(sum(r.bytes for r in files.values()), "verifying", enabled=progress, shards=len(files)) as bar:
         for name, record in files.items():
             path = out / name
             if (problem := plain_name_problem(name)) is not None:
@@ -61,41 +62,40 @@ def verify_report(out: str | Path, progress: bool = False) -> VerifyReport:
                 problems.append(f"{path}: listed in {MANIFEST_NAME} but missing")
             elif not path.is_file():
                 problems.append(f"{path}: is {file_kind(path.stat().st_mode)}, not a regular file")
-            elif path.stat().st_size != record["bytes"]:
-                problems.append(f"{path}: {path.stat().st_size} bytes, manifest says {record['bytes']}")
-            elif problem := checksum_problem(path, record):
+            elif path.stat().st_size != record.bytes:
+                problems.append(f"{path}: {path.stat().st_size} bytes, manifest says {record.bytes}")
+            elif problem := checksum_problem(path, record.to_json()):
                 problems.append(problem)
             else:
                 report.files += 1
-                report.bytes += record["bytes"]
-            bar.update(record["bytes"])
-            shard_done(bar, name, record["bytes"], "checked")
+                report.bytes += record.bytes
+            bar.update(record.bytes)
+            shard_done(bar, name, record.bytes, "checked")
     headers, index_problems = _check_index(out)
     problems += index_problems
     report.shards = len(headers)
     problems += _check_layer_records(out, manifest, headers, report)
-    if "engine" in manifest:  # bakes from before engine profiles kept the source's config.json
-        problems += config_problems(out, manifest)
+    if manifest.engine is not None:  # bakes from before engine profiles kept the source's config.json
+        problems += config_problems(out, raw)
     listed = set(files) | {MANIFEST_NAME} | HUB_ADDED
     problems += [f"{p}: not listed in {MANIFEST_NAME}" for p in sorted(out.iterdir()) if p.name not in listed]
     return report
 
 
-def _check_layer_records(out: Path, manifest: dict, headers: dict[str, SafetensorsFile], report: VerifyReport) -> list[str]:
+def _check_layer_records(out: Path, manifest: Manifest, headers: dict[str, SafetensorsFile], report: VerifyReport) -> list[str]:
     """Every baked tensor a layer record names is stored with the record's dtype and shape."""
     stored = {name: (header, entry) for header in headers.values() for name, entry in header.tensors.items()}
     problems = []
-    for layer in manifest["layers"]:
-        for short, spec in layer["tensors"].items():
-            name = layer["prefix"] + short
+    for layer in manifest.layers:
+        for short, spec in layer.tensors.items():
+            name = layer.prefix + short
             if name not in stored:
-                problems.append(f"{out / MANIFEST_NAME}: layer {layer['prefix']} records tensor {name}, which no shard holds")
+                problems.append(f"{out / MANIFEST_NAME}: layer {layer.prefix} records tensor {name}, which no shard holds")
                 continue
             header, entry = stored[name]
-            recorded = (spec.get("dtype"), spec.get("shape")) if isinstance(spec, dict) else (None, None)
-            if recorded != (entry.dtype, list(entry.shape)):
+            if (spec.dtype, spec.shape) != (entry.dtype, tuple(entry.shape)):
                 problems.append(f"{header.path}: tensor {name} is {entry.dtype} {list(entry.shape)}, "
-                                f"{MANIFEST_NAME} records {recorded[0]} {recorded[1]}")
+                                f"{MANIFEST_NAME} records {spec.dtype} {list(spec.shape)}")
             else:
                 report.tensors += 1
     return problems

@@ -23,7 +23,8 @@ from huggingface_hub import ModelCardData
 from huggingface_hub.repocard import metadata_load
 
 from moebake.schema.checksums import ALGORITHMS, CHECKSUM
-from moebake.schema.manifest import MANIFEST_NAME, read_manifest, render_manifest, tensor_sources
+from moebake.schema.manifest import (MANIFEST_NAME, EngineRecord, Manifest, SourceRecord, TensorRecord, read_manifest,
+                                     render_manifest)
 from moebake.hub.download import parse_repo_spec
 from moebake.schema.targets import target_spec
 
@@ -43,26 +44,25 @@ def hub_repo_of(location: str | None) -> str | None:
     return f"{match[1]}/{match[2]}" if match else None
 
 
-def source_label(source: dict) -> str:
+def source_label(source: SourceRecord) -> str:
     """``org/name@sha`` for a Hub source, the folder name for a local one (local paths stay private)."""
-    label = hub_repo_of(source["location"]) or Path(source["location"]).name
-    return label + (f"@{source['revision']}" if source.get("revision") else "")
+    label = hub_repo_of(source.location) or Path(source.location).name
+    return label + (f"@{source.revision}" if source.revision else "")
 
 
-def render_model_card(manifest: dict, repo_id: str, license_id: str | None = None) -> str:
+def render_model_card(manifest: Manifest, repo_id: str, license_id: str | None = None) -> str:
     """Markdown model card with YAML front matter for the baked output described by ``manifest``."""
-    source, layers, target = manifest["source"], manifest["layers"], manifest["target"]
-    base = hub_repo_of(source["location"])
-    layout = manifest.get("flashinfer_layout") or {}
+    source, layers, target = manifest.source, manifest.layers, manifest.target
+    base = hub_repo_of(source.location)
     data = ModelCardData(
         base_model=base, license=license_id, library_name="moebake",
-        tags=["moebake", target, source["format"], "mixture-of-experts", "flashinfer"],
+        tags=["moebake", target, source.format, "mixture-of-experts", "flashinfer"],
         base_model_relation="quantized" if base else None,
     )
     first = layers[0]
     source_ref = f"[`{base}`](https://huggingface.co/{base})" if base else f"the local checkpoint `{source_label(source)}`"
-    revision = f" at revision `{source['revision']}`" if source.get("revision") else ""
-    source_arg = f"{base}@{source['revision']}" if base and source.get("revision") else (base or "SOURCE_DIR")
+    revision = f" at revision `{source.revision}`" if source.revision else ""
+    source_arg = f"{base}@{source.revision}" if base and source.revision else (base or "SOURCE_DIR")
     name = repo_id.split("/")[-1]
     lines = [
         "---", data.to_yaml(), "---", "",
@@ -72,24 +72,24 @@ def render_model_card(manifest: dict, repo_id: str, license_id: str | None = Non
         "proves them bit-exact: every baked expert tensor inverts to the source's bytes, and re-baking the "
         "source reproduces every byte of every tensor here.", "",
         "| | |", "|---|---|",
-        f"| target | `{target}` (moebake layout version {manifest['target_layout_version']}) |",
+        f"| target | `{target}` (moebake layout version {manifest.target_layout_version}) |",
         f"| kernel and GPU | {target_spec(target).description} |",
     ]
-    if layout:
-        lines.append(f"| FlashInfer layout | `{layout['id']}`: {layout['description']} |")
+    if manifest.flashinfer_layout:
+        lines.append(f"| FlashInfer layout | `{manifest.flashinfer_layout}`: {manifest.flashinfer_layout_description} |")
     lines += [
-        f"| source | {source_ref}{revision} (format `{source['format']}`) |",
-        f"| MoE layers x experts | {len(layers)} x {first['experts']} |",
-        f"| padding | hidden {first['hidden']} -> {first['hidden_padded']}, "
-        f"intermediate {first['intermediate']} -> {first['intermediate_padded']} |",
-        *_engine_row(manifest.get("engine")),
-        f"| activation | `{json.dumps(manifest['activation'])}` |",
-        f"| baked by | moebake {manifest['moebake_version']}" + (f", {manifest['created']}" if manifest.get("created") else "")
+        f"| source | {source_ref}{revision} (format `{source.format}`) |",
+        f"| MoE layers x experts | {len(layers)} x {first.experts} |",
+        f"| padding | hidden {first.hidden} -> {first.hidden_padded}, "
+        f"intermediate {first.intermediate} -> {first.intermediate_padded} |",
+        *_engine_row(manifest.engine),
+        f"| activation | `{json.dumps(manifest.activation.to_json())}` |",
+        f"| baked by | moebake {manifest.moebake_version}" + (f", {manifest.created}" if manifest.created else "")
         + " |", "",
-        f"## Expert tensors (per MoE layer, under `{first['prefix']}`)", "",
+        f"## Expert tensors (per MoE layer, under `{first.prefix}`)", "",
         "| tensor | dtype | shape | from source tensors |", "|---|---|---|---|",
-        *(f"| `{short}` | {spec['dtype']} | {spec['shape']} | {_source_cell(spec, first['prefix'])} |"
-          for short, spec in first["tensors"].items()),
+        *(f"| `{short}` | {spec.dtype} | {list(spec.shape)} | {_source_cell(spec, first.prefix)} |"
+          for short, spec in first.tensors.items()),
         "",
         "Every other tensor and the tokenizer are the source's, byte for byte; `config.json` is the source's with "
         "`quantization_config.quant_method: moebake` (the source's kept as `original`), so an engine without "
@@ -102,7 +102,7 @@ def render_model_card(manifest: dict, repo_id: str, license_id: str | None = Non
         f"moebake verify {name} --source {source_arg}   # bit-exact against the source",
         f"moebake inspect {name}",
         "```", "",
-        *_serve_section(target, repo_id, first["index"]),
+        *_serve_section(target, repo_id, first.index),
         "## Load it in an engine", "",
         "The expert tensors carry SGLang's parameter names for this kernel path, already in the kernel's "
         "layout. SGLang serves them with moebake's plugin (`pip install \"moebake[sglang]\"`, then "
@@ -114,21 +114,21 @@ def render_model_card(manifest: dict, repo_id: str, license_id: str | None = Non
     return "\n".join(lines)
 
 
-def _engine_row(engine: dict | None) -> list[str]:
+def _engine_row(engine: EngineRecord | None) -> list[str]:
     """The table row naming the engine profile the bake follows (none for bakes from before profiles)."""
-    if not engine:
+    if engine is None:
         return []
-    flags = f"`--moe-runner-backend {engine['runner_backend']}`"
-    if engine["a2a_backend"] != "none":
-        flags += f" `--moe-a2a-backend {engine['a2a_backend']}`"
-    exact = ("byte for byte its post-load parameters (proven against its code)" if engine["exact"]
-             else f"not engine-exact: {engine['not_exact_because']}")
-    return [f"| engine | {engine['name']} {engine['version']}, {flags}: {exact} |"]
+    flags = f"`--moe-runner-backend {engine.runner_backend}`"
+    if engine.a2a_backend != "none":
+        flags += f" `--moe-a2a-backend {engine.a2a_backend}`"
+    exact = ("byte for byte its post-load parameters (proven against its code)" if engine.exact
+             else f"not engine-exact: {engine.not_exact_because}")
+    return [f"| engine | {engine.name} {engine.version}, {flags}: {exact} |"]
 
 
-def _source_cell(spec: dict, prefix: str) -> str:
+def _source_cell(spec: TensorRecord, prefix: str) -> str:
     """The source tensors (names under the layer prefix) a baked tensor comes from, or ``derived``."""
-    return ", ".join(f"`{name.removeprefix(prefix)}`" for name in tensor_sources(spec)) or "derived"
+    return ", ".join(f"`{name.removeprefix(prefix)}`" for name in spec.sources) or "derived"
 
 
 def _serve_section(target: str, repo_id: str, layer: int) -> list[str]:
@@ -164,7 +164,7 @@ def card_files(out: str | os.PathLike, repo_id: str) -> dict[str, bytes]:
     ``out``'s ``moebake.json`` recording it, as ``{file name: bytes}``; writes nothing."""
     out = Path(out)
     manifest = read_manifest(out)
-    card = render_model_card(manifest, repo_id, _card_license(out / CARD_NAME)).encode("utf-8")
+    card = render_model_card(Manifest.from_json(manifest, out / MANIFEST_NAME), repo_id, _card_license(out / CARD_NAME)).encode("utf-8")
     record = {CHECKSUM: ALGORITHMS[CHECKSUM](card).hexdigest(), "bytes": len(card)}
     manifest["files"] = dict(sorted({**manifest["files"], CARD_NAME: record}.items()))
     return {CARD_NAME: card, MANIFEST_NAME: render_manifest(manifest).encode("utf-8")}

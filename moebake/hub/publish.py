@@ -16,7 +16,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from moebake.schema.manifest import read_manifest
+from moebake.schema.manifest import read_manifest_record
 from moebake.convert.source_check import compare_with_source
 from moebake.convert.verify import verify_output
 from moebake.errors import IntegrityError, OptionError, OutputError
@@ -42,8 +42,8 @@ def publish(out: str | os.PathLike, repo_id: str, client, *, private: bool = Fal
         problems = compare_with_source(out, resolve_source(source, client).path, progress)
     if problems:
         raise IntegrityError(f"{out}: refusing to upload, verify found {len(problems)} problem(s); first: {problems[0]}")
-    manifest = read_manifest(out)
-    message = f"moebake {manifest['target']} bake of {source_label(manifest['source'])}"
+    manifest = read_manifest_record(out)
+    message = f"moebake {manifest.target} bake of {source_label(manifest.source)}"
     updated = card_files(out, repo_id)
     with tempfile.TemporaryDirectory(prefix="moebake-upload-") as folder:
         _link_upload_folder(out, Path(folder), updated)
