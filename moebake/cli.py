@@ -134,6 +134,7 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     from moebake.convert.output_dir import check_output, output_paths
     from moebake.convert.run import convert as run_convert
     from moebake.inspection import gate_up_summary
+    from moebake.schema.manifest import MANIFEST_NAME, Manifest
 
     options = ConvertOptions(target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb << 20, engine, gate_up_globals)
     check_output(output_paths(out), overwrite=overwrite, resume=resume,
@@ -152,13 +153,14 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
         from moebake.convert.stages import STAGES, profile_lines
 
         click.echo("\n".join(profile_lines(STAGES.snapshot(), time.perf_counter() - began)), err=True)
-    layout = f", FlashInfer layout {manifest['flashinfer_layout']['id']}" if manifest["flashinfer_layout"] else ""
-    click.echo(f"wrote {out} ({len(manifest['layers'])} MoE layers, target {target}{layout})")
-    engine_record = manifest["engine"]
-    exactness = "engine-exact" if engine_record["exact"] else f"NOT engine-exact: {engine_record['not_exact_because']}"
-    click.echo(f"engine {engine_record['name']} {engine_record['version']} (--moe-runner-backend "
-               f"{engine_record['runner_backend']}, --moe-a2a-backend {engine_record['a2a_backend']}): {exactness}")
-    gate_up = gate_up_summary(manifest)
+    baked = Manifest.from_json(manifest, Path(out) / MANIFEST_NAME)
+    layout = f", FlashInfer layout {baked.flashinfer_layout}" if baked.flashinfer_layout else ""
+    click.echo(f"wrote {out} ({len(baked.layers)} MoE layers, target {target}{layout})")
+    engine = baked.engine
+    exactness = "engine-exact" if engine.exact else f"NOT engine-exact: {engine.not_exact_because}"
+    click.echo(f"engine {engine.name} {engine.version} (--moe-runner-backend "
+               f"{engine.runner_backend}, --moe-a2a-backend {engine.a2a_backend}): {exactness}")
+    gate_up = gate_up_summary(baked)
     if gate_up:
         click.echo(gate_up)
 

@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from moebake.schema.manifest import MANIFEST_NAME, read_manifest_record
+from moebake.schema.manifest import MANIFEST_NAME, Manifest, read_manifest_record
 from moebake.convert.options import ConvertOptions
 from moebake.convert.targets import TARGETS, kernel_description, plan_target
 from moebake.errors import MoebakeError
@@ -152,12 +152,12 @@ def _baked_lines(r: dict) -> list[str]:
     return lines
 
 
-def gate_up_summary(manifest: dict) -> str | None:
+def gate_up_summary(manifest: Manifest) -> str | None:
     """One console line summing up the layers' ``gate_up_global_scale`` reports (None if the target has none)."""
-    reports = [layer["gate_up_global_scale"] for layer in manifest["layers"] if "gate_up_global_scale" in layer]
+    reports = [layer.gate_up_global_scale for layer in manifest.layers if layer.gate_up_global_scale is not None]
     if not reports:
         return None
-    experts = sum(layer["experts"] for layer in manifest["layers"])
+    experts = sum(layer.experts for layer in manifest.layers)
     rescaled = sum(r["experts_rescaled"] for r in reports)
     kept_apart = sum(r.get("experts_kept_apart", 0) for r in reports)
     if kept_apart:

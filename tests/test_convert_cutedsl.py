@@ -22,6 +22,7 @@ from moebake.errors import MoebakeError
 from moebake.formats import open_source
 from moebake.formats.checkpoint import per_expert_names
 from moebake.synthetic import write_modelopt_nvfp4
+from moebake.schema.manifest import LayerRecord
 from test_convert_gpt_oss import load_all
 from test_nvfp4_gate_up import brute_force_e4m3
 
@@ -200,7 +201,7 @@ def test_restore_inverts_every_expert_range(source, baked, target):
     for record in manifest["layers"]:
         for start, stop in ((0, E), (1, 3), (3, 4)):
             short = {name: out[record["prefix"] + name][start:stop] for name in record["tensors"]}
-            restored = TARGETS[target].restore(record, short, "v2")
+            restored = TARGETS[target].restore(LayerRecord.from_json(record, "m"), short, "v2")
             assert len(restored) == 12
             for pattern, tensor in restored.items():
                 assert torch.equal(as_bytes(tensor), as_bytes(model.read_experts(pattern, start, stop))), pattern
@@ -229,7 +230,7 @@ def test_keep_gate_up_globals_bakes_the_files_scales_and_verifies(source, tmp_pa
     assert manifest["options"]["gate_up_globals"] == "keep"
     stored, files = load_all(out), load_all(source)
     for record in manifest["layers"]:
-        restored = TARGETS[target].restore(record, {n: stored[record["prefix"] + n] for n in record["tensors"]}, "v2")
+        restored = TARGETS[target].restore(LayerRecord.from_json(record, "m"), {n: stored[record["prefix"] + n] for n in record["tensors"]}, "v2")
         for pattern, tensor in restored.items():
             expected = torch.stack([files[name] for name in per_expert_names(pattern, record["experts"])])
             assert torch.equal(as_bytes(tensor), as_bytes(expected.reshape(tensor.shape))), pattern

@@ -15,6 +15,7 @@ from moebake.convert.run import convert
 from moebake.convert.targets import get_target
 from moebake.layouts.mxfp4 import dequantize
 from moebake.synthetic import write_gpt_oss
+from moebake.schema.manifest import LayerRecord
 
 KERNELS = {"v2": kernel_interleave_v2, "v1": kernel_interleave_v1}
 
@@ -101,7 +102,7 @@ def test_dequantized_experts_survive_the_round_trip(gpt_oss_tiny, tmp_path):
     src, baked = load_all(gpt_oss_tiny), load_all(out)
     for record in manifest["layers"]:
         short = {name: baked[record["prefix"] + name] for name in record["tensors"]}
-        restored = get_target("sm90-cutlass").restore(record, short, "v2")
+        restored = get_target("sm90-cutlass").restore(LayerRecord.from_json(record, "m"), short, "v2")
         for projection in ("gate_up_proj", "down_proj"):
             blocks, scales = (record["prefix"] + f"{projection}_{part}" for part in ("blocks", "scales"))
             E = src[blocks].shape[0]

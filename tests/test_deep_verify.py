@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from moebake.cli import main
-from moebake.schema.manifest import read_manifest, write_manifest
+from moebake.schema.manifest import read_manifest_record, write_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.convert.source_check import compare_with_source, inverse_problems
@@ -78,7 +78,7 @@ def test_a_flipped_padding_byte_is_caught_by_the_rebake_only(damaged, gpt_oss_ti
     # w2_weight is [E, H_pad=256, I_pad/2]; the SM90 interleave keeps rows within groups of 16,
     # so row 200 (>= H=160) holds padding only.
     flip(damaged / SHARD1, LAYER1 + "w2_weight", (1, 200, 5))
-    assert inverse_problems(damaged, read_manifest(damaged), open_source(gpt_oss_tiny)) == []
+    assert inverse_problems(damaged, read_manifest_record(damaged), open_source(gpt_oss_tiny)) == []
     assert compare_with_source(damaged, gpt_oss_tiny) == [
         f"{damaged / SHARD1}: tensor {LAYER1}w2_weight: first difference at index [1, 200, 5] "
         "(0x01 != 0x00) (stored != re-baked from source)"

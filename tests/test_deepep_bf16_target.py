@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 
 from conftest import load_all
 from moebake.cli import main
-from moebake.schema.manifest import read_manifest
+from moebake.schema.manifest import LayerRecord, read_manifest, read_manifest_record
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.convert.source_check import inverse_problems
@@ -122,7 +122,7 @@ def test_restore_inverts_any_run_of_experts(baked):
     dst = load_all(out)
     for record in read_manifest(out)["layers"]:
         slab = {short: dst[record["prefix"] + short][2:5] for short in record["tensors"]}
-        restored = get_target("deepep-bf16").restore(record, slab, "v2")
+        restored = get_target("deepep-bf16").restore(LayerRecord.from_json(record, "m"), slab, "v2")
         assert len(restored) == (2 if "gate_up_proj" in next(iter(restored)) else 3)
         for name, tensor in restored.items():
             assert torch.equal(tensor, checkpoint.read_experts(name, 2, 5)), name
@@ -143,7 +143,7 @@ def test_inverse_check_finds_a_flipped_bit_in_a_per_expert_gate(tmp_path):
     tensors = load_file(shard)
     tensors[prefix + "w13_weight"][5, 3, 7] = -tensors[prefix + "w13_weight"][5, 3, 7] + 1  # expert 5, gate row 3
     save_file(tensors, shard, metadata={"format": "pt"})
-    problems = inverse_problems(out, read_manifest(out), open_source(source, ("bf16-moe",)))
+    problems = inverse_problems(out, read_manifest_record(out), open_source(source, ("bf16-moe",)))
     assert len(problems) == 1
     assert f"inverted to {prefix}*.gate_proj.weight: first difference at index [5, 3, 7]" in problems[0]
 

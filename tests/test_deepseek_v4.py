@@ -142,8 +142,8 @@ def test_deep_verify_passes_and_catches_a_flipped_expert_byte(dsv4, dsv4_baked, 
     tensors[name][1, 0, 0, 0, 0] ^= 1
     save_file(tensors, out / index[name], metadata={"format": "pt"})
     from moebake.convert.source_check import inverse_problems
-    from moebake.schema.manifest import read_manifest
-    problems = inverse_problems(out, read_manifest(out), open_source(dsv4))
+    from moebake.schema.manifest import read_manifest_record
+    problems = inverse_problems(out, read_manifest_record(out), open_source(dsv4))
     assert len(problems) == 1 and "layers.1.ffn.experts.*.w2.scale" in problems[0] and "index [1, 0, 0]" in problems[0]
 
 

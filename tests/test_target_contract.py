@@ -22,7 +22,7 @@ from moebake.formats import open_source
 from moebake.formats.checkpoint import stored_names
 from moebake.layouts.gate_up import split_halves
 from moebake.schema.enums import DType, GateUpOrder
-from moebake.schema.manifest import read_manifest
+from moebake.schema.manifest import read_manifest, read_manifest_record
 from moebake.schema.targets import TARGET_SPECS, LayerDims, TargetSpec, TensorSpec
 from moebake.synthetic import write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
 
@@ -50,10 +50,10 @@ class ToyBf16(Target):
                 "w2_weight": planned((layer.down,), lambda down: down, None)}
 
     def restore(self, record, baked, layout):
-        up, gate = split_halves(baked["w13_weight"], (record["intermediate"], record["hidden"]))
-        sources = record["tensors"]["w13_weight"]["source"]
+        up, gate = split_halves(baked["w13_weight"], (record.intermediate, record.hidden))
+        sources = record.tensors["w13_weight"].source
         out = {sources: torch.cat([gate, up], 1)} if isinstance(sources, str) else {sources[0]: gate, sources[1]: up}
-        return {**out, record["tensors"]["w2_weight"]["source"]: baked["w2_weight"]}
+        return {**out, record.tensors["w2_weight"].source: baked["w2_weight"]}
 
 
 register(ToyBf16)
@@ -106,8 +106,8 @@ def test_the_toy_target_registered_as_one_class():
 def test_round_trip_verifies_and_inverts_exactly(baked, sources, target, source):
     out = baked(target, source)
     assert verify_output(out) == []
-    manifest = read_manifest(out)
-    model = open_source(sources[source], (manifest["source"]["format"],))
+    manifest = read_manifest_record(out)
+    model = open_source(sources[source], (manifest.source.format,))
     assert inverse_problems(out, manifest, model) == []
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from moebake.schema.manifest import MANIFEST_NAME
+from moebake.schema.manifest import MANIFEST_NAME, Manifest
 from moebake.convert.mismatch import first_difference
 from moebake.convert.options import ConvertOptions
 from moebake.convert.plan import OutputShard, OutputTensor, assign_shards
@@ -22,43 +22,43 @@ from moebake.formats.safetensors_file import SafetensorsFile, read_header
 from moebake.progress import byte_bar, shard_done
 
 
-def recorded_options(out: Path, manifest: dict) -> ConvertOptions:
+def recorded_options(out: Path, manifest: Manifest) -> ConvertOptions:
     """The ConvertOptions the manifest records; MoebakeError if this moebake cannot rebuild them."""
     try:
-        return ConvertOptions(**manifest["options"])
+        return ConvertOptions(**manifest.options)
     except (KeyError, TypeError) as err:
-        raise ManifestError(f"{out / MANIFEST_NAME}: options {manifest.get('options')!r} not understood ({err})") from None
+        raise ManifestError(f"{out / MANIFEST_NAME}: options {manifest.options!r} not understood ({err})") from None
 
 
-def replan(out: Path, manifest: dict, model) -> tuple[list[OutputShard], list[str]]:
+def replan(out: Path, manifest: Manifest, model) -> tuple[list[OutputShard], list[str]]:
     """The shards a fresh bake of ``model`` with the recorded target and options writes, and problems
     where the manifest's record of the bake differs from that plan (layout version, MoE layers and
     their dims and tensors). Plans only: reads no weights. Shards are empty when there are problems,
     since byte comparisons against another model would only repeat them."""
-    target = get_target(manifest["target"])
-    if manifest.get("target_layout_version") != target.spec.layout_version:
+    target = get_target(manifest.target)
+    if manifest.target_layout_version != target.spec.layout_version:
         return [], [f"{out / MANIFEST_NAME}: baked with {target.spec.name} layout version "
-                    f"{manifest.get('target_layout_version')}, this moebake writes version {target.spec.layout_version}; "
+                    f"{manifest.target_layout_version}, this moebake writes version {target.spec.layout_version}; "
                     "cannot re-derive it"]
     options = recorded_options(out, manifest)
     converted, layers = target.plan(model, options)
     problems = _model_differences(out, manifest, model, target, options)
-    problems += _layer_differences(out, manifest["layers"], json.loads(json.dumps([layer.to_json() for layer in layers])))
+    problems += _layer_differences(out, *(json.loads(json.dumps([layer.to_json() for layer in records]))
+                                          for records in (manifest.layers, layers)))
     return ([] if problems else assign_shards(model.checkpoint, converted, options.chunk_bytes)), problems
 
 
-def _model_differences(out: Path, manifest: dict, model, target, options: ConvertOptions) -> list[str]:
+def _model_differences(out: Path, manifest: Manifest, model, target, options: ConvertOptions) -> list[str]:
     """Top-level records the source re-derives: its format, the activation, the FlashInfer layout."""
     expected = {
         "source.format": model.format_name,
         "activation": model.activation().to_json(),
         "flashinfer_layout.id": options.flashinfer_layout if target.spec.uses_flashinfer_layout else None,
     }
-    layout = manifest.get("flashinfer_layout")
     recorded = {
-        "source.format": (manifest.get("source") or {}).get("format"),
-        "activation": manifest.get("activation"),
-        "flashinfer_layout.id": layout.get("id") if isinstance(layout, dict) else layout,
+        "source.format": manifest.source.format,
+        "activation": json.loads(json.dumps(manifest.activation.to_json())),
+        "flashinfer_layout.id": manifest.flashinfer_layout and str(manifest.flashinfer_layout),
     }
     where = f"{out / MANIFEST_NAME}: the source is not the checkpoint this was baked from"
     return [f"{where}: {key} is {recorded[key]!r}, the source gives {value!r}"

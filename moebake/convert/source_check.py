@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from moebake.schema.manifest import read_manifest, tensor_sources
+from moebake.schema.manifest import Manifest, read_manifest_record
 from moebake.convert.mismatch import first_difference
 from moebake.convert.rebake_check import rebake_problems, recorded_options, replan
 from moebake.convert.targets import get_target
@@ -35,29 +35,29 @@ from moebake.schema.index import read_index
 def compare_with_source(out: str | os.PathLike, source: str | os.PathLike, progress: bool = False) -> list[str]:
     """Problems (one line each) where ``out`` is not bit-exact against checkpoint ``source``."""
     out = Path(out)
-    manifest = read_manifest(out)
-    model = open_source(source, (manifest["source"]["format"],))  # as baked, e.g. bf16-moe of an NVFP4 checkpoint
+    manifest = read_manifest_record(out)
+    model = open_source(source, (manifest.source.format,))  # as baked, e.g. bf16-moe of an NVFP4 checkpoint
     shards, problems = replan(out, manifest, model)
     if problems:
         return problems
     return inverse_problems(out, manifest, model) + rebake_problems(out, shards, progress)
 
 
-def inverse_problems(out: Path, manifest: dict, model) -> list[str]:
+def inverse_problems(out: Path, manifest: Manifest, model) -> list[str]:
     """Problems where a baked expert tensor, inverted by the target, differs from the source tensor."""
-    target = get_target(manifest["target"])
-    layout = (manifest["flashinfer_layout"] or {}).get("id")
+    target = get_target(manifest.target)
+    layout = manifest.flashinfer_layout
     chunk_bytes = recorded_options(out, manifest).chunk_bytes
     weight_map = read_index(out).weight_map
     header = functools.cache(lambda shard_name: read_header(out / shard_name))
     problems = []
-    for record in manifest["layers"]:
-        prefix, specs = record["prefix"], record["tensors"]
-        row_bytes = max(tensor_nbytes(s["dtype"], tuple(s["shape"])) // s["shape"][0] for s in specs.values())
+    for record in manifest.layers:
+        prefix, specs = record.prefix, record.tensors
+        row_bytes = max(tensor_nbytes(s.dtype, s.shape) // s.shape[0] for s in specs.values())
         step = max(1, chunk_bytes // max(1, row_bytes))
         failed = set()
-        for start in range(0, record["experts"], step):
-            stop = min(start + step, record["experts"])
+        for start in range(0, record.experts, step):
+            stop = min(start + step, record.experts)
             baked = {}
             for short in specs:
                 baked[short] = header(weight_map[prefix + short]).read_rows(prefix + short, start, stop)
@@ -77,12 +77,12 @@ def _compare_restored(out, weight_map, record, model, name, restored, start, sto
     A model whose targets bake other bytes than the file's (ModelOpt NVFP4's shared gate/up global
     scales) gives them through its own ``read_experts``."""
     checkpoint = model.checkpoint
-    baked = [record["prefix"] + short for short, spec in record["tensors"].items() if name in tensor_sources(spec)]
+    baked = [record.prefix + short for short, spec in record.tensors.items() if name in spec.sources]
     files = sorted({str(out / weight_map[b]) for b in baked}) or [str(out)]
-    where = f"{', '.join(files)}: {', '.join(baked) or record['prefix'] + '*'} inverted to {name}"
+    where = f"{', '.join(files)}: {', '.join(baked) or record.prefix + '*'} inverted to {name}"
     per_expert = EXPERT_INDEX in name
     entry = checkpoint.entry(name.replace(EXPERT_INDEX, "0"))
-    shape = (record["experts"], *entry.shape) if per_expert else entry.shape
+    shape = (record.experts, *entry.shape) if per_expert else entry.shape
     source_path = checkpoint.root if per_expert else checkpoint.file_of(name).path
     original = model.read_experts(name, start, stop).contiguous().reshape(-1).view(torch.uint8)
     actual = restored.contiguous().reshape(-1).view(torch.uint8)

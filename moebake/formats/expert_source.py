@@ -27,6 +27,8 @@ import torch
 
 from moebake.formats.checkpoint import stored_names
 from moebake.layouts.gate_up import merge_pairs, split_pairs
+from moebake.schema.enums import GateUpOrder
+from moebake.schema.manifest import TensorRecord
 
 ORDERS = ("pairs", "separate", None)
 
@@ -64,10 +66,9 @@ class ExpertSource:
         return tuple(c.reshape(e, *self.part_shape) for c in chunks)
 
 
-def source_tensors(spec: dict, parts: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+def source_tensors(spec: TensorRecord, parts: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
     """Inverse of :meth:`ExpertSource.parts`, from a tensor's manifest record ``spec`` (its ``source``,
     ``source_gate_up_order`` and ``source_shape``): canonical parts ``[e, ...]`` -> ``{source name or pattern:
     [e, *source_shape]}`` holding the source bytes (one-byte dtypes as uint8)."""
-    names = [spec["source"]] if isinstance(spec["source"], str) else spec["source"]
-    stacked = [merge_pairs(*parts)] if spec["source_gate_up_order"] == "pairs" else list(parts)
-    return {name: t.reshape(t.shape[0], *spec["source_shape"]).contiguous() for name, t in zip(names, stacked)}
+    stacked = [merge_pairs(*parts)] if spec.source_gate_up_order == GateUpOrder.PAIRS else list(parts)
+    return {name: t.reshape(t.shape[0], *spec.source_shape).contiguous() for name, t in zip(spec.sources, stacked)}

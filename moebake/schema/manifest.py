@@ -315,7 +315,7 @@ class Activation:
     limit: float | None = None
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "alpha": self.alpha, "beta": self.beta, "limit": self.limit}
+        return {"kind": str(self.kind), "alpha": self.alpha, "beta": self.beta, "limit": self.limit}
 
     @classmethod
     def from_json(cls, data, where, path: str = "activation") -> "Activation":

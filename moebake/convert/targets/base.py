@@ -76,7 +76,7 @@ class Target:
         entries may be left out)."""
         raise NotImplementedError
 
-    def restore(self, record: dict, baked: dict[str, torch.Tensor], layout: str | None) -> dict[str, torch.Tensor]:
+    def restore(self, record: LayerRecord, baked: dict[str, torch.Tensor], layout: str | None) -> dict[str, torch.Tensor]:
         """Exact inverse for one layer and any run of experts ``[e, ...]`` of the baked tensors (by short name):
         ``{source tensor name or per-expert pattern: [e, ...]}`` holding the source's bytes."""
         raise NotImplementedError

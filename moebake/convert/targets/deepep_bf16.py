@@ -24,6 +24,7 @@ from moebake.formats.bf16_moe import Bf16MoeLayer
 from moebake.formats.checkpoint import stored_names
 from moebake.layouts.gate_up import split_halves
 from moebake.schema.enums import GateUpOrder
+from moebake.schema.manifest import LayerRecord
 from moebake.schema.targets import DEEPEP_BF16, LayerDims
 
 DISPATCHER_OUTPUT_DTYPE = "bf16"
@@ -53,15 +54,15 @@ class DeepEPBf16(Target):
             planned[short] = Planned(produce, stored_names(sources, E), sources[0] if len(sources) == 1 else sources, order)
         return planned
 
-    def restore(self, record: dict, baked: dict[str, torch.Tensor], layout: str | None) -> dict[str, torch.Tensor]:
+    def restore(self, record: LayerRecord, baked: dict[str, torch.Tensor], layout: str | None) -> dict[str, torch.Tensor]:
         """Returns ``{source name: [e, ...]}`` with the names the record gives (a per-expert pattern
         stands for its experts stacked; :meth:`SourceCheckpoint.read_experts` reads them)."""
-        w13, H, I = baked["w13_weight"], record["hidden"], record["intermediate"]
-        gate_up = record["tensors"]["w13_weight"]["source"]
+        w13, H, I = baked["w13_weight"], record.hidden, record.intermediate
+        gate_up = record.tensors["w13_weight"].source
         if isinstance(gate_up, str):
             out = {gate_up: w13}
         else:
             gate, up = split_halves(w13, (I, H))
             out = {gate_up[0]: gate, gate_up[1]: up}
-        out[record["tensors"]["w2_weight"]["source"]] = baked["w2_weight"]
+        out[record.tensors["w2_weight"].source] = baked["w2_weight"]
         return {name: value.contiguous() for name, value in out.items()}

@@ -18,6 +18,7 @@ from moebake.convert.targets.expert_chunks import zip_expert_chunks
 from moebake.errors import UnsupportedError
 from moebake.formats.expert_source import source_tensors
 from moebake.schema.enums import DType, GateUpOrder
+from moebake.schema.manifest import LayerRecord
 from moebake.schema.sizes import round_up
 from moebake.schema.targets import LayerDims
 
@@ -78,9 +79,9 @@ class Mxfp4Target(Target):
         return planned
 
 
-def restore_layer(record: dict, canonical: dict[str, tuple[torch.Tensor, ...]]) -> dict[str, torch.Tensor]:
+def restore_layer(record: LayerRecord, canonical: dict[str, tuple[torch.Tensor, ...]]) -> dict[str, torch.Tensor]:
     """``{output short name: canonical parts}`` of some experts -> ``{source name or pattern: [e, ...]}``."""
     restored = {}
     for name, parts in canonical.items():
-        restored.update(source_tensors(record["tensors"][name], parts))
+        restored.update(source_tensors(record.tensors[name], parts))
     return restored

@@ -38,6 +38,7 @@ from moebake.formats.checkpoint import EXPERT_INDEX, per_expert_names
 from moebake.formats.modelopt_nvfp4 import GROUP_SIZE, ModelOptNvfp4Model, NvFp4Layer
 from moebake.layouts.block_scale_swizzle import swizzle_128x4, unswizzle_128x4
 from moebake.schema.enums import GateUpOrder
+from moebake.schema.manifest import LayerRecord
 from moebake.schema.targets import LayerDims
 
 HIDDEN_MULTIPLE, INTERMEDIATE_MULTIPLE = 128, 64
@@ -148,12 +149,12 @@ class Nvfp4Target(Target):
             planned[short] = Planned(produce, stored, patterns, GateUpOrder.SEPARATE if short in _W13_TENSORS else None)
         return planned
 
-    def restore(self, record: dict, baked: dict[str, torch.Tensor], layout: str | None) -> dict[str, torch.Tensor]:
+    def restore(self, record: LayerRecord, baked: dict[str, torch.Tensor], layout: str | None) -> dict[str, torch.Tensor]:
         """Derived scalars are not needed (see :func:`restore_layer`)."""
         return restore_layer(record, baked, self.order)
 
 
-def restore_layer(record: dict, baked: dict[str, torch.Tensor], order: W13Order) -> dict[str, torch.Tensor]:
+def restore_layer(record: LayerRecord, baked: dict[str, torch.Tensor], order: W13Order) -> dict[str, torch.Tensor]:
     """Exact inverse of :meth:`Nvfp4Target.plan` for experts ``[start, stop)`` of one layer.
 
     ``baked``: those experts' rows of each baked tensor, by short name. Returns ``{per-expert source
@@ -161,10 +162,10 @@ def restore_layer(record: dict, baked: dict[str, torch.Tensor], order: W13Order)
     which equals the experts as :meth:`~moebake.formats.modelopt_nvfp4.ModelOptNvfp4Model.read_experts`
     reads them. Derived scalars are not needed.
     """
-    H, I = record["hidden"], record["intermediate"]
+    H, I = record.hidden, record.intermediate
     n = baked["w13_weight"].shape[0]
-    scalar_shape = (n, *record["scalar_shape"])
-    pattern = functools.partial(_pattern, NvFp4Layer(record["index"], record["prefix"]))
+    scalar_shape = (n, *record.scalar_shape)
+    pattern = functools.partial(_pattern, NvFp4Layer(record.index, record.prefix))
 
     out = {}
     gate, up = order.split(baked["w13_weight"])

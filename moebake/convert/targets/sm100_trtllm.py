@@ -36,6 +36,7 @@ from moebake.layouts.block_scale_swizzle import swizzle_128x4, unswizzle_128x4
 from moebake.layouts.gate_up import merge_pairs, pad_to, split_pairs
 from moebake.layouts.trtllm_gen import EPILOGUE_TILE_M, shuffle_rows, unshuffle_rows
 from moebake.schema.enums import ActivationKind
+from moebake.schema.manifest import LayerRecord
 from moebake.schema.targets import SM100_TRTLLM, LayerDims
 
 
@@ -89,18 +90,18 @@ class Sm100Trtllm(Mxfp4Target):
             **_constants(model, dims.experts),
         }
 
-    def restore(self, record: dict, baked: dict[str, torch.Tensor], layout: str | None) -> dict[str, torch.Tensor]:
+    def restore(self, record: LayerRecord, baked: dict[str, torch.Tensor], layout: str | None) -> dict[str, torch.Tensor]:
         """Padding, the per-expert constants and the F32 biases' low bits (narrowed back to the source
         dtype here) are left to the forward re-bake check, which sees every byte."""
-        H, I = record["hidden"], record["intermediate"]
+        H, I = record.hidden, record.intermediate
         canonical = {
             "w13_weight": _unw13(baked["w13_weight"].view(torch.uint8), (I, H // 2)),
             "w13_weight_scale": _unw13(_unswizzled(baked["w13_weight_scale"]), (I, H // 32)),
             "w2_weight": (unshuffle_rows(baked["w2_weight"].view(torch.uint8), EPILOGUE_TILE_M)[:, :H, : I // 2],),
             "w2_weight_scale": (unshuffle_rows(_unswizzled(baked["w2_weight_scale"]), EPILOGUE_TILE_M)[:, :H, : I // 32],),
         }
-        if "w13_weight_bias" in record["tensors"]:
-            bias_dtype = DTYPES[record["tensors"]["w13_weight_bias"]["source_dtype"]][0]
+        if "w13_weight_bias" in record.tensors:
+            bias_dtype = DTYPES[record.tensors["w13_weight_bias"].source_dtype][0]
             gate, up = _unw13(baked["w13_weight_bias"], (I,))
             canonical["w13_weight_bias"] = (gate.to(bias_dtype), up.to(bias_dtype))
             down = unshuffle_rows(baked["w2_weight_bias"], EPILOGUE_TILE_M)[:, :H]

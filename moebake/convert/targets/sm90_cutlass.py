@@ -31,6 +31,7 @@ from moebake.convert.targets.mxfp4_layers import Bake, Mxfp4Target, restore_laye
 from moebake.layouts.gate_up import pad_to, split_halves, stack_halves
 from moebake.layouts.sm90_fp4 import deinterleave_fp4, interleave_fp4_padded
 from moebake.layouts.sm90_scales import fold_scales_padded, unfold_scales
+from moebake.schema.manifest import LayerRecord
 from moebake.schema.targets import SM90_CUTLASS, LayerDims
 
 
@@ -60,9 +61,9 @@ class Sm90Cutlass(Mxfp4Target):
             "w2_weight_bias": Bake("w2_bias", lambda down: pad_to(down, (Hp,))),
         }
 
-    def restore(self, record: dict, baked: dict[str, torch.Tensor], layout: str | None) -> dict[str, torch.Tensor]:
+    def restore(self, record: LayerRecord, baked: dict[str, torch.Tensor], layout: str | None) -> dict[str, torch.Tensor]:
         """Padding is dropped here (the forward re-bake checks it)."""
-        H, I = record["hidden"], record["intermediate"]
+        H, I = record.hidden, record.intermediate
         canonical = {}
         for name, unfold, row_bytes in (("w13_weight", lambda w: deinterleave_fp4(w, layout), H // 2),
                                         ("w13_weight_scale", unfold_scales, H // 32)):
@@ -70,7 +71,7 @@ class Sm90Cutlass(Mxfp4Target):
             canonical[name] = (gate, up)
         canonical["w2_weight"] = (deinterleave_fp4(baked["w2_weight"], layout)[:, :H, : I // 2],)
         canonical["w2_weight_scale"] = (unfold_scales(baked["w2_weight_scale"])[:, :H, : I // 32],)
-        if "w13_weight_bias" in record["tensors"]:
+        if "w13_weight_bias" in record.tensors:
             up, gate = split_halves(baked["w13_weight_bias"], (I,))
             canonical["w13_weight_bias"] = (gate, up)
             canonical["w2_weight_bias"] = (baked["w2_weight_bias"][:, :H],)
