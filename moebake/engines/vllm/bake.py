@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moebake.schema.enums import DType
-from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, read_manifest
+from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest, read_manifest
 from moebake.errors import EngineRefusal, MoebakeError
 
 ENGINE = "vllm"
@@ -58,12 +58,12 @@ class VllmBake:
     """A baked checkpoint as the vLLM plugin serves it."""
 
     directory: Path
-    manifest: dict
+    manifest: Manifest
     layers: dict[str, LayerRecord]  # keyed by prefix
 
     @property
     def flashinfer_layout(self) -> str:
-        return self.manifest["flashinfer_layout"]["id"]
+        return str(self.manifest.flashinfer_layout)
 
     def layer(self, module_prefix: str) -> LayerRecord:
         """The layer whose experts vLLM builds at ``module_prefix`` (``model.layers.N.mlp.experts``)."""
@@ -77,48 +77,42 @@ class VllmBake:
         return {layer.prefix + short for layer in self.layers.values() for short in layer.tensors}
 
 
-def _engines_served(manifest: dict) -> list[dict]:
-    """The engine records whose load-time bytes this bake equals: its own, and ``serves`` (same bytes)."""
-    own = manifest.get("engine")
-    return ([own] if isinstance(own, dict) else []) + [e for e in manifest.get("serves", []) if isinstance(e, dict)]
-
-
-def check_manifest(manifest: dict, quantization_config: dict, hf_config: dict, where: Path) -> None:
-    """Refuse unless ``manifest`` is a bake vLLM 0.33.0 serves bit-identically for this ``config.json``."""
-    from moebake.engines.config_json import manifest_digest
-
-    if quantization_config.get("manifest_sha256") != manifest_digest(manifest):
+def check_manifest(manifest: Manifest, digest: str, quantization_config: dict, hf_config: dict, where: Path) -> None:
+    """Refuse unless ``manifest`` (whose JSON has config.json's digest ``digest``) is a bake vLLM 0.33.0 serves
+    bit-identically for this ``config.json``."""
+    if quantization_config.get("manifest_sha256") != digest:
         raise refuse(f"{where}: the manifest's digest differs from config.json's quantization_config.manifest_sha256 "
                      "(the manifest changed after baking); re-bake or restore the original moebake.json")
-    if manifest.get("target") != TARGET:
-        raise refuse(f"{where}: target {manifest.get('target')!r}; the vLLM plugin serves {TARGET} "
+    if manifest.target != TARGET:
+        raise refuse(f"{where}: target {manifest.target!r}; the vLLM plugin serves {TARGET} "
                      f"(vLLM --moe-backend {MOE_BACKEND} on SM90)")
-    if manifest.get("source", {}).get("format") != SOURCE_FORMAT:
-        raise refuse(f"{where}: source format {manifest.get('source', {}).get('format')!r}; the vLLM plugin serves "
+    if manifest.source.format != SOURCE_FORMAT:
+        raise refuse(f"{where}: source format {manifest.source.format!r}; the vLLM plugin serves "
                      f"{SOURCE_FORMAT} ({ARCHITECTURE})")
-    served = [e for e in _engines_served(manifest) if e.get("name") == ENGINE and e.get("version") == VLLM_VERSION]
-    if not served or not served[0].get("exact", False):
-        engine = manifest.get("engine") or {}
-        raise refuse(f"{where}: baked for {engine.get('name')} {engine.get('version')} "
-                     f"({'engine-exact' if engine.get('exact') else 'not engine-exact'}), not vLLM {VLLM_VERSION}'s "
+    engines = ([manifest.engine] if manifest.engine is not None else []) + list(manifest.serves)  # same bytes
+    served = [e for e in engines if e.name == ENGINE and e.version == VLLM_VERSION]
+    if not served or not served[0].exact:
+        engine = manifest.engine
+        raise refuse(f"{where}: baked for {engine and engine.name} {engine and engine.version} "
+                     f"({'engine-exact' if engine and engine.exact else 'not engine-exact'}), not vLLM {VLLM_VERSION}'s "
                      f"bytes; re-bake with: moebake convert SRC OUT --target {TARGET} --engine {ENGINE}")
     architectures = hf_config.get("architectures") or []
     if ARCHITECTURE not in architectures:
         raise refuse(f"{where}: config.json architectures {architectures}; the vLLM plugin serves {ARCHITECTURE}")
-    activation = manifest.get("activation") or {}
-    if {k: activation.get(k) for k in SWIGLU} != SWIGLU:
-        raise refuse(f"{where}: activation {activation}; vLLM {VLLM_VERSION}'s GPT-OSS MXFP4 kernel set-up uses "
+    activation = manifest.activation
+    if {k: getattr(activation, k) for k in SWIGLU} != SWIGLU:
+        raise refuse(f"{where}: activation {activation.to_json()}; vLLM {VLLM_VERSION}'s GPT-OSS MXFP4 kernel set-up uses "
                      f"SwiGLU {SWIGLU} (config.json and the manifest disagree with vLLM)")
     expected = {"hidden": hf_config.get("hidden_size"), "intermediate": hf_config.get("intermediate_size"),
                 "experts": hf_config.get("num_local_experts")}
-    for record in manifest.get("layers", []):
-        got = {key: record.get(key) for key in expected}
+    for record in manifest.layers:
+        got = {key: getattr(record, key) for key in expected}
         if got != expected:
-            raise refuse(f"{where}: layer {record.get('prefix')} has {got}, config.json says {expected} "
+            raise refuse(f"{where}: layer {record.prefix} has {got}, config.json says {expected} "
                          "(config.json and the manifest disagree)")
-        unknown = set(record.get("tensors", {})) - set(PARAMETER_NAMES)
+        unknown = set(record.tensors) - set(PARAMETER_NAMES)
         if unknown:
-            raise refuse(f"{where}: layer {record.get('prefix')} has tensors {sorted(unknown)} that vLLM "
+            raise refuse(f"{where}: layer {record.prefix} has tensors {sorted(unknown)} that vLLM "
                          f"{VLLM_VERSION}'s GptOssMxfp4MoEMethod does not hold")
 
 
@@ -126,13 +120,15 @@ def read_bake(directory: str | Path, quantization_config: dict, hf_config: dict)
     """Read and check ``directory/moebake.json`` (see :func:`check_manifest`)."""
     directory = Path(directory)
     where = directory / MANIFEST_NAME
+    from moebake.engines.config_json import manifest_digest
+
     try:
-        manifest = read_manifest(directory)
+        raw = read_manifest(directory)
     except MoebakeError as err:
         raise refuse(str(err)) from None
-    check_manifest(manifest, quantization_config, hf_config, where)
-    layers = {record["prefix"]: LayerRecord.from_json(record, where) for record in manifest["layers"]}
-    return VllmBake(directory, manifest, layers)
+    manifest = Manifest.from_json(raw, where)  # validated by read_manifest: the typed records
+    check_manifest(manifest, manifest_digest(raw), quantization_config, hf_config, where)
+    return VllmBake(directory, manifest, {record.prefix: record for record in manifest.layers})
 
 
 def locate_checkpoint(model: str, revision: str | None) -> Path:

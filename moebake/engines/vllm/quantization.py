@@ -39,9 +39,9 @@ def check_platform(bake: VllmBake) -> None:
 
     capability = current_platform.get_device_capability()
     if capability is None:
-        raise refuse(f"{current_platform.device_name}: no CUDA GPU; the {bake.manifest['target']} bake needs an SM90 (Hopper) GPU")
+        raise refuse(f"{current_platform.device_name}: no CUDA GPU; the {bake.manifest.target} bake needs an SM90 (Hopper) GPU")
     try:
-        require_sm90((capability.major, capability.minor), current_platform.device_name, bake.manifest["target"])
+        require_sm90((capability.major, capability.minor), current_platform.device_name, bake.manifest.target)
         require_flashinfer_layout(bake.flashinfer_layout, flashinfer.__version__, bake.directory / "moebake.json")
     except MoebakeError as err:
         raise refuse(str(err)) from None
