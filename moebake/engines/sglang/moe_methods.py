@@ -88,7 +88,7 @@ def _sm90_cutlass_method():
         """Baked ``sm90-cutlass`` experts through SGLang's ``flashinfer_mxfp4`` runner (FlashInfer
         ``cutlass_fused_moe`` W4A16), as ``Mxfp4MoEMethod``'s ``cutlass_sm90`` path runs them."""
 
-        def __init__(self, config, record: dict, prefix: str):
+        def __init__(self, config, record: LayerRecord, prefix: str):
             Mxfp4MoEMethod.__init__(self, prefix)
             self._bake_init(config, record)
             self._padded_hidden = record.hidden_padded
@@ -125,7 +125,7 @@ def _deepep_bf16_method():
         """Baked ``deepep-bf16`` experts (``[gate; up]`` W13) through SGLang's unquantized DeepEP
         low-latency + DeepGEMM path, whose own post-load step transforms nothing."""
 
-        def __init__(self, config, record: dict, prefix: str):
+        def __init__(self, config, record: LayerRecord, prefix: str):
             UnquantizedFusedMoEMethod.__init__(self, use_deep_gemm=True)
             self._bake_init(config, record)
 
@@ -148,7 +148,7 @@ def _sm100_trtllm_method():
         (``trtllm_fp4_block_scale_moe``), as ``Mxfp4MoEMethod``'s ``trtllm_sm100`` path runs them: the bake holds
         the shuffled weights, swizzled scales, F32 biases and the per-expert SwiGLU constants it makes."""
 
-        def __init__(self, config, record: dict, prefix: str):
+        def __init__(self, config, record: LayerRecord, prefix: str):
             Mxfp4MoEMethod.__init__(self, prefix)
             self._bake_init(config, record)
 
@@ -173,7 +173,7 @@ def _sm100_deepseek_v4_method():
         (``trtllm_fp4_block_scale_moe``). SGLang names the scales ``w*_weight_scale_inv`` and holds the shuffled
         weights as uint8: the post-load step binds those names to the baked tensors (same storage)."""
 
-        def __init__(self, config, record: dict, prefix: str):
+        def __init__(self, config, record: LayerRecord, prefix: str):
             Mxfp4FlashinferTrtllmMoEMethod.__init__(self, None, prefix)  # its FP8 method only prepares weights: baked
             self._bake_init(config, record)
 
@@ -202,7 +202,7 @@ def _cutedsl_method():
 
         WHOLE_TENSORS = frozenset({"w13_input_scale", "w2_input_scale"})  # SGLang keeps them for all experts
 
-        def __init__(self, config, record: dict, prefix: str):
+        def __init__(self, config, record: LayerRecord, prefix: str):
             ModelOptNvFp4FusedMoEMethod.__init__(self, config.original)
             self._bake_init(config, record)
             _check_cutedsl_w4a4(self)
@@ -263,7 +263,7 @@ SOURCE_METHODS = {("sm100-trtllm", "deepseek-v4"): _sm100_deepseek_v4_method}
 """Where SGLang prepares a target with another method for some source format: (target, source format) -> method."""
 
 
-def moe_method(config, record: dict, prefix: str):
+def moe_method(config, record: LayerRecord, prefix: str):
     """The moebake MoE method for ``config``'s target and the layer ``record`` (refusing first if it must)."""
     target = config.manifest.target
     if target not in METHODS:
