@@ -17,6 +17,7 @@ from moebake.engines.profiles import PROFILES, SGLANG_0_5_23
 from moebake.layouts.nvfp4_scalars import load_time_scales
 from moebake.synthetic import MODELOPT_MISMATCHES, write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
 
+from engine_oracles import standins  # noqa: E402
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():
     pytest.skip("sglang 0.5.23 is not installed (bin/setup installs it)", allow_module_level=True)
@@ -33,6 +34,7 @@ ORACLE_TESTS = {
     ("sglang", "sm100-trtllm", "deepseek-v4"): ("test_engine_profiles.py", "test_deepseek_v4_sm100_trtllm_equals_sglang"),
     ("sglang", "cutedsl", "modelopt-nvfp4"): ("test_engine_profiles.py", "test_modelopt_nvfp4_cutedsl_equals_sglang"),
     ("sglang", "cutedsl-deepep", "modelopt-nvfp4"): ("test_engine_profiles.py", "test_modelopt_nvfp4_cutedsl_equals_sglang"),
+    ("vllm", "cutedsl", "modelopt-nvfp4"): ("test_vllm_profile.py", "test_modelopt_nvfp4_cutedsl_equals_vllm"),
 }
 
 
@@ -186,7 +188,7 @@ def test_modelopt_nvfp4_cutedsl_equals_sglang(tmp_path, target, a2a, hidden, int
         for view, stored_name in CUTEDSL_MMA_VIEWS.items():
             scales = baked[prefix + stored_name]
             m, k = scales.shape[1], scales.shape[2] * 16
-            mine = sglang_oracle._convert_sf_to_mma_layout(scales.contiguous().view(torch.uint8).reshape(-1), m, k, 4)
+            mine = standins.convert_sf_to_mma_layout(scales.contiguous().view(torch.uint8).reshape(-1), m, k, 4)
             assert torch.equal(engine[view].view(torch.uint8), mine), view
 
 

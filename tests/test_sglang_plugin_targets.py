@@ -24,6 +24,7 @@ from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.synthetic import write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
 
+from engine_oracles import standins  # noqa: E402
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():
     pytest.skip("sglang 0.5.23 is not installed (bin/setup installs it)", allow_module_level=True)
@@ -123,7 +124,7 @@ def serving(out, gpu="sm100", **flags):
     import sglang.srt.layers.moe.fused_moe_triton.layer as fused_moe_layer
     import sglang.srt.layers.quantization.mxfp4 as mxfp4
 
-    with (sglang_oracle.sglang_engine(gpu=gpu, **flags), sglang_oracle._cutedsl_utils(), sglang_oracle._sm100_flashinfer(mxfp4),
+    with (sglang_oracle.sglang_engine(gpu=gpu, **flags), standins.cutedsl_utils(), sglang_oracle._sm100_flashinfer(mxfp4),
           mock.patch.object(fused_moe_layer, "create_moe_dispatcher", lambda *a, **k: sglang_oracle._DispatcherStandin()),
           mock.patch.object(mxfp4, "_FI_HAS_SM90_CUTLASS_MXFP4", True),  # FlashInfer on a GPU has it
           mock.patch("moebake.engines.sglang.config.model_directory", return_value=out)):

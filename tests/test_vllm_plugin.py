@@ -25,7 +25,9 @@ vllm_oracle = pytest.importorskip("engine_oracles.vllm_oracle")
 if not vllm_oracle.vllm_installed():
     pytest.skip(f"vllm {vllm_oracle.VLLM_VERSION} is not installed (bin/setup installs it)", allow_module_level=True)
 
-from moebake.engines.vllm.bake import PARAMETER_NAMES, PREFIX  # noqa: E402
+from moebake.engines.vllm.bake import GPT_OSS, PREFIX  # noqa: E402
+
+PARAMETER_NAMES = GPT_OSS.parameter_names
 
 EXPERTS, HIDDEN, INTERMEDIATE = 4, 160, 96  # pads to 256, 128
 

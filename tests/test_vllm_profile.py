@@ -1,8 +1,9 @@
 """The vLLM engine profile against vLLM 0.33.0's own code: a bake equals vLLM's post-load parameters byte for byte.
 
-The oracle (``tests/engine_oracles/vllm_oracle.py``) builds vLLM's real GPT-OSS MoE block with the
-method vLLM picks for ``--moe-backend flashinfer_cutlass`` on SM90, loads the *source* checkpoint
-with vLLM's own GPT-OSS loader and runs its ``process_weights_after_loading`` on CPU
+The oracle (``tests/engine_oracles/vllm_oracle.py``) builds vLLM's real MoE layers with the method vLLM
+picks for ``--moe-backend flashinfer_cutlass`` on SM90 (GPT-OSS, loaded by vLLM's GPT-OSS loader) and
+``--moe-backend flashinfer_cutedsl`` on SM100 (ModelOpt NVFP4, loaded through its parameters' weight
+loaders), loads the *source* checkpoint and runs ``process_weights_after_loading`` on CPU
 (``tests/test_engine_profiles.py`` checks that every verified profile entry has such a test).
 """
 
@@ -13,7 +14,7 @@ from conftest import load_all
 from kernel_emulation import kernel_interleave_v1, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.synthetic import write_gpt_oss
+from moebake.synthetic import MODELOPT_MISMATCHES, write_gpt_oss, write_modelopt_nvfp4
 
 vllm_oracle = pytest.importorskip("engine_oracles.vllm_oracle")
 if not vllm_oracle.vllm_installed():
@@ -56,3 +57,50 @@ def test_sglang_bake_of_an_unpadded_hidden_size_serves_vllm_too(tmp_path):
         ("vllm", True, {"w13_weight_bias": "w13_bias", "w2_weight_bias": "w2_bias"})]
     engine = vllm_oracle.gpt_oss_flashinfer_cutlass(source, 0, KERNELS["v2"])
     _assert_bake_equals_vllm(tmp_path / "out", "model.layers.0.mlp.experts.", engine, manifest["serves"][0]["parameter_names"])
+
+
+NVFP4_WEIGHTS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale")
+
+
+@pytest.mark.parametrize("hidden, intermediate, mismatches", [
+    (384, 128, ()),                        # H 384 -> 512 (vLLM's 256-wide K tiles), I needs none
+    (256, 64, MODELOPT_MISMATCHES),        # no padding: SGLang 0.5.23's bytes too; experts 1, 3 differ (kept apart)
+])
+def test_modelopt_nvfp4_cutedsl_equals_vllm(tmp_path, hidden, intermediate, mismatches):
+    """vLLM's ModelOptNvFp4FusedMoE on the source (--moe-backend flashinfer_cutedsl, its conversion): its W13/W2
+    weights and swizzled block scales equal the bake's byte for byte, its four per-expert scalars equal the
+    plugin's reduction of the bake's (:func:`moebake.engines.vllm.nvfp4.cutedsl_scalars`), and its padded sizes
+    are the manifest's."""
+    from moebake.engines.vllm.nvfp4 import cutedsl_scalars
+
+    source = write_modelopt_nvfp4(tmp_path / "src", num_layers=2, num_experts=4, hidden=hidden, intermediate=intermediate,
+                                  mismatches=mismatches)
+    options = ConvertOptions("cutedsl", engine="vllm", gate_up_globals="keep" if mismatches else "share")
+    manifest = convert(source, tmp_path / "out", options, progress=False)
+    engine_record, record = manifest["engine"], manifest["layers"][0]
+    assert (engine_record["name"], engine_record["exact"], engine_record["hidden_multiple"]) == ("vllm", True, 256)
+    assert [(e["name"], e["version"]) for e in manifest["serves"]] == ([("sglang", "0.5.23")] if hidden % 256 == 0 else [])
+    engine = vllm_oracle.modelopt_nvfp4_cutedsl(source, record["prefix"], 4, hidden, intermediate)
+    assert (engine.pop("hidden_dim"), engine.pop("intermediate_size_per_partition")) == (
+        record["hidden_padded"], record["intermediate_padded"]) == (-(-hidden // 256) * 256, intermediate)
+    baked = {short: tensor for short, tensor in load_all(tmp_path / "out").items()}
+    prefix = record["prefix"]
+    for name in NVFP4_WEIGHTS:
+        got, expected = baked[prefix + name], engine[name]
+        assert (got.dtype, tuple(got.shape)) == (expected.dtype, tuple(expected.shape)), name
+        assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{name} differs from vLLM's"
+    scalars = cutedsl_scalars({name: baked[prefix + name] for name in ("w13_weight_scale_2", "w2_weight_scale_2",
+                                                                       "w13_input_scale", "w2_input_scale")},
+                              torch.arange(4), enable_eplb=False)
+    assert set(engine) == set(NVFP4_WEIGHTS) | set(scalars)
+    for name, value in scalars.items():
+        assert value.dtype == torch.float32 and torch.equal(value.view(torch.int32), engine[name].view(torch.int32)), name
+
+
+def test_modelopt_nvfp4_with_shared_gate_up_globals_is_not_vllm_exact(tmp_path):
+    """moebake's default shares differing gate/up globals (rescaling block scales); vLLM takes the gate's for both
+    halves and keeps the block scales, so such a bake says it is not vLLM's bytes."""
+    source = write_modelopt_nvfp4(tmp_path / "src", num_layers=2, num_experts=4, hidden=256, intermediate=64)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("cutedsl", engine="vllm"), progress=False)
+    assert manifest["engine"]["exact"] is False and manifest["serves"] == []
+    assert manifest["engine"]["not_exact_because"].startswith("gate and up global scales shared in 2 experts")

@@ -87,13 +87,15 @@ SGLANG_0_5_23 = EngineProfile("sglang", "0.5.23", {
     # expert's gate and up globals agree, or are kept apart (--gate-up-globals keep: SGLang keeps both, and its
     # CuteDSL kernels apply the gate's to both halves); where moebake shares them (the default),
     # :func:`manifest_engine` records the bake as not exact.
-    ("cutedsl", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "none", _SGLANG_NVFP4),
-    ("cutedsl-deepep", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "deepep", _SGLANG_NVFP4),
+    ("cutedsl", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "none", _SGLANG_NVFP4, intermediate_multiple=64),
+    ("cutedsl-deepep", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "deepep", _SGLANG_NVFP4,
+                                                        intermediate_multiple=64),
     # SGLang's unquantized DeepEP-LL + DeepGEMM post-load step transforms no weight.
     ("deepep-bf16", "bf16-moe"): TargetProfile("deep_gemm", "deepep", _SGLANG_UNQUANT),
 })
 
 _VLLM_GPT_OSS_MXFP4 = "vllm.model_executor.layers.quantization.mxfp4.GptOssMxfp4MoEMethod"
+_VLLM_NVFP4 = "vllm.model_executor.layers.quantization.modelopt.ModelOptNvFp4FusedMoE"
 
 VLLM_0_33_0 = EngineProfile("vllm", "0.33.0", {
     # --moe-backend flashinfer_cutlass (FLASHINFER_CUTLASS_MXFP4_BF16): H and I rounded up to 128
@@ -103,6 +105,15 @@ VLLM_0_33_0 = EngineProfile("vllm", "0.33.0", {
     ("sm90-cutlass", "gpt-oss"): TargetProfile("flashinfer_cutlass", "none", _VLLM_GPT_OSS_MXFP4,
                                                parameter_names=(("w13_weight_bias", "w13_bias"),
                                                                 ("w2_weight_bias", "w2_bias"))),
+    # --moe-backend flashinfer_cutedsl (FLASHINFER_CUTEDSL) on Blackwell: prepare_nvfp4_moe_layer_for_flashinfer_cutedsl
+    # reorders W13 to [up; gate], pads I to 64 (2I to 128) and H to 256 (zero weights and block scales, for its
+    # 256-wide K tiles), interleaves 64-row groups and 128x4-swizzles the block scales: the cutedsl bake's four
+    # weight and block-scale tensors, byte for byte. Its four [E] F32 scalars (the gate's weight global; the
+    # layer's largest input scale, for every expert) are reduced at load by the vLLM plugin from the bake's
+    # (the source's, which SGLang reads), with vLLM's own reduction (EPLB's all-reduce included): with H a
+    # multiple of 256 one bake serves both engines.
+    ("cutedsl", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "none", _VLLM_NVFP4, hidden_multiple=256,
+                                                 intermediate_multiple=64),
 })
 
 PROFILES = {"sglang": SGLANG_0_5_23, "vllm": VLLM_0_33_0}

@@ -117,10 +117,10 @@ _NVFP4_SCALARS = (
 
 def _nvfp4_weights(order: GateUpOrder) -> tuple[TensorSpec, ...]:
     return (
-        TensorSpec("w13_weight", DType.U8, "E, 2 * I, H // 2", order),
-        TensorSpec("w13_weight_scale", DType.F8_E4M3, "E, 2 * I, H // 16", order),
-        TensorSpec("w2_weight", DType.U8, "E, H, I // 2"),
-        TensorSpec("w2_weight_scale", DType.F8_E4M3, "E, H, I // 16"),
+        TensorSpec("w13_weight", DType.U8, "E, 2 * I_pad, H_pad // 2", order),
+        TensorSpec("w13_weight_scale", DType.F8_E4M3, "E, 2 * I_pad, H_pad // 16", order),
+        TensorSpec("w2_weight", DType.U8, "E, H_pad, I_pad // 2"),
+        TensorSpec("w2_weight_scale", DType.F8_E4M3, "E, H_pad, I_pad // 16"),
     )
 
 

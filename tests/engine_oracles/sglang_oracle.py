@@ -255,36 +255,6 @@ def _deepseek_v4_layer(source_dir, prefix: str, num_experts: int, hidden: int, i
     experts.quant_method.process_weights_after_loading(experts)
     return {name: p.data.clone() for name, p in experts.named_parameters()}
 
-def _convert_sf_to_mma_layout(sf: torch.Tensor, m: int, k: int, num_groups: int = 1, sf_vec_size: int = 16) -> torch.Tensor:
-    """FlashInfer's ``flashinfer.cute_dsl.utils.convert_sf_to_mma_layout`` (0.7.2.post1), for a CPU box without
-    ``nvidia-cutlass-dsl`` (its module imports ``cutlass``): the same strided view of the swizzled scale bytes,
-    ``(num_groups, m_tiles, k_tiles, 32, 4, 4)`` permuted to ``(32, 4, m_tiles, 4, k_tiles, num_groups)``.
-    ``test_convert_cutedsl.py`` checks this index math against FlashInfer's function where it imports."""
-    m_tiles, k_tiles = -(-m // 128), -(-(-(-k // sf_vec_size)) // 4)
-    return sf.view(num_groups, m_tiles, k_tiles, 32, 4, 4).permute(3, 4, 1, 5, 2, 0)
-
-
-@contextmanager
-def _cutedsl_utils():
-    """``flashinfer.cute_dsl.utils`` as SGLang imports it in its CuteDSL post-load step: FlashInfer's own where
-    ``nvidia-cutlass-dsl`` is installed, else a module holding only :func:`_convert_sf_to_mma_layout`."""
-    import sys
-    import types
-
-    try:
-        import flashinfer.cute_dsl.utils  # noqa: F401
-    except ImportError:
-        module = types.ModuleType("flashinfer.cute_dsl.utils")
-        module.convert_sf_to_mma_layout = _convert_sf_to_mma_layout
-        sys.modules[module.__name__] = module  # only this entry: SGLang's modules imported meanwhile stay imported
-        try:
-            yield
-        finally:
-            sys.modules.pop(module.__name__, None)
-        return
-    yield
-
-
 class _DispatcherStandin:
     """The layer's token dispatcher, which the post-load step only tells its activation quantization
     (``set_quant_config``): DeepEP's dispatcher needs ``deep_ep`` and a process group per rank to be made."""
@@ -321,7 +291,7 @@ def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int
     source = read_tensors(source_dir, names)
     mapping = FusedMoE.make_expert_params_mapping(ckpt_gate_proj_name="gate_proj", ckpt_down_proj_name="down_proj",
                                                   ckpt_up_proj_name="up_proj", num_experts=num_experts)
-    with (sglang_engine(moe_runner_backend="flashinfer_cutedsl", moe_a2a_backend=a2a, gpu="sm100"), _cutedsl_utils(),
+    with (sglang_engine(moe_runner_backend="flashinfer_cutedsl", moe_a2a_backend=a2a, gpu="sm100"), standins.cutedsl_utils(),
           mock.patch.object(fused_moe_layer, "create_moe_dispatcher", lambda *args, **kwargs: _DispatcherStandin())):
         quant_config = modelopt.ModelOptFp4Config.from_config(config["quantization_config"])
         experts = FusedMoE(num_experts=num_experts, top_k=2, layer_id=0, hidden_size=hidden, intermediate_size=intermediate,

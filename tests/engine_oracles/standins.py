@@ -9,13 +9,19 @@ absent*, and :func:`hide` takes them out of ``sys.modules`` again, so torch, tra
 in the same process still find them absent: decorators such as
 ``triton.jit`` return the function unchanged; any other attribute is a placeholder that can be
 called, subscripted, compared or inherited from, and fails loudly if it is ever used as data.
+
+:func:`cutedsl_utils` stands in for FlashInfer's ``flashinfer.cute_dsl.utils`` where ``nvidia-cutlass-dsl``
+is absent: the one function SGLang's and vLLM's CuteDSL set-up call from it, a zero-copy view.
 """
 
 import importlib.abc
+from contextlib import contextmanager
 import importlib.machinery
 import importlib.util
 import sys
 import types
+
+import torch
 
 STANDIN_ROOTS = ("triton", "sgl_kernel", "sglang_kernel", "torchvision")
 
@@ -140,3 +146,33 @@ def hide() -> None:
                 module = sys.modules[name]
                 if getattr(module, "__moebake_standin__", False):
                     finder.made[name] = sys.modules.pop(name)
+
+
+def convert_sf_to_mma_layout(sf: torch.Tensor, m: int, k: int, num_groups: int = 1, sf_vec_size: int = 16) -> torch.Tensor:
+    """FlashInfer's ``flashinfer.cute_dsl.utils.convert_sf_to_mma_layout`` (0.7.2.post1), for a CPU box without
+    ``nvidia-cutlass-dsl`` (its module imports ``cutlass``): the same strided view of the swizzled scale bytes,
+    ``(num_groups, m_tiles, k_tiles, 32, 4, 4)`` permuted to ``(32, 4, m_tiles, 4, k_tiles, num_groups)``.
+    ``test_convert_cutedsl.py`` checks this index math against FlashInfer's function where it imports."""
+    m_tiles, k_tiles = -(-m // 128), -(-(-(-k // sf_vec_size)) // 4)
+    return sf.view(num_groups, m_tiles, k_tiles, 32, 4, 4).permute(3, 4, 1, 5, 2, 0)
+
+
+@contextmanager
+def cutedsl_utils():
+    """``flashinfer.cute_dsl.utils`` as SGLang's CuteDSL post-load step and vLLM's CuteDSL kernel set-up import it: FlashInfer's own where
+    ``nvidia-cutlass-dsl`` is installed, else a module holding only :func:`convert_sf_to_mma_layout`."""
+    import sys
+    import types
+
+    try:
+        import flashinfer.cute_dsl.utils  # noqa: F401
+    except ImportError:
+        module = types.ModuleType("flashinfer.cute_dsl.utils")
+        module.convert_sf_to_mma_layout = convert_sf_to_mma_layout
+        sys.modules[module.__name__] = module  # only this entry: SGLang's modules imported meanwhile stay imported
+        try:
+            yield
+        finally:
+            sys.modules.pop(module.__name__, None)
+        return
+    yield

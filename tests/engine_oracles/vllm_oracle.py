@@ -1,9 +1,12 @@
 """vLLM 0.33.0's own load-time code, run on CPU: the oracle a vLLM-profile bake must equal byte for byte.
 
-Builds vLLM's real GPT-OSS ``MLPBlock`` (its ``FusedMoEFactory``, ``GptOssRoutedExperts`` and the MoE
-method vLLM's quantization config picks for ``--moe-backend``), loads the *source* checkpoint's expert
-tensors with vLLM's own GPT-OSS loader (``GptOssForCausalLM.hf_to_vllm_mapper``, then
-``GptOssModel.load_weights``) and runs the method's ``process_weights_after_loading``.
+GPT-OSS (:func:`gpt_oss_flashinfer_cutlass`): builds vLLM's real GPT-OSS ``MLPBlock`` (its
+``FusedMoEFactory``, ``GptOssRoutedExperts`` and the MoE method vLLM's quantization config picks for
+``--moe-backend``), loads the *source* checkpoint's expert tensors with vLLM's own GPT-OSS loader
+(``GptOssForCausalLM.hf_to_vllm_mapper``, then ``GptOssModel.load_weights``) and runs the method's
+``process_weights_after_loading``. ModelOpt NVFP4 (:func:`modelopt_nvfp4_cutedsl`): vLLM's
+``FusedMoEFactory`` with ``ModelOptNvFp4Config``, each expert tensor through the parameters' own
+``weight_loader`` (as vLLM's DeepSeek loader calls it), then ``process_weights_after_loading``.
 
 Only these things are not vLLM's:
   * the platform's answers about the GPU (vLLM picks MoE kernels from them): :func:`vllm_engine`
@@ -11,7 +14,11 @@ Only these things are not vLLM's:
   * FlashInfer's CUDA-only ``interleave_moe_weights_for_sm90_mixed_gemm``, replaced by the CPU
     emulation of its kernel (``tests/kernel_emulation.py``); FlashInfer's CPU helpers are used as-is;
   * the model around the MoE blocks: a holder module gives vLLM's loader the parameter names
-    ``layers.N.mlp.experts.routed_experts.*`` that ``GptOssModel`` has (attention needs a GPU).
+    ``layers.N.mlp.experts.routed_experts.*`` that ``GptOssModel`` has (attention needs a GPU);
+  * for NVFP4 on CuteDSL: FlashInfer's CuteDSL MoE reported available (``nvidia-cutlass-dsl`` is a
+    GPU package), ``Tensor.cuda`` kept on the CPU, and the kernel set-up after the weight conversion
+    (``_build_moe_kernel``: FlashInfer's CuteDSL wrapper, which multiplies the input scales into the
+    weight globals in place) not run: the oracle is the converted parameters.
 
 vLLM needs a process group even at one rank: :func:`vllm_engine` makes a one-process gloo group once
 per process.
@@ -184,3 +191,45 @@ def gpt_oss_flashinfer_cutlass(source_dir: str | Path, layer: int, interleave_we
         assert len(loaded) == len(suffixes), sorted(loaded)
         experts.quant_method.process_weights_after_loading(experts)
         return {name: p.data.clone() for name, p in experts.named_parameters()}
+
+
+def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int, hidden: int,
+                           intermediate: int) -> dict[str, torch.Tensor]:
+    """vLLM's parameters of one ModelOpt NVFP4 MoE layer (experts ``{prefix}{e}.{gate,up,down}_proj.*``) after
+    ``ModelOptNvFp4FusedMoE.process_weights_after_loading``'s conversion for ``--moe-backend flashinfer_cutedsl``
+    on Blackwell (``FLASHINFER_CUTEDSL``: ``prepare_nvfp4_moe_layer_for_flashinfer_cutedsl``), before its kernel
+    set-up. The config is ``ModelOptNvFp4Config.from_config`` of the checkpoint's ``quantization_config``.
+    Returns ``{RoutedExperts parameter name: tensor}`` and the layer's padded (hidden, intermediate) as
+    vLLM's ``moe_config`` holds them, under ``"hidden_dim"`` / ``"intermediate_size_per_partition"`` (ints)."""
+    import vllm.model_executor.layers.fused_moe.experts.flashinfer_cutedsl_moe as cutedsl_experts
+    import vllm.model_executor.layers.quantization.modelopt as modelopt
+    from vllm.model_executor.layers.fused_moe.layer import FusedMoEFactory
+    from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import NvFp4MoeBackend
+    from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+    from transformers import PretrainedConfig
+
+    config = json.loads((Path(source_dir) / "config.json").read_text())
+    source = {name: tensor for name, tensor in load_all(source_dir).items()
+              if name.startswith(prefix) and name[len(prefix):].split(".")[0].isdigit()}
+    quant_config = modelopt.ModelOptNvFp4Config.from_config(config["quantization_config"])
+    module = prefix.rstrip(".")
+    with vllm_engine(PretrainedConfig(**config), quant_config, moe_backend="flashinfer_cutedsl", capability=100), \
+            mock.patch.object(cutedsl_experts, "has_flashinfer_cutedsl_moe_nvfp4", lambda: True):
+        runner = FusedMoEFactory(num_experts=num_experts, top_k=2, hidden_size=hidden, intermediate_size=intermediate,
+                                 quant_config=quant_config, prefix=module, params_dtype=torch.bfloat16)
+        experts = runner.routed_experts
+        method = experts.quant_method
+        assert type(method) is modelopt.ModelOptNvFp4FusedMoE and method.nvfp4_backend == NvFp4MoeBackend.FLASHINFER_CUTEDSL
+        params = dict(runner.named_parameters())
+        mapping = RoutedExperts.make_expert_params_mapping(runner, "gate_proj", "down_proj", "up_proj", num_experts)
+        for name, tensor in source.items():
+            param_name, weight_name, expert_id, shard_id = next(m for m in mapping if f".{m[1]}" in f".{name}")
+            param = name.replace(weight_name, param_name).removeprefix(prefix)
+            assert params[param].weight_loader(params[param], tensor, param, shard_id=shard_id, expert_id=expert_id,
+                                               return_success=True), name
+        with mock.patch.object(torch.Tensor, "cuda", lambda tensor, *args, **kwargs: tensor), \
+                mock.patch.object(modelopt.ModelOptNvFp4FusedMoE, "_build_moe_kernel", lambda self, layer: None):
+            method.process_weights_after_loading(experts)
+        converted = {name: p.data.clone() for name, p in experts.named_parameters()}
+        return converted | {"hidden_dim": experts.moe_config.hidden_dim,
+                            "intermediate_size_per_partition": experts.moe_config.intermediate_size_per_partition}

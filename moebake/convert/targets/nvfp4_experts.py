@@ -3,11 +3,11 @@
 Per quantized MoE layer, under the layer's expert prefix (``....layers.N.mlp.experts.``), with the
 names of SGLang's ``ModelOptNvFp4FusedMoEMethod`` parameters and ``E`` experts:
 
-  ``w13_weight``          U8       ``[E, 2I, H/2]``   gate and up weights, rows in the target's W13 order
-  ``w13_weight_scale``    F8_E4M3  ``[E, 2I, H/16]``  their block scales in the same row order, then
-                                                      128x4-swizzled per expert (``block_scale_interleave``)
-  ``w2_weight``           U8       ``[E, H, I/2]``    down weights, as in the source
-  ``w2_weight_scale``     F8_E4M3  ``[E, H, I/16]``   down block scales, 128x4-swizzled per expert
+  ``w13_weight``          U8       ``[E, 2I_pad, H_pad/2]``   gate and up weights, rows in the target's W13 order
+  ``w13_weight_scale``    F8_E4M3  ``[E, 2I_pad, H_pad/16]``  their block scales in the same row order, then
+                                                              128x4-swizzled per expert (``block_scale_interleave``)
+  ``w2_weight``           U8       ``[E, H_pad, I_pad/2]``    down weights, as in the source
+  ``w2_weight_scale``     F8_E4M3  ``[E, H_pad, I_pad/16]``   down block scales, 128x4-swizzled per expert
   ``w13_weight_scale_2``  F32      ``[E, 2]``         (gate, up) weight globals: the expert's one shared global, twice
                                                       (``--gate-up-globals keep``: the source's two)
   ``w2_weight_scale_2``   F32      ``[E]``
@@ -15,10 +15,14 @@ names of SGLang's ``ModelOptNvFp4FusedMoEMethod`` parameters and ``E`` experts:
   ``w2_input_scale``      F32      ``[E]``
   and the target's derived F32 scalars (:mod:`moebake.layouts.nvfp4_scalars`).
 
-The swizzled scale tensors keep the linear shape because ``H % 128 == 0`` and ``I % 64 == 0`` are
-required (the CuteDSL tiles need them; NVFP4 is never padded here), so SGLang's
-``w*_blockscale_swizzled`` alias of ``w*_weight_scale`` holds exactly these bytes, and CuteDSL's
-"MMA layout" (``convert_sf_to_mma_layout``) is a zero-copy strided view of them for the runtime to make.
+``H % 128 == 0`` and ``I % 64 == 0`` are required (the CuteDSL tiles need them). H and I are padded to
+the engine profile's multiples (SGLang 0.5.23: none, 128 and 64; vLLM 0.33.0: H to 256 for its 256-wide
+K tiles, as ``align_fp4_moe_hidden_dim_for_fi`` does): zero weights and zero block scales, each of gate
+and up padded on its own before the rows are ordered (``align_fp4_moe_weights_for_fi``), so the padding
+never changes a real value. The swizzled scale tensors keep the linear shape (``2I_pad`` and ``H_pad``
+are multiples of 128, ``H_pad/16`` and ``I_pad/16`` of 4), so SGLang's ``w*_blockscale_swizzled`` alias
+of ``w*_weight_scale`` holds exactly these bytes, and CuteDSL's "MMA layout" (``convert_sf_to_mma_layout``)
+is a zero-copy strided view of them for the runtime to make.
 Gate/up block scales and globals are the source's after the gate/up global-scale sharing of
 :mod:`moebake.formats.nvfp4_gate_up` (none under ``gate_up_globals="keep"``); the layer record reports
 it under ``gate_up_global_scale``.
@@ -37,8 +41,10 @@ from moebake.errors import UnsupportedError
 from moebake.formats.checkpoint import EXPERT_INDEX, per_expert_names
 from moebake.formats.modelopt_nvfp4 import GROUP_SIZE, ModelOptNvfp4Model, NvFp4Layer
 from moebake.layouts.block_scale_swizzle import swizzle_128x4, unswizzle_128x4
+from moebake.layouts.gate_up import pad_to
 from moebake.schema.enums import GateUpOrder
 from moebake.schema.manifest import LayerRecord
+from moebake.schema.sizes import round_up
 from moebake.schema.targets import LayerDims
 
 HIDDEN_MULTIPLE, INTERMEDIATE_MULTIPLE = 128, 64
@@ -66,6 +72,7 @@ def _pattern(layer: NvFp4Layer, proj: str, part: str) -> str:
     return layer.name(EXPERT_INDEX, proj, part)
 
 
+
 class Nvfp4Target(Target):
     """A target baking ModelOpt NVFP4 experts for a CuteDSL kernel: its W13 row :attr:`order` and
     :meth:`derive`, the F32 scalars SGLang computes from the four raw ones."""
@@ -89,29 +96,40 @@ class Nvfp4Target(Target):
                                    f"moe_intermediate_size % {INTERMEDIATE_MULTIPLE} == 0 (CuteDSL tiles), got {H} and {I}")
         model.use_gate_up_globals(options.gate_up_globals)  # the plan's first step: before any tensor is planned or read back
 
+    def layer_dims(self, model: ModelOptNvfp4Model, options: ConvertOptions) -> LayerDims:
+        """H and I padded to the engine profile's multiples (or the options' overrides)."""
+        H, I = model.hidden_size, model.intermediate_size
+        hidden_multiple, intermediate_multiple, *_ = options.padding(model.format_name)
+        return LayerDims(model.num_experts, H, round_up(H, hidden_multiple), I, round_up(I, intermediate_multiple))
+
     def layer_facts(self, model: ModelOptNvfp4Model, layer: NvFp4Layer) -> dict:
         return {"scalar_shape": tuple(model.scalar_shape), "gate_up_global_scale": model.reconciliation(layer)}
 
     def layer_tensors(self, model: ModelOptNvfp4Model, layer: NvFp4Layer, dims: LayerDims,
                       options: ConvertOptions) -> dict[str, Planned]:
-        E, H, I, order = dims.experts, dims.hidden, dims.intermediate, self.order
-        step = max(1, options.chunk_bytes // (I * H))  # one expert's gate + up weights: 2 * I * H/2 bytes
+        E, Hp, Ip, order = dims.experts, dims.hidden_padded, dims.intermediate_padded, self.order
+        step = max(1, options.chunk_bytes // (Ip * Hp))  # one expert's gate + up weights: 2 * I_pad * H_pad/2 bytes
 
         def stack(proj, part, start, stop):
             return torch.stack([model.consumed(layer, e, proj, part) for e in range(start, stop)])
 
+        def gate_up(part, cols, start, stop):
+            gate, up = (pad_to(stack(proj, part, start, stop), (Ip, cols)) for proj in ("gate", "up"))
+            return order.rows(gate, up)
+
         def w13_weight(start, stop):
-            return order.rows(stack("gate", "weight", start, stop), stack("up", "weight", start, stop))
+            return gate_up("weight", Hp // 2, start, stop)
 
         def w13_scale(start, stop):
-            rows = order.rows(stack("gate", "weight_scale", start, stop), stack("up", "weight_scale", start, stop))
-            return swizzle_128x4(rows).reshape(stop - start, 2 * I, H // GROUP_SIZE)
+            rows = gate_up("weight_scale", Hp // GROUP_SIZE, start, stop)
+            return swizzle_128x4(rows).reshape(stop - start, 2 * Ip, Hp // GROUP_SIZE)
 
         def w2_weight(start, stop):
-            return stack("down", "weight", start, stop)
+            return pad_to(stack("down", "weight", start, stop), (Hp, Ip // 2))
 
         def w2_scale(start, stop):
-            return swizzle_128x4(stack("down", "weight_scale", start, stop)).reshape(stop - start, H, I // GROUP_SIZE)
+            scales = pad_to(stack("down", "weight_scale", start, stop), (Hp, Ip // GROUP_SIZE))
+            return swizzle_128x4(scales).reshape(stop - start, Hp, Ip // GROUP_SIZE)
 
         @functools.cache
         def scalars():
@@ -162,18 +180,21 @@ def restore_layer(record: LayerRecord, baked: dict[str, torch.Tensor], order: W1
     which equals the experts as :meth:`~moebake.formats.modelopt_nvfp4.ModelOptNvfp4Model.read_experts`
     reads them. Derived scalars are not needed.
     """
-    H, I = record.hidden, record.intermediate
+    H, I, Hp, Ip = record.hidden, record.intermediate, record.hidden_padded, record.intermediate_padded
     n = baked["w13_weight"].shape[0]
     scalar_shape = (n, *record.scalar_shape)
     pattern = functools.partial(_pattern, NvFp4Layer(record.index, record.prefix))
 
     out = {}
     gate, up = order.split(baked["w13_weight"])
-    out[pattern("gate", "weight")], out[pattern("up", "weight")] = gate, up
-    w13_scales = unswizzle_128x4(baked["w13_weight_scale"].reshape(n, -1).view(torch.uint8), 2 * I, H // GROUP_SIZE)
-    out[pattern("gate", "weight_scale")], out[pattern("up", "weight_scale")] = order.split(w13_scales)
-    out[pattern("down", "weight")] = baked["w2_weight"]
-    out[pattern("down", "weight_scale")] = unswizzle_128x4(baked["w2_weight_scale"].reshape(n, -1).view(torch.uint8), H, I // GROUP_SIZE)
+    out[pattern("gate", "weight")], out[pattern("up", "weight")] = gate[:, :I, :H // 2], up[:, :I, :H // 2]
+    w13_scales = unswizzle_128x4(baked["w13_weight_scale"].reshape(n, -1).view(torch.uint8), 2 * Ip, Hp // GROUP_SIZE)
+    gate, up = order.split(w13_scales)
+    out[pattern("gate", "weight_scale")], out[pattern("up", "weight_scale")] = (
+        gate[:, :I, :H // GROUP_SIZE], up[:, :I, :H // GROUP_SIZE])
+    out[pattern("down", "weight")] = baked["w2_weight"][:, :H, :I // 2]
+    w2_scales = unswizzle_128x4(baked["w2_weight_scale"].reshape(n, -1).view(torch.uint8), Hp, Ip // GROUP_SIZE)
+    out[pattern("down", "weight_scale")] = w2_scales[:, :H, :I // GROUP_SIZE]
     for part, w13, w2 in (("weight_scale_2", "w13_weight_scale_2", "w2_weight_scale_2"), ("input_scale", "w13_input_scale", "w2_input_scale")):
         for column, proj in enumerate(("gate", "up")):
             out[pattern(proj, part)] = baked[w13][:, column].clone(memory_format=torch.contiguous_format).reshape(scalar_shape)

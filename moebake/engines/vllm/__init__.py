@@ -1,10 +1,12 @@
-"""The vLLM plugin: serves ``sm90-cutlass`` GPT-OSS bakes made for vLLM 0.33.0 (``--engine vllm``).
+"""The vLLM plugin: serves bakes made for vLLM 0.33.0 (``--engine vllm``): ``sm90-cutlass`` GPT-OSS on Hopper
+and ``cutedsl`` ModelOpt NVFP4 on Blackwell.
 
 vLLM loads it in every process through the ``vllm.general_plugins`` entry point (``pyproject.toml``);
 :func:`register` adds the ``moebake`` quantization (:mod:`moebake.engines.vllm.quantization`) and the
 ``moebake`` load format (:mod:`moebake.engines.vllm.loader`). Serve with::
 
-  vllm serve BAKED_DIR --quantization moebake --load-format moebake --moe-backend flashinfer_cutlass
+  vllm serve BAKED_DIR --quantization moebake --load-format moebake --moe-backend flashinfer_cutlass   # sm90-cutlass
+  vllm serve BAKED_DIR --quantization moebake --load-format moebake --moe-backend flashinfer_cutedsl   # cutedsl
 
 (``--enable-expert-parallel`` for more than one GPU). Importing this package does not import vLLM.
 """

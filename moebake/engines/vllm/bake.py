@@ -1,11 +1,13 @@
 """What the vLLM plugin knows about a bake before vLLM builds a layer: the manifest, checked against the
 checkpoint's config.json and against what vLLM 0.33.0 builds (no vLLM import here).
 
-vLLM 0.33.0, GPT-OSS, ``--moe-backend flashinfer_cutlass`` on SM90 (``GptOssMxfp4MoEMethod`` with
-``FLASHINFER_CUTLASS_MXFP4_BF16``): after ``process_weights_after_loading`` each MoE layer's
-``RoutedExperts`` module (``model.layers.N.mlp.experts.routed_experts``) holds, for its ``E_local``
-experts, exactly the ``sm90-cutlass`` bake's tensors (H and I padded to multiples of 128, zero
-padding, SM90 fp4 interleave and scale fold, W13 halves ``[up; gate]``), under vLLM's names:
+Two kinds of bake are served (:data:`SERVED`), each held by a ``RoutedExperts`` module
+(``model.layers.N.mlp.experts.routed_experts``) with ``E_local`` experts (this EP rank's):
+
+GPT-OSS, target ``sm90-cutlass`` (vLLM's ``GptOssMxfp4MoEMethod``, ``--moe-backend flashinfer_cutlass`` on
+SM90, ``FLASHINFER_CUTLASS_MXFP4_BF16``): after ``process_weights_after_loading`` vLLM holds exactly the
+bake's tensors (H and I padded to multiples of 128, zero padding, SM90 fp4 interleave and scale fold, W13
+halves ``[up; gate]``), under vLLM's names:
 
   bake (file, manifest)   vLLM parameter        dtype  shape
   ``w13_weight``          ``w13_weight``        U8     ``[E_local, 2*I_pad, H_pad/2]``
@@ -14,6 +16,13 @@ padding, SM90 fp4 interleave and scale fold, W13 halves ``[up; gate]``), under v
   ``w2_weight``           ``w2_weight``         U8     ``[E_local, H_pad, I_pad/2]``
   ``w2_weight_scale``     ``w2_weight_scale``   U8     ``[E_local, H_pad/64, I_pad/128, 16, 16]``
   ``w2_weight_bias``      ``w2_bias``           BF16   ``[E_local, H_pad]``
+
+ModelOpt NVFP4, target ``cutedsl`` (vLLM's ``ModelOptNvFp4FusedMoE``, ``--moe-backend flashinfer_cutedsl``
+on Blackwell, ``FLASHINFER_CUTEDSL``): ``w13_weight`` U8 ``[E_local, 2*I_pad, H_pad/2]``, ``w13_weight_scale``
+F8_E4M3 ``[E_local, 2*I_pad, H_pad/16]``, ``w2_weight`` U8 ``[E_local, H_pad, I_pad/2]`` and ``w2_weight_scale``
+F8_E4M3 ``[E_local, H_pad, I_pad/16]`` are the bake's bytes (H padded to 256); vLLM's four F32 ``[E_local]``
+scalars (``w13_weight_scale_2``, ``w2_weight_scale_2``, ``w13_input_scale``, ``w2_input_scale``) are reduced
+at load from the bake's per-expert ones (:mod:`moebake.engines.vllm.nvfp4`).
 
 Every problem is a :class:`moebake.errors.MoebakeError` whose message is one line starting with
 ``moebake (vLLM plugin):``, saying what disagrees and what to do.
@@ -29,15 +38,30 @@ from moebake.errors import EngineRefusal, MoebakeError
 
 ENGINE = "vllm"
 VLLM_VERSION = "0.33.0"
-TARGET = "sm90-cutlass"
-SOURCE_FORMAT = "gpt-oss"
-ARCHITECTURE = "GptOssForCausalLM"
-MOE_BACKEND = "flashinfer_cutlass"
-PARAMETER_NAMES = {
+
+
+@dataclass(frozen=True)
+class Served:
+    """One kind of bake the plugin serves: (``target``, ``source_format``), the vLLM ``--moe-backend`` whose
+    preparation its bytes are, the GPU family it runs on, the architecture it needs (None: the source's,
+    whatever it is), and the vLLM parameter name of each baked tensor vLLM holds as it is."""
+
+    target: str
+    source_format: str
+    moe_backend: str
+    gpu: str
+    compute_capability_major: int
+    architecture: str | None
+    parameter_names: dict[str, str]
+
+
+GPT_OSS = Served("sm90-cutlass", "gpt-oss", "flashinfer_cutlass", "SM90 (Hopper)", 9, "GptOssForCausalLM", {
     "w13_weight": "w13_weight", "w13_weight_scale": "w13_weight_scale", "w13_weight_bias": "w13_bias",
     "w2_weight": "w2_weight", "w2_weight_scale": "w2_weight_scale", "w2_weight_bias": "w2_bias",
-}
-"""Baked tensor short name -> vLLM 0.33.0 ``RoutedExperts`` parameter name."""
+})
+MODELOPT_NVFP4 = Served("cutedsl", "modelopt-nvfp4", "flashinfer_cutedsl", "SM100 (Blackwell)", 10, None, {
+    name: name for name in ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale")})
+SERVED = {(s.target, s.source_format): s for s in (GPT_OSS, MODELOPT_NVFP4)}
 SWIGLU = {"alpha": 1.702, "beta": 1.0, "limit": 7.0}
 """GPT-OSS SwiGLU constants vLLM 0.33.0's ``GptOssMxfp4MoEMethod`` passes to the kernel (hard-coded)."""
 PREFIX = "moebake (vLLM plugin): "
@@ -48,9 +72,10 @@ def refuse(message: str) -> EngineRefusal:
     return EngineRefusal(PREFIX + message)
 
 
-def parameter_specs(layer: LayerRecord, local_experts: int) -> dict[str, tuple[DType, tuple[int, ...]]]:
-    """vLLM parameter name -> (dtype, shape with ``local_experts`` experts) of one baked layer."""
-    return {PARAMETER_NAMES[short]: (spec.dtype, (local_experts, *spec.shape[1:])) for short, spec in layer.tensors.items()}
+def parameter_specs(layer: LayerRecord, served: Served, local_experts: int) -> dict[str, tuple[DType, tuple[int, ...]]]:
+    """vLLM parameter name -> (dtype, shape with ``local_experts`` experts) of the baked tensors vLLM holds as they are."""
+    return {served.parameter_names[short]: (spec.dtype, (local_experts, *spec.shape[1:]))
+            for short, spec in layer.tensors.items() if short in served.parameter_names}
 
 
 @dataclass(frozen=True)
@@ -62,8 +87,12 @@ class VllmBake:
     layers: dict[str, LayerRecord]  # keyed by prefix
 
     @property
-    def flashinfer_layout(self) -> str:
-        return str(self.manifest.flashinfer_layout)
+    def served(self) -> Served:
+        return SERVED[(self.manifest.target, self.manifest.source.format)]
+
+    @property
+    def flashinfer_layout(self) -> str | None:
+        return self.manifest.flashinfer_layout
 
     def layer(self, module_prefix: str) -> LayerRecord:
         """The layer whose experts vLLM builds at ``module_prefix`` (``model.layers.N.mlp.experts``)."""
@@ -83,22 +112,35 @@ def check_manifest(manifest: Manifest, digest: str, quantization_config: dict, h
     if quantization_config.get("manifest_sha256") != digest:
         raise refuse(f"{where}: the manifest's digest differs from config.json's quantization_config.manifest_sha256 "
                      "(the manifest changed after baking); re-bake or restore the original moebake.json")
-    if manifest.target != TARGET:
-        raise refuse(f"{where}: target {manifest.target!r}; the vLLM plugin serves {TARGET} "
-                     f"(vLLM --moe-backend {MOE_BACKEND} on SM90)")
-    if manifest.source.format != SOURCE_FORMAT:
-        raise refuse(f"{where}: source format {manifest.source.format!r}; the vLLM plugin serves "
-                     f"{SOURCE_FORMAT} ({ARCHITECTURE})")
+    served = SERVED.get((manifest.target, manifest.source.format))
+    if served is None:
+        kinds = "; ".join(f"{s.target} bakes of {s.source_format}" for s in SERVED.values())
+        raise refuse(f"{where}: target {manifest.target!r} of source format {manifest.source.format!r}; the vLLM plugin "
+                     f"serves {kinds}")
     engines = ([manifest.engine] if manifest.engine is not None else []) + list(manifest.serves)  # same bytes
-    served = [e for e in engines if e.name == ENGINE and e.version == VLLM_VERSION]
-    if not served or not served[0].exact:
+    ours = [e for e in engines if e.name == ENGINE and e.version == VLLM_VERSION]
+    if not ours or not ours[0].exact:
         engine = manifest.engine
+        because = engine.not_exact_because if engine is not None else None
+        keep = " --gate-up-globals keep" if because and because.startswith("gate and up global scales shared") else ""
         raise refuse(f"{where}: baked for {engine and engine.name} {engine and engine.version} "
-                     f"({'engine-exact' if engine and engine.exact else 'not engine-exact'}), not vLLM {VLLM_VERSION}'s "
-                     f"bytes; re-bake with: moebake convert SRC OUT --target {TARGET} --engine {ENGINE}")
+                     f"({'engine-exact' if engine and engine.exact else 'not engine-exact'}{': ' + because if because else ''}), "
+                     f"not vLLM {VLLM_VERSION}'s bytes; re-bake with: moebake convert SRC OUT --target {served.target} "
+                     f"--engine {ENGINE}{keep}")
     architectures = hf_config.get("architectures") or []
-    if ARCHITECTURE not in architectures:
-        raise refuse(f"{where}: config.json architectures {architectures}; the vLLM plugin serves {ARCHITECTURE}")
+    if served.architecture is not None and served.architecture not in architectures:
+        raise refuse(f"{where}: config.json architectures {architectures}; the vLLM plugin serves {served.target} bakes "
+                     f"of {served.architecture}")
+    if served is GPT_OSS:
+        check_gpt_oss(manifest, hf_config, where)
+    for record in manifest.layers:
+        if record.hidden != hf_config.get("hidden_size"):
+            raise refuse(f"{where}: layer {record.prefix} has hidden size {record.hidden}, config.json says "
+                         f"{hf_config.get('hidden_size')} (config.json and the manifest disagree)")
+
+
+def check_gpt_oss(manifest: Manifest, hf_config: dict, where: Path) -> None:
+    """Refuse a GPT-OSS bake whose activation or sizes disagree with config.json or with vLLM's kernel set-up."""
     activation = manifest.activation
     if {k: getattr(activation, k) for k in SWIGLU} != SWIGLU:
         raise refuse(f"{where}: activation {activation.to_json()}; vLLM {VLLM_VERSION}'s GPT-OSS MXFP4 kernel set-up uses "
@@ -110,7 +152,7 @@ def check_manifest(manifest: Manifest, digest: str, quantization_config: dict, h
         if got != expected:
             raise refuse(f"{where}: layer {record.prefix} has {got}, config.json says {expected} "
                          "(config.json and the manifest disagree)")
-        unknown = set(record.tensors) - set(PARAMETER_NAMES)
+        unknown = set(record.tensors) - set(GPT_OSS.parameter_names)
         if unknown:
             raise refuse(f"{where}: layer {record.prefix} has tensors {sorted(unknown)} that vLLM "
                          f"{VLLM_VERSION}'s GptOssMxfp4MoEMethod does not hold")

@@ -4,8 +4,10 @@ own ``load_weights`` (GPT-OSS's attention, router, norms, embeddings load as the
 
 vLLM's GPT-OSS loader cannot be given the baked experts: for a quantization it does not know it
 transposes ``*.w13_weight`` (``_load_weights_other``). Each baked tensor is checked against the
-manifest (dtype, shape) before a byte is copied, and every baked parameter must be filled:
-:class:`moebake.engines.vllm.quantization.MoebakeMoEMethod` refuses to set up a layer that was not.
+manifest (dtype, shape) before a byte is copied, and every baked parameter must be filled: the moebake
+MoE methods (:class:`moebake.engines.vllm.baked_experts.BakedExperts`) refuse to set up a layer that was not.
+Parameters vLLM derives from the baked tensors (NVFP4's per-expert scalars) are filled by the method's
+``load_derived`` from the whole baked tensors.
 
 vLLM's post-load step then runs as usual: the MoE layers only build their kernel (they transform
 nothing), while the rest of the checkpoint, which is the source's own tensors, gets vLLM's normal
@@ -14,6 +16,7 @@ tell every other layer (e.g. the KV-cache scales) that its tensors are post-proc
 """
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -21,8 +24,8 @@ from huggingface_hub.constants import SAFETENSORS_INDEX_FILE
 from safetensors import safe_open
 from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
-from moebake.engines.vllm.bake import PARAMETER_NAMES, refuse
-from moebake.engines.vllm.quantization import MoebakeMoEMethod
+from moebake.engines.vllm.bake import refuse
+from moebake.engines.vllm.baked_experts import BakedExperts
 from moebake.errors import MoebakeError
 from moebake.schema.index import read_index
 
@@ -51,32 +54,41 @@ def local_expert_runs(layer, experts: int) -> list[tuple[int, int, int]]:
     return runs
 
 
-def copy_baked_experts(layer, method: MoebakeMoEMethod, directory: Path, files: dict[str, str]) -> list[str]:
-    """Fill ``layer``'s baked parameters from the files; returns their names (relative to ``layer``)."""
+def copy_baked_experts(layer, method: BakedExperts, directory: Path, files: dict[str, str]) -> None:
+    """Fill ``layer``'s baked parameters from the files: this rank's experts' rows of each tensor vLLM holds as
+    it is, then what the method derives from whole baked tensors."""
     record = method.layer_record
     runs = local_expert_runs(layer, record.experts)
     held = sum(count for _, _, count in runs)
-    copied = []
-    for short, parameter_name in PARAMETER_NAMES.items():
-        if short not in record.tensors:
-            continue
+
+    @contextmanager
+    def stored(short):
         name, expected = record.prefix + short, record.tensors[short]
         if name not in files:
             raise refuse(f"{directory / SAFETENSORS_INDEX_FILE}: baked tensor {name} is missing (the manifest lists it)")
-        parameter = getattr(layer, parameter_name)
-        if parameter.shape[0] != held:
-            raise refuse(f"{name}: this EP rank holds {held} experts but vLLM made {parameter.shape[0]} slots")
         with safe_open(directory / files[name], framework="pt") as f:
-            stored = f.get_slice(name)
-            found = (stored.get_dtype(), list(stored.get_shape()))
+            tensor = f.get_slice(name)
+            found = (tensor.get_dtype(), list(tensor.get_shape()))
             if found != (expected.dtype.value, list(expected.shape)):
                 raise refuse(f"{directory / files[name]}: tensor {name} is {found[0]} {found[1]}, the manifest says "
                              f"{expected.dtype} {list(expected.shape)}")
+            yield tensor
+
+    for short, parameter_name in method.copied_tensors().items():
+        parameter = getattr(layer, parameter_name)
+        if parameter.shape[0] != held:
+            raise refuse(f"{record.prefix + short}: this EP rank holds {held} experts but vLLM made {parameter.shape[0]} slots")
+        with stored(short) as tensor:
             for first, slot, count in runs:
-                parameter.data[slot:slot + count].copy_(stored[first:first + count])
+                parameter.data[slot:slot + count].copy_(tensor[first:first + count])
         parameter.moebake_loaded = True
-        copied.append(parameter_name)
-    return copied
+
+    def read_whole(short):
+        with stored(short) as tensor:
+            return tensor[:]
+
+    slots = {expert: layer._map_global_expert_id_to_local_expert_id(expert) for expert in range(record.experts)}
+    method.load_derived(layer, read_whole, sorted((e for e in slots if slots[e] >= 0), key=slots.get))
 
 
 def other_tensors(directory: Path, files: dict[str, str], skip: set[str]) -> Iterator[tuple[str, torch.Tensor]]:
@@ -107,7 +119,7 @@ class MoebakeModelLoader(BaseModelLoader):
         directory = self.checkpoint_directory(model_config)
         files = weight_map(directory)
         layers = [(name, module) for name, module in model.named_modules()
-                  if isinstance(getattr(module, "quant_method", None), MoebakeMoEMethod)]
+                  if isinstance(getattr(module, "quant_method", None), BakedExperts)]
         if not layers:
             raise refuse(f"{directory}: the model has no moebake MoE layer (config.json's quant_method must be "
                          f"'moebake'; was the checkpoint baked by moebake convert?)")

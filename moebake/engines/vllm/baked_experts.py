@@ -1,0 +1,58 @@
+"""What every moebake MoE method in vLLM shares: it holds one baked layer, refuses the parallel layouts a
+whole-expert bake cannot serve, and creates, lists and checks the parameters the moebake loader fills.
+
+A mixin placed before vLLM's own MoE method class (``class M(BakedExperts, VllmMethod)``); no vLLM import.
+"""
+
+import torch
+
+from moebake.engines.vllm.bake import VllmBake, refuse
+from moebake.schema.enums import DType
+
+
+class BakedExperts:
+    """Baked-layer bookkeeping of a vLLM MoE method (see the module docstring)."""
+
+    def adopt(self, bake: VllmBake, prefix: str, moe) -> None:
+        """Take the layer of ``bake`` vLLM builds at ``prefix``; refuse MoE tensor parallelism (the experts are
+        baked whole) and an EP size that does not divide the expert count (``moe``: vLLM's ``FusedMoEConfig``)."""
+        self.bake = bake
+        self.layer_record = bake.layer(prefix)
+        self.prefix = prefix
+        parallel = moe.moe_parallel_config
+        if parallel.tp_size > 1:
+            raise refuse(f"{prefix}: MoE tensor parallel size {parallel.tp_size}; the baked experts are whole (I is not "
+                         "split), so serve them with expert parallelism: add --enable-expert-parallel")
+        if moe.num_experts % parallel.ep_size:
+            raise refuse(f"{prefix}: {moe.num_experts} experts do not split evenly over {parallel.ep_size} EP ranks; "
+                         "use an EP size that divides the expert count")
+
+    def register_baked(self, layer: torch.nn.Module, specs: dict[str, tuple[DType, tuple[int, ...]]]) -> None:
+        """Register on ``layer`` one empty parameter per ``{vLLM name: (dtype, shape)}``, marked not loaded."""
+        self.baked_names = list(specs)
+        for name, (dtype, shape) in specs.items():
+            parameter = torch.nn.Parameter(torch.empty(shape, dtype=dtype.torch), requires_grad=False)
+            parameter.moebake_loaded = False
+            layer.register_parameter(name, parameter)
+
+    def baked_parameters(self) -> list[str]:
+        """vLLM parameter names this method holds (each filled by the moebake loader)."""
+        return list(self.baked_names)
+
+    def copied_tensors(self) -> dict[str, str]:
+        """Baked tensor short name -> vLLM parameter name, for the tensors vLLM holds as the files have them
+        (the loader copies this rank's experts' rows)."""
+        names = self.bake.served.parameter_names
+        return {short: names[short] for short in self.layer_record.tensors if short in names}
+
+    def load_derived(self, layer: torch.nn.Module, read_whole, local_experts: list[int]) -> None:
+        """Fill the parameters vLLM computes from the bake's tensors at load (none by default).
+        ``read_whole(short) -> tensor``: a whole baked tensor of this layer (every expert), checked against the
+        manifest; ``local_experts``: the global expert ids this rank holds, in slot order."""
+
+    def check_loaded(self, layer: torch.nn.Module) -> None:
+        """Refuse a layer whose baked parameters were not all filled."""
+        missing = [name for name in self.baked_parameters() if not getattr(layer, name).moebake_loaded]
+        if missing:
+            raise refuse(f"{self.prefix}: baked parameters {missing} were never loaded; start vLLM with "
+                         f"--load-format moebake and check the checkpoint's shards against its index")
