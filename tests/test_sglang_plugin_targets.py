@@ -24,7 +24,6 @@ from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.synthetic import write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
 
-from engine_oracles import standins  # noqa: E402
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():
     pytest.skip("sglang 0.5.23 is not installed (bin/setup installs it)", allow_module_level=True)
