@@ -167,6 +167,20 @@ def gpt_oss_flashinfer_cutlass(source_dir: str | Path, layer: int, interleave_we
     the names of vLLM's ``RoutedExperts`` parameters (``w13_weight``, ..., ``w13_bias``, ``w2_bias``).
     """
     import flashinfer.fused_moe as fi_moe
+
+    def interleave(weight, quant_type):
+        assert quant_type == "fp4", quant_type
+        return interleave_weights(weight)
+
+    with mock.patch.object(fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm", interleave):
+        experts = gpt_oss_stock_experts(source_dir, layer, "cpu")
+    return {name: p.data.clone() for name, p in experts.named_parameters()}
+
+
+def gpt_oss_stock_experts(source_dir: str | Path, layer: int, device: str) -> torch.nn.Module:
+    """Stock vLLM's ``RoutedExperts`` of GPT-OSS layer ``layer`` (``--moe-backend flashinfer_cutlass``, SM90): the
+    source's experts loaded by vLLM's GPT-OSS loader on the CPU, moved to ``device``, then its
+    ``process_weights_after_loading`` there (the weight conversion and the FlashInfer CUTLASS kernel set-up)."""
     from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
     from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4Config
     from vllm.model_executor.models.gpt_oss import GptOssForCausalLM
@@ -176,21 +190,16 @@ def gpt_oss_flashinfer_cutlass(source_dir: str | Path, layer: int, interleave_we
     suffixes = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
                 "down_proj_blocks", "down_proj_scales", "down_proj_bias")
     source = {name: tensor for name, tensor in load_all(source_dir).items() if name.startswith(prefix)}
-
-    def interleave(weight, quant_type):
-        assert quant_type == "fp4", quant_type
-        return interleave_weights(weight)
-
-    with vllm_engine(hf_config, GptOssMxfp4Config(), moe_backend="flashinfer_cutlass") as vllm_config, \
-            mock.patch.object(fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm", interleave):
+    with vllm_engine(hf_config, GptOssMxfp4Config(), moe_backend="flashinfer_cutlass") as vllm_config:
         holder = gpt_oss_holder(vllm_config, [layer])
         experts = holder.layers[layer].mlp.experts.routed_experts
         assert experts.quant_method.mxfp4_backend == Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16
         mapped = GptOssForCausalLM.hf_to_vllm_mapper.apply(source.items())
         loaded = holder.load_weights((name.removeprefix("model."), tensor) for name, tensor in mapped)
         assert len(loaded) == len(suffixes), sorted(loaded)
+        experts.to(device)
         experts.quant_method.process_weights_after_loading(experts)
-        return {name: p.data.clone() for name, p in experts.named_parameters()}
+        return experts
 
 
 def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int, hidden: int,
