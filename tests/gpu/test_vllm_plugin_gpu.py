@@ -85,7 +85,7 @@ def plugin_layer(oracle, out):
         vllm_config.quant_config = get_quantization_config("moebake").from_config(quantization)
         vllm_config.quant_config.maybe_update_config(str(out), hf_config=hf_config)
         vllm_config.load_config = LoadConfig(load_format="moebake")
-        holder = oracle.gpt_oss_holder(vllm_config, [0, 1])
+        holder = oracle.gpt_oss_holder(vllm_config, [0])
 
         class Model(torch.nn.Module):
             def __init__(self):
@@ -104,6 +104,15 @@ def plugin_layer(oracle, out):
     return experts, time.perf_counter() - began
 
 
+def on_cpu(fused) -> None:
+    """Move to the GPU the small tensors vLLM's kernel set-up made on its platform's device (the CPU platform
+    here, which stands in for CUDA): the per-expert SwiGLU constants of the quant config, the same for both layers."""
+    for holder in (fused, fused.quant_config):
+        for name, value in list(vars(holder).items()):
+            if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+                setattr(holder, name, value.to(DEVICE))
+
+
 def forward(oracle, experts, x, ids, weights):
     """vLLM's ``FlashInferExperts.apply`` of the layer's kernel (FlashInfer ``cutlass_fused_moe``) on routed tokens."""
     import vllm.model_executor.layers.fused_moe.experts.flashinfer_cutlass_moe as vllm_experts
@@ -112,6 +121,7 @@ def forward(oracle, experts, x, ids, weights):
 
     fused = experts.quant_method.moe_kernel.fused_experts
     assert type(fused).__name__ == "FlashInferExperts"
+    on_cpu(fused)
     padded = experts.w2_weight.shape[1]
     hidden = torch.nn.functional.pad(x, (0, padded - x.shape[1]))
     output = torch.empty(x.shape[0], padded, dtype=torch.bfloat16, device=DEVICE)
