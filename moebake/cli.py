@@ -18,7 +18,7 @@ import click
 
 import moebake
 from moebake.convert.options import DEFAULT_CHUNK_BYTES, GATE_UP_GLOBALS, MAX_MULTIPLE, ConvertOptions
-from moebake.engines.profiles import DEFAULT_ENGINE, PROFILES
+from moebake.engines.profiles import DEFAULT_ENGINE, PROFILES, serving_flags
 from moebake.errors import MoebakeError, format_error
 from moebake.layouts.flashinfer_versions import LAYOUTS
 from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
@@ -158,8 +158,9 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     click.echo(f"wrote {out} ({len(baked.layers)} MoE layers, target {target}{layout})")
     engine = baked.engine
     exactness = "engine-exact" if engine.exact else f"NOT engine-exact: {engine.not_exact_because}"
-    click.echo(f"engine {engine.name} {engine.version} (--moe-runner-backend "
-               f"{engine.runner_backend}, --moe-a2a-backend {engine.a2a_backend}): {exactness}")
+    click.echo(f"engine {engine.name} {engine.version} ({serving_flags(engine)}): {exactness}")
+    for other in baked.serves:
+        click.echo(f"also serves {other.name} {other.version} (the same bytes; {serving_flags(other)})")
     gate_up = gate_up_summary(baked)
     if gate_up:
         click.echo(gate_up)

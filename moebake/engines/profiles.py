@@ -120,6 +120,14 @@ PROFILES = {"sglang": SGLANG_0_5_23, "vllm": VLLM_0_33_0}
 DEFAULT_ENGINE = "sglang"
 
 
+def serving_flags(engine: EngineRecord) -> str:
+    """The command-line flags that start ``engine``'s record's engine on the path its bytes are for (with moebake's plugin)."""
+    if engine.name == "vllm":
+        return f"--quantization moebake --load-format moebake --moe-backend {engine.runner_backend}"
+    flags = f"--quantization moebake --moe-runner-backend {engine.runner_backend}"
+    return flags + (f" --moe-a2a-backend {engine.a2a_backend}" if engine.a2a_backend != "none" else "")
+
+
 def get_profile(engine: str) -> EngineProfile:
     if engine not in PROFILES:
         raise OptionError(f"unknown engine {engine!r}; expected one of {', '.join(PROFILES)}")

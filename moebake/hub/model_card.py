@@ -25,6 +25,7 @@ from huggingface_hub.repocard import metadata_load
 from moebake.schema.checksums import ALGORITHMS, CHECKSUM
 from moebake.schema.manifest import (MANIFEST_NAME, EngineRecord, Manifest, SourceRecord, TensorRecord, read_manifest,
                                      render_manifest)
+from moebake.engines.profiles import serving_flags
 from moebake.hub.download import parse_repo_spec
 from moebake.schema.targets import target_spec
 
@@ -103,24 +104,33 @@ def render_model_card(manifest: Manifest, repo_id: str, license_id: str | None =
         f"moebake inspect {name}",
         "```", "",
         *_serve_section(target, repo_id, first.index),
-        "## Load it in an engine", "",
-        "The expert tensors carry SGLang's parameter names for this kernel path, already in the kernel's "
-        "layout. SGLang serves them with moebake's plugin (`pip install \"moebake[sglang]\"`, then "
-        "`--quantization moebake` with the `--moe-runner-backend` the table names; expert parallelism with "
-        "`--ep-size` = `--tp-size`): it loads them as they are and skips its own load-time re-layout of the "
-        "experts. An engine without the plugin refuses this repo at start-up (unknown quantization method "
-        "`moebake`) instead of serving it as the source format.", "",
+        *_engine_section(manifest, repo_id),
     ]
     return "\n".join(lines)
+
+
+def _engine_section(manifest: Manifest, repo_id: str) -> list[str]:
+    """How each engine whose bytes the bake equals serves it (through moebake's plugin for that engine)."""
+    engines = [e for e in ([manifest.engine] if manifest.engine else []) + list(manifest.serves) if e.exact]
+    lines = ["## Load it in an engine", "",
+             "The expert tensors are already in the kernel's layout, byte for byte what the engine itself builds at "
+             "start-up. The engine serves them with moebake's plugin for it (commands below): it loads them "
+             "as they are and skips its own load-time re-layout of the experts; expert parallelism splits the experts "
+             "over GPUs (SGLang `--ep-size` = `--tp-size`, vLLM `--enable-expert-parallel`). An engine without the "
+             "plugin refuses this repo at start-up (unknown quantization method `moebake`) instead of serving it as "
+             "the source format.", ""]
+    if engines:
+        commands = {"sglang": "python -m sglang.launch_server --model-path", "vllm": "vllm serve"}
+        lines += ["```bash", *(f"pip install \"moebake[{e.name}]\"   # {e.name} {e.version}\n{commands[e.name]} {repo_id} {serving_flags(e)}"
+                               for e in engines), "```", ""]
+    return lines
 
 
 def _engine_row(engine: EngineRecord | None) -> list[str]:
     """The table row naming the engine profile the bake follows (none for bakes from before profiles)."""
     if engine is None:
         return []
-    flags = f"`--moe-runner-backend {engine.runner_backend}`"
-    if engine.a2a_backend != "none":
-        flags += f" `--moe-a2a-backend {engine.a2a_backend}`"
+    flags = f"`{serving_flags(engine)}`"
     exact = ("byte for byte its post-load parameters (proven against its code)" if engine.exact
              else f"not engine-exact: {engine.not_exact_because}")
     return [f"| engine | {engine.name} {engine.version}, {flags}: {exact} |"]
