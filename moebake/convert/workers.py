@@ -123,7 +123,7 @@ def _drain(progress, on_bytes: Callable[[int], None]) -> None:
 def _start_worker(source: str, options: ConvertOptions, progress, threads: int, environment: dict[str, str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _exit_with_parent()
-    if os.environ != environment:  # the fork server's is the one this process had when it started the server
+    if os.environ != environment:  # forked with the server's (the converting process's when it started it)
         os.environ.clear()
         os.environ.update(environment)
     torch.set_num_threads(threads)
