@@ -14,7 +14,7 @@ import torch
 from conftest import random_u8
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.layouts.compiled import DISABLE_ENV, kernels
+from moebake.layouts.compiled import DISABLE_ENV, kernels, load
 from moebake.layouts.gate_up import split_pairs
 from moebake.layouts.sm90_fp4 import interleave_fp4, interleave_fp4_padded
 from moebake.layouts.sm90_scales import fold_scales_padded
@@ -36,6 +36,18 @@ def oracle(monkeypatch):
 
 def test_compiled_kernels_are_installed():
     assert kernels() is not None, "numba is a dependency: the compiled kernels must load"
+
+
+@pytest.mark.parametrize("layout", ["v2", "v1"])
+def test_load_covers_the_argument_types_of_a_conversion(gpt_oss_tiny, tmp_path, layout):
+    """What the ``--workers`` fork server loads ahead (:func:`load`) is all a conversion calls: its
+    workers then load no kernel of their own."""
+    load()
+    compiled = kernels()
+    loaded = {name: set(getattr(compiled, name).signatures) for name in ("interleave_fp4_part", "fold_scales_part")}
+    assert all(loaded.values())
+    convert(gpt_oss_tiny, tmp_path / "out", ConvertOptions("sm90-cutlass", flashinfer_layout=layout), progress=False)
+    assert {name: set(getattr(compiled, name).signatures) for name in loaded} == loaded
 
 
 # experts, source rows, source row bytes, padded rows, padded row bytes

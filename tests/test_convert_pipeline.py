@@ -1,8 +1,15 @@
 """The conversion pipeline: source hashing in the same pass, the writer thread, worker processes, --profile."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
+import psutil
 import pytest
 import torch
 import xxhash
@@ -112,7 +119,7 @@ def test_writer_thread_errors_reach_the_caller(tmp_path):
 
 
 def test_workers_write_the_same_bytes_and_hashes_and_profile(gpt_oss_tiny, tmp_path):
-    """--workers 2 (spawned processes) against one process; --profile's table lists every stage."""
+    """--workers 2 (processes forked by the fork server) against one process; --profile's table lists every stage."""
     one = convert(gpt_oss_tiny, tmp_path / "one", ConvertOptions("sm90-cutlass"), progress=False)
     result = CliRunner().invoke(main, ["convert", str(gpt_oss_tiny), str(tmp_path / "two"), "--target", "sm90-cutlass",
                                        "--quiet", "--workers", "2", "--profile"])
@@ -128,3 +135,42 @@ def test_workers_write_the_same_bytes_and_hashes_and_profile(gpt_oss_tiny, tmp_p
     assert [line.split()[1] for line in lines[1:5]] == ["read", "transform", "hash", "write"]
     assert float(lines[4].split()[2]) * 1e9 == pytest.approx(
         json.loads((tmp_path / "two" / "model.safetensors.index.json").read_text())["metadata"]["total_size"], abs=0.01e9)
+
+
+SLOW_SITE = Path(__file__).parent / "fuzz" / "slow_site"  # MOEBAKE_TEST_SLOW_CHUNK=<s>: every chunk written s late
+
+
+def started_workers(source: Path, out: Path) -> tuple[subprocess.Popen, list[psutil.Process]]:
+    """``moebake convert --workers 2`` in a session of its own, slowed down, once both workers bake: the
+    process and its descendants (resource tracker, fork server, workers)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MOEBAKE_TEST_SLOW_CHUNK": "0.5",
+           "PYTHONPATH": os.pathsep.join([str(SLOW_SITE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    process = subprocess.Popen([sys.executable, "-m", "moebake", "convert", str(source), str(out), "--target", "sm90-cutlass",
+                                "--quiet", "--workers", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+    staging, deadline = out.parent / f".{out.name}.partial", time.monotonic() + 60
+    while time.monotonic() < deadline and process.poll() is None:
+        descendants = psutil.Process(process.pid).children(recursive=True)
+        baking = [p for p in descendants if p.ppid() != process.pid]  # forked by the fork server
+        if len(baking) == 2 and len(list(staging.glob("*.safetensors"))) == 2:
+            return process, descendants
+        time.sleep(0.05)
+    process.kill()
+    raise AssertionError(f"workers did not start: {process.communicate()[0]}")
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigkill"])
+def test_workers_end_with_the_converting_process(gpt_oss_tiny, tmp_path, how):
+    """Ctrl-C at a terminal (SIGINT to the whole process group) is reported in one line by the converting
+    process, and its workers end at once; so do they (and the fork server) when it is killed."""
+    process, descendants = started_workers(gpt_oss_tiny, tmp_path / "out")
+    if how == "ctrl-c":
+        os.killpg(process.pid, signal.SIGINT)
+    else:
+        process.kill()
+    output = process.communicate(timeout=60)[0]
+    if how == "ctrl-c":
+        assert process.returncode == 130 and output.splitlines() == [
+            "interrupted: finished shards are kept; re-run with --resume to continue"], output
+    _, alive = psutil.wait_procs(descendants, timeout=10)
+    assert not alive, alive

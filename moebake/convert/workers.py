@@ -1,29 +1,31 @@
 """Bake output shards in parallel worker processes (``moebake convert --workers N``).
 
-Each worker (a fresh ``spawn`` process) opens and plans the conversion once, then bakes whole
-shards as they are handed out, with the same pipeline as a single-process run. The chunk size (the
-memory budget) and the cores (torch's thread count, which layout transforms use: see
-:func:`~moebake.convert.conversion.transform_threads`) are shared out between the workers; neither
-changes an output byte. Workers report the
-bytes they write through a queue, which feeds the progress bar here; each finished shard comes back
-with its checksum, its source shard's checksum and the worker's stage times.
+Each worker opens and plans the conversion once, then bakes whole shards as they are handed out,
+with the same pipeline as a single-process run. Workers are forked by multiprocessing's fork server
+(``forkserver``, started here), which has loaded what they need once (:mod:`moebake.convert.fork_server`:
+torch, numba, the conversion's modules and the compiled kernels): they share those pages with it
+copy-on-write instead of each loading them afresh (~330 MiB apiece), so a worker adds mostly its
+buffers to the process tree's memory (PSS). The server lives as long as this process (a later
+conversion here reuses it). The chunk size (the memory budget) and the cores (torch's thread count, which layout transforms use:
+see :func:`~moebake.convert.conversion.transform_threads`) are shared out between the workers;
+neither changes an output byte. Workers report the bytes they write through a queue, which feeds
+the progress bar here; each finished shard comes back with its checksum, its source shard's checksum
+and the worker's stage times.
 
-Workers never outlive the conversion: each asks the kernel to kill it when its parent dies
-(``PR_SET_PDEATHSIG`` on Linux) and also watches for that itself (:func:`_exit_with_parent`,
-where prctl is missing); an error or Ctrl-C in the parent kills the workers at once instead of
-waiting for the shards they are baking. Workers ignore SIGINT (inherited from the parent while it
-starts them), so Ctrl-C at a terminal reaches only the parent, which reports it in one line.
+Workers never outlive the conversion: each watches the converting process (its sentinel pipe, which
+closes when that process dies, however it dies) and exits at once when it is gone
+(:func:`_exit_with_parent`); an error or Ctrl-C in the converting process kills the workers at once
+instead of waiting for the shards they are baking. Workers ignore SIGINT (the fork server is started
+with it ignored, and forks them so), so Ctrl-C at a terminal reaches only the converting process,
+which reports it in one line.
 """
 
-import ctypes
-import ctypes.util
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import queue
 import signal
-import sys
 import threading
-import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -50,14 +52,15 @@ def bake_in_workers(source: str | os.PathLike, options: ConvertOptions, names: l
     as each shard is finished (fsynced). The first error raised in a worker is raised here, after
     the shards already running have ended.
     """
-    context = multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    _start_fork_server(context)
     progress = context.Queue()
     threads = transform_threads(workers)
     share = replace(options, chunk_bytes=max(MIN_CHUNK_BYTES, options.chunk_bytes // workers))
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
-                               initargs=(str(source), share, progress, threads, os.getpid()))
+                               initargs=(str(source), share, progress, threads, dict(os.environ)))
     try:
-        with _sigint_ignored():  # the workers start (and inherit SIG_IGN) as the shards are submitted
+        with _sigint_ignored():  # the workers start as the shards are submitted (in milliseconds), never half-way
             pending = {pool.submit(_bake, name, str(staging)) for name in names}
         while pending:
             finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
@@ -73,6 +76,18 @@ def bake_in_workers(source: str | os.PathLike, options: ConvertOptions, names: l
     # Every shard is written and fsynced: the workers exit on their own, without this process
     # waiting out their interpreter teardown (~2 s with torch loaded).
     pool.shutdown(wait=False)
+
+
+def _start_fork_server(context) -> None:
+    """Start the fork server, with SIGINT ignored (as every process it forks then starts), and wait
+    until it has loaded :mod:`moebake.convert.fork_server` (a second or two: it forks a process that
+    does nothing, joined here) with Ctrl-C still working here."""
+    context.set_forkserver_preload(["moebake.convert.fork_server"])
+    with _sigint_ignored():
+        multiprocessing.forkserver.ensure_running()
+    ready = context.Process(name="moebake-fork-server-ready")
+    ready.start()
+    ready.join()
 
 
 @contextmanager
@@ -105,9 +120,12 @@ def _drain(progress, on_bytes: Callable[[int], None]) -> None:
             return
 
 
-def _start_worker(source: str, options: ConvertOptions, progress, threads: int, parent: int) -> None:
+def _start_worker(source: str, options: ConvertOptions, progress, threads: int, environment: dict[str, str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _exit_with_parent(parent)
+    _exit_with_parent()
+    if os.environ != environment:  # forked with the server's (the converting process's when it started it)
+        os.environ.clear()
+        os.environ.update(environment)
     torch.set_num_threads(threads)
     reuse_freed_buffers()  # a baking process: keep freed chunk buffers for the next chunk (glibc)
     conversion: Conversion = open_conversion(source, options)
@@ -121,24 +139,13 @@ def _bake(name: str, staging: str) -> tuple[str, str, str | None, dict]:
     return name, digest, source_digest, STAGES.snapshot()
 
 
-PR_SET_PDEATHSIG = 1
-
-
-def _exit_with_parent(parent: int) -> None:
-    """End this worker when process ``parent`` dies: by the kernel's ``PR_SET_PDEATHSIG`` (SIGKILL)
-    where prctl exists, and by a thread that polls the parent's pid (a portable fallback)."""
-    libc_name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
-    if libc_name:
-        try:
-            ctypes.CDLL(libc_name, use_errno=True).prctl(PR_SET_PDEATHSIG, *(ctypes.c_ulong(a) for a in (signal.SIGKILL, 0, 0, 0)))
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
+def _exit_with_parent() -> None:
+    """End this worker as soon as the process that asked for it (not the fork server, its parent
+    by pid) dies: a thread waits on that process's sentinel, a pipe that closes when it exits."""
+    parent = multiprocessing.parent_process()
 
     def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
+        parent.join()
         os._exit(1)
 
     threading.Thread(target=watch, name="moebake-parent-watch", daemon=True).start()

@@ -11,7 +11,9 @@ them on many shapes), and runs without the GIL, so threads share the cores:
 :func:`kernels` returns this module's kernels, or None when numba is not installed or the
 environment variable :data:`DISABLE_ENV` is ``1`` (read at every call, so tests and benchmarks can
 force the numpy path in one process). Compiled code is cached on disk next to this file (numba
-``cache=True``; where that directory is read-only numba compiles on first use instead).
+``cache=True``; where that directory is read-only numba compiles on first use instead), and loaded
+at a kernel's first call for those argument types, or ahead of it by :func:`load` (the fork server
+of ``--workers`` does, so that its workers share the machine code).
 """
 
 import os
@@ -129,3 +131,22 @@ if numba is not None:
                     target[big, kb, f, 4 * m + g] = _byte(source, r, 4 * kb + g)
 
     _KERNELS = types.SimpleNamespace(interleave_fp4_part=interleave_fp4_part, fold_scales_part=fold_scales_part)
+
+    _bytes, _words = numba.types.Array(numba.uint8, 2, "C"), numba.types.Array(numba.uint32, 2, "C")
+    _SIGNATURES = {
+        interleave_fp4_part: [(_bytes, _words, _words, numba.boolean),
+                              (numba.types.Array(numba.uint8, 2, "A"), _words, _words, numba.boolean)],
+        fold_scales_part: [(_bytes, numba.types.Array(numba.uint8, 4, "C"), numba.int64, numba.int64)],
+    }
+    """The argument types conversions pass the kernels (a source part's rows contiguous, or strided); others load at first call."""
+
+
+def load() -> None:
+    """Load the kernels for every argument type in :data:`_SIGNATURES` now (from numba's cache on disk,
+    else compiled), instead of at their first call; processes forked afterwards share their machine
+    code. A no-op where :func:`kernels` is None."""
+    if kernels() is None:
+        return
+    for kernel, signatures in _SIGNATURES.items():
+        for signature in signatures:
+            kernel.compile(signature)
