@@ -211,7 +211,8 @@ VARIANTS = {
 """Conversion variants by label suffix: environment switches that turn one optimisation off (same bytes)."""
 
 
-def run_size(source: Path, scratch: Path, workers_list: list[int], caches: list[str], variants: list[str]) -> list[dict]:
+def run_size(source: Path, scratch: Path, workers_list: list[int], caches: list[str], variants: list[str],
+             variant_workers: list[int]) -> list[dict]:
     size = source_bytes(source)
     free = shutil.disk_usage(scratch).free
     if free < 1.1 * size:
@@ -219,7 +220,7 @@ def run_size(source: Path, scratch: Path, workers_list: list[int], caches: list[
     rows = []
     for cache in caches:
         conversions = [(f"moebake w{w}" + (f", {v}" if v else ""), w, VARIANTS[v]) for w in workers_list for v in variants
-                       if not v or w == workers_list[0]]
+                       if not v or w in variant_workers]
         runs = []
         for tool, measure in [("copy", lambda: measure_copy(source, scratch, cache)),
                               *[(label, lambda w=w, env=env: measure_convert(source, scratch, w, cache, env))
@@ -339,7 +340,9 @@ def main() -> None:
     parser.add_argument("--cache-states", nargs="+", choices=["cold", "warm"], default=["cold", "warm"],
                         help="page-cache states of the source to measure")
     parser.add_argument("--variants", nargs="+", choices=[v for v in VARIANTS if v], default=[],
-                        help="also run the first --workers value with one optimisation off (same bytes)")
+                        help="also run --variant-workers with one optimisation off each (same bytes)")
+    parser.add_argument("--variant-workers", type=int, nargs="+", default=None,
+                        help="the --workers values the --variants also run with (default: the first)")
     parser.add_argument("--quick", action="store_true",
                         help="3 layers, --workers 1, results to convert_bench_quick.* (not the committed full results)")
     parser.add_argument("--cache", type=Path, default=REPO / ".bench-cache", help="where sources and scratch copies go")
@@ -369,7 +372,8 @@ def main() -> None:
     for layers in sorted(args.layers):
         source = full if layers == args.generate_layers else prefix_source(full, layers)
         print(f"{layers} layers: {source_bytes(source) / 1e9:.2f} GB ({source}); {machine_line()}", flush=True)
-        rows.extend(run_size(source, scratch, args.workers, args.cache_states, ["", *args.variants]))
+        rows.extend(run_size(source, scratch, args.workers, args.cache_states, ["", *args.variants],
+                             args.variant_workers or args.workers[:1]))
     write_results(rows, args.results, stem, draw=not args.no_plot)
 
 
