@@ -207,6 +207,7 @@ VARIANTS = {
     "": {},
     "numpy kernels": {"MOEBAKE_NO_COMPILED": "1"},
     "plain I/O": {"MOEBAKE_NO_DIRECT_IO": "1"},
+    "write depth 1": {"MOEBAKE_WRITE_DEPTH": "1"},
 }
 """Conversion variants by label suffix: environment switches that turn one optimisation off (same bytes)."""
 

@@ -87,9 +87,11 @@ def test_read_range_equals_the_file(io_path, tmp_path, monkeypatch, cache, offse
         assert not direct_opens  # cached bytes come from the page cache
 
 
+@pytest.mark.parametrize("depth", ["1", "4"])
 @pytest.mark.parametrize("pieces", [[0], [1], [ALIGN], [100, 5000, 3, 70_000], [40_000] * 5, [12_345, 0, 65_536, 1]])
-def test_output_file_writes_exactly_what_it_is_given(io_path, tmp_path, monkeypatch, pieces):
+def test_output_file_writes_exactly_what_it_is_given(io_path, tmp_path, monkeypatch, pieces, depth):
     monkeypatch.setattr(direct_io, "WRITE_BLOCK", 4 * ALIGN)  # many full blocks and a partial last one
+    monkeypatch.setenv(direct_io.WRITE_DEPTH_ENV, depth)
     data = random_bytes(sum(pieces), seed=len(pieces))
     path = tmp_path / "out.bin"
     with OutputFile(path) as f:
@@ -146,11 +148,52 @@ def test_a_refusal_at_the_first_write_falls_back_with_the_same_bytes(tmp_path, m
 
     monkeypatch.setattr(os, "open", tracking_open)
     monkeypatch.setattr(os, "write", refusing_write)
-    data = random_bytes(40_000)
+    for size in (40_000, 100):  # several blocks; less than one (refused at the last, partial block)
+        data = random_bytes(size)
+        with OutputFile(tmp_path / "out.bin") as f:
+            f.write(data[:100])
+            f.write(data[100:])
+        assert (tmp_path / "out.bin").read_bytes() == data
+        direct_io._refused_devices.clear()
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="no O_DIRECT on this platform")
+def test_direct_writes_are_in_flight_together_and_their_errors_surface(tmp_path, monkeypatch):
+    """At depth 4, several blocks are written at once (each at its offset): the same bytes. A block that
+    fails on the disk raises at a later write or at close, and the file is closed either way."""
+    import threading
+    import time
+
+    monkeypatch.setattr(direct_io, "WRITE_BLOCK", 4 * ALIGN)
+    monkeypatch.setenv(direct_io.WRITE_DEPTH_ENV, "4")
+    real_pwrite, lock, state = os.pwrite, threading.Lock(), {"now": 0, "most": 0, "fail_at": None}
+
+    def slow_pwrite(fd, data, offset):
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        time.sleep(0.02)
+        try:
+            if offset == state["fail_at"]:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real_pwrite(fd, data, offset)
+        finally:
+            with lock:
+                state["now"] -= 1
+
+    monkeypatch.setattr(os, "pwrite", slow_pwrite)
+    data = random_bytes(40 * 4 * ALIGN + 123)
     with OutputFile(tmp_path / "out.bin") as f:
-        f.write(data[:100])
-        f.write(data[100:])
+        if not f.direct:
+            pytest.skip("this file system refuses O_DIRECT")
+        f.write(data)
     assert (tmp_path / "out.bin").read_bytes() == data
+    assert state["most"] >= 3
+    state["fail_at"] = 5 * 4 * ALIGN
+    with pytest.raises(OSError, match="No space left"):
+        with OutputFile(tmp_path / "failing.bin") as f:
+            f.write(data)
+    assert f._fd == -1 and not f._in_flight
 
 
 def tmpfs_dir() -> Path | None:

@@ -11,15 +11,21 @@ multiples of the device's block size (:data:`ALIGN` covers 512-byte and 4 KiB de
     cache already holds (a warm source) are copied from it instead of read from the disk again;
   * :class:`OutputFile` gathers written bytes in an aligned buffer of :data:`WRITE_BLOCK` bytes and
     writes it whole; the last, partial block is written zero-padded and the file truncated to its size.
+    Each ``O_DIRECT`` write waits for the disk, so up to :func:`write_depth` blocks are in flight at
+    once (each written at its own offset by a thread of the file's), as the kernel's write-back keeps
+    several requests in flight for buffered writes; the bytes and their order on disk are the same.
 
 Where a file system refuses ``O_DIRECT`` (tmpfs: ``EINVAL`` from ``open``; some refuse at the first
 read or write) the same calls fall back to plain buffered I/O, remembered per device, with the same
 bytes. Setting :data:`DISABLE_ENV` to ``1`` forces the plain path (tests, benchmarks, comparisons).
-Memory stays bounded: one read's span, and one :data:`WRITE_BLOCK` per open output file.
+Memory stays bounded: one read's span, and :func:`write_depth` blocks of :data:`WRITE_BLOCK` bytes per
+open output file.
 """
 
 import errno
 import os
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -30,6 +36,15 @@ DISABLE_ENV = "MOEBAKE_NO_DIRECT_IO"
 ALIGN = 4096
 WRITE_BLOCK = 16 << 20
 """Bytes gathered per ``O_DIRECT`` write (a multiple of :data:`ALIGN`)."""
+WRITE_DEPTH_ENV = "MOEBAKE_WRITE_DEPTH"
+"""Blocks an output file keeps in flight (default :data:`WRITE_DEPTH`; ``1``: each write waits for the last)."""
+WRITE_DEPTH = 4
+
+
+def write_depth() -> int:
+    """How many :data:`WRITE_BLOCK` writes an ``O_DIRECT`` output file keeps in flight (:data:`WRITE_DEPTH_ENV`)."""
+    value = os.environ.get(WRITE_DEPTH_ENV, "")
+    return max(1, int(value)) if value.isdigit() else WRITE_DEPTH
 _O_DIRECT = getattr(os, "O_DIRECT", 0)  # 0 where the platform has none (macOS): plain I/O
 _refused_devices: set[int] = set()  # st_dev of file systems that refused O_DIRECT
 
@@ -142,9 +157,11 @@ def _read_direct(path: str, view: memoryview, offset: int) -> int | None:
 class OutputFile:
     """A new file written front to back: ``O_DIRECT`` in aligned :data:`WRITE_BLOCK` writes where allowed.
 
-    :meth:`write` takes any bytes-like object; :meth:`close` writes what is gathered, truncates the
-    file to the bytes written and fsyncs it (:meth:`abandon` only closes, on an error path; as a
-    context manager it does one or the other).
+    :meth:`write` takes any bytes-like object (from one thread); :meth:`close` waits for the blocks in
+    flight, writes what is gathered, truncates the file to the bytes written and fsyncs it
+    (:meth:`abandon` only waits and closes, on an error path; as a context manager it does one or the
+    other). The first block is written before any other is started, so a file system that refuses
+    ``O_DIRECT`` only at the first write is caught there and the file goes on plainly.
     :meth:`sync_written` asks the disk to flush what has been written so far (``fdatasync``).
     """
 
@@ -152,6 +169,9 @@ class OutputFile:
         self.path, self.size = str(path), 0
         self._buffer: np.ndarray | None = None
         self._filled = self._on_disk = 0
+        self._free: list[np.ndarray] = []  # written blocks' buffers, to gather the next ones in
+        self._in_flight: deque[tuple[Future, np.ndarray]] = deque()
+        self._writers: ThreadPoolExecutor | None = None
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         if direct_io_wanted(self.path):
             try:
@@ -188,7 +208,7 @@ class OutputFile:
             self._filled += take
             data = data[take:]
             if self._filled == WRITE_BLOCK:
-                self._write_buffer(WRITE_BLOCK)
+                self._write_block()
         if len(data):
             _write_all(self._fd, data)
 
@@ -198,27 +218,57 @@ class OutputFile:
     def close(self) -> None:
         """Write the last partial block, set the file's size and fsync; closes the file either way."""
         try:
+            self._wait_all()
             if self._buffer is not None and self._filled:
                 padded = -(-self._filled // ALIGN) * ALIGN
                 self._buffer[self._filled:padded] = 0
-                self._write_buffer(padded)
+                if self._on_disk:
+                    _pwrite_all(self._fd, memoryview(self._buffer)[:padded], self._on_disk)
+                else:
+                    self._write_first(padded)
                 os.ftruncate(self._fd, self.size)
             os.fsync(self._fd)
         finally:
             self.abandon()
 
     def abandon(self) -> None:
+        """Wait for the blocks in flight (their errors dropped: an error is being raised already) and close."""
+        while self._in_flight:
+            self._in_flight.popleft()[0].exception()
+        if self._writers is not None:
+            self._writers.shutdown()
+            self._writers = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 
-    def _write_buffer(self, length: int) -> None:
-        """Write the first ``length`` bytes of the buffer (the gathered ones, zero-padded to ``ALIGN``)."""
+    def _write_block(self) -> None:
+        """Send the full buffer to the disk at its offset and go on gathering in a free buffer. The first block
+        is written here (a refusal turns the file plain); later ones in flight, up to :func:`write_depth`."""
+        if self._on_disk == 0:
+            self._write_first(WRITE_BLOCK)
+            return
+        if self._writers is None:
+            self._writers = ThreadPoolExecutor(max(1, write_depth()), thread_name_prefix="moebake-direct-write")
+        full = self._buffer
+        future = self._writers.submit(_pwrite_all, self._fd, memoryview(full), self._on_disk)
+        self._in_flight.append((future, full))
+        self._on_disk += WRITE_BLOCK
+        self._filled = 0
+        if len(self._in_flight) >= write_depth():
+            done, buffer = self._in_flight.popleft()
+            done.result()
+            self._free.append(buffer)
+        self._buffer = self._free.pop() if self._free else aligned_empty(WRITE_BLOCK)
+
+    def _write_first(self, length: int) -> None:
+        """Write the buffer's first ``length`` bytes (the gathered ones, zero-padded to ``ALIGN``) as the file's
+        first; where ``O_DIRECT`` is refused at this write, write the gathered bytes plainly and stay plain."""
         try:
             _write_all(self._fd, memoryview(self._buffer)[:length])
             self._on_disk += length
         except OSError as err:
-            if err.errno != errno.EINVAL or self._on_disk:
+            if err.errno != errno.EINVAL:
                 raise
             _refused(self.path)  # refused at the first write: plain I/O from the file's start on
             os.close(self._fd)
@@ -226,6 +276,18 @@ class OutputFile:
             _write_all(self._fd, memoryview(self._buffer)[:self._filled])
             self._buffer = None
         self._filled = 0
+
+    def _wait_all(self) -> None:
+        while self._in_flight:
+            done, buffer = self._in_flight.popleft()
+            done.result()
+            self._free.append(buffer)
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    while len(data):
+        written = os.pwrite(fd, data, offset)
+        data, offset = data[written:], offset + written
 
 
 def _write_all(fd: int, data: memoryview) -> None:
