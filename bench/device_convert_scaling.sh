@@ -6,7 +6,7 @@
 #
 #   bench/device_convert_scaling.sh [LAYERS] [WORKERS...]      # default: 24 layers (13.8 GB), workers 1 2 4 8
 #   CACHE_STATES=cold bench/device_convert_scaling.sh ...      # page-cache states (default: cold warm)
-#   VARIANTS="plain I/O" VARIANT_WORKERS="1 8" bench/device_convert_scaling.sh ...   # also with O_DIRECT off
+#   VARIANTS="plain I/O,write depth 1" VARIANT_WORKERS="1 8" bench/device_convert_scaling.sh ...   # also with these off
 #
 # It generates a GPT-OSS-20B-shaped source under /tmp (the machine's local disk; kept while the
 # machine stays warm, so a second call skips it), runs bench/convert_bench.py there (cp vs
@@ -42,11 +42,12 @@ fi
 export PYTHONPATH="$SITE:$PWD"
 python3 -c "import torch, numpy, numba, xxhash; print('torch', torch.__version__, '| numpy', numpy.__version__, '| numba', numba.__version__, '| xxhash', xxhash.VERSION)"
 
+IFS=, read -ra VARIANT_LIST <<< "${VARIANTS:-}"  # comma-separated variant labels
 echo "== $(date -u +%H:%M:%S) benchmark: $LAYERS layers, workers ${WORKERS[*]}"
 # shellcheck disable=SC2068
 # shellcheck disable=SC2086
 python3 bench/convert_bench.py --layers "$LAYERS" --generate-layers "$LAYERS" --workers ${WORKERS[@]} \
   --cache-states ${CACHE_STATES:-cold warm} --cache /tmp/moebake-bench-cache --results "$OUT" \
-  ${VARIANTS:+--variants "$VARIANTS" --variant-workers ${VARIANT_WORKERS:-${WORKERS[0]}}} \
+  ${VARIANTS:+--variants "${VARIANT_LIST[@]}" --variant-workers ${VARIANT_WORKERS:-${WORKERS[0]}}} \
   --name "${NAME:-convert_bench_16core}" --no-plot
 echo "== $(date -u +%H:%M:%S) done"
