@@ -206,7 +206,8 @@ def measure_convert(source: Path, scratch: Path, workers: int, cache: str, env: 
 VARIANTS = {
     "": {},
     "numpy kernels": {"MOEBAKE_NO_COMPILED": "1"},
-    "plain I/O": {"MOEBAKE_NO_DIRECT_IO": "1"},
+    "plain I/O": {"MOEBAKE_IO": "plain"},
+    "O_DIRECT": {"MOEBAKE_IO": "direct"},
     "write depth 1": {"MOEBAKE_WRITE_DEPTH": "1"},
 }
 """Conversion variants by label suffix: environment switches that turn one optimisation off (same bytes)."""

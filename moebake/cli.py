@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 
 import moebake
+from moebake.convert.io_mode import IO_ENV, IO_MODES, PLAIN_IO_CORES
 from moebake.convert.options import DEFAULT_CHUNK_BYTES, GATE_UP_GLOBALS, MAX_MULTIPLE, ConvertOptions
 from moebake.engines.profiles import DEFAULT_ENGINE, PROFILES, serving_flags
 from moebake.errors import MoebakeError, format_error
@@ -122,10 +123,13 @@ def _resolve(source: str, revision: str | None, token: str | None):
 @click.option("--token", help="Hugging Face token for a Hub SOURCE (default: HF_TOKEN or the saved login).")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1),
               help="Bake this many shards at once, in separate processes (output bytes do not change).")
+@click.option("--io", "io_mode", type=click.Choice(IO_MODES), default=None,
+              help="Disk I/O: direct (O_DIRECT: least CPU), plain (through the page cache), or auto: direct below "
+                   f"{PLAIN_IO_CORES} usable cores, plain from there [default: auto, or ${IO_ENV}]. Bytes do not change.")
 @click.option("--profile", is_flag=True, help="Print busy time per stage (read, transform, hash, write) at the end.")
 @reports_errors
 def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, intermediate_multiple, gate_up_globals, chunk_mb, overwrite,
-            resume, dry_run, quiet, revision, token, workers, profile):
+            resume, dry_run, quiet, revision, token, workers, io_mode, profile):
     """Bake checkpoint SOURCE into OUT for --target.
 
     SOURCE is a checkpoint directory or a Hub model repo ORG/NAME[@REVISION] (only the files needed
@@ -146,6 +150,8 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
 
         click.echo("\n".join(plan_lines(open_conversion(resolved.path, options), out)))
         return
+    if io_mode is not None:
+        os.environ[IO_ENV] = io_mode  # read by every file opened from here on, in this process and its workers
     began = time.perf_counter()
     manifest = run_convert(resolved.path, out, options, overwrite=overwrite, resume=resume, progress=not quiet,
                            source_location=resolved.repo_id, source_revision=resolved.revision, workers=workers)

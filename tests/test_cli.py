@@ -3,6 +3,7 @@ logging levels, the sources x targets list, verify's report and JSON, --revision
 
 import json
 import logging
+import os
 import subprocess
 import sys
 
@@ -149,3 +150,23 @@ def test_progress_rate_starts_with_the_first_bytes():
     assert bar.format_dict["elapsed"] < 1 and bar.initial == 10**8 + 4096
     assert bar.format_dict["n"] == 10**8 + 4096
     bar.close()
+
+
+@pytest.mark.parametrize("mode", ["direct", "plain"])
+def test_io_mode_is_passed_to_the_conversion_and_changes_no_byte(gpt_oss_tiny, tmp_path, monkeypatch, mode):
+    """--io sets the I/O mode every file of the conversion is opened with (workers included); same bytes."""
+    from moebake.convert import direct_io
+    from moebake.convert.io_mode import IO_ENV
+
+    monkeypatch.setenv(IO_ENV, "auto")  # restored after the test: the CLI sets it in this process
+    seen = []
+    real = direct_io.direct_io_wanted
+    monkeypatch.setattr(direct_io, "direct_io_wanted", lambda path: seen.append(os.environ.get(IO_ENV)) or real(path))
+    result = run("convert", gpt_oss_tiny, tmp_path / mode, "--target", "sm90-cutlass", "--quiet", "--io", mode)
+    assert result.exit_code == 0, result.output
+    assert seen and set(seen) == {mode}
+    monkeypatch.setenv(IO_ENV, "auto")
+    reference = run("convert", gpt_oss_tiny, tmp_path / "auto", "--target", "sm90-cutlass", "--quiet")
+    assert reference.exit_code == 0
+    for name in json.loads((tmp_path / "auto" / "moebake.json").read_text())["files"]:
+        assert (tmp_path / mode / name).read_bytes() == (tmp_path / "auto" / name).read_bytes(), name

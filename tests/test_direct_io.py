@@ -8,22 +8,35 @@ import numpy as np
 import pytest
 
 from moebake.convert import direct_io
-from moebake.convert.direct_io import ALIGN, DISABLE_ENV, OutputFile, read_range
+from moebake.convert.direct_io import ALIGN, OutputFile, read_range
+from moebake.convert.io_mode import IO_ENV, io_mode
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 
 
 @pytest.fixture(autouse=True)
 def fresh_refusals(monkeypatch):
+    """No device remembered as refusing O_DIRECT; O_DIRECT tried whatever this machine's core count (``auto``
+    picks plain I/O on 8+ cores), unless a test chooses otherwise."""
     monkeypatch.setattr(direct_io, "_refused_devices", set())
+    monkeypatch.setenv(IO_ENV, "direct")
+
+
+@pytest.mark.parametrize("cores, mode", [(2, "direct"), (7, "direct"), (8, "plain"), (16, "plain")])
+def test_auto_picks_o_direct_on_few_cores_and_the_page_cache_on_many(monkeypatch, cores, mode):
+    monkeypatch.setenv(IO_ENV, "auto")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    assert io_mode() == mode
+    for chosen in ("direct", "plain"):
+        monkeypatch.setenv(IO_ENV, chosen)
+        assert io_mode() == chosen
 
 
 @pytest.fixture(params=["direct", "plain"])
 def io_path(request, monkeypatch, tmp_path):
     """Which path the test runs: O_DIRECT (skipped where tmp_path's file system refuses it) or forced plain."""
-    if request.param == "plain":
-        monkeypatch.setenv(DISABLE_ENV, "1")
-    else:
+    monkeypatch.setenv(IO_ENV, request.param)
+    if request.param == "direct":
         if not hasattr(os, "O_DIRECT"):
             pytest.skip("no O_DIRECT on this platform")
         with OutputFile(tmp_path / "probe") as probe:
@@ -227,8 +240,9 @@ def test_tmpfs_gives_the_same_bytes(tmp_path):
 
 def test_a_conversion_writes_the_same_files_with_and_without_o_direct(gpt_oss_tiny, tmp_path, monkeypatch):
     options = ConvertOptions("sm90-cutlass", chunk_bytes=1 << 16)
+    monkeypatch.setenv(IO_ENV, "direct")
     direct = convert(gpt_oss_tiny, tmp_path / "direct", options, progress=False)
-    monkeypatch.setenv(DISABLE_ENV, "1")
+    monkeypatch.setenv(IO_ENV, "plain")
     plain = convert(gpt_oss_tiny, tmp_path / "plain", options, progress=False)
     assert direct["files"] == plain["files"] and direct["source"]["files"] == plain["source"]["files"]
     for name in direct["files"]:

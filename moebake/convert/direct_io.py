@@ -17,7 +17,10 @@ multiples of the device's block size (:data:`ALIGN` covers 512-byte and 4 KiB de
 
 Where a file system refuses ``O_DIRECT`` (tmpfs: ``EINVAL`` from ``open``; some refuse at the first
 read or write) the same calls fall back to plain buffered I/O, remembered per device, with the same
-bytes. Setting :data:`DISABLE_ENV` to ``1`` forces the plain path (tests, benchmarks, comparisons).
+bytes.
+
+Which is faster depends on the machine: :func:`moebake.convert.io_mode.io_mode` chooses (``O_DIRECT``
+on a few cores, plain I/O on many).
 Memory stays bounded: one read's span, and :func:`write_depth` blocks of :data:`WRITE_BLOCK` bytes per
 open output file.
 """
@@ -29,10 +32,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from moebake.convert.io_mode import io_mode
 from moebake.formats.safetensors_file import read_file_range
 
-DISABLE_ENV = "MOEBAKE_NO_DIRECT_IO"
-"""Set to ``1`` to read and write through the page cache (plain I/O)."""
 ALIGN = 4096
 WRITE_BLOCK = 16 << 20
 """Bytes gathered per ``O_DIRECT`` write (a multiple of :data:`ALIGN`)."""
@@ -51,7 +53,7 @@ _refused_devices: set[int] = set()  # st_dev of file systems that refused O_DIRE
 
 def direct_io_wanted(path: str | os.PathLike) -> bool:
     """Whether to try ``O_DIRECT`` for ``path`` (the file, or the directory it will be created in)."""
-    if not _O_DIRECT or os.environ.get(DISABLE_ENV) == "1":
+    if not _O_DIRECT or io_mode() == "plain":
         return False
     try:
         device = os.stat(path if os.path.exists(path) else os.path.dirname(os.path.abspath(path))).st_dev
