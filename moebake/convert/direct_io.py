@@ -36,7 +36,7 @@ from moebake.convert.io_mode import io_mode
 from moebake.formats.safetensors_file import read_file_range
 
 ALIGN = 4096
-WRITE_BLOCK = 16 << 20
+WRITE_BLOCK = 8 << 20
 """Bytes gathered per ``O_DIRECT`` write (a multiple of :data:`ALIGN`)."""
 WRITE_DEPTH_ENV = "MOEBAKE_WRITE_DEPTH"
 """Blocks an output file keeps in flight (default :data:`WRITE_DEPTH`; ``1``: each write waits for the last)."""
