@@ -40,6 +40,7 @@ import csv
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import subprocess
@@ -289,14 +290,24 @@ def measured_cores(rows: list[dict]) -> int:
     return round(float(run["cpu_s"]) / float(run["cpu_floor_ratio"]) / copy[(run["source_gb"], run["cache"])])
 
 
+def _workers(tool: str) -> int | None:
+    """N of a ``moebake wN`` row without a variant; None for the copy and the variants."""
+    match = re.fullmatch(r"moebake w(\d+)", tool)
+    return int(match[1]) if match else None
+
+
 def plot(rows: list[dict], path: Path, cores: int = CORES) -> None:
     """Three panels: ratio of wall time to the copy's (per cache state; 1.3x target), throughput, peak PSS
-    (peak RSS for results measured before PSS was; ``cores``: of the machine that measured ``rows``)."""
+    (peak RSS for results measured before PSS was; ``cores``: of the machine that measured ``rows``), against
+    the model size; against ``--workers`` (the scaling curve) where one size was measured with several."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if len({row["source_gb"] for row in rows}) == 1 and len({_workers(row["tool"]) for row in rows} - {None}) > 1:
+        plot_scaling(rows, path, cores, plt)
+        return
     figure, (ratio, speed, memory) = plt.subplots(1, 3, figsize=(15, 4.4))
     styles = {"cold": "o-", "warm": "s--"}  # one colour per tool, one line style per page-cache state
     colours = {tool: f"C{index}" for index, tool in enumerate(dict.fromkeys(row["tool"] for row in rows))}
@@ -322,6 +333,47 @@ def plot(rows: list[dict], path: Path, cores: int = CORES) -> None:
         if len(sizes) > 1:
             axes.set_xscale("log", base=2)
         axes.set_xticks(sizes, [f"{size:.1f}" for size in sizes])
+        axes.minorticks_off()
+        axes.set_ylim(bottom=0)
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+def plot_scaling(rows: list[dict], path: Path, cores: int, plt) -> None:
+    """The ``--workers`` scaling curve of one model size: wall time / the copy's, GB/s and peak PSS against the
+    number of workers, one line per page-cache state; the copy's GB/s as a horizontal line; variants as points."""
+    figure, (ratio, speed, memory) = plt.subplots(1, 3, figsize=(15, 4.4))
+    caches = list(dict.fromkeys(row["cache"] for row in rows))
+    for index, cache in enumerate(caches):
+        colour, mine = f"C{index}", [row for row in rows if row["cache"] == cache]
+        curve = sorted((_workers(row["tool"]), row) for row in mine if _workers(row["tool"]))
+        workers = [w for w, _ in curve]
+        ratio.plot(workers, [row["ratio_to_copy"] for _, row in curve], "o-", color=colour, label=f"moebake ({cache})")
+        speed.plot(workers, [row["gb_per_s"] for _, row in curve], "o-", color=colour, label=f"moebake ({cache})")
+        memory.plot(workers, [row.get("peak_pss_mib") or row["peak_rss_mib"] for _, row in curve], "o-", color=colour,
+                    label=f"moebake ({cache})")
+        copies = [row["gb_per_s"] for row in mine if row["tool"] == "copy"]
+        if copies:
+            speed.axhline(sum(copies) / len(copies), color=colour, linestyle=":", label=f"cp + sync ({cache})")
+        for marker, row in zip("^vDP", [row for row in mine if row["tool"] != "copy" and _workers(row["tool"]) is None]):
+            w = int(re.match(r"moebake w(\d+)", row["tool"])[1])
+            label = f"{row['tool'].split(', ', 1)[1]} ({cache})"
+            ratio.plot([w], [row["ratio_to_copy"]], marker, color=colour, label=label)
+            speed.plot([w], [row["gb_per_s"]], marker, color=colour, label=label)
+    ratio.axhline(1.0, color="black", linewidth=0.8)
+    ratio.axhline(1.3, color="grey", linestyle=":", label="1.3x target")
+    memory.axhline(1024, color="grey", linestyle=":", label="1 GiB target")
+    gb = rows[0]["source_gb"]
+    ratio.set(xlabel="--workers", ylabel="wall time / cp + sync wall time", title=f"{gb:.1f} GB on {cores} cores: convert vs copy")
+    speed.set(xlabel="--workers", ylabel="GB/s (source bytes / wall s)", title="throughput (dotted: the copy's)")
+    memory.set(xlabel="--workers", ylabel="peak PSS of the process tree (MiB)", title="peak memory")
+    for axes in (ratio, speed, memory):
+        axes.set_xscale("log", base=2)
+        ticks = sorted({_workers(row["tool"]) for row in rows} - {None})
+        axes.set_xticks(ticks, [str(t) for t in ticks])
         axes.minorticks_off()
         axes.set_ylim(bottom=0)
         axes.grid(alpha=0.3)
