@@ -329,10 +329,15 @@ def plot(rows: list[dict], path: Path, cores: int = CORES) -> None:
     memory.set(xlabel="source checkpoint (GB)", ylabel=f"peak {measure} of the process tree (MiB)", title="peak memory")
     memory.axhline(1024, color="grey", linestyle=":", label="1 GiB target")
     sizes = sorted({row["source_gb"] for row in rows})
-    for axes in (ratio, speed, memory):
-        if len(sizes) > 1:
+    _finish(figure, (ratio, speed, memory), sizes, [f"{size:.1f}" for size in sizes], path)
+
+
+def _finish(figure, panels, ticks: list, labels: list[str], path: Path) -> None:
+    """Shared x ticks (log 2 where there are several), zero-based y, grid and legends; save to ``path``."""
+    for axes in panels:
+        if len(ticks) > 1:
             axes.set_xscale("log", base=2)
-        axes.set_xticks(sizes, [f"{size:.1f}" for size in sizes])
+        axes.set_xticks(ticks, labels)
         axes.minorticks_off()
         axes.set_ylim(bottom=0)
         axes.grid(alpha=0.3)
@@ -370,17 +375,8 @@ def plot_scaling(rows: list[dict], path: Path, cores: int, plt) -> None:
     ratio.set(xlabel="--workers", ylabel="wall time / cp + sync wall time", title=f"{gb:.1f} GB on {cores} cores: convert vs copy")
     speed.set(xlabel="--workers", ylabel="GB/s (source bytes / wall s)", title="throughput (dotted: the copy's)")
     memory.set(xlabel="--workers", ylabel="peak PSS of the process tree (MiB)", title="peak memory")
-    for axes in (ratio, speed, memory):
-        axes.set_xscale("log", base=2)
-        ticks = sorted({_workers(row["tool"]) for row in rows} - {None})
-        axes.set_xticks(ticks, [str(t) for t in ticks])
-        axes.minorticks_off()
-        axes.set_ylim(bottom=0)
-        axes.grid(alpha=0.3)
-        axes.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    print(f"wrote {path}")
+    ticks = sorted({_workers(row["tool"]) for row in rows} - {None})
+    _finish(figure, (ratio, speed, memory), ticks, [str(t) for t in ticks], path)
 
 
 def main() -> None:
