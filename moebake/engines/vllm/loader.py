@@ -87,8 +87,8 @@ def copy_baked_experts(layer, method: BakedExperts, directory: Path, files: dict
         with stored(short) as tensor:
             return tensor[:]
 
-    slots = {expert: layer._map_global_expert_id_to_local_expert_id(expert) for expert in range(record.experts)}
-    method.load_derived(layer, read_whole, sorted((e for e in slots if slots[e] >= 0), key=slots.get))
+    in_slot_order = sorted(runs, key=lambda run: run[1])
+    method.load_derived(layer, read_whole, [e for first, _, count in in_slot_order for e in range(first, first + count)])
 
 
 def other_tensors(directory: Path, files: dict[str, str], skip: set[str]) -> Iterator[tuple[str, torch.Tensor]]:
