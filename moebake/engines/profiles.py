@@ -134,6 +134,10 @@ def get_profile(engine: str) -> EngineProfile:
     return PROFILES[engine]
 
 
+SHARED_GLOBALS = "gate and up global scales shared"
+"""How a ``not_exact_because`` starts when moebake shared differing NVFP4 gate/up globals (``--gate-up-globals keep`` avoids it)."""
+
+
 def manifest_engine(options, source_format: str, layers: list[LayerRecord]) -> EngineRecord:
     """The manifest's ``engine`` record for a conversion's ``ConvertOptions`` and its planned ``layers``:
     name, version, the profile, and whether the bake is engine-exact (a verified profile used as is).
@@ -147,7 +151,7 @@ def manifest_engine(options, source_format: str, layers: list[LayerRecord]) -> E
     reason = ("padding multiples overridden" if overridden else None) or (
         None if entry.verified else "no profile of this engine for this target and source" if entry is UNPROFILED
         else "profile not verified against the engine's code") or (
-        f"gate and up global scales shared in {shared} experts ({profile.engine} {profile.version} keeps both and "
+        f"{SHARED_GLOBALS} in {shared} experts ({profile.engine} {profile.version} keeps both and "
         "applies the gate's to both halves)" if shared else None)
     return _engine_record(profile, entry, reason)
 

@@ -32,6 +32,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from moebake.engines.profiles import SHARED_GLOBALS
 from moebake.schema.enums import DType
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest, read_manifest
 from moebake.errors import EngineRefusal, MoebakeError
@@ -122,7 +123,7 @@ def check_manifest(manifest: Manifest, digest: str, quantization_config: dict, h
     if not ours or not ours[0].exact:
         engine = manifest.engine
         because = engine.not_exact_because if engine is not None else None
-        keep = " --gate-up-globals keep" if because and because.startswith("gate and up global scales shared") else ""
+        keep = " --gate-up-globals keep" if because and because.startswith(SHARED_GLOBALS) else ""
         raise refuse(f"{where}: baked for {engine and engine.name} {engine and engine.version} "
                      f"({'engine-exact' if engine and engine.exact else 'not engine-exact'}{': ' + because if because else ''}), "
                      f"not vLLM {VLLM_VERSION}'s bytes; re-bake with: moebake convert SRC OUT --target {served.target} "
