@@ -3,21 +3,22 @@
 Target-independent: each target's runtime (e.g. :mod:`moebake.serve.sm90_cutlass`) subclasses
 :class:`BakedCheckpoint` and adds ``load_experts``. Nothing is read at open time but the manifest
 and the index; a shard's header is parsed when a tensor of it is first needed, and tensor data is
-read only for the experts asked for (a contiguous dim-0 range is one contiguous byte range of a
-safetensors tensor, since tensors are stored C-order).
+read only for the experts asked for, by the engine-neutral :class:`~moebake.bake.rank_loader.RankLoader`
+that the SGLang and vLLM plugins use too.
 """
 
 from pathlib import Path
 
 import torch
 
+from moebake.bake.rank_loader import ExpertRun, RankLoader, rank_runs
+from moebake.bake.staged_reader import LoadStats
+from moebake.errors import IntegrityError, InvalidArgumentError, UnsupportedError
 from moebake.schema.checksums import checksum_problem
-from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
-from moebake.errors import CheckpointError, IntegrityError, InvalidArgumentError, UnsupportedError
-from moebake.formats.safetensors_file import DTYPES, SafetensorsFile, read_header
+from moebake.schema.enums import DType
 from moebake.schema.index import read_index
+from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
 from moebake.serve.platform import Platform
-from moebake.serve.staged_reader import ByteRange, LoadStats, StagedReader
 
 
 class BakedCheckpoint:
@@ -36,8 +37,7 @@ class BakedCheckpoint:
             raise UnsupportedError(f"{self.manifest_path}: {self.target} layout version {version!r}; this runtime reads {self.layout_version}")
         self.index = read_index(self.root)
         self.weight_map = self.index.weight_map
-        self._headers: dict[str, SafetensorsFile] = {}
-        self._readers: dict[torch.device, StagedReader] = {}
+        self._loaders: dict[torch.device, RankLoader] = {}
         self._verified: set[str] = set()
 
     def layer(self, index: int) -> LayerRecord:
@@ -53,22 +53,11 @@ class BakedCheckpoint:
 
         MoebakeError unless ``ep_size`` divides the layer's expert count and ``0 <= ep_rank < ep_size``.
         """
-        experts = record.experts
-        if ep_size < 1 or experts % ep_size or not 0 <= ep_rank < ep_size:
-            raise InvalidArgumentError(
-                f"{self.manifest_path}: layer {record.prefix} has {experts} experts, which EP rank {ep_rank} of "
-                f"{ep_size} cannot split evenly (need ep_size dividing {experts} and 0 <= ep_rank < ep_size)"
-            )
-        per_rank = experts // ep_size
-        return ep_rank * per_rank, (ep_rank + 1) * per_rank
-
-    def _shard_of(self, name: str) -> SafetensorsFile:
-        shard_name = self.weight_map.get(name)
-        if shard_name is None:
-            raise CheckpointError(f"{self.index.path}: tensor {name} is not in the index")
-        if shard_name not in self._headers:
-            self._headers[shard_name] = read_header(self.root / shard_name)
-        return self._headers[shard_name]
+        try:
+            (run,) = rank_runs(record.experts, ep_rank, ep_size)
+        except InvalidArgumentError as err:
+            raise InvalidArgumentError(f"{self.manifest_path}: layer {record.prefix} {err}") from None
+        return run.first, run.first + run.count
 
     def verify_files(self, tensor_names: list[str]) -> None:
         """Check the SHA-256 and size of every shard holding ``tensor_names`` against the manifest.
@@ -96,24 +85,9 @@ class BakedCheckpoint:
         manifest records (checked against the shard header), and the load's statistics. Only the
         bytes of those experts are read.
         """
-        ranges, tensors = [], {}
-        for short in short_names:
-            name = record.prefix + short
-            shard = self._shard_of(name)
-            entry = shard.tensors[name]
-            expected = record.tensors[short]
-            if entry.dtype != expected.dtype or tuple(entry.shape) != expected.shape:
-                raise IntegrityError(
-                    f"{shard.path}: tensor {name} is {entry.dtype} {list(entry.shape)}, "
-                    f"{self.manifest_path} says {expected.dtype} {list(expected.shape)}"
-                )
-            dest = torch.empty((stop - start, *entry.shape[1:]), dtype=DTYPES[entry.dtype][0], device=device)
-            offset = shard.data_start + entry.begin + start * entry.row_bytes
-            ranges.append(ByteRange(shard.path, offset, dest.view(-1).view(torch.uint8), name))
-            tensors[short] = dest
-        return tensors, self._reader(device).read(ranges)
-
-    def _reader(self, device: torch.device) -> StagedReader:
-        if device not in self._readers:
-            self._readers[device] = StagedReader(device)
-        return self._readers[device]
+        tensors = {short: torch.empty((stop - start, *record.tensors[short].shape[1:]),
+                                      dtype=DType(record.tensors[short].dtype).torch, device=device)
+                   for short in short_names}
+        if device not in self._loaders:
+            self._loaders[device] = RankLoader(self.root, self.manifest, device)
+        return tensors, self._loaders[device].load(record, tensors, [ExpertRun(first=start, slot=0, count=stop - start)])

@@ -45,7 +45,7 @@ from moebake.serve.deepep_ll import LowLatencyBuffer, LowLatencyRefusal, LowLate
 from moebake.serve.dispatch import StandInDispatcher, combine, dispatch, expected_m
 from moebake.serve.masked_activation import silu_and_mul_masked, zero_rows_past
 from moebake.serve.masked_gemm import MaskedGemm, get_backend
-from moebake.serve.staged_reader import LoadStats
+from moebake.bake.staged_reader import LoadStats
 
 TENSORS = DEEPEP_BF16.required_tensors  # w13_weight, w2_weight
 

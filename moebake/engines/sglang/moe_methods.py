@@ -7,10 +7,14 @@ are SGLang's own; only three steps are moebake's:
 * ``create_weights``: one parameter per baked tensor of the layer's manifest record, at the
   record's shape with the rank's expert count ``E_local = experts / ep_size`` first and the record's
   dtype (uninitialised: every byte is loaded);
-* the parameters' ``weight_loader``: the checkpoint's whole tensor in, shape and dtype checked
-  against the record, rows ``[ep_rank * E_local, (ep_rank + 1) * E_local)`` copied;
-* ``process_weights_after_loading``: refuses if a baked parameter was never loaded, then only makes
-  the per-expert scalars SGLang's runner takes (SwiGLU constants from the manifest's activation).
+* the parameters' ``weight_loader``: checks the checkpoint's tensor against the record (shape and
+  dtype, metadata only) and notes that the checkpoint names it; it never reads the tensor's data.
+  SGLang's safetensors iterator hands lazy views of the mmap'd shards (``safe_open(...).get_tensor``),
+  so the baked bytes are not read by SGLang at all;
+* ``process_weights_after_loading``: refuses if a baked parameter was never named, then reads this EP
+  rank's rows of every baked tensor once, from the files, straight into the parameters
+  (:class:`moebake.bake.rank_loader.RankLoader`: pinned staging, overlapped host-to-device copies),
+  and makes the per-expert scalars SGLang's runner takes (SwiGLU constants from the manifest's activation).
 
 Refusals (one line each, :mod:`moebake.engines.sglang.refusals`) run when the method is made,
 before any weight is read.
@@ -20,7 +24,9 @@ import functools
 
 import torch
 
+from moebake.bake.rank_loader import rank_runs
 from moebake.engines.sglang import refusals
+from moebake.errors import MoebakeError
 from moebake.engines.sglang.refusals import MoebakeRefusal
 from moebake.formats.safetensors_file import DTYPES
 from moebake.schema.enums import ActivationKind
@@ -37,6 +43,7 @@ class BakedExperts:
 
     def _bake_init(self, config, record: LayerRecord) -> None:
         self.moebake_config, self.record, self.loaded = config, record, set()
+        self.load_stats = None
 
     def _create_baked_weights(self, layer: torch.nn.Module, num_experts: int, hidden_size: int,
                               intermediate_size_per_partition: int) -> None:
@@ -44,28 +51,38 @@ class BakedExperts:
         refusals.check_parallelism(record, layer.moe_tp_size, layer.moe_ep_size)
         refusals.check_dims(record, layer.num_experts, hidden_size, intermediate_size_per_partition)
         local = record.experts // layer.moe_ep_size
-        start = layer.moe_ep_rank * local
         for name, spec in record.tensors.items():
             dtype = DTYPES[spec.dtype][0]
             per_expert = spec.shape[0] == record.experts and name not in self.WHOLE_TENSORS
             shape = [local, *spec.shape[1:]] if per_expert else list(spec.shape)
             param = torch.nn.Parameter(torch.empty(shape, dtype=dtype), requires_grad=False)
             layer.register_parameter(name, param)
-            rows = slice(start, start + local) if per_expert else slice(None)
-            param.weight_loader = functools.partial(self._load_baked, name, spec, dtype, rows)
+            param.weight_loader = functools.partial(self._note_baked, name, spec, dtype)
 
-    def _load_baked(self, name: str, spec: TensorRecord, dtype: torch.dtype, rows: slice, param: torch.nn.Parameter,
+    def _note_baked(self, name: str, spec: TensorRecord, dtype: torch.dtype, param: torch.nn.Parameter,
                     loaded: torch.Tensor, *args, **kwargs) -> None:
-        """Copy this rank's rows of the checkpoint tensor ``loaded`` into ``param``; no transform."""
+        """The checkpoint names baked tensor ``name``: check its shape and dtype (metadata only; its data is
+        never read here, the post-load step reads the rank's rows from the files)."""
         where = f"{self.record.prefix}{name}"
         if tuple(loaded.shape) != spec.shape or loaded.dtype != dtype:
             raise MoebakeRefusal(f"checkpoint tensor {where} is {loaded.dtype} {list(loaded.shape)}, the manifest says "
                                  f"{spec.dtype} {list(spec.shape)}; run `moebake verify` on the checkpoint")
-        param.data.copy_(loaded[rows])
         self.loaded.add(name)
 
     def _check_loaded(self) -> None:
         refusals.check_all_loaded(self.record, self.loaded)
+
+    def _load_baked_rows(self, layer: torch.nn.Module) -> None:
+        """Refuse unless the checkpoint named every baked tensor, then read this EP rank's rows of each from the
+        files into the layer's parameters (tensors in ``WHOLE_TENSORS``, and those not per expert, whole)."""
+        self._check_loaded()
+        destinations = {name: getattr(layer, name).data for name in self.record.tensors}
+        device = next(iter(destinations.values())).device
+        runs = rank_runs(self.record.experts, layer.moe_ep_rank, layer.moe_ep_size)
+        try:
+            self.load_stats = self.moebake_config.rank_loader(device).load(self.record, destinations, runs, self.WHOLE_TENSORS)
+        except MoebakeError as err:
+            raise MoebakeRefusal(f"{err}; run `moebake verify` on the checkpoint") from None
 
 
 def _common_refusals(config, target: str) -> None:
@@ -99,7 +116,7 @@ def _sm90_cutlass_method():
             self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
 
         def process_weights_after_loading(self, layer) -> None:
-            self._check_loaded()
+            self._load_baked_rows(layer)
             activation, local = self.moebake_config.manifest.activation, layer.num_local_experts
             device = layer.w13_weight.device
 
@@ -134,7 +151,7 @@ def _deepep_bf16_method():
             self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
 
         def process_weights_after_loading(self, layer) -> None:
-            self._check_loaded()
+            self._load_baked_rows(layer)
             UnquantizedFusedMoEMethod.process_weights_after_loading(self, layer)  # sets the dispatcher to BF16 only
 
     return MoebakeDeepEPBf16MoEMethod
@@ -159,7 +176,7 @@ def _sm100_trtllm_method():
             self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
 
         def process_weights_after_loading(self, layer) -> None:
-            self._check_loaded()
+            self._load_baked_rows(layer)
             layer._situ_routing_bias_bf16 = None  # what SGLang's trtllm_sm100 step sets besides the weights
 
     return MoebakeSm100TrtllmMoEMethod
@@ -182,7 +199,7 @@ def _sm100_deepseek_v4_method():
             self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
 
         def process_weights_after_loading(self, layer) -> None:
-            self._check_loaded()
+            self._load_baked_rows(layer)
             for weight in (layer.w13_weight, layer.w2_weight):
                 weight.data = weight.data.view(torch.uint8)  # the same bytes, typed as SGLang's shuffle leaves them
             layer.w13_weight_scale_inv, layer.w2_weight_scale_inv = layer.w13_weight_scale, layer.w2_weight_scale
@@ -212,7 +229,7 @@ def _cutedsl_method():
             self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
 
         def process_weights_after_loading(self, layer) -> None:
-            self._check_loaded()
+            self._load_baked_rows(layer)
             _cutedsl_derived(self, layer)
 
     return MoebakeCuteDslMoEMethod

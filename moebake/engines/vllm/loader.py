@@ -1,6 +1,8 @@
-"""vLLM's ``--load-format moebake``: copies the baked expert tensors into the ``moebake`` MoE layers itself
-(this EP rank's experts only, read as slices of the files), and hands every other tensor to the model's
-own ``load_weights`` (GPT-OSS's attention, router, norms, embeddings load as they always do).
+"""vLLM's ``--load-format moebake``: reads the baked expert tensors into the ``moebake`` MoE layers itself
+(this EP rank's experts' rows only, once, straight from the files into the parameters through
+:class:`moebake.bake.rank_loader.RankLoader`), and hands every other tensor to the model's own
+``load_weights`` (GPT-OSS's attention, router, norms, embeddings load as they always do); the baked
+tensors never go through vLLM's iterator.
 
 vLLM's GPT-OSS loader cannot be given the baked experts: for a quantization it does not know it
 transposes ``*.w13_weight`` (``_load_weights_other``). Each baked tensor is checked against the
@@ -16,14 +18,13 @@ tell every other layer (e.g. the KV-cache scales) that its tensors are post-proc
 """
 
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from huggingface_hub.constants import SAFETENSORS_INDEX_FILE
 from safetensors import safe_open
 from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
+from moebake.bake.rank_loader import ExpertRun, RankLoader, runs_from_slots
 from moebake.engines.vllm.bake import refuse
 from moebake.engines.vllm.baked_experts import BakedExperts
 from moebake.errors import MoebakeError
@@ -40,55 +41,38 @@ def weight_map(directory: Path) -> dict[str, str]:
         raise refuse(str(err)) from None
 
 
-def local_expert_runs(layer, experts: int) -> list[tuple[int, int, int]]:
-    """``(first global expert, first local slot, count)`` runs of the experts this EP rank holds."""
-    runs = []
-    for expert in range(experts):
-        slot = layer._map_global_expert_id_to_local_expert_id(expert)
-        if slot < 0:
-            continue
-        if runs and runs[-1][0] + runs[-1][2] == expert and runs[-1][1] + runs[-1][2] == slot:
-            runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
-        else:
-            runs.append((expert, slot, 1))
-    return runs
+def local_expert_runs(layer, experts: int) -> list[ExpertRun]:
+    """The runs of global experts this EP rank holds, and the parameter rows vLLM gives them."""
+    return runs_from_slots(layer._map_global_expert_id_to_local_expert_id(expert) for expert in range(experts))
 
 
-def copy_baked_experts(layer, method: BakedExperts, directory: Path, files: dict[str, str]) -> None:
+def copy_baked_experts(layer, method: BakedExperts, loader: RankLoader) -> None:
     """Fill ``layer``'s baked parameters from the files: this rank's experts' rows of each tensor vLLM holds as
-    it is, then what the method derives from whole baked tensors."""
+    it is (read by ``loader`` straight into the parameters), then what the method derives from whole baked tensors."""
     record = method.layer_record
     runs = local_expert_runs(layer, record.experts)
-    held = sum(count for _, _, count in runs)
-
-    @contextmanager
-    def stored(short):
-        name, expected = record.prefix + short, record.tensors[short]
-        if name not in files:
-            raise refuse(f"{directory / SAFETENSORS_INDEX_FILE}: baked tensor {name} is missing (the manifest lists it)")
-        with safe_open(directory / files[name], framework="pt") as f:
-            tensor = f.get_slice(name)
-            found = (tensor.get_dtype(), list(tensor.get_shape()))
-            if found != (expected.dtype.value, list(expected.shape)):
-                raise refuse(f"{directory / files[name]}: tensor {name} is {found[0]} {found[1]}, the manifest says "
-                             f"{expected.dtype} {list(expected.shape)}")
-            yield tensor
-
+    held = sum(run.count for run in runs)
+    destinations, parameters = {}, []
     for short, parameter_name in method.copied_tensors().items():
         parameter = getattr(layer, parameter_name)
         if parameter.shape[0] != held:
             raise refuse(f"{record.prefix + short}: this EP rank holds {held} experts but vLLM made {parameter.shape[0]} slots")
-        with stored(short) as tensor:
-            for first, slot, count in runs:
-                parameter.data[slot:slot + count].copy_(tensor[first:first + count])
+        destinations[short] = parameter.data
+        parameters.append(parameter)
+    try:
+        loader.load(record, destinations, runs)
+    except MoebakeError as err:
+        raise refuse(str(err)) from None
+    for parameter in parameters:
         parameter.moebake_loaded = True
 
     def read_whole(short):
-        with stored(short) as tensor:
-            return tensor[:]
+        shard, entry = loader.files.stored(record, short)
+        with safe_open(shard.path, framework="pt") as f:
+            return f.get_tensor(entry.name)
 
-    in_slot_order = sorted(runs, key=lambda run: run[1])
-    method.load_derived(layer, read_whole, [e for first, _, count in in_slot_order for e in range(first, first + count)])
+    in_slot_order = sorted(runs, key=lambda run: run.slot)
+    method.load_derived(layer, read_whole, [e for run in in_slot_order for e in range(run.first, run.first + run.count)])
 
 
 def other_tensors(directory: Path, files: dict[str, str], skip: set[str]) -> Iterator[tuple[str, torch.Tensor]]:
@@ -123,9 +107,12 @@ class MoebakeModelLoader(BaseModelLoader):
         if not layers:
             raise refuse(f"{directory}: the model has no moebake MoE layer (config.json's quant_method must be "
                          f"'moebake'; was the checkpoint baked by moebake convert?)")
-        baked = layers[0][1].quant_method.bake.baked_tensor_names()
+        bake = layers[0][1].quant_method.bake
+        loader = RankLoader(directory, bake.manifest, next(layers[0][1].parameters()).device)
         for _, layer in layers:
-            copy_baked_experts(layer, layer.quant_method, directory, files)
+            copy_baked_experts(layer, layer.quant_method, loader)
+        self.load_stats = loader.total
+        baked = bake.baked_tensor_names()
         model.load_weights(other_tensors(directory, files, baked))
         unloaded = [f"{name}.{p}" for name, layer in layers for p in layer.quant_method.baked_parameters()
                     if not getattr(layer, p).moebake_loaded]

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from moebake.errors import MoebakeError
-from moebake.serve.staged_reader import ByteRange, StagedReader
+from moebake.bake.staged_reader import ByteRange, StagedReader
 from tests.conftest import random_u8
 
 

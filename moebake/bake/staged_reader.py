@@ -21,7 +21,7 @@ import torch
 from moebake.errors import MoebakeError
 
 DEFAULT_CHUNK_BYTES = 16 << 20
-DEFAULT_SLOTS = 4
+DEFAULT_SLOTS = 8
 
 
 @dataclass(frozen=True)
