@@ -1,0 +1,526 @@
+"""Benchmark (not a test): whole-model start-up through SGLang, stock vs a bake through moebake's plugin.
+
+A GPT-OSS-shaped model (synthetic bytes, the real shapes: H = I = 2880, 64 query and 8 KV heads of
+64, vocabulary 201088; ``gpt-oss-20b``: 24 MoE layers of 32 experts, ``gpt-oss-120b``: 36 of 128, or
+as many layers as ``--layers`` says) is loaded onto the GPU two ways, each rank in a process of its
+own (one per GPU, ``--ep`` ranks, SGLang's expert parallelism over a gloo world):
+
+* ``stock``: SGLang 0.5.23 end to end for the source: its default weight iterator
+  (``buffered_multi_thread_safetensors_weights_iterator``, 8 threads) over the source's shards, its
+  ``FusedMoE`` layers with ``Mxfp4MoEMethod`` (``--moe-runner-backend flashinfer_mxfp4``, SM90),
+  GPT-OSS's own MXFP4 expert loader (``GptOssForCausalLM._load_mxfp4_experts_weights``) and the
+  method's post-load step (FlashInfer's CUDA interleave, from moebake's reduced module);
+* ``bake``: the same iterator over the bake's shards, the same ``FusedMoE`` layers with the moebake
+  plugin's method: the baked tensors' loaders read metadata only, and each layer's post-load step
+  reads this rank's rows with :class:`moebake.bake.rank_loader.RankLoader`.
+
+Every other tensor (attention, router, norms, embeddings) is copied by SGLang's ``default_weight_loader``
+into a GPU parameter of its shape in both paths. What is not SGLang's: the model object (a holder of
+the MoE layers and plain parameters, not ``GptOssForCausalLM``, whose attention needs SGLang's CUDA
+kernels), and the dispatch of names to parameters (SGLang's GPT-OSS ``load_weights`` does the same
+``weight_loader(param, tensor)`` calls). Time is from the start of building the layers to the last
+layer's post-load step, synchronised (imports, CUDA context and the gloo world are before it).
+
+Per run it records (``--out``, ``{"runs": [...]}``): engine, path, model, layers, experts, ep,
+cache, seconds (slowest rank), bytes_read (bytes the ranks read from the block device, from
+``/proc/self/io``; near 0 with a warm page cache), bytes_requested (bytes of tensor data the path
+consumed: the rank rows it read plus every other tensor it copied; for stock, every tensor the
+iterator handed out), limit_seconds (see :func:`limit_seconds`), peak_gpu_extra_gib (peak GPU memory
+beyond the parameters resident at the end, largest rank) and peak_host_rss_gib (largest rank's peak
+RSS, mapped file pages included). The machine's limits are measured in the same run
+(:func:`measure_limits`).
+
+    python bench/startup_bench.py make --model gpt-oss-20b --dir /data/b20         # source + bake
+    python bench/startup_bench.py all --dir /data/b20 --model gpt-oss-20b --ep 1 2 --cache cold warm \\
+        --out bench/results/startup_h100x2.json
+    python bench/startup_bench.py plot bench/results/startup_h100x2.json          # the PNG beside it
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = {"gpt-oss-20b": {"layers": 24, "experts": 32}, "gpt-oss-120b": {"layers": 36, "experts": 128},
+          "tiny": {"layers": 2, "experts": 4}}
+SHAPES = {"hidden": 2880, "intermediate": 2880, "heads": 64, "kv_heads": 8, "head_dim": 64, "vocab": 201088}
+TINY_SHAPES = {"hidden": 256, "intermediate": 128, "heads": 4, "kv_heads": 2, "head_dim": 32, "vocab": 64}
+EXPERT_NAMES = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias", "down_proj_blocks",
+                "down_proj_scales", "down_proj_bias")
+GIB = 2**30
+
+
+# ----------------------------------------------------------------------------------------------- make
+def _pattern_bytes(count: int, seed: int, low: int = 0, high: int = 256) -> np.ndarray:
+    """``count`` pseudo-random bytes in ``[low, high)``: a 16 MiB random block tiled (fast to make at 60 GB)."""
+    block = np.random.default_rng(seed).integers(low, high, size=min(count, 16 << 20), dtype=np.uint8)
+    return np.resize(block, count)
+
+
+def write_source(path: Path, model: str, layers: int) -> Path:
+    """A GPT-OSS-format checkpoint (one layer per shard, the embeddings in the first and last) at ``path``."""
+    import torch
+    from safetensors.torch import save_file
+
+    experts = MODELS[model]["experts"]
+    s = TINY_SHAPES if model == "tiny" else SHAPES
+    H, I, q, kv = s["hidden"], s["intermediate"], s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
+
+    def bf16(seed, *shape):
+        return torch.from_numpy(_pattern_bytes(2 * int(np.prod(shape)), seed, 0, 64)).view(torch.bfloat16).reshape(shape)
+
+    def u8(seed, low, high, *shape):
+        return torch.from_numpy(_pattern_bytes(int(np.prod(shape)), seed, low, high)).reshape(shape)
+
+    path.mkdir(parents=True, exist_ok=True)
+    weight_map, total = {}, 0
+    for i in range(layers):
+        p, x = f"model.layers.{i}.", f"model.layers.{i}.mlp.experts."
+        tensors = {p + "input_layernorm.weight": torch.ones(H), p + "post_attention_layernorm.weight": torch.ones(H),
+                   p + "self_attn.q_proj.weight": bf16(i, q, H), p + "self_attn.q_proj.bias": bf16(i, q),
+                   p + "self_attn.k_proj.weight": bf16(i, kv, H), p + "self_attn.k_proj.bias": bf16(i, kv),
+                   p + "self_attn.v_proj.weight": bf16(i, kv, H), p + "self_attn.v_proj.bias": bf16(i, kv),
+                   p + "self_attn.o_proj.weight": bf16(i, H, q), p + "self_attn.o_proj.bias": bf16(i, H),
+                   p + "self_attn.sinks": bf16(i, s["heads"]), p + "mlp.router.weight": bf16(i, experts, H),
+                   p + "mlp.router.bias": bf16(i, experts),
+                   x + "gate_up_proj_blocks": u8(i, 0, 256, experts, 2 * I, H // 32, 16),
+                   x + "gate_up_proj_scales": u8(i, 118, 123, experts, 2 * I, H // 32),
+                   x + "gate_up_proj_bias": bf16(i, experts, 2 * I),
+                   x + "down_proj_blocks": u8(i, 0, 256, experts, H, I // 32, 16),
+                   x + "down_proj_scales": u8(i, 118, 123, experts, H, I // 32),
+                   x + "down_proj_bias": bf16(i, experts, H)}
+        if i == 0:
+            tensors["model.embed_tokens.weight"] = bf16(10_001, s["vocab"], H)
+        if i == layers - 1:
+            tensors["model.norm.weight"] = torch.ones(H)
+            tensors["lm_head.weight"] = bf16(10_002, s["vocab"], H)
+        name = f"model-{i:05d}-of-{layers - 1:05d}.safetensors"
+        save_file(tensors, path / name, metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(tensors, name))
+        total += sum(t.numel() * t.element_size() for t in tensors.values())
+        print(f"make: {path.name} layer {i + 1}/{layers}", flush=True)
+    (path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
+                                                                   "weight_map": weight_map}, indent=1))
+    config = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": H,
+              "intermediate_size": I, "head_dim": s["head_dim"], "num_attention_heads": s["heads"],
+              "num_key_value_heads": s["kv_heads"], "num_hidden_layers": layers, "num_local_experts": experts,
+              "num_experts_per_tok": 4, "experts_per_token": 4, "hidden_act": "silu", "swiglu_limit": 7.0,
+              "vocab_size": s["vocab"], "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
+                  "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}}
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    return path
+
+
+def make(directory: Path, model: str, layers: int) -> None:
+    """``directory/src`` (the source) and ``directory/out`` (its sm90-cutlass SGLang bake), re-used when present."""
+    from moebake.convert.options import ConvertOptions
+    from moebake.convert.run import convert
+
+    source, out = directory / "src", directory / "out"
+    if not (source / "config.json").is_file():
+        write_source(source, model, layers)
+    if not (out / "moebake.json").is_file():
+        convert(source, out, ConvertOptions("sm90-cutlass"), progress=False)
+    (directory / "model.json").write_text(json.dumps({"model": model, "layers": layers,
+                                                      "experts": MODELS[model]["experts"]}))
+
+
+# ------------------------------------------------------------------------------------------ one rank
+def _io_read_bytes() -> int:
+    """Bytes this process has read from the block device (``/proc/self/io`` ``read_bytes``)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("read_bytes:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _sglang_world(ep: int, rank: int, device: str):
+    """SGLang's process state for EP rank ``rank`` of ``ep`` (tp = ep = ``ep``, a gloo world of ``ep`` processes),
+    ``--moe-runner-backend flashinfer_mxfp4`` on an SM90 platform, FlashInfer's kernels from the reduced module."""
+    from contextlib import ExitStack
+    from unittest import mock
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from engine_oracles import standins
+
+    standins.install()
+    import sglang.srt.layers.moe.moe_runner.flashinfer_cutlass as runner
+    import sglang.srt.layers.quantization.mxfp4 as mxfp4
+    from flashinfer.fused_moe.core import ActivationType
+    from sglang.srt.distributed import parallel_state
+    from sglang.srt.layers.moe.utils import initialize_moe_config
+    from sglang.srt.layers.quantization import QUANTIZATION_METHODS
+    from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.runtime_context import SpawnRanks, get_parallel, override_platform, publish
+    from sglang.srt.server_args import ServerArgs
+
+    QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
+    load_plugins()
+    parallel_state.init_distributed_environment(world_size=ep, rank=rank, local_rank=rank, backend="gloo")
+    publish(ServerArgs(model_path="dummy", tp_size=ep, ep_size=ep, pp_size=1, moe_runner_backend="flashinfer_mxfp4"),
+            role="bench", ranks=SpawnRanks(world_rank=rank))
+    get_parallel().override_permanently(world_group=parallel_state._WORLD)
+    parallel_state.initialize_model_parallel(backend="gloo")
+    initialize_moe_config()
+    stack = ExitStack()
+    stack.enter_context(override_platform(is_sm90=True, is_sm100=False, is_blackwell=False, is_sm120=False))
+    stack.enter_context(mock.patch.object(mxfp4, "_FI_HAS_SM90_CUTLASS_MXFP4", True))
+    if device.startswith("cuda"):
+        from moebake.serve.flashinfer_ops import sm90_moe_ops
+
+        ops = sm90_moe_ops()
+        interleave_weights, interleave_scales = ops.interleave_weights, ops.interleave_scales
+        stack.enter_context(mock.patch.object(runner, "_flashinfer_cutlass_fused_moe", lambda: (ops.cutlass_fused_moe, ActivationType)))
+    else:  # the CPU smoke run: the CUDA kernel's index math emulated, FlashInfer's CPU scale helper
+        import flashinfer.fused_moe as fi_moe
+        from kernel_emulation import kernel_interleave_v2
+
+        interleave_weights = lambda w, quant_type: kernel_interleave_v2(w)  # noqa: E731
+        interleave_scales = fi_moe.interleave_moe_scales_for_sm90_mixed_gemm
+    stack.enter_context(mock.patch.object(mxfp4, "interleave_moe_weights_for_sm90_mixed_gemm", interleave_weights, create=True))
+    stack.enter_context(mock.patch.object(mxfp4, "interleave_moe_scales_for_sm90_mixed_gemm", interleave_scales, create=True))
+    get_parallel().override_permanently(tp_group=parallel_state._TP)
+    return stack
+
+
+def _build_model(config: dict, quant_config):
+    """The MoE layers (SGLang ``FusedMoE``) at the checkpoint's module names, and ``{name: parameter}`` of the rest."""
+    import torch
+    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+
+    root = torch.nn.Module()
+    model = torch.nn.Module()
+    root.add_module("model", model)
+    model.add_module("layers", torch.nn.ModuleList())
+    for i in range(config["num_hidden_layers"]):
+        block, mlp = torch.nn.Module(), torch.nn.Module()
+        mlp.add_module("experts", FusedMoE(
+            num_experts=config["num_local_experts"], top_k=config["num_experts_per_tok"], layer_id=i,
+            hidden_size=config["hidden_size"], intermediate_size=config["intermediate_size"], quant_config=quant_config,
+            activation=config["hidden_act"], gemm1_alpha=1.702, gemm1_clamp_limit=config["swiglu_limit"], with_bias=True,
+            prefix=f"model.layers.{i}.mlp.experts", use_weight_loader_fused=quant_config.get_name() != "mxfp4"))
+        block.add_module("mlp", mlp)
+        model.layers.append(block)
+    return root
+
+
+def _holder_config(directory: Path):
+    from transformers import PretrainedConfig
+
+    return PretrainedConfig(**json.loads((directory / "config.json").read_text()))
+
+
+def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> dict:
+    """Load the model of ``directory`` as EP rank ``rank`` of ``ep`` the ``path`` way; the rank's measurements."""
+    import torch
+    from sglang.srt.model_loader.loader import DefaultModelLoader
+    from sglang.srt.model_loader.weight_utils import buffered_multi_thread_safetensors_weights_iterator, default_weight_loader
+    from sglang.srt.models.gpt_oss import GptOssForCausalLM
+
+    config = json.loads((directory / "config.json").read_text())
+    files = sorted(str(p) for p in directory.glob("*.safetensors"))
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.set_device(device)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    io_before, requested = _io_read_bytes(), 0
+    began = time.perf_counter()
+    with torch.device(device):
+        if path == "stock":
+            from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
+
+            quant = Mxfp4Config.from_config(config["quantization_config"])
+        else:
+            from moebake.engines.sglang.config import MoebakeConfig
+
+            quant = MoebakeConfig.from_config(config["quantization_config"])
+        root = _build_model(config, quant)
+    params = dict(root.named_parameters())
+    others, experts = {}, []
+    for name, tensor in buffered_multi_thread_safetensors_weights_iterator(files, max_workers=DefaultModelLoader.DEFAULT_NUM_THREADS):
+        if ".mlp.experts." in name and path == "stock":
+            experts.append((name, tensor))  # SGLang's GPT-OSS loader takes them (lazy mmap views until it reads them)
+            requested += tensor.numel() * tensor.element_size()
+        elif name in params:
+            params[name].weight_loader(params[name], tensor)  # the plugin's loader: metadata only
+        else:
+            target = others[name] = torch.empty(tensor.shape, dtype=tensor.dtype, device=device)
+            default_weight_loader(target, tensor)
+            requested += tensor.numel() * tensor.element_size()
+    if path == "stock":
+        holder = root
+        holder.config = _holder_config(directory)
+        GptOssForCausalLM._load_mxfp4_experts_weights(holder, iter(experts))
+    layers = [block.mlp.experts for block in root.model.layers]
+    for layer in layers:
+        layer.quant_method.process_weights_after_loading(layer)
+        stats = getattr(layer.quant_method, "load_stats", None)
+        requested += stats.bytes if stats is not None else 0
+    if cuda:
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - began
+    resident = torch.cuda.memory_allocated() if cuda else 0
+    peak = torch.cuda.max_memory_allocated() if cuda else 0
+    return {"seconds": seconds, "layer0_xxh3": _digest(layers[0]), "bytes_read": _io_read_bytes() - io_before, "bytes_requested": requested,
+            "peak_gpu_extra_gib": (peak - resident) / GIB, "resident_gib": resident / GIB,
+            "peak_host_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB}
+
+
+def _digest(layer) -> str:
+    """xxh3-128 over the layer's parameters (name order; each one's bytes), after the timed load."""
+    import torch
+    import xxhash
+
+    digest = xxhash.xxh3_128()
+    for name, parameter in sorted(layer.named_parameters()):
+        digest.update(name.encode())
+        digest.update(parameter.data.contiguous().view(torch.uint8).cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def run_rank(args) -> None:
+    """One rank in a process of its own (``all`` starts ``--ep`` of them at once)."""
+    directory = Path(args.dir) / ("src" if args.path == "stock" else "out")
+    stack = _sglang_world(args.ep, args.rank, args.device)
+    with stack, _model_directory(directory):
+        result = load_rank(args.path, directory, args.ep, args.rank, args.device)
+    Path(args.result).write_text(json.dumps(result))
+
+
+def _model_directory(directory: Path):
+    from unittest import mock
+
+    return mock.patch("moebake.engines.sglang.config.model_directory", return_value=directory)
+
+
+# ----------------------------------------------------------------------------------------- the limits
+def _drop_page_cache() -> None:
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def _dd_direct_gbps(files: list[Path], streams: int = 8) -> float:
+    """Disk read bandwidth: ``streams`` parallel ``dd iflag=direct`` over the files (whole), GB/s."""
+    files = files[:streams]
+    began = time.perf_counter()
+    procs = [subprocess.Popen(["dd", f"if={f}", "of=/dev/null", "bs=16M", "iflag=direct"], stderr=subprocess.DEVNULL)
+             for f in files]
+    for p in procs:
+        p.wait()
+    return sum(f.stat().st_size for f in files) / (time.perf_counter() - began) / 1e9
+
+
+def _page_cache_gbps(files: list[Path]) -> float:
+    """Warm page-cache read bandwidth, 8 threads of ``preadv`` into one 16 MiB buffer each, GB/s."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def read(path):
+        buffer = bytearray(16 << 20)
+        fd, offset = os.open(path, os.O_RDONLY), 0
+        try:
+            while got := os.preadv(fd, [buffer], offset):
+                offset += got
+        finally:
+            os.close(fd)
+        return offset
+
+    for path in files:  # warm
+        read(path)
+    began = time.perf_counter()
+    with ThreadPoolExecutor(8) as pool:
+        total = sum(pool.map(read, files))
+    return total / (time.perf_counter() - began) / 1e9
+
+
+def _h2d_gbps(pinned: bool) -> float:
+    import torch
+
+    host = torch.empty(1 << 30, dtype=torch.uint8, pin_memory=pinned)
+    dev = torch.empty_like(host, device="cuda")
+    dev.copy_(host)
+    torch.cuda.synchronize()
+    began = time.perf_counter()
+    for _ in range(3):
+        dev.copy_(host, non_blocking=pinned)
+    torch.cuda.synchronize()
+    return 3 * host.numel() / (time.perf_counter() - began) / 1e9
+
+
+def measure_limits(directory: Path) -> dict:
+    """The machine's physical limits, measured now: disk (O_DIRECT, 8 streams), page cache, pinned/pageable H2D."""
+    files = sorted((directory / "out").glob("*.safetensors"), key=lambda p: -p.stat().st_size)
+    _drop_page_cache()
+    limits = {"disk_gbps": _dd_direct_gbps(files), "page_cache_gbps": _page_cache_gbps(files[:4])}
+    import torch
+
+    if torch.cuda.is_available():
+        limits.update(h2d_pinned_gbps=_h2d_gbps(True), h2d_pageable_gbps=_h2d_gbps(False))
+    return limits
+
+
+def limit_seconds(bytes_per_rank: int, ep: int, cache: str, limits: dict) -> float:
+    """The fastest a rank's bytes can get to its GPU: cold, all ranks' bytes through the one disk; warm, a rank's
+    bytes out of the page cache; and never faster than pinned host-to-device copies of a rank's bytes."""
+    source = bytes_per_rank * ep / (limits["disk_gbps"] * 1e9) if cache == "cold" else \
+        bytes_per_rank / (limits["page_cache_gbps"] * 1e9)
+    h2d = bytes_per_rank / (limits.get("h2d_pinned_gbps", float("inf")) * 1e9)
+    return max(source, h2d)
+
+
+def rank_bytes(directory: Path, ep: int) -> int:
+    """The bake's bytes one EP rank needs: its share of every baked tensor, and every other tensor whole."""
+    from moebake.schema.manifest import Manifest, read_manifest
+
+    out = directory / "out"
+    manifest = Manifest.from_json(read_manifest(out), out / "moebake.json")
+    baked = sum(int(np.prod(t.shape)) * {"U8": 1, "BF16": 2, "F32": 4}[str(t.dtype.value)]
+                for layer in manifest.layers for t in layer.tensors.values())
+    total = sum(f.stat().st_size for f in out.glob("*.safetensors"))
+    return (total - baked) + baked // ep
+
+
+# ------------------------------------------------------------------------------------------------ all
+def run_all(args) -> None:
+    import torch
+
+    directory = Path(args.dir)
+    about = json.loads((directory / "model.json").read_text())
+    results_path = Path(args.out)
+    results = json.loads(results_path.read_text()) if results_path.is_file() else {"runs": []}
+    gpus = torch.cuda.device_count()
+    limits = measure_limits(directory) if gpus else {"disk_gbps": 1.0, "page_cache_gbps": 1.0}
+    results.setdefault("limits", []).append({"model": about["model"], "layers": about["layers"], **limits})
+    print("limits:", json.dumps(limits), flush=True)
+    if gpus:  # the CUDA context, module and page tables once, so the first timed run is not a warm-up
+        _spawn(args, "bake", 1, directory)
+    for ep in args.ep:
+        if gpus and ep > gpus:
+            print(f"skip ep={ep}: {gpus} GPU(s)", flush=True)
+            continue
+        for cache in args.cache:
+            for path in args.paths:
+                if cache == "cold":
+                    _drop_page_cache()
+                else:
+                    _page_cache_gbps(sorted((directory / ("src" if path == "stock" else "out")).glob("*.safetensors")))
+                ranks = _spawn(args, path, ep, directory)
+                run = {"engine": "sglang", "path": path, "model": about["model"], "layers": about["layers"],
+                       "experts": about["experts"], "ep": ep, "cache": cache,
+                       "seconds": max(r["seconds"] for r in ranks), "layer0_xxh3": [r["layer0_xxh3"] for r in ranks],
+                       "bytes_read": sum(r["bytes_read"] for r in ranks),
+                       "bytes_requested": sum(r["bytes_requested"] for r in ranks),
+                       "limit_seconds": limit_seconds(rank_bytes(directory, ep), ep, cache, limits),
+                       "peak_gpu_extra_gib": max(r["peak_gpu_extra_gib"] for r in ranks),
+                       "resident_gib": max(r["resident_gib"] for r in ranks),
+                       "peak_host_rss_gib": max(r["peak_host_rss_gib"] for r in ranks)}
+                twin = [r for r in results["runs"] if r["path"] != path and r["ep"] == ep and r["model"] == about["model"]
+                        and r["layers"] == about["layers"]]
+                if twin and twin[-1]["layer0_xxh3"] != run["layer0_xxh3"]:
+                    raise SystemExit(f"error: ep={ep}: layer 0's parameters differ between stock and bake "
+                                     f"({twin[-1]['layer0_xxh3']} vs {run['layer0_xxh3']})")
+                run["layer0_equal_to_stock"] = bool(twin) or None
+                results["runs"].append(run)
+                print(json.dumps(run), flush=True)
+                results_path.write_text(json.dumps(results, indent=1) + "\n")
+
+
+def _spawn(args, path: str, ep: int, directory: Path) -> list[dict]:
+    """``ep`` rank processes of ``path`` at once (rank r on GPU r); their results."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    outs = [directory / f".rank{r}.json" for r in range(ep)]
+    procs = [subprocess.Popen([sys.executable, __file__, "rank", "--dir", str(directory), "--path", path, "--ep", str(ep),
+                               "--rank", str(r), "--device", f"cuda:{r}" if args.device == "cuda" else "cpu",
+                               "--result", str(outs[r])], env=env) for r in range(ep)]
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise SystemExit(f"error: {path} ep={ep}: rank exit codes {codes}")
+    return [json.loads(o.read_text()) for o in outs]
+
+
+# ----------------------------------------------------------------------------------------------- plot
+def plot(results_path: Path, png: Path | None = None) -> Path:
+    """A bar chart per model: seconds of each (path, ep, cache), the physical limit as a tick; the ratio on top."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = json.loads(Path(results_path).read_text())["runs"]
+    models = sorted({(r["model"], r["layers"]) for r in runs})
+    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.5), squeeze=False)
+    for ax, (model, layers) in zip(axes[0], models):
+        mine = [r for r in runs if (r["model"], r["layers"]) == (model, layers)]
+        groups = sorted({(r["ep"], r["cache"]) for r in mine}, key=lambda g: (g[1], g[0]))
+        for j, (ep, cache) in enumerate(groups):
+            pair = {r["path"]: r for r in mine if (r["ep"], r["cache"]) == (ep, cache)}
+            for k, (path, color) in enumerate((("stock", "tab:gray"), ("bake", "tab:blue"))):
+                if path in pair:
+                    ax.bar(j + (k - 0.5) * 0.38, pair[path]["seconds"], 0.36, color=color, label=path if j == 0 else None)
+            if "bake" in pair:
+                ax.plot([j - 0.4, j + 0.4], [pair["bake"]["limit_seconds"]] * 2, "k--", lw=1,
+                        label="physical limit" if j == 0 else None)
+            if len(pair) == 2:
+                ratio = pair["stock"]["seconds"] / pair["bake"]["seconds"]
+                ax.text(j, max(p["seconds"] for p in pair.values()) * 1.02, f"{ratio:.1f}x", ha="center")
+        ax.set_xticks(range(len(groups)), [f"EP {ep}\n{cache}" for ep, cache in groups])
+        ax.set_ylabel("seconds to ready (lower is better)")
+        ax.set_title(f"SGLang start-up, {model}-shaped, {layers} MoE layers")
+        ax.legend(loc="upper left")
+    fig.tight_layout()
+    png = Path(png) if png else Path(results_path).with_suffix(".png")
+    fig.savefig(png, dpi=110)
+    return png
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("make", help="write the source and its bake")
+    p.add_argument("--model", choices=sorted(MODELS), required=True)
+    p.add_argument("--layers", type=int, help="MoE layers (default: the model's)")
+    p.add_argument("--dir", required=True)
+    p = sub.add_parser("all", help="measure the limits, then every (ep, cache, path)")
+    p.add_argument("--dir", required=True)
+    p.add_argument("--ep", type=int, nargs="+", default=[1])
+    p.add_argument("--cache", nargs="+", choices=["cold", "warm"], default=["warm"])
+    p.add_argument("--paths", nargs="+", choices=["stock", "bake"], default=["stock", "bake"])
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("rank", help="(internal) one rank's load")
+    p.add_argument("--dir", required=True)
+    p.add_argument("--path", choices=["stock", "bake"], required=True)
+    p.add_argument("--ep", type=int, default=1)
+    p.add_argument("--rank", type=int, default=0)
+    p.add_argument("--device", default="cuda:0")
+    p.add_argument("--result", required=True)
+    p = sub.add_parser("plot", help="redraw the PNG from a results JSON")
+    p.add_argument("results")
+    p.add_argument("--png")
+    args = parser.parse_args(argv)
+    if args.command == "make":
+        make(Path(args.dir), args.model, args.layers or MODELS[args.model]["layers"])
+    elif args.command == "all":
+        run_all(args)
+    elif args.command == "rank":
+        run_rank(args)
+    else:
+        print(plot(Path(args.results), args.png))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()
