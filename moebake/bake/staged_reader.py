@@ -83,7 +83,7 @@ class StagedReader:
     def _ring(self) -> tuple[list[torch.Tensor], list]:
         if not self._buffers:
             pin = self.device.type == "cuda"
-            self._buffers = [torch.empty(self.chunk_bytes, dtype=torch.uint8, pin_memory=pin) for _ in range(self.slots)]
+            self._buffers = [torch.empty(self.chunk_bytes, dtype=torch.uint8, device="cpu", pin_memory=pin) for _ in range(self.slots)]
             self._events = [torch.cuda.Event() if pin else None for _ in range(self.slots)]
         return self._buffers, self._events
 
