@@ -137,11 +137,31 @@ def bench_forward(experts, prepared: dict, swiglu_limit: float, args) -> list[di
     return rows
 
 
+def require_sm90_gpu() -> None:
+    """SystemExit (one line) unless a CUDA SM90 GPU is here: everything but ``--plot-only`` times GPU work."""
+    if not torch.cuda.is_available():
+        raise SystemExit("serve_bench.py times GPU work: it needs a CUDA SM90 GPU (H100/H200) and FlashInfer; "
+                         "without one, only --plot-only runs")
+    capability = torch.cuda.get_device_capability()
+    if capability != (9, 0):
+        raise SystemExit(f"serve_bench.py benchmarks the sm90-cutlass target: it needs an SM90 GPU, "
+                         f"not {torch.cuda.get_device_name()} (SM{capability[0]}{capability[1]})")
+
+
+def layer_shape(checkpoint, top_k: int) -> dict:
+    """The benchmarked shape: the bake's MoE layer count and its first layer's dims (as baked, and padded)."""
+    layers = checkpoint.manifest.layers
+    record = layers[0]
+    return {"layers": len(layers), "experts": record.experts, "hidden": record.hidden, "hidden_padded": record.hidden_padded,
+            "intermediate": record.intermediate, "intermediate_padded": record.intermediate_padded, "top_k": top_k}
+
+
 def run(args) -> dict:
     import moebake.serve
     from moebake.serve import sglang_baseline
     from moebake.serve.flashinfer_ops import sm90_moe_ops
 
+    require_sm90_gpu()
     workdir = Path(args.workdir)
     source, baked, prep = make_checkpoints(workdir, args)
     start = time.perf_counter()
@@ -175,8 +195,7 @@ def run(args) -> dict:
     prepared = sglang_load()[0]
     return {
         "device": torch.cuda.get_device_name(),
-        "shape": {"layers": len(layers), "experts": E, "hidden": record["hidden"], "hidden_padded": Hp,
-                  "intermediate": record["intermediate"], "intermediate_padded": Ip, "top_k": args.top_k},
+        "shape": layer_shape(checkpoint, args.top_k),
         "preparation": prep,
         "load_stats": str(experts.load_stats),
         "ready": ready,
@@ -237,7 +256,7 @@ def plot(results: dict, png: Path) -> None:
     fig.savefig(png, dpi=120)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", default="/tmp/moebake-bench")
     parser.add_argument("--layers", type=int, default=1)
@@ -250,7 +269,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--png", type=Path)
     parser.add_argument("--plot-only", type=Path, help="redraw --png (and print the table) from a saved JSON")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     results = json.loads(args.plot_only.read_text()) if args.plot_only else run(args)
     print(table(results))
     if args.json and not args.plot_only:
