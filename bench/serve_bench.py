@@ -5,7 +5,7 @@ For a GPT-OSS-120B-shaped MoE layer set (synthetic: E=128, H=I=2880 -> 2944 padd
 * time-to-ready and peak GPU memory of
   - moebake: ``moebake.serve.open(OUT).load_experts(layer, "cuda")`` for every layer (baked bytes
     read into pinned buffers, copied to the GPU; nothing else), vs
-  - the SGLang way (``moebake.serve.sglang_baseline``): the source tensors to the GPU, then
+  - the SGLang way (``tests/engine_oracles/sglang_baseline.py``): the source tensors to the GPU, then
     de-interleave, pad and interleave with FlashInfer's GPU helpers;
   both from a warm page cache, with FlashInfer's MoE module already loaded; median of repeats;
 * forward latency for T tokens through ``experts.forward`` vs SGLang's call on its own prepared
@@ -21,10 +21,23 @@ Prints a table with ratios, writes ``--json`` and a PNG plot (``--png``; needs m
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def oracle():
+    """The SGLang way, a test oracle (``tests/engine_oracles/sglang_baseline.py``), imported as the tests import it."""
+    if str(REPO / "tests") not in sys.path:
+        sys.path.insert(0, str(REPO / "tests"))
+    from engine_oracles import sglang_baseline
+
+    return sglang_baseline
 
 
 def make_checkpoints(workdir: Path, args) -> tuple[Path, Path, dict]:
@@ -99,7 +112,7 @@ def time_cuda_interleaved(functions: dict, iterations: int, warmup: int = 10) ->
 def bench_forward(experts, prepared: dict, swiglu_limit: float, args) -> list[dict]:
     """Latency per token count of moebake's forward, SGLang's call (pad, kernel, trim) on its own
     prepared tensors, and the bare ``cutlass_fused_moe`` on moebake's tensors with a pre-padded input."""
-    from moebake.serve import sglang_baseline
+    sglang_baseline = oracle()
     from moebake.serve.flashinfer_ops import sm90_moe_ops
 
     cutlass_fused_moe = sm90_moe_ops().cutlass_fused_moe
@@ -158,7 +171,7 @@ def layer_shape(checkpoint, top_k: int) -> dict:
 
 def run(args) -> dict:
     import moebake.serve
-    from moebake.serve import sglang_baseline
+    sglang_baseline = oracle()
     from moebake.serve.flashinfer_ops import sm90_moe_ops
 
     require_sm90_gpu()

@@ -70,6 +70,10 @@ def test_serve_bench_shape_of_a_cpu_bake(tmp_path):
     assert bench.make_checkpoints(tmp_path, args) == (source, baked, {})  # re-used, not made again
 
 
+def test_serve_bench_baseline_is_the_test_oracle():
+    assert Path(_load("serve_bench.py").oracle().__file__) == REPO / "tests" / "engine_oracles" / "sglang_baseline.py"
+
+
 @no_gpu
 def test_serve_bench_refuses_without_a_gpu(tmp_path):
     with pytest.raises(SystemExit, match=r"^serve_bench.py times GPU work: it needs a CUDA SM90 GPU .* only --plot-only runs$"):

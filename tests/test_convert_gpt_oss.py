@@ -13,7 +13,7 @@ from moebake.cli import main
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.convert.targets import get_target
-from moebake.layouts.mxfp4 import dequantize
+from mxfp4_oracle import dequantize
 from moebake.synthetic import write_gpt_oss
 from moebake.schema.manifest import LayerRecord
 

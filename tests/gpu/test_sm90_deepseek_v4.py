@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.layouts.mxfp4 import dequantize
+from mxfp4_oracle import dequantize
 from moebake.synthetic import write_deepseek_v4
 
 pytestmark = pytest.mark.gpu
