@@ -27,7 +27,6 @@ from pathlib import Path
 
 import torch
 
-
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -143,7 +142,8 @@ def bench_forward(experts, prepared: dict, swiglu_limit: float, args) -> list[di
         }, iterations)
         cutlass_fused_moe(x_padded, ids32, weights, output=out, **direct_args)
         ours = experts.forward(x, ids, weights)
-        same = torch.equal(ours, out[:, : experts.hidden]) and torch.equal(ours, sglang_baseline.sglang_moe_forward(prepared, swiglu, x, ids, weights))
+        theirs = sglang_baseline.sglang_moe_forward(prepared, swiglu, x, ids, weights)
+        same = torch.equal(ours, out[:, : experts.hidden]) and torch.equal(ours, theirs)
         rows.append({"tokens": tokens, "moebake_ms": ms["moebake"], "sglang_ms": ms["sglang"], "direct_ms": ms["direct"],
                      "ratio": ms["moebake"] / ms["direct"], "ratio_sglang": ms["moebake"] / ms["sglang"],
                      "iterations": iterations, "outputs_equal": same})
@@ -231,7 +231,8 @@ def table(results: dict) -> str:
         f"| SGLang way (GPU prepare) | {g['seconds']:.3f} | {g['peak_bytes'] / 2**30:.2f} | {g['resident_bytes'] / 2**30:.2f} |",
         f"| ratio SGLang / moebake | {g['seconds'] / m['seconds']:.2f}x | {g['peak_bytes'] / m['peak_bytes']:.2f}x | |",
         "",
-        "| tokens | moebake forward (ms) | SGLang call (ms) | bare cutlass_fused_moe (ms) | moebake / SGLang | moebake / bare | outputs equal |",
+        "| tokens | moebake forward (ms) | SGLang call (ms) | bare cutlass_fused_moe (ms) | moebake / SGLang | moebake / bare "
+        "| outputs equal |",
         "|---|---|---|---|---|---|---|",
     ]
     lines += [f"| {r['tokens']} | {r['moebake_ms']:.3f} | {r['sglang_ms']:.3f} | {r['direct_ms']:.3f} | {r['ratio_sglang']:.3f} | "

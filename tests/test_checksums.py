@@ -12,11 +12,11 @@ from click.testing import CliRunner
 from moebake.cli import main
 from moebake.convert import conversion
 from moebake.convert.hashing import hub_blob_sha256
-from moebake.schema.checksums import CHECKSUM, parse_tagged, record_checksum, tagged
-from moebake.schema.manifest import write_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.convert.verify import verify_output
+from moebake.schema.checksums import CHECKSUM, parse_tagged, record_checksum, tagged
+from moebake.schema.manifest import write_manifest
 
 SHARD = "model-00001-of-00001.safetensors"
 

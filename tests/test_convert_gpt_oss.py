@@ -13,9 +13,9 @@ from moebake.cli import main
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.convert.targets import get_target
-from mxfp4_oracle import dequantize
-from moebake.synthetic import write_gpt_oss
 from moebake.schema.manifest import LayerRecord
+from moebake.synthetic import write_gpt_oss
+from mxfp4_oracle import dequantize
 
 KERNELS = {"v2": kernel_interleave_v2, "v1": kernel_interleave_v1}
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import load_all
+from engine_oracles import standins  # noqa: E402
 from kernel_emulation import kernel_interleave_v1, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
@@ -17,7 +18,6 @@ from moebake.engines.profiles import PROFILES, SGLANG_0_5_23
 from moebake.layouts.nvfp4_scalars import load_time_scales
 from moebake.synthetic import MODELOPT_MISMATCHES, write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
 
-from engine_oracles import standins  # noqa: E402
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():
     pytest.skip("sglang 0.5.23 is not installed (bin/setup installs it)", allow_module_level=True)

@@ -121,9 +121,9 @@ def refusal(excinfo) -> str:
 def test_plugin_is_found_through_the_entry_point():
     import importlib.metadata
 
+    from vllm.config.load import LoadConfig
     from vllm.model_executor.layers.quantization import get_quantization_config
     from vllm.model_executor.model_loader import get_model_loader
-    from vllm.config.load import LoadConfig
     from vllm.plugins import load_general_plugins
 
     from moebake.engines.vllm.loader import MoebakeModelLoader

@@ -44,8 +44,7 @@ from moebake.progress import byte_bar, shard_done
 from moebake.schema.checksums import CHECKSUM, file_digest, file_record, tagged
 from moebake.schema.files import child, open_regular
 from moebake.schema.index import write_index
-from moebake.schema.manifest import (MANIFEST_NAME, EngineRecord, FileRecord, LayerRecord, Manifest, SourceRecord, created,
-                                     write_manifest)
+from moebake.schema.manifest import MANIFEST_NAME, EngineRecord, FileRecord, LayerRecord, Manifest, SourceRecord, created, write_manifest
 
 _HF_SNAPSHOT_RE = re.compile(r"/snapshots/([0-9a-f]{40})(/|$)")
 OWN_FILES = {MANIFEST_NAME, SAFETENSORS_INDEX_FILE}

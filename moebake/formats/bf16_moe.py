@@ -169,7 +169,8 @@ def _per_expert_pattern(checkpoint: SourceCheckpoint, prefix: str, role: str, pr
 def _layer(checkpoint: SourceCheckpoint, prefix: str, found: dict, dims: dict) -> Bf16MoeLayer:
     E, H, I = dims["experts"], dims["hidden"], dims["intermediate"]
     if found["fused"] and found["per_expert"]:
-        raise CheckpointError(f"{checkpoint.root}: layer {prefix} has both fused ({', '.join(found['fused'])}) and per-expert expert tensors")
+        raise CheckpointError(f"{checkpoint.root}: layer {prefix} has both fused ({', '.join(found['fused'])}) "
+                              "and per-expert expert tensors")
     if found["fused"]:
         gate_up, down = prefix + "gate_up_proj", prefix + "down_proj"
         _check(checkpoint, gate_up, (E, 2 * I, H))

@@ -437,7 +437,8 @@ class Manifest:
     extra: dict = field(default_factory=dict, compare=False)
 
     def to_json(self) -> dict:
-        layout = None if self.flashinfer_layout is None else {"id": self.flashinfer_layout, "description": self.flashinfer_layout_description}
+        layout = (None if self.flashinfer_layout is None
+                  else {"id": self.flashinfer_layout, "description": self.flashinfer_layout_description})
         out = {"schema": self.schema, "moebake_version": self.moebake_version}
         if self.created is not None:
             out["created"] = self.created

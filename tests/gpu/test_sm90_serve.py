@@ -15,12 +15,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import moebake.serve
+from engine_oracles import sglang_baseline
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from mxfp4_oracle import dequantize
 from moebake.schema.sizes import round_up
-from engine_oracles import sglang_baseline
 from moebake.synthetic import write_gpt_oss
+from mxfp4_oracle import dequantize
 
 pytestmark = pytest.mark.gpu
 
