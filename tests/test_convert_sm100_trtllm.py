@@ -154,7 +154,7 @@ def test_deepseek_v4_without_limit_has_no_clamp_tensor(tmp_path):
 def test_restore_inverts_any_run_of_experts(tmp_path):
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, mtp_layers=0)
     out = tmp_path / "out"
-    manifest = convert(source, out, ConvertOptions("sm100-trtllm"), progress=False)
+    manifest = convert(source, out, ConvertOptions("sm100-trtllm"), progress=False).to_json()
     src, baked = load_all(source), load_all(out)
     record = manifest["layers"][0]
     tensors = {s: baked[record["prefix"] + s][1:3] for s in record["tensors"]}

@@ -36,7 +36,7 @@ BF16 = "BF16"
 QUANT_SIDECAR = "hf_quant_config.json"
 SILU_ACTIVATIONS = ("silu", "swish")
 # silu(gate) * up in the manifest's SwiGLU parametrisation (as modelopt-nvfp4 records it).
-ACTIVATION = Activation(ActivationKind.SWIGLU, alpha=1.0, beta=0.0, limit=None)
+ACTIVATION = Activation(kind=ActivationKind.SWIGLU, alpha=1.0, beta=0.0, limit=None)
 
 _LAYER = r"(?P<prefix>(?:[\w.]+\.)?layers\.(?P<index>\d+)\.(?:mlp|block_sparse_moe)\.experts\.)"
 _FUSED_RE = re.compile(_LAYER + r"(?P<projection>gate_up_proj|down_proj)$")

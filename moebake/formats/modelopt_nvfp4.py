@@ -162,7 +162,7 @@ class ModelOptNvfp4Model:
 
     def activation(self) -> Activation:
         """Plain SwiGLU, ``silu(gate) * up`` (FlashInfer's parametrisation: alpha 1, beta 0, no limit)."""
-        return Activation(ActivationKind.SWIGLU, alpha=1.0, beta=0.0, limit=None)
+        return Activation(kind=ActivationKind.SWIGLU, alpha=1.0, beta=0.0, limit=None)
 
     def read(self, name: str) -> torch.Tensor:
         """Source tensor ``name`` as stored: U8 and F8_E4M3 as uint8 bytes, F32 as float32, its own shape.
