@@ -62,16 +62,17 @@ def source_bytes(path: Path) -> int:
 GPT_OSS_20B_ATTENTION = {"heads": 64, "kv_heads": 8, "head_dim": 64, "vocab": 201088}
 
 
-def full_source(cache: Path, layers: int, experts: int, hidden: int) -> Path:
+def full_source(cache: Path, layers: int, experts: int, hidden: int, vocab: int = GPT_OSS_20B_ATTENTION["vocab"]) -> Path:
     """The largest checkpoint, generated once (a partial one from an interrupted run is redone)."""
     from moebake.synthetic import write_gpt_oss
 
-    path = cache / f"gpt-oss-L{layers}-E{experts}-H{hidden}-20b-attn"
+    own_vocab = "" if vocab == GPT_OSS_20B_ATTENTION["vocab"] else f"-V{vocab}"
+    path = cache / f"gpt-oss-L{layers}-E{experts}-H{hidden}-20b-attn{own_vocab}"
     if not (path / COMPLETE).is_file():
         shutil.rmtree(path, ignore_errors=True)
         print(f"generating {path} ...", flush=True)
         write_gpt_oss(path, num_layers=layers, num_experts=experts, hidden=hidden, intermediate=hidden,
-                      layers_per_shard=1, **GPT_OSS_20B_ATTENTION)
+                      layers_per_shard=1, **{**GPT_OSS_20B_ATTENTION, "vocab": vocab})
         (path / COMPLETE).write_text("")
     return path
 
@@ -386,6 +387,7 @@ def main() -> None:
                         help="layers of the generated checkpoint; smaller sizes are its first shards")
     parser.add_argument("--experts", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=2880, help="H = I")
+    parser.add_argument("--vocab", type=int, default=GPT_OSS_20B_ATTENTION["vocab"], help="vocabulary (embedding rows)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="moebake --workers values to run")
     parser.add_argument("--cache-states", nargs="+", choices=["cold", "warm"], default=["cold", "warm"],
                         help="page-cache states of the source to measure")
@@ -414,7 +416,7 @@ def main() -> None:
 
     if max(args.layers) > args.generate_layers:
         parser.error(f"--layers must be at most --generate-layers ({args.generate_layers})")
-    full = full_source(args.cache, args.generate_layers, args.experts, args.hidden)
+    full = full_source(args.cache, args.generate_layers, args.experts, args.hidden, args.vocab)
     scratch = args.cache / "scratch"
     scratch.mkdir(exist_ok=True)
     warm_up(args.cache, scratch)

@@ -113,8 +113,8 @@ def bench_worker(ctx, args: dict) -> dict:
                               f"first step {first_s:.2f} s", flush=True)
                         if out_path:
                             Path(out_path).write_text(json.dumps(rows, indent=1))
-                del experts
-            del w13, w2, dispatcher
+                experts = None  # drop this backend's weights before the next one's (the step closure reads the name)
+            w13 = w2 = dispatcher = None
             torch.cuda.empty_cache()
     finally:
         buffer.close()
@@ -126,6 +126,9 @@ def run(args) -> dict:
     from moebake.serve.ep_launch import run_ranks
     from moebake.serve.masked_gemm import deep_gemm_status
 
+    if not torch.cuda.is_available():
+        raise SystemExit("deepep_layer_bench.py times GPU work: it needs CUDA GPUs with DeepEP and DeepGEMM; "
+                         "without them, only --plot-only runs")
     for module, why in (deep_ep_status(), deep_gemm_status()):
         if module is None:
             raise SystemExit(f"not usable here: {why}")
@@ -208,7 +211,7 @@ def plot(all_results: list[dict], png: Path) -> None:
     print(f"wrote {png}")
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, default=1, help="EP ranks = GPUs (one process each)")
     parser.add_argument("--shapes", type=lambda s: s.split(","), default=list(SHAPES))
@@ -219,7 +222,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--png", type=Path)
     parser.add_argument("--plot-only", type=Path, nargs="+", help="print the tables and draw --png from saved JSON files")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     if args.plot_only:
         all_results = [json.loads(path.read_text()) for path in args.plot_only]
     else:

@@ -57,6 +57,9 @@ def run(args) -> dict:
     from moebake.serve.deepep_bf16 import DeepEPBf16Experts
     from moebake.serve.masked_gemm import DEEP_GEMM, TORCH, deep_gemm_status
 
+    if not torch.cuda.is_available():
+        raise SystemExit("deepgemm_masked_bench.py times GPU kernels: it needs a CUDA GPU with DeepGEMM; "
+                         "without one, only --plot-only runs")
     module, why = deep_gemm_status()
     if module is None:
         raise SystemExit(f"DeepGEMM is not usable here: {why}")
@@ -146,7 +149,7 @@ def plot(results: dict, png: Path) -> None:
     print(f"wrote {png}")
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--experts", type=int, default=64)
     parser.add_argument("--hidden", type=int, default=4096)
@@ -158,7 +161,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--png", type=Path)
     parser.add_argument("--plot-only", type=Path, help="redraw --png (and print the table) from a saved JSON")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     if args.plot_only:
         results = json.loads(args.plot_only.read_text())
     else:

@@ -10,9 +10,10 @@
 # and RECORD. That takes a few minutes once. Total: ~53 MB.
 #
 #   bench/device_wheels.sh            # -> .whl/bench/*.whl, prints their total size
+#   DEST=DIR PYTHON=PY bench/device_wheels.sh   # elsewhere, with another Python (CI's smoke test stubs pip's download)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEST="$ROOT/.whl/bench"
+DEST="${DEST:-$ROOT/.whl/bench}"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 mkdir -p "$DEST"
 "$PY" -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \

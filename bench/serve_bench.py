@@ -5,7 +5,7 @@ For a GPT-OSS-120B-shaped MoE layer set (synthetic: E=128, H=I=2880 -> 2944 padd
 * time-to-ready and peak GPU memory of
   - moebake: ``moebake.serve.open(OUT).load_experts(layer, "cuda")`` for every layer (baked bytes
     read into pinned buffers, copied to the GPU; nothing else), vs
-  - the SGLang way (``moebake.serve.sglang_baseline``): the source tensors to the GPU, then
+  - the SGLang way (``tests/engine_oracles/sglang_baseline.py``): the source tensors to the GPU, then
     de-interleave, pad and interleave with FlashInfer's GPU helpers;
   both from a warm page cache, with FlashInfer's MoE module already loaded; median of repeats;
 * forward latency for T tokens through ``experts.forward`` vs SGLang's call on its own prepared
@@ -21,10 +21,22 @@ Prints a table with ratios, writes ``--json`` and a PNG plot (``--png``; needs m
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def oracle():
+    """The SGLang way, a test oracle (``tests/engine_oracles/sglang_baseline.py``), imported as the tests import it."""
+    if str(REPO / "tests") not in sys.path:
+        sys.path.insert(0, str(REPO / "tests"))
+    from engine_oracles import sglang_baseline
+
+    return sglang_baseline
 
 
 def make_checkpoints(workdir: Path, args) -> tuple[Path, Path, dict]:
@@ -99,7 +111,7 @@ def time_cuda_interleaved(functions: dict, iterations: int, warmup: int = 10) ->
 def bench_forward(experts, prepared: dict, swiglu_limit: float, args) -> list[dict]:
     """Latency per token count of moebake's forward, SGLang's call (pad, kernel, trim) on its own
     prepared tensors, and the bare ``cutlass_fused_moe`` on moebake's tensors with a pre-padded input."""
-    from moebake.serve import sglang_baseline
+    sglang_baseline = oracle()
     from moebake.serve.flashinfer_ops import sm90_moe_ops
 
     cutlass_fused_moe = sm90_moe_ops().cutlass_fused_moe
@@ -130,18 +142,39 @@ def bench_forward(experts, prepared: dict, swiglu_limit: float, args) -> list[di
         }, iterations)
         cutlass_fused_moe(x_padded, ids32, weights, output=out, **direct_args)
         ours = experts.forward(x, ids, weights)
-        same = torch.equal(ours, out[:, : experts.hidden]) and torch.equal(ours, sglang_baseline.sglang_moe_forward(prepared, swiglu, x, ids, weights))
+        theirs = sglang_baseline.sglang_moe_forward(prepared, swiglu, x, ids, weights)
+        same = torch.equal(ours, out[:, : experts.hidden]) and torch.equal(ours, theirs)
         rows.append({"tokens": tokens, "moebake_ms": ms["moebake"], "sglang_ms": ms["sglang"], "direct_ms": ms["direct"],
                      "ratio": ms["moebake"] / ms["direct"], "ratio_sglang": ms["moebake"] / ms["sglang"],
                      "iterations": iterations, "outputs_equal": same})
     return rows
 
 
+def require_sm90_gpu() -> None:
+    """SystemExit (one line) unless a CUDA SM90 GPU is here: everything but ``--plot-only`` times GPU work."""
+    if not torch.cuda.is_available():
+        raise SystemExit("serve_bench.py times GPU work: it needs a CUDA SM90 GPU (H100/H200) and FlashInfer; "
+                         "without one, only --plot-only runs")
+    capability = torch.cuda.get_device_capability()
+    if capability != (9, 0):
+        raise SystemExit(f"serve_bench.py benchmarks the sm90-cutlass target: it needs an SM90 GPU, "
+                         f"not {torch.cuda.get_device_name()} (SM{capability[0]}{capability[1]})")
+
+
+def layer_shape(checkpoint, top_k: int) -> dict:
+    """The benchmarked shape: the bake's MoE layer count and its first layer's dims (as baked, and padded)."""
+    layers = checkpoint.manifest.layers
+    record = layers[0]
+    return {"layers": len(layers), "experts": record.experts, "hidden": record.hidden, "hidden_padded": record.hidden_padded,
+            "intermediate": record.intermediate, "intermediate_padded": record.intermediate_padded, "top_k": top_k}
+
+
 def run(args) -> dict:
     import moebake.serve
-    from moebake.serve import sglang_baseline
+    sglang_baseline = oracle()
     from moebake.serve.flashinfer_ops import sm90_moe_ops
 
+    require_sm90_gpu()
     workdir = Path(args.workdir)
     source, baked, prep = make_checkpoints(workdir, args)
     start = time.perf_counter()
@@ -175,8 +208,7 @@ def run(args) -> dict:
     prepared = sglang_load()[0]
     return {
         "device": torch.cuda.get_device_name(),
-        "shape": {"layers": len(layers), "experts": E, "hidden": record["hidden"], "hidden_padded": Hp,
-                  "intermediate": record["intermediate"], "intermediate_padded": Ip, "top_k": args.top_k},
+        "shape": layer_shape(checkpoint, args.top_k),
         "preparation": prep,
         "load_stats": str(experts.load_stats),
         "ready": ready,
@@ -199,7 +231,8 @@ def table(results: dict) -> str:
         f"| SGLang way (GPU prepare) | {g['seconds']:.3f} | {g['peak_bytes'] / 2**30:.2f} | {g['resident_bytes'] / 2**30:.2f} |",
         f"| ratio SGLang / moebake | {g['seconds'] / m['seconds']:.2f}x | {g['peak_bytes'] / m['peak_bytes']:.2f}x | |",
         "",
-        "| tokens | moebake forward (ms) | SGLang call (ms) | bare cutlass_fused_moe (ms) | moebake / SGLang | moebake / bare | outputs equal |",
+        "| tokens | moebake forward (ms) | SGLang call (ms) | bare cutlass_fused_moe (ms) | moebake / SGLang | moebake / bare "
+        "| outputs equal |",
         "|---|---|---|---|---|---|---|",
     ]
     lines += [f"| {r['tokens']} | {r['moebake_ms']:.3f} | {r['sglang_ms']:.3f} | {r['direct_ms']:.3f} | {r['ratio_sglang']:.3f} | "
@@ -237,7 +270,7 @@ def plot(results: dict, png: Path) -> None:
     fig.savefig(png, dpi=120)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", default="/tmp/moebake-bench")
     parser.add_argument("--layers", type=int, default=1)
@@ -250,7 +283,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--png", type=Path)
     parser.add_argument("--plot-only", type=Path, help="redraw --png (and print the table) from a saved JSON")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     results = json.loads(args.plot_only.read_text()) if args.plot_only else run(args)
     print(table(results))
     if args.json and not args.plot_only:

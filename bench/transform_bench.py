@@ -40,9 +40,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from moebake.convert.allocator import reuse_freed_buffers
+    from moebake.layouts.compiled import DISABLE_ENV
     from moebake.layouts.gate_up import split_halves, split_pairs
     from moebake.layouts.sm90_fp4 import deinterleave_fp4, interleave_fp4_padded
-    from moebake.layouts.compiled import DISABLE_ENV
     from moebake.layouts.sm90_scales import fold_scales_padded
     from moebake.schema.sizes import round_up
 

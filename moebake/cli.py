@@ -138,7 +138,6 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     from moebake.convert.output_dir import check_output, output_paths
     from moebake.convert.run import convert as run_convert
     from moebake.inspection import gate_up_summary
-    from moebake.schema.manifest import MANIFEST_NAME, Manifest
 
     options = ConvertOptions(target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb << 20, engine, gate_up_globals)
     check_output(output_paths(out), overwrite=overwrite, resume=resume,
@@ -153,13 +152,12 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     if io_mode is not None:
         os.environ[IO_ENV] = io_mode  # read by every file opened from here on, in this process and its workers
     began = time.perf_counter()
-    manifest = run_convert(resolved.path, out, options, overwrite=overwrite, resume=resume, progress=not quiet,
-                           source_location=resolved.repo_id, source_revision=resolved.revision, workers=workers)
+    baked = run_convert(resolved.path, out, options, overwrite=overwrite, resume=resume, progress=not quiet,
+                        source_location=resolved.repo_id, source_revision=resolved.revision, workers=workers)
     if profile:
         from moebake.convert.stages import STAGES, profile_lines
 
         click.echo("\n".join(profile_lines(STAGES.snapshot(), time.perf_counter() - began)), err=True)
-    baked = Manifest.from_json(manifest, Path(out) / MANIFEST_NAME)
     layout = f", FlashInfer layout {baked.flashinfer_layout}" if baked.flashinfer_layout else ""
     click.echo(f"wrote {out} ({len(baked.layers)} MoE layers, target {target}{layout})")
     engine = baked.engine

@@ -16,7 +16,6 @@ from moebake.convert.run import convert
 from moebake.convert.source_check import compare_with_source
 from moebake.convert.verify import verify_output
 from moebake.errors import OutputError
-from moebake.schema.manifest import MANIFEST_NAME, Manifest
 from moebake.synthetic import write_gpt_oss
 
 DEMO_SHAPE = {"num_layers": 2, "num_experts": 4, "hidden": 2880, "intermediate": 2880}
@@ -48,12 +47,11 @@ def run_demo(workdir: Path) -> None:
         click.echo(f"writing example GPT-OSS checkpoint to {source} {DEMO_SHAPE}")
         write_gpt_oss(source, **DEMO_SHAPE)
     started = time.perf_counter()
-    manifest = convert(source, out, ConvertOptions("sm90-cutlass"), overwrite=True, resume=True)
+    baked = convert(source, out, ConvertOptions(target="sm90-cutlass"), overwrite=True, resume=True)
     seconds = time.perf_counter() - started
     problems = verify_output(out) or compare_with_source(out, source)
     if problems:
         raise SystemExit("demo failed:\n" + "\n".join(problems))
-    baked = Manifest.from_json(manifest, Path(out) / MANIFEST_NAME)
     layer = baked.layers[0]
     out_bytes = sum(f.bytes for f in baked.files.values())
     click.echo("")

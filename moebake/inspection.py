@@ -14,13 +14,13 @@ import json
 import os
 from pathlib import Path
 
-from moebake.schema.manifest import MANIFEST_NAME, Manifest, read_manifest_record
 from moebake.convert.options import ConvertOptions
 from moebake.convert.targets import TARGETS, kernel_description, plan_target
 from moebake.errors import MoebakeError
 from moebake.formats import SOURCE_FORMATS, detect_format
 from moebake.formats.checkpoint import open_checkpoint
 from moebake.schema.config_values import as_count, first_model_value, short_repr
+from moebake.schema.manifest import MANIFEST_NAME, Manifest, read_manifest_record
 
 
 def inspect_path(path: str | os.PathLike) -> dict:
@@ -143,7 +143,8 @@ def _baked_lines(r: dict) -> list[str]:
              *([f"  FlashInfer     layout {layout['id']}: {layout['description']}"] if layout else []),
              f"  source         {s['format']} {s['location']}" + (f" @ {s['revision']}" if s["revision"] else ""),
              f"  MoE layers     {m['layers']}, {m['experts']} experts",
-             f"  padding        hidden {m['hidden']} -> {m['hidden_padded']}, intermediate {m['intermediate']} -> {m['intermediate_padded']}",
+             f"  padding        hidden {m['hidden']} -> {m['hidden_padded']}, "
+             f"intermediate {m['intermediate']} -> {m['intermediate_padded']}",
              f"  activation     {json.dumps(r['activation'])}",
              f"  options        {json.dumps(r['options'])}",
              f"  files          {r['files']} files, {_mib(r['bytes'])} (plus moebake.json)",
@@ -165,7 +166,8 @@ def gate_up_summary(manifest: Manifest) -> str | None:
                 f"{experts} experts, whose up halves a kernel taking one W13 alpha dequantizes with the gate's global")
     if not rescaled:
         return f"gate/up global scales: already one per expert in all {experts} experts"
-    worst = {key: max(r[key] for r in reports) for key in ("max_relative_change", "max_relative_error", "subnormal_below", "zero_at_or_below")}
+    keys = ("max_relative_change", "max_relative_error", "subnormal_below", "zero_at_or_below")
+    worst = {key: max(r[key] for r in reports) for key in keys}
     return (f"gate/up global scales made one in {rescaled} of {experts} experts: the smaller half's block scales rescaled "
             f"(largest relative change {worst['max_relative_change']:.2%}); E4M3 rounding of any block scale >= "
             f"{worst['subnormal_below']:.3g}: at most {worst['max_relative_error']:.2%}; smaller ones lose precision, "

@@ -38,5 +38,6 @@ def test_a_file_ending_early_names_the_tensor(data_file, staged):
     path, _ = data_file
     ranges = [ByteRange(str(path), 49_000, torch.empty(5000, dtype=torch.uint8), "model.layers.0.mlp.experts.w2_weight")]
     reader = StagedReader(torch.device("cpu"), chunk_bytes=1024, slots=2, staged=staged)
-    with pytest.raises(MoebakeError, match=r"blob.bin: tensor model.layers.0.mlp.experts.w2_weight is truncated \(file ends at byte 50000\)"):
+    with pytest.raises(MoebakeError,
+                       match=r"blob.bin: tensor model.layers.0.mlp.experts.w2_weight is truncated \(file ends at byte 50000\)"):
         reader.read(ranges)

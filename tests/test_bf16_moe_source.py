@@ -119,7 +119,8 @@ P = "model.layers.1.mlp.experts."
     (drop(P + "2.up_proj.weight"), rf"tensor {P}2\.up_proj\.weight is missing"),
     (retype(P + "1.down_proj.weight", torch.float16),
      rf"tensor {P}1\.down_proj\.weight is F16 \[32, 16\], expected BF16 \[32, 16\]"),
-    (rename(P + "2.gate_proj.weight", P + "7.gate_proj.weight"), rf"tensor {P}7\.gate_proj\.weight has expert index 7, but config\.json says 3"),
+    (rename(P + "2.gate_proj.weight", P + "7.gate_proj.weight"),
+     rf"tensor {P}7\.gate_proj\.weight has expert index 7, but config\.json says 3"),
     (rename(P + "0.up_proj.weight", P + "0.w3.weight"), rf"layer {P} names its up experts both up_proj and w3"),
 ])
 def test_per_expert_damage_is_named(sources, tmp_path, change, message):

@@ -12,17 +12,17 @@ from click.testing import CliRunner
 from moebake.cli import main
 from moebake.convert import conversion
 from moebake.convert.hashing import hub_blob_sha256
-from moebake.schema.checksums import CHECKSUM, parse_tagged, record_checksum, tagged
-from moebake.schema.manifest import write_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.convert.verify import verify_output
+from moebake.schema.checksums import CHECKSUM, parse_tagged, record_checksum, tagged
+from moebake.schema.manifest import write_manifest
 
 SHARD = "model-00001-of-00001.safetensors"
 
 
 def test_new_manifests_name_xxh3_128(gpt_oss_tiny, tmp_path):
-    manifest = convert(gpt_oss_tiny, tmp_path / "out", ConvertOptions("sm90-cutlass"), progress=False)
+    manifest = convert(gpt_oss_tiny, tmp_path / "out", ConvertOptions("sm90-cutlass"), progress=False).to_json()
     assert CHECKSUM == "xxh3-128"
     for name, record in manifest["files"].items():
         assert record_checksum(record) == ("xxh3-128", xxhash.xxh3_128((tmp_path / "out" / name).read_bytes()).hexdigest())
@@ -99,7 +99,7 @@ def test_hub_cache_blobs_are_not_hashed_again(gpt_oss_tiny, tmp_path, monkeypatc
         raise AssertionError("a Hub-cache blob was hashed")
 
     monkeypatch.setattr(conversion, "StreamHash", no_stream_hash)
-    manifest = convert(snapshot, tmp_path / "out", ConvertOptions("sm90-cutlass"), progress=False)
+    manifest = convert(snapshot, tmp_path / "out", ConvertOptions("sm90-cutlass"), progress=False).to_json()
     for name, value in manifest["source"]["files"].items():
         data = (gpt_oss_tiny / name).read_bytes()
         if name.endswith(".safetensors"):

@@ -21,8 +21,8 @@ from moebake.convert.targets import get_target
 from moebake.errors import MoebakeError
 from moebake.formats import open_source
 from moebake.formats.checkpoint import per_expert_names
-from moebake.synthetic import write_modelopt_nvfp4
 from moebake.schema.manifest import LayerRecord
+from moebake.synthetic import write_modelopt_nvfp4
 from test_convert_gpt_oss import load_all
 from test_nvfp4_gate_up import brute_force_e4m3
 
@@ -141,7 +141,8 @@ def test_baked_scales_are_the_cutedsl_mma_layout(source, baked):
     for prefix in QUANTIZED:
         linear = reference_layer(src, prefix, "cutedsl")["w13_weight_scale_linear"]
         for name, m, k, rows in (("w13_weight_scale", 2 * I, H, linear),
-                                 ("w2_weight_scale", H, I, torch.stack([src[f"{prefix}{e}.down_proj.weight_scale"].view(torch.uint8) for e in range(E)]))):
+                                 ("w2_weight_scale", H, I,
+                                  torch.stack([src[f"{prefix}{e}.down_proj.weight_scale"].view(torch.uint8) for e in range(E)]))):
             view = mma_view(out[prefix + name].view(torch.uint8), m, k)
             g, r, c = torch.meshgrid(torch.arange(E), torch.arange(m), torch.arange(k // 16), indexing="ij")
             assert torch.equal(view[r % 32, r // 32 % 4, r // 128, c % 4, c // 4, g], rows), name
@@ -161,7 +162,8 @@ def test_everything_else_passes_through(source, baked, target):
     src, out = load_all(source), load_all(baked[target])
     quantized = {n for n in src if n.startswith(QUANTIZED)}
     assert len(quantized) == 2 * E * 3 * 4
-    produced = {prefix + short for prefix in QUANTIZED for short in json.loads((baked[target] / "moebake.json").read_text())["layers"][0]["tensors"]}
+    shorts = json.loads((baked[target] / "moebake.json").read_text())["layers"][0]["tensors"]
+    produced = {prefix + short for prefix in QUANTIZED for short in shorts}
     assert set(out) == (set(src) - quantized) | produced
     for name in set(src) - quantized:  # dense and shared-expert NVFP4, BF16 router/attention, the excluded BF16 MTP experts
         assert out[name].dtype == src[name].dtype and torch.equal(as_bytes(out[name]), as_bytes(src[name])), name
@@ -230,7 +232,8 @@ def test_keep_gate_up_globals_bakes_the_files_scales_and_verifies(source, tmp_pa
     assert manifest["options"]["gate_up_globals"] == "keep"
     stored, files = load_all(out), load_all(source)
     for record in manifest["layers"]:
-        restored = TARGETS[target].restore(LayerRecord.from_json(record, "m"), {n: stored[record["prefix"] + n] for n in record["tensors"]}, "v2")
+        tensors = {n: stored[record["prefix"] + n] for n in record["tensors"]}
+        restored = TARGETS[target].restore(LayerRecord.from_json(record, "m"), tensors, "v2")
         for pattern, tensor in restored.items():
             expected = torch.stack([files[name] for name in per_expert_names(pattern, record["experts"])])
             assert torch.equal(as_bytes(tensor), as_bytes(expected.reshape(tensor.shape))), pattern

@@ -13,9 +13,9 @@ from moebake.cli import main
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.convert.targets import get_target
-from moebake.layouts.mxfp4 import dequantize
-from moebake.synthetic import write_gpt_oss
 from moebake.schema.manifest import LayerRecord
+from moebake.synthetic import write_gpt_oss
+from mxfp4_oracle import dequantize
 
 KERNELS = {"v2": kernel_interleave_v2, "v1": kernel_interleave_v1}
 
@@ -91,14 +91,14 @@ def test_gpt_oss_dims_2880_pad_like_sglang_0_5_23(tmp_path):
 @pytest.mark.oracle
 def test_overridden_multiples_are_recorded_as_not_engine_exact(gpt_oss_tiny, tmp_path):
     manifest = convert(gpt_oss_tiny, tmp_path / "out", ConvertOptions("sm90-cutlass", hidden_multiple=128, intermediate_multiple=256),
-                       progress=False)
+                       progress=False).to_json()
     _check_against_reference(gpt_oss_tiny, tmp_path / "out", 160, 96, 256, 256, "v2")
     assert manifest["engine"]["exact"] is False and manifest["engine"]["not_exact_because"] == "padding multiples overridden"
 
 
 def test_dequantized_experts_survive_the_round_trip(gpt_oss_tiny, tmp_path):
     out = tmp_path / "out"
-    manifest = convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False)
+    manifest = convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False).to_json()
     src, baked = load_all(gpt_oss_tiny), load_all(out)
     for record in manifest["layers"]:
         short = {name: baked[record["prefix"] + name] for name in record["tensors"]}
@@ -113,7 +113,7 @@ def test_dequantized_experts_survive_the_round_trip(gpt_oss_tiny, tmp_path):
 
 def test_output_files_index_manifest(gpt_oss_tiny, tmp_path):
     out = tmp_path / "out"
-    manifest = convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False)
+    manifest = convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False).to_json()
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(["model-00000-of-00001.safetensors", "model-00001-of-00001.safetensors",
                             "model.safetensors.index.json", "moebake.json", "config.json",

@@ -120,7 +120,7 @@ def test_writer_thread_errors_reach_the_caller(tmp_path):
 
 def test_workers_write_the_same_bytes_and_hashes_and_profile(gpt_oss_tiny, tmp_path):
     """--workers 2 (processes forked by the fork server) against one process; --profile's table lists every stage."""
-    one = convert(gpt_oss_tiny, tmp_path / "one", ConvertOptions("sm90-cutlass"), progress=False)
+    one = convert(gpt_oss_tiny, tmp_path / "one", ConvertOptions("sm90-cutlass"), progress=False).to_json()
     result = CliRunner().invoke(main, ["convert", str(gpt_oss_tiny), str(tmp_path / "two"), "--target", "sm90-cutlass",
                                        "--quiet", "--workers", "2", "--profile"])
     assert result.exit_code == 0, result.output

@@ -22,8 +22,8 @@ from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.convert.targets import get_target
 from moebake.formats import open_source
-from moebake.synthetic import write_deepseek_v4
 from moebake.schema.manifest import LayerRecord
+from moebake.synthetic import write_deepseek_v4
 
 EXPERT_TENSOR = re.compile(r"\.experts\.(\d+\.|gate_up_proj_|down_proj_)")  # routed-expert source tensors
 
@@ -154,10 +154,11 @@ def test_deepseek_v4_without_limit_has_no_clamp_tensor(tmp_path):
 def test_restore_inverts_any_run_of_experts(tmp_path):
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, mtp_layers=0)
     out = tmp_path / "out"
-    manifest = convert(source, out, ConvertOptions("sm100-trtllm"), progress=False)
+    manifest = convert(source, out, ConvertOptions("sm100-trtllm"), progress=False).to_json()
     src, baked = load_all(source), load_all(out)
     record = manifest["layers"][0]
-    restored = get_target("sm100-trtllm").restore(LayerRecord.from_json(record, "m"), {s: baked[record["prefix"] + s][1:3] for s in record["tensors"]}, "v2")
+    tensors = {s: baked[record["prefix"] + s][1:3] for s in record["tensors"]}
+    restored = get_target("sm100-trtllm").restore(LayerRecord.from_json(record, "m"), tensors, "v2")
     assert set(restored) == {f"layers.0.ffn.experts.*.w{i}.{p}" for i in (1, 2, 3) for p in ("weight", "scale")}
     for pattern, tensor in restored.items():
         expected = torch.stack([src[pattern.replace("*", str(e))].view(torch.uint8) for e in (1, 2)])

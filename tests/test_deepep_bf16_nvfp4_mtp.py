@@ -6,11 +6,11 @@ from click.testing import CliRunner
 
 from conftest import load_all
 from moebake.cli import main
-from moebake.schema.manifest import read_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.formats import detect_format
 from moebake.formats.checkpoint import open_checkpoint
+from moebake.schema.manifest import read_manifest
 from moebake.synthetic import write_modelopt_nvfp4
 
 L, E, H, I = 3, 4, 128, 64

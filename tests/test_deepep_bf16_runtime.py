@@ -10,10 +10,10 @@ import torch
 from safetensors.torch import load_file
 
 import moebake.serve
-from moebake.schema.manifest import write_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import MoebakeError
+from moebake.schema.manifest import write_manifest
 from moebake.serve.deepep_bf16 import DeepEPBf16Experts
 from moebake.serve.dispatch import combine, dispatch, expected_m
 from moebake.serve.masked_gemm import TORCH, MaskedGemm, default_backend, get_backend

@@ -10,12 +10,12 @@ from safetensors.torch import load_file, save_file
 
 from conftest import load_all
 from moebake.cli import main
-from moebake.schema.manifest import LayerRecord, read_manifest, read_manifest_record
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.convert.source_check import inverse_problems
 from moebake.convert.targets import get_target
 from moebake.formats import open_source
+from moebake.schema.manifest import LayerRecord, read_manifest, read_manifest_record
 from moebake.synthetic import write_bf16_moe, write_gpt_oss
 
 # 8 experts of 32 KiB (gate + up, BF16): a 64 KiB chunk holds 2, so every tensor takes 4 chunks.

@@ -15,8 +15,7 @@ from moebake.convert.run import convert
 from moebake.errors import MoebakeError
 from moebake.serve import deepep_ll
 from moebake.serve.deepep_bf16 import DeepEPBf16Experts, make_dispatcher
-from moebake.serve.deepep_ll import (LL_HIDDEN_SIZES, LowLatencyBuffer, LowLatencyRefusal, LowLatencySpec,
-                                     rdma_bytes)
+from moebake.serve.deepep_ll import LL_HIDDEN_SIZES, LowLatencyBuffer, LowLatencyRefusal, LowLatencySpec, rdma_bytes
 from moebake.serve.dispatch import StandInDispatcher, dispatch
 from moebake.serve.ep_launch import LaunchConfig, LayerJob, launch, main, plan
 from moebake.serve.moe_reference import decode_inputs, moe_fp32, read_source_experts, relative_l2
@@ -199,7 +198,8 @@ def test_deep_ep_buffer_refuses_a_spec_it_was_not_sized_for(fake_deep_ep):
     buffer = LowLatencyBuffer(FakeGroup(), [LowLatencySpec(2048, 8, 128, 1, 2)])
     one_line_refusal(lambda: buffer.dispatcher(LowLatencySpec(2048, 16, 128, 1, 2)), "bytes of DeepEP LL buffer, this buffer has")
     one_line_refusal(lambda: buffer.dispatcher(LowLatencySpec(1000, 8, 128, 1, 2)), "hidden size 1000")
-    one_line_refusal(lambda: LowLatencyBuffer(FakeGroup(), [LowLatencySpec(2048, 8, 128, 2, 2)]), "for 2 EP ranks cannot run on a group of 1")
+    one_line_refusal(lambda: LowLatencyBuffer(FakeGroup(), [LowLatencySpec(2048, 8, 128, 2, 2)]),
+                     "for 2 EP ranks cannot run on a group of 1")
 
 
 def test_auto_dispatcher_falls_back_to_the_stand_in():

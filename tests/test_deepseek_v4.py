@@ -14,8 +14,8 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
-from kernel_emulation import kernel_interleave_v2
 from conftest import load_all
+from kernel_emulation import kernel_interleave_v2
 from moebake.cli import main
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert

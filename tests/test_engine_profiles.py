@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import load_all
+from engine_oracles import standins  # noqa: E402
 from kernel_emulation import kernel_interleave_v1, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
@@ -17,7 +18,6 @@ from moebake.engines.profiles import PROFILES, SGLANG_0_5_23
 from moebake.layouts.nvfp4_scalars import load_time_scales
 from moebake.synthetic import MODELOPT_MISMATCHES, write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
 
-from engine_oracles import standins  # noqa: E402
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():
     pytest.skip("sglang 0.5.23 is not installed (bin/setup installs it)", allow_module_level=True)
@@ -67,7 +67,7 @@ def _assert_bake_equals_engine(out, layer_prefix, engine_params, derived):
 ])
 def test_gpt_oss_sm90_cutlass_equals_sglang(tmp_path, hidden, intermediate, layout):
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", flashinfer_layout=layout), progress=False)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", flashinfer_layout=layout), progress=False).to_json()
     assert manifest["engine"]["exact"] is True
     engine = sglang_oracle.gpt_oss_sm90_cutlass(source, 0, KERNELS[layout])
     derived = {"swiglu_alpha", "swiglu_beta", "swiglu_limit"}
@@ -81,7 +81,7 @@ def test_gpt_oss_sm90_cutlass_equals_sglang(tmp_path, hidden, intermediate, layo
 @pytest.mark.parametrize("style, names", [("qwen3", ("gate_proj", "up_proj", "down_proj")), ("mixtral", ("w1", "w3", "w2"))])
 def test_bf16_moe_deepep_bf16_equals_sglang(tmp_path, style, names):
     source = write_bf16_moe(tmp_path / "src", style=style, num_layers=1, num_experts=4, hidden=64, intermediate=32)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("deepep-bf16"), progress=False)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("deepep-bf16"), progress=False).to_json()
     assert manifest["engine"]["exact"] is True
     record = manifest["layers"][0]
     engine = sglang_oracle.unquantized_deepep_bf16(source, record["prefix"], 4, 64, 32, names)
@@ -92,7 +92,7 @@ def test_bf16_moe_deepep_bf16_equals_sglang(tmp_path, style, names):
 def test_modelopt_bf16_mtp_experts_deepep_bf16_equal_sglang(tmp_path):
     """A ModelOpt NVFP4 checkpoint's BF16 MTP experts bake as source format bf16-moe (its profile, exact)."""
     source = write_modelopt_nvfp4(tmp_path / "src", num_layers=2, num_experts=4, hidden=256, intermediate=128)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("deepep-bf16"), progress=False)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("deepep-bf16"), progress=False).to_json()
     assert (manifest["source"]["format"], manifest["engine"]["exact"]) == ("bf16-moe", True)
     record = manifest["layers"][0]
     engine = sglang_oracle.unquantized_deepep_bf16(source, record["prefix"], 4, 256, 128, ("gate_proj", "up_proj", "down_proj"))
@@ -104,7 +104,7 @@ def test_deepseek_v4_sm90_cutlass_equals_sglang(tmp_path, layout):
     """SGLang names the scales ``w*_weight_scale_inv`` and types weights int8 / scales float8_e8m0fnu;
     the bake keeps U8 (the same bytes): a loader ``copy_``s bytes, so names map and bytes must match."""
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=256, intermediate=128, mtp_layers=0)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", flashinfer_layout=layout), progress=False)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", flashinfer_layout=layout), progress=False).to_json()
     assert manifest["engine"]["exact"] is True
     record = manifest["layers"][0]
     engine = sglang_oracle.deepseek_v4_sm90_cutlass(source, record["prefix"], 3, 256, 128, KERNELS[layout])
@@ -123,7 +123,7 @@ def test_deepseek_v4_sm90_cutlass_equals_sglang(tmp_path, layout):
 ])
 def test_gpt_oss_sm100_trtllm_equals_sglang(tmp_path, hidden, intermediate):
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm"), progress=False)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm"), progress=False).to_json()
     assert manifest["engine"]["exact"] is True
     engine = sglang_oracle.gpt_oss_sm100_trtllm(source, 0)
     assert sorted(engine) == sorted(manifest["layers"][0]["tensors"])
@@ -134,7 +134,7 @@ def test_deepseek_v4_sm100_trtllm_equals_sglang(tmp_path):
     """SGLang holds the shuffled weights as uint8 (the bake keeps the source's int8: the same bytes) and passes
     the SwiGLU limit to its kernel at run time; the bake also stores it per expert (``gemm1_clamp_limit``)."""
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=256, intermediate=128, mtp_layers=0)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm"), progress=False)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm"), progress=False).to_json()
     assert manifest["engine"]["exact"] is True
     record = manifest["layers"][0]
     engine = sglang_oracle.deepseek_v4_sm100_trtllm(source, record["prefix"], 3, 256, 128)
@@ -167,7 +167,7 @@ def test_modelopt_nvfp4_cutedsl_equals_sglang(tmp_path, target, a2a, hidden, int
     default, see the next test)."""
     source = write_modelopt_nvfp4(tmp_path / "src", num_layers=2, num_experts=4, hidden=hidden, intermediate=intermediate,
                                   mismatches=mismatches)
-    manifest = convert(source, tmp_path / "out", ConvertOptions(target, gate_up_globals=gate_up_globals), progress=False)
+    manifest = convert(source, tmp_path / "out", ConvertOptions(target, gate_up_globals=gate_up_globals), progress=False).to_json()
     assert manifest["engine"]["exact"] is True, manifest["engine"]
     baked = load_all(tmp_path / "out")
     record = manifest["layers"][0]
@@ -196,7 +196,7 @@ def test_modelopt_nvfp4_with_differing_gate_up_globals_is_not_engine_exact(tmp_p
     """Where an expert's gate and up globals differ, moebake shares them (the accurate choice for kernels taking
     one W13 alpha); SGLang keeps both, so the bake says it is not SGLang's bytes, and why."""
     source = write_modelopt_nvfp4(tmp_path / "src", num_layers=2, num_experts=4, hidden=256, intermediate=128)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("cutedsl"), progress=False)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("cutedsl"), progress=False).to_json()
     assert manifest["engine"]["exact"] is False and manifest["serves"] == []
     assert manifest["engine"]["not_exact_because"].startswith("gate and up global scales shared in 2 experts")
     engine = sglang_oracle.modelopt_nvfp4_cutedsl(source, manifest["layers"][0]["prefix"], 4, 256, 128, "none")

@@ -6,7 +6,7 @@ import torch
 from conftest import random_u8
 from moebake.layouts.flashinfer_versions import layout_for_flashinfer
 from moebake.layouts.gate_up import merge_pairs, pad_to, split_halves, split_pairs, stack_halves
-from moebake.layouts.mxfp4 import dequantize, pack_nibbles, unpack_nibbles
+from mxfp4_oracle import dequantize, pack_nibbles, unpack_nibbles
 
 
 def test_split_pairs_takes_even_rows_as_gate():

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from kernel_emulation import kernel_interleave_v1, kernel_interleave_v2
 from conftest import random_u8
+from kernel_emulation import kernel_interleave_v1, kernel_interleave_v2
 from moebake.layouts.sm90_fp4 import V2_BIT_PERMUTATION, deinterleave_fp4, interleave_fp4
 from moebake.layouts.sm90_scales import fold_scales, unfold_scales
 

@@ -13,8 +13,8 @@ def test_only_sm90_cutlass_depends_on_the_flashinfer_layout():
 
 
 def test_layout_recorded_for_sm90_and_null_otherwise(gpt_oss_tiny, tmp_path):
-    sm90 = convert(gpt_oss_tiny, tmp_path / "sm90", ConvertOptions("sm90-cutlass", flashinfer_layout="v1"), progress=False)
-    sm100 = convert(gpt_oss_tiny, tmp_path / "sm100", ConvertOptions("sm100-trtllm"), progress=False)
+    sm90 = convert(gpt_oss_tiny, tmp_path / "sm90", ConvertOptions("sm90-cutlass", flashinfer_layout="v1"), progress=False).to_json()
+    sm100 = convert(gpt_oss_tiny, tmp_path / "sm100", ConvertOptions("sm100-trtllm"), progress=False).to_json()
     assert sm90["flashinfer_layout"]["id"] == "v1"
     assert sm100["flashinfer_layout"] is None
     shown = CliRunner().invoke(main, ["inspect", str(tmp_path / "sm100")])

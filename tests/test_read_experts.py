@@ -9,7 +9,6 @@ from moebake.formats.checkpoint import open_checkpoint, per_expert_names
 from moebake.synthetic import write_bf16_moe
 
 
-
 @pytest.fixture(scope="module")
 def per_expert(tmp_path_factory):
     return write_bf16_moe(tmp_path_factory.mktemp("re") / "qwen3", style="qwen3", num_experts=5, hidden=32, intermediate=16)

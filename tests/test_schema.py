@@ -6,10 +6,10 @@ import pytest
 
 from bake_hashes import CASES, bake_case
 from moebake.errors import CheckpointError, ManifestError, MoebakeError, format_error
+from moebake.formats.safetensors_file import DTYPES
 from moebake.schema.enums import DType
 from moebake.schema.index import read_index, write_index
 from moebake.schema.manifest import MANIFEST_NAME, EngineRecord, Manifest, read_manifest, write_manifest
-from moebake.formats.safetensors_file import DTYPES
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))

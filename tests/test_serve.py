@@ -10,10 +10,10 @@ import torch
 from safetensors.torch import load_file
 
 import moebake.serve
-from moebake.schema.manifest import Activation, write_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import MoebakeError
+from moebake.schema.manifest import Activation, write_manifest
 from moebake.serve import Platform
 from moebake.serve.sm90_cutlass import swiglu_parameters
 from moebake.synthetic import write_gpt_oss
@@ -148,7 +148,8 @@ def test_refuses_a_gpu_that_is_not_sm90(baked, capability):
     ("0.6.5", "installed FlashInfer 0.6.5 has no SM90 W4A16 fp4 layout"),
 ])
 def test_refuses_a_flashinfer_that_reads_another_layout(baked, version, message):
-    with pytest.raises(MoebakeError, match=r"moebake.json: baked for FlashInfer SM90 fp4 layout v2, but the " + message.replace(".", r"\.")):
+    expected = r"moebake.json: baked for FlashInfer SM90 fp4 layout v2, but the " + message.replace(".", r"\.")
+    with pytest.raises(MoebakeError, match=expected):
         moebake.serve.open(baked, platform=Platform(flashinfer_version=version)).load_experts(0, device="cpu")
 
 
@@ -160,7 +161,8 @@ def test_accepts_a_flashinfer_that_reads_the_baked_layout(baked, version):
 def test_refuses_a_v1_checkpoint_on_a_v2_flashinfer(tmp_path):
     source = write_gpt_oss(tmp_path / "src", **{**SHAPE, "num_layers": 1})
     convert(source, tmp_path / "out", ConvertOptions(target="sm90-cutlass", flashinfer_layout="v1"), progress=False)
-    with pytest.raises(MoebakeError, match="baked for FlashInfer SM90 fp4 layout v1, but the installed FlashInfer 0.7.2.post1 reads fp4 layout v2"):
+    with pytest.raises(MoebakeError,
+                       match="baked for FlashInfer SM90 fp4 layout v1, but the installed FlashInfer 0.7.2.post1 reads fp4 layout v2"):
         moebake.serve.open(tmp_path / "out", platform=INSTALLED).load_experts(0, device="cpu")
 
 

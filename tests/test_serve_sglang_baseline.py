@@ -11,9 +11,10 @@ import pytest
 import torch
 
 import moebake.serve
+from engine_oracles import sglang_baseline
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.serve import Platform, sglang_baseline
+from moebake.serve import Platform
 from moebake.synthetic import write_gpt_oss
 from tests.kernel_emulation import kernel_interleave_v2
 

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from conftest import load_all
-from moebake.schema.manifest import write_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
+from moebake.schema.manifest import write_manifest
 from moebake.synthetic import write_gpt_oss
 
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
@@ -26,6 +26,7 @@ if not sglang_oracle.sglang_installed():
     pytest.skip("sglang 0.5.23 is not installed (bin/setup installs it)", allow_module_level=True)
 
 from sglang.srt.plugins import load_plugins  # noqa: E402  (after the stand-ins are installed)
+
 from engine_oracles.sglang_oracle import standins, standins_hidden_after_each_test  # noqa: E402,F401  (autouse)
 
 standins.hide()

@@ -29,6 +29,7 @@ if not sglang_oracle.sglang_installed():
     pytest.skip("sglang 0.5.23 is not installed (bin/setup installs it)", allow_module_level=True)
 
 from sglang.srt.plugins import load_plugins  # noqa: E402  (after the stand-ins are installed)
+
 from engine_oracles.sglang_oracle import standins, standins_hidden_after_each_test  # noqa: E402,F401  (autouse)
 
 E, H, I = 4, 256, 128

@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from moebake.cli import main
-from moebake.schema.manifest import write_manifest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.engines.config_json import manifest_digest
+from moebake.schema.manifest import write_manifest
 from moebake.synthetic import write_modelopt_nvfp4
 
 

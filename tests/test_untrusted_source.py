@@ -14,10 +14,10 @@ from safetensors import safe_open
 
 from conftest import load_all
 from moebake.cli import main
-from moebake.schema.manifest import MANIFEST_NAME
 from moebake.formats import open_source
-from moebake.schema.config_values import ConfigValues
 from moebake.formats.safetensors_file import DTYPES, encode_header
+from moebake.schema.config_values import ConfigValues
+from moebake.schema.manifest import MANIFEST_NAME
 from moebake.synthetic import write_modelopt_nvfp4
 
 INDEX = "model.safetensors.index.json"

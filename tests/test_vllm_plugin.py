@@ -121,9 +121,9 @@ def refusal(excinfo) -> str:
 def test_plugin_is_found_through_the_entry_point():
     import importlib.metadata
 
+    from vllm.config.load import LoadConfig
     from vllm.model_executor.layers.quantization import get_quantization_config
     from vllm.model_executor.model_loader import get_model_loader
-    from vllm.config.load import LoadConfig
     from vllm.plugins import load_general_plugins
 
     from moebake.engines.vllm.loader import MoebakeModelLoader
@@ -190,7 +190,7 @@ def test_an_sglang_bake_that_serves_vllm_loads(tmp_path):
     """One bake for both engines: the default (SGLang 0.5.23) bake of a model whose H needs no padding
     lists vLLM 0.33.0 in ``serves``, and the plugin loads it byte for byte."""
     source = write_gpt_oss(tmp_path / "src", num_layers=2, num_experts=EXPERTS, hidden=256, intermediate=INTERMEDIATE, vocab=32)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass"), progress=False)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass"), progress=False).to_json()
     assert manifest["engine"]["name"] == "sglang" and [e["name"] for e in manifest["serves"]] == ["vllm"]
     model, _ = build(tmp_path / "out")
     load(tmp_path / "out", model)

@@ -154,7 +154,7 @@ def test_each_ep_rank_holds_its_slice(bake, stock, rank):
 def test_a_bake_without_hidden_padding_serves_both_engines(tmp_path):
     """H a multiple of 256 and gate/up globals that agree: the default (SGLang 0.5.23) bake lists vLLM 0.33.0 in ``serves``."""
     source = write_modelopt_nvfp4(tmp_path / "src", num_layers=2, num_experts=EXPERTS, hidden=256, intermediate=64, mismatches=())
-    manifest = convert(source, tmp_path / "out", ConvertOptions("cutedsl"), progress=False)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("cutedsl"), progress=False).to_json()
     assert [(e["name"], e["exact"]) for e in manifest["serves"]] == [("vllm", True)]
 
 

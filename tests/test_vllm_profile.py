@@ -38,7 +38,7 @@ def _assert_bake_equals_vllm(out, layer_prefix, engine_params, parameter_names):
 ])
 def test_gpt_oss_flashinfer_cutlass_equals_vllm(tmp_path, hidden, intermediate):
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", engine="vllm"), progress=False)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", engine="vllm"), progress=False).to_json()
     engine_record = manifest["engine"]
     assert (engine_record["name"], engine_record["version"], engine_record["exact"]) == ("vllm", "0.33.0", True)
     assert engine_record["parameter_names"] == {"w13_weight_bias": "w13_bias", "w2_weight_bias": "w2_bias"}
@@ -51,7 +51,7 @@ def test_gpt_oss_flashinfer_cutlass_equals_vllm(tmp_path, hidden, intermediate):
 def test_sglang_bake_of_an_unpadded_hidden_size_serves_vllm_too(tmp_path):
     """The other direction: the default (SGLang) profile's bake lists vLLM when its bytes are vLLM's."""
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=256, intermediate=96, vocab=32)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass"), progress=False)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass"), progress=False).to_json()
     assert manifest["engine"]["name"] == "sglang"
     assert [(e["name"], e["exact"], e["parameter_names"]) for e in manifest["serves"]] == [
         ("vllm", True, {"w13_weight_bias": "w13_bias", "w2_weight_bias": "w2_bias"})]
@@ -76,7 +76,7 @@ def test_modelopt_nvfp4_cutedsl_equals_vllm(tmp_path, hidden, intermediate, mism
     source = write_modelopt_nvfp4(tmp_path / "src", num_layers=2, num_experts=4, hidden=hidden, intermediate=intermediate,
                                   mismatches=mismatches)
     options = ConvertOptions("cutedsl", engine="vllm", gate_up_globals="keep" if mismatches else "share")
-    manifest = convert(source, tmp_path / "out", options, progress=False)
+    manifest = convert(source, tmp_path / "out", options, progress=False).to_json()
     engine_record, record = manifest["engine"], manifest["layers"][0]
     assert (engine_record["name"], engine_record["exact"], engine_record["hidden_multiple"]) == ("vllm", True, 256)
     assert [(e["name"], e["version"]) for e in manifest["serves"]] == ([("sglang", "0.5.23")] if hidden % 256 == 0 else [])
@@ -101,6 +101,6 @@ def test_modelopt_nvfp4_with_shared_gate_up_globals_is_not_vllm_exact(tmp_path):
     """moebake's default shares differing gate/up globals (rescaling block scales); vLLM takes the gate's for both
     halves and keeps the block scales, so such a bake says it is not vLLM's bytes."""
     source = write_modelopt_nvfp4(tmp_path / "src", num_layers=2, num_experts=4, hidden=256, intermediate=64)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("cutedsl", engine="vllm"), progress=False)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("cutedsl", engine="vllm"), progress=False).to_json()
     assert manifest["engine"]["exact"] is False and manifest["serves"] == []
     assert manifest["engine"]["not_exact_because"].startswith("gate and up global scales shared in 2 experts")

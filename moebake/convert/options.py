@@ -1,17 +1,19 @@
 """Options of a conversion (recorded verbatim in the manifest)."""
 
 from dataclasses import asdict, dataclass
+from enum import Enum
 from typing import NamedTuple
 
 from moebake.engines.profiles import DEFAULT_ENGINE, get_profile
 from moebake.errors import OptionError
 from moebake.layouts.flashinfer_versions import LAYOUTS
+from moebake.schema.enums import FlashInferLayout, GateUpGlobals
 
 DEFAULT_CHUNK_BYTES = 64 << 20
 MIN_CHUNK_BYTES = 1 << 16
 MAX_CHUNK_BYTES = 1 << 34
 MAX_MULTIPLE = 4096  # kernels ask for 128 or 256; larger only inflates the padding
-GATE_UP_GLOBALS = ("share", "keep")
+GATE_UP_GLOBALS = tuple(mode.value for mode in GateUpGlobals)
 
 
 @dataclass(frozen=True)
@@ -23,19 +25,21 @@ class ConvertOptions:
     ``gate_up_globals``: NVFP4 experts whose gate and up global scales differ: ``share`` one global,
     rescaling the smaller half's block scales (accurate for kernels taking one W13 alpha; not the
     engine's bytes), or ``keep`` both as the source has them (the engine's bytes; SGLang's CuteDSL
-    kernels then apply the gate's global to both halves, as stock SGLang does)."""
+    kernels then apply the gate's global to both halves, as stock SGLang does).
+    The enum options accept their values as strings too (the CLI's); they are stored as the enums."""
 
     target: str
-    flashinfer_layout: str = "v2"
+    flashinfer_layout: FlashInferLayout = FlashInferLayout.V2
     hidden_multiple: int | None = None
     intermediate_multiple: int | None = None
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     engine: str = DEFAULT_ENGINE
-    gate_up_globals: str = "share"
+    gate_up_globals: GateUpGlobals = GateUpGlobals.SHARE
 
     def __post_init__(self):
         if self.flashinfer_layout not in LAYOUTS:
             raise OptionError(f"--flashinfer-layout {self.flashinfer_layout!r}: expected one of {', '.join(LAYOUTS)}")
+        object.__setattr__(self, "flashinfer_layout", FlashInferLayout(self.flashinfer_layout))
         for name in ("hidden_multiple", "intermediate_multiple"):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or not 0 < value <= MAX_MULTIPLE or value % 128):
@@ -45,13 +49,14 @@ class ConvertOptions:
 
         if self.gate_up_globals not in GATE_UP_GLOBALS:
             raise OptionError(f"--gate-up-globals {self.gate_up_globals!r}: expected one of {', '.join(GATE_UP_GLOBALS)}")
+        object.__setattr__(self, "gate_up_globals", GateUpGlobals(self.gate_up_globals))
         get_profile(self.engine)
 
     def as_dict(self) -> dict:
-        """Every option; ``gate_up_globals`` only where it is not ``share`` (manifests written before it
-        existed mean ``share``, and read back the same)."""
-        options = asdict(self)
-        if options["gate_up_globals"] == "share":
+        """Every option, enums as their values (as the manifest records them); ``gate_up_globals`` only where it
+        is not ``share`` (manifests written before it existed mean ``share``, and read back the same)."""
+        options = {key: value.value if isinstance(value, Enum) else value for key, value in asdict(self).items()}
+        if options["gate_up_globals"] == GateUpGlobals.SHARE:
             del options["gate_up_globals"]
         return options
 

@@ -30,9 +30,9 @@ import stat
 from pathlib import Path
 
 import moebake
-from moebake.schema.checksums import CHECKSUM, file_digest
 from moebake.convert.options import ConvertOptions
 from moebake.errors import MoebakeError, OutputError
+from moebake.schema.checksums import CHECKSUM, file_digest
 from moebake.schema.files import child, open_regular, plain_name_problem
 
 PROGRESS_NAME = ".moebake-progress.json"

@@ -2,7 +2,8 @@
 
 Re-plans the conversion the manifest records (same target, same options) against the source; if the
 plan's layer records match the manifest's (:func:`replan`), streams each planned tensor's producer
-chunk by chunk against the same byte range of the stored tensor (:func:`rebake_problems`). That covers every byte of every tensor in the output's shards: baked expert tensors with
+chunk by chunk against the same byte range of the stored tensor (:func:`rebake_problems`). That covers
+every byte of every tensor in the output's shards: baked expert tensors with
 all their padding, and the pass-through copies. Memory stays bounded by one chunk of each side.
 """
 
@@ -12,7 +13,6 @@ from pathlib import Path
 
 import torch
 
-from moebake.schema.manifest import MANIFEST_NAME, Manifest
 from moebake.convert.mismatch import first_difference
 from moebake.convert.options import ConvertOptions
 from moebake.convert.plan import OutputShard, OutputTensor, assign_shards
@@ -20,6 +20,7 @@ from moebake.convert.targets import get_target
 from moebake.errors import ManifestError, MoebakeError
 from moebake.formats.safetensors_file import SafetensorsFile, read_header
 from moebake.progress import byte_bar, shard_done
+from moebake.schema.manifest import MANIFEST_NAME, Manifest
 
 
 def recorded_options(out: Path, manifest: Manifest) -> ConvertOptions:
@@ -53,7 +54,7 @@ def _model_differences(out: Path, manifest: Manifest, model, target, options: Co
     expected = {
         "source.format": model.format_name,
         "activation": model.activation().to_json(),
-        "flashinfer_layout.id": options.flashinfer_layout if target.spec.uses_flashinfer_layout else None,
+        "flashinfer_layout.id": str(options.flashinfer_layout) if target.spec.uses_flashinfer_layout else None,
     }
     recorded = {
         "source.format": manifest.source.format,

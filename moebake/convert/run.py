@@ -44,8 +44,7 @@ from moebake.progress import byte_bar, shard_done
 from moebake.schema.checksums import CHECKSUM, file_digest, file_record, tagged
 from moebake.schema.files import child, open_regular
 from moebake.schema.index import write_index
-from moebake.schema.manifest import (MANIFEST_NAME, EngineRecord, FileRecord, LayerRecord, Manifest, SourceRecord, created,
-                                     write_manifest)
+from moebake.schema.manifest import MANIFEST_NAME, EngineRecord, FileRecord, LayerRecord, Manifest, SourceRecord, created, write_manifest
 
 _HF_SNAPSHOT_RE = re.compile(r"/snapshots/([0-9a-f]{40})(/|$)")
 OWN_FILES = {MANIFEST_NAME, SAFETENSORS_INDEX_FILE}
@@ -64,8 +63,8 @@ def convert(
     source_location: str | None = None,
     source_revision: str | None = None,
     workers: int = 1,
-) -> dict:
-    """Convert checkpoint ``source`` into ``out``; returns the manifest written to ``out/moebake.json``.
+) -> Manifest:
+    """Convert checkpoint ``source`` into ``out``; returns the manifest written to ``out/moebake.json`` (its typed record).
 
     ``workers`` > 1 bakes shards in that many processes in parallel. What may be replaced, re-used
     or deleted: :mod:`moebake.convert.output_dir`, :mod:`moebake.convert.staging`,
@@ -115,7 +114,7 @@ def _resumed(staging: Staging, identity: dict, shards, resume: bool) -> Progress
 
 
 def _bake(conversion, source, options: ConvertOptions, staging: Path, done: Progress, progress: bool, workers: int,
-          location: str, revision: str | None) -> dict:
+          location: str, revision: str | None) -> Manifest:
     """Bake every shard not ``done`` into ``staging``, then the index, side files and manifest."""
     model, target, checkpoint, shards = conversion.model, conversion.target, conversion.checkpoint, conversion.shards
     todo = [s for s in shards if s.file_name not in done.shards]
@@ -148,10 +147,11 @@ def _bake(conversion, source, options: ConvertOptions, staging: Path, done: Prog
     layout = options.flashinfer_layout if target.spec.uses_flashinfer_layout else None
     engine = manifest_engine(options, model.format_name, conversion.layers)
     manifest = Manifest(
-        moebake.__version__, created(), options.target, target.spec.layout_version,
-        layout, DESCRIPTIONS[layout] if layout else None,
-        SourceRecord(model.format_name, location, revision, _source_files(checkpoint, done.sources)),
-        options.as_dict(), model.activation(), conversion.layers, _file_records(staging, files),
+        moebake_version=moebake.__version__, created=created(), target=options.target, target_layout_version=target.spec.layout_version,
+        flashinfer_layout=layout, flashinfer_layout_description=DESCRIPTIONS[layout] if layout else None,
+        source=SourceRecord(format=model.format_name, location=location, revision=revision,
+                            files=_source_files(checkpoint, done.sources)),
+        options=options.as_dict(), activation=model.activation(), layers=conversion.layers, files=_file_records(staging, files),
         engine=engine, serves=tuple(_engines_with_same_bytes(options, model.format_name, conversion.layers) if engine.exact else ()),
     )
     write_baked_config(checkpoint.root, staging, manifest.to_json())  # names quant_method moebake and this manifest's hash
@@ -159,7 +159,7 @@ def _bake(conversion, source, options: ConvertOptions, staging: Path, done: Prog
     manifest = replace(manifest, files=_file_records(staging, files))
     write_manifest(staging, manifest.to_json())
     done.remove()
-    return manifest.to_json()
+    return manifest
 
 
 def _file_records(staging: Path, files: dict[str, dict]) -> dict[str, FileRecord]:

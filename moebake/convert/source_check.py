@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 
-from moebake.schema.manifest import Manifest, read_manifest_record
 from moebake.convert.mismatch import first_difference
 from moebake.convert.rebake_check import rebake_problems, recorded_options, replan
 from moebake.convert.targets import get_target
@@ -30,6 +29,7 @@ from moebake.formats import open_source
 from moebake.formats.checkpoint import EXPERT_INDEX
 from moebake.formats.safetensors_file import read_header, tensor_nbytes
 from moebake.schema.index import read_index
+from moebake.schema.manifest import Manifest, read_manifest_record
 
 
 def compare_with_source(out: str | os.PathLike, source: str | os.PathLike, progress: bool = False) -> list[str]:

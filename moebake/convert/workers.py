@@ -6,7 +6,8 @@ with the same pipeline as a single-process run. Workers are forked by multiproce
 torch, numba, the conversion's modules and the compiled kernels): they share those pages with it
 copy-on-write instead of each loading them afresh (~330 MiB apiece), so a worker adds mostly its
 buffers to the process tree's memory (PSS). The server lives as long as this process (a later
-conversion here reuses it). The chunk size (the memory budget: :func:`worker_chunk_bytes`) and the cores (torch's thread count, which layout transforms use:
+conversion here reuses it). The chunk size (the memory budget: :func:`worker_chunk_bytes`) and the cores
+(torch's thread count, which layout transforms use:
 see :func:`~moebake.convert.conversion.transform_threads`) are shared out between the workers;
 neither changes an output byte. Workers report the bytes they write through a queue, which feeds
 the progress bar here; each finished shard comes back with its checksum, its source shard's checksum
@@ -27,8 +28,8 @@ import queue
 import signal
 import threading
 from collections.abc import Callable
-from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 

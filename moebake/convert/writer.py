@@ -18,12 +18,12 @@ from collections.abc import Callable, Iterator
 import torch
 
 from moebake.convert.direct_io import OutputFile
-from moebake.schema.checksums import ALGORITHMS, CHECKSUM
 from moebake.convert.plan import OutputShard
 from moebake.convert.stages import STAGES
 from moebake.errors import InternalError
 from moebake.formats.safetensors_file import encode_header
 from moebake.layouts.parallel import helper_cpu_seconds
+from moebake.schema.checksums import ALGORITHMS, CHECKSUM
 
 SHARD_METADATA = {"format": "pt"}  # transformers refuses shards whose metadata lacks a known format
 QUEUE_DEPTH = 2

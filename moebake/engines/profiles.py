@@ -157,9 +157,11 @@ def manifest_engine(options, source_format: str, layers: list[LayerRecord]) -> E
 
 
 def _engine_record(profile: EngineProfile, entry: TargetProfile, not_exact_because: str | None) -> EngineRecord:
-    return EngineRecord(profile.engine, profile.version, entry.runner_backend, entry.a2a_backend, entry.engine_method,
-                        entry.hidden_multiple, entry.intermediate_multiple, entry.hidden_scale_fill, entry.verified,
-                        dict(entry.parameter_names), not_exact_because is None, not_exact_because, entry.intermediate_scale_fill)
+    return EngineRecord(name=profile.engine, version=profile.version, runner_backend=entry.runner_backend,
+                        a2a_backend=entry.a2a_backend, engine_method=entry.engine_method, hidden_multiple=entry.hidden_multiple,
+                        intermediate_multiple=entry.intermediate_multiple, hidden_scale_fill=entry.hidden_scale_fill,
+                        verified=entry.verified, parameter_names=dict(entry.parameter_names), exact=not_exact_because is None,
+                        not_exact_because=not_exact_because, intermediate_scale_fill=entry.intermediate_scale_fill)
 
 
 def engines_with_same_bytes(options, source_format: str, hidden: int, intermediate: int) -> list[EngineRecord]:

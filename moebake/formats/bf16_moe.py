@@ -36,7 +36,7 @@ BF16 = "BF16"
 QUANT_SIDECAR = "hf_quant_config.json"
 SILU_ACTIVATIONS = ("silu", "swish")
 # silu(gate) * up in the manifest's SwiGLU parametrisation (as modelopt-nvfp4 records it).
-ACTIVATION = Activation(ActivationKind.SWIGLU, alpha=1.0, beta=0.0, limit=None)
+ACTIVATION = Activation(kind=ActivationKind.SWIGLU, alpha=1.0, beta=0.0, limit=None)
 
 _LAYER = r"(?P<prefix>(?:[\w.]+\.)?layers\.(?P<index>\d+)\.(?:mlp|block_sparse_moe)\.experts\.)"
 _FUSED_RE = re.compile(_LAYER + r"(?P<projection>gate_up_proj|down_proj)$")
@@ -169,7 +169,8 @@ def _per_expert_pattern(checkpoint: SourceCheckpoint, prefix: str, role: str, pr
 def _layer(checkpoint: SourceCheckpoint, prefix: str, found: dict, dims: dict) -> Bf16MoeLayer:
     E, H, I = dims["experts"], dims["hidden"], dims["intermediate"]
     if found["fused"] and found["per_expert"]:
-        raise CheckpointError(f"{checkpoint.root}: layer {prefix} has both fused ({', '.join(found['fused'])}) and per-expert expert tensors")
+        raise CheckpointError(f"{checkpoint.root}: layer {prefix} has both fused ({', '.join(found['fused'])}) "
+                              "and per-expert expert tensors")
     if found["fused"]:
         gate_up, down = prefix + "gate_up_proj", prefix + "down_proj"
         _check(checkpoint, gate_up, (E, 2 * I, H))

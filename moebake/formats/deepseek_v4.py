@@ -83,7 +83,7 @@ class DeepseekV4Model(StoredExperts):
 
     def activation(self) -> Activation:
         """Plain SwiGLU with clamping: ``g * sigmoid(alpha * g) * (clamp(up, -limit, limit) + beta)``, ``g = min(gate, limit)``."""
-        return Activation(ActivationKind.SWIGLU, alpha=1.0, beta=0.0, limit=self.swiglu_limit)
+        return Activation(kind=ActivationKind.SWIGLU, alpha=1.0, beta=0.0, limit=self.swiglu_limit)
 
 
 def detect(checkpoint: SourceCheckpoint) -> bool:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from moebake.errors import InvalidArgumentError
 from moebake.formats.checkpoint import stored_names
 from moebake.layouts.gate_up import merge_pairs, split_pairs
 from moebake.schema.enums import GateUpOrder
@@ -50,7 +51,7 @@ class ExpertSource:
 
     def __post_init__(self):
         if self.order not in ORDERS or len(self.names) != (2 if self.order == "separate" else 1):
-            raise ValueError(f"ExpertSource order {self.order!r} does not fit names {self.names}")
+            raise InvalidArgumentError(f"ExpertSource order {self.order!r} does not fit names {self.names}")
 
     def stored_names(self, num_experts: int) -> tuple[str, ...]:
         """The real tensor names behind :attr:`names`, expert by expert (patterns expanded)."""

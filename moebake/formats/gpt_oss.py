@@ -77,7 +77,7 @@ class GptOssModel(StoredExperts):
         }
 
     def activation(self) -> Activation:
-        return Activation(ActivationKind.SWIGLU_OAI, alpha=SWIGLU_ALPHA, beta=SWIGLU_BETA, limit=self.swiglu_limit)
+        return Activation(kind=ActivationKind.SWIGLU_OAI, alpha=SWIGLU_ALPHA, beta=SWIGLU_BETA, limit=self.swiglu_limit)
 
 
 def detect(checkpoint: SourceCheckpoint) -> bool:

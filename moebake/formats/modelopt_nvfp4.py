@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from moebake.errors import CheckpointError, UnsupportedError
+from moebake.errors import CheckpointError, InvalidArgumentError, UnsupportedError
 from moebake.formats.checkpoint import CONFIG_NAME, EXPERT_INDEX, SourceCheckpoint, first_missing_expert
 from moebake.formats.nvfp4_gate_up import RoundingBound, SharedGlobal, rescale_block_scales, rounding_bound, share_global
 from moebake.schema.config_values import ConfigValues, first_model_integer
@@ -162,7 +162,7 @@ class ModelOptNvfp4Model:
 
     def activation(self) -> Activation:
         """Plain SwiGLU, ``silu(gate) * up`` (FlashInfer's parametrisation: alpha 1, beta 0, no limit)."""
-        return Activation(ActivationKind.SWIGLU, alpha=1.0, beta=0.0, limit=None)
+        return Activation(kind=ActivationKind.SWIGLU, alpha=1.0, beta=0.0, limit=None)
 
     def read(self, name: str) -> torch.Tensor:
         """Source tensor ``name`` as stored: U8 and F8_E4M3 as uint8 bytes, F32 as float32, its own shape.
@@ -202,7 +202,7 @@ class ModelOptNvfp4Model:
             return scales
         try:
             return rescale_block_scales(scales, shared.scaled_global, shared.shared)
-        except ValueError as err:
+        except InvalidArgumentError as err:
             raise CheckpointError(f"{self.checkpoint.file_of(name).path}: tensor {name}: {err}") from None
 
     def consumed(self, layer: NvFp4Layer, expert: int, proj: str, part: str) -> torch.Tensor:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
+from moebake.errors import InvalidArgumentError
+
 E4M3_MAX = 448.0
 E4M3_MIN_NORMAL = 2.0 ** -6
 _POSITIVE_CODES = torch.arange(0x7F, dtype=torch.uint8)  # 0x00..0x7E: +0 and every positive finite E4M3
@@ -29,7 +31,7 @@ _POSITIVE_VALUES = _POSITIVE_CODES.view(torch.float8_e4m3fn).double()  # ascendi
 def round_to_e4m3(values: torch.Tensor) -> torch.Tensor:
     """float64 values in ``[0, 448]`` -> uint8 E4M3 codes of the nearest value (ties to even code)."""
     if bool(((values < 0) | (values > E4M3_MAX) | values.isnan()).any()):
-        raise ValueError("values to round must lie in [0, 448]")
+        raise InvalidArgumentError("values to round must lie in [0, 448]")
     upper = torch.searchsorted(_POSITIVE_VALUES, values).clamp(max=len(_POSITIVE_VALUES) - 1)
     lower = (upper - 1).clamp(min=0)
     below, above = values - _POSITIVE_VALUES[lower], _POSITIVE_VALUES[upper] - values
@@ -64,12 +66,12 @@ def share_global(gate_global: float, up_global: float) -> SharedGlobal:
 def rescale_block_scales(scales: torch.Tensor, scaled_global: float, shared: float) -> torch.Tensor:
     """E4M3 block-scale bytes (uint8, any shape) -> bytes of ``scales * scaled_global / shared``, rounded.
 
-    Raises ValueError if a scale is negative or NaN (not a valid NVFP4 block scale) or the ratio is not in (0, 1].
+    Raises InvalidArgumentError if a scale is negative or NaN (not a valid NVFP4 block scale) or the ratio is not in (0, 1].
     """
     if not 0 < scaled_global <= shared:
-        raise ValueError(f"rescale ratio {scaled_global}/{shared} is not in (0, 1]")
+        raise InvalidArgumentError(f"rescale ratio {scaled_global}/{shared} is not in (0, 1]")
     if bool((scales >= 0x7F).any()):
-        raise ValueError("block scales must be positive-signed finite E4M3 values")
+        raise InvalidArgumentError("block scales must be positive-signed finite E4M3 values")
     return round_to_e4m3(scales.view(torch.float8_e4m3fn).double() * scaled_global / shared)
 
 

@@ -130,7 +130,8 @@ def read_header(path: str | os.PathLike, reader: SourceReader | None = None) -> 
         raise CheckpointError(f"{path}: corrupt safetensors header (expected a JSON object, found {json_type(header)})")
     metadata = header.pop(METADATA_KEY, None) or {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise CheckpointError(f"{path}: corrupt safetensors header ({METADATA_KEY} is {short_repr(metadata)}, expected an object of strings)")
+        raise CheckpointError(f"{path}: corrupt safetensors header ({METADATA_KEY} is {short_repr(metadata)}, "
+                              "expected an object of strings)")
     tensors = {name: _parse_entry(path, name, spec) for name, spec in header.items()}
     data_start = HEADER_LENGTH_BYTES + header_len
     _check_tiling(path, tensors.values(), size - data_start)

@@ -22,11 +22,10 @@ import yaml
 from huggingface_hub import ModelCardData
 from huggingface_hub.repocard import metadata_load
 
-from moebake.schema.checksums import ALGORITHMS, CHECKSUM
-from moebake.schema.manifest import (MANIFEST_NAME, EngineRecord, Manifest, SourceRecord, TensorRecord, read_manifest,
-                                     render_manifest)
 from moebake.engines.profiles import serving_flags
 from moebake.hub.download import parse_repo_spec
+from moebake.schema.checksums import ALGORITHMS, CHECKSUM
+from moebake.schema.manifest import MANIFEST_NAME, EngineRecord, Manifest, SourceRecord, TensorRecord, read_manifest, render_manifest
 from moebake.schema.targets import target_spec
 
 CARD_NAME = "README.md"
@@ -121,8 +120,8 @@ def _engine_section(manifest: Manifest, repo_id: str) -> list[str]:
              "the source format.", ""]
     if engines:
         commands = {"sglang": "python -m sglang.launch_server --model-path", "vllm": "vllm serve"}
-        lines += ["```bash", *(f"pip install \"moebake[{e.name}]\"   # {e.name} {e.version}\n{commands[e.name]} {repo_id} {serving_flags(e)}"
-                               for e in engines), "```", ""]
+        lines += ["```bash", *(f"pip install \"moebake[{e.name}]\"   # {e.name} {e.version}\n"
+                               f"{commands[e.name]} {repo_id} {serving_flags(e)}" for e in engines), "```", ""]
     return lines
 
 

@@ -16,13 +16,13 @@ import os
 import tempfile
 from pathlib import Path
 
-from moebake.schema.manifest import read_manifest_record
 from moebake.convert.source_check import compare_with_source
 from moebake.convert.verify import verify_output
 from moebake.errors import IntegrityError, OptionError, OutputError
 from moebake.hub.client import HUB_ERRORS, hub_error
 from moebake.hub.download import resolve_source
 from moebake.hub.model_card import card_files, source_label, write_model_card
+from moebake.schema.manifest import read_manifest_record
 
 PR_REF_PREFIX = "refs/pr/"
 

@@ -51,7 +51,6 @@ from moebake.layouts.compiled import kernels
 from moebake.layouts.flashinfer_versions import LAYOUTS
 from moebake.layouts.parallel import run_in_threads
 
-
 # (mask, shift) pairs of FlashInfer's interleave_fp4_weights_for_sm90_mixed_gemm_kernel (v2):
 # each masked group of source bits moves left by `shift` (right when negative).
 _V2_MASK_SHIFTS = (

@@ -58,7 +58,8 @@ def json_type(value) -> str:
         return "a boolean"
     if value is None:
         return "null"
-    return {dict: "a JSON object", list: "a list", str: "a string", int: "an integer", float: "a number"}.get(type(value), type(value).__name__)
+    kinds = {dict: "a JSON object", list: "a list", str: "a string", int: "an integer", float: "a number"}
+    return kinds.get(type(value), type(value).__name__)
 
 
 def short_repr(value, limit: int = 60) -> str:

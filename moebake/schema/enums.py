@@ -52,6 +52,14 @@ class FlashInferLayout(_Name):
     V1 = "v1"
 
 
+class GateUpGlobals(_Name):
+    """NVFP4 experts whose gate and up global scales differ (``--gate-up-globals``; see
+    :class:`~moebake.convert.options.ConvertOptions`): ``share`` one global, or ``keep`` both."""
+
+    SHARE = "share"
+    KEEP = "keep"
+
+
 class DType(_Name):
     """A safetensors dtype code, with its width and its torch and numpy element types.
 

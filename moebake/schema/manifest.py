@@ -16,7 +16,16 @@ when a field changes meaning or a reader must refuse older files):
   layers [LayerRecord: {index, prefix, experts, hidden, hidden_padded, intermediate, intermediate_padded,
            tensors {short name: TensorRecord: {source, dtype, shape, gate_up_order, source_gate_up_order}}}],
   files {output file name: {ALGORITHM: hex, bytes}}   (every file in OUT except moebake.json itself)
-  manifest_sha256   SHA-256 of every other field (see :func:`manifest_checksum`)
+  manifest_sha256   the manifest's *self-checksum*: SHA-256 of every other field (see :func:`self_checksum`)
+
+Two digests of a manifest are stored under the name ``manifest_sha256`` (on-disk names, kept for
+compatibility); in code each has one name of its own:
+
+  * the **self-checksum** (:func:`self_checksum`, :data:`SELF_CHECKSUM_KEY`): this file's field
+    ``manifest_sha256``, over every other field; it proves the file is as moebake wrote it;
+  * the **bake digest** (:func:`moebake.engines.config_json.manifest_digest`): the output config.json's
+    ``quantization_config.manifest_sha256``, over the fields that fix the bake (no ``created``, no
+    ``source.location``, no self-checksum); it ties config.json to this manifest.
 
 ALGORITHM is ``xxh3-128`` in new manifests (``sha256`` in older ones, and for source files whose
 Hub-cache blob name is their SHA-256); see :mod:`moebake.convert.hashing`.
@@ -51,7 +60,7 @@ from moebake.schema.files import open_regular
 MANIFEST_NAME = "moebake.json"
 SCHEMA = "moebake.manifest/1"
 KNOWN_SCHEMAS = (SCHEMA,)
-CHECKSUM_KEY = "manifest_sha256"
+SELF_CHECKSUM_KEY = "manifest_sha256"
 LOG = logging.getLogger(__name__)
 
 
@@ -64,9 +73,9 @@ def created() -> str | None:
     return datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc).isoformat()
 
 
-def manifest_checksum(manifest: dict) -> str:
+def self_checksum(manifest: dict) -> str:
     """SHA-256 of the manifest without its ``manifest_sha256``: canonical JSON (sorted keys, no spaces, ASCII)."""
-    fields = {key: value for key, value in manifest.items() if key != CHECKSUM_KEY}
+    fields = {key: value for key, value in manifest.items() if key != SELF_CHECKSUM_KEY}
     canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
@@ -74,8 +83,8 @@ def manifest_checksum(manifest: dict) -> str:
 def render_manifest(manifest: dict) -> str:
     """The exact text of ``moebake.json`` for ``manifest``: its fields, then ``manifest_sha256``; strict
     JSON (no bare NaN / Infinity), two-space indent, a final newline."""
-    fields = {key: value for key, value in manifest.items() if key != CHECKSUM_KEY}
-    return json.dumps({**fields, CHECKSUM_KEY: manifest_checksum(fields)}, indent=2, allow_nan=False) + "\n"
+    fields = {key: value for key, value in manifest.items() if key != SELF_CHECKSUM_KEY}
+    return json.dumps({**fields, SELF_CHECKSUM_KEY: self_checksum(fields)}, indent=2, allow_nan=False) + "\n"
 
 
 def write_manifest(directory: Path, manifest: dict) -> None:
@@ -130,19 +139,19 @@ def read_manifest_record(directory: str | os.PathLike) -> "Manifest":
 
 
 def _integrity_problems(path: Path, raw: bytes, manifest: dict) -> list[str]:
-    recorded = manifest.get(CHECKSUM_KEY)
+    recorded = manifest.get(SELF_CHECKSUM_KEY)
     if recorded is None and _written_before_checksums_were_named(manifest):
         LOG.warning("%s: written by a moebake before manifests carried %s: its fields are not protected "
-                    "(re-bake with this moebake to protect them)", path, CHECKSUM_KEY)
+                    "(re-bake with this moebake to protect them)", path, SELF_CHECKSUM_KEY)
         return []
     if recorded is None:
-        return [f"{path}: has no {CHECKSUM_KEY}, so a changed field would go unnoticed"]
+        return [f"{path}: has no {SELF_CHECKSUM_KEY}, so a changed field would go unnoticed"]
     try:
         text = render_manifest(manifest)
     except ValueError as err:
         return [f"{path}: not strict JSON ({err})"]
-    if recorded != manifest_checksum(manifest):
-        return [f"{path}: changed since moebake wrote it ({CHECKSUM_KEY} does not match its fields)"]
+    if recorded != self_checksum(manifest):
+        return [f"{path}: changed since moebake wrote it ({SELF_CHECKSUM_KEY} does not match its fields)"]
     if raw != text.encode("utf-8"):
         return [f"{path}: its bytes were edited since moebake wrote it (same fields, other spelling or spacing)"]
     return []
@@ -211,7 +220,7 @@ def _kind(value) -> str:
     return "null" if value is None else f"{type(value).__name__} {json.dumps(value)[:60]}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TensorRecord:
     """One baked tensor of a layer: safetensors ``dtype`` and ``shape``; the source tensors (or per-expert
     patterns) it is made from (``source``: a name, a list, or None when derived from the config); the W13
@@ -246,10 +255,11 @@ class TensorRecord:
         source = f.get("source", lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(s, str) for s in v)),
                        "a tensor name or a list of them", optional=True)
         return cls(
-            f.choice("dtype", DType), f.shape("shape"), tuple(source) if isinstance(source, list) else source,
-            f.choice("gate_up_order", GateUpOrder, optional=True), f.choice("source_gate_up_order", GateUpOrder, optional=True),
-            f.shape("source_shape", optional=True), f.choice("source_dtype", DType, optional=True),
-            f.extra(("source", "dtype", "shape", "gate_up_order", "source_gate_up_order", "source_shape", "source_dtype")),
+            dtype=f.choice("dtype", DType), shape=f.shape("shape"), source=tuple(source) if isinstance(source, list) else source,
+            gate_up_order=f.choice("gate_up_order", GateUpOrder, optional=True),
+            source_gate_up_order=f.choice("source_gate_up_order", GateUpOrder, optional=True),
+            source_shape=f.shape("source_shape", optional=True), source_dtype=f.choice("source_dtype", DType, optional=True),
+            extra=f.extra(("source", "dtype", "shape", "gate_up_order", "source_gate_up_order", "source_shape", "source_dtype")),
         )
 
 
@@ -257,7 +267,7 @@ _LAYER_KEYS = ("index", "prefix", "experts", "hidden", "hidden_padded", "interme
 _LAYER_OPTIONAL = ("epilogue_tile_m", "scalar_shape", "gate_up_global_scale", "dispatcher_output_dtype")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LayerRecord:
     """One baked MoE layer: its index and expert prefix, dims (padded as baked) and tensors by short name.
 
@@ -293,16 +303,16 @@ class LayerRecord:
         f = _Fields(data, where, path)
         tensors = f.obj("tensors")
         return cls(
-            f.integer("index"), f.string("prefix"), *(f.integer(key) for key in _LAYER_KEYS[2:]),
-            {short: TensorRecord.from_json(spec, where, tensors.name(short)) for short, spec in tensors.data.items()},
-            f.integer("epilogue_tile_m", optional=True), f.shape("scalar_shape", optional=True),
-            f.get("gate_up_global_scale", lambda v: isinstance(v, dict), "an object", optional=True),
-            f.string("dispatcher_output_dtype", optional=True),
-            f.extra((*_LAYER_KEYS, *_LAYER_OPTIONAL, "tensors")),
+            index=f.integer("index"), prefix=f.string("prefix"), **{key: f.integer(key) for key in _LAYER_KEYS[2:]},
+            tensors={short: TensorRecord.from_json(spec, where, tensors.name(short)) for short, spec in tensors.data.items()},
+            epilogue_tile_m=f.integer("epilogue_tile_m", optional=True), scalar_shape=f.shape("scalar_shape", optional=True),
+            gate_up_global_scale=f.get("gate_up_global_scale", lambda v: isinstance(v, dict), "an object", optional=True),
+            dispatcher_output_dtype=f.string("dispatcher_output_dtype", optional=True),
+            extra=f.extra((*_LAYER_KEYS, *_LAYER_OPTIONAL, "tensors")),
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Activation:
     """The expert activation: ``kind`` and its parameters (None where the kind's default applies).
 
@@ -322,10 +332,11 @@ class Activation:
         f = _Fields(data, where, path)
         kind = f.string("kind")
         known = kind in {member.value for member in ActivationKind}
-        return cls(ActivationKind(kind) if known else kind, *(f.number(key, optional=True) for key in ("alpha", "beta", "limit")))
+        return cls(kind=ActivationKind(kind) if known else kind,
+                   **{key: f.number(key, optional=True) for key in ("alpha", "beta", "limit")})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SourceRecord:
     """Where the baked checkpoint came from: its format, location (path or Hub repo), revision, file checksums."""
 
@@ -342,10 +353,10 @@ class SourceRecord:
         f = _Fields(data, where, path)
         files = f.get("files", lambda v: isinstance(v, dict) and all(isinstance(d, str) for d in v.values()),
                       "an object of file name: checksum")
-        return cls(f.string("format"), f.string("location"), f.string("revision", optional=True), files)
+        return cls(format=f.string("format"), location=f.string("location"), revision=f.string("revision", optional=True), files=files)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FileRecord:
     """One output file: its checksums by algorithm name (``{"xxh3-128": hex}``; older manifests
     ``{"sha256": hex}``) and its size in bytes."""
@@ -360,7 +371,7 @@ class FileRecord:
     def from_json(cls, data, where, path: str) -> "FileRecord":
         f = _Fields(data, where, path)
         checksums = {key: f.string(key) for key in data if key != "bytes"}
-        return cls(checksums, f.integer("bytes"))
+        return cls(checksums=checksums, bytes=f.integer("bytes"))
 
 
 EXPERT_PARALLEL_ONLY = "expert-only"
@@ -368,7 +379,7 @@ EXPERT_PARALLEL_ONLY = "expert-only"
 serves them with expert parallelism (each rank a contiguous run of whole experts), never MoE tensor parallelism."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EngineRecord:
     """The engine profile a bake follows (:mod:`moebake.engines.profiles`): the engine and version, its
     serving flags (``runner_backend``, ``a2a_backend``), the class whose post-load parameters the bytes
@@ -409,14 +420,15 @@ class EngineRecord:
         f = _Fields(data, where, path)
         names = f.get("parameter_names", lambda v: isinstance(v, dict) and all(isinstance(n, str) for n in v.values()),
                       "an object of baked name: engine name")
-        return cls(*(f.string(key) for key in cls._KEYS[:5]), *(f.integer(key) for key in cls._KEYS[5:8]), f.boolean("verified"),
-                   dict(names), f.boolean("exact"), f.string("not_exact_because", optional=True),
-                   f.integer("intermediate_scale_fill", optional=True) or 0,
-                   f.string("moe_parallelism", optional=True) or EXPERT_PARALLEL_ONLY,
-                   f.extra((*cls._KEYS, "intermediate_scale_fill", "moe_parallelism")))
+        return cls(**{key: f.string(key) for key in cls._KEYS[:5]}, **{key: f.integer(key) for key in cls._KEYS[5:8]},
+                   verified=f.boolean("verified"), parameter_names=dict(names), exact=f.boolean("exact"),
+                   not_exact_because=f.string("not_exact_because", optional=True),
+                   intermediate_scale_fill=f.integer("intermediate_scale_fill", optional=True) or 0,
+                   moe_parallelism=f.string("moe_parallelism", optional=True) or EXPERT_PARALLEL_ONLY,
+                   extra=f.extra((*cls._KEYS, "intermediate_scale_fill", "moe_parallelism")))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Manifest:
     """The whole ``moebake.json`` (see the module docstring); ``extra`` keeps top-level fields added by newer writers."""
 
@@ -437,7 +449,8 @@ class Manifest:
     extra: dict = field(default_factory=dict, compare=False)
 
     def to_json(self) -> dict:
-        layout = None if self.flashinfer_layout is None else {"id": self.flashinfer_layout, "description": self.flashinfer_layout_description}
+        layout = (None if self.flashinfer_layout is None
+                  else {"id": self.flashinfer_layout, "description": self.flashinfer_layout_description})
         out = {"schema": self.schema, "moebake_version": self.moebake_version}
         if self.created is not None:
             out["created"] = self.created
@@ -460,18 +473,18 @@ class Manifest:
         engine = f.obj("engine", optional=True)
         serves = f.get("serves", lambda v: isinstance(v, list), "a list", optional=True) or []
         return cls(
-            f.string("moebake_version"), f.string("created", optional=True), f.string("target"),
-            f.integer("target_layout_version"),
-            None if layout is None else layout.choice("id", FlashInferLayout),
-            None if layout is None else layout.string("description", optional=True),
-            SourceRecord.from_json(data.get("source"), where), f.obj("options").data,
-            Activation.from_json(data.get("activation"), where),
-            [LayerRecord.from_json(layer, where, f"layers[{i}]") for i, layer in enumerate(layers)],
-            {name: FileRecord.from_json(record, where, files.name(name)) for name, record in files.data.items()},
-            None if engine is None else EngineRecord.from_json(engine.data, where),
-            tuple(EngineRecord.from_json(e, where, f"serves[{i}]") for i, e in enumerate(serves)),
-            schema,
-            f.extra(("schema", "moebake_version", "created", "target", "target_layout_version", "flashinfer_layout",
+            moebake_version=f.string("moebake_version"), created=f.string("created", optional=True), target=f.string("target"),
+            target_layout_version=f.integer("target_layout_version"),
+            flashinfer_layout=None if layout is None else layout.choice("id", FlashInferLayout),
+            flashinfer_layout_description=None if layout is None else layout.string("description", optional=True),
+            source=SourceRecord.from_json(data.get("source"), where), options=f.obj("options").data,
+            activation=Activation.from_json(data.get("activation"), where),
+            layers=[LayerRecord.from_json(layer, where, f"layers[{i}]") for i, layer in enumerate(layers)],
+            files={name: FileRecord.from_json(record, where, files.name(name)) for name, record in files.data.items()},
+            engine=None if engine is None else EngineRecord.from_json(engine.data, where),
+            serves=tuple(EngineRecord.from_json(e, where, f"serves[{i}]") for i, e in enumerate(serves)),
+            schema=schema,
+            extra=f.extra(("schema", "moebake_version", "created", "target", "target_layout_version", "flashinfer_layout",
                      "source", "options", "engine", "serves", "activation", "layers", "files")),
         )
 

@@ -15,8 +15,8 @@
 
 from pathlib import Path
 
-from moebake.schema.manifest import MANIFEST_NAME, read_manifest_record
 from moebake.errors import UnsupportedError
+from moebake.schema.manifest import MANIFEST_NAME, read_manifest_record
 from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve.deepep_bf16 import DeepEPBf16Checkpoint
 from moebake.serve.platform import Platform

@@ -37,10 +37,10 @@ from moebake.formats.bf16_moe import ACTIVATION
 from moebake.layouts.gate_up import pad_to, split_halves, stack_halves
 from moebake.schema.config_values import ConfigValues, model_scopes, read_json_object
 from moebake.schema.manifest import LayerRecord
-from moebake.schema.targets import DEEPEP_BF16
 from moebake.schema.sizes import round_up
-from moebake.serve.baked_checkpoint import BakedCheckpoint
+from moebake.schema.targets import DEEPEP_BF16
 from moebake.serve import deepep_ll
+from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve.deepep_ll import LowLatencyBuffer, LowLatencyRefusal, LowLatencySpec
 from moebake.serve.dispatch import StandInDispatcher, combine, dispatch, expected_m
 from moebake.serve.masked_activation import silu_and_mul_masked, zero_rows_past
@@ -118,7 +118,8 @@ class DeepEPBf16Experts:
             hint = expected_m(T, k, self.num_local_experts)
             return combine(self.forward_masked(recv_x, masked_m, hint), topk_weights, handle)
         spec = dispatcher.spec
-        if (spec.hidden, spec.num_local_experts, spec.first_expert(dispatcher.rank)) != (self.hidden, self.num_local_experts, self.first_expert):
+        mine = (self.hidden, self.num_local_experts, self.first_expert)
+        if (spec.hidden, spec.num_local_experts, spec.first_expert(dispatcher.rank)) != mine:
             raise LowLatencyRefusal(
                 f"the dispatcher is for hidden {spec.hidden} and experts [{spec.first_expert(dispatcher.rank)}, "
                 f"{spec.first_expert(dispatcher.rank + 1)}) on rank {dispatcher.rank}; these experts are hidden {self.hidden}, "

@@ -293,7 +293,7 @@ def gen_w4a16_sm90_module(configs: Optional[Iterable[Sequence[str]]] = None):
     available = bf16_fp4_instantiations(generated)
     missing = [c for c in selected if c not in available]
     if missing:
-        raise ValueError(f"no BF16 x FP4 instantiation for {missing}; available: {sorted(available)}")
+        raise PlatformError(f"the installed FlashInfer has no BF16 x FP4 instantiation for {missing}; available: {sorted(available)}")
 
     out_dir = Path(jit_env.FLASHINFER_GEN_SRC_DIR) / "moebake_w4a16_90"
     csrc = Path(jit_env.FLASHINFER_CSRC_DIR)

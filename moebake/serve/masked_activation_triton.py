@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from moebake.errors import InvalidArgumentError
+
 SILU_BLOCK_M, SILU_BLOCK_N = 16, 256
 ZERO_BLOCK_M, ZERO_BLOCK_N = 32, 512
 
@@ -49,7 +51,7 @@ def silu_and_mul_masked(gate_up: torch.Tensor, masked_m: torch.Tensor) -> torch.
     """BF16 ``[E, M, 2I]`` -> BF16 ``[E, M, I]``; rows at or past masked_m are left uninitialised."""
     E, M, two_i = gate_up.shape
     if gate_up.stride(-1) != 1:
-        raise ValueError("gate_up must be contiguous in its last dimension")
+        raise InvalidArgumentError("gate_up must be contiguous in its last dimension")
     out = torch.empty(E, M, two_i // 2, dtype=torch.bfloat16, device=gate_up.device)
     grid = (E, triton.cdiv(M, SILU_BLOCK_M), triton.cdiv(two_i // 2, SILU_BLOCK_N))
     _silu_and_mul_kernel[grid](gate_up, out, masked_m, two_i // 2, gate_up.stride(0), gate_up.stride(1),
@@ -61,7 +63,7 @@ def zero_rows_past(y: torch.Tensor, masked_m: torch.Tensor) -> torch.Tensor:
     """Zero ``y [E, M, N]``'s rows at or past masked_m in place (any strides with a unit last one); returns ``y``."""
     E, M, N = y.shape
     if y.stride(-1) != 1:
-        raise ValueError("y must be contiguous in its last dimension")
+        raise InvalidArgumentError("y must be contiguous in its last dimension")
     grid = (E, triton.cdiv(M, ZERO_BLOCK_M), triton.cdiv(N, ZERO_BLOCK_N))
     _zero_rows_past_kernel[grid](y, masked_m, M, N, y.stride(0), y.stride(1), BLOCK_M=ZERO_BLOCK_M, BLOCK_N=ZERO_BLOCK_N)
     return y

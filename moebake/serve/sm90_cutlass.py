@@ -49,7 +49,8 @@ def swiglu_parameters(activation: Activation, where) -> tuple[float, float, floa
     """
     kind = activation.kind
     if kind not in SWIGLU_DEFAULTS:
-        raise UnsupportedError(f"{where}: activation kind {str(kind)!r} is not supported by the sm90-cutlass runtime ({', '.join(SWIGLU_DEFAULTS)})")
+        raise UnsupportedError(f"{where}: activation kind {str(kind)!r} is not supported by the sm90-cutlass runtime "
+                               f"({', '.join(SWIGLU_DEFAULTS)})")
     given = {"alpha": activation.alpha, "beta": activation.beta, "limit": activation.limit}
     values = {**SWIGLU_DEFAULTS[kind], **{key: value for key, value in given.items() if value is not None}}
     try:
@@ -163,7 +164,8 @@ class Sm90CutlassExperts:
             problems.append(f"topk_ids is {topk_ids.dtype} {list(topk_ids.shape)}, expected integer [T, k]")
         if topk_weights.dtype != torch.float32 or topk_weights.shape != topk_ids.shape:
             problems.append(f"topk_weights is {topk_weights.dtype} {list(topk_weights.shape)}, expected float32 {list(topk_ids.shape)}")
-        wrong_device = [n for n, t in (("hidden_states", hidden_states), ("topk_ids", topk_ids), ("topk_weights", topk_weights)) if t.device != self.device]
+        inputs = (("hidden_states", hidden_states), ("topk_ids", topk_ids), ("topk_weights", topk_weights))
+        wrong_device = [n for n, t in inputs if t.device != self.device]
         if wrong_device:
             problems.append(f"{', '.join(wrong_device)} not on {self.device}")
         if problems:

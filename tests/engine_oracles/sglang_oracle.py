@@ -278,7 +278,6 @@ def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int
     ``quantization_config``. Returns ``{param name: tensor}``, the MMA-layout scale views included.
     """
     import json
-
     from unittest import mock
 
     import sglang.srt.layers.moe.fused_moe_triton.layer as fused_moe_layer

@@ -15,11 +15,11 @@ is absent: the one function SGLang's and vLLM's CuteDSL set-up call from it, a z
 """
 
 import importlib.abc
-from contextlib import contextmanager
 import importlib.machinery
 import importlib.util
 import sys
 import types
+from contextlib import contextmanager
 
 import torch
 

@@ -212,10 +212,10 @@ def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int
     vLLM's ``moe_config`` holds them, under ``"hidden_dim"`` / ``"intermediate_size_per_partition"`` (ints)."""
     import vllm.model_executor.layers.fused_moe.experts.flashinfer_cutedsl_moe as cutedsl_experts
     import vllm.model_executor.layers.quantization.modelopt as modelopt
+    from transformers import PretrainedConfig
     from vllm.model_executor.layers.fused_moe.layer import FusedMoEFactory
     from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import NvFp4MoeBackend
     from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
-    from transformers import PretrainedConfig
 
     config = json.loads((Path(source_dir) / "config.json").read_text())
     source = {name: tensor for name, tensor in load_all(source_dir).items()

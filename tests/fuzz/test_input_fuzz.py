@@ -90,11 +90,13 @@ CONFIG_KEYS = {
 }
 CONFIG_CASES = [(kind, key, literal) for kind, keys in CONFIG_KEYS.items() for key in keys for literal in BAD_INTEGERS]
 CONFIG_CASES += [
-    ("gpt-oss", ("swiglu_limit",), literal) for literal in ("NaN", "Infinity", "-Infinity", "1e999", "-1", "0", '"abc"', "null", "true", "[7]")
+    ("gpt-oss", ("swiglu_limit",), literal)
+    for literal in ("NaN", "Infinity", "-Infinity", "1e999", "-1", "0", '"abc"', "null", "true", "[7]")
 ] + [
     ("deepseek-v4", ("swiglu_limit",), literal) for literal in ("NaN", "Infinity", "1e999", '"abc"', "true", "{}")
 ] + [
-    (kind, ("quantization_config",), literal) for kind in ("gpt-oss", "modelopt", "deepseek-v4") for literal in ('"mxfp4"', "[1, 2]", "7", "true")
+    (kind, ("quantization_config",), literal)
+    for kind in ("gpt-oss", "modelopt", "deepseek-v4") for literal in ('"mxfp4"', "[1, 2]", "7", "true")
 ] + [
     ("modelopt", ("quantization_config", "config_groups"), literal) for literal in ("[]", '"g"', "3")
 ] + [
@@ -147,7 +149,8 @@ HEADER_CASES = {
     "offsets-null": lambda h: set_raw(h, (FIRST, "data_offsets"), "null"),
     "offsets-object": lambda h: set_raw(h, (FIRST, "data_offsets"), '{"a": 1}'),
     "offsets-deep": lambda h: set_raw(h, (FIRST, "data_offsets"), DEEP),
-    "shape-negative-same-product": lambda h: set_raw(h, (FIRST, "shape"), json.dumps([-x for x in h[FIRST]["shape"][:2]] + h[FIRST]["shape"][2:])),
+    "shape-negative-same-product":
+        lambda h: set_raw(h, (FIRST, "shape"), json.dumps([-x for x in h[FIRST]["shape"][:2]] + h[FIRST]["shape"][2:])),
     "shape-floats": lambda h: set_raw(h, (FIRST, "shape"), json.dumps([float(x) for x in h[FIRST]["shape"]])),
     "shape-strings": lambda h: set_raw(h, (FIRST, "shape"), json.dumps([str(x) for x in h[FIRST]["shape"]])),
     "shape-bool": lambda h: set_raw(h, (FIRST, "shape"), "[true]"),
@@ -358,9 +361,9 @@ def test_a_consistently_rewritten_activation_limit_is_caught_by_verify_source(ba
 
 def rewrite_config_digest(out):
     """Point ``out/config.json`` at the manifest as it is now (and re-record config.json's checksum)."""
+    from moebake.engines.config_json import manifest_digest
     from moebake.schema.checksums import file_record
     from moebake.schema.manifest import write_manifest
-    from moebake.engines.config_json import manifest_digest
 
     manifest = json.loads((out / "moebake.json").read_text())
     config = json.loads((out / "config.json").read_text())

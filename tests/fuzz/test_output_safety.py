@@ -13,10 +13,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from output_safety_helpers import TARGET, Watched, assert_refused, copy_checkpoint, invoke, run_cli, tree_state
 
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
+from output_safety_helpers import TARGET, Watched, assert_refused, copy_checkpoint, invoke, run_cli, tree_state
 
 SHARD0 = "model-00000-of-00001.safetensors"
 

@@ -1,7 +1,7 @@
 """moebake.serve on an SM90 GPU: baked GPT-OSS experts through FlashInfer's CUTLASS W4A16 MoE.
 
 1. The tensors moebake loads equal, bit for bit, what SGLang builds on the GPU from the source
-   checkpoint with FlashInfer's own helpers (``moebake.serve.sglang_baseline``).
+   checkpoint with FlashInfer's own helpers (``tests/engine_oracles/sglang_baseline.py``).
 2. The forward through moebake equals, bit for bit, SGLang's ``cutlass_fused_moe`` call on those.
 3. Both match a dequantized float32 reference of GPT-OSS's MoE (FlashInfer's criterion: >= 99.9 %
    of elements within rtol = atol = 0.1; plus a relative RMS error bound, which is tighter).
@@ -15,12 +15,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import moebake.serve
+from engine_oracles import sglang_baseline
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.layouts.mxfp4 import dequantize
 from moebake.schema.sizes import round_up
-from moebake.serve import sglang_baseline
 from moebake.synthetic import write_gpt_oss
+from mxfp4_oracle import dequantize
 
 pytestmark = pytest.mark.gpu
 

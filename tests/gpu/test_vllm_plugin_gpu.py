@@ -27,11 +27,11 @@ from unittest import mock
 
 import pytest
 import torch
+from test_sm90_serve import dequantized_reference  # GPT-OSS's MoE in float32 from the source's experts
 
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.synthetic import write_gpt_oss
-from test_sm90_serve import dequantized_reference  # GPT-OSS's MoE in float32 from the source's experts
 
 pytestmark = pytest.mark.gpu
 
@@ -71,11 +71,11 @@ def stock_layer(oracle, source):
 def plugin_layer(oracle, out):
     """The plugin's layer 0 (vLLM's MoE blocks over the bake, the moebake loader), on the GPU (timed)."""
     import json
+    from types import SimpleNamespace
 
     from vllm.config.load import LoadConfig
     from vllm.model_executor.layers.quantization import get_quantization_config
     from vllm.model_executor.model_loader import get_model_loader
-    from types import SimpleNamespace
 
     torch.cuda.synchronize()
     began = time.perf_counter()

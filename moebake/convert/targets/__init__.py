@@ -5,12 +5,15 @@ A target reads the source formats its spec lists (tried in registry order, see :
 """
 
 from moebake.convert.options import ConvertOptions
+
 # Each module registers its target on import; this order is the registry's (the CLI's and inspect's).
-from moebake.convert.targets import sm90_cutlass  # noqa: F401, I001
+# isort: off
+from moebake.convert.targets import sm90_cutlass  # noqa: F401
 from moebake.convert.targets import cutedsl  # noqa: F401
 from moebake.convert.targets import cutedsl_deepep  # noqa: F401
 from moebake.convert.targets import deepep_bf16  # noqa: F401
 from moebake.convert.targets import sm100_trtllm  # noqa: F401
+# isort: on
 from moebake.convert.targets.base import TARGETS, Target
 from moebake.errors import MoebakeError, UnsupportedError
 from moebake.formats import SOURCE_FORMATS, detect_format, detected_format

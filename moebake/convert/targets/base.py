@@ -101,10 +101,12 @@ class Target:
                 made = planned[entry.name]
                 dtype, shape = entry.dtype or made.dtype, entry.shape_for(dims)
                 tensors.append(OutputTensor(layer.prefix + entry.name, dtype, shape, made.stored, made.produce))
-                specs[entry.name] = TensorRecord(dtype, shape, made.source, entry.gate_up_order, made.source_gate_up_order,
-                                                 made.source_shape, made.source_dtype)
-            record = LayerRecord(layer.index, layer.prefix, dims.experts, dims.hidden, dims.hidden_padded,
-                                 dims.intermediate, dims.intermediate_padded, specs, **self.layer_facts(model, layer))
+                specs[entry.name] = TensorRecord(dtype=dtype, shape=shape, source=made.source, gate_up_order=entry.gate_up_order,
+                                                 source_gate_up_order=made.source_gate_up_order, source_shape=made.source_shape,
+                                                 source_dtype=made.source_dtype)
+            record = LayerRecord(index=layer.index, prefix=layer.prefix, experts=dims.experts, hidden=dims.hidden,
+                                 hidden_padded=dims.hidden_padded, intermediate=dims.intermediate,
+                                 intermediate_padded=dims.intermediate_padded, tensors=specs, **self.layer_facts(model, layer))
             records.append(record)
         return tensors, records
 

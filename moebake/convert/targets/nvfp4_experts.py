@@ -195,7 +195,8 @@ def restore_layer(record: LayerRecord, baked: dict[str, torch.Tensor], order: W1
     out[pattern("down", "weight")] = baked["w2_weight"][:, :H, :I // 2]
     w2_scales = unswizzle_128x4(baked["w2_weight_scale"].reshape(n, -1).view(torch.uint8), Hp, Ip // GROUP_SIZE)
     out[pattern("down", "weight_scale")] = w2_scales[:, :H, :I // GROUP_SIZE]
-    for part, w13, w2 in (("weight_scale_2", "w13_weight_scale_2", "w2_weight_scale_2"), ("input_scale", "w13_input_scale", "w2_input_scale")):
+    for part, w13, w2 in (("weight_scale_2", "w13_weight_scale_2", "w2_weight_scale_2"),
+                          ("input_scale", "w13_input_scale", "w2_input_scale")):
         for column, proj in enumerate(("gate", "up")):
             out[pattern(proj, part)] = baked[w13][:, column].clone(memory_format=torch.contiguous_format).reshape(scalar_shape)
         out[pattern("down", part)] = baked[w2].reshape(scalar_shape)

@@ -6,7 +6,7 @@
   the odd element (k = 2i + 1). A row of K elements is ``K/2`` bytes.
 * One E8M0 scale byte per 32 consecutive elements of a row: value ``2 ** (byte - 127)``.
 
-These helpers decode to float32 for verification; the converter itself never decodes.
+These helpers decode to float32 for verification: a test oracle (the converter itself never decodes).
 """
 
 import torch

@@ -1,0 +1,245 @@
+"""Every script under bench/ runs in CI, on the CPU: its argument parsing, its CPU work on tiny shapes,
+its ``--plot-only`` redraw from the committed results in bench/results/, and, for the GPU benchmarks,
+the one-line refusal without a GPU. (The conversion benchmark's plots: tests/test_bench_plots.py.)"""
+
+import csv
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from moebake.convert.stages import NAMES as STAGES
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "bench"
+RESULTS = BENCH / "results"
+PYTHON_SCRIPTS = ["convert_bench.py", "transform_bench.py", "serve_bench.py", "deepep_layer_bench.py", "deepgemm_masked_bench.py"]
+SHELL_SCRIPTS = ["device_convert_scaling.sh", "device_wheels.sh"]
+no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal on a machine without a GPU")
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), BENCH / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_bench_script_has_a_smoke_test():
+    assert sorted(p.name for p in BENCH.iterdir() if p.is_file()) == sorted(PYTHON_SCRIPTS + SHELL_SCRIPTS)
+
+
+@pytest.mark.parametrize("name", PYTHON_SCRIPTS)
+def test_the_script_explains_itself(name, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [name, "--help"])
+    with pytest.raises(SystemExit) as exit_:
+        _load(name).main()
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith(f"usage: {name} [-h]")
+
+
+@pytest.mark.parametrize("name", SHELL_SCRIPTS)
+def test_the_shell_script_parses(name):
+    result = subprocess.run(["bash", "-n", str(BENCH / name)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+# serve_bench.py: moebake's sm90-cutlass runtime vs the SGLang way (SM90 GPU)
+
+
+def test_serve_bench_arguments():
+    args = _load("serve_bench.py").parse_args(["--tokens", "1,64", "--experts", "4", "--plot-only", "r.json"])
+    assert (args.tokens, args.experts, args.top_k, args.plot_only) == ([1, 64], 4, 4, Path("r.json"))
+
+
+def test_serve_bench_shape_of_a_cpu_bake(tmp_path):
+    """The CPU half of a run: the synthetic source, its bake, and the shape reported from the typed layer records."""
+    import moebake.serve
+
+    bench = _load("serve_bench.py")
+    args = bench.parse_args(["--layers", "2", "--experts", "4", "--hidden", "160", "--intermediate", "96", "--top-k", "2"])
+    source, baked, timings = bench.make_checkpoints(tmp_path, args)
+    assert sorted(timings) == ["bake_cpu_s", "synthesize_s"]
+    assert bench.layer_shape(moebake.serve.open(baked), args.top_k) == {
+        "layers": 2, "experts": 4, "hidden": 160, "hidden_padded": 256, "intermediate": 96, "intermediate_padded": 128, "top_k": 2}
+    assert bench.make_checkpoints(tmp_path, args) == (source, baked, {})  # re-used, not made again
+
+
+def test_serve_bench_baseline_is_the_test_oracle():
+    assert Path(_load("serve_bench.py").oracle().__file__) == REPO / "tests" / "engine_oracles" / "sglang_baseline.py"
+
+
+@no_gpu
+def test_serve_bench_refuses_without_a_gpu(tmp_path):
+    with pytest.raises(SystemExit, match=r"^serve_bench.py times GPU work: it needs a CUDA SM90 GPU .* only --plot-only runs$"):
+        _load("serve_bench.py").main(["--workdir", str(tmp_path)])
+    assert list(tmp_path.iterdir()) == []  # refused before synthesizing anything
+
+
+def test_serve_bench_plot_only(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    saved = RESULTS / "serve_bench_h100.json"
+    _load("serve_bench.py").main(["--plot-only", str(saved), "--png", str(tmp_path / "serve.png"), "--json", str(tmp_path / "x.json")])
+    results = json.loads(saved.read_text())
+    lines = capsys.readouterr().out.splitlines()
+    m, g = results["ready"]["moebake"], results["ready"]["sglang"]
+    assert lines[0] == "device: NVIDIA H100 80GB HBM3; 1 layer(s), E=128, H=2880->2944, I=2880->2944, top-4"
+    assert f"| moebake load | {m['seconds']:.3f} | {m['peak_bytes'] / 2**30:.2f} | {m['resident_bytes'] / 2**30:.2f} |" in lines
+    assert f"| ratio SGLang / moebake | {g['seconds'] / m['seconds']:.2f}x | {g['peak_bytes'] / m['peak_bytes']:.2f}x | |" in lines
+    assert len([line for line in lines if line.endswith("| True |")]) == len(results["forward"])
+    assert (tmp_path / "serve.png").stat().st_size > 10_000
+    assert not (tmp_path / "x.json").exists()  # --plot-only writes no JSON
+
+
+# deepgemm_masked_bench.py: DeepGEMM's masked GEMM vs torch (one GPU)
+
+
+def test_deepgemm_masked_bench_arguments():
+    args = _load("deepgemm_masked_bench.py").parse_args(["--expected-m", "8,64", "--t-max", "128"])
+    assert (args.expected_m, args.t_max, args.experts, args.plot_only) == ([8, 64], 128, 64, None)
+
+
+@no_gpu
+def test_deepgemm_masked_bench_refuses_without_a_gpu(capsys):
+    with pytest.raises(SystemExit, match=r"^deepgemm_masked_bench.py times GPU kernels: it needs a CUDA GPU with DeepGEMM; "):
+        _load("deepgemm_masked_bench.py").main(["--expected-m", "8"])
+
+
+def test_deepgemm_masked_bench_plot_only(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    saved = RESULTS / "deepgemm_masked_h100.json"
+    bench = _load("deepgemm_masked_bench.py")
+    bench.main(["--plot-only", str(saved), "--png", str(tmp_path / "dg.png")])
+    results = json.loads(saved.read_text())
+    out = capsys.readouterr().out
+    assert bench.HEADER in out.splitlines()
+    for row in results["rows"]:
+        assert f"{row['ms']['deep_gemm']['forward']:>13.3f} {row['ms']['torch']['forward']:>9.3f} {row['speedup']['forward']:>7.2f}x" in out
+    assert out.count("DeepGEMM first call") == len(results["rows"]) == 3
+    assert (tmp_path / "dg.png").stat().st_size > 10_000
+
+
+# deepep_layer_bench.py: one deepep-bf16 layer's decode step on DeepEP low-latency (one or more GPUs)
+
+
+def test_deepep_layer_bench_arguments():
+    args = _load("deepep_layer_bench.py").parse_args(["--ranks", "2", "--shapes", "qwen3.5-35b-a3b", "--tokens", "1,8"])
+    assert (args.ranks, args.shapes, args.backends, args.tokens) == (2, ["qwen3.5-35b-a3b"], ["deep_gemm", "torch"], [1, 8])
+
+
+@pytest.mark.parametrize("argv", [["--shapes", "no-such-shape"], ["--backends", "cublas"], ["--tokens", "129"]])
+def test_deepep_layer_bench_refuses_what_it_cannot_run(argv):
+    with pytest.raises(SystemExit, match=r"^shapes from \['qwen3.5-35b-a3b', 'qwen3.5-397b-a17b'\], backends from "
+                                         r"\['deep_gemm', 'torch'\], tokens <= 128$"):
+        _load("deepep_layer_bench.py").main(argv)
+
+
+@no_gpu
+def test_deepep_layer_bench_refuses_without_a_gpu():
+    with pytest.raises(SystemExit, match=r"^deepep_layer_bench.py times GPU work: it needs CUDA GPUs with DeepEP and DeepGEMM; "):
+        _load("deepep_layer_bench.py").main(["--tokens", "1"])
+
+
+def test_deepep_layer_bench_plot_only(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    saved = [RESULTS / "deepep_layer_h200_ep1.json", RESULTS / "deepep_layer_h200_ep2.json"]
+    _load("deepep_layer_bench.py").main(["--plot-only", *map(str, saved), "--png", str(tmp_path / "ep.png")])
+    lines = capsys.readouterr().out.splitlines()
+    for results in map(json.loads, (path.read_text() for path in saved)):
+        rank0 = {(r["shape"], r["tokens"], r["backend"]): r["ms"] for r in results["rows"] if r["rank"] == 0}
+        for (shape, tokens, backend), ms in rank0.items():
+            if backend == "deep_gemm":
+                speedup = rank0[(shape, tokens, "torch")]["step"] / ms["step"]
+                assert any(line.startswith(f"{shape:18} {tokens:>8} | {ms['step']:>13.3f}") and f"{speedup:>7.2f}x" in line
+                           for line in lines), (shape, tokens)
+    assert (tmp_path / "ep.png").stat().st_size > 10_000
+
+
+# transform_bench.py: per-core speed of a conversion's CPU work (CPU only: runs whole, on tiny shapes)
+
+
+def test_transform_bench_tiny(monkeypatch, capsys):
+    from moebake.layouts.compiled import DISABLE_ENV
+
+    monkeypatch.setenv(DISABLE_ENV, "0")  # the benchmark switches it; restored after the test
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(sys, "argv", ["transform_bench.py", "--experts", "1", "--hidden", "128", "--repeat", "1"])
+    try:
+        _load("transform_bench.py").main()
+    finally:
+        torch.set_num_threads(threads)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["one", "thread,", "median", "of", "1", "GB/s", "x", "copy"]
+    names = [line[:44].rstrip() for line in lines[1:]]
+    assert names == ["copy (torch.clone)", "xxh3-128 (xxhash)", "sha256 (hashlib)",
+                     *[f"{what}, {kernels}" for kernels in ("compiled", "numpy")
+                       for what in ("interleave v2 (W13, padded)", "interleave v1 (W13, padded)", "fold scales (W13, padded)")],
+                     "deinterleave v2"]
+    assert float(lines[1].split()[-1]) == 1.0 and all(float(line.split()[-2]) > 0 for line in lines[1:])
+
+
+# convert_bench.py through device_convert_scaling.sh: a real (tiny) measured run, cp vs moebake convert
+
+
+def test_device_convert_scaling_tiny_run(tmp_path):
+    """The device script, with this Python and no carried wheels, runs convert_bench.py on a tiny source:
+    one layer, --workers 1, warm page cache; its results redraw with --plot-only."""
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out), "CACHE": str(cache), "CACHE_STATES": "warm",
+           "EXPERTS": "2", "HIDDEN": "64", "VOCAB": "64", "NAME": "tiny"}
+    result = subprocess.run(["bash", str(BENCH / "device_convert_scaling.sh"), "1", "1"], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    with open(out / "tiny.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(row["cache"], row["tool"]) for row in rows] == [("warm", "copy"), ("warm", "moebake w1")]
+    assert all(float(row["wall_s"]) > 0 and float(row["gb_per_s"]) > 0 for row in rows)
+    assert [line.split()[0] for line in rows[1]["profile"].splitlines()] == ["stage", *STAGES, "wall"]  # --profile's table
+    assert "| source GB | page cache | tool |" in (out / "tiny.md").read_text()
+    assert "== " in (out / "device_convert_scaling.log").read_text()
+    assert [p.name for p in (cache / "scratch").iterdir()] == []  # every output deleted after its run
+    if importlib.util.find_spec("matplotlib"):
+        redraw = subprocess.run([sys.executable, str(BENCH / "convert_bench.py"), "--plot-only", "--results", str(out), "--name", "tiny"],
+                                capture_output=True, text=True, cwd=REPO)
+        assert redraw.returncode == 0, redraw.stderr
+        assert (out / "tiny.png").stat().st_size > 10_000
+
+
+# device_wheels.sh: pip's download stubbed (CI has no index to fetch from); the rest runs as written
+
+
+def test_device_wheels_recompresses_llvmlite_and_drops_numpy(tmp_path):
+    dest = tmp_path / "wheels"
+    files = {"llvmlite/__init__.py": b"x = 1\n" * 1000, "llvmlite-0.1.dist-info/RECORD": b"llvmlite/__init__.py,,\n"}
+    stub = tmp_path / "python"
+    stub.write_text(f"""#!{sys.executable}
+import sys, zipfile
+if sys.argv[1:4] == ["-m", "pip", "download"]:
+    dest = sys.argv[sys.argv.index("-d") + 1]
+    with open(dest + "/args", "w") as f:
+        f.write(" ".join(sys.argv[4:]))
+    with zipfile.ZipFile(dest + "/llvmlite-0.1-cp312-cp312-manylinux2014_x86_64.whl", "w", zipfile.ZIP_DEFLATED) as w:
+        for name, data in {files!r}.items():
+            w.writestr(name, data)
+    open(dest + "/numpy-2.0-cp312-cp312-manylinux2014_x86_64.whl", "wb").close()
+else:
+    import os
+    os.execv({sys.executable!r}, [{sys.executable!r}, *sys.argv[1:]])
+""")
+    stub.chmod(0o755)
+    result = subprocess.run(["bash", str(BENCH / "device_wheels.sh")], env={**os.environ, "DEST": str(dest), "PYTHON": str(stub)},
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in dest.iterdir()) == ["args", "llvmlite-0.1-cp312-cp312-manylinux2014_x86_64.whl"]
+    asked = (dest / "args").read_text().split()
+    assert asked[asked.index("--abi") + 1] == "cp312" and {"numba", "llvmlite", "xxhash", "psutil"} <= set(asked)
+    with zipfile.ZipFile(next(dest.glob("llvmlite-*.whl"))) as wheel:
+        assert {info.filename: info.compress_type for info in wheel.infolist()} == dict.fromkeys(files, zipfile.ZIP_LZMA)
+        assert {name: wheel.read(name) for name in files} == files
+    assert "recompressed llvmlite-0.1-cp312-cp312-manylinux2014_x86_64.whl" in result.stdout
+
