@@ -1,6 +1,7 @@
 """Progress bars for long work (convert, verify, the re-bake of ``verify --source``): one convention.
 
 * decimal units (``7.70GB``, as ``--profile`` and disk tools count), a shard counter in the postfix;
+  every other size moebake prints goes through :func:`size_text` (the same units, scaled to fit);
 * the full terminal width, re-read when the terminal is resized (never cut at tqdm's fixed 60 columns);
 * bytes already done at the start (resumed shards) count as ``initial``, not as a burst of speed;
   the rate is averaged (``smoothing=0``) from the first bytes reported, not from the bar's creation,
@@ -16,6 +17,21 @@ import sys
 from tqdm import tqdm
 
 LOG = logging.getLogger("moebake")
+_UNITS = ((1e12, "TB", 2), (1e9, "GB", 2), (1e6, "MB", 1), (1e3, "kB", 1))
+
+
+def size_text(nbytes: int) -> str:
+    """``nbytes`` in decimal units (as the progress bars count), in the largest unit it reaches:
+    ``512 B``, ``1.2 kB``, ``1.2 MB``, ``13.79 GB`` (never ``0.00 GB`` for a small file)."""
+    for scale, unit, digits in _UNITS:
+        if nbytes >= scale:
+            return f"{nbytes / scale:.{digits}f} {unit}"
+    return f"{nbytes} B"
+
+
+def rate_text(nbytes: int, seconds: float) -> str:
+    """``nbytes`` per ``seconds`` in the units of :func:`size_text`, e.g. ``1.54 GB/s``."""
+    return f"{size_text(int(nbytes / seconds))}/s" if seconds > 0 else "-"
 
 
 class _ByteBar(tqdm):
@@ -49,4 +65,4 @@ def shard_done(bar: tqdm, name: str, nbytes: int, verb: str = "baked") -> None:
     counter = f"{bar.shards_done}/{bar.shards_total}" if bar.shards_total else str(bar.shards_done)
     if bar.shards_total:
         bar.set_postfix_str(f"shard {counter}", refresh=False)
-    LOG.debug("%s shard %s: %s (%.2f GB)", verb, counter, name, nbytes / 1e9)
+    LOG.debug("%s shard %s: %s (%s)", verb, counter, name, size_text(nbytes))

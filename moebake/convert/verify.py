@@ -15,7 +15,7 @@ from moebake.schema.checksums import checksum_problem
 from moebake.engines.config_json import config_problems
 from moebake.errors import CheckpointError, MoebakeError
 from moebake.formats.safetensors_file import SafetensorsFile, read_header
-from moebake.progress import byte_bar, shard_done
+from moebake.progress import byte_bar, shard_done, size_text
 from moebake.schema.files import file_kind, plain_name_problem
 from moebake.schema.index import read_index
 from moebake.schema.manifest import MANIFEST_NAME, Manifest, load_manifest
@@ -35,7 +35,7 @@ class VerifyReport:
     tensors: int = 0
 
     def summary(self) -> str:
-        return (f"{MANIFEST_NAME} intact; {self.files} files, {self.bytes / 1e9:.2f} GB match their checksums; "
+        return (f"{MANIFEST_NAME} intact; {self.files} files, {size_text(self.bytes)} match their checksums; "
                 f"index and {self.shards} shard headers valid; {self.tensors} baked tensors as recorded")
 
 
