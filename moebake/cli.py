@@ -20,7 +20,7 @@ import moebake
 from moebake.convert.io_mode import IO_ENV, IO_MODES, PLAIN_IO_CORES
 from moebake.convert.options import DEFAULT_CHUNK_BYTES, GATE_UP_GLOBALS, MAX_MULTIPLE, ConvertOptions
 from moebake.engines.profiles import DEFAULT_ENGINE, PROFILES, serving_flags
-from moebake.errors import MoebakeError, format_error
+from moebake.errors import MoebakeError, OutputError, format_error
 from moebake.layouts.flashinfer_versions import LAYOUTS
 from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
 
@@ -135,12 +135,21 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     SOURCE is a checkpoint directory or a Hub model repo ORG/NAME[@REVISION] (only the files needed
     are downloaded, into the Hugging Face cache; the manifest records the repo and resolved commit).
     """
-    from moebake.convert.output_dir import check_output, output_paths
+    from moebake.convert.output_dir import check_output, finished_bake, output_paths
     from moebake.convert.run import convert as run_convert
     from moebake.inspection import gate_up_summary
+    from moebake.progress import rate_text, size_text
     from moebake.schema.manifest import MANIFEST_NAME, Manifest
 
     options = ConvertOptions(target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb << 20, engine, gate_up_globals)
+    finished = finished_bake(output_paths(out), options.as_dict(), source) if resume and not overwrite and not dry_run else None
+    if finished:
+        click.echo(f"nothing to do: {out} is already a finished bake of {source} with these options "
+                   f"(`moebake verify {out}` checks it; --overwrite bakes it again)")
+        return
+    if finished is False:
+        raise OutputError(f"{out}: already a finished bake, from another source or with other options; --resume continues "
+                          "only an interrupted conversion (pass --overwrite to replace it)")
     check_output(output_paths(out), overwrite=overwrite, resume=resume,
                  source=source if Path(source).exists() else None)  # before a Hub download
     resolved = _resolve(source, revision, token)
@@ -159,9 +168,12 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
         from moebake.convert.stages import STAGES, profile_lines
 
         click.echo("\n".join(profile_lines(STAGES.snapshot(), time.perf_counter() - began)), err=True)
+    seconds = time.perf_counter() - began
     baked = Manifest.from_json(manifest, Path(out) / MANIFEST_NAME)
     layout = f", FlashInfer layout {baked.flashinfer_layout}" if baked.flashinfer_layout else ""
-    click.echo(f"wrote {out} ({len(baked.layers)} MoE layers, target {target}{layout})")
+    written = sum(record.bytes for record in baked.files.values())
+    click.echo(f"wrote {out} ({len(baked.layers)} MoE layers, target {target}{layout}): "
+               f"{len(baked.files)} files, {size_text(written)} in {seconds:.1f} s ({rate_text(written, seconds)})")
     engine = baked.engine
     exactness = "engine-exact" if engine.exact else f"NOT engine-exact: {engine.not_exact_because}"
     click.echo(f"engine {engine.name} {engine.version} ({serving_flags(engine)}): {exactness}")
@@ -260,7 +272,7 @@ def upload(repo_id, path, old_repo_id, private, revision, create_pr, source, tok
     """Verify baked output PATH (default: the current directory), write its model card (README.md) and
     upload it to Hub model repo REPO_ID (ORG/NAME, created if missing), as `hf upload REPO_ID [PATH]`.
     Re-run to resume."""
-    from moebake.hub.client import hub_client
+    from moebake.hub.client import hub_client, require_token
     from moebake.hub.publish import publish
 
     if old_repo_id is not None:
@@ -270,6 +282,7 @@ def upload(repo_id, path, old_repo_id, private, revision, create_pr, source, tok
         click.echo("deprecated: `moebake upload OUT --repo-id REPO_ID` is now `moebake upload REPO_ID OUT`", err=True)
     if not repo_id:
         raise click.UsageError("missing REPO_ID (ORG/NAME): moebake upload REPO_ID [PATH]")
+    require_token(token)  # before any network access
     out = path or Path(".")
     commit = publish(out, repo_id, hub_client(token), private=private, revision=revision, create_pr=create_pr,
                      source=source, progress=True)

@@ -289,16 +289,34 @@ def test_a_failed_upload_leaves_out_byte_identical(baked, hub):
 def test_cli_upload(baked, monkeypatch):
     hub = FakeHub()
     monkeypatch.setattr(hub_client_module, "hub_client", lambda token=None: hub)
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
     result = CliRunner().invoke(main, ["upload", "acme/tiny", str(baked), "--create-pr"])  # as `hf upload REPO_ID PATH`
     assert result.exit_code == 0, result.output
     assert result.output.strip() == f"uploaded {baked} to acme/tiny: https://hub.test/acme/tiny/discussions/1"
     assert hub.calls[-1][2]["create_pr"] is True
 
 
+def test_cli_upload_without_a_token_fails_before_any_network_access(baked, monkeypatch, tmp_path):
+    import huggingface_hub.constants
+
+    hub = FakeHub()
+    monkeypatch.setattr(hub_client_module, "hub_client", lambda token=None: hub)
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    before = {p.name: p.read_bytes() for p in sorted(baked.iterdir())}
+    result = CliRunner().invoke(main, ["upload", "acme/tiny", str(baked)])
+    assert result.exit_code == 2 and hub.calls == []
+    assert result.output == "error: no Hugging Face token: log in with `hf auth login` (or set HF_TOKEN), or pass --token\n"
+    assert {p.name: p.read_bytes() for p in sorted(baked.iterdir())} == before
+    (tmp_path / "no-token").write_text("hf_saved_login\n")  # a saved login is a token
+    assert CliRunner().invoke(main, ["upload", "acme/tiny", str(baked)]).exit_code == 0 and hub.calls
+
+
 def test_cli_upload_old_argument_order_still_works_with_a_deprecation_line(baked, monkeypatch):
     hub = FakeHub()
     monkeypatch.setattr(hub_client_module, "hub_client", lambda token=None: hub)
-    result = CliRunner().invoke(main, ["upload", str(baked), "--repo-id", "acme/tiny"])
+    result = CliRunner().invoke(main, ["upload", str(baked), "--repo-id", "acme/tiny", "--token", "hf_test"])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == [
         "deprecated: `moebake upload OUT --repo-id REPO_ID` is now `moebake upload REPO_ID OUT`",

@@ -107,7 +107,7 @@ def _resumed(staging: Staging, identity: dict, shards, resume: bool) -> Progress
                                f"pass the same options, or remove {staging.path} to start over")
         done = reusable_shards(staging.path, record, {s.file_name for s in shards})
         progress = Progress(staging.path, identity, {name: record["shards"][name] for name in done}, record["sources"])
-    if resume:
+    if resume and record is not None:  # a fresh run has nothing to resume: no line
         LOG.info("resume: %d of %d shards reused (size, inode, ctime and checksum as recorded), %d to bake",
                  len(progress.shards), len(shards), len(shards) - len(progress.shards))
     progress.save()
