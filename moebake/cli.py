@@ -207,12 +207,26 @@ def verify(out, source, revision, token, quiet, as_json):
         click.echo(json.dumps({"ok": not problems, "out": str(out), "source": source, "problems": problems,
                                "checked": None if problems else checked}, indent=2))
     else:
-        for problem in problems:
+        for problem in problems[:MISMATCH_LINES]:
             click.echo(f"mismatch: {problem}", err=True)
-        if not problems:
+        if len(problems) > MISMATCH_LINES:
+            click.echo(f"mismatch: ... and {len(problems) - MISMATCH_LINES} more (--json lists them all)", err=True)
+        if problems:
+            click.echo(f"failed: {out}: {_problem_count(problems)}{f' against {source}' if source else ''}", err=True)
+        else:
             click.echo(f"ok: {out} ({checked})")
     if problems:
         sys.exit(1)
+
+
+MISMATCH_LINES = 10
+"""``verify`` prints at most this many ``mismatch:`` lines (each is one tensor or file), then a count."""
+
+
+def _problem_count(problems: list[str]) -> str:
+    """``3 mismatches in 2 files`` (each problem line starts with the file it is about)."""
+    files = {problem.split(": ", 1)[0] for problem in problems}
+    return f"{len(problems)} mismatch{'es' if len(problems) != 1 else ''} in {len(files)} file{'s' if len(files) != 1 else ''}"
 
 
 def _verify(out: Path, source: str | None, revision: str | None, token: str | None, progress: bool) -> tuple[list[str], str]:
@@ -222,10 +236,10 @@ def _verify(out: Path, source: str | None, revision: str | None, token: str | No
     report = verify_report(out, progress=progress)
     problems, checked = report.problems, report.summary()
     if source is not None and not problems:
-        from moebake.convert.source_check import compare_with_source
+        from moebake.convert.source_check import compare_with_source, proof_summary
 
         problems = compare_with_source(out, _resolve(source, revision, token).path, progress=progress)
-        checked += f"; bit-exact against {source}: experts invert to it, and re-baking it reproduces every byte"
+        checked += f"; {proof_summary(out, source)}"
     return problems, checked
 
 

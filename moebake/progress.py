@@ -47,22 +47,23 @@ class _ByteBar(tqdm):
         return super().update(n)
 
 
-def byte_bar(total: int, desc: str, *, enabled: bool = True, initial: int = 0, shards: int | None = None) -> tqdm:
-    """A tqdm bar over ``total`` bytes (``initial`` of them already done); ``shards``: total for the counter."""
+def byte_bar(total: int, desc: str, *, enabled: bool = True, initial: int = 0, shards: int | None = None,
+             what: str = "shard") -> tqdm:
+    """A tqdm bar over ``total`` bytes (``initial`` of them already done); ``shards``: total for the counter of ``what``."""
     interactive = enabled and sys.stderr.isatty()
     bar = _ByteBar(total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1000, desc=desc,
                dynamic_ncols=True, smoothing=0, mininterval=0.5, disable=not interactive, file=sys.stderr)
     bar.shards_total = shards
     bar.shards_done = 0
     if shards:
-        bar.set_postfix_str(f"shard 0/{shards}", refresh=False)
+        bar.set_postfix_str(f"{what} 0/{shards}", refresh=False)
     return bar
 
 
-def shard_done(bar: tqdm, name: str, nbytes: int, verb: str = "baked") -> None:
-    """Count one finished shard on ``bar`` and log it (DEBUG: shown with ``-v``, one line per shard)."""
+def shard_done(bar: tqdm, name: str, nbytes: int, verb: str = "baked", what: str = "shard") -> None:
+    """Count one finished shard (or ``what``: file, layer) on ``bar`` and log it (DEBUG: shown with ``-v``, one line each)."""
     bar.shards_done += 1
     counter = f"{bar.shards_done}/{bar.shards_total}" if bar.shards_total else str(bar.shards_done)
     if bar.shards_total:
-        bar.set_postfix_str(f"shard {counter}", refresh=False)
-    LOG.debug("%s shard %s: %s (%s)", verb, counter, name, size_text(nbytes))
+        bar.set_postfix_str(f"{what} {counter}", refresh=False)
+    LOG.debug("%s %s %s: %s (%s)", verb, what, counter, name, size_text(nbytes))

@@ -322,3 +322,18 @@ def test_cli_upload_old_argument_order_still_works_with_a_deprecation_line(baked
         "deprecated: `moebake upload OUT --repo-id REPO_ID` is now `moebake upload REPO_ID OUT`",
         f"uploaded {baked} to acme/tiny: https://hub.test/acme/tiny/commit/{SHA}"]
     assert hub.uploaded == {p.name: p.read_bytes() for p in sorted(baked.iterdir())}
+
+
+def test_model_card_claims_bit_exactness_only_where_no_value_was_changed(baked, tmp_path):
+    from moebake.schema.manifest import read_manifest_record
+    from moebake.synthetic import write_modelopt_nvfp4
+
+    exact = render_model_card(read_manifest_record(baked), "acme/tiny")
+    assert "`moebake verify --source` proves them bit-exact" in exact
+    source = write_modelopt_nvfp4(tmp_path / "nvfp4")  # gate/up globals differ in 4 of 8 experts
+    convert(source, tmp_path / "shared", ConvertOptions("cutedsl"), progress=False)
+    card = render_model_card(read_manifest_record(tmp_path / "shared"), "acme/nv")
+    assert "proves them bit-exact" not in card
+    assert ("the experts invert to the source's bytes except, by design (`--gate-up-globals share`), the gate/up block "
+            "scales of 4 of 8 experts, which were rescaled to one shared gate/up global (largest relative change 75.00%) "
+            "and are not bit-exact to the source.") in card

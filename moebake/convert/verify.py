@@ -53,7 +53,7 @@ def verify_report(out: str | Path, progress: bool = False) -> VerifyReport:
         return report
     manifest = Manifest.from_json(raw, out / MANIFEST_NAME)  # intact: its typed records
     files = manifest.files
-    with byte_bar(sum(r.bytes for r in files.values()), "verifying", enabled=progress, shards=len(files)) as bar:
+    with byte_bar(sum(r.bytes for r in files.values()), "verifying", enabled=progress, shards=len(files), what="file") as bar:
         for name, record in files.items():
             path = out / name
             if (problem := plain_name_problem(name)) is not None:
@@ -70,7 +70,7 @@ def verify_report(out: str | Path, progress: bool = False) -> VerifyReport:
                 report.files += 1
                 report.bytes += record.bytes
             bar.update(record.bytes)
-            shard_done(bar, name, record.bytes, "checked")
+            shard_done(bar, name, record.bytes, "checked", "file")
     headers, index_problems = _check_index(out)
     problems += index_problems
     report.shards = len(headers)
