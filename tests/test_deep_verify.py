@@ -234,3 +234,37 @@ def test_a_differing_tensor_is_one_line_with_its_count(damaged, gpt_oss_tiny):
     assert compare_with_source(damaged, gpt_oss_tiny) == [
         f"{damaged / SHARD1}: tensor {LAYER1}w2_weight: first difference at index [0, 170, 1] "
         "(0x01 != 0x00) (stored != re-baked from source); 2 of 49152 bytes differ"]
+
+
+def test_a_source_of_another_supported_format_is_named_as_such(baked, tmp_path):
+    from moebake.synthetic import write_deepseek_v4
+
+    dsv4 = write_deepseek_v4(tmp_path / "dsv4")
+    result = CliRunner().invoke(main, ["verify", str(baked), "--source", str(dsv4), "--quiet"])
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        f"mismatch: {baked / 'moebake.json'}: the source is not the checkpoint this was baked from: source.format is "
+        f"'gpt-oss', {dsv4} is a deepseek-v4 checkpoint",
+        f"failed: {baked}: 1 mismatch in 1 file against {dsv4}"]
+    out = tmp_path / "dsv4-baked"  # and DeepSeek-V4 is a source verify proves a bake against
+    assert CliRunner().invoke(main, ["convert", str(dsv4), str(out), "--target", "sm90-cutlass", "--quiet"]).exit_code == 0
+    result = CliRunner().invoke(main, ["verify", str(out), "--source", str(dsv4), "--quiet"])
+    assert result.exit_code == 0 and result.output.endswith(f"; bit-exact against {dsv4}: experts invert to it, and "
+                                                            "re-baking it reproduces every byte)\n"), result.output
+
+
+def test_unsupported_model_lines_list_every_supported_format(gpt_oss_copy, tmp_path):
+    from moebake.formats import open_source
+
+    config = json.loads((gpt_oss_copy / "config.json").read_text())
+    config.update(model_type="llama", quantization_config=None)
+    (gpt_oss_copy / "config.json").write_text(json.dumps(config))
+    needed = f'{gpt_oss_copy / "config.json"}: unsupported model (model_type="llama", quant_method=null); '
+    with pytest.raises(Exception) as refused:
+        open_source(gpt_oss_copy)
+    assert str(refused.value) == needed + "supported: gpt-oss, modelopt-nvfp4, deepseek-v4, bf16-moe"
+    with pytest.raises(Exception) as refused:
+        open_source(gpt_oss_copy, ("gpt-oss",))
+    assert str(refused.value) == needed + "supported here: gpt-oss (moebake reads gpt-oss, modelopt-nvfp4, deepseek-v4, bf16-moe)"
+    result = CliRunner().invoke(main, ["convert", str(gpt_oss_copy), str(tmp_path / "out"), "--target", "sm90-cutlass"])
+    assert result.exit_code == 2 and result.output.startswith(f"error: {needed}") and "deepseek-v4" in result.output, result.output

@@ -28,12 +28,12 @@ from pathlib import Path
 
 import torch
 
-from moebake.schema.manifest import Manifest, read_manifest_record, rescaled_gate_up
+from moebake.schema.manifest import MANIFEST_NAME, Manifest, read_manifest_record, rescaled_gate_up
 from moebake.convert.mismatch import first_difference
 from moebake.convert.rebake_check import rebake_problems, recorded_options, replan
 from moebake.convert.targets import get_target
-from moebake.formats import open_source
-from moebake.formats.checkpoint import EXPERT_INDEX
+from moebake.formats import SOURCE_FORMATS, detected_format, open_model
+from moebake.formats.checkpoint import EXPERT_INDEX, open_checkpoint
 from moebake.formats.safetensors_file import read_header, tensor_nbytes
 from moebake.progress import byte_bar, shard_done
 from moebake.schema.index import read_index
@@ -43,7 +43,11 @@ def compare_with_source(out: str | os.PathLike, source: str | os.PathLike, progr
     """Problems (one line each) where ``out`` is not bit-exact against checkpoint ``source``."""
     out = Path(out)
     manifest = read_manifest_record(out)
-    model = open_source(source, (manifest.source.format,))  # as baked, e.g. bf16-moe of an NVFP4 checkpoint
+    checkpoint = open_checkpoint(source)
+    if not SOURCE_FORMATS[manifest.source.format].detect(checkpoint) and (other := detected_format(checkpoint)) is not None:
+        return [f"{out / MANIFEST_NAME}: the source is not the checkpoint this was baked from: source.format is "
+                f"{manifest.source.format!r}, {source} is a {other} checkpoint"]
+    model = open_model(checkpoint, (manifest.source.format,))  # as baked, e.g. bf16-moe of an NVFP4 checkpoint
     shards, problems = replan(out, manifest, model)
     if problems:
         return problems
