@@ -84,10 +84,21 @@ def run() -> None:
         status = done.code
     if isinstance(status, str):
         print(status, file=sys.stderr)
+    _release_semaphores()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status if isinstance(status, int) else (0 if status is None else 1))
+
+
+def _release_semaphores() -> None:
+    """Unlink the named semaphores multiprocessing made (``--workers``: its queues' locks), as its own exit
+    handler would: with :func:`os._exit` skipping that, multiprocessing's resource tracker would unlink them
+    itself and warn ``resource_tracker: There appear to be N leaked semaphore objects``. Runs the finalizers
+    of priority >= 0 only (semaphores, queue feeders); joining processes (priority < 0) is what is skipped."""
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        util._run_finalizers(0)
 
 
 def _resolve(source: str, revision: str | None, token: str | None):
