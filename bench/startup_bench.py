@@ -181,6 +181,7 @@ def _sglang_world(ep: int, rank: int, device: str):
         stack.enter_context(mock.patch.object(runner, "_flashinfer_cutlass_fused_moe", lambda: (ops.cutlass_fused_moe, ActivationType)))
     else:  # the CPU smoke run: the CUDA kernel's index math emulated, FlashInfer's CPU scale helper
         import flashinfer.fused_moe as fi_moe
+
         from kernel_emulation import kernel_interleave_v2
 
         interleave_weights = lambda w, quant_type: kernel_interleave_v2(w)  # noqa: E731
@@ -271,7 +272,8 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
     rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB  # before the digest's own copies
     resident = torch.cuda.memory_allocated() if cuda else 0
     peak = torch.cuda.max_memory_allocated() if cuda else 0
-    return {"seconds": seconds, "layer0_xxh3": _digest(layers[0]), "peak_host_rss_gib": rss_gib, "bytes_read": _io_read_bytes() - io_before, "bytes_requested": requested,
+    return {"seconds": seconds, "layer0_xxh3": _digest(layers[0]), "peak_host_rss_gib": rss_gib,
+            "bytes_read": _io_read_bytes() - io_before, "bytes_requested": requested,
             "peak_gpu_extra_gib": (peak - resident) / GIB, "resident_gib": resident / GIB}
 
 

@@ -20,7 +20,7 @@ import moebake
 from moebake.convert.io_mode import IO_ENV, IO_MODES, PLAIN_IO_CORES
 from moebake.convert.options import DEFAULT_CHUNK_BYTES, GATE_UP_GLOBALS, MAX_MULTIPLE, ConvertOptions
 from moebake.engines.profiles import DEFAULT_ENGINE, PROFILES, serving_flags
-from moebake.errors import MoebakeError, format_error
+from moebake.errors import MoebakeError, OutputError, format_error
 from moebake.layouts.flashinfer_versions import LAYOUTS
 from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
 
@@ -84,10 +84,21 @@ def run() -> None:
         status = done.code
     if isinstance(status, str):
         print(status, file=sys.stderr)
+    _release_semaphores()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status if isinstance(status, int) else (0 if status is None else 1))
+
+
+def _release_semaphores() -> None:
+    """Unlink the named semaphores multiprocessing made (``--workers``: its queues' locks), as its own exit
+    handler would: with :func:`os._exit` skipping that, multiprocessing's resource tracker would unlink them
+    itself and warn ``resource_tracker: There appear to be N leaked semaphore objects``. Runs the finalizers
+    of priority >= 0 only (semaphores, queue feeders); joining processes (priority < 0) is what is skipped."""
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        util._run_finalizers(0)
 
 
 def _resolve(source: str, revision: str | None, token: str | None):
@@ -121,8 +132,9 @@ def _resolve(source: str, revision: str | None, token: str | None):
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--revision", help="Branch, tag or commit of a Hub SOURCE (same as ORG/NAME@REVISION).")
 @click.option("--token", help="Hugging Face token for a Hub SOURCE (default: HF_TOKEN or the saved login).")
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1),
-              help="Bake this many shards at once, in separate processes (output bytes do not change).")
+@click.option("--workers", default=1, show_default="1: one process, the fastest measured", type=click.IntRange(min=1),
+              help="Bake this many shards at once, in separate processes (output bytes do not change); capped at 2, "
+                   "the usable cores and the shards to bake (more were measured no faster and over 1 GB of memory).")
 @click.option("--io", "io_mode", type=click.Choice(IO_MODES), default=None,
               help="Disk I/O: direct (O_DIRECT: least CPU), plain (through the page cache), or auto: direct below "
                    f"{PLAIN_IO_CORES} usable cores, plain from there [default: auto, or ${IO_ENV}]. Bytes do not change.")
@@ -135,11 +147,20 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     SOURCE is a checkpoint directory or a Hub model repo ORG/NAME[@REVISION] (only the files needed
     are downloaded, into the Hugging Face cache; the manifest records the repo and resolved commit).
     """
-    from moebake.convert.output_dir import check_output, output_paths
+    from moebake.convert.output_dir import check_output, finished_bake, output_paths
     from moebake.convert.run import convert as run_convert
     from moebake.inspection import gate_up_summary
+    from moebake.progress import rate_text, size_text
 
     options = ConvertOptions(target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb << 20, engine, gate_up_globals)
+    finished = finished_bake(output_paths(out), options.as_dict(), source) if resume and not overwrite and not dry_run else None
+    if finished:
+        click.echo(f"nothing to do: {out} is already a finished bake of {source} with these options "
+                   f"(`moebake verify {out}` checks it; --overwrite bakes it again)")
+        return
+    if finished is False:
+        raise OutputError(f"{out}: already a finished bake, from another source or with other options; --resume continues "
+                          "only an interrupted conversion (pass --overwrite to replace it)")
     check_output(output_paths(out), overwrite=overwrite, resume=resume,
                  source=source if Path(source).exists() else None)  # before a Hub download
     resolved = _resolve(source, revision, token)
@@ -158,8 +179,11 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
         from moebake.convert.stages import STAGES, profile_lines
 
         click.echo("\n".join(profile_lines(STAGES.snapshot(), time.perf_counter() - began)), err=True)
+    seconds = time.perf_counter() - began
     layout = f", FlashInfer layout {baked.flashinfer_layout}" if baked.flashinfer_layout else ""
-    click.echo(f"wrote {out} ({len(baked.layers)} MoE layers, target {target}{layout})")
+    written = sum(record.bytes for record in baked.files.values())
+    click.echo(f"wrote {out} ({len(baked.layers)} MoE layers, target {target}{layout}): "
+               f"{len(baked.files)} files, {size_text(written)} in {seconds:.1f} s ({rate_text(written, seconds)})")
     engine = baked.engine
     exactness = "engine-exact" if engine.exact else f"NOT engine-exact: {engine.not_exact_because}"
     click.echo(f"engine {engine.name} {engine.version} ({serving_flags(engine)}): {exactness}")
@@ -193,12 +217,26 @@ def verify(out, source, revision, token, quiet, as_json):
         click.echo(json.dumps({"ok": not problems, "out": str(out), "source": source, "problems": problems,
                                "checked": None if problems else checked}, indent=2))
     else:
-        for problem in problems:
+        for problem in problems[:MISMATCH_LINES]:
             click.echo(f"mismatch: {problem}", err=True)
-        if not problems:
+        if len(problems) > MISMATCH_LINES:
+            click.echo(f"mismatch: ... and {len(problems) - MISMATCH_LINES} more (--json lists them all)", err=True)
+        if problems:
+            click.echo(f"failed: {out}: {_problem_count(problems)}{f' against {source}' if source else ''}", err=True)
+        else:
             click.echo(f"ok: {out} ({checked})")
     if problems:
         sys.exit(1)
+
+
+MISMATCH_LINES = 10
+"""``verify`` prints at most this many ``mismatch:`` lines (each is one tensor or file), then a count."""
+
+
+def _problem_count(problems: list[str]) -> str:
+    """``3 mismatches in 2 files`` (each problem line starts with the file it is about)."""
+    files = {problem.split(": ", 1)[0] for problem in problems}
+    return f"{len(problems)} mismatch{'es' if len(problems) != 1 else ''} in {len(files)} file{'s' if len(files) != 1 else ''}"
 
 
 def _verify(out: Path, source: str | None, revision: str | None, token: str | None, progress: bool) -> tuple[list[str], str]:
@@ -208,10 +246,10 @@ def _verify(out: Path, source: str | None, revision: str | None, token: str | No
     report = verify_report(out, progress=progress)
     problems, checked = report.problems, report.summary()
     if source is not None and not problems:
-        from moebake.convert.source_check import compare_with_source
+        from moebake.convert.source_check import compare_with_source, proof_summary
 
         problems = compare_with_source(out, _resolve(source, revision, token).path, progress=progress)
-        checked += f"; bit-exact against {source}: experts invert to it, and re-baking it reproduces every byte"
+        checked += f"; {proof_summary(out, source)}"
     return problems, checked
 
 
@@ -258,7 +296,7 @@ def upload(repo_id, path, old_repo_id, private, revision, create_pr, source, tok
     """Verify baked output PATH (default: the current directory), write its model card (README.md) and
     upload it to Hub model repo REPO_ID (ORG/NAME, created if missing), as `hf upload REPO_ID [PATH]`.
     Re-run to resume."""
-    from moebake.hub.client import hub_client
+    from moebake.hub.client import hub_client, require_token
     from moebake.hub.publish import publish
 
     if old_repo_id is not None:
@@ -268,6 +306,7 @@ def upload(repo_id, path, old_repo_id, private, revision, create_pr, source, tok
         click.echo("deprecated: `moebake upload OUT --repo-id REPO_ID` is now `moebake upload REPO_ID OUT`", err=True)
     if not repo_id:
         raise click.UsageError("missing REPO_ID (ORG/NAME): moebake upload REPO_ID [PATH]")
+    require_token(token)  # before any network access
     out = path or Path(".")
     commit = publish(out, repo_id, hub_client(token), private=private, revision=revision, create_pr=create_pr,
                      source=source, progress=True)

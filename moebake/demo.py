@@ -16,6 +16,7 @@ from moebake.convert.run import convert
 from moebake.convert.source_check import compare_with_source
 from moebake.convert.verify import verify_output
 from moebake.errors import OutputError
+from moebake.progress import size_text
 from moebake.synthetic import write_gpt_oss
 
 DEMO_SHAPE = {"num_layers": 2, "num_experts": 4, "hidden": 2880, "intermediate": 2880}
@@ -59,7 +60,7 @@ def run_demo(workdir: Path) -> None:
     click.echo(f"baked         {out}  (target {baked.target}, FlashInfer layout {baked.flashinfer_layout})")
     click.echo(f"padding       H {layer.hidden} -> {layer.hidden_padded}, I {layer.intermediate} -> {layer.intermediate_padded}")
     click.echo(f"activation    {baked.activation.to_json()}")
-    click.echo(f"output        {len(baked.files)} files, {out_bytes / 2**20:.1f} MiB in {seconds:.2f} s")
+    click.echo(f"output        {len(baked.files)} files, {size_text(out_bytes)} in {seconds:.2f} s")
     for short, spec in layer.tensors.items():
         click.echo(f"  {layer.prefix}{short:<18} {spec.dtype:<5} {list(spec.shape)}")
     click.echo("verify        checksums, index and headers ok; every expert tensor inverts bit-exactly to the source,")

@@ -16,9 +16,11 @@ from pathlib import Path
 
 from moebake.convert.options import ConvertOptions
 from moebake.convert.targets import TARGETS, kernel_description, plan_target
+from moebake.engines.profiles import serving_flags
 from moebake.errors import MoebakeError
 from moebake.formats import SOURCE_FORMATS, detect_format
 from moebake.formats.checkpoint import open_checkpoint
+from moebake.progress import size_text
 from moebake.schema.config_values import as_count, first_model_value, short_repr
 from moebake.schema.manifest import MANIFEST_NAME, Manifest, read_manifest_record
 
@@ -97,11 +99,23 @@ def baked_report(path: Path) -> dict:
                 **{key: getattr(first, key) for key in ("experts", "hidden", "hidden_padded", "intermediate", "intermediate_padded")}},
         "expert_tensors": {short: {"dtype": spec.dtype, "shape": list(spec.shape)} for short, spec in first.tensors.items()},
         "files": len(manifest.files), "bytes": sum(record.bytes for record in manifest.files.values()),
+        "engine": _engine_report(manifest.engine),
+        "serves": [_engine_report(other) for other in manifest.serves],
     }
 
 
-def _mib(nbytes: int) -> str:
-    return f"{nbytes / 2**20:.1f} MiB" if nbytes < 2**30 else f"{nbytes / 2**30:.2f} GiB"
+def _engine_report(engine) -> dict | None:
+    """The manifest's engine record (None for bakes from before engine profiles), with the flags that serve it."""
+    if engine is None:
+        return None
+    return engine.to_json() | {"serving_flags": serving_flags(engine)}
+
+
+def _engine_line(engine: dict) -> str:
+    exactness = "engine-exact" if engine["exact"] else f"NOT engine-exact: {engine['not_exact_because']}"
+    return f"{engine['name']} {engine['version']}: {exactness}; serve with {engine['serving_flags']}"
+
+
 
 
 def render_text(report: dict) -> str:
@@ -114,7 +128,7 @@ def _source_lines(r: dict) -> list[str]:
     lines = [f"{r['path']}: source checkpoint",
              f"  format         {r['format'] or 'not supported'} ({family})",
              f"  quantization   {r['quantization'] or '?'} (config.json quant_method: {r['quant_method'] or 'none'})",
-             f"  weights        {r['shards']} shards, {r['tensors']} tensors, {_mib(r['tensor_bytes'])}"]
+             f"  weights        {r['shards']} shards, {r['tensors']} tensors, {size_text(r['tensor_bytes'])}"]
     if r["problem"]:
         lines.append(f"  problem        {r['problem']}")
     if r["moe"]:
@@ -129,7 +143,7 @@ def _source_lines(r: dict) -> list[str]:
             p = answer["default_padding"]
             lines.append(f"  {name:<14} yes: {answer['kernel']}; default padding hidden {p['hidden']} -> "
                          f"{p['hidden_padded']}, intermediate {p['intermediate']} -> {p['intermediate_padded']}; "
-                         f"baked experts {_mib(answer['baked_expert_bytes'])}")
+                         f"baked experts {size_text(answer['baked_expert_bytes'])}")
         else:
             lines.append(f"  {name:<14} no: {answer['reason']}")
     return lines
@@ -147,7 +161,9 @@ def _baked_lines(r: dict) -> list[str]:
              f"intermediate {m['intermediate']} -> {m['intermediate_padded']}",
              f"  activation     {json.dumps(r['activation'])}",
              f"  options        {json.dumps(r['options'])}",
-             f"  files          {r['files']} files, {_mib(r['bytes'])} (plus moebake.json)",
+             f"  engine         {_engine_line(r['engine']) if r['engine'] else 'not recorded (baked before engine profiles)'}",
+             *(f"  also serves    {_engine_line(other)} (the same bytes)" for other in r["serves"]),
+             f"  files          {r['files']} files, {size_text(r['bytes'])} (plus moebake.json)",
              "  expert tensors (per MoE layer)"]
     lines += [f"    {short:<18} {spec['dtype']:<5} {spec['shape']}" for short, spec in r["expert_tensors"].items()]
     return lines

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from moebake.errors import MoebakeError
 from moebake.bake.staged_reader import ByteRange, StagedReader
+from moebake.errors import MoebakeError
 from tests.conftest import random_u8
 
 

@@ -67,7 +67,7 @@ def test_per_expert_layers_are_name_patterns(sources, style, gate, up, down):
 def test_gpt_oss_is_not_bf16_moe(tmp_path):
     checkpoint = open_checkpoint(write_gpt_oss(tmp_path / "g", num_layers=1, num_experts=2, hidden=64, intermediate=64))
     assert not bf16_moe.detect(checkpoint)
-    with pytest.raises(MoebakeError, match=r"unsupported model .*supported: bf16-moe$"):
+    with pytest.raises(MoebakeError, match=r"config\.json: a gpt-oss checkpoint \(model_type=.*\); this needs bf16-moe$"):
         open_source(checkpoint.root, ("bf16-moe",))
 
 

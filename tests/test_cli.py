@@ -64,13 +64,26 @@ def test_verbose_logs_a_line_per_shard_and_warnings_are_prefixed(gpt_oss_copy, t
     logging.getLogger("moebake").setLevel(logging.INFO)
 
 
-def test_resume_says_how_many_shards_were_reused(gpt_oss_tiny, tmp_path):
+def test_resume_of_a_fresh_run_says_nothing_and_of_a_finished_one_that_there_is_nothing_to_do(gpt_oss_tiny, tmp_path):
     from conftest import load_all  # noqa: F401  (the tests' helpers are importable)
     from moebake.convert.output_dir import output_paths
 
-    first = run("convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm90-cutlass", "--quiet", "--resume")
-    assert first.exit_code == 0 and "resume: 0 of 2 shards reused" in first.output, first.output
-    assert not output_paths(tmp_path / "out").staging.exists()
+    out = tmp_path / "out"
+    first = run("convert", gpt_oss_tiny, out, "--target", "sm90-cutlass", "--quiet", "--resume")
+    assert first.exit_code == 0 and "resume:" not in first.output and "reused" not in first.output, first.output
+    assert first.output.startswith(f"wrote {out} (")
+    assert not output_paths(out).staging.exists()
+    manifest = (out / "moebake.json").read_bytes()
+    again = run("convert", gpt_oss_tiny, out, "--target", "sm90-cutlass", "--quiet", "--resume", "--chunk-mb", "8")
+    assert again.exit_code == 0, again.output
+    assert again.output == (f"nothing to do: {out} is already a finished bake of {gpt_oss_tiny} with these options "
+                            f"(`moebake verify {out}` checks it; --overwrite bakes it again)\n")
+    assert (out / "moebake.json").read_bytes() == manifest
+    other = run("convert", gpt_oss_tiny, out, "--target", "sm90-cutlass", "--quiet", "--resume", "--flashinfer-layout", "v1")
+    assert other.exit_code == 2
+    assert other.output == (f"error: {out}: already a finished bake, from another source or with other options; --resume "
+                            "continues only an interrupted conversion (pass --overwrite to replace it)\n")
+    assert (out / "moebake.json").read_bytes() == manifest
 
 
 def test_list_shows_sources_by_targets():
@@ -170,3 +183,18 @@ def test_io_mode_is_passed_to_the_conversion_and_changes_no_byte(gpt_oss_tiny, t
     assert reference.exit_code == 0
     for name in json.loads((tmp_path / "auto" / "moebake.json").read_text())["files"]:
         assert (tmp_path / mode / name).read_bytes() == (tmp_path / "auto" / name).read_bytes(), name
+
+
+def test_convert_summary_gives_files_bytes_time_and_speed(gpt_oss_tiny, tmp_path):
+    import re
+
+    result = run("convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm90-cutlass", "--quiet")
+    assert result.exit_code == 0
+    first = result.output.splitlines()[0]
+    match = re.fullmatch(re.escape(f"wrote {tmp_path / 'out'} (2 MoE layers, target sm90-cutlass, FlashInfer layout v2): "
+                                   "6 files, 868.4 kB in ") + r"(\d+\.\d) s \((\d+\.\d) (kB|MB|GB)/s\)", first)
+    assert match, first
+    written = sum(p.stat().st_size for p in (tmp_path / "out").iterdir() if p.name != "moebake.json")
+    assert written == 868_370  # the 868.4 kB said
+    dry = run("convert", gpt_oss_tiny, tmp_path / "dry", "--target", "sm90-cutlass", "--dry-run")
+    assert dry.exit_code == 0 and "0.000 GB" not in dry.output and " kB" in dry.output, dry.output

@@ -174,3 +174,30 @@ def test_workers_end_with_the_converting_process(gpt_oss_tiny, tmp_path, how):
             "interrupted: finished shards are kept; re-run with --resume to continue"], output
     _, alive = psutil.wait_procs(descendants, timeout=10)
     assert not alive, alive
+
+
+@pytest.mark.parametrize("requested, shards, cores, expected", [
+    (1, 5, 16, (1, None)),
+    (2, 5, 16, (2, None)),
+    (8, 5, 16, (2, "at most 2: more were measured no faster, and over 1 GB of peak memory")),
+    (2, 5, 1, (1, "1 usable core")),
+    (4, 1, 16, (1, "1 shard to bake")),
+    (2, 0, 16, (1, "0 shards to bake")),
+])
+def test_workers_are_capped_to_what_the_machine_can_use(requested, shards, cores, expected):
+    from moebake.convert.workers import usable_workers
+
+    assert usable_workers(requested, shards, cores) == expected
+
+
+def test_more_workers_than_usable_say_how_many_run(gpt_oss_tiny, tmp_path):
+    from moebake.convert.workers import usable_workers
+
+    result = CliRunner().invoke(main, ["convert", str(gpt_oss_tiny), str(tmp_path / "out"), "--target", "sm90-cutlass",
+                                       "--quiet", "--workers", "8"])
+    assert result.exit_code == 0, result.output
+    count, reason = usable_workers(8, 2)
+    assert result.output.splitlines()[0] == f"--workers 8: using {count} ({reason})"
+    one = convert(gpt_oss_tiny, tmp_path / "one", ConvertOptions("sm90-cutlass"), progress=False)
+    for name in one["files"]:
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "out" / name).read_bytes(), name

@@ -81,7 +81,7 @@ def test_a_flipped_padding_byte_is_caught_by_the_rebake_only(damaged, gpt_oss_ti
     assert inverse_problems(damaged, read_manifest_record(damaged), open_source(gpt_oss_tiny)) == []
     assert compare_with_source(damaged, gpt_oss_tiny) == [
         f"{damaged / SHARD1}: tensor {LAYER1}w2_weight: first difference at index [1, 200, 5] "
-        "(0x01 != 0x00) (stored != re-baked from source)"
+        "(0x01 != 0x00) (stored != re-baked from source); 1 of 49152 bytes differ"
     ]
 
 
@@ -165,3 +165,106 @@ def test_deep_verify_reads_in_bounded_chunks(tmp_path, monkeypatch):
     experts_per_chunk = (1 << 16) // (2 * 64 * 64 // 2)  # source gate_up_proj_blocks rows per 64 KiB
     baked_row = 2 * 128 * 256 // 2  # one expert of w13_weight: H padded 64 -> 256 (SGLang profile), I 64 -> 128
     assert max(sizes) <= experts_per_chunk * baked_row < 40 * baked_row
+
+
+def test_every_phase_shows_a_bar_and_a_line_per_step(baked, gpt_oss_tiny, monkeypatch):
+    import logging
+
+    import moebake.progress
+
+    bars = []
+
+    class Recording(moebake.progress._ByteBar):
+        def __init__(self, *args, **kwargs):
+            bars.append(kwargs["desc"])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(moebake.progress, "_ByteBar", Recording)
+    result = CliRunner().invoke(main, ["-v", "verify", str(baked), "--source", str(gpt_oss_tiny)])
+    logging.getLogger("moebake").setLevel(logging.INFO)
+    assert result.exit_code == 0, result.output
+    assert bars == ["verifying", "inverting baked experts", "re-baking from source"]
+    lines = result.output.splitlines()
+    assert [line for line in lines if line.startswith("debug: inverted")] == [
+        f"debug: inverted and compared layer {i + 1}/2: model.layers.{i}.mlp.experts. (159.7 kB)" for i in range(2)]
+    assert sum(line.startswith("debug: re-baked and compared shard") for line in lines) == 2
+    assert sum(line.startswith("debug: checked file") for line in lines) == 6
+    assert lines[-1].startswith(f"ok: {baked} (") and lines[-1].endswith(
+        f"; bit-exact against {gpt_oss_tiny}: experts invert to it, and re-baking it reproduces every byte)")
+
+
+def test_a_bake_that_rescaled_gate_up_scales_is_not_called_bit_exact(tmp_path):
+    from moebake.synthetic import write_modelopt_nvfp4
+
+    source = write_modelopt_nvfp4(tmp_path / "nvfp4")  # gate/up globals differ in 4 of 8 experts
+    for globals_, expected in (
+            ("share", f"; against {source}: re-baking it reproduces every byte, and the experts invert to it except, by design "
+                      "(--gate-up-globals share), the gate/up block scales of 4 of 8 experts, which invert to its values "
+                      "rescaled to one shared global (largest relative change 75.00%); those are not bit-exact to the "
+                      "source (--gate-up-globals keep bakes its bytes))\n"),
+            ("keep", f"; bit-exact against {source}: experts invert to it, and re-baking it reproduces every byte)\n")):
+        out = tmp_path / globals_
+        converted = CliRunner().invoke(main, ["convert", str(source), str(out), "--target", "cutedsl", "--quiet",
+                                              "--gate-up-globals", globals_])
+        assert converted.exit_code == 0, converted.output
+        assert ("NOT engine-exact" in converted.output) == (globals_ == "share")
+        result = CliRunner().invoke(main, ["verify", str(out), "--source", str(source), "--quiet"])
+        assert result.exit_code == 0 and result.output.startswith(f"ok: {out} (") and result.output.endswith(expected), result.output
+        assert ("bit-exact against" in result.output) == (globals_ == "keep")
+
+
+def test_mismatches_stop_at_ten_lines_then_a_count_and_a_summary(baked, tmp_path):
+    other = write_gpt_oss(tmp_path / "other", **TINY, seed=1)
+    problems = compare_with_source(baked, other)
+    assert len(problems) > 12
+    result = CliRunner().invoke(main, ["verify", str(baked), "--source", str(other), "--quiet"])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert lines[:10] == [f"mismatch: {problem}" for problem in problems[:10]]
+    files = len({problem.split(": ", 1)[0] for problem in problems})
+    assert lines[10:] == [f"mismatch: ... and {len(problems) - 10} more (--json lists them all)",
+                          f"failed: {baked}: {len(problems)} mismatches in {files} files against {other}"]
+    report = json.loads(CliRunner().invoke(main, ["verify", str(baked), "--source", str(other), "--json"]).output)
+    assert report["problems"] == problems
+
+
+def test_a_differing_tensor_is_one_line_with_its_count(damaged, gpt_oss_tiny):
+    for index in ((0, 170, 1), (2, 250, 63)):  # padding rows (H = 160) of w2_weight [3, 256, 64]
+        flip(damaged / SHARD1, LAYER1 + "w2_weight", index)
+    assert compare_with_source(damaged, gpt_oss_tiny) == [
+        f"{damaged / SHARD1}: tensor {LAYER1}w2_weight: first difference at index [0, 170, 1] "
+        "(0x01 != 0x00) (stored != re-baked from source); 2 of 49152 bytes differ"]
+
+
+def test_a_source_of_another_supported_format_is_named_as_such(baked, tmp_path):
+    from moebake.synthetic import write_deepseek_v4
+
+    dsv4 = write_deepseek_v4(tmp_path / "dsv4")
+    result = CliRunner().invoke(main, ["verify", str(baked), "--source", str(dsv4), "--quiet"])
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        f"mismatch: {baked / 'moebake.json'}: the source is not the checkpoint this was baked from: source.format is "
+        f"'gpt-oss', {dsv4} is a deepseek-v4 checkpoint",
+        f"failed: {baked}: 1 mismatch in 1 file against {dsv4}"]
+    out = tmp_path / "dsv4-baked"  # and DeepSeek-V4 is a source verify proves a bake against
+    assert CliRunner().invoke(main, ["convert", str(dsv4), str(out), "--target", "sm90-cutlass", "--quiet"]).exit_code == 0
+    result = CliRunner().invoke(main, ["verify", str(out), "--source", str(dsv4), "--quiet"])
+    assert result.exit_code == 0 and result.output.endswith(f"; bit-exact against {dsv4}: experts invert to it, and "
+                                                            "re-baking it reproduces every byte)\n"), result.output
+
+
+def test_unsupported_model_lines_list_every_supported_format(gpt_oss_copy, tmp_path):
+    from moebake.formats import open_source
+
+    config = json.loads((gpt_oss_copy / "config.json").read_text())
+    config.update(model_type="llama", quantization_config=None)
+    (gpt_oss_copy / "config.json").write_text(json.dumps(config))
+    needed = f'{gpt_oss_copy / "config.json"}: unsupported model (model_type="llama", quant_method=null); '
+    with pytest.raises(Exception) as refused:
+        open_source(gpt_oss_copy)
+    assert str(refused.value) == needed + "supported: gpt-oss, modelopt-nvfp4, deepseek-v4, bf16-moe"
+    with pytest.raises(Exception) as refused:
+        open_source(gpt_oss_copy, ("gpt-oss",))
+    assert str(refused.value) == needed + "supported here: gpt-oss (moebake reads gpt-oss, modelopt-nvfp4, deepseek-v4, bf16-moe)"
+    result = CliRunner().invoke(main, ["convert", str(gpt_oss_copy), str(tmp_path / "out"), "--target", "sm90-cutlass"])
+    assert result.exit_code == 2 and result.output.startswith(f"error: {needed}") and "deepseek-v4" in result.output, result.output

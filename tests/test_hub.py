@@ -289,18 +289,51 @@ def test_a_failed_upload_leaves_out_byte_identical(baked, hub):
 def test_cli_upload(baked, monkeypatch):
     hub = FakeHub()
     monkeypatch.setattr(hub_client_module, "hub_client", lambda token=None: hub)
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
     result = CliRunner().invoke(main, ["upload", "acme/tiny", str(baked), "--create-pr"])  # as `hf upload REPO_ID PATH`
     assert result.exit_code == 0, result.output
     assert result.output.strip() == f"uploaded {baked} to acme/tiny: https://hub.test/acme/tiny/discussions/1"
     assert hub.calls[-1][2]["create_pr"] is True
 
 
+def test_cli_upload_without_a_token_fails_before_any_network_access(baked, monkeypatch, tmp_path):
+    import huggingface_hub.constants
+
+    hub = FakeHub()
+    monkeypatch.setattr(hub_client_module, "hub_client", lambda token=None: hub)
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    before = {p.name: p.read_bytes() for p in sorted(baked.iterdir())}
+    result = CliRunner().invoke(main, ["upload", "acme/tiny", str(baked)])
+    assert result.exit_code == 2 and hub.calls == []
+    assert result.output == "error: no Hugging Face token: log in with `hf auth login` (or set HF_TOKEN), or pass --token\n"
+    assert {p.name: p.read_bytes() for p in sorted(baked.iterdir())} == before
+    (tmp_path / "no-token").write_text("hf_saved_login\n")  # a saved login is a token
+    assert CliRunner().invoke(main, ["upload", "acme/tiny", str(baked)]).exit_code == 0 and hub.calls
+
+
 def test_cli_upload_old_argument_order_still_works_with_a_deprecation_line(baked, monkeypatch):
     hub = FakeHub()
     monkeypatch.setattr(hub_client_module, "hub_client", lambda token=None: hub)
-    result = CliRunner().invoke(main, ["upload", str(baked), "--repo-id", "acme/tiny"])
+    result = CliRunner().invoke(main, ["upload", str(baked), "--repo-id", "acme/tiny", "--token", "hf_test"])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == [
         "deprecated: `moebake upload OUT --repo-id REPO_ID` is now `moebake upload REPO_ID OUT`",
         f"uploaded {baked} to acme/tiny: https://hub.test/acme/tiny/commit/{SHA}"]
     assert hub.uploaded == {p.name: p.read_bytes() for p in sorted(baked.iterdir())}
+
+
+def test_model_card_claims_bit_exactness_only_where_no_value_was_changed(baked, tmp_path):
+    from moebake.schema.manifest import read_manifest_record
+    from moebake.synthetic import write_modelopt_nvfp4
+
+    exact = render_model_card(read_manifest_record(baked), "acme/tiny")
+    assert "`moebake verify --source` proves them bit-exact" in exact
+    source = write_modelopt_nvfp4(tmp_path / "nvfp4")  # gate/up globals differ in 4 of 8 experts
+    convert(source, tmp_path / "shared", ConvertOptions("cutedsl"), progress=False)
+    card = render_model_card(read_manifest_record(tmp_path / "shared"), "acme/nv")
+    assert "proves them bit-exact" not in card
+    assert ("the experts invert to the source's bytes except, by design (`--gate-up-globals share`), the gate/up block "
+            "scales of 4 of 8 experts, which were rescaled to one shared gate/up global (largest relative change 75.00%) "
+            "and are not bit-exact to the source.") in card

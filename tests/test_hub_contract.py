@@ -336,7 +336,8 @@ def test_convert_from_the_hub_upload_download_and_verify(hub, api, tmp_path, mon
     assert result.exit_code == 0, result.output
     source = json.loads((out / "moebake.json").read_text())["source"]
     assert (source["location"], source["revision"]) == ("openai/gpt-oss-tiny", sha)
-    result = runner.invoke(main, ["upload", str(out), "--repo-id", "acme/gpt-oss-tiny-sm90", "--source", "openai/gpt-oss-tiny"])
+    result = runner.invoke(main, ["upload", str(out), "--repo-id", "acme/gpt-oss-tiny-sm90", "--source", "openai/gpt-oss-tiny",
+                                  "--token", TOKEN])
     assert result.exit_code == 0, result.output
     card = hub.head("acme/gpt-oss-tiny-sm90")["README.md"].decode()
     assert "base_model: openai/gpt-oss-tiny\n" in card and "base_model_relation: quantized\n" in card

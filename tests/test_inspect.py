@@ -95,3 +95,39 @@ def test_multimodal_configs_are_read_through_text_config(gpt_oss_copy):
     (gpt_oss_copy / "config.json").write_text(json.dumps(config))
     moe = inspect_path(gpt_oss_copy)["moe"]
     assert (moe["hidden_layers"], moe["experts_per_token"]) == (2, 3)
+
+
+def test_baked_report_shows_the_engine_record(baked, tmp_path):
+    manifest = json.loads((baked / "moebake.json").read_text())
+    report = inspect_path(baked)
+    assert report["engine"] == manifest["engine"] | {
+        "serving_flags": "--quantization moebake --moe-runner-backend flashinfer_mxfp4"}
+    assert report["engine"]["exact"] is True
+    text = render_text(report)
+    assert ("  engine         sglang 0.5.23: engine-exact; serve with --quantization moebake "
+            "--moe-runner-backend flashinfer_mxfp4\n") in text
+    assert json.loads(CliRunner().invoke(main, ["inspect", str(baked), "--json"]).output)["engine"] == report["engine"]
+    from moebake.synthetic import write_modelopt_nvfp4
+
+    source = write_modelopt_nvfp4(tmp_path / "nvfp4")  # gate/up globals differ in 4 experts: shared by default
+    assert CliRunner().invoke(main, ["convert", str(source), str(tmp_path / "nv"), "--target", "cutedsl", "--quiet"]).exit_code == 0
+    report = inspect_path(tmp_path / "nv")
+    assert report["engine"]["exact"] is False and report["serves"] == []
+    assert ("  engine         sglang 0.5.23: NOT engine-exact: gate and up global scales shared in 4 experts (sglang 0.5.23 "
+            "keeps both and applies the gate's to both halves); serve with --quantization moebake "
+            "--moe-runner-backend flashinfer_cutedsl\n") in render_text(report)
+
+
+def test_sizes_use_decimal_units_that_fit():
+    from moebake.progress import rate_text, size_text
+
+    assert [size_text(n) for n in (0, 999, 1000, 868_352, 1_234_567, 999_999_999, 13_790_000_000, 2_500_000_000_000)] == [
+        "0 B", "999 B", "1.0 kB", "868.4 kB", "1.2 MB", "1000.0 MB", "13.79 GB", "2.50 TB"]
+    assert rate_text(3_000_000, 2.0) == "1.5 MB/s" and rate_text(1, 0.0) == "-"
+
+
+def test_no_binary_units_and_no_zero_gigabytes_in_what_commands_print(baked):
+    for args in (["inspect", str(baked)], ["verify", str(baked)]):
+        output = CliRunner().invoke(main, args).output
+        assert "868.4 kB" in output, output
+        assert not any(unit in output for unit in ("MiB", "GiB", "KiB", "0.00 GB")), output

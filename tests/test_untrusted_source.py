@@ -169,3 +169,18 @@ def test_header_refusals_match_safetensors(tmp_path):
             read_header(path)
         with pytest.raises(SafetensorError):
             safe_open(path, framework="numpy").keys()
+
+
+def test_too_large_integer_is_out_of_range_not_negative(gpt_oss_copy, tmp_path):
+    values = ConfigValues({"intermediate_size": 10**12, "hidden_size": 0}, "config.json")
+    with pytest.raises(Exception, match=r"^config\.json: intermediate_size is 1000000000000, out of range \(at most 2147483647\)$"):
+        values.integer("intermediate_size")
+    with pytest.raises(Exception, match=r"^config\.json: hidden_size is 0, expected a positive integer$"):
+        values.integer("hidden_size")
+    config = json.loads((gpt_oss_copy / "config.json").read_text())
+    config["intermediate_size"] = 10**12
+    (gpt_oss_copy / "config.json").write_text(json.dumps(config))
+    result = CliRunner().invoke(main, ["convert", str(gpt_oss_copy), str(tmp_path / "out"), "--target", "sm90-cutlass", "--quiet"])
+    assert result.exit_code == 2 and not (tmp_path / "out").exists()
+    expected = "intermediate_size is 1000000000000, out of range (at most 2147483647)"
+    assert result.output == f"error: {gpt_oss_copy / 'config.json'}: {expected}\n"

@@ -137,7 +137,8 @@ class StagedReader:
                 if events[slot] is not None:
                     events[slot].synchronize()  # the slot's previous H2D copy has finished
                 staging = buffers[slot][: chunk.dest.numel()]
-                in_flight.append((chunk, slot, staging, pool.submit(_pread_into, fds[chunk.piece.path], staging, chunk.offset, chunk.piece)))
+                read = pool.submit(_pread_into, fds[chunk.piece.path], staging, chunk.offset, chunk.piece)
+                in_flight.append((chunk, slot, staging, read))
             while in_flight:
                 finish_oldest()
         finally:

@@ -1,10 +1,7 @@
 """``convert --dry-run``: what a conversion would write, from its plan alone (headers read, no weights, nothing written)."""
 
 from moebake.convert.conversion import Conversion
-
-
-def _gb(nbytes: int) -> str:
-    return f"{nbytes / 1e9:.3f} GB"
+from moebake.progress import size_text
 
 
 def plan_lines(conversion: Conversion, out) -> list[str]:
@@ -20,11 +17,11 @@ def plan_lines(conversion: Conversion, out) -> list[str]:
         lines.append(f"  {record.prefix}: {record.experts} experts, hidden {record.hidden} -> {record.hidden_padded}, "
                      f"intermediate {record.intermediate} -> {record.intermediate_padded}")
     for shard in shards:
-        lines.append(f"shard {shard.file_name}: {len(shard.tensors)} tensors, {_gb(shard.nbytes)}")
+        lines.append(f"shard {shard.file_name}: {len(shard.tensors)} tensors, {size_text(shard.nbytes)}")
         lines += [f"  {'*' if t.name in baked else ' '} {t.name}  {t.dtype} {list(t.shape)}  {t.nbytes} bytes" for t in shard.tensors]
     total = sum(s.nbytes for s in shards)
     baked_bytes = sum(t.nbytes for s in shards for t in s.tensors if t.name in baked)
-    lines.append(f"total    {len(shards)} shards, {sum(len(s.tensors) for s in shards)} tensors, {_gb(total)} "
-                 f"({len(baked)} baked tensors, marked *, {_gb(baked_bytes)}; the rest copied as they are), plus the index, "
+    lines.append(f"total    {len(shards)} shards, {sum(len(s.tensors) for s in shards)} tensors, {size_text(total)} "
+                 f"({len(baked)} baked tensors, marked *, {size_text(baked_bytes)}; the rest copied as they are), plus the index, "
                  f"the source's side files and moebake.json")
     return lines

@@ -65,6 +65,28 @@ def check_output(paths: OutputPaths, *, overwrite: bool, resume: bool, source: s
     check_staging(paths, resume=resume)
 
 
+def finished_bake(paths: OutputPaths, options: dict, source: str) -> bool | None:
+    """Whether OUT, a finished moebake output with no partial conversion beside it, was baked from ``source``
+    (a local path, or a Hub repo ``ORG/NAME[@REVISION]``) with these options (:meth:`ConvertOptions.as_dict`;
+    the chunk size, which changes no byte, aside): then ``--resume`` has nothing to do. None when OUT is
+    not such an output. Reads the manifest only; ``moebake verify`` checks the files."""
+    from moebake.convert.progress import MEMORY_ONLY_OPTIONS
+
+    if os.path.lexists(paths.staging) or not os.path.lexists(paths.out) or output_problem(paths.out) is not None:
+        return None
+    try:
+        manifest = read_manifest(paths.out)
+    except MoebakeError:
+        return None
+    recorded, location = manifest.get("options"), (manifest.get("source") or {}).get("location")
+    if not isinstance(recorded, dict):
+        return None
+    same = {k: v for k, v in recorded.items() if k not in MEMORY_ONLY_OPTIONS} == \
+        {k: v for k, v in options.items() if k not in MEMORY_ONLY_OPTIONS}
+    here = str(Path(source).resolve()) if os.path.lexists(source) else source.split("@", 1)[0]
+    return same and location == here
+
+
 def check_destination(paths: OutputPaths, *, overwrite: bool) -> None:
     """OutputError unless OUT's parent is a writable directory, OUT is free (or, with ``overwrite``,
     a previous moebake output) and ``.OUT.replaced``, if there, is a moebake output too."""

@@ -118,13 +118,17 @@ def _compare_tensor(stored: SafetensorsFile, tensor: OutputTensor, on_bytes) -> 
     if (entry.dtype, entry.shape) != (tensor.dtype, tensor.shape):
         return (f"{stored.path}: tensor {tensor.name} is {entry.dtype} {list(entry.shape)}, "
                 f"re-baking the source gives {tensor.dtype} {list(tensor.shape)}")
-    position = 0
+    position, first, differing = 0, None, 0
     for chunk in tensor.produce():
         expected = chunk.contiguous().view(-1).view(torch.uint8)
         actual = stored.read_bytes(entry, position, position + len(expected))
         difference = first_difference(actual, expected, entry.dtype, entry.shape, position)
         if difference:
-            return f"{stored.path}: tensor {tensor.name}: first difference at {difference} (stored != re-baked from source)"
+            first = first or difference
+            differing += int((actual != expected).sum())
         position += len(expected)
         on_bytes(len(expected))
+    if first:  # one line per tensor: the first difference, and how many bytes differ in all
+        return (f"{stored.path}: tensor {tensor.name}: first difference at {first} (stored != re-baked from source); "
+                f"{differing} of {position} bytes differ")
     return None

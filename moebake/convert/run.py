@@ -33,7 +33,7 @@ from moebake.convert.output_dir import OutputPaths, check_destination, check_out
 from moebake.convert.progress import Progress, identity_difference, load_progress, reusable_shards, run_identity
 from moebake.convert.stages import STAGES
 from moebake.convert.staging import Staging
-from moebake.convert.workers import bake_in_workers
+from moebake.convert.workers import bake_in_workers, usable_workers
 from moebake.convert.writer import write_shard
 from moebake.engines.config_json import write_baked_config
 from moebake.engines.profiles import engines_with_same_bytes, manifest_engine
@@ -106,7 +106,7 @@ def _resumed(staging: Staging, identity: dict, shards, resume: bool) -> Progress
                                f"pass the same options, or remove {staging.path} to start over")
         done = reusable_shards(staging.path, record, {s.file_name for s in shards})
         progress = Progress(staging.path, identity, {name: record["shards"][name] for name in done}, record["sources"])
-    if resume:
+    if resume and record is not None:  # a fresh run has nothing to resume: no line
         LOG.info("resume: %d of %d shards reused (size, inode, ctime and checksum as recorded), %d to bake",
                  len(progress.shards), len(shards), len(shards) - len(progress.shards))
     progress.save()
@@ -130,8 +130,11 @@ def _bake(conversion, source, options: ConvertOptions, staging: Path, done: Prog
         for shard in todo:  # left by an interrupted run: never written through (it could be a link)
             if os.path.lexists(path := child(staging, shard.file_name)):
                 os.unlink(path)
-        if workers > 1 and len(todo) > 1:
-            bake_in_workers(source, options, [s.file_name for s in todo], staging, workers, bar.update, finished)
+        count, fewer = usable_workers(workers, len(todo))
+        if fewer:
+            LOG.info("--workers %d: using %d (%s)", workers, count, fewer)
+        if count > 1:
+            bake_in_workers(source, options, [s.file_name for s in todo], staging, count, bar.update, finished)
         else:
             with torch_threads(transform_threads(1)):
                 for shard in todo:

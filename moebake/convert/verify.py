@@ -15,7 +15,7 @@ from moebake.schema.checksums import checksum_problem
 from moebake.engines.config_json import config_problems
 from moebake.errors import CheckpointError, MoebakeError
 from moebake.formats.safetensors_file import SafetensorsFile, read_header
-from moebake.progress import byte_bar, shard_done
+from moebake.progress import byte_bar, shard_done, size_text
 from moebake.schema.files import file_kind, plain_name_problem
 from moebake.schema.index import read_index
 from moebake.schema.manifest import MANIFEST_NAME, Manifest, load_manifest
@@ -35,7 +35,7 @@ class VerifyReport:
     tensors: int = 0
 
     def summary(self) -> str:
-        return (f"{MANIFEST_NAME} intact; {self.files} files, {self.bytes / 1e9:.2f} GB match their checksums; "
+        return (f"{MANIFEST_NAME} intact; {self.files} files, {size_text(self.bytes)} match their checksums; "
                 f"index and {self.shards} shard headers valid; {self.tensors} baked tensors as recorded")
 
 
@@ -53,7 +53,7 @@ def verify_report(out: str | Path, progress: bool = False) -> VerifyReport:
         return report
     manifest = Manifest.from_json(raw, out / MANIFEST_NAME)  # intact: its typed records
     files = manifest.files
-    with byte_bar(sum(r.bytes for r in files.values()), "verifying", enabled=progress, shards=len(files)) as bar:
+    with byte_bar(sum(r.bytes for r in files.values()), "verifying", enabled=progress, shards=len(files), what="file") as bar:
         for name, record in files.items():
             path = out / name
             if (problem := plain_name_problem(name)) is not None:
@@ -70,7 +70,7 @@ def verify_report(out: str | Path, progress: bool = False) -> VerifyReport:
                 report.files += 1
                 report.bytes += record.bytes
             bar.update(record.bytes)
-            shard_done(bar, name, record.bytes, "checked")
+            shard_done(bar, name, record.bytes, "checked", "file")
     headers, index_problems = _check_index(out)
     problems += index_problems
     report.shards = len(headers)

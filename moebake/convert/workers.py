@@ -42,6 +42,27 @@ from moebake.convert.stages import STAGES
 from moebake.convert.writer import write_shard
 from moebake.schema.files import child
 
+MAX_WORKERS = 2
+"""The most worker processes a conversion uses, whatever ``--workers`` asks: measured (README, Benchmark),
+more were never faster than one process on 2 or 16 cores (concurrent writers compete for one disk: w8 took
+1.27x w1's time on 16 cores) and went over 1 GB of peak memory (w8: 1.4 GB PSS), while two stay under it."""
+
+
+def usable_workers(requested: int, shards: int, cores: int | None = None) -> tuple[int, str | None]:
+    """How many worker processes ``--workers requested`` gets for ``shards`` shards to bake on ``cores`` usable
+    cores (default: this process's), and why fewer (None when as asked): at most :data:`MAX_WORKERS`, one per
+    usable core and one per shard."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    limits = [(MAX_WORKERS, f"at most {MAX_WORKERS}: more were measured no faster, and over 1 GB of peak memory"),
+              (cores, f"{cores} usable core{'s' if cores != 1 else ''}"),
+              (shards, f"{shards} shard{'s' if shards != 1 else ''} to bake")]
+    limit, reason = min(limits, key=lambda item: item[0])
+    if requested <= limit:
+        return requested, None
+    return max(1, limit), reason
+
+
 _worker: dict = {}  # in a worker process: its Conversion, shards by name, and the progress queue
 
 

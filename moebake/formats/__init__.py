@@ -34,11 +34,16 @@ def detect_format(checkpoint: SourceCheckpoint, formats: tuple[str, ...] | None 
         return name
     config = checkpoint.values
     quant = config.section("quantization_config")
+    model = (f"model_type={short_repr(config.raw('model_type'))}, "
+             f"quant_method={short_repr(quant.raw('quant_method') if quant else None)}")
     candidates = [name for name in SOURCE_FORMATS if formats is None or name in formats]
-    raise UnsupportedError(
-        f"{config.file}: unsupported model (model_type={short_repr(config.raw('model_type'))}, "
-        f"quant_method={short_repr(quant.raw('quant_method') if quant else None)}); supported: {', '.join(candidates)}"
-    )
+    other = detected_format(checkpoint) if formats is not None else None
+    if other is not None:  # a format moebake reads, but not one asked for here
+        raise UnsupportedError(f"{config.file}: a {other} checkpoint ({model}); this needs {' or '.join(candidates)}")
+    supported = ", ".join(SOURCE_FORMATS)
+    raise UnsupportedError(f"{config.file}: unsupported model ({model}); "
+                           + (f"supported here: {', '.join(candidates)} (moebake reads {supported})"
+                              if len(candidates) < len(SOURCE_FORMATS) else f"supported: {supported}"))
 
 
 def open_model(checkpoint: SourceCheckpoint, formats: tuple[str, ...] | None = None):

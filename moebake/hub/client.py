@@ -13,12 +13,21 @@ import importlib
 
 from huggingface_hub import HfApi
 
-from moebake.errors import HubError
+from moebake.errors import HubError, OptionError
 
 
 def hub_client(token: str | None = None) -> HfApi:
     """An ``HfApi`` for the configured endpoint (``HF_ENDPOINT``), with ``token`` or the saved login."""
     return HfApi(token=token)
+
+
+def require_token(token: str | None) -> None:
+    """OptionError (``error:`` line, exit 2) when neither ``token`` nor a saved login or ``HF_TOKEN`` gives
+    a Hugging Face token: uploading needs one, and this is known before any network access."""
+    from huggingface_hub import get_token
+
+    if not token and not get_token():
+        raise OptionError("no Hugging Face token: log in with `hf auth login` (or set HF_TOKEN), or pass --token")
 
 
 def _http_client_errors() -> tuple[type[BaseException], ...]:

@@ -25,11 +25,32 @@ from huggingface_hub.repocard import metadata_load
 from moebake.engines.profiles import serving_flags
 from moebake.hub.download import parse_repo_spec
 from moebake.schema.checksums import ALGORITHMS, CHECKSUM
-from moebake.schema.manifest import MANIFEST_NAME, EngineRecord, Manifest, SourceRecord, TensorRecord, read_manifest, render_manifest
+from moebake.schema.manifest import (
+    MANIFEST_NAME,
+    EngineRecord,
+    Manifest,
+    SourceRecord,
+    TensorRecord,
+    read_manifest,
+    render_manifest,
+    rescaled_gate_up,
+)
 from moebake.schema.targets import target_spec
 
 CARD_NAME = "README.md"
 _CACHE_SNAPSHOT = re.compile(r"/models--([^/]+?)--([^/]+)/snapshots/[0-9a-f]{40}/?$")
+
+
+def _proof_sentence(manifest: Manifest) -> str:
+    """What ``moebake verify --source`` proves for this bake (bit-exactness only where no value was changed)."""
+    rescaled, experts, change = rescaled_gate_up(manifest)
+    if not rescaled:
+        return ("`moebake verify --source` proves them bit-exact: every baked expert tensor inverts to the source's bytes, "
+                "and re-baking the source reproduces every byte of every tensor here.")
+    return (f"`moebake verify --source` proves that re-baking the source reproduces every byte of every tensor here, and that "
+            f"the experts invert to the source's bytes except, by design (`--gate-up-globals share`), the gate/up block scales "
+            f"of {rescaled} of {experts} experts, which were rescaled to one shared gate/up global (largest relative change "
+            f"{change:.2%}) and are not bit-exact to the source.")
 
 
 def hub_repo_of(location: str | None) -> str | None:
@@ -68,9 +89,7 @@ def render_model_card(manifest: Manifest, repo_id: str, license_id: str | None =
         "---", data.to_yaml(), "---", "",
         f"# {name}", "",
         f"The expert weights of {source_ref}{revision}, pre-baked offline by moebake into the exact byte "
-        f"layout of {target_spec(target).description}, so they load with zero processing. `moebake verify --source` "
-        "proves them bit-exact: every baked expert tensor inverts to the source's bytes, and re-baking the "
-        "source reproduces every byte of every tensor here.", "",
+        f"layout of {target_spec(target).description}, so they load with zero processing. {_proof_sentence(manifest)}", "",
         "| | |", "|---|---|",
         f"| target | `{target}` (moebake layout version {manifest.target_layout_version}) |",
         f"| kernel and GPU | {target_spec(target).description} |",

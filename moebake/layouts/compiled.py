@@ -10,12 +10,17 @@ them on many shapes), and runs without the GIL, so threads share the cores:
 
 :func:`kernels` returns this module's kernels, or None when numba is not installed or the
 environment variable :data:`DISABLE_ENV` is ``1`` (read at every call, so tests and benchmarks can
-force the numpy path in one process). Compiled code is cached on disk next to this file (numba
-``cache=True``; where that directory is read-only numba compiles on first use instead), and loaded
-at a kernel's first call for those argument types, or ahead of it by :func:`load` (the fork server
-of ``--workers`` does, so that its workers share the machine code).
+force the numpy path in one process). Compiled code is cached on disk (numba ``cache=True``: in
+``$NUMBA_CACHE_DIR`` when set, else the ``__pycache__`` beside this file, else the user's cache
+directory), and loaded at a kernel's first call for those argument types, or ahead of it by
+:func:`load` (the fork server of ``--workers`` does, so that its workers share the machine code).
+Where none of those locations is writable (a read-only install run by another user whose home is
+not writable either), numba refuses ``cache=True`` outright; the kernels are then compiled in memory
+for this process instead (the same machine code, so the same bytes; a second or two of compiling
+per run), which :data:`IN_MEMORY` records and one ``-v`` line reports.
 """
 
+import logging
 import os
 import types
 
@@ -36,8 +41,25 @@ def kernels() -> types.SimpleNamespace | None:
     return _KERNELS
 
 
+IN_MEMORY: str | None = None
+"""Why the kernels are compiled in memory (numba found no writable cache location), or None: cached on disk."""
+
+
 if numba is not None:
-    _jit = numba.njit(nogil=True, cache=True, boundscheck=False)
+    def _jit(function):
+        """``numba.njit`` (GIL-free, no bounds checks) with its on-disk cache, or without it where numba has no
+        writable cache location (it raises ``RuntimeError: cannot cache function ...: no locator available``
+        when the function is decorated): then this and every later kernel here compiles in memory."""
+        global IN_MEMORY
+        if IN_MEMORY is None:
+            try:
+                return numba.njit(nogil=True, cache=True, boundscheck=False)(function)
+            except RuntimeError as err:
+                if "no locator available" not in str(err):
+                    raise
+                IN_MEMORY = "no writable numba cache location (NUMBA_CACHE_DIR, the package's __pycache__, the user cache)"
+                logging.getLogger(__name__).debug("compiled kernels: %s; compiling them in memory for this run", IN_MEMORY)
+        return numba.njit(nogil=True, cache=False, boundscheck=False)(function)
 
     @_jit
     def _byte(source, row, col):

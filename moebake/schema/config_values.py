@@ -144,6 +144,8 @@ class ConfigValues:
             return default
         count = as_count(value, minimum=minimum, maximum=maximum)
         if count is None:
+            if as_count(value, minimum=minimum, maximum=math.inf) is not None:  # an integer, too large
+                raise self.fail(key, f"is {short_repr(value)}, out of range (at most {maximum})")
             bound = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
             raise self.fail(key, f"is {short_repr(value)}, expected {bound}" + (f" (at most {maximum})" if maximum != MAX_COUNT else ""))
         return count

@@ -496,3 +496,13 @@ def _field_problems(path: Path, manifest: dict) -> list[str]:
     except ManifestError as err:
         return [str(err)]
     return []
+
+
+def rescaled_gate_up(manifest: "Manifest") -> tuple[int, int, float]:
+    """``(experts rescaled, experts in all, largest relative change)`` of a bake whose NVFP4 gate/up globals
+    were shared (``--gate-up-globals share``): those experts' block scales differ from the source by design.
+    ``(0, experts, 0.0)`` for a bake that kept every source value."""
+    reports = [layer.gate_up_global_scale for layer in manifest.layers if layer.gate_up_global_scale]
+    rescaled = sum(report.get("experts_rescaled", 0) for report in reports)
+    change = max((report.get("max_relative_change", 0.0) for report in reports), default=0.0)
+    return rescaled, sum(layer.experts for layer in manifest.layers), change if rescaled else 0.0

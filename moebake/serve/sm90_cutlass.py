@@ -24,13 +24,13 @@ import math
 import torch
 import torch.nn.functional as F
 
+from moebake.bake.staged_reader import LoadStats
 from moebake.errors import InvalidArgumentError, ManifestError, PlatformError, UnsupportedError
 from moebake.schema.manifest import Activation, LayerRecord
 from moebake.schema.targets import SM90_CUTLASS
 from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve.flashinfer_ops import sm90_moe_ops
 from moebake.serve.platform import require_flashinfer_layout, require_sm90
-from moebake.bake.staged_reader import LoadStats
 
 REQUIRED_TENSORS = SM90_CUTLASS.required_tensors  # w13/w2 weights and scales
 BIAS_TENSORS = SM90_CUTLASS.optional_tensors      # w13/w2 biases: both or neither

@@ -259,6 +259,9 @@ def verify_detects(out: Path, needle: str) -> str:
     lines = result.output.strip().splitlines()
     assert result.exit_code in (1, 2), f"undetected: {result.output}"
     assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    if result.exit_code == 1:  # mismatch lines, then the one-line summary
+        assert lines[-1].startswith(f"failed: {out}: ") and len(lines) >= 2, result.output
+        lines = lines[:-1]
     assert lines and all(line.startswith(("mismatch: ", "error: ")) for line in lines), result.output
     assert any(needle in line for line in lines), (needle, result.output)
     return lines[0]
