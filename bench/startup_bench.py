@@ -490,7 +490,7 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
         ax.set_xticks(range(len(groups)), [f"EP {ep}\n{cache}" for ep, cache in groups])
         ax.set_ylabel("seconds to ready (lower is better)")
         ax.set_title(f"SGLang start-up, {model}-shaped, {layers} MoE layers")
-        ax.legend(loc="upper left")
+        ax.legend(loc="upper right")
     fig.tight_layout()
     png = Path(png) if png else Path(results_path).with_suffix(".png")
     fig.savefig(png, dpi=110)

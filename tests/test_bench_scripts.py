@@ -19,7 +19,8 @@ from moebake.convert.stages import NAMES as STAGES
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
 RESULTS = BENCH / "results"
-PYTHON_SCRIPTS = ["convert_bench.py", "transform_bench.py", "serve_bench.py", "deepep_layer_bench.py", "deepgemm_masked_bench.py"]
+PYTHON_SCRIPTS = ["convert_bench.py", "transform_bench.py", "serve_bench.py", "deepep_layer_bench.py", "deepgemm_masked_bench.py",
+                  "startup_bench.py"]
 SHELL_SCRIPTS = ["device_convert_scaling.sh", "device_wheels.sh"]
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal on a machine without a GPU")
 
@@ -243,3 +244,42 @@ else:
         assert {name: wheel.read(name) for name in files} == files
     assert "recompressed llvmlite-0.1-cp312-cp312-manylinux2014_x86_64.whl" in result.stdout
 
+
+
+# startup_bench.py: whole-model start-up through SGLang, stock vs the bake (GPU; the same code runs on the CPU here)
+
+
+def test_startup_bench_on_the_cpu_loads_both_paths_to_the_same_parameters(tmp_path):
+    """A tiny GPT-OSS model made, baked and loaded both ways through SGLang's own code on the CPU, as EP 1 and as
+    two EP ranks in processes of their own: layer 0's parameters hash the same in both paths, the bake path asks
+    for each rank's share of the baked bytes only, and the plot redraws from the results."""
+    from engine_oracles import sglang_oracle
+
+    if not sglang_oracle.sglang_installed():
+        pytest.skip("sglang 0.5.23 is not installed")
+    script = [sys.executable, str(BENCH / "startup_bench.py")]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    subprocess.run([*script, "make", "--model", "tiny", "--dir", str(tmp_path)], check=True, env=env, capture_output=True)
+    results = tmp_path / "results.json"
+    done = subprocess.run([*script, "all", "--dir", str(tmp_path), "--ep", "1", "2", "--cache", "warm", "--device", "cpu",
+                           "--out", str(results)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = {(r["path"], r["ep"]): r for r in json.loads(results.read_text())["runs"]}
+    assert set(runs) == {("stock", 1), ("bake", 1), ("stock", 2), ("bake", 2)}
+    for ep in (1, 2):
+        assert runs["stock", ep]["layer0_xxh3"] == runs["bake", ep]["layer0_xxh3"] and len(runs["bake", ep]["layer0_xxh3"]) == ep
+        assert runs["bake", ep]["layer0_equal_to_stock"] is True
+    from moebake.schema.manifest import Manifest, read_manifest
+
+    manifest = Manifest.from_json(read_manifest(tmp_path / "out"), tmp_path / "out" / "moebake.json")
+    baked = sum(int(torch.Size(t.shape).numel()) * torch.empty(0, dtype=t.dtype.torch).element_size()
+                for layer in manifest.layers for t in layer.tensors.values())
+    others = runs["bake", 1]["bytes_requested"] - baked  # EP 1 reads every baked byte once, then the other tensors
+    assert others > 0 and runs["bake", 2]["bytes_requested"] == baked + 2 * others  # each rank: its half, all the others
+    png = subprocess.run([*script, "plot", str(results)], check=True, capture_output=True, text=True).stdout.strip()
+    assert Path(png).stat().st_size > 10_000
+
+
+def test_startup_bench_redraws_the_committed_results(tmp_path):
+    png = _load("startup_bench.py").plot(RESULTS / "startup_h200x2.json", tmp_path / "startup.png")
+    assert png.stat().st_size > 10_000
