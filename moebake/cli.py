@@ -19,7 +19,7 @@ import click
 import moebake
 from moebake.convert.io_mode import IO_ENV, IO_MODES, PLAIN_IO_CORES
 from moebake.convert.options import DEFAULT_CHUNK_BYTES, GATE_UP_GLOBALS, MAX_MULTIPLE, ConvertOptions
-from moebake.engines.profiles import DEFAULT_ENGINE, PROFILES, serving_flags
+from moebake.schema.profiles import DEFAULT_ENGINE, PROFILES, serving_flags
 from moebake.errors import MoebakeError, OutputError, format_error
 from moebake.layouts.flashinfer_versions import LAYOUTS
 from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES

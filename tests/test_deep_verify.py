@@ -19,9 +19,9 @@ from moebake.cli import main
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.convert.source_check import compare_with_source, inverse_problems
-from moebake.engines.config_json import manifest_digest
 from moebake.formats import open_source
 from moebake.formats.safetensors_file import SafetensorsFile
+from moebake.schema.config_json import manifest_digest
 from moebake.schema.manifest import read_manifest_record, write_manifest
 from moebake.synthetic import write_gpt_oss
 from tests.conftest import TINY

@@ -14,8 +14,8 @@ from engine_oracles import standins  # noqa: E402
 from kernel_emulation import kernel_interleave_v1, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.engines.profiles import PROFILES, SGLANG_0_5_23
 from moebake.layouts.nvfp4_scalars import load_time_scales
+from moebake.schema.profiles import PROFILES, SGLANG_0_5_23
 from moebake.synthetic import MODELOPT_MISMATCHES, write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
 
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")

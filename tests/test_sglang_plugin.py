@@ -167,7 +167,7 @@ def test_refuses_another_flashinfer_layout(gpt_oss_bake, monkeypatch):
 
     monkeypatch.setattr(flashinfer, "__version__", "0.6.17")
     message = _refusal(gpt_oss_bake)
-    assert "baked for FlashInfer SM90 fp4 layout v2, but the installed FlashInfer 0.6.17 reads v1" in message
+    assert "baked for FlashInfer SM90 fp4 layout v2, but the installed FlashInfer 0.6.17 reads fp4 layout v1" in message
 
 
 def test_refuses_moe_tensor_parallelism(gpt_oss_bake):
@@ -187,7 +187,7 @@ def test_refuses_experts_not_divisible_by_the_ep_size(gpt_oss_bake):
         get_parallel().override_permanently(tp_size=3, attn_tp_size=3, moe_ep_size=3, moe_ep_rank=0)
         return _gpt_oss_layer(out)  # refused when SGLang builds the quantization config, before FusedMoE asserts
 
-    assert "has 4 experts, not divisible by the expert-parallel size 3; choose an --ep-size" in _refusal(gpt_oss_bake, build)
+    assert "4 experts do not split evenly over 3 EP ranks; choose an --ep-size" in _refusal(gpt_oss_bake, build)
 
 
 def test_refuses_a_config_that_disagrees_with_the_manifest(gpt_oss_bake, tmp_path):

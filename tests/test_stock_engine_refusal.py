@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from moebake.cli import main
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.engines.config_json import manifest_digest
+from moebake.schema.config_json import manifest_digest
 from moebake.schema.manifest import write_manifest
 from moebake.synthetic import write_modelopt_nvfp4
 
@@ -71,7 +71,7 @@ def test_verify_catches_a_changed_manifest(baked, tmp_path):
     write_manifest(copy, manifest)  # a valid manifest of its own, but not the one config.json was baked with
     result = CliRunner().invoke(main, ["verify", str(copy)])
     assert result.exit_code == 1
-    assert f"mismatch: {copy / 'config.json'}: quantization_config.manifest_sha256 does not match moebake.json" in result.output
+    assert f"mismatch: {copy / 'config.json'}: config.json and manifest disagree (manifest_sha256 differs: the manifest changed after baking)" in result.output
 
 
 def test_verify_catches_a_config_restored_to_the_source_quant_method(baked, tmp_path, gpt_oss_tiny):

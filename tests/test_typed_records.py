@@ -11,11 +11,11 @@ import torch
 
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.engines.config_json import manifest_digest
 from moebake.errors import InvalidArgumentError, OptionError
 from moebake.formats.expert_source import ExpertSource
 from moebake.formats.nvfp4_gate_up import rescale_block_scales, round_to_e4m3
 from moebake.schema import manifest as schema
+from moebake.schema.config_json import manifest_digest
 from moebake.schema.enums import DType, FlashInferLayout, GateUpGlobals
 from moebake.schema.manifest import (
     SELF_CHECKSUM_KEY,

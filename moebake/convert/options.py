@@ -4,10 +4,10 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import NamedTuple
 
-from moebake.engines.profiles import DEFAULT_ENGINE, get_profile
 from moebake.errors import OptionError
 from moebake.layouts.flashinfer_versions import LAYOUTS
 from moebake.schema.enums import FlashInferLayout, GateUpGlobals
+from moebake.schema.profiles import DEFAULT_ENGINE, get_profile
 
 DEFAULT_CHUNK_BYTES = 64 << 20
 MIN_CHUNK_BYTES = 1 << 16
@@ -18,7 +18,7 @@ GATE_UP_GLOBALS = tuple(mode.value for mode in GateUpGlobals)
 
 @dataclass(frozen=True)
 class ConvertOptions:
-    """``engine``: the engine profile (:mod:`moebake.engines.profiles`) whose load-time bytes the bake equals.
+    """``engine``: the engine profile (:mod:`moebake.schema.profiles`) whose load-time bytes the bake equals.
     ``hidden_multiple`` / ``intermediate_multiple``: None = the profile's; a value overrides it
     (multiples of 128), and the manifest then says the bake is not engine-exact.
     ``chunk_bytes``: source bytes read per step; bounds peak memory.

@@ -35,16 +35,16 @@ from moebake.convert.stages import STAGES
 from moebake.convert.staging import Staging
 from moebake.convert.workers import bake_in_workers, usable_workers
 from moebake.convert.writer import write_shard
-from moebake.engines.config_json import write_baked_config
-from moebake.engines.profiles import engines_with_same_bytes, manifest_engine
 from moebake.errors import MoebakeError, OutputError
 from moebake.formats.checkpoint import CONFIG_NAME
 from moebake.layouts.flashinfer_versions import DESCRIPTIONS
 from moebake.progress import byte_bar, shard_done
 from moebake.schema.checksums import CHECKSUM, file_digest, file_record, tagged
+from moebake.schema.config_json import write_baked_config
 from moebake.schema.files import child, open_regular
 from moebake.schema.index import write_index
 from moebake.schema.manifest import MANIFEST_NAME, EngineRecord, FileRecord, LayerRecord, Manifest, SourceRecord, created, write_manifest
+from moebake.schema.profiles import engines_with_same_bytes, manifest_engine
 
 _HF_SNAPSHOT_RE = re.compile(r"/snapshots/([0-9a-f]{40})(/|$)")
 OWN_FILES = {MANIFEST_NAME, SAFETENSORS_INDEX_FILE}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from moebake.schema.checksums import checksum_problem
-from moebake.engines.config_json import config_problems
+from moebake.schema.config_json import config_problems
 from moebake.errors import CheckpointError, MoebakeError
 from moebake.formats.safetensors_file import SafetensorsFile, read_header
 from moebake.progress import byte_bar, shard_done, size_text

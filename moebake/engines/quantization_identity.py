@@ -6,7 +6,7 @@ class lists :class:`MoebakeQuantization` before its engine's base class.
 
 import torch
 
-from moebake.engines.config_json import QUANT_METHOD
+from moebake.schema.config_json import QUANT_METHOD
 
 
 class MoebakeQuantization:

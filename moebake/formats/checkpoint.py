@@ -22,10 +22,9 @@ from huggingface_hub.constants import SAFETENSORS_INDEX_FILE, SAFETENSORS_SINGLE
 from moebake.errors import CheckpointError
 from moebake.formats.safetensors_file import SafetensorsFile, SourceReader, TensorEntry, read_header
 from moebake.schema.config_values import ConfigValues, read_json_object
-from moebake.schema.files import open_regular
+from moebake.schema.files import CONFIG_NAME, open_regular
 from moebake.schema.index import read_index
 
-CONFIG_NAME = "config.json"
 # Files at the root with these suffixes are weights (or other formats of them) and are not copied.
 WEIGHT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".h5", ".msgpack"}
 # Stands for the expert index in a per-expert tensor name pattern, for models that store one tensor

@@ -22,7 +22,6 @@ import yaml
 from huggingface_hub import ModelCardData
 from huggingface_hub.repocard import metadata_load
 
-from moebake.engines.profiles import serving_flags
 from moebake.hub.download import parse_repo_spec
 from moebake.schema.checksums import ALGORITHMS, CHECKSUM
 from moebake.schema.manifest import (
@@ -35,6 +34,7 @@ from moebake.schema.manifest import (
     render_manifest,
     rescaled_gate_up,
 )
+from moebake.schema.profiles import serving_flags
 from moebake.schema.targets import target_spec
 
 CARD_NAME = "README.md"

@@ -60,6 +60,26 @@ class GateUpGlobals(_Name):
     KEEP = "keep"
 
 
+class GpuFamily(_Name):
+    """A GPU generation a target's kernel runs on, by CUDA compute capability major."""
+
+    SM90 = "sm90"
+    SM100 = "sm100"
+
+    @property
+    def capability_major(self) -> int:
+        return {GpuFamily.SM90: 9, GpuFamily.SM100: 10}[self]
+
+    @property
+    def label(self) -> str:
+        return {GpuFamily.SM90: "Hopper (SM90)", GpuFamily.SM100: "Blackwell (SM100)"}[self]
+
+    @classmethod
+    def of_capability(cls, major: int) -> "GpuFamily | None":
+        """The family of a device of compute capability ``major.x`` (None: a GPU no target runs on)."""
+        return next((family for family in cls if family.capability_major == major), None)
+
+
 class DType(_Name):
     """A safetensors dtype code, with its width and its torch and numpy element types.
 

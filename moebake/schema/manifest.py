@@ -23,7 +23,7 @@ compatibility); in code each has one name of its own:
 
   * the **self-checksum** (:func:`self_checksum`, :data:`SELF_CHECKSUM_KEY`): this file's field
     ``manifest_sha256``, over every other field; it proves the file is as moebake wrote it;
-  * the **bake digest** (:func:`moebake.engines.config_json.manifest_digest`): the output config.json's
+  * the **bake digest** (:func:`moebake.schema.config_json.manifest_digest`): the output config.json's
     ``quantization_config.manifest_sha256``, over the fields that fix the bake (no ``created``, no
     ``source.location``, no self-checksum); it ties config.json to this manifest.
 
@@ -381,7 +381,7 @@ serves them with expert parallelism (each rank a contiguous run of whole experts
 
 @dataclass(frozen=True, kw_only=True)
 class EngineRecord:
-    """The engine profile a bake follows (:mod:`moebake.engines.profiles`): the engine and version, its
+    """The engine profile a bake follows (:mod:`moebake.schema.profiles`): the engine and version, its
     serving flags (``runner_backend``, ``a2a_backend``), the class whose post-load parameters the bytes
     equal, the padding multiples and the fill of the scales' hidden and intermediate padding (bytes;
     ``intermediate_scale_fill`` is written only where it is not 0), how a loader may split the MoE layers

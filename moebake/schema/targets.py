@@ -12,7 +12,7 @@ Shape formulas are Python integer expressions over one MoE layer's dims (:class:
 from dataclasses import dataclass
 
 from moebake.errors import UnsupportedError
-from moebake.schema.enums import DType, GateUpOrder
+from moebake.schema.enums import DType, GateUpOrder, GpuFamily
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class TargetSpec:
     :attr:`description` made of them is the text the CLI (``moebake list``), ``inspect`` and model
     cards show; ``uses_flashinfer_layout``: ``--flashinfer-layout`` (the
     FlashInfer SM90 fp4 era) changes its bytes, so the manifest records it; ``runtime``:
-    :mod:`moebake.serve` runs it."""
+    :mod:`moebake.serve` runs it; ``gpus``: the GPU families its kernel runs on (every server refuses others)."""
 
     name: str
     layout_version: int
@@ -68,6 +68,12 @@ class TargetSpec:
     tensors: tuple[TensorSpec, ...]
     uses_flashinfer_layout: bool = False
     runtime: bool = False
+    gpus: tuple[GpuFamily, ...] = ()
+
+    @property
+    def gpu_names(self) -> str:
+        """``Hopper (SM90)``, or ``Hopper (SM90) or Blackwell (SM100)``: the GPUs a refusal names."""
+        return " or ".join(gpu.label for gpu in self.gpus)
 
     @property
     def description(self) -> str:
@@ -134,7 +140,7 @@ SM90_CUTLASS = register_spec(TargetSpec(
         TensorSpec("w2_weight_scale", DType.U8, "E, H_pad // 64, I_pad // 128, 16, 16"),
         TensorSpec("w2_weight_bias", DType.BF16, "E, H_pad", optional=True),
     ),
-    uses_flashinfer_layout=True, runtime=True,
+    uses_flashinfer_layout=True, runtime=True, gpus=(GpuFamily.SM90,),
 ))
 
 CUTEDSL = register_spec(TargetSpec(
@@ -143,6 +149,7 @@ CUTEDSL = register_spec(TargetSpec(
      TensorSpec("w1_alpha", DType.F32, "E"), TensorSpec("w2_alpha", DType.F32, "E"),
      TensorSpec("fc2_input_scale", DType.F32, "1"), TensorSpec("w13_input_scale_quant", DType.F32, "E"),
      TensorSpec("g1_alphas_up", DType.F32, "E")),
+    gpus=(GpuFamily.SM100,),
 ))
 
 CUTEDSL_DEEPEP = register_spec(TargetSpec(
@@ -151,13 +158,14 @@ CUTEDSL_DEEPEP = register_spec(TargetSpec(
     (*_nvfp4_weights(_W.GATE_UP), *_NVFP4_SCALARS,
      TensorSpec("g1_alphas", DType.F32, "E"), TensorSpec("g1_alphas_up", DType.F32, "E"), TensorSpec("g2_alphas", DType.F32, "E"),
      TensorSpec("w13_input_scale_quant", DType.F32, "E"), TensorSpec("w2_input_scale_quant", DType.F32, "E")),
+    gpus=(GpuFamily.SM100,),
 ))
 
 DEEPEP_BF16 = register_spec(TargetSpec(
     "deepep-bf16", 1, ("bf16-moe",),
     "DeepGEMM `m_grouped_bf16_gemm_nt_masked` behind DeepEP low-latency BF16 dispatch", "Hopper (SM90)",
     (TensorSpec("w13_weight", DType.BF16, "E, 2 * I, H", _W.GATE_UP), TensorSpec("w2_weight", DType.BF16, "E, H, I")),
-    runtime=True,
+    runtime=True, gpus=(GpuFamily.SM90, GpuFamily.SM100),
 ))
 
 SM100_TRTLLM = register_spec(TargetSpec(
@@ -174,4 +182,5 @@ SM100_TRTLLM = register_spec(TargetSpec(
         TensorSpec("gemm1_beta", DType.F32, "E", optional=True),
         TensorSpec("gemm1_clamp_limit", DType.F32, "E", optional=True),
     ),
+    gpus=(GpuFamily.SM100,),
 ))

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
+from moebake.bake.refusals import flashinfer_layout_refusal, gpu_refusal
 from moebake.errors import PlatformError
-from moebake.layouts.flashinfer_versions import layout_for_flashinfer
-
-SM90 = (9, 0)
+from moebake.schema.enums import GpuFamily
 
 
 @dataclass(frozen=True)
@@ -47,23 +46,15 @@ class Platform:
         return torch.cuda.get_device_capability(device)
 
 
-def require_sm90(capability: tuple[int, int], device: torch.device, target: str) -> None:
-    """PlatformError unless ``capability`` is SM90 (9.0: H100, H200, H20)."""
-    if tuple(capability) != SM90:
-        major, minor = capability
-        raise PlatformError(
-            f"device {device}: compute capability {major}.{minor} (sm_{major}{minor}); target {target} "
-            f"needs an SM90 (Hopper, 9.0) GPU"
-        )
+def require_gpu(capability: tuple[int, int], device: torch.device, target: str) -> None:
+    """PlatformError unless a device of compute capability ``capability`` is of a GPU family ``target`` runs on."""
+    major, minor = capability
+    if refusal := gpu_refusal(target, GpuFamily.of_capability(major),
+                              f"device {device} (compute capability {major}.{minor}, sm_{major}{minor})"):
+        raise PlatformError(refusal)
 
 
 def require_flashinfer_layout(baked_layout: str, flashinfer_version: str, manifest_path) -> None:
     """PlatformError unless FlashInfer ``flashinfer_version`` reads the SM90 fp4 layout ``baked_layout``."""
-    read = layout_for_flashinfer(flashinfer_version)
-    if read != baked_layout:
-        reads = f"reads fp4 layout {read}" if read else "has no SM90 W4A16 fp4 layout"
-        fix = f"re-bake with --flashinfer-layout {read}" if read else "install FlashInfer >= 0.6.10"
-        raise PlatformError(
-            f"{manifest_path}: baked for FlashInfer SM90 fp4 layout {baked_layout}, but the installed "
-            f"FlashInfer {flashinfer_version} {reads}; {fix} or install a FlashInfer that reads {baked_layout}"
-        )
+    if refusal := flashinfer_layout_refusal(baked_layout, flashinfer_version, str(manifest_path)):
+        raise PlatformError(refusal)

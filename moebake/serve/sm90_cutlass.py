@@ -30,7 +30,7 @@ from moebake.schema.manifest import Activation, LayerRecord
 from moebake.schema.targets import SM90_CUTLASS
 from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve.flashinfer_ops import sm90_moe_ops
-from moebake.serve.platform import require_flashinfer_layout, require_sm90
+from moebake.serve.platform import require_flashinfer_layout, require_gpu
 
 REQUIRED_TENSORS = SM90_CUTLASS.required_tensors  # w13/w2 weights and scales
 BIAS_TENSORS = SM90_CUTLASS.optional_tensors      # w13/w2 biases: both or neither
@@ -73,7 +73,7 @@ class Sm90CutlassCheckpoint(BakedCheckpoint):
         """Refuse a FlashInfer reading another fp4 layout and, for CUDA devices, a GPU that is not SM90."""
         require_flashinfer_layout(self.flashinfer_layout, self.platform.installed_flashinfer_version(), self.manifest_path)
         if device.type == "cuda":
-            require_sm90(self.platform.device_capability(device), device, self.target)
+            require_gpu(self.platform.device_capability(device), device, self.target)
 
     def load_experts(self, layer: int, device="cuda", ep_rank: int = 0, ep_size: int = 1,
                      verify: bool = False) -> "Sm90CutlassExperts":

@@ -364,8 +364,8 @@ def test_a_consistently_rewritten_activation_limit_is_caught_by_verify_source(ba
 
 def rewrite_config_digest(out):
     """Point ``out/config.json`` at the manifest as it is now (and re-record config.json's checksum)."""
-    from moebake.engines.config_json import manifest_digest
     from moebake.schema.checksums import file_record
+    from moebake.schema.config_json import manifest_digest
     from moebake.schema.manifest import write_manifest
 
     manifest = json.loads((out / "moebake.json").read_text())

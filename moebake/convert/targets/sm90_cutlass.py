@@ -5,7 +5,7 @@ _process_weights_for_sm90_cutlass``) and DeepSeek-V4 (``Mxfp4FlashinferCutlassMo
 canonical expert tensors of :mod:`moebake.formats.expert_source`. Per MoE layer, under the layer's
 expert prefix, with ``E`` experts, padded sizes ``H_pad = round_up(H, hidden_multiple)`` and
 ``I_pad = round_up(I, intermediate_multiple)`` (the engine profile's multiples, see
-:mod:`moebake.engines.profiles`; SGLang 0.5.23: GPT-OSS 256 and 128, DeepSeek-V4 not padded):
+:mod:`moebake.schema.profiles`; SGLang 0.5.23: GPT-OSS 256 and 128, DeepSeek-V4 not padded):
 
   ``w13_weight``        U8   ``[E, 2*I_pad, H_pad/2]``               halves [up; gate], zero-padded, SM90 fp4 interleave
   ``w13_weight_scale``  U8   ``[E, 2*I_pad/64, H_pad/128, 16, 16]``  E8M0, same halves, padded (below), SM90 scale fold

@@ -15,7 +15,7 @@ import torch
 from sglang.srt.layers.quantization.base_config import QuantizationConfig
 
 from moebake.bake.rank_loader import RankLoader
-from moebake.engines.config_json import manifest_digest
+from moebake.schema.config_json import digest_refusal
 from moebake.engines.quantization_identity import MoebakeQuantization
 from moebake.errors import MoebakeError
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest, read_manifest
@@ -84,9 +84,8 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
             raw = read_manifest(manifest_path.parent)
         except MoebakeError as err:
             raise MoebakeRefusal(f"cannot use the bake's manifest: {err}") from None
-        if manifest_digest(raw) != config.get("manifest_sha256"):
-            raise MoebakeRefusal(f"{manifest_path}: config.json and manifest disagree (manifest_sha256 differs: the "
-                                 "manifest changed after baking); run `moebake verify` on the checkpoint")
+        if refusal := digest_refusal(raw, config, manifest_path):
+            raise MoebakeRefusal(refusal)
         manifest = Manifest.from_json(raw, manifest_path)  # validated by read_manifest: the typed records
         _check_parallelism(manifest)
         return cls(config, manifest, manifest_path, _original_config(config.get("original"), config.get("original_file")))

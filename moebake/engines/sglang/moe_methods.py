@@ -1,7 +1,7 @@
 """The plugin's fused-MoE methods: baked parameters in, SGLang's own runner out, no transform in between.
 
 Each method subclasses the SGLang method whose post-load parameters the bake equals (see
-:mod:`moebake.engines.profiles`), so SGLang's ``create_moe_runner`` and ``apply`` (the kernel call)
+:mod:`moebake.schema.profiles`), so SGLang's ``create_moe_runner`` and ``apply`` (the kernel call)
 are SGLang's own; only three steps are moebake's:
 
 * ``create_weights``: one parameter per baked tensor of the layer's manifest record, at the

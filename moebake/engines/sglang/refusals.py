@@ -5,8 +5,9 @@ reports it like its own errors).
 Every check here is a pure function of the manifest and SGLang's state, tested on CPU.
 """
 
+from moebake.bake.refusals import flashinfer_layout_refusal, gpu_refusal, parallelism_refusal, unloaded_refusal
 from moebake.errors import EngineRefusal
-from moebake.layouts.flashinfer_versions import layout_for_flashinfer
+from moebake.schema.enums import GpuFamily
 from moebake.schema.manifest import EngineRecord, LayerRecord, Manifest
 
 
@@ -17,28 +18,25 @@ class MoebakeRefusal(EngineRefusal):
         return "moebake: " + super().__str__()
 
 
-# target -> (platform attribute, the GPU it names)
-TARGET_GPUS = {"sm90-cutlass": ("is_sm90", "Hopper (SM90)"), "cutedsl": ("is_sm100", "Blackwell (SM100)"),
-               "cutedsl-deepep": ("is_sm100", "Blackwell (SM100)"), "sm100-trtllm": ("is_sm100", "Blackwell (SM100)"),
-               "deepep-bf16": (("is_sm90", "is_sm100"), "Hopper (SM90) or Blackwell (SM100)")}
+# The remedies in SGLang's own flags.
+USE_EXPERT_PARALLELISM = "--ep-size equal to --tp-size"
+CHOOSE_EP_SIZE = "choose an --ep-size"
+
+
+def _raise(refusal: str | None) -> None:
+    if refusal is not None:
+        raise MoebakeRefusal(refusal)
 
 
 def check_gpu(target: str, platform) -> None:
-    attributes, gpu = TARGET_GPUS[target]
-    attributes = attributes if isinstance(attributes, tuple) else (attributes,)
-    if not any(getattr(platform, attribute, False) for attribute in attributes):
-        raise MoebakeRefusal(f"target {target} runs on {gpu} GPUs only, and this is not one; bake for this GPU's target")
+    """SGLang's platform says which GPU family it runs on (``is_sm90`` / ``is_sm100``)."""
+    present = GpuFamily.SM90 if getattr(platform, "is_sm90", False) else \
+        GpuFamily.SM100 if getattr(platform, "is_sm100", False) else None
+    _raise(gpu_refusal(target, present, f"this GPU ({present.label if present else 'neither SM90 nor SM100'})"))
 
 
 def check_flashinfer_layout(manifest: Manifest, flashinfer_version: str) -> None:
-    layout = manifest.flashinfer_layout
-    if layout is None:
-        return
-    read = layout_for_flashinfer(flashinfer_version)
-    if read != layout:
-        raise MoebakeRefusal(f"baked for FlashInfer SM90 fp4 layout {layout}, but the installed FlashInfer {flashinfer_version} "
-                             f"reads {read or 'no SM90 fp4 layout'}; re-bake with --flashinfer-layout {read} or install a "
-                             f"FlashInfer that reads {layout}")
+    _raise(flashinfer_layout_refusal(manifest.flashinfer_layout, flashinfer_version, "this bake"))
 
 
 def check_backends(engine: EngineRecord, runner_backend: str, a2a_backend: str) -> None:
@@ -49,12 +47,8 @@ def check_backends(engine: EngineRecord, runner_backend: str, a2a_backend: str) 
 
 
 def check_parallelism(record: LayerRecord, moe_tp_size: int, moe_ep_size: int) -> None:
-    if moe_tp_size > 1:
-        raise MoebakeRefusal(f"MoE tensor parallelism ({moe_tp_size}) is not supported: baked experts are whole; use expert "
-                             f"parallelism instead (--ep-size equal to --tp-size)")
-    if record.experts % moe_ep_size:
-        raise MoebakeRefusal(f"layer {record.prefix} has {record.experts} experts, not divisible by the expert-parallel "
-                             f"size {moe_ep_size}; choose an --ep-size that divides {record.experts}")
+    _raise(parallelism_refusal(f"layer {record.prefix.rstrip('.')}", record.experts, moe_tp_size, moe_ep_size,
+                               use_expert_parallelism=USE_EXPERT_PARALLELISM, choose_ep_size=CHOOSE_EP_SIZE))
 
 
 def check_dims(record: LayerRecord, num_experts: int, hidden_size: int, intermediate_size: int) -> None:
@@ -66,8 +60,5 @@ def check_dims(record: LayerRecord, num_experts: int, hidden_size: int, intermed
 
 
 def check_all_loaded(record: LayerRecord, loaded: set[str]) -> None:
-    missing = sorted(set(record.tensors) - loaded)
-    if missing:
-        raise MoebakeRefusal(f"baked parameter {record.prefix}{missing[0]} was never loaded"
-                             f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; the checkpoint is incomplete "
-                             f"or this model's loader skipped it: run `moebake verify`")
+    _raise(unloaded_refusal(record.prefix, set(record.tensors) - loaded, "the checkpoint is incomplete or this model's "
+                            "loader skipped it: run `moebake verify`"))

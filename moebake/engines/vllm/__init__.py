@@ -18,7 +18,7 @@ def register() -> None:
     from vllm.model_executor.model_loader import _LOAD_FORMAT_TO_MODEL_LOADER, register_model_loader
 
     from moebake.engines.vllm.loader import MoebakeModelLoader
-    from moebake.engines.config_json import QUANT_METHOD
+    from moebake.schema.config_json import QUANT_METHOD
     from moebake.engines.vllm.quantization import LOAD_FORMAT, MoebakeConfig
 
     if _CUSTOMIZED_METHOD_TO_QUANT_CONFIG.get(QUANT_METHOD) is not MoebakeConfig:

@@ -32,36 +32,45 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from moebake.engines.profiles import SHARED_GLOBALS
+from moebake.schema.config_json import digest_refusal
+from moebake.schema.profiles import PROFILES, SHARED_GLOBALS
+from moebake.schema.targets import target_spec
 from moebake.schema.enums import DType
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest, read_manifest
 from moebake.errors import EngineRefusal, MoebakeError
 
 ENGINE = "vllm"
-VLLM_VERSION = "0.33.0"
+PROFILE = PROFILES[ENGINE]
+VLLM_VERSION = PROFILE.version
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Served:
-    """One kind of bake the plugin serves: (``target``, ``source_format``), the vLLM ``--moe-backend`` whose
-    preparation its bytes are, the GPU family it runs on, the architecture it needs (None: the source's,
-    whatever it is), and the vLLM parameter name of each baked tensor vLLM holds as it is."""
+    """One kind of bake the plugin serves: (``target``, ``source_format``), the architecture it needs (None: the
+    source's, whatever it is) and the baked tensors vLLM holds as they are (``held``; the others it derives at
+    load). The ``--moe-backend`` and parameter names are the engine profile's (:data:`PROFILE`), the GPUs the
+    target spec's."""
 
     target: str
     source_format: str
-    moe_backend: str
-    gpu: str
-    compute_capability_major: int
     architecture: str | None
-    parameter_names: dict[str, str]
+    held: tuple[str, ...]
+
+    @property
+    def moe_backend(self) -> str:
+        return PROFILE.target(self.target, self.source_format).runner_backend
+
+    @property
+    def parameter_names(self) -> dict[str, str]:
+        """Baked tensor short name -> vLLM parameter name, for the tensors vLLM holds as they are."""
+        renamed = dict(PROFILE.target(self.target, self.source_format).parameter_names)
+        return {short: renamed.get(short, short) for short in self.held}
 
 
-GPT_OSS = Served("sm90-cutlass", "gpt-oss", "flashinfer_cutlass", "SM90 (Hopper)", 9, "GptOssForCausalLM", {
-    "w13_weight": "w13_weight", "w13_weight_scale": "w13_weight_scale", "w13_weight_bias": "w13_bias",
-    "w2_weight": "w2_weight", "w2_weight_scale": "w2_weight_scale", "w2_weight_bias": "w2_bias",
-})
-MODELOPT_NVFP4 = Served("cutedsl", "modelopt-nvfp4", "flashinfer_cutedsl", "SM100 (Blackwell)", 10, None, {
-    name: name for name in ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale")})
+GPT_OSS = Served(target="sm90-cutlass", source_format="gpt-oss", architecture="GptOssForCausalLM",
+                 held=tuple(t.name for t in target_spec("sm90-cutlass").tensors))
+MODELOPT_NVFP4 = Served(target="cutedsl", source_format="modelopt-nvfp4", architecture=None,
+                        held=("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"))
 SERVED = {(s.target, s.source_format): s for s in (GPT_OSS, MODELOPT_NVFP4)}
 SWIGLU = {"alpha": 1.702, "beta": 1.0, "limit": 7.0}
 """GPT-OSS SwiGLU constants vLLM 0.33.0's ``GptOssMxfp4MoEMethod`` passes to the kernel (hard-coded)."""
@@ -107,12 +116,11 @@ class VllmBake:
         return {layer.prefix + short for layer in self.layers.values() for short in layer.tensors}
 
 
-def check_manifest(manifest: Manifest, digest: str, quantization_config: dict, hf_config: dict, where: Path) -> None:
-    """Refuse unless ``manifest`` (whose JSON has config.json's digest ``digest``) is a bake vLLM 0.33.0 serves
-    bit-identically for this ``config.json``."""
-    if quantization_config.get("manifest_sha256") != digest:
-        raise refuse(f"{where}: the manifest's digest differs from config.json's quantization_config.manifest_sha256 "
-                     "(the manifest changed after baking); re-bake or restore the original moebake.json")
+def check_manifest(manifest: Manifest, raw: dict, quantization_config: dict, hf_config: dict, where: Path) -> None:
+    """Refuse unless ``manifest`` (read from the JSON ``raw``) is a bake vLLM 0.33.0 serves bit-identically for this
+    ``config.json``."""
+    if refusal := digest_refusal(raw, quantization_config, where):
+        raise refuse(refusal)
     served = SERVED.get((manifest.target, manifest.source.format))
     if served is None:
         kinds = "; ".join(f"{s.target} bakes of {s.source_format}" for s in SERVED.values())
@@ -163,14 +171,12 @@ def read_bake(directory: str | Path, quantization_config: dict, hf_config: dict)
     """Read and check ``directory/moebake.json`` (see :func:`check_manifest`)."""
     directory = Path(directory)
     where = directory / MANIFEST_NAME
-    from moebake.engines.config_json import manifest_digest
-
     try:
         raw = read_manifest(directory)
     except MoebakeError as err:
         raise refuse(str(err)) from None
     manifest = Manifest.from_json(raw, where)  # validated by read_manifest: the typed records
-    check_manifest(manifest, manifest_digest(raw), quantization_config, hf_config, where)
+    check_manifest(manifest, raw, quantization_config, hf_config, where)
     return VllmBake(directory, manifest, {record.prefix: record for record in manifest.layers})
 
 

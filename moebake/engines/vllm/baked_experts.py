@@ -6,8 +6,14 @@ A mixin placed before vLLM's own MoE method class (``class M(BakedExperts, VllmM
 
 import torch
 
+from moebake.bake.refusals import parallelism_refusal, unloaded_refusal
 from moebake.engines.vllm.bake import VllmBake, refuse
 from moebake.schema.enums import DType
+
+
+# The remedies in vLLM's own flags.
+USE_EXPERT_PARALLELISM = "add --enable-expert-parallel"
+CHOOSE_EP_SIZE = "use an EP size"
 
 
 class BakedExperts:
@@ -20,12 +26,9 @@ class BakedExperts:
         self.layer_record = bake.layer(prefix)
         self.prefix = prefix
         parallel = moe.moe_parallel_config
-        if parallel.tp_size > 1:
-            raise refuse(f"{prefix}: MoE tensor parallel size {parallel.tp_size}; the baked experts are whole (I is not "
-                         "split), so serve them with expert parallelism: add --enable-expert-parallel")
-        if moe.num_experts % parallel.ep_size:
-            raise refuse(f"{prefix}: {moe.num_experts} experts do not split evenly over {parallel.ep_size} EP ranks; "
-                         "use an EP size that divides the expert count")
+        if refusal := parallelism_refusal(prefix, moe.num_experts, parallel.tp_size, parallel.ep_size,
+                                          use_expert_parallelism=USE_EXPERT_PARALLELISM, choose_ep_size=CHOOSE_EP_SIZE):
+            raise refuse(refusal)
 
     def register_baked(self, layer: torch.nn.Module, specs: dict[str, tuple[DType, tuple[int, ...]]]) -> None:
         """Register on ``layer`` one empty parameter per ``{vLLM name: (dtype, shape)}``, marked not loaded."""
@@ -53,6 +56,6 @@ class BakedExperts:
     def check_loaded(self, layer: torch.nn.Module) -> None:
         """Refuse a layer whose baked parameters were not all filled."""
         missing = [name for name in self.baked_parameters() if not getattr(layer, name).moebake_loaded]
-        if missing:
-            raise refuse(f"{self.prefix}: baked parameters {missing} were never loaded; start vLLM with "
-                         f"--load-format moebake and check the checkpoint's shards against its index")
+        if refusal := unloaded_refusal(self.prefix.rstrip(".") + ".", missing, "start vLLM with --load-format moebake and "
+                                       "check the checkpoint's shards against its index (`moebake verify`)"):
+            raise refuse(refusal)

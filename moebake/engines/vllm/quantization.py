@@ -23,12 +23,13 @@ from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend, m
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4Config, GptOssMxfp4MoEMethod
 
+from moebake.bake.refusals import flashinfer_layout_refusal, gpu_refusal
 from moebake.engines.quantization_identity import MoebakeQuantization
 from moebake.engines.vllm.bake import (
     GPT_OSS, MODELOPT_NVFP4, VllmBake, hf_config_dict, locate_checkpoint, parameter_specs, read_bake, refuse,
 )
 from moebake.engines.vllm.baked_experts import BakedExperts
-from moebake.errors import MoebakeError
+from moebake.schema.enums import GpuFamily
 
 LOAD_FORMAT = "moebake"
 
@@ -37,22 +38,17 @@ def check_platform(bake: VllmBake) -> None:
     """Refuse a GPU of another family than the bake's, and (SM90 fp4 bakes) a FlashInfer that reads another layout."""
     from vllm.platforms import current_platform
 
-    from moebake.serve.platform import require_flashinfer_layout
-
-    served, target = bake.served, bake.manifest.target
     capability = current_platform.get_device_capability()
-    if capability is None:
-        raise refuse(f"{current_platform.device_name}: no CUDA GPU; the {target} bake needs an {served.gpu} GPU")
-    if capability.major != served.compute_capability_major:
-        raise refuse(f"device {current_platform.device_name}: compute capability {capability.major}.{capability.minor}; "
-                     f"target {target} needs an {served.gpu} GPU")
+    present = None if capability is None else GpuFamily.of_capability(capability.major)
+    device = (f"{current_platform.device_name}: no CUDA GPU" if capability is None else
+              f"device {current_platform.device_name} (compute capability {capability.major}.{capability.minor})")
+    if refusal := gpu_refusal(bake.manifest.target, present, device):
+        raise refuse(refusal)
     if bake.flashinfer_layout is not None:
         import flashinfer
 
-        try:
-            require_flashinfer_layout(bake.flashinfer_layout, flashinfer.__version__, bake.directory / "moebake.json")
-        except MoebakeError as err:
-            raise refuse(str(err)) from None
+        if refusal := flashinfer_layout_refusal(bake.flashinfer_layout, flashinfer.__version__, str(bake.directory / "moebake.json")):
+            raise refuse(refusal)
 
 
 def source_quantization_config(bake: VllmBake, quantization_config: dict) -> QuantizationConfig:

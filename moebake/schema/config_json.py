@@ -26,8 +26,8 @@ import json
 from pathlib import Path
 
 from moebake.errors import MoebakeError
-from moebake.formats.checkpoint import CONFIG_NAME
 from moebake.schema.config_values import read_json_object
+from moebake.schema.files import CONFIG_NAME
 
 QUANT_METHOD = "moebake"
 HF_QUANT_CONFIG = "hf_quant_config.json"
@@ -74,6 +74,15 @@ def write_baked_config(source_root: Path, directory: Path, manifest: dict) -> No
     (Path(directory) / CONFIG_NAME).write_text(text, encoding="utf-8")
 
 
+def digest_refusal(manifest: dict, quantization_config: dict, where: str | Path) -> str | None:
+    """One line if config.json's ``quantization_config.manifest_sha256`` is not the digest of ``manifest`` (the
+    manifest JSON as read), else None: what every server checks before it trusts the manifest."""
+    if quantization_config.get("manifest_sha256") == manifest_digest(manifest):
+        return None
+    return (f"{where}: config.json and manifest disagree (manifest_sha256 differs: the manifest changed after baking); "
+            "run `moebake verify` on the checkpoint, or re-bake")
+
+
 def config_problems(out: Path, manifest: dict) -> list[str]:
     """One line per way ``out/config.json`` fails to name this manifest (for ``verify``)."""
     path = Path(out) / CONFIG_NAME
@@ -85,6 +94,5 @@ def config_problems(out: Path, manifest: dict) -> list[str]:
         method = quant.get("quant_method") if isinstance(quant, dict) else None
         return [f"{path}: quantization_config.quant_method is {method!r}, expected {QUANT_METHOD!r} "
                 "(a stock engine would load this bake as its source format)"]
-    if quant.get("manifest_sha256") != manifest_digest(manifest):
-        return [f"{path}: quantization_config.manifest_sha256 does not match moebake.json (the manifest changed after baking)"]
-    return []
+    refusal = digest_refusal(manifest, quant, path)
+    return [refusal] if refusal else []
