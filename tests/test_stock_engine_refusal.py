@@ -71,7 +71,8 @@ def test_verify_catches_a_changed_manifest(baked, tmp_path):
     write_manifest(copy, manifest)  # a valid manifest of its own, but not the one config.json was baked with
     result = CliRunner().invoke(main, ["verify", str(copy)])
     assert result.exit_code == 1
-    assert f"mismatch: {copy / 'config.json'}: config.json and manifest disagree (manifest_sha256 differs: the manifest changed after baking)" in result.output
+    disagree = "config.json and manifest disagree (manifest_sha256 differs: the manifest changed after baking)"
+    assert f"mismatch: {copy / 'config.json'}: {disagree}" in result.output
 
 
 def test_verify_catches_a_config_restored_to_the_source_quant_method(baked, tmp_path, gpt_oss_tiny):
