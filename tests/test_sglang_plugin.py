@@ -315,3 +315,13 @@ def test_sglang_gpt_oss_model_loader_routes_every_baked_tensor_to_the_plugin(gpt
         layer.quant_method.process_weights_after_loading(layer)  # refuses if a baked parameter was never loaded
         for name, tensor in experts_tensors.items():
             assert torch.equal(getattr(layer, name.removeprefix(PREFIX)).view(torch.uint8), tensor.view(torch.uint8)), name
+
+
+def test_refuses_another_sglang_version(gpt_oss_bake, monkeypatch):
+    """The plugin's private SGLang names are 0.5.23's: another installed version is refused in one line before a
+    layer is built."""
+    import sglang
+
+    monkeypatch.setattr(sglang, "__version__", "0.5.24")
+    message = _refusal(gpt_oss_bake)
+    assert "proven against SGLang 0.5.23" in message and "SGLang 0.5.24 is installed" in message

@@ -346,3 +346,13 @@ def test_refuses_a_baked_tensor_whose_shape_differs_from_the_manifest(bake, tmp_
     with pytest.raises(MoebakeError) as excinfo:
         load(directory, model)
     assert name in refusal(excinfo) and "the manifest says" in refusal(excinfo)
+
+
+def test_refuses_another_vllm_version(bake, monkeypatch):
+    """The plugin's private vLLM names are 0.33.0's: another installed version is refused in one line."""
+    import vllm
+
+    monkeypatch.setattr(vllm, "__version__", "0.34.0")
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake)
+    assert "proven against vLLM 0.33.0" in refusal(excinfo) and "vLLM 0.34.0 is installed" in refusal(excinfo)

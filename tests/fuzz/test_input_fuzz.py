@@ -356,7 +356,7 @@ def test_a_consistently_rewritten_activation_limit_is_caught_by_verify_source(ba
     manifest = json.loads((out / "moebake.json").read_text())
     manifest["activation"]["limit"] = 70.0
     write_manifest(out, manifest)
-    assert "quantization_config.manifest_sha256 does not match" in CliRunner().invoke(main, ["verify", str(out)]).output
+    assert "config.json and manifest disagree (manifest_sha256 differs" in CliRunner().invoke(main, ["verify", str(out)]).output
     rewrite_config_digest(out)  # config.json's digest and the checksums rewritten too: only the source can tell
     result = CliRunner().invoke(main, ["verify", str(out), "--source", str(pristine["gpt-oss"]), "--quiet"])
     assert result.exit_code == 1 and "activation" in result.output and "70.0" in result.output, result.output

@@ -19,6 +19,7 @@ from moebake.schema.config_json import digest_refusal
 from moebake.engines.quantization_identity import MoebakeQuantization
 from moebake.errors import MoebakeError
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest, read_manifest
+from moebake.engines.sglang import internals
 from moebake.engines.sglang.refusals import MoebakeRefusal, check_parallelism
 
 
@@ -79,6 +80,7 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "MoebakeConfig":
+        internals.check_version()
         manifest_path = model_directory() / MANIFEST_NAME
         try:  # the one manifest reader: strict JSON, its own checksum, field types (as verify reads it)
             raw = read_manifest(manifest_path.parent)

@@ -25,7 +25,7 @@ import functools
 import torch
 
 from moebake.bake.rank_loader import rank_runs
-from moebake.engines.sglang import refusals
+from moebake.engines.sglang import internals, refusals
 from moebake.errors import MoebakeError
 from moebake.engines.sglang.refusals import MoebakeRefusal
 from moebake.formats.safetensors_file import DTYPES
@@ -177,7 +177,7 @@ def _sm100_trtllm_method():
 
         def process_weights_after_loading(self, layer) -> None:
             self._load_baked_rows(layer)
-            layer._situ_routing_bias_bf16 = None  # what SGLang's trtllm_sm100 step sets besides the weights
+            internals.clear_routing_bias(layer)
 
     return MoebakeSm100TrtllmMoEMethod
 
@@ -203,7 +203,7 @@ def _sm100_deepseek_v4_method():
             for weight in (layer.w13_weight, layer.w2_weight):
                 weight.data = weight.data.view(torch.uint8)  # the same bytes, typed as SGLang's shuffle leaves them
             layer.w13_weight_scale_inv, layer.w2_weight_scale_inv = layer.w13_weight_scale, layer.w2_weight_scale
-            self._register_static_scale_ones(layer)
+            internals.register_static_scale_ones(self, layer)
 
     return MoebakeSm100DeepseekV4MoEMethod
 
@@ -240,16 +240,15 @@ def _cutedsl_derived(method, layer) -> None:
     swizzled-scale aliases, on the standard path the load-time F32 scalars the bake does not store
     (``g1_alphas``, ``g2_alphas``, ``w2_input_scale_quant``; per local expert, from the global input scales)
     and the MMA-layout scale views, then the dispatcher's activation quantization."""
-    from sglang.srt.layers.quantization.modelopt_quant import _use_nvfp4_dispatch, should_use_flashinfer_cutlass_moe_fp4_allgather
+    from sglang.srt.layers.quantization.modelopt_quant import should_use_flashinfer_cutlass_moe_fp4_allgather
     from sglang.srt.layers.utils.common import copy_or_rebind_param
 
     from moebake.layouts.nvfp4_scalars import load_time_scales
 
     local = slice(layer.moe_ep_rank * layer.num_local_experts, (layer.moe_ep_rank + 1) * layer.num_local_experts)
     layer.w13_blockscale_swizzled, layer.w2_blockscale_swizzled = layer.w13_weight_scale, layer.w2_weight_scale
-    if method._is_cutedsl_v2_standard:
+    if internals.is_cutedsl_v2_standard(method):
         from flashinfer.cute_dsl.utils import convert_sf_to_mma_layout
-        from sglang.srt.layers.moe.moe_runner.flashinfer_cutedsl import _FP4_SF_VEC_SIZE
 
         derived = load_time_scales({name: getattr(layer, name).data for name in
                                     ("w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale", "w2_input_scale")}, local)
@@ -259,8 +258,8 @@ def _cutedsl_derived(method, layer) -> None:
             w, sf = getattr(layer, weight), getattr(layer, scales)
             copy_or_rebind_param(layer, scales.replace("weight_scale", "blockscale_mma"), convert_sf_to_mma_layout(
                 sf.data.contiguous().view(torch.uint8).reshape(-1), m=w.shape[1], k=w.shape[2] * 2,
-                num_groups=w.shape[0], sf_vec_size=_FP4_SF_VEC_SIZE))
-    dispatch_fp4 = _use_nvfp4_dispatch() or should_use_flashinfer_cutlass_moe_fp4_allgather()
+                num_groups=w.shape[0], sf_vec_size=internals.fp4_scale_vector_size()))
+    dispatch_fp4 = internals.use_nvfp4_dispatch() or should_use_flashinfer_cutlass_moe_fp4_allgather()
     layer.dispatcher.set_quant_config({"input_global_scale": layer.w13_input_scale_quant if dispatch_fp4 else None})
 
 
@@ -268,7 +267,7 @@ def _check_cutedsl_w4a4(method) -> None:
     """The bake's scalars are SGLang's for static W4A4 activation scales; refuse the modes that neutralise them."""
     from sglang.srt.environ import envs
 
-    if method.quant_config.use_per_token_activation or (method._is_cutedsl_v2_standard and
+    if method.quant_config.use_per_token_activation or (internals.is_cutedsl_v2_standard(method) and
                                                         envs.SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16.get()):
         raise MoebakeRefusal("this cutedsl bake holds the checkpoint's static activation scales (W4A4); unset "
                              "SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16 / per-token activation scaling, or re-bake")

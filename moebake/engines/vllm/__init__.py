@@ -14,14 +14,15 @@ vLLM loads it in every process through the ``vllm.general_plugins`` entry point 
 
 def register() -> None:
     """Register the ``moebake`` quantization config and model loader with vLLM (idempotent)."""
-    from vllm.model_executor.layers.quantization import _CUSTOMIZED_METHOD_TO_QUANT_CONFIG, register_quantization_config
-    from vllm.model_executor.model_loader import _LOAD_FORMAT_TO_MODEL_LOADER, register_model_loader
+    from vllm.model_executor.layers.quantization import register_quantization_config
+    from vllm.model_executor.model_loader import register_model_loader
 
+    from moebake.engines.vllm import internals
     from moebake.engines.vllm.loader import MoebakeModelLoader
-    from moebake.schema.config_json import QUANT_METHOD
     from moebake.engines.vllm.quantization import LOAD_FORMAT, MoebakeConfig
+    from moebake.schema.config_json import QUANT_METHOD
 
-    if _CUSTOMIZED_METHOD_TO_QUANT_CONFIG.get(QUANT_METHOD) is not MoebakeConfig:
+    if internals.registered_quantization(QUANT_METHOD) is not MoebakeConfig:
         register_quantization_config(QUANT_METHOD)(MoebakeConfig)
-    if _LOAD_FORMAT_TO_MODEL_LOADER.get(LOAD_FORMAT) is not MoebakeModelLoader:
+    if internals.registered_model_loader(LOAD_FORMAT) is not MoebakeModelLoader:
         register_model_loader(LOAD_FORMAT)(MoebakeModelLoader)

@@ -25,6 +25,7 @@ from safetensors import safe_open
 from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
 from moebake.bake.rank_loader import ExpertRun, RankLoader, runs_from_slots
+from moebake.engines.vllm import internals
 from moebake.engines.vllm.bake import refuse
 from moebake.engines.vllm.baked_experts import BakedExperts
 from moebake.errors import MoebakeError
@@ -43,7 +44,7 @@ def weight_map(directory: Path) -> dict[str, str]:
 
 def local_expert_runs(layer, experts: int) -> list[ExpertRun]:
     """The runs of global experts this EP rank holds, and the parameter rows vLLM gives them."""
-    return runs_from_slots(layer._map_global_expert_id_to_local_expert_id(expert) for expert in range(experts))
+    return runs_from_slots(internals.local_slot(layer, expert) for expert in range(experts))
 
 
 def copy_baked_experts(layer, method: BakedExperts, loader: RankLoader) -> None:

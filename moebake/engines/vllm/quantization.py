@@ -25,6 +25,7 @@ from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4Config, Gpt
 
 from moebake.bake.refusals import flashinfer_layout_refusal, gpu_refusal
 from moebake.engines.quantization_identity import MoebakeQuantization
+from moebake.engines.vllm import internals
 from moebake.engines.vllm.bake import (
     GPT_OSS, MODELOPT_NVFP4, VllmBake, hf_config_dict, locate_checkpoint, parameter_specs, read_bake, refuse,
 )
@@ -80,6 +81,7 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
 
     def maybe_update_config(self, model_name: str, hf_config=None, revision: str | None = None):
         """Read and check the bake's manifest (vLLM calls this once the model's config is known)."""
+        internals.check_version()
         directory = locate_checkpoint(model_name, revision)
         self.bake = read_bake(directory, self.quantization_config, hf_config_dict(hf_config or {}))
         check_platform(self.bake)
@@ -142,5 +144,5 @@ class MoebakeMxfp4MoEMethod(BakedExperts, GptOssMxfp4MoEMethod):
         if self.moe_quant_config is not None and self.experts_cls is not None:
             self.moe_kernel = make_mxfp4_moe_kernel(
                 moe_quant_config=self.moe_quant_config, moe_config=self.moe, mxfp4_backend=self.mxfp4_backend,
-                experts_cls=self.experts_cls, routing_tables=layer._expert_routing_tables())
+                experts_cls=self.experts_cls, routing_tables=internals.expert_routing_tables(layer))
             self.moe_kernel.fused_experts.process_weights_after_loading(layer)
