@@ -325,3 +325,17 @@ def test_refuses_another_sglang_version(gpt_oss_bake, monkeypatch):
     monkeypatch.setattr(sglang, "__version__", "0.5.24")
     message = _refusal(gpt_oss_bake)
     assert "proven against SGLang 0.5.23" in message and "SGLang 0.5.24 is installed" in message
+
+
+@pytest.mark.parametrize("original, expected", [
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, {"NVFP4"}),
+    ({"quantization": {"quant_algo": "nvfp4", "kv_cache_quant_algo": None}}, {"NVFP4"}),
+    ({"quant_algo": "MIXED_PRECISION", "quantized_layers": {"a.up_proj": {"quant_algo": "NVFP4"}, "b.q_proj": {"quant_algo": "FP8"}}},
+     {"MIXED_PRECISION", "NVFP4", "FP8"}),
+    ({"config_groups": {"group_0": {"weights": {"quant_algo": "FP8"}}}}, {"FP8"}),
+    ({"quant_method": "modelopt", "producer": {"name": "modelopt", "version": "NVFP4-ish"}}, set()),  # a name, not an algorithm
+])
+def test_the_source_config_s_modelopt_algorithms_are_read_from_their_keys(original, expected):
+    from moebake.engines.sglang.config import modelopt_algorithms
+
+    assert modelopt_algorithms(original) == expected

@@ -7,7 +7,6 @@ ModelOpt NVFP4): every layer that is not a baked MoE layer is handled by it, exa
 would handle the source checkpoint.
 """
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,18 @@ def model_directory() -> Path:
     return Path(snapshot_download(args.model_path, revision=getattr(args, "revision", None), allow_patterns=["moebake.json"]))
 
 
+def modelopt_algorithms(original: dict) -> set[str]:
+    """Every ModelOpt ``quant_algo`` a quantization config names (upper case): at its top level, in an
+    ``hf_quant_config.json``'s ``quantization`` section, per module in ``quantized_layers`` (``MIXED_PRECISION``)
+    and per group in ``config_groups.*.weights``."""
+    sections = [original, original.get("quantization")]
+    sections += list((original.get("quantized_layers") or {}).values())
+    sections += [(group or {}).get("weights") for group in (original.get("config_groups") or {}).values()
+                 if isinstance(group, dict)]
+    return {str(section["quant_algo"]).upper() for section in sections
+            if isinstance(section, dict) and section.get("quant_algo") is not None}
+
+
 def _original_config(original: dict | None, original_file: str | None) -> QuantizationConfig | None:
     """SGLang's own quantization config for the source's ``original`` quantization config (None: unquantized)."""
     if not original:
@@ -44,8 +55,8 @@ def _original_config(original: dict | None, original_file: str | None) -> Quanti
 
     method = str(original.get("quant_method", "")).lower()
     if original_file == "hf_quant_config.json" or method in ("", "modelopt"):
-        algo = json.dumps(original).upper()
-        method = "modelopt_fp4" if "NVFP4" in algo else "modelopt_fp8" if "FP8" in algo else "modelopt"
+        algorithms = modelopt_algorithms(original)
+        method = "modelopt_fp4" if "NVFP4" in algorithms else "modelopt_fp8" if "FP8" in algorithms else "modelopt"
     try:
         return get_quantization_config(method).from_config(original)
     except Exception as err:  # SGLang raises ValueError/KeyError/NotImplementedError for what it cannot build
