@@ -19,10 +19,10 @@ import click
 import moebake
 from moebake.convert.io_mode import IO_ENV, IO_MODES, PLAIN_IO_CORES
 from moebake.convert.options import DEFAULT_CHUNK_BYTES, GATE_UP_GLOBALS, MAX_MULTIPLE, ConvertOptions
-from moebake.schema.profiles import DEFAULT_ENGINE, PROFILES, serving_flags
 from moebake.errors import MoebakeError, OutputError, format_error
 from moebake.layouts.flashinfer_versions import LAYOUTS
 from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
+from moebake.schema.profiles import DEFAULT_ENGINE, PROFILES, serving_flags
 
 
 def reports_errors(command):
@@ -152,7 +152,9 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     from moebake.inspection import gate_up_summary
     from moebake.progress import rate_text, size_text
 
-    options = ConvertOptions(target, flashinfer_layout, hidden_multiple, intermediate_multiple, chunk_mb << 20, engine, gate_up_globals)
+    options = ConvertOptions(target, flashinfer_layout=flashinfer_layout, hidden_multiple=hidden_multiple,
+                             intermediate_multiple=intermediate_multiple, chunk_bytes=chunk_mb << 20, engine=engine,
+                             gate_up_globals=gate_up_globals)
     finished = finished_bake(output_paths(out), options.as_dict(), source) if resume and not overwrite and not dry_run else None
     if finished:
         click.echo(f"nothing to do: {out} is already a finished bake of {source} with these options "

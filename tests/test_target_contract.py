@@ -123,7 +123,7 @@ def test_layer_records_follow_the_tensor_table(baked, target, source):
     assert (manifest["flashinfer_layout"] is not None) == spec.uses_flashinfer_layout
     assert manifest["layers"]
     for layer in manifest["layers"]:
-        dims = LayerDims(layer["experts"], layer["hidden"], layer["hidden_padded"], layer["intermediate"], layer["intermediate_padded"])
+        dims = LayerDims(**{key: layer[key] for key in ("experts", "hidden", "hidden_padded", "intermediate", "intermediate_padded")})
         assert set(spec.required_tensors) <= set(layer["tensors"]) <= {t.name for t in spec.tensors}
         for short, record in layer["tensors"].items():
             entry = spec.tensor(short)

@@ -1,6 +1,6 @@
 """Options of a conversion (recorded verbatim in the manifest)."""
 
-from dataclasses import asdict, dataclass
+from dataclasses import KW_ONLY, asdict, dataclass
 from enum import Enum
 from typing import NamedTuple
 
@@ -29,6 +29,7 @@ class ConvertOptions:
     The enum options accept their values as strings too (the CLI's); they are stored as the enums."""
 
     target: str
+    _: KW_ONLY
     flashinfer_layout: FlashInferLayout = FlashInferLayout.V2
     hidden_multiple: int | None = None
     intermediate_multiple: int | None = None

@@ -11,11 +11,11 @@ shape. ``verify --source`` adds bit-exactness against the source (:mod:`moebake.
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from moebake.schema.checksums import checksum_problem
-from moebake.schema.config_json import config_problems
 from moebake.errors import CheckpointError, MoebakeError
 from moebake.formats.safetensors_file import SafetensorsFile, read_header
 from moebake.progress import byte_bar, shard_done, size_text
+from moebake.schema.checksums import checksum_problem
+from moebake.schema.config_json import config_problems
 from moebake.schema.files import file_kind, plain_name_problem
 from moebake.schema.index import read_index
 from moebake.schema.manifest import MANIFEST_NAME, Manifest, load_manifest

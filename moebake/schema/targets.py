@@ -15,7 +15,7 @@ from moebake.errors import UnsupportedError
 from moebake.schema.enums import DType, GateUpOrder, GpuFamily
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LayerDims:
     """One MoE layer's sizes as a layer record holds them (``*_padded``: as baked)."""
 

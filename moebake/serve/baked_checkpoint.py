@@ -34,7 +34,8 @@ class BakedCheckpoint:
         self.manifest_path = self.root / MANIFEST_NAME
         version = manifest.target_layout_version
         if version != self.layout_version:
-            raise UnsupportedError(f"{self.manifest_path}: {self.target} layout version {version!r}; this runtime reads {self.layout_version}")
+            raise UnsupportedError(f"{self.manifest_path}: {self.target} layout version {version!r}; "
+                                   f"this runtime reads {self.layout_version}")
         self.index = read_index(self.root)
         self.weight_map = self.index.weight_map
         self._loaders: dict[torch.device, RankLoader] = {}

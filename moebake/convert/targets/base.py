@@ -65,7 +65,7 @@ class Target:
     def layer_dims(self, model: SourceModel, options: ConvertOptions) -> LayerDims:
         """The MoE layers' dims as baked (default: no padding)."""
         H, I = model.hidden_size, model.intermediate_size
-        return LayerDims(model.num_experts, H, H, I, I)
+        return LayerDims(experts=model.num_experts, hidden=H, hidden_padded=H, intermediate=I, intermediate_padded=I)
 
     def layer_facts(self, model: SourceModel, layer) -> dict:
         """Target-specific fields of a layer record (:class:`~moebake.schema.manifest.LayerRecord`'s optional ones)."""

@@ -55,7 +55,7 @@ class Mxfp4Target(Target):
                 f"multiples of {hidden_multiple} and {intermediate_multiple} for target {self.spec.name}: "
                 f"{model.format_name} experts are not padded (SGLang's {model.format_name} MXFP4 path has no padding)"
             )
-        return LayerDims(model.num_experts, H, Hp, I, Ip)
+        return LayerDims(experts=model.num_experts, hidden=H, hidden_padded=Hp, intermediate=I, intermediate_padded=Ip)
 
     def layer_tensors(self, model, layer, dims: LayerDims, options: ConvertOptions) -> dict[str, Planned]:
         E, sources, planned = dims.experts, model.expert_sources(layer), {}

@@ -100,7 +100,8 @@ class Nvfp4Target(Target):
         """H and I padded to the engine profile's multiples (or the options' overrides)."""
         H, I = model.hidden_size, model.intermediate_size
         hidden_multiple, intermediate_multiple, *_ = options.padding(model.format_name)
-        return LayerDims(model.num_experts, H, round_up(H, hidden_multiple), I, round_up(I, intermediate_multiple))
+        return LayerDims(experts=model.num_experts, hidden=H, hidden_padded=round_up(H, hidden_multiple), intermediate=I,
+                         intermediate_padded=round_up(I, intermediate_multiple))
 
     def layer_facts(self, model: ModelOptNvfp4Model, layer: NvFp4Layer) -> dict:
         return {"scalar_shape": tuple(model.scalar_shape), "gate_up_global_scale": model.reconciliation(layer)}

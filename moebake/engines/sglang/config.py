@@ -14,12 +14,12 @@ import torch
 from sglang.srt.layers.quantization.base_config import QuantizationConfig
 
 from moebake.bake.rank_loader import RankLoader
-from moebake.schema.config_json import digest_refusal
 from moebake.engines.quantization_identity import MoebakeQuantization
-from moebake.errors import MoebakeError
-from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest, read_manifest
 from moebake.engines.sglang import internals
 from moebake.engines.sglang.refusals import MoebakeRefusal, check_parallelism
+from moebake.errors import MoebakeError
+from moebake.schema.config_json import digest_refusal
+from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest, read_manifest
 
 
 def model_directory() -> Path:

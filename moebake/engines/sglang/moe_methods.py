@@ -26,8 +26,8 @@ import torch
 
 from moebake.bake.rank_loader import rank_runs
 from moebake.engines.sglang import internals, refusals
-from moebake.errors import MoebakeError
 from moebake.engines.sglang.refusals import MoebakeRefusal
+from moebake.errors import MoebakeError
 from moebake.formats.safetensors_file import DTYPES
 from moebake.schema.enums import ActivationKind
 from moebake.schema.manifest import LayerRecord, TensorRecord

@@ -32,12 +32,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from moebake.errors import EngineRefusal, MoebakeError
 from moebake.schema.config_json import digest_refusal
-from moebake.schema.profiles import PROFILES, SHARED_GLOBALS
-from moebake.schema.targets import target_spec
 from moebake.schema.enums import DType
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest, read_manifest
-from moebake.errors import EngineRefusal, MoebakeError
+from moebake.schema.profiles import PROFILES, SHARED_GLOBALS
+from moebake.schema.targets import target_spec
 
 ENGINE = "vllm"
 PROFILE = PROFILES[ENGINE]

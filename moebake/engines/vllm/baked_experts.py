@@ -10,7 +10,6 @@ from moebake.bake.refusals import parallelism_refusal, unloaded_refusal
 from moebake.engines.vllm.bake import VllmBake, refuse
 from moebake.schema.enums import DType
 
-
 # The remedies in vLLM's own flags.
 USE_EXPERT_PARALLELISM = "add --enable-expert-parallel"
 CHOOSE_EP_SIZE = "use an EP size"

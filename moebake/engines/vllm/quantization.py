@@ -27,7 +27,14 @@ from moebake.bake.refusals import flashinfer_layout_refusal, gpu_refusal
 from moebake.engines.quantization_identity import MoebakeQuantization
 from moebake.engines.vllm import internals
 from moebake.engines.vllm.bake import (
-    GPT_OSS, MODELOPT_NVFP4, VllmBake, hf_config_dict, locate_checkpoint, parameter_specs, read_bake, refuse,
+    GPT_OSS,
+    MODELOPT_NVFP4,
+    VllmBake,
+    hf_config_dict,
+    locate_checkpoint,
+    parameter_specs,
+    read_bake,
+    refuse,
 )
 from moebake.engines.vllm.baked_experts import BakedExperts
 from moebake.schema.enums import GpuFamily
