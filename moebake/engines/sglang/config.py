@@ -14,12 +14,12 @@ import torch
 from sglang.srt.layers.quantization.base_config import QuantizationConfig
 
 from moebake.bake.rank_loader import RankLoader
+from moebake.bake.served_manifest import read_served_manifest
 from moebake.engines.quantization_identity import MoebakeQuantization
 from moebake.engines.sglang import internals
 from moebake.engines.sglang.refusals import MoebakeRefusal, check_parallelism
 from moebake.errors import MoebakeError
-from moebake.schema.config_json import digest_refusal
-from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest, read_manifest
+from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
 
 
 def model_directory() -> Path:
@@ -93,13 +93,10 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
     def from_config(cls, config: dict[str, Any]) -> "MoebakeConfig":
         internals.check_version()
         manifest_path = model_directory() / MANIFEST_NAME
-        try:  # the one manifest reader: strict JSON, its own checksum, field types (as verify reads it)
-            raw = read_manifest(manifest_path.parent)
+        try:
+            manifest = read_served_manifest(manifest_path.parent, config)
         except MoebakeError as err:
             raise MoebakeRefusal(f"cannot use the bake's manifest: {err}") from None
-        if refusal := digest_refusal(raw, config, manifest_path):
-            raise MoebakeRefusal(refusal)
-        manifest = Manifest.from_json(raw, manifest_path)  # validated by read_manifest: the typed records
         _check_parallelism(manifest)
         return cls(config, manifest, manifest_path, _original_config(config.get("original"), config.get("original_file")))
 

@@ -32,10 +32,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from moebake.bake.served_manifest import read_served_manifest
 from moebake.errors import EngineRefusal, MoebakeError
-from moebake.schema.config_json import digest_refusal
 from moebake.schema.enums import DType
-from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest, read_manifest
+from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
 from moebake.schema.profiles import PROFILES, SHARED_GLOBALS
 from moebake.schema.targets import target_spec
 
@@ -116,11 +116,9 @@ class VllmBake:
         return {layer.prefix + short for layer in self.layers.values() for short in layer.tensors}
 
 
-def check_manifest(manifest: Manifest, raw: dict, quantization_config: dict, hf_config: dict, where: Path) -> None:
-    """Refuse unless ``manifest`` (read from the JSON ``raw``) is a bake vLLM 0.33.0 serves bit-identically for this
-    ``config.json``."""
-    if refusal := digest_refusal(raw, quantization_config, where):
-        raise refuse(refusal)
+def check_manifest(manifest: Manifest, hf_config: dict, where: Path) -> None:
+    """Refuse unless ``manifest`` (checked against config.json by :func:`read_served_manifest`) is a bake vLLM
+    0.33.0 serves bit-identically for this ``config.json``."""
     served = SERVED.get((manifest.target, manifest.source.format))
     if served is None:
         kinds = "; ".join(f"{s.target} bakes of {s.source_format}" for s in SERVED.values())
@@ -170,13 +168,11 @@ def check_gpt_oss(manifest: Manifest, hf_config: dict, where: Path) -> None:
 def read_bake(directory: str | Path, quantization_config: dict, hf_config: dict) -> VllmBake:
     """Read and check ``directory/moebake.json`` (see :func:`check_manifest`)."""
     directory = Path(directory)
-    where = directory / MANIFEST_NAME
     try:
-        raw = read_manifest(directory)
+        manifest = read_served_manifest(directory, quantization_config)
     except MoebakeError as err:
         raise refuse(str(err)) from None
-    manifest = Manifest.from_json(raw, where)  # validated by read_manifest: the typed records
-    check_manifest(manifest, raw, quantization_config, hf_config, where)
+    check_manifest(manifest, hf_config, directory / MANIFEST_NAME)
     return VllmBake(directory, manifest, {record.prefix: record for record in manifest.layers})
 
 
