@@ -199,5 +199,5 @@ def test_more_workers_than_usable_say_how_many_run(gpt_oss_tiny, tmp_path):
     count, reason = usable_workers(8, 2)
     assert result.output.splitlines()[0] == f"--workers 8: using {count} ({reason})"
     one = convert(gpt_oss_tiny, tmp_path / "one", ConvertOptions("sm90-cutlass"), progress=False)
-    for name in one["files"]:
+    for name in one.files:
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "out" / name).read_bytes(), name

@@ -66,7 +66,7 @@ def test_convert_from_a_read_only_install_compiles_in_memory(gpt_oss_tiny, tmp_p
     # the copy ran (not the installed moebake), and wrote nothing beside itself
     assert not any(p.is_dir() for p in site.rglob("__pycache__"))
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(p.name for p in (tmp_path / "reference").iterdir())
-    for name in reference["files"]:
+    for name in reference.files:
         assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "reference" / name).read_bytes(), name
     quiet = run_read_only(site, home, tmp_path, "convert", gpt_oss_tiny, tmp_path / "quiet", "--target", "sm90-cutlass", "--quiet")
     assert quiet.returncode == 0 and "compiled kernels" not in quiet.stderr, quiet.stderr
