@@ -339,3 +339,18 @@ def test_the_source_config_s_modelopt_algorithms_are_read_from_their_keys(origin
     from moebake.engines.sglang.config import modelopt_algorithms
 
     assert modelopt_algorithms(original) == expected
+
+
+@pytest.mark.parametrize("flag, value", [(None, None), ("weight_loader_disable_mmap", True),
+                                         ("weight_loader_prefetch_checkpoints", True)])
+def test_says_when_sglang_would_read_the_baked_bytes_itself(gpt_oss_bake, caplog, flag, value):
+    """SGLang's default iterator hands lazy mmap views, which the plugin's loaders never read; the flags that make
+    it read whole shards get one warning line naming the flag (the bake still loads, byte for byte)."""
+    engine = {"moe_runner_backend": "flashinfer_mxfp4", "gpu": "sm90", **({flag: value} if flag else {})}
+    with caplog.at_level("WARNING", logger="moebake.engines.sglang.config"), serving(gpt_oss_bake, **engine):
+        _gpt_oss_layer(gpt_oss_bake)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "moebake.engines.sglang.config"]
+    if flag is None:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and "--" + flag.replace("_", "-") in warnings[0] and "read twice" in warnings[0]

@@ -7,6 +7,7 @@ ModelOpt NVFP4): every layer that is not a baked MoE layer is handled by it, exa
 would handle the source checkpoint.
 """
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,9 @@ def _check_parallelism(manifest: Manifest) -> None:
         check_parallelism(record, parallel.moe_tp_size, parallel.moe_ep_size)
 
 
+logger = logging.getLogger(__name__)
+
+
 class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
     """``--quantization moebake``: baked MoE layers from the manifest, everything else as the source's config."""
 
@@ -92,6 +96,9 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "MoebakeConfig":
         internals.check_version()
+        if flag := internals.loader_reads_every_byte():
+            logger.warning("moebake: %s makes SGLang read every shard whole, so the baked experts are read twice (the "
+                           "plugin reads each rank's rows itself); start without it for the fastest start-up", flag)
         manifest_path = model_directory() / MANIFEST_NAME
         try:
             manifest = read_served_manifest(manifest_path.parent, config)

@@ -31,6 +31,19 @@ def check_version() -> None:
                              f"(pip install \"moebake[sglang]\" pins it) or a moebake proven for {sglang.__version__}")
 
 
+def loader_reads_every_byte() -> str | None:
+    """The server flag that makes SGLang's weight iterator read whole shard files (so the baked bytes are read
+    twice: by SGLang into host memory, then by the plugin), or None when its iterator hands lazy mmap views."""
+    from sglang.srt.runtime_context import get_model
+
+    model = get_model()
+    if getattr(model, "weight_loader_disable_mmap", False):
+        return "--weight-loader-disable-mmap"
+    if getattr(model, "weight_loader_prefetch_checkpoints", False):
+        return "--weight-loader-prefetch-checkpoints"
+    return None
+
+
 def use_nvfp4_dispatch() -> bool:
     """``modelopt_quant._use_nvfp4_dispatch()``: whether the dispatcher quantizes activations to NVFP4."""
     from sglang.srt.layers.quantization.modelopt_quant import _use_nvfp4_dispatch
