@@ -160,3 +160,7 @@ def test_the_contributing_checklists_name_the_registries():
                    "moebake/serve/__init__.py", "`RUNTIMES`", "tests/bake_hashes.py", "tests/fixtures/bake_hashes.json",
                    "tests/test_target_contract.py", "tests/test_engine_profiles.py", "`ORACLE_TESTS`"):
         assert needle in text, needle
+
+
+def test_the_readme_targets_table_names_every_target():
+    assert set(table_rows(README.read_text(), "Targets")) == set(registered_targets())
