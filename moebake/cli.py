@@ -73,9 +73,9 @@ def main(verbose):
 def run() -> None:
     """The ``moebake`` program: :func:`main`, then an immediate exit with its status.
 
-    The interpreter's own teardown takes ~1.5-2 s once torch and numba are loaded (measured on the
-    benchmark machine), which is all waiting, for nothing: every file a command writes is closed
-    and fsynced by then. Output streams and logging are flushed first.
+    The interpreter's own teardown with torch and numba loaded is all waiting, for nothing (its
+    measured cost: docs/benchmarks.md): every file a command writes is closed and fsynced by then.
+    Output streams and logging are flushed first.
     """
     try:
         main()

@@ -283,3 +283,33 @@ def test_startup_bench_on_the_cpu_loads_both_paths_to_the_same_parameters(tmp_pa
 def test_startup_bench_redraws_the_committed_results(tmp_path):
     png = _load("startup_bench.py").plot(RESULTS / "startup_h200x2.json", tmp_path / "startup.png")
     assert png.stat().st_size > 10_000
+
+
+def test_startup_bench_table_is_the_committed_markdown(tmp_path):
+    """bench/results/startup_h200x2.md is what ``startup_bench.py table`` makes of the JSON beside it (regenerate
+    it with that command after the results change), and its numbers are the JSON's."""
+    bench = _load("startup_bench.py")
+    md = bench.table(RESULTS / "startup_h200x2.json", tmp_path / "startup.md")
+    assert md.read_text() == (RESULTS / "startup_h200x2.md").read_text()
+    text = md.read_text()
+    assert "| 1 | warm | 4.04 | 1.36 | 2.96x | 1.59 | 0.86 |" in text  # 120B-shaped, EP 1 warm
+    assert "Not measured: EP 2 warm." in text and "2 x H200, 32 cores" in text
+
+
+def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):
+    """Ratios, the limit, GB and the missing (ep, cache) of a results file made up here; the ``table`` subcommand."""
+    run = {"engine": "sglang", "model": "tiny", "layers": 2, "experts": 4, "bytes_read": 3e9, "peak_gpu_extra_gib": 0.5,
+           "peak_host_rss_gib": 1.25, "limit_seconds": 2.0}
+    runs = [{**run, "path": "stock", "ep": 1, "cache": "cold", "seconds": 6.0},
+            {**run, "path": "bake", "ep": 1, "cache": "cold", "seconds": 3.0, "peak_gpu_extra_gib": 0.0},
+            {**run, "path": "bake", "ep": 2, "cache": "warm", "seconds": 1.0}]
+    results = tmp_path / "startup.json"
+    results.write_text(json.dumps({"runs": runs, "limits": [{"model": "tiny", "layers": 2, "disk_gbps": 1.0,
+                                                            "page_cache_gbps": 10.0}]}))
+    _load("startup_bench.py").main(["table", str(results)])
+    md = Path(capsys.readouterr().out.strip())
+    assert md == results.with_suffix(".md")
+    text = md.read_text()
+    assert "| 1 | cold | 6.00 | 3.00 | 2.00x | 2.00 | 1.50 | 3.00 / 3.00 | 0.50 / 0.00 | 1.25 / 1.25 |" in text
+    assert "| 2 | warm | - | 1.00 | - | 2.00 | 0.50 | - / 3.00 | - / 0.50 | - / 1.25 |" in text
+    assert "Not measured: EP 1 warm, EP 2 cold." in text and "disk 1.00 GB/s with O_DIRECT (the only disk probe" in text

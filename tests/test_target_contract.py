@@ -156,3 +156,11 @@ def test_every_source_model_implements_the_protocol_fully(sources, source):
     layer = model.layers[0]
     assert isinstance(layer.index, int) and isinstance(layer.prefix, str) and isinstance(model.padding_allowed, bool)
     assert isinstance(model.expert_quantization, str) and model.activation().kind in ("swiglu", "swiglu_oai")
+
+
+def test_every_target_names_the_gpus_it_runs_on():
+    """The spec's ``gpus`` is what every server's GPU refusal reads (moebake/bake/refusals.py): none may be empty."""
+    from moebake.schema.targets import TARGET_SPECS
+
+    for spec in TARGET_SPECS.values():
+        assert spec.gpus and spec.gpu_names, spec.name

@@ -4,8 +4,8 @@ A conversion allocates a few chunk-sized buffers (tens of MiB: source reads, tra
 step and frees them a step later, from several threads. glibc serves allocations above its mmap
 threshold (at most 32 MiB by default) with fresh mappings and unmaps them on free, and threads other
 than the main one allocate from arenas that cannot hold such buffers at all, so every step
-page-faults and zeroes its buffers anew: measured here, allocating and filling 64 MiB buffers ran at
-1.4 GB/s (2.4 GB/s in a second thread), and at 3.2 GB/s (6.5 GB/s) with the settings below. Raising
+page-faults and zeroes its buffers anew (how much that costs, as measured: docs/benchmarks.md,
+"Measurements without a results file"). Raising
 the mmap and trim thresholds and keeping one arena keeps freed buffers in the heap for the next step;
 peak memory is unchanged (the same few buffers are alive at once), but the process keeps that memory
 until it exits. Process-wide; a no-op where the C library is not glibc.

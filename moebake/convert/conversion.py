@@ -143,7 +143,7 @@ def _page_cache_read_ahead() -> PageCacheReadAhead:
 def transform_threads(workers: int) -> int:
     """Threads for layout transforms in each of ``workers`` converting processes: the cores shared out,
     less one per process for its reading, hashing and writing threads (on 2 cores and one process: 1;
-    a second transform thread there only added CPU time, about 10%, for no gain in wall time)."""
+    why not 2 there: docs/benchmarks.md, "Measurements without a results file")."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, cores // workers - 1)
 

@@ -2,10 +2,10 @@
 the CLI reads it for ``moebake convert --io``).
 
 Which is faster depends on the machine. ``O_DIRECT`` saves the CPU the kernel's copies cost, which decides
-on a few cores (2 cores, 13.8 GB GPT-OSS-20B-shaped source: plain I/O took 1.8x as long, cold page cache);
-buffered writes let the kernel keep the disk busier, which decides where cores are plentiful (16 cores,
-8 GB: ``O_DIRECT`` took 1.3x as long). :data:`IO_ENV` chooses: ``direct``, ``plain``, or ``auto`` (the
-default: ``O_DIRECT`` below :data:`PLAIN_IO_CORES` usable cores, plain I/O from there). Bytes never change.
+on a few cores; buffered writes let the kernel keep the disk busier, which decides where cores are
+plentiful (measurements: docs/benchmarks.md and bench/results/convert_bench_16core_io.md).
+:data:`IO_ENV` chooses: ``direct``, ``plain``, or ``auto`` (the default: ``O_DIRECT`` below
+:data:`PLAIN_IO_CORES` usable cores, plain I/O from there). Bytes never change.
 """
 
 import os

@@ -43,9 +43,9 @@ from moebake.convert.writer import write_shard
 from moebake.schema.files import child
 
 MAX_WORKERS = 2
-"""The most worker processes a conversion uses, whatever ``--workers`` asks: measured (README, Benchmark),
-more were never faster than one process on 2 or 16 cores (concurrent writers compete for one disk: w8 took
-1.27x w1's time on 16 cores) and went over 1 GB of peak memory (w8: 1.4 GB PSS), while two stay under it."""
+"""The most worker processes a conversion uses, whatever ``--workers`` asks. More were never faster than one
+process in the conversion benchmark (concurrent writers compete for one disk) and went over 1 GB of peak
+memory, while two stay under it (docs/benchmarks.md, bench/results/convert_bench_16core.md)."""
 
 
 def usable_workers(requested: int, shards: int, cores: int | None = None) -> tuple[int, str | None]:
@@ -104,8 +104,8 @@ def worker_chunk_bytes(chunk_bytes: int, workers: int) -> int:
     """Each worker's chunk size: half its even share of ``chunk_bytes``. A baking process keeps about six
     chunks alive (read ahead, transformed, queued for hashing and writing); besides the workers, the
     process tree holds the converting process and the fork server (their torch, ~380 MiB together), so
-    the halved share keeps ``--workers 2`` near one process's peak memory. Smaller chunks change no
-    byte, and on two cores measured no slower (16 MiB instead of 32 per worker at the default 64 MiB)."""
+    the halved share keeps ``--workers 2`` near one process's peak memory (16 MiB instead of 32 per worker
+    at the default 64 MiB). Smaller chunks change no byte (speed: bench/results/convert_bench_pss_2core.md)."""
     return max(MIN_CHUNK_BYTES, chunk_bytes // (2 * workers))
 
 

@@ -36,7 +36,7 @@ The inverse runs the steps backwards (``F``'s inverse table, the same transpose,
 Experts are shared out between threads (:func:`moebake.layouts.parallel.run_in_threads`).
 
 The forward interleave runs a compiled kernel instead when one is available
-(:func:`moebake.layouts.compiled.kernels`; same bytes, ~4x faster, GIL-free); the numpy steps above
+(:func:`moebake.layouts.compiled.kernels`; same bytes, GIL-free; speed: ``bench/transform_bench.py``); the numpy steps above
 are its oracle and the fallback.
 """
 

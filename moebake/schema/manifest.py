@@ -1,6 +1,6 @@
 """The manifest ``moebake.json``: typed records of what was baked, from what, how, and every file's checksum.
 
-Schema ``moebake.manifest/1`` (documented in the README; add fields freely, bump the number only
+Schema ``moebake.manifest/1`` (documented in docs/manifest.md; add fields freely, bump the number only
 when a field changes meaning or a reader must refuse older files):
 
   schema, moebake_version, created (UTC ISO 8601; only when SOURCE_DATE_EPOCH is set, so that

@@ -5,8 +5,8 @@ Why this exists
 ``flashinfer.fused_moe.cutlass_fused_moe`` and ``interleave_moe_weights_for_sm90_mixed_gemm`` both
 load the JIT module ``fused_moe_90`` on first use. FlashInfer builds that module from about 250
 CUDA translation units: every activation x weight dtype pair the CUTLASS MoE backend supports,
-times every tile, cluster and schedule (measured at ~33 minutes on 16 cores even with
-``-DFAST_BUILD``). moebake only serves SM90 W4A16 checkpoints (BF16 activations, MXFP4 weights,
+times every tile, cluster and schedule, even with ``-DFAST_BUILD`` (its build time:
+docs/benchmarks.md). moebake only serves SM90 W4A16 checkpoints (BF16 activations, MXFP4 weights,
 ``use_w4_group_scaling=True``), so almost all of that build is dead weight.
 
 What it does
@@ -40,10 +40,10 @@ FlashInfer's. With a prebuilt library (``MOEBAKE_FLASHINFER_MOE_SO`` or ``prebui
 compiled: the ``.so`` is loaded with ``tvm_ffi.load_module`` after its sidecar JSON is checked
 against the installed FlashInfer and apache-tvm-ffi versions and the file's sha256.
 
-Measured on the H100 device machine (16 cores, nvcc 13.0): the reduced module (19 translation
-units, 4 GEMM configurations) builds in 112 s and is 6.5 MB; loading it prebuilt takes ~3 s; the
-fp4 weight interleave equals moebake's CPU port bit for bit and a W4A16 ``cutlass_fused_moe`` call
-matches a dequantized reference (relative L2 error 0.4 %). Autotuning works: it skips the stubs.
+The reduced module has 19 translation units (4 GEMM configurations by default). Its fp4 weight
+interleave is checked bit for bit against moebake's CPU port, and a W4A16 ``cutlass_fused_moe`` call
+against a dequantized reference, by the GPU tests (``tests/gpu/``); autotuning skips the stubs. Build
+time, size and load time as measured: docs/benchmarks.md ("Measurements without a results file").
 
 Only FlashInfer 0.7.2.post1 was checked; the source patches assert their anchors, so another
 version fails loudly instead of building something wrong. A prebuilt ``.so`` is tied to the
@@ -395,7 +395,7 @@ def ensure_flashinfer_sm90_moe(prebuilt: Optional[os.PathLike | str] = None,
 
     ``prebuilt`` (or ``$MOEBAKE_FLASHINFER_MOE_SO``) names a saved ``.so`` (with its ``.json``
     sidecar) to load without compiling; otherwise the reduced module is JIT-built on first use
-    (about 2 minutes on 16 cores, not the ~33+ minutes of the stock module). Idempotent: a repeated
+    (a small fraction of the stock module's build, see docs/benchmarks.md). Idempotent: a repeated
     call with the same arguments keeps the module already loaded. Returns the spec installed.
     Note: FlashInfer 0.7.2's ``cutlass_fused_moe`` returns a list ``[output, ...]``, not a tensor.
     """
