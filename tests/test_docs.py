@@ -155,7 +155,7 @@ def test_the_contributing_checklists_name_the_registries():
     text = (DOCS / "contributing.md").read_text()
     for heading in ("## Adding a target", "## Adding an engine profile"):
         assert heading in text
-    for needle in ("moebake/convert/targets/__init__.py", "moebake/schema/targets.py", "moebake/engines/profiles.py",
+    for needle in ("moebake/convert/targets/__init__.py", "moebake/schema/targets.py", "moebake/schema/profiles.py",
                    "moebake/engines/sglang/moe_methods.py", "`METHODS`", "moebake/engines/vllm/bake.py", "`SERVED`",
                    "moebake/serve/__init__.py", "`RUNTIMES`", "tests/bake_hashes.py", "tests/fixtures/bake_hashes.json",
                    "tests/test_target_contract.py", "tests/test_engine_profiles.py", "`ORACLE_TESTS`"):

@@ -21,7 +21,7 @@ from moebake.errors import MoebakeError
 from moebake.formats import open_source
 from moebake.formats.checkpoint import stored_names
 from moebake.layouts.gate_up import split_halves
-from moebake.schema.enums import DType, GateUpOrder
+from moebake.schema.enums import DType, GateUpOrder, GpuFamily
 from moebake.schema.manifest import read_manifest, read_manifest_record
 from moebake.schema.targets import TARGET_SPECS, LayerDims, TargetSpec, TensorSpec
 from moebake.synthetic import write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
@@ -31,8 +31,9 @@ class ToyBf16(Target):
     """A toy target: BF16 experts with W13 rows ``[up; gate]`` (all a new target needs: spec, bake, restore)."""
 
     spec = TargetSpec(
-        "toy-bf16", 1, ("bf16-moe",), "a toy `[up; gate]` BF16 layout", "any GPU",
+        "toy-bf16", 1, ("bf16-moe",), "a toy `[up; gate]` BF16 layout", "Hopper (SM90)",
         (TensorSpec("w13_weight", DType.BF16, "E, 2 * I, H", GateUpOrder.UP_GATE), TensorSpec("w2_weight", DType.BF16, "E, H, I")),
+        gpus=(GpuFamily.SM90,),
     )
 
     def layer_tensors(self, model, layer, dims: LayerDims, options: ConvertOptions) -> dict[str, Planned]:
