@@ -140,9 +140,18 @@ def test_workers_write_the_same_bytes_and_hashes_and_profile(gpt_oss_tiny, tmp_p
 SLOW_SITE = Path(__file__).parent / "fuzz" / "slow_site"  # MOEBAKE_TEST_SLOW_CHUNK=<s>: every chunk written s late
 
 
+def ignores_sigint(pid: int) -> bool:
+    """Whether process ``pid`` ignores SIGINT now (``SigIgn`` of /proc/PID/status, a hex mask of signals 1..64)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    return False
+
+
 def started_workers(source: Path, out: Path) -> tuple[subprocess.Popen, list[psutil.Process]]:
-    """``moebake convert --workers 2`` in a session of its own, slowed down, once both workers bake: the
-    process and its descendants (resource tracker, fork server, workers)."""
+    """``moebake convert --workers 2`` in a session of its own, slowed down, once both workers bake and the
+    converting process handles SIGINT again (it ignores it while it starts them): the process and its
+    descendants (resource tracker, fork server, workers)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "MOEBAKE_TEST_SLOW_CHUNK": "0.5",
            "PYTHONPATH": os.pathsep.join([str(SLOW_SITE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     process = subprocess.Popen([sys.executable, "-m", "moebake", "convert", str(source), str(out), "--target", "sm90-cutlass",
@@ -152,7 +161,7 @@ def started_workers(source: Path, out: Path) -> tuple[subprocess.Popen, list[psu
     while time.monotonic() < deadline and process.poll() is None:
         descendants = psutil.Process(process.pid).children(recursive=True)
         baking = [p for p in descendants if p.ppid() != process.pid]  # forked by the fork server
-        if len(baking) == 2 and len(list(staging.glob("*.safetensors"))) == 2:
+        if len(baking) == 2 and len(list(staging.glob("*.safetensors"))) == 2 and not ignores_sigint(process.pid):
             return process, descendants
         time.sleep(0.05)
     process.kill()
