@@ -28,7 +28,7 @@ against the engine's own code, run on CPU.
 
 from dataclasses import dataclass
 
-from moebake.errors import OptionError
+from moebake.errors import OptionError, UnsupportedError
 from moebake.schema.manifest import EngineRecord, LayerRecord
 from moebake.schema.sizes import round_up
 
@@ -132,6 +132,31 @@ def get_profile(engine: str) -> EngineProfile:
     if engine not in PROFILES:
         raise OptionError(f"unknown engine {engine!r}; expected one of {', '.join(PROFILES)}")
     return PROFILES[engine]
+
+
+def exact_engines(target: str, source_format: str) -> list[EngineProfile]:
+    """The engines with a verified profile entry for (``target``, ``source_format``): those that can serve such a bake exactly."""
+    return [profile for profile in PROFILES.values() if profile.target(target, source_format).verified]
+
+
+ALLOW_INEXACT = "--allow-inexact"
+"""The ``convert`` flag that bakes a (target, source) the chosen engine cannot serve exactly anyway."""
+
+
+def check_servable(engine: str, target: str, source_format: str) -> None:
+    """UnsupportedError (one line, naming the engines that can) unless ``engine`` has a verified profile entry for
+    (``target``, ``source_format``): a bake for it would not be that engine's bytes, and its plugin would refuse it.
+    ``convert`` calls this unless asked for an inexact bake (:data:`ALLOW_INEXACT`); other reasons a bake is not
+    engine-exact (overridden padding multiples, shared gate/up globals) are the user's explicit choice, not refused."""
+    profile = get_profile(engine)
+    if profile.target(target, source_format).verified:
+        return
+    others = [p for p in exact_engines(target, source_format) if p.engine != engine]
+    can = ("; " + ", ".join(f"{p.engine} {p.version} can (--engine {p.engine})" for p in others) if others
+           else "; no other engine moebake knows can")
+    raise UnsupportedError(f"--engine {engine}: {profile.engine} {profile.version} cannot serve {target} bakes of {source_format} "
+                           f"checkpoints exactly (no verified profile){can}; pass {ALLOW_INEXACT} to bake it anyway, "
+                           "recorded as NOT engine-exact")
 
 
 SHARED_GLOBALS = "gate and up global scales shared"
