@@ -121,6 +121,9 @@ def _resolve(source: str, revision: str | None, token: str | None):
                    "is then recorded as not engine-exact unless it equals the profile's.")
 @click.option("--intermediate-multiple", type=int,
               help="Override the engine profile's I padding multiple (as --hidden-multiple).")
+@click.option("--allow-inexact", is_flag=True,
+              help="Bake even when --engine has no verified profile for this target and source (refused otherwise, naming "
+                   "the engines that do): the bake is recorded as NOT engine-exact, and that engine's plugin refuses it.")
 @click.option("--gate-up-globals", default="share", show_default=True, type=click.Choice(GATE_UP_GLOBALS),
               help="NVFP4 experts whose gate and up global scales differ: share one (rescaled block scales; accurate, "
                    "not the engine's bytes) or keep both (the engine's bytes; its kernels apply the gate's to both halves).")
@@ -140,12 +143,13 @@ def _resolve(source: str, revision: str | None, token: str | None):
                    f"{PLAIN_IO_CORES} usable cores, plain from there [default: auto, or ${IO_ENV}]. Bytes do not change.")
 @click.option("--profile", is_flag=True, help="Print busy time per stage (read, transform, hash, write) at the end.")
 @reports_errors
-def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, intermediate_multiple, gate_up_globals, chunk_mb, overwrite,
-            resume, dry_run, quiet, revision, token, workers, io_mode, profile):
+def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, intermediate_multiple, allow_inexact, gate_up_globals,
+            chunk_mb, overwrite, resume, dry_run, quiet, revision, token, workers, io_mode, profile):
     """Bake checkpoint SOURCE into OUT for --target.
 
     SOURCE is a checkpoint directory or a Hub model repo ORG/NAME[@REVISION] (only the files needed
     are downloaded, into the Hugging Face cache; the manifest records the repo and resolved commit).
+    A target and source that --engine cannot serve exactly are refused unless --allow-inexact.
     """
     from moebake.convert.output_dir import check_output, finished_bake, output_paths
     from moebake.convert.run import convert as run_convert
@@ -169,14 +173,19 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     if dry_run:
         from moebake.convert.conversion import open_conversion
         from moebake.convert.dry_run import plan_lines
+        from moebake.schema.profiles import check_servable
 
-        click.echo("\n".join(plan_lines(open_conversion(resolved.path, options), out)))
+        conversion = open_conversion(resolved.path, options)
+        if not allow_inexact:
+            check_servable(engine, target, conversion.model.format_name)
+        click.echo("\n".join(plan_lines(conversion, out)))
         return
     if io_mode is not None:
         os.environ[IO_ENV] = io_mode  # read by every file opened from here on, in this process and its workers
     began = time.perf_counter()
     baked = run_convert(resolved.path, out, options, overwrite=overwrite, resume=resume, progress=not quiet,
-                        source_location=resolved.repo_id, source_revision=resolved.revision, workers=workers)
+                        source_location=resolved.repo_id, source_revision=resolved.revision, workers=workers,
+                        allow_inexact=allow_inexact)
     if profile:
         from moebake.convert.stages import STAGES, profile_lines
 

@@ -38,6 +38,53 @@ def test_a_target_that_does_not_fit_lists_those_that_do(tmp_path):
     assert "targets that fit it: cutedsl, cutedsl-deepep, deepep-bf16" in result.output
 
 
+ENGINE_REFUSAL = ("error: --engine vllm: vllm 0.33.0 cannot serve sm100-trtllm bakes of gpt-oss checkpoints exactly (no verified "
+                  "profile); sglang 0.5.23 can (--engine sglang); pass --allow-inexact to bake it anyway, recorded as NOT "
+                  "engine-exact\n")
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_an_engine_that_cannot_serve_the_pair_exactly_is_refused_naming_those_that_can(gpt_oss_tiny, tmp_path, dry_run):
+    result = run("convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm100-trtllm", "--engine", "vllm", "--quiet",
+                 *(["--dry-run"] if dry_run else []))
+    assert (result.exit_code, result.output) == (2, ENGINE_REFUSAL)
+    assert list(tmp_path.iterdir()) == []  # neither OUT nor its staging directory
+
+
+def test_an_inexact_bake_asked_for_explicitly_is_written_and_says_not_engine_exact(gpt_oss_tiny, tmp_path):
+    result = run("convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm100-trtllm", "--engine", "vllm", "--quiet",
+                 "--allow-inexact")
+    assert result.exit_code == 0, result.output
+    assert ("NOT engine-exact: no profile of this engine for this target and source\n") in result.output
+    manifest = json.loads((tmp_path / "out" / "moebake.json").read_text())
+    assert manifest["engine"]["exact"] is False and manifest["serves"] == []
+    assert "allow_inexact" not in manifest["options"]  # it changes no byte: not a recorded option
+    assert run("verify", tmp_path / "out", "--quiet").exit_code == 0
+
+
+def test_other_explicit_inexact_choices_need_no_allow_inexact(gpt_oss_tiny, tmp_path):
+    result = run("convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm90-cutlass", "--engine", "vllm", "--quiet",
+                 "--hidden-multiple", "512")
+    assert result.exit_code == 0, result.output
+    assert "NOT engine-exact: padding multiples overridden\n" in result.output
+
+
+def test_the_api_refuses_as_the_cli_does_and_writes_nothing(gpt_oss_tiny, tmp_path):
+    from moebake.convert.options import ConvertOptions
+    from moebake.convert.run import convert
+    from moebake.errors import UnsupportedError
+    from moebake.schema.profiles import check_servable
+
+    options = ConvertOptions("sm100-trtllm", engine="vllm")
+    with pytest.raises(UnsupportedError) as refusal:
+        convert(gpt_oss_tiny, tmp_path / "out", options, progress=False)
+    assert f"error: {refusal.value}\n" == ENGINE_REFUSAL and list(tmp_path.iterdir()) == []
+    assert convert(gpt_oss_tiny, tmp_path / "out", options, progress=False, allow_inexact=True).engine.exact is False
+    with pytest.raises(UnsupportedError, match=r"; no other engine moebake knows can; pass --allow-inexact"):
+        check_servable("sglang", "toy-target", "bf16-moe")
+    check_servable("vllm", "sm90-cutlass", "gpt-oss")  # a verified pair: no refusal
+
+
 def test_verify_of_a_missing_path_says_it_does_not_exist(tmp_path):
     result = run("verify", tmp_path / "nope")
     assert result.exit_code == 2 and result.output == f"error: {tmp_path / 'nope'}: does not exist\n"

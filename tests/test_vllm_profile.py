@@ -1,10 +1,11 @@
 """The vLLM engine profile against vLLM 0.33.0's own code: a bake equals vLLM's post-load parameters byte for byte.
 
 The oracle (``tests/engine_oracles/vllm_oracle.py``) builds vLLM's real MoE layers with the method vLLM
-picks for ``--moe-backend flashinfer_cutlass`` on SM90 (GPT-OSS, loaded by vLLM's GPT-OSS loader) and
-``--moe-backend flashinfer_cutedsl`` on SM100 (ModelOpt NVFP4, loaded through its parameters' weight
-loaders), loads the *source* checkpoint and runs ``process_weights_after_loading`` on CPU
-(``tests/test_engine_profiles.py`` checks that every verified profile entry has such a test).
+picks for ``--moe-backend flashinfer_cutlass`` on SM90 (GPT-OSS, loaded by vLLM's GPT-OSS loader;
+DeepSeek-V4, through its parameters' weight loaders) and ``--moe-backend flashinfer_cutedsl`` on SM100
+(ModelOpt NVFP4, loaded through its parameters' weight loaders), loads the *source* checkpoint and runs
+``process_weights_after_loading`` on CPU (``tests/test_engine_profiles.py`` checks that every verified
+profile entry has such a test).
 """
 
 import pytest
@@ -14,7 +15,7 @@ from conftest import load_all
 from kernel_emulation import kernel_interleave_v1, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.synthetic import MODELOPT_MISMATCHES, write_gpt_oss, write_modelopt_nvfp4
+from moebake.synthetic import MODELOPT_MISMATCHES, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
 
 vllm_oracle = pytest.importorskip("engine_oracles.vllm_oracle")
 if not vllm_oracle.vllm_installed():
@@ -60,6 +61,33 @@ def test_sglang_bake_of_an_unpadded_hidden_size_serves_vllm_too(tmp_path):
 
 
 NVFP4_WEIGHTS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale")
+MXFP4_WEIGHTS = NVFP4_WEIGHTS
+
+
+@pytest.mark.parametrize("hidden, intermediate", [(256, 128), (384, 256)])
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_deepseek_v4_flashinfer_cutlass_equals_vllm(tmp_path, hidden, intermediate, engine):
+    """DeepSeek-V4 MXFP4 on SM90: vLLM's generic Mxfp4MoEMethod (FLASHINFER_CUTLASS_MXFP4_BF16) holds the bake's four
+    tensors byte for byte, under the bake's names. SGLang 0.5.23's bake is the same bytes (nothing is padded), so
+    either engine's bake lists the other in ``serves``."""
+    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate,
+                               mtp_layers=0)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", engine=engine), progress=False).to_json()
+    record = manifest["layers"][0]
+    assert (manifest["engine"]["name"], manifest["engine"]["exact"]) == (engine, True)
+    vllm = manifest["engine"] if engine == "vllm" else manifest["serves"][0]
+    assert [(e["name"], e["exact"]) for e in manifest["serves"]] == [({"vllm": "sglang", "sglang": "vllm"}[engine], True)]
+    assert (vllm["name"], vllm["version"], vllm["runner_backend"], vllm["parameter_names"]) == (
+        "vllm", "0.33.0", "flashinfer_cutlass", {})
+    assert vllm["engine_method"] == "vllm.model_executor.layers.quantization.mxfp4.Mxfp4MoEMethod"
+    engine_params = vllm_oracle.deepseek_v4_flashinfer_cutlass(source, record["prefix"], 3, hidden, intermediate,
+                                                               KERNELS["v2"])
+    assert sorted(engine_params) == sorted(record["tensors"]) == sorted(MXFP4_WEIGHTS)
+    baked = load_all(tmp_path / "out")
+    for name, expected in engine_params.items():
+        got = baked[record["prefix"] + name]
+        assert (got.dtype, tuple(got.shape)) == (expected.dtype, tuple(expected.shape)), name
+        assert torch.equal(got, expected), f"{name} differs from vLLM's"
 
 
 @pytest.mark.parametrize("hidden, intermediate, mismatches", [

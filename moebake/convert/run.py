@@ -12,7 +12,8 @@ Shards are baked one after another in this process, or by ``workers`` processes 
 (:mod:`moebake.convert.workers`); either way each source shard is hashed from the bytes the
 conversion reads (:class:`moebake.convert.hashing.StreamHash`), and stage times go to
 :data:`moebake.convert.stages.STAGES`. ``workers`` is not a conversion option: it changes no output
-byte, so it is neither in the manifest nor in the progress record's identity.
+byte, so it is neither in the manifest nor in the progress record's identity; nor is ``allow_inexact``
+(it only lets a bake the engine cannot serve exactly be written, recorded as not engine-exact).
 """
 
 import logging
@@ -44,7 +45,7 @@ from moebake.schema.config_json import write_baked_config
 from moebake.schema.files import child, open_regular
 from moebake.schema.index import write_index
 from moebake.schema.manifest import MANIFEST_NAME, EngineRecord, FileRecord, LayerRecord, Manifest, SourceRecord, created, write_manifest
-from moebake.schema.profiles import engines_with_same_bytes, manifest_engine
+from moebake.schema.profiles import check_servable, engines_with_same_bytes, manifest_engine
 
 _HF_SNAPSHOT_RE = re.compile(r"/snapshots/([0-9a-f]{40})(/|$)")
 OWN_FILES = {MANIFEST_NAME, SAFETENSORS_INDEX_FILE}
@@ -63,10 +64,13 @@ def convert(
     source_location: str | None = None,
     source_revision: str | None = None,
     workers: int = 1,
+    allow_inexact: bool = False,
 ) -> Manifest:
     """Convert checkpoint ``source`` into ``out``; returns the manifest written to ``out/moebake.json`` (its typed record).
 
-    ``workers`` > 1 bakes shards in that many processes in parallel. What may be replaced, re-used
+    ``workers`` > 1 bakes shards in that many processes in parallel. A (target, source format) that
+    ``options.engine`` cannot serve exactly (no verified profile) is refused (UnsupportedError, nothing
+    written) unless ``allow_inexact``: the bake is then recorded as not engine-exact. What may be replaced, re-used
     or deleted: :mod:`moebake.convert.output_dir`, :mod:`moebake.convert.staging`,
     :mod:`moebake.convert.progress`.
     """
@@ -75,6 +79,8 @@ def convert(
     STAGES.reset()
     reuse_freed_buffers()  # this process bakes: keep freed chunk buffers for the next chunk (process-wide, glibc)
     conversion = open_conversion(source, options)
+    if not allow_inexact:
+        check_servable(options.engine, options.target, conversion.model.format_name)
     location = source_location or str(Path(source).resolve())
     revision = source_revision or _revision_from_path(Path(source).resolve())
     identity = run_identity(conversion.checkpoint, options, location, revision)

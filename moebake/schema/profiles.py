@@ -28,7 +28,7 @@ against the engine's own code, run on CPU.
 
 from dataclasses import dataclass
 
-from moebake.errors import OptionError
+from moebake.errors import OptionError, UnsupportedError
 from moebake.schema.manifest import EngineRecord, LayerRecord
 from moebake.schema.sizes import round_up
 
@@ -96,6 +96,7 @@ SGLANG_0_5_23 = EngineProfile("sglang", "0.5.23", {
 
 _VLLM_GPT_OSS_MXFP4 = "vllm.model_executor.layers.quantization.mxfp4.GptOssMxfp4MoEMethod"
 _VLLM_NVFP4 = "vllm.model_executor.layers.quantization.modelopt.ModelOptNvFp4FusedMoE"
+_VLLM_MXFP4 = "vllm.model_executor.layers.quantization.mxfp4.Mxfp4MoEMethod"
 
 VLLM_0_33_0 = EngineProfile("vllm", "0.33.0", {
     # --moe-backend flashinfer_cutlass (FLASHINFER_CUTLASS_MXFP4_BF16): H and I rounded up to 128
@@ -105,6 +106,12 @@ VLLM_0_33_0 = EngineProfile("vllm", "0.33.0", {
     ("sm90-cutlass", "gpt-oss"): TargetProfile("flashinfer_cutlass", "none", _VLLM_GPT_OSS_MXFP4,
                                                parameter_names=(("w13_weight_bias", "w13_bias"),
                                                                 ("w2_weight_bias", "w2_bias"))),
+    # DeepSeek-V4 (DeepseekV4FP8Config -> the generic Mxfp4MoEMethod), --moe-backend flashinfer_cutlass on SM90
+    # (select_deepseek_v4_mxfp4_moe_backend: FLASHINFER_CUTLASS_MXFP4_BF16): H and I rounded up to 128 (zeros; moebake
+    # bakes DeepSeek-V4 only at multiples of 128, so nothing is padded), then convert_weight_to_mxfp4_moe_kernel_format:
+    # [w3; w1] halves and FlashInfer's SM90 weight interleave and scale fold, the names the bake's. The same bytes as
+    # SGLang 0.5.23's Mxfp4FlashinferCutlassMoEMethod: one bake serves both.
+    ("sm90-cutlass", "deepseek-v4"): TargetProfile("flashinfer_cutlass", "none", _VLLM_MXFP4),
     # --moe-backend flashinfer_cutedsl (FLASHINFER_CUTEDSL) on Blackwell: prepare_nvfp4_moe_layer_for_flashinfer_cutedsl
     # reorders W13 to [up; gate], pads I to 64 (2I to 128) and H to 256 (zero weights and block scales, for its
     # 256-wide K tiles), interleaves 64-row groups and 128x4-swizzles the block scales: the cutedsl bake's four
@@ -132,6 +139,31 @@ def get_profile(engine: str) -> EngineProfile:
     if engine not in PROFILES:
         raise OptionError(f"unknown engine {engine!r}; expected one of {', '.join(PROFILES)}")
     return PROFILES[engine]
+
+
+def exact_engines(target: str, source_format: str) -> list[EngineProfile]:
+    """The engines with a verified profile entry for (``target``, ``source_format``): those that can serve such a bake exactly."""
+    return [profile for profile in PROFILES.values() if profile.target(target, source_format).verified]
+
+
+ALLOW_INEXACT = "--allow-inexact"
+"""The ``convert`` flag that bakes a (target, source) the chosen engine cannot serve exactly anyway."""
+
+
+def check_servable(engine: str, target: str, source_format: str) -> None:
+    """UnsupportedError (one line, naming the engines that can) unless ``engine`` has a verified profile entry for
+    (``target``, ``source_format``): a bake for it would not be that engine's bytes, and its plugin would refuse it.
+    ``convert`` calls this unless asked for an inexact bake (:data:`ALLOW_INEXACT`); other reasons a bake is not
+    engine-exact (overridden padding multiples, shared gate/up globals) are the user's explicit choice, not refused."""
+    profile = get_profile(engine)
+    if profile.target(target, source_format).verified:
+        return
+    others = [p for p in exact_engines(target, source_format) if p.engine != engine]
+    can = ("; " + ", ".join(f"{p.engine} {p.version} can (--engine {p.engine})" for p in others) if others
+           else "; no other engine moebake knows can")
+    raise UnsupportedError(f"--engine {engine}: {profile.engine} {profile.version} cannot serve {target} bakes of {source_format} "
+                           f"checkpoints exactly (no verified profile){can}; pass {ALLOW_INEXACT} to bake it anyway, "
+                           "recorded as NOT engine-exact")
 
 
 SHARED_GLOBALS = "gate and up global scales shared"

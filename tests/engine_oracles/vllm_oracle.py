@@ -7,12 +7,17 @@ GPT-OSS (:func:`gpt_oss_flashinfer_cutlass`): builds vLLM's real GPT-OSS ``MLPBl
 ``process_weights_after_loading``. ModelOpt NVFP4 (:func:`modelopt_nvfp4_cutedsl`): vLLM's
 ``FusedMoEFactory`` with ``ModelOptNvFp4Config``, each expert tensor through the parameters' own
 ``weight_loader`` (as vLLM's DeepSeek loader calls it), then ``process_weights_after_loading``.
+DeepSeek-V4 MXFP4 (:func:`deepseek_v4_flashinfer_cutlass`): the same with ``DeepseekV4FP8Config`` (its
+``get_quant_method`` picks the generic ``Mxfp4MoEMethod``), the checkpoint's ``experts.N.wK.scale`` renamed
+``.weight_scale`` and E8M0 scales viewed as bytes as vLLM's DeepSeek-V4 mapper and loader do; the whole
+``process_weights_after_loading`` runs, the FlashInfer CUTLASS kernel set-up included.
 
 Only these things are not vLLM's:
   * the platform's answers about the GPU (vLLM picks MoE kernels from them): :func:`vllm_engine`
     makes the CPU platform answer as a CUDA GPU of the given compute capability;
   * FlashInfer's CUDA-only ``interleave_moe_weights_for_sm90_mixed_gemm``, replaced by the CPU
-    emulation of its kernel (``tests/kernel_emulation.py``); FlashInfer's CPU helpers are used as-is;
+    emulation of its kernel (``tests/kernel_emulation.py``); FlashInfer's CPU helpers (its SM90 scale
+    interleave among them) are used as-is;
   * the model around the MoE blocks: a holder module gives vLLM's loader the parameter names
     ``layers.N.mlp.experts.routed_experts.*`` that ``GptOssModel`` has (attention needs a GPU);
   * for NVFP4 on CuteDSL: FlashInfer's CuteDSL MoE reported available (``nvidia-cutlass-dsl`` is a
@@ -242,3 +247,53 @@ def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int
         converted = {name: p.data.clone() for name, p in experts.named_parameters()}
         return converted | {"hidden_dim": experts.moe_config.hidden_dim,
                             "intermediate_size_per_partition": experts.moe_config.intermediate_size_per_partition}
+
+
+def deepseek_v4_flashinfer_cutlass(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
+                                   interleave_weights) -> dict[str, torch.Tensor]:
+    """vLLM's post-``process_weights_after_loading`` parameters of one DeepSeek-V4 MXFP4 expert layer (experts
+    ``{prefix}{e}.{w1,w2,w3}.{weight,scale}``) on SM90 with ``--moe-backend flashinfer_cutlass``: the checkpoint's
+    ``quantization_config`` read by ``DeepseekV4FP8Config`` (``expert_dtype`` fp4 in config.json), whose
+    ``get_quant_method`` gives the generic ``Mxfp4MoEMethod``; ``select_deepseek_v4_mxfp4_moe_backend`` picks
+    ``FLASHINFER_CUTLASS_MXFP4_BF16`` (asserted), and ``convert_weight_to_mxfp4_moe_kernel_format`` swaps the
+    halves to ``[w3; w1]`` and applies FlashInfer's SM90 weight and scale interleaves. ``interleave_weights`` stands
+    in for FlashInfer's CUDA weight interleave. Returns ``{RoutedExperts parameter name: tensor}``."""
+    import flashinfer.fused_moe as fi_moe
+    from transformers import PretrainedConfig
+    from vllm.model_executor.layers.fused_moe.layer import FusedMoEFactory
+    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
+    from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+    from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
+    from vllm.models.deepseek_v4.quant_config import DeepseekV4FP8Config
+
+    config = json.loads((Path(source_dir) / "config.json").read_text())
+    source = {name: tensor for name, tensor in load_all(source_dir).items()
+              if name.startswith(prefix) and name[len(prefix):].split(".")[0].isdigit()}
+    quant_config = DeepseekV4FP8Config.from_config(config["quantization_config"])
+
+    def interleave(weight, quant_type):
+        assert quant_type == "fp4", quant_type
+        return interleave_weights(weight)
+
+    with vllm_engine(PretrainedConfig(**config), quant_config, moe_backend="flashinfer_cutlass", capability=90), \
+            mock.patch.object(fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm", interleave):
+        runner = FusedMoEFactory(num_experts=num_experts, top_k=2, hidden_size=hidden, intermediate_size=intermediate,
+                                 quant_config=quant_config, prefix=prefix.rstrip("."), params_dtype=torch.bfloat16,
+                                 ckpt_names=("w1", "w2", "w3"), renormalize=True, scoring_func=config["scoring_func"],
+                                 routed_scaling_factor=config["routed_scaling_factor"], swiglu_limit=config.get("swiglu_limit"))
+        experts = runner.routed_experts
+        method = experts.quant_method
+        assert type(method) is Mxfp4MoEMethod and method.mxfp4_backend == Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16
+        params = dict(runner.named_parameters())
+        mapping = RoutedExperts.make_expert_params_mapping(runner, "w1", "w2", "w3", num_experts)
+        for name, tensor in source.items():
+            if name.endswith(".scale"):  # _make_deepseek_v4_weights_mapper("fp4"): experts' .scale -> .weight_scale
+                name = name.removesuffix(".scale") + ".weight_scale"
+                if tensor.dtype == torch.float8_e8m0fnu:  # DeepseekV4Model.load_weights: the raw exponent bytes
+                    tensor = tensor.view(torch.uint8)
+            param_name, weight_name, expert_id, shard_id = next(m for m in mapping if f".{m[1]}" in f".{name}")
+            param = name.replace(weight_name, param_name).removeprefix(prefix)
+            assert params[param].weight_loader(params[param], tensor, param, shard_id=shard_id, expert_id=expert_id,
+                                               return_success=True), name
+        method.process_weights_after_loading(experts)
+        return {name: p.data.clone() for name, p in experts.named_parameters()}
