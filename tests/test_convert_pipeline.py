@@ -140,6 +140,13 @@ def test_workers_write_the_same_bytes_and_hashes_and_profile(gpt_oss_tiny, tmp_p
 SLOW_SITE = Path(__file__).parent / "fuzz" / "slow_site"  # MOEBAKE_TEST_SLOW_CHUNK=<s>: every chunk written s late
 
 
+def _sigint_default() -> None:
+    """In the child before exec: SIGINT's default action, as at a terminal. A test run started in the background
+    (``cmd &`` in a non-interactive shell) inherits SIGINT ignored, and so would moebake, which then rightly
+    ignores the test's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def ignores_sigint(pid: int) -> bool:
     """Whether process ``pid`` ignores SIGINT now (``SigIgn`` of /proc/PID/status, a hex mask of signals 1..64)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -156,7 +163,7 @@ def started_workers(source: Path, out: Path) -> tuple[subprocess.Popen, list[psu
            "PYTHONPATH": os.pathsep.join([str(SLOW_SITE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     process = subprocess.Popen([sys.executable, "-m", "moebake", "convert", str(source), str(out), "--target", "sm90-cutlass",
                                 "--quiet", "--workers", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
+                               text=True, start_new_session=True, preexec_fn=_sigint_default)
     staging, deadline = out.parent / f".{out.name}.partial", time.monotonic() + 60
     while time.monotonic() < deadline and process.poll() is None:
         descendants = psutil.Process(process.pid).children(recursive=True)
