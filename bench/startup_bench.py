@@ -247,21 +247,37 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
             quant = MoebakeConfig.from_config(config["quantization_config"])
         root = _build_model(config, quant)
     params = dict(root.named_parameters())
-    others, experts = {}, []
-    for name, tensor in buffered_multi_thread_safetensors_weights_iterator(files, max_workers=DefaultModelLoader.DEFAULT_NUM_THREADS):
-        if ".mlp.experts." in name and path == "stock":
-            experts.append((name, tensor))  # SGLang's GPT-OSS loader takes them (lazy mmap views until it reads them)
-            requested += tensor.numel() * tensor.element_size()
-        elif name in params:
-            params[name].weight_loader(params[name], tensor)  # the plugin's loader: metadata only
-        else:
-            target = others[name] = torch.empty(tensor.shape, dtype=tensor.dtype, device=device)
-            default_weight_loader(target, tensor)
-            requested += tensor.numel() * tensor.element_size()
-    if path == "stock":
-        holder = root
-        holder.config = _holder_config(directory)
-        GptOssForCausalLM._load_mxfp4_experts_weights(holder, iter(experts))
+    others, held = {}, []
+    weights = buffered_multi_thread_safetensors_weights_iterator(files, max_workers=DefaultModelLoader.DEFAULT_NUM_THREADS)
+
+    def load_other(name, tensor):
+        nonlocal requested
+        target = others[name] = torch.empty(tensor.shape, dtype=tensor.dtype, device=device)
+        default_weight_loader(target, tensor)
+        requested += tensor.numel() * tensor.element_size()
+
+    if path == "stock":  # as GptOssForCausalLM._load_weights_mxfp4: experts loaded as they come, the rest after
+        def experts():
+            nonlocal requested
+            for name, tensor in weights:
+                if ".experts" in name:
+                    requested += tensor.numel() * tensor.element_size()
+                    yield name, tensor
+                else:
+                    held.append((name, tensor))  # lazy mmap views until loaded below
+
+        root.config = _holder_config(directory)
+        GptOssForCausalLM._load_mxfp4_experts_weights(root, experts())
+        for name, tensor in held:
+            load_other(name, tensor)
+    else:  # as its generic load_weights: every tensor in the iterator's order
+        for name, tensor in weights:
+            if name in params:
+                params[name].weight_loader(params[name], tensor)  # the plugin's loader: metadata only
+            else:
+                load_other(name, tensor)
+    params = None  # the model keeps no reference to the parameters the post-load step replaces
+    held.clear()
     layers = [block.mlp.experts for block in root.model.layers]
     for layer in layers:
         layer.quant_method.process_weights_after_loading(layer)
