@@ -5,7 +5,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from moebake.bake.rank_loader import ExpertRun, RankLoader, rank_runs, runs_from_slots
+from moebake.bake.rank_loader import BakeFiles, ExpertRun, RankLoader, rank_runs, runs_from_slots
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import IntegrityError, InvalidArgumentError
@@ -56,7 +56,7 @@ def test_every_run_lands_in_its_rows_and_nothing_else_is_read(bake, slots, stage
     manifest, out = bake
     runs = runs_from_slots(slots)
     held = sum(run.count for run in runs)
-    loader = RankLoader(out, manifest, "cpu", chunk_bytes=4096, slots=3, staged=staged)
+    loader = RankLoader(BakeFiles(out, manifest), "cpu", chunk_bytes=4096, slots=3, staged=staged)
     per_layer = []
     for record in manifest.layers:
         destinations = {short: empty_like_rows(record, short, held) for short in record.tensors}
@@ -78,7 +78,7 @@ def test_every_run_lands_in_its_rows_and_nothing_else_is_read(bake, slots, stage
 def test_a_tensor_named_whole_gets_every_expert(bake):
     manifest, out = bake
     record = manifest.layers[0]
-    loader = RankLoader(out, manifest, "cpu")
+    loader = RankLoader(BakeFiles(out, manifest), "cpu")
     destinations = {"w13_weight": empty_like_rows(record, "w13_weight", 2),
                     "w2_weight": empty_like_rows(record, "w2_weight", EXPERTS)}
     loader.load(record, destinations, [ExpertRun(first=4, slot=0, count=2)], whole={"w2_weight"})
@@ -96,7 +96,7 @@ def test_a_destination_that_is_not_the_manifest_s_is_refused(bake, change, messa
     record = manifest.layers[0]
     destination = change(empty_like_rows(record, "w2_weight", 2))
     with pytest.raises(InvalidArgumentError, match=message):
-        RankLoader(out, manifest, "cpu").load(record, {"w2_weight": destination}, [ExpertRun(first=0, slot=0, count=2)])
+        RankLoader(BakeFiles(out, manifest), "cpu").load(record, {"w2_weight": destination}, [ExpertRun(first=0, slot=0, count=2)])
 
 
 def test_a_stored_tensor_that_is_not_the_manifest_s_is_refused(bake, tmp_path):
@@ -107,5 +107,5 @@ def test_a_stored_tensor_that_is_not_the_manifest_s_is_refused(bake, tmp_path):
     spec = record.tensors["w2_weight"]
     wrong = dataclasses.replace(record, tensors={**record.tensors, "w2_weight": dataclasses.replace(spec, shape=(EXPERTS, 1))})
     with pytest.raises(IntegrityError, match=r"tensor .*w2_weight is U8 \[.*\], the manifest says U8 \[8, 1\]"):
-        RankLoader(out, manifest, "cpu").load(wrong, {"w2_weight": torch.empty(1, 1, dtype=torch.uint8)},
+        RankLoader(BakeFiles(out, manifest), "cpu").load(wrong, {"w2_weight": torch.empty(1, 1, dtype=torch.uint8)},
                                               [ExpertRun(first=0, slot=0, count=1)])

@@ -110,12 +110,13 @@ class BakeFiles:
 class RankLoader:
     """Reads rows of a bake's expert tensors into destination tensors on one device (see the module docstring).
 
-    Re-usable across layers (its pinned ring is allocated once); ``total`` sums every load's bytes and time.
+    ``files``: the bake's index and headers, shared with whoever else reads them (parsed once). Re-usable
+    across layers (its pinned ring is allocated once); ``total`` sums every load's bytes and time.
     """
 
-    def __init__(self, root: str | Path, manifest: Manifest, device: torch.device | str, *,
+    def __init__(self, files: BakeFiles, device: torch.device | str, *,
                  chunk_bytes: int | None = None, slots: int | None = None, staged: bool | None = None):
-        self.files = BakeFiles(root, manifest)
+        self.files = files
         options = {k: v for k, v in (("chunk_bytes", chunk_bytes), ("slots", slots)) if v is not None}
         self.reader = StagedReader(torch.device(device), staged=staged, **options)
         self.total = LoadStats(0, 0.0, 0, str(self.reader.device))

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import torch
 
-from moebake.bake.rank_loader import ExpertRun, RankLoader, rank_runs
+from moebake.bake.rank_loader import BakeFiles, ExpertRun, RankLoader, rank_runs
 from moebake.bake.staged_reader import LoadStats
 from moebake.errors import IntegrityError, InvalidArgumentError, UnsupportedError
 from moebake.schema.checksums import checksum_problem
 from moebake.schema.enums import DType
-from moebake.schema.index import read_index
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
 from moebake.serve.platform import Platform
 
@@ -36,8 +35,8 @@ class BakedCheckpoint:
         if version != self.layout_version:
             raise UnsupportedError(f"{self.manifest_path}: {self.target} layout version {version!r}; "
                                    f"this runtime reads {self.layout_version}")
-        self.index = read_index(self.root)
-        self.weight_map = self.index.weight_map
+        self.files = BakeFiles(self.root, manifest)  # the index (read now) and shard headers, for every read
+        self.weight_map = self.files.weight_map
         self._loaders: dict[torch.device, RankLoader] = {}
         self._verified: set[str] = set()
 
@@ -90,5 +89,5 @@ class BakedCheckpoint:
                                       dtype=DType(record.tensors[short].dtype).torch, device=device)
                    for short in short_names}
         if device not in self._loaders:
-            self._loaders[device] = RankLoader(self.root, self.manifest, device)
+            self._loaders[device] = RankLoader(self.files, device)
         return tensors, self._loaders[device].load(record, tensors, [ExpertRun(first=start, slot=0, count=stop - start)])

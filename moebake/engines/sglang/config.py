@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from sglang.srt.layers.quantization.base_config import QuantizationConfig
 
-from moebake.bake.rank_loader import RankLoader
+from moebake.bake.rank_loader import BakeFiles, RankLoader
 from moebake.bake.served_manifest import read_served_manifest
 from moebake.engines.quantization_identity import MoebakeQuantization
 from moebake.engines.sglang import internals
@@ -85,12 +85,13 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
         super().__init__()
         self.quant, self.manifest, self.manifest_path, self.original = quant, manifest, manifest_path, original
         self.records = {record.prefix: record for record in manifest.layers}
+        self.files = BakeFiles(manifest_path.parent, manifest)  # index and shard headers, parsed once for every layer
         self._rank_loaders: dict[torch.device, RankLoader] = {}
 
     def rank_loader(self, device: torch.device) -> RankLoader:
         """The one :class:`RankLoader` of this bake onto ``device`` (its pinned staging ring is shared by every layer)."""
         if device not in self._rank_loaders:
-            self._rank_loaders[device] = RankLoader(self.manifest_path.parent, self.manifest, device)
+            self._rank_loaders[device] = RankLoader(self.files, device)
         return self._rank_loaders[device]
 
     @classmethod

@@ -24,20 +24,19 @@ import torch
 from safetensors import safe_open
 from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
-from moebake.bake.rank_loader import ExpertRun, RankLoader, runs_from_slots
+from moebake.bake.rank_loader import BakeFiles, ExpertRun, RankLoader, runs_from_slots
 from moebake.engines.vllm import internals
 from moebake.engines.vllm.bake import refuse
 from moebake.engines.vllm.baked_experts import BakedExperts
 from moebake.errors import MoebakeError
-from moebake.schema.index import read_index
 
 _PATTERNS = ["*.safetensors", "*.json"]
 
 
-def weight_map(directory: Path) -> dict[str, str]:
+def weight_map(files: BakeFiles) -> dict[str, str]:
     """Tensor name -> shard file name, from the bake's index (``moebake convert`` always writes one)."""
     try:
-        return read_index(directory).weight_map
+        return files.weight_map
     except MoebakeError as err:
         raise refuse(str(err)) from None
 
@@ -102,14 +101,14 @@ class MoebakeModelLoader(BaseModelLoader):
 
     def load_weights(self, model: torch.nn.Module, model_config) -> None:
         directory = self.checkpoint_directory(model_config)
-        files = weight_map(directory)
         layers = [(name, module) for name, module in model.named_modules()
                   if isinstance(getattr(module, "quant_method", None), BakedExperts)]
         if not layers:
             raise refuse(f"{directory}: the model has no moebake MoE layer (config.json's quant_method must be "
                          f"'moebake'; was the checkpoint baked by moebake convert?)")
         bake = layers[0][1].quant_method.bake
-        loader = RankLoader(directory, bake.manifest, next(layers[0][1].parameters()).device)
+        loader = RankLoader(BakeFiles(directory, bake.manifest), next(layers[0][1].parameters()).device)
+        files = weight_map(loader.files)  # the one read of the index: the loader's headers come from it too
         for _, layer in layers:
             copy_baked_experts(layer, layer.quant_method, loader)
         self.load_stats = loader.total
