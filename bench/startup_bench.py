@@ -406,12 +406,12 @@ def limit_seconds(bytes_per_rank: int, ep: int, cache: str, limits: dict) -> flo
 
 def rank_bytes(directory: Path, ep: int) -> int:
     """The bake's bytes one EP rank needs: its share of every baked tensor, and every other tensor whole."""
+    from moebake.formats.safetensors_file import tensor_nbytes
     from moebake.schema.manifest import Manifest, read_manifest
 
     out = directory / "out"
     manifest = Manifest.from_json(read_manifest(out), out / "moebake.json")
-    baked = sum(int(np.prod(t.shape)) * {"U8": 1, "BF16": 2, "F32": 4}[str(t.dtype.value)]
-                for layer in manifest.layers for t in layer.tensors.values())
+    baked = sum(tensor_nbytes(t.dtype.value, t.shape) for layer in manifest.layers for t in layer.tensors.values())
     total = sum(f.stat().st_size for f in out.glob("*.safetensors"))
     return (total - baked) + baked // ep
 
