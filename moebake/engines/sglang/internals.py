@@ -28,7 +28,7 @@ def check_version() -> None:
     if sglang.__version__ != PROVEN_VERSION:
         raise MoebakeRefusal(f"this moebake's SGLang plugin is proven against SGLang {PROVEN_VERSION} (its private names and "
                              f"load-time bytes), and SGLang {sglang.__version__} is installed; install sglang=={PROVEN_VERSION} "
-                             f"(pip install \"moebake[sglang]\" pins it) or a moebake proven for {sglang.__version__}")
+                             f"(`pip install \".[sglang]\"` from a moebake clone pins it) or a moebake proven for {sglang.__version__}")
 
 
 def loader_reads_every_byte() -> str | None:
