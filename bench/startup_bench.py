@@ -246,8 +246,7 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
 
             quant = MoebakeConfig.from_config(config["quantization_config"])
         root = _build_model(config, quant)
-    params = dict(root.named_parameters())
-    others, held = {}, []
+    others = {}
     weights = buffered_multi_thread_safetensors_weights_iterator(files, max_workers=DefaultModelLoader.DEFAULT_NUM_THREADS)
 
     def load_other(name, tensor):
@@ -257,6 +256,8 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
         requested += tensor.numel() * tensor.element_size()
 
     if path == "stock":  # as GptOssForCausalLM._load_weights_mxfp4: experts loaded as they come, the rest after
+        held = []
+
         def experts():
             nonlocal requested
             for name, tensor in weights:
@@ -270,14 +271,14 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
         GptOssForCausalLM._load_mxfp4_experts_weights(root, experts())
         for name, tensor in held:
             load_other(name, tensor)
-    else:  # as its generic load_weights: every tensor in the iterator's order
+        held.clear()  # SGLang drops its held views once they are loaded
+    else:  # as its generic load_weights: every tensor in the iterator's order (the post-load step replaces no parameter)
+        params = dict(root.named_parameters())
         for name, tensor in weights:
             if name in params:
                 params[name].weight_loader(params[name], tensor)  # the plugin's loader: metadata only
             else:
                 load_other(name, tensor)
-    params = None  # the model keeps no reference to the parameters the post-load step replaces
-    held.clear()
     layers = [block.mlp.experts for block in root.model.layers]
     for layer in layers:
         layer.quant_method.process_weights_after_loading(layer)
