@@ -266,7 +266,8 @@ def write_results(rows: list[dict], results: Path, stem: str, draw: bool = True)
         writer = csv.DictWriter(f, COLUMNS + ["profile"])
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in row.items()})
+            # significant digits, not decimals: a tiny run's GB/s (a few thousandths) must not round to 0
+            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
     table = [f"| source GB | page cache | tool | wall s | GB/s | x copy | CPU s | CPU floor (/{CORES} cores) x copy | "
              "peak RSS MiB | peak PSS MiB | load |", "|" + "---|" * 11]
     for row in rows:
