@@ -27,7 +27,8 @@ cache, seconds (slowest rank), bytes_read (bytes the ranks read from the block d
 consumed: the rank rows it read plus every other tensor it copied; for stock, every tensor the
 iterator handed out), limit_seconds (see :func:`limit_seconds`), peak_gpu_extra_gib (peak GPU memory
 beyond the parameters resident at the end, largest rank) and peak_host_rss_gib (largest rank's peak
-RSS, mapped file pages included). The machine's limits are measured in the same run
+RSS, mapped file pages included; with rss_before_load_gib, the process before its first byte, and
+rss_anon_after_gib / rss_file_after_gib, its anonymous and file-backed resident memory after the load). The machine's limits are measured in the same run
 (:func:`measure_limits`).
 
     python bench/startup_bench.py make --model gpt-oss-20b --dir /data/b20         # source + bake
@@ -134,6 +135,17 @@ def make(directory: Path, model: str, layers: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------ one rank
+def _rss_gib() -> dict:
+    """This process's resident memory now (``/proc/self/status``): total, anonymous and file-backed (mmap'd shards)."""
+    fields = {"VmRSS:": "rss", "RssAnon:": "anon", "RssFile:": "file"}
+    found = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key = line.split(":")[0] + ":"
+        if key in fields:
+            found[fields[key]] = int(line.split()[1]) * 1024 / GIB
+    return found
+
+
 def _io_read_bytes() -> int:
     """Bytes this process has read from the block device (``/proc/self/io`` ``read_bytes``)."""
     for line in Path("/proc/self/io").read_text().splitlines():
@@ -235,6 +247,7 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     io_before, requested = _io_read_bytes(), 0
+    rss_before = _rss_gib()  # the process (torch, CUDA context, the engine's imports) before its first byte
     began = time.perf_counter()
     with torch.device(device):
         if path == "stock":
@@ -288,9 +301,12 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
         torch.cuda.synchronize()
     seconds = time.perf_counter() - began
     rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB  # before the digest's own copies
+    rss_after = _rss_gib()
     resident = torch.cuda.memory_allocated() if cuda else 0
     peak = torch.cuda.max_memory_allocated() if cuda else 0
     return {"seconds": seconds, "layer0_xxh3": _digest(layers[0]), "peak_host_rss_gib": rss_gib,
+            "rss_before_load_gib": rss_before.get("rss", 0.0), "rss_anon_after_gib": rss_after.get("anon", 0.0),
+            "rss_file_after_gib": rss_after.get("file", 0.0),
             "bytes_read": _io_read_bytes() - io_before, "bytes_requested": requested,
             "peak_gpu_extra_gib": (peak - resident) / GIB, "resident_gib": resident / GIB}
 
@@ -450,7 +466,9 @@ def run_all(args) -> None:
                        "limit_seconds": limit_seconds(rank_bytes(directory, ep), ep, cache, limits),
                        "peak_gpu_extra_gib": max(r["peak_gpu_extra_gib"] for r in ranks),
                        "resident_gib": max(r["resident_gib"] for r in ranks),
-                       "peak_host_rss_gib": max(r["peak_host_rss_gib"] for r in ranks)}
+                       "peak_host_rss_gib": max(r["peak_host_rss_gib"] for r in ranks),
+                       **{key: max(r[key] for r in ranks)
+                          for key in ("rss_before_load_gib", "rss_anon_after_gib", "rss_file_after_gib")}}
                 twin = [r for r in results["runs"] if r["path"] != path and r["ep"] == ep and r["model"] == about["model"]
                         and r["layers"] == about["layers"]]
                 if twin and twin[-1]["layer0_xxh3"] != run["layer0_xxh3"]:
