@@ -561,6 +561,21 @@ def _pair_row(ep: int, cache: str, pair: dict) -> str:
             f"{both('peak_gpu_extra_gib')} | {both('peak_host_rss_gib')} |")
 
 
+def _rss_split(runs: list[dict]) -> list[str]:
+    """Where each run's host memory is (runs that recorded it): the process before the load, the peak, and the
+    anonymous and file-backed (mmap'd shards) resident memory after it, GiB, largest rank."""
+    split = [r for r in runs if "rss_before_load_gib" in r]
+    if not split:
+        return []
+    lines = ["", "Host memory, GiB (largest rank): the process before its first byte (torch, CUDA context, SGLang's "
+             "imports), its peak, and its anonymous and file-backed (mapped shard pages) resident memory after the load.",
+             "", "| ep | cache | path | before load | peak RSS | anonymous after | file-backed after |", "|" + "---|" * 7]
+    for r in sorted(split, key=lambda r: (r["cache"], r["ep"], r["path"] != "stock")):
+        lines.append(f"| {r['ep']} | {r['cache']} | {r['path']} | {r['rss_before_load_gib']:.2f} | "
+                     f"{r['peak_host_rss_gib']:.2f} | {r['rss_anon_after_gib']:.2f} | {r['rss_file_after_gib']:.2f} |")
+    return lines
+
+
 def table(results_path: Path, md: Path | None = None) -> Path:
     """The Markdown summary of a results JSON (a table per model, the limits, the notes), beside it as ``.md``."""
     results_path = Path(results_path)
@@ -586,7 +601,8 @@ def table(results_path: Path, md: Path | None = None) -> Path:
         lines += [f"## {model}-shaped, {layers} MoE layers of {mine[0]['experts']} experts", ""]
         for limits in results.get("limits", []):
             if (limits.get("model"), limits.get("layers")) == (model, layers):
-                lines += [f"Limits measured in its session: {_limits_line(limits)}.", ""]
+                session = f" ({limits['session']})" if "session" in limits else ""
+                lines += [f"Limits measured in its session{session}: {_limits_line(limits)}.", ""]
         lines += [header, "|" + "---|" * 10]
         groups = sorted({(r["ep"], r["cache"]) for r in mine}, key=lambda g: (g[1], g[0]))
         for ep, cache in groups:
@@ -598,6 +614,7 @@ def table(results_path: Path, md: Path | None = None) -> Path:
         notes += [n["text"] for n in results.get("notes", []) if (n.get("model"), n.get("layers")) == (model, layers)]
         if missing:
             lines += ["", f"Not measured: {', '.join(missing)}."]
+        lines += _rss_split(mine)
         lines += [""] + [f"Note: {n}" for n in notes] + ([""] if notes else [])
     lines += ["## What limits each number", "",
               "Cold: the disk. Both paths read every byte they need from it once; the bake reads more bytes than "
