@@ -292,8 +292,10 @@ def test_startup_bench_table_is_the_committed_markdown(tmp_path):
     md = bench.table(RESULTS / "startup_h200x2.json", tmp_path / "startup.md")
     assert md.read_text() == (RESULTS / "startup_h200x2.md").read_text()
     text = md.read_text()
-    assert "| 1 | warm | 4.04 | 1.36 | 2.96x | 1.59 | 0.86 |" in text  # 120B-shaped, EP 1 warm
-    assert "Not measured: EP 2 warm." in text and "2 x H200, 32 cores" in text
+    assert "| 1 | warm | 4.41 | 1.48 | 2.97x | 1.37 | 1.08 |" in text  # 120B-shaped, EP 1 warm
+    assert "| 2 | warm | 4.89 | 1.52 | 3.22x | 0.75 | 2.03 |" in text  # 120B-shaped, EP 2 warm
+    assert "| 1 | warm | bake | 1.09 | 2.35 | 0.65 | 1.57 |" in text  # its host-memory split
+    assert "Not measured" not in text and "2 x H200, 32 cores" in text
 
 
 def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):
