@@ -97,6 +97,21 @@ def test_serve_bench_plot_only(tmp_path, capsys):
     assert not (tmp_path / "x.json").exists()  # --plot-only writes no JSON
 
 
+def test_serve_bench_table_and_plot_show_the_graph_captured_decode_step(tmp_path):
+    """Rows with the CUDA-graph timings (made up here) get the decode table and two more lines in the plot."""
+    pytest.importorskip("matplotlib")
+    bench = _load("serve_bench.py")
+    results = json.loads((RESULTS / "serve_bench_h100.json").read_text())
+    results["forward"][0].update(decode_graph_ms=0.2, direct_graph_ms=0.2, ratio_graph=1.0, ratio_graph_vs_direct=0.5)
+    lines = bench.table(results).splitlines()
+    tokens, direct = results["forward"][0]["tokens"], results["forward"][0]["direct_ms"]
+    assert f"| {tokens} | 0.2000 | 0.2000 | {direct:.4f} | 1.000 | 0.500 |" in lines
+    assert sum(line.startswith("| ") and line.count("|") == 7 for line in lines[lines.index("| tokens | decode step, graph (ms) "
+               "| bare kernel, graph (ms) | bare kernel, eager (ms) | step / bare graph | step / bare eager |"):]) == 2
+    bench.plot(results, tmp_path / "serve.png")
+    assert (tmp_path / "serve.png").stat().st_size > 10_000
+
+
 # deepgemm_masked_bench.py: DeepGEMM's masked GEMM vs torch (one GPU)
 
 
