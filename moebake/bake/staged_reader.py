@@ -46,7 +46,8 @@ class LoadStats:
 
     def __str__(self) -> str:
         """In the CLI's decimal units: ``6 tensors, 1.85 GB to cuda:0 in 0.064 s (28.9 GB/s)``."""
-        return f"{self.tensors} tensors, {size_text(self.bytes)} to {self.device} in {self.seconds:.3f} s ({rate_text(self.bytes, self.seconds)})"
+        speed = rate_text(self.bytes, self.seconds)
+        return f"{self.tensors} tensors, {size_text(self.bytes)} to {self.device} in {self.seconds:.3f} s ({speed})"
 
 
 def _pread_into(fd: int, buffer: torch.Tensor, offset: int, piece: ByteRange) -> None:
