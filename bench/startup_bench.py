@@ -28,7 +28,8 @@ consumed: the rank rows it read plus every other tensor it copied; for stock, ev
 iterator handed out), limit_seconds (see :func:`limit_seconds`), peak_gpu_extra_gib (peak GPU memory
 beyond the parameters resident at the end, largest rank) and peak_host_rss_gib (largest rank's peak
 RSS, mapped file pages included; with rss_before_load_gib, the process before its first byte, and
-rss_anon_after_gib / rss_file_after_gib, its anonymous and file-backed resident memory after the load). The machine's limits are measured in the same run
+rss_anon_after_gib / rss_file_after_gib, its anonymous and file-backed resident memory after the load).
+The machine's limits are measured in the same run
 (:func:`measure_limits`).
 
     python bench/startup_bench.py make --model gpt-oss-20b --dir /data/b20         # source + bake
@@ -155,36 +156,30 @@ def _io_read_bytes() -> int:
 
 
 def _sglang_world(ep: int, rank: int, device: str):
-    """SGLang's process state for EP rank ``rank`` of ``ep`` (tp = ep = ``ep``, a gloo world of ``ep`` processes),
-    ``--moe-runner-backend flashinfer_mxfp4`` on an SM90 platform, FlashInfer's kernels from the reduced module."""
+    """SGLang's process state for EP rank ``rank`` of ``ep`` (the SGLang oracle's ``sglang_engine``: tp = ep = ``ep``,
+    a gloo world of ``ep`` processes), ``--moe-runner-backend flashinfer_mxfp4`` on an SM90 platform, FlashInfer's
+    kernels from the reduced module."""
     from contextlib import ExitStack
     from unittest import mock
 
     sys.path.insert(0, str(ROOT / "tests"))
-    from engine_oracles import standins
+    from engine_oracles import sglang_oracle, standins
 
     standins.install()
     import sglang.srt.layers.moe.moe_runner.flashinfer_cutlass as runner
     import sglang.srt.layers.quantization.mxfp4 as mxfp4
     from flashinfer.fused_moe.core import ActivationType
     from sglang.srt.distributed import parallel_state
-    from sglang.srt.layers.moe.utils import initialize_moe_config
     from sglang.srt.layers.quantization import QUANTIZATION_METHODS
     from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
     from sglang.srt.plugins import load_plugins
-    from sglang.srt.runtime_context import SpawnRanks, get_parallel, override_platform, publish
-    from sglang.srt.server_args import ServerArgs
+    from sglang.srt.runtime_context import get_parallel
 
     QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
     load_plugins()
-    parallel_state.init_distributed_environment(world_size=ep, rank=rank, local_rank=rank, backend="gloo")
-    publish(ServerArgs(model_path="dummy", tp_size=ep, ep_size=ep, pp_size=1, moe_runner_backend="flashinfer_mxfp4"),
-            role="bench", ranks=SpawnRanks(world_rank=rank))
-    get_parallel().override_permanently(world_group=parallel_state._WORLD)
-    parallel_state.initialize_model_parallel(backend="gloo")
-    initialize_moe_config()
     stack = ExitStack()
-    stack.enter_context(override_platform(is_sm90=True, is_sm100=False, is_blackwell=False, is_sm120=False))
+    stack.enter_context(sglang_oracle.sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90", ep=ep, rank=rank,
+                                                    role="bench"))
     stack.enter_context(mock.patch.object(mxfp4, "_FI_HAS_SM90_CUTLASS_MXFP4", True))
     if device.startswith("cuda"):
         from moebake.serve.flashinfer_ops import sm90_moe_ops

@@ -162,7 +162,8 @@ def started_workers(source: Path, out: Path) -> tuple[subprocess.Popen, list[psu
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "MOEBAKE_TEST_SLOW_CHUNK": "0.5",
            "PYTHONPATH": os.pathsep.join([str(SLOW_SITE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     process = subprocess.Popen([sys.executable, "-m", "moebake", "convert", str(source), str(out), "--target", "sm90-cutlass",
-                                "--quiet", "--workers", "2", "--writers-per-device", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                "--quiet", "--workers", "2",
+                                "--writers-per-device", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, start_new_session=True, preexec_fn=_sigint_default)
     staging, deadline = out.parent / f".{out.name}.partial", time.monotonic() + 60
     while time.monotonic() < deadline and process.poll() is None:

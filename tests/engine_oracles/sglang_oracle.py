@@ -54,20 +54,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _init_process_group() -> None:
+def _init_process_group(world_size: int = 1, rank: int = 0) -> None:
     from sglang.srt.distributed import parallel_state
 
     # SGLang's own world group, not torch's default group: the vLLM oracle may have made that one.
     if parallel_state._WORLD is None:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
-        parallel_state.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo")
+        parallel_state.init_distributed_environment(world_size=world_size, rank=rank, local_rank=rank, backend="gloo")
 
 
 @contextmanager
 def sglang_engine(*, moe_runner_backend: str = "auto", moe_a2a_backend: str = "none", gpu: str = "sm90",
-                  **server_args):
-    """SGLang's process state as a one-GPU server started with these arguments would have it.
+                  ep: int = 1, rank: int = 0, role: str = "test", **server_args):
+    """SGLang's process state as a server started with these arguments would have it in EP rank ``rank`` of
+    ``ep`` (tp = ep; one process per rank, a gloo world of ``ep`` processes: ``MASTER_ADDR``/``MASTER_PORT``
+    set by whoever starts them; one rank when ``ep`` is 1).
 
     ``gpu`` is the platform SGLang is told it runs on (``sm90``, ``sm100``, or anything else for
     neither): its quantization methods pick their kernel from it.
@@ -77,10 +79,10 @@ def sglang_engine(*, moe_runner_backend: str = "auto", moe_a2a_backend: str = "n
     from sglang.srt.runtime_context import SpawnRanks, get_parallel, override_platform, publish, reset_context
     from sglang.srt.server_args import ServerArgs
 
-    _init_process_group()
+    _init_process_group(ep, rank)
     reset_context()
-    publish(ServerArgs(model_path="dummy", tp_size=1, ep_size=1, pp_size=1, moe_runner_backend=moe_runner_backend,
-                       moe_a2a_backend=moe_a2a_backend, **server_args), role="test", ranks=SpawnRanks(world_rank=0))
+    publish(ServerArgs(model_path="dummy", tp_size=ep, ep_size=ep, pp_size=1, moe_runner_backend=moe_runner_backend,
+                       moe_a2a_backend=moe_a2a_backend, **server_args), role=role, ranks=SpawnRanks(world_rank=rank))
     get_parallel().override_permanently(world_group=parallel_state._WORLD)
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(backend="gloo")
