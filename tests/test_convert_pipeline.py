@@ -86,7 +86,7 @@ def shard_of(chunks):
         yield from chunks
 
     size = sum(chunk.numel() for chunk in chunks)
-    return OutputShard("s.safetensors", (OutputTensor("t", "U8", (size,), ("t",), produce),))
+    return OutputShard("s.safetensors", (OutputTensor(name="t", dtype="U8", shape=(size,), sources=("t",), produce=produce),))
 
 
 def test_writer_hashes_exactly_the_bytes_written(tmp_path):
@@ -103,7 +103,7 @@ def test_writer_stops_its_thread_when_the_producer_fails(tmp_path):
         raise RuntimeError("producer broke")
 
     threads = threading.active_count()
-    shard = OutputShard("s.safetensors", (OutputTensor("t", "U8", (20,), ("t",), produce),))
+    shard = OutputShard("s.safetensors", (OutputTensor(name="t", dtype="U8", shape=(20,), sources=("t",), produce=produce),))
     with pytest.raises(RuntimeError, match="producer broke"):
         write_shard(shard, tmp_path / "s.safetensors")
     assert threading.active_count() == threads

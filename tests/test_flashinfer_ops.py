@@ -54,11 +54,12 @@ def test_own_getter_loads_our_module_once_and_leaves_flashinfer_as_it_was():
 def test_interleave_refuses_a_tensor_it_cannot_take():
     import torch
 
+    from moebake.errors import InvalidArgumentError
     from moebake.serve import flashinfer_ops
 
     flashinfer_ops.sm90_moe_ops.cache_clear()
     try:
-        with pytest.raises(ValueError, match="3-D uint8 CUDA tensor"):
+        with pytest.raises(InvalidArgumentError, match="3-D uint8 CUDA tensor"):
             flashinfer_ops.sm90_moe_ops().interleave_weights(torch.zeros(2, 64, 32, dtype=torch.uint8))
     finally:
         flashinfer_ops.sm90_moe_ops.cache_clear()

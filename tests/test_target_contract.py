@@ -31,9 +31,10 @@ class ToyBf16(Target):
     """A toy target: BF16 experts with W13 rows ``[up; gate]`` (all a new target needs: spec, bake, restore)."""
 
     spec = TargetSpec(
-        "toy-bf16", 1, ("bf16-moe",), "a toy `[up; gate]` BF16 layout", "Hopper (SM90)",
-        (TensorSpec("w13_weight", DType.BF16, "E, 2 * I, H", GateUpOrder.UP_GATE), TensorSpec("w2_weight", DType.BF16, "E, H, I")),
-        gpus=(GpuFamily.SM90,),
+        name="toy-bf16", layout_version=1, source_formats=("bf16-moe",), kernel="a toy `[up; gate]` BF16 layout",
+        arch="Hopper (SM90)", gpus=(GpuFamily.SM90,),
+        tensors=(TensorSpec("w13_weight", DType.BF16, "E, 2 * I, H", gate_up_order=GateUpOrder.UP_GATE),
+                 TensorSpec("w2_weight", DType.BF16, "E, H, I")),
     )
 
     def layer_tensors(self, model, layer, dims: LayerDims, options: ConvertOptions) -> dict[str, Planned]:

@@ -16,6 +16,8 @@ import functools
 import inspect
 from types import FunctionType, SimpleNamespace
 
+from moebake.errors import InvalidArgumentError
+
 QUANT_TYPES = {"fp4": 1, "fp4_fp8": 2, "int4": 0}
 """``interleave_moe_weights_for_sm90_mixed_gemm``'s quant types, as FlashInfer's wrapper numbers them for the op."""
 
@@ -59,7 +61,7 @@ def sm90_moe_ops() -> SimpleNamespace:
         import torch
 
         if weight.dim() != 3 or weight.dtype != torch.uint8 or not weight.is_cuda:
-            raise ValueError(f"weight must be a 3-D uint8 CUDA tensor; got {tuple(weight.shape)} {weight.dtype} "
+            raise InvalidArgumentError(f"weight must be a 3-D uint8 CUDA tensor; got {tuple(weight.shape)} {weight.dtype} "
                              f"on {weight.device}")
         weight = weight.contiguous()
         out = torch.empty_like(weight)
