@@ -114,6 +114,7 @@ def bench_forward(experts, prepared: dict, swiglu_limit: float, args) -> list[di
     """Latency per token count of moebake's forward, SGLang's call (pad, kernel, trim) on its own
     prepared tensors, and the bare ``cutlass_fused_moe`` on moebake's tensors with a pre-padded input."""
     sglang_baseline = oracle()
+    from moebake.serve.cuda_graph import capture
     from moebake.serve.flashinfer_ops import sm90_moe_ops
 
     cutlass_fused_moe = sm90_moe_ops().cutlass_fused_moe
@@ -147,7 +148,7 @@ def bench_forward(experts, prepared: dict, swiglu_limit: float, args) -> list[di
             step = experts.decode_step(max_tokens=tokens, top_k=args.top_k)
             step.hidden.copy_(x), step.topk_ids.copy_(ids32), step.topk_weights.copy_(weights)
             step.capture(tokens)
-            direct_graph = capture_graph(lambda: cutlass_fused_moe(x_padded, ids32, weights, output=out, **direct_args))
+            direct_graph, _ = capture(lambda: cutlass_fused_moe(x_padded, ids32, weights, output=out, **direct_args))
             calls.update(decode_graph=step.replay, direct_graph=direct_graph.replay)
         ms = time_cuda_interleaved(calls, iterations)
         cutlass_fused_moe(x_padded, ids32, weights, output=out, **direct_args)
@@ -164,19 +165,6 @@ def bench_forward(experts, prepared: dict, swiglu_limit: float, args) -> list[di
                        outputs_equal=same and same_graph)
         rows.append(row)
     return rows
-
-
-def capture_graph(call) -> "torch.cuda.CUDAGraph":
-    """``call`` recorded in a CUDA graph, after one warm-up call on a side stream."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        call()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
-    return graph
 
 
 def require_sm90_gpu() -> None:

@@ -29,6 +29,7 @@ from moebake.errors import InvalidArgumentError, ManifestError, PlatformError, U
 from moebake.schema.manifest import Activation, LayerRecord
 from moebake.schema.targets import SM90_CUTLASS
 from moebake.serve.baked_checkpoint import BakedCheckpoint
+from moebake.serve.cuda_graph import capture
 from moebake.serve.flashinfer_ops import sm90_moe_ops
 from moebake.serve.platform import require_flashinfer_layout, require_gpu
 
@@ -220,14 +221,8 @@ class Sm90DecodeStep:
     def capture(self, tokens: int) -> torch.Tensor:
         """Record ``run(tokens)`` in a CUDA graph (after one eager warm-up call on a side stream, as CUDA graphs
         require); returns the output view the replays write."""
-        stream = torch.cuda.Stream(device=self.experts.device)
-        stream.wait_stream(torch.cuda.current_stream(self.experts.device))
-        with torch.cuda.stream(stream):
-            self.run(tokens)
-        torch.cuda.current_stream(self.experts.device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            view = self.run(tokens)
+        with torch.cuda.device(self.experts.device):
+            graph, view = capture(lambda: self.run(tokens))
         self._graph, self._graph_tokens = graph, tokens
         return view
 
