@@ -177,6 +177,21 @@ def test_deepep_layer_bench_plot_only(tmp_path, capsys):
     assert (tmp_path / "ep.png").stat().st_size > 10_000
 
 
+def test_deepep_layer_bench_shows_the_graph_step(tmp_path, capsys):
+    """A DeepGEMM row with ``graph_step`` (added here) gets it in the table's last column and a line in the plot."""
+    pytest.importorskip("matplotlib")
+    bench = _load("deepep_layer_bench.py")
+    assert bench.parse_args(["--graph"]).graph and not bench.parse_args([]).graph
+    results = json.loads((RESULTS / "deepep_layer_h200_ep1.json").read_text())
+    row = next(r for r in results["rows"] if r["rank"] == 0 and r["backend"] == "deep_gemm")
+    row["ms"]["graph_step"] = 0.123
+    line = next(line for line in bench.table(results).splitlines()
+                if line.startswith(f"{row['shape']:18} {row['tokens']:>8} | {row['ms']['step']:>13.3f}"))
+    assert line.endswith(f"| {0.123:>13.3f}")
+    bench.plot([results], tmp_path / "ep.png")
+    assert (tmp_path / "ep.png").stat().st_size > 10_000
+
+
 # transform_bench.py: per-core speed of a conversion's CPU work (CPU only: runs whole, on tiny shapes)
 
 
