@@ -38,6 +38,7 @@ ORACLE_TESTS = {
     ("vllm", "sm90-cutlass", "deepseek-v4"): ("test_vllm_profile.py", "test_deepseek_v4_flashinfer_cutlass_equals_vllm"),
     ("sglang", "sm90-marlin", "gpt-oss"): ("test_engine_profiles.py", "test_gpt_oss_sm90_marlin_equals_sglang"),
     ("sglang", "sm90-marlin", "deepseek-v4"): ("test_engine_profiles.py", "test_deepseek_v4_sm90_marlin_equals_sglang"),
+    ("vllm", "sm90-marlin", "deepseek-v4"): ("test_vllm_profile.py", "test_deepseek_v4_marlin_equals_vllm"),
 }
 
 

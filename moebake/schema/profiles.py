@@ -129,6 +129,12 @@ VLLM_0_33_0 = EngineProfile("vllm", "0.33.0", {
     # layer's largest input scale, for every expert) are reduced at load by the vLLM plugin from the bake's
     # (the source's, which SGLang reads), with vLLM's own reduction (EPLB's all-reduce included): with H a
     # multiple of 256 one bake serves both engines.
+    # DeepSeek-V4, --moe-backend marlin (Mxfp4MoeBackend.MARLIN): H rounded up to 256 and I to 128
+    # (mxfp4_round_up_hidden_size_and_intermediate_size; moebake bakes DeepSeek-V4 only at those multiples, so nothing is
+    # padded), then prepare_moe_mxfp4_layer_for_marlin on [w1; w3]: SGLang 0.5.23's bytes wherever I % 128 == 0, so one
+    # bake serves both. (GPT-OSS is not profiled: vLLM's Marlin path keeps the checkpoint's (gate, up) row pairs and
+    # zero scale padding, which is not this target's [gate; up] layout.)
+    ("sm90-marlin", "deepseek-v4"): TargetProfile("marlin", "none", _VLLM_MXFP4, hidden_multiple=256),
     ("cutedsl", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "none", _VLLM_NVFP4, hidden_multiple=256,
                                                  intermediate_multiple=64),
 })
