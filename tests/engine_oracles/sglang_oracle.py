@@ -366,3 +366,56 @@ def gpt_oss_sm100_trtllm(source_dir: str | Path, layer: int) -> dict[str, torch.
         GptOssForCausalLM._load_mxfp4_experts_weights(_Holder(prefix, experts, config), iter(source.items()))
         experts.quant_method.process_weights_after_loading(experts)
         return {name: p.data.clone() for name, p in experts.named_parameters()}
+
+
+@contextmanager
+def _marlin_ops(repack):
+    """SGLang's Marlin preparation on CPU: ``repack`` stands in for the CUDA op ``gptq_marlin_repack`` (which
+    ``marlin_utils_fp4`` imports only on CUDA), and the kernel workspace (sized from the GPU's SM count) is empty."""
+    from unittest import mock
+
+    import sglang.srt.layers.quantization.marlin_utils_fp4 as marlin_fp4
+
+    with (mock.patch.object(marlin_fp4, "gptq_marlin_repack", repack, create=True),
+          mock.patch.object(marlin_fp4, "marlin_make_workspace", lambda device, *a: torch.zeros(0, dtype=torch.int))):
+        yield
+
+
+def gpt_oss_marlin(source_dir: str | Path, layer: int, repack) -> dict[str, torch.Tensor]:
+    """SGLang's post-``process_weights_after_loading`` parameters of GPT-OSS layer ``layer`` on SM90 with
+    ``--moe-runner-backend marlin`` (``Mxfp4MoEMethod`` with ``use_marlin``: ``deinterleave_moe_mxfp4_w13_for_marlin``,
+    ``prepare_moe_mxfp4_layer_for_marlin``). ``repack`` stands in for ``gptq_marlin_repack``."""
+    import json
+
+    import sglang.srt.layers.quantization.mxfp4 as mxfp4
+    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+    from sglang.srt.models.gpt_oss import GptOssForCausalLM
+    from transformers import PretrainedConfig
+
+    config = PretrainedConfig(**json.loads((Path(source_dir) / "config.json").read_text()))
+    prefix = f"model.layers.{layer}.mlp.experts."
+    suffixes = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
+                "down_proj_blocks", "down_proj_scales", "down_proj_bias")
+    source = read_tensors(source_dir, [prefix + s for s in suffixes])
+    with sglang_engine(moe_runner_backend="marlin", gpu="sm90"), _marlin_ops(repack):
+        experts = FusedMoE(  # as GptOssSparseMoeBlock builds it
+            num_experts=config.num_local_experts, top_k=config.num_experts_per_tok, layer_id=layer,
+            hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+            quant_config=mxfp4.Mxfp4Config.from_config(config.quantization_config), activation=config.hidden_act,
+            gemm1_alpha=getattr(config, "hidden_act_alpha", 1.702), gemm1_clamp_limit=config.swiglu_limit, with_bias=True,
+            prefix=prefix.rstrip("."), use_weight_loader_fused=False,
+        )
+        assert experts.quant_method.use_marlin
+        GptOssForCausalLM._load_mxfp4_experts_weights(_Holder(prefix, experts, config), iter(source.items()))
+        experts.quant_method.process_weights_after_loading(experts)
+        assert experts._mxfp4_backend == "marlin"
+        return {name: p.data.clone() for name, p in experts.named_parameters()}
+
+
+def deepseek_v4_marlin(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
+                       repack) -> dict[str, torch.Tensor]:
+    """The same for one DeepSeek-V4 MXFP4 expert layer (``Fp8Config`` with FP4 experts -> ``Mxfp4MarlinMoEMethod``)."""
+    import sglang.srt.layers.quantization.mxfp4_marlin_moe as dsv4
+
+    with sglang_engine(moe_runner_backend="marlin", gpu="sm90"), _marlin_ops(repack):
+        return _deepseek_v4_layer(source_dir, prefix, num_experts, hidden, intermediate, dsv4.Mxfp4MarlinMoEMethod)

@@ -10,7 +10,9 @@ GPT-OSS (:func:`gpt_oss_flashinfer_cutlass`): builds vLLM's real GPT-OSS ``MLPBl
 DeepSeek-V4 MXFP4 (:func:`deepseek_v4_flashinfer_cutlass`): the same with ``DeepseekV4FP8Config`` (its
 ``get_quant_method`` picks the generic ``Mxfp4MoEMethod``), the checkpoint's ``experts.N.wK.scale`` renamed
 ``.weight_scale`` and E8M0 scales viewed as bytes as vLLM's DeepSeek-V4 mapper and loader do; the whole
-``process_weights_after_loading`` runs, the FlashInfer CUTLASS kernel set-up included.
+``process_weights_after_loading`` runs, the FlashInfer CUTLASS kernel set-up included; with ``--moe-backend marlin``
+(:func:`deepseek_v4_marlin`) the same load, then ``prepare_moe_mxfp4_layer_for_marlin``, its CUDA op
+``gptq_marlin_repack`` stood in for by a CPU repack the caller gives.
 
 Only these things are not vLLM's:
   * the platform's answers about the GPU (vLLM picks MoE kernels from them): :func:`vllm_engine`
@@ -259,9 +261,41 @@ def deepseek_v4_flashinfer_cutlass(source_dir: str | Path, prefix: str, num_expe
     halves to ``[w3; w1]`` and applies FlashInfer's SM90 weight and scale interleaves. ``interleave_weights`` stands
     in for FlashInfer's CUDA weight interleave. Returns ``{RoutedExperts parameter name: tensor}``."""
     import flashinfer.fused_moe as fi_moe
+    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
+
+    def interleave(weight, quant_type):
+        assert quant_type == "fp4", quant_type
+        return interleave_weights(weight)
+
+    with mock.patch.object(fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm", interleave):
+        return _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, "flashinfer_cutlass",
+                                    Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16)
+
+
+def deepseek_v4_marlin(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
+                       repack) -> dict[str, torch.Tensor]:
+    """The same with ``--moe-backend marlin`` (``Mxfp4MoeBackend.MARLIN``: ``prepare_moe_mxfp4_layer_for_marlin``).
+    ``repack`` (moebake's or a reference's, with the CUDA op's arguments ``b_q_weight, perm, size_k, size_n,
+    num_bits``) stands in for vLLM's CUDA ``gptq_marlin_repack`` (``b_q_weight, size_k, size_n, num_bits, is_a_8bit``),
+    called with no act-order permutation and BF16 activations (``is_a_8bit`` false, asserted)."""
+    import vllm._custom_ops as ops
+    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
+
+    def vllm_repack(b_q_weight, size_k, size_n, num_bits, is_a_8bit=False):
+        assert not is_a_8bit
+        return repack(b_q_weight, torch.empty(0, dtype=torch.int32), size_k, size_n, num_bits)
+
+    with mock.patch.object(ops, "gptq_marlin_repack", vllm_repack):
+        return _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, "marlin", Mxfp4MoeBackend.MARLIN)
+
+
+def _deepseek_v4_experts(source_dir, prefix: str, num_experts: int, hidden: int, intermediate: int, moe_backend: str,
+                         backend) -> dict[str, torch.Tensor]:
+    """One DeepSeek-V4 expert layer through vLLM on SM90 with ``--moe-backend moe_backend`` (its method's
+    ``mxfp4_backend`` asserted to be ``backend``): each expert tensor through the parameters' ``weight_loader``,
+    then ``process_weights_after_loading``. ``{RoutedExperts parameter name: tensor}``."""
     from transformers import PretrainedConfig
     from vllm.model_executor.layers.fused_moe.layer import FusedMoEFactory
-    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
     from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
     from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
     from vllm.models.deepseek_v4.quant_config import DeepseekV4FP8Config
@@ -270,20 +304,14 @@ def deepseek_v4_flashinfer_cutlass(source_dir: str | Path, prefix: str, num_expe
     source = {name: tensor for name, tensor in load_all(source_dir).items()
               if name.startswith(prefix) and name[len(prefix):].split(".")[0].isdigit()}
     quant_config = DeepseekV4FP8Config.from_config(config["quantization_config"])
-
-    def interleave(weight, quant_type):
-        assert quant_type == "fp4", quant_type
-        return interleave_weights(weight)
-
-    with vllm_engine(PretrainedConfig(**config), quant_config, moe_backend="flashinfer_cutlass", capability=90), \
-            mock.patch.object(fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm", interleave):
+    with vllm_engine(PretrainedConfig(**config), quant_config, moe_backend=moe_backend, capability=90):
         runner = FusedMoEFactory(num_experts=num_experts, top_k=2, hidden_size=hidden, intermediate_size=intermediate,
                                  quant_config=quant_config, prefix=prefix.rstrip("."), params_dtype=torch.bfloat16,
                                  ckpt_names=("w1", "w2", "w3"), renormalize=True, scoring_func=config["scoring_func"],
                                  routed_scaling_factor=config["routed_scaling_factor"], swiglu_limit=config.get("swiglu_limit"))
         experts = runner.routed_experts
         method = experts.quant_method
-        assert type(method) is Mxfp4MoEMethod and method.mxfp4_backend == Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16
+        assert type(method) is Mxfp4MoEMethod and method.mxfp4_backend == backend, method.mxfp4_backend
         params = dict(runner.named_parameters())
         mapping = RoutedExperts.make_expert_params_mapping(runner, "w1", "w2", "w3", num_experts)
         for name, tensor in source.items():
