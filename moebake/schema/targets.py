@@ -189,11 +189,12 @@ SM100_TRTLLM = register_spec(TargetSpec(
 ))
 
 SM90_MARLIN = register_spec(TargetSpec(
-    "sm90-marlin", 1, _MXFP4_SOURCES, "Marlin W4A16 MoE (`gptq_marlin_repack` layout, BF16 x MXFP4)", "Hopper (SM90)",
-    (
-        TensorSpec("w13_weight", DType.I32, "E, H_pad // 16, 4 * I_pad", _W.GATE_UP),
-        TensorSpec("w13_weight_scale", DType.F8_E8M0, "E, H_pad // 32, 2 * I_pad", _W.GATE_UP),
-        TensorSpec("w13_weight_bias", DType.BF16, "E, 2 * I_pad", _W.GATE_UP, optional=True),
+    name="sm90-marlin", layout_version=1, source_formats=_MXFP4_SOURCES,
+    kernel="Marlin W4A16 MoE (`gptq_marlin_repack` layout, BF16 x MXFP4)", arch="Hopper (SM90)",
+    tensors=(
+        TensorSpec("w13_weight", DType.I32, "E, H_pad // 16, 4 * I_pad", gate_up_order=_W.GATE_UP),
+        TensorSpec("w13_weight_scale", DType.F8_E8M0, "E, H_pad // 32, 2 * I_pad", gate_up_order=_W.GATE_UP),
+        TensorSpec("w13_weight_bias", DType.BF16, "E, 2 * I_pad", gate_up_order=_W.GATE_UP, optional=True),
         TensorSpec("w2_weight", DType.I32, "E, I_pad // 16, 2 * H_pad"),
         TensorSpec("w2_weight_scale", DType.F8_E8M0, "E, I_pad // 32, H_pad"),
         TensorSpec("w2_weight_bias", DType.BF16, "E, H_pad", optional=True),
