@@ -187,30 +187,44 @@ def rewrite_payload(weight: np.ndarray, delta: np.ndarray) -> np.ndarray:
     return np.take(_byte_lut(), index).reshape(weight.shape)
 
 
+def _check_pair(weight: torch.Tensor, scales: torch.Tensor) -> None:
+    experts, rows, row_bytes = _check_weight(weight)
+    if scales.dtype != torch.uint8 or tuple(scales.shape) != (experts, rows, 2 * row_bytes // 32):
+        raise InvalidArgumentError(f"scales {scales.dtype} {list(scales.shape)} do not fit weight {list(weight.shape)}")
+
+
+def humming_weight(weight: torch.Tensor, scales: torch.Tensor, max_range: int = MAX_RANGE, interleave: bool = True) -> torch.Tensor:
+    """Steps 1-3 for the weight: uint8 ``[E, n, k/2]`` rewritten by its scales' clamp (uint8 ``[E, n, k/32]``,
+    padding included) and, with ``interleave``, in the ``"fp4_fp8"`` layout. One expert per thread task."""
+    _check_pair(weight, scales)
+    weight_np, scales_np = weight.contiguous().numpy(), scales.contiguous().numpy()
+    out = np.empty(weight_np.shape, np.uint8)
+
+    def one(e: int) -> None:
+        delta = humming_scales(scales_np[e:e + 1], max_range)[2]
+        rewritten = rewrite_payload(weight_np[e:e + 1], delta)[0]
+        if interleave:
+            _interleave_expert(rewritten, out[e])
+        else:
+            out[e] = rewritten
+
+    run_in_threads([functools.partial(one, e) for e in range(weight_np.shape[0])])
+    return torch.from_numpy(out)
+
+
+def humming_scale_outputs(scales: torch.Tensor, max_range: int = MAX_RANGE, fold: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Steps 1 and 4 for the scales uint8 ``[E, n, k/32]``: ``(offsets, folded with ``fold``; residual float32 [E])``."""
+    offset, residual, _ = humming_scales(scales.contiguous().numpy(), max_range)
+    offset_t = torch.from_numpy(offset)
+    return (fold_scales(offset_t) if fold else offset_t), torch.from_numpy(residual)
+
+
 def humming_preprocess(weight: torch.Tensor, scales: torch.Tensor, max_range: int = MAX_RANGE,
                        interleave: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``preprocess_moe_weights_for_sm90_mixed_gemm_humming(weight, scales, max_range, interleave=...)`` on CPU:
     ``(weight_out, scale_out, residual)`` (module docstring); ``residual`` is FlashInfer's, before SGLang's x64.
 
     ``weight`` uint8 ``[E, n, k/2]``, ``scales`` uint8 ``[E, n, k/32]``; both whole (padding included:
-    the range is taken over every scale of an expert). Runs one expert per thread task.
+    the range is taken over every scale of an expert).
     """
-    experts, rows, row_bytes = weight.shape
-    if scales.dtype != torch.uint8 or tuple(scales.shape) != (experts, rows, 2 * row_bytes // 32):
-        raise InvalidArgumentError(f"scales {scales.dtype} {list(scales.shape)} do not fit weight {list(weight.shape)}")
-    weight_np, scales_np = weight.contiguous().numpy(), scales.contiguous().numpy()
-    offset = np.empty(scales_np.shape, np.uint8)
-    residual = np.empty(experts, np.float32)
-    processed = np.empty(weight_np.shape, np.uint8)
-
-    def one(e: int) -> None:
-        o, r, d = humming_scales(scales_np[e:e + 1], max_range)
-        offset[e], residual[e] = o[0], r[0]
-        processed[e] = rewrite_payload(weight_np[e:e + 1], d)[0]
-        if interleave:
-            _check_weight(weight)
-            _interleave_expert(processed[e].copy(), processed[e])
-
-    run_in_threads([functools.partial(one, e) for e in range(experts)])
-    offset_t = torch.from_numpy(offset)
-    return (torch.from_numpy(processed), fold_scales(offset_t) if interleave else offset_t, torch.from_numpy(residual))
+    return (humming_weight(weight, scales, max_range, interleave), *humming_scale_outputs(scales, max_range, interleave))

@@ -44,3 +44,28 @@ def cpu_helpers(interleave_weights=None) -> SimpleNamespace:
     preprocess, preprocess_checks = _recompile(prepare.preprocess_moe_weights_for_sm90_mixed_gemm_humming, namespace)
     return SimpleNamespace(scale=scale, payload=payload, lut=prepare._humming_mxfp4_w4a8_rewrite_lut_cpu, preprocess=preprocess,
                            checks={"scale": scale_checks, "payload": payload_checks, "preprocess": preprocess_checks})
+
+
+def widen_mxfp4_scales(source_dir, seed: int = 0) -> None:
+    """Rewrite, in place, a synthetic GPT-OSS / DeepSeek-V4 checkpoint's expert E8M0 scales (``*_proj_scales``,
+    ``ffn.experts.*.w?.scale``) so that the Humming range clamp has work: most in [110, 128), 3% far below
+    (60..109: clamped groups, rewritten codes), same names, shapes and dtypes (``moebake.synthetic`` writes
+    [118, 123), a range of 4, which the clamp keeps whole)."""
+    from pathlib import Path
+
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    generator = torch.Generator().manual_seed(seed)
+    for shard in sorted(Path(source_dir).glob("*.safetensors")):
+        with safe_open(shard, framework="pt") as f:
+            tensors, metadata = {name: f.get_tensor(name) for name in f.keys()}, f.metadata()
+        for name, tensor in tensors.items():
+            if not (name.endswith("_proj_scales") or (".ffn.experts." in name and name.endswith(".scale"))):
+                continue
+            wide = torch.randint(110, 128, tensor.shape, dtype=torch.uint8, generator=generator)
+            low = torch.rand(tensor.shape, generator=generator) < 0.03
+            wide[low] = torch.randint(60, 110, (int(low.sum()),), dtype=torch.uint8, generator=generator)
+            tensors[name] = wide.view(tensor.dtype)
+        save_file(tensors, shard, metadata=metadata)
