@@ -32,6 +32,20 @@ _DSV4_NO_LIMIT = (write_deepseek_v4, {**_DSV4[1], "swiglu_limit": None})
 _MODELOPT = (write_modelopt_nvfp4, {"num_layers": 3, "num_experts": 4, "hidden": 128, "intermediate": 64})
 
 
+def _wide_scales(case):
+    """A source case whose expert E8M0 scales are then widened (60..127), so that the Humming clamp rewrites groups."""
+    write, arguments = case
+
+    def written(path, **kwargs):
+        from engine_oracles.humming_oracle import widen_mxfp4_scales
+
+        source = write(path, **kwargs)
+        widen_mxfp4_scales(source, seed=5)
+        return source
+
+    return written, arguments
+
+
 def _bf16(style: str, **extra):
     return write_bf16_moe, {"style": style, "num_layers": 2, "num_experts": 4, "hidden": 64, "intermediate": 32, **extra}
 
@@ -45,6 +59,10 @@ CASES = {
     "sm90-cutlass/gpt-oss/64KiB-chunks": (_GPT_OSS, {"target": "sm90-cutlass", "chunk_bytes": 1 << 16}),
     "sm90-cutlass/deepseek-v4": (_DSV4, {"target": "sm90-cutlass"}),
     "sm90-cutlass/deepseek-v4/v1": (_DSV4, {"target": "sm90-cutlass", "flashinfer_layout": "v1"}),
+    "sm90-cutlass-w4a8/gpt-oss": (_GPT_OSS, {"target": "sm90-cutlass-w4a8"}),
+    "sm90-cutlass-w4a8/gpt-oss/wide-scales": (_wide_scales(_GPT_OSS), {"target": "sm90-cutlass-w4a8"}),
+    "sm90-cutlass-w4a8/deepseek-v4": (_DSV4, {"target": "sm90-cutlass-w4a8"}),
+    "sm90-cutlass-w4a8/deepseek-v4/wide-scales": (_wide_scales(_DSV4), {"target": "sm90-cutlass-w4a8"}),
     "sm100-trtllm/gpt-oss": (_GPT_OSS, {"target": "sm100-trtllm"}),
     "sm100-trtllm/deepseek-v4": (_DSV4, {"target": "sm100-trtllm"}),
     "sm100-trtllm/deepseek-v4/no-limit": (_DSV4_NO_LIMIT, {"target": "sm100-trtllm"}),

@@ -69,3 +69,37 @@ def gptq_marlin_repack_reference(b_q_weight: torch.Tensor, perm: torch.Tensor, s
     shifts = torch.arange(8, dtype=torch.int32) * 4
     values = ((b_q_weight.unsqueeze(1) >> shifts.view(1, 8, 1)) & 0xF).reshape(size_k, size_n)  # row 8w + i: nibble i
     return marlin_weights(values, size_k, size_n, 4, get_weight_perm(4))
+
+
+# preprocess_fp4x8_signs_for_fp8: (mask, shift) of each sign bit; the exponent/mantissa bits 0x77777777 stay.
+KERNEL_FP8_SIGN_SHIFTS = [
+    (0x00000008, 4), (0x00000080, 8), (0x00000800, 12), (0x00008000, 16),
+    (0x00080000, -16), (0x00800000, -12), (0x08000000, -8), (0x80000000, -4),
+]
+
+
+def kernel_interleave_fp4_fp8(weight: torch.Tensor) -> torch.Tensor:
+    """uint8 [E, n, k/2] -> what interleave_fp4_fp8_weights_for_sm90_mixed_gemm_kernel (quant type 2) writes.
+
+    The kernel reads the rows as uint16 (``cols / 4`` per row, ``cols = k``), one thread per
+    (block_id < n/2, partition_id < k/64, lane_id < 16).
+    """
+    E, rows, row_bytes = weight.shape
+    out = torch.full((E, rows, row_bytes // 2), 0x5555, dtype=torch.int32)
+    block_id, partition_id, lane_id = _grid(rows // 2, row_bytes // 32, 16)
+    row_id = block_id // 8 * 16 + block_id % 8
+    dst_row = row_id + (lane_id % 8) // 4 * 8
+    interleaved_lane = lane_id // 8 * 8 + lane_id % 4 * 2
+    col = partition_id * 16 + lane_id
+    dst_col = partition_id * 16 + interleaved_lane
+    for e in range(E):
+        w = weight[e].to(torch.int64)
+        u16 = w[:, 0::2] | (w[:, 1::2] << 8)  # little-endian uint16 view
+        fp4x8 = u16[row_id, col] | (u16[row_id + 8, col] << 16)
+        mixed = fp4x8 & 0x77777777
+        for mask, shift in KERNEL_FP8_SIGN_SHIFTS:
+            mixed |= (fp4x8 & mask) << shift if shift >= 0 else (fp4x8 & mask) >> -shift
+        out[e, dst_row, dst_col] = (mixed & 0xFFFF).to(torch.int32)
+        out[e, dst_row, dst_col + 1] = (mixed >> 16).to(torch.int32)
+    lo, hi = (out & 0xFF).to(torch.uint8), (out >> 8).to(torch.uint8)
+    return torch.stack([lo, hi], -1).reshape(E, rows, row_bytes)

@@ -153,5 +153,5 @@ def test_gpt_oss_source_is_refused_in_one_line(tmp_path):
     result = CliRunner().invoke(main, ["convert", str(source), str(tmp_path / "out"), "--target", "deepep-bf16", "--quiet"])
     assert result.exit_code == 2
     assert result.output.count("\n") == 1 and "target deepep-bf16 bakes bf16-moe checkpoints, this one is gpt-oss" in result.output
-    assert "targets that fit it: sm90-cutlass, sm100-trtllm" in result.output
+    assert "targets that fit it: sm90-cutlass, sm90-cutlass-w4a8, sm100-trtllm" in result.output
     assert not (tmp_path / "out").exists() and not (tmp_path / ".out.partial").exists()

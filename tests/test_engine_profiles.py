@@ -11,7 +11,7 @@ import torch
 
 from conftest import load_all
 from engine_oracles import standins  # noqa: E402
-from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_v1, kernel_interleave_v2
+from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_fp4_fp8, kernel_interleave_v1, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.layouts.nvfp4_scalars import load_time_scales
@@ -39,6 +39,8 @@ ORACLE_TESTS = {
     ("sglang", "sm90-marlin", "gpt-oss"): ("test_engine_profiles.py", "test_gpt_oss_sm90_marlin_equals_sglang"),
     ("sglang", "sm90-marlin", "deepseek-v4"): ("test_engine_profiles.py", "test_deepseek_v4_sm90_marlin_equals_sglang"),
     ("vllm", "sm90-marlin", "deepseek-v4"): ("test_vllm_profile.py", "test_deepseek_v4_marlin_equals_vllm"),
+    ("sglang", "sm90-cutlass-w4a8", "gpt-oss"): ("test_engine_profiles.py", "test_gpt_oss_sm90_cutlass_w4a8_equals_sglang"),
+    ("sglang", "sm90-cutlass-w4a8", "deepseek-v4"): ("test_engine_profiles.py", "test_deepseek_v4_sm90_cutlass_w4a8_equals_sglang"),
 }
 
 
@@ -112,6 +114,49 @@ def test_deepseek_v4_sm90_cutlass_equals_sglang(tmp_path, layout):
     assert manifest["engine"]["exact"] is True
     record = manifest["layers"][0]
     engine = sglang_oracle.deepseek_v4_sm90_cutlass(source, record["prefix"], 3, 256, 128, KERNELS[layout])
+    baked = load_all(tmp_path / "out")
+    assert sorted(n.replace("_scale_inv", "_scale") for n in engine) == sorted(record["tensors"])
+    for name, expected in engine.items():
+        got = baked[record["prefix"] + name.replace("_scale_inv", "_scale")]
+        assert tuple(got.shape) == tuple(expected.shape), name
+        assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{name} differs from SGLang's"
+
+
+@pytest.mark.parametrize("hidden, intermediate", [
+    (160, 96),     # pads H 160 -> 256, I 96 -> 128: the scale padding holds each expert's first scale, not 127
+    (2880, 128),   # GPT-OSS's H: 2880 -> 3072 (FusedMoE's rounding: the loader's never-written tail is refilled too)
+    (256, 128),    # no padding
+])
+def test_gpt_oss_sm90_cutlass_w4a8_equals_sglang(tmp_path, hidden, intermediate):
+    """--flashinfer-mxfp4-moe-precision fp8: SGLang's Humming path, FlashInfer's preprocess run on CPU (its torch code,
+    its CUDA "fp4_fp8" interleave emulated), on scales wide enough that the range clamp rewrites groups."""
+    from engine_oracles.humming_oracle import widen_mxfp4_scales
+
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate, vocab=32)
+    widen_mxfp4_scales(source, seed=hidden)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass-w4a8"), progress=False).to_json()
+    assert manifest["engine"]["exact"] is True and manifest["engine"]["engine_flags"] == "--flashinfer-mxfp4-moe-precision fp8"
+    engine = sglang_oracle.gpt_oss_sm90_cutlass(source, 0, kernel_interleave_v2, kernel_interleave_fp4_fp8)
+    derived = {"swiglu_alpha", "swiglu_beta", "swiglu_limit", "humming_fc2_act_scale"}  # made at load by the plugin
+    assert sorted(set(engine) - derived) == sorted(manifest["layers"][0]["tensors"])
+    _assert_bake_equals_engine(tmp_path / "out", "model.layers.0.mlp.experts.", engine, derived)
+    assert engine["humming_fc2_act_scale"].tolist() == 1.0
+    residual = load_all(tmp_path / "out")["model.layers.0.mlp.experts.w13_humming_residual_scale"]
+    assert residual.tolist() == [2.0 ** (127 - 11 - 128) * 64] * 3  # max 127, min clamped from 60.. up to 116
+
+
+def test_deepseek_v4_sm90_cutlass_w4a8_equals_sglang(tmp_path):
+    """``Mxfp4FlashinferCutlassMoEMethod`` with ``_use_sm90_humming`` (no padding); its names ``w*_weight_scale_inv``."""
+    from engine_oracles.humming_oracle import widen_mxfp4_scales
+
+    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=256, intermediate=128, mtp_layers=0)
+    widen_mxfp4_scales(source, seed=1)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass-w4a8"), progress=False).to_json()
+    assert manifest["engine"]["exact"] is True
+    record = manifest["layers"][0]
+    engine = sglang_oracle.deepseek_v4_sm90_cutlass(source, record["prefix"], 3, 256, 128, kernel_interleave_v2,
+                                                    kernel_interleave_fp4_fp8)
+    assert engine.pop("humming_fc2_act_scale").tolist() == 1.0
     baked = load_all(tmp_path / "out")
     assert sorted(n.replace("_scale_inv", "_scale") for n in engine) == sorted(record["tensors"])
     for name, expected in engine.items():

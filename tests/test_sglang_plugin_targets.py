@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from conftest import load_all
-from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_v2
+from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_fp4_fp8, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.synthetic import write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
@@ -65,6 +65,25 @@ def _dsv4(path):
     return write_deepseek_v4(path, num_layers=1, num_experts=E, hidden=H, intermediate=I, mtp_layers=0)
 
 
+def _wide(write):
+    """``write``, then the expert scales widened so that the Humming range clamp rewrites groups."""
+    def written(path):
+        from engine_oracles.humming_oracle import widen_mxfp4_scales
+
+        source = write(path)
+        widen_mxfp4_scales(source, seed=3)
+        return source
+
+    return written
+
+
+def _gpt_oss(path):
+    return write_gpt_oss(path, num_layers=1, num_experts=E, hidden=160, intermediate=96, vocab=32)
+
+
+HUMMING = {"moe_runner_backend": "flashinfer_mxfp4", "flashinfer_mxfp4_moe_precision": "fp8"}
+
+
 BLACKWELL, HOPPER = "Blackwell (SM100)", "Hopper (SM90)"
 CASES = {
     "cutedsl/modelopt-nvfp4": Case(_modelopt, MODELOPT_PREFIX, {"moe_runner_backend": "flashinfer_cutedsl"}, "sm100", "sm90",
@@ -94,6 +113,13 @@ CASES = {
     "sm90-marlin/deepseek-v4": Case(_dsv4, DSV4_PREFIX, {"moe_runner_backend": "marlin"}, "sm90", "sm100", HOPPER,
                                     lambda src: sglang_oracle.deepseek_v4_marlin(src, DSV4_PREFIX, E, H, I,
                                                                                  gptq_marlin_repack_reference)),
+    "sm90-cutlass-w4a8/gpt-oss": Case(
+        _wide(_gpt_oss), GPT_OSS_PREFIX, HUMMING, "sm90", "sm100", HOPPER,
+        lambda src: sglang_oracle.gpt_oss_sm90_cutlass(src, 0, kernel_interleave_v2, kernel_interleave_fp4_fp8)),
+    "sm90-cutlass-w4a8/deepseek-v4": Case(
+        _wide(_dsv4), DSV4_PREFIX, HUMMING, "sm90", "sm100", HOPPER,
+        lambda src: sglang_oracle.deepseek_v4_sm90_cutlass(src, DSV4_PREFIX, E, H, I, kernel_interleave_v2,
+                                                           kernel_interleave_fp4_fp8)),
     "deepep-bf16/bf16-moe": Case(
         lambda path: write_bf16_moe(path, style="qwen3", num_layers=1, num_experts=E, hidden=64, intermediate=32), BF16_PREFIX,
         {"moe_runner_backend": "deep_gemm", "moe_a2a_backend": "deepep"}, "sm90", "neither", f"{HOPPER} or {BLACKWELL}",
@@ -179,7 +205,8 @@ def test_plugin_layer_equals_stock_sglang(bakes, name):
         got = getattr(layer, engine_name, None)
         got = got if got is not None else getattr(layer, engine_name.replace("_scale_inv", "_scale"))
         assert (got.dtype.itemsize, tuple(got.shape)) == (expected.dtype.itemsize, tuple(expected.shape)), engine_name
-        assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{engine_name} differs from stock SGLang's"
+        assert torch.equal(got.reshape(-1).view(torch.uint8), expected.reshape(-1).view(torch.uint8)), (
+            f"{engine_name} differs from stock SGLang's")  # reshape: SGLang's humming_fc2_act_scale is 0-d
 
 
 def test_cutedsl_expert_parallel_rank_holds_its_experts_and_sglangs_global_input_scales(bakes):
@@ -207,3 +234,24 @@ def test_refuses_another_gpu(bakes, name):
         plugin_layer(out, case.prefix)
     message = str(caught.value)
     assert "\n" not in message and f"target {name.split('/')[0]} runs on {case.gpu_words} GPUs only" in message
+
+
+@pytest.mark.parametrize("name", ["sm90-cutlass-w4a8/gpt-oss", "sm90-cutlass-w4a8/deepseek-v4"])
+def test_refuses_a_humming_bake_without_the_fp8_precision(bakes, name):
+    from moebake.engines.sglang.refusals import MoebakeRefusal
+
+    case, out = CASES[name], bakes[name][1]
+    with serving(out, gpu="sm90", moe_runner_backend="flashinfer_mxfp4"), pytest.raises(MoebakeRefusal) as caught:
+        plugin_layer(out, case.prefix)
+    assert str(caught.value) == ("moebake: this sm90-cutlass-w4a8 bake holds FlashInfer's Humming W4A8 weights, the server "
+                                 "runs SM90 MXFP4 MoE in W4A16; start it with --flashinfer-mxfp4-moe-precision fp8")
+
+
+def test_refuses_a_w4a16_bake_under_the_fp8_precision(bakes):
+    from moebake.engines.sglang.refusals import MoebakeRefusal
+
+    case, out = CASES["sm90-cutlass/deepseek-v4"], bakes["sm90-cutlass/deepseek-v4"][1]
+    with serving(out, gpu="sm90", **HUMMING), pytest.raises(MoebakeRefusal) as caught:
+        plugin_layer(out, case.prefix)
+    assert str(caught.value) == ("moebake: the server runs --flashinfer-mxfp4-moe-precision fp8 (Humming W4A8), this "
+                                 "sm90-cutlass bake holds W4A16 weights; drop that flag, or bake target sm90-cutlass-w4a8")

@@ -371,3 +371,16 @@ def test_refuses_a_deepseek_v4_bake_it_does_not_serve_yet(tmp_path, target):
         moebake_config(tmp_path / "out")
     assert (f"target '{target}' of source format 'deepseek-v4'; the vLLM plugin serves sm90-cutlass bakes of gpt-oss; "
             "cutedsl bakes of modelopt-nvfp4") in refusal(excinfo)
+
+
+def test_refuses_a_humming_w4a8_bake_in_one_line(tmp_path):
+    """vLLM 0.33.0's HUMMING MXFP4 backend is the humming package's own kernels and layout, not FlashInfer's SM90
+    Humming layout of an sm90-cutlass-w4a8 bake (SGLang's bytes): the plugin refuses it, saying why, before any expert."""
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=3, hidden=160, intermediate=96, vocab=32)
+    convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass-w4a8"), progress=False)
+    with pytest.raises(MoebakeError) as excinfo:
+        moebake_config(tmp_path / "out")
+    message = refusal(excinfo)
+    assert "\n" not in message
+    assert ("target 'sm90-cutlass-w4a8': the vLLM plugin cannot serve it: vLLM 0.33.0's HUMMING MXFP4 MoE backend runs the "
+            "humming package's own GEMM") in message and message.endswith("serve it with SGLang --flashinfer-mxfp4-moe-precision fp8")

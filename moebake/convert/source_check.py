@@ -13,6 +13,8 @@ that is the report.
 What they prove is said by :func:`proof_summary`: "bit-exact" only where the bake kept the source's
 values; a bake that changed some by design (NVFP4 ``--gate-up-globals share`` rescales the smaller
 half's block scales) inverts to the source *as rescaled*, and the summary says which experts differ.
+A lossy target (``TargetSpec.lossy``: ``sm90-cutlass-w4a8``'s Humming rewrite) has no inverse: only
+the re-bake runs, and the summary says that it proves the bytes are what the target makes of the source.
 
 Each phase shows a progress bar (the inverse: per layer; the re-bake: per shard).
 
@@ -51,13 +53,20 @@ def compare_with_source(out: str | os.PathLike, source: str | os.PathLike, progr
     shards, problems = replan(out, manifest, model)
     if problems:
         return problems
+    if get_target(manifest.target).spec.lossy:  # no inverse exists: the re-bake alone (proof_summary says so)
+        return rebake_problems(out, shards, progress)
     return inverse_problems(out, manifest, model, progress) + rebake_problems(out, shards, progress)
 
 
 def proof_summary(out: str | os.PathLike, source: str) -> str:
     """What :func:`compare_with_source` proved once it found no problem, for the ``ok:`` line: bit-exactness,
     or, where the bake rescaled NVFP4 gate/up block scales by design, what was proved and what differs."""
-    rescaled, experts, change = rescaled_gate_up(read_manifest_record(Path(out)))
+    manifest = read_manifest_record(Path(out))
+    lossy = get_target(manifest.target).spec.lossy
+    if lossy:
+        return (f"against {source}: re-baking it reproduces every byte, so this is exactly what {manifest.target} makes "
+                f"of it; not inverted, and not bit-exact to it by design ({lossy})")
+    rescaled, experts, change = rescaled_gate_up(manifest)
     if not rescaled:
         return f"bit-exact against {source}: experts invert to it, and re-baking it reproduces every byte"
     return (f"against {source}: re-baking it reproduces every byte, and the experts invert to it except, by design "

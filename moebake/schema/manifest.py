@@ -388,7 +388,8 @@ class EngineRecord:
     over GPUs (``moe_parallelism``: ``expert-only``, whole experts per rank, no MoE tensor parallelism;
     manifests before the field mean the same), whether the
     profile is proven against the engine's code (``verified``), the engine's parameter names where they
-    differ from the bake's short names, and whether this bake is engine-exact (``exact``; if not, why)."""
+    differ from the bake's short names, whether this bake is engine-exact (``exact``; if not, why), and further
+    engine flags the serving path needs (``engine_flags``, written only where there are some)."""
 
     name: str
     version: str
@@ -404,6 +405,7 @@ class EngineRecord:
     not_exact_because: str | None = None
     intermediate_scale_fill: int = 0
     moe_parallelism: str = EXPERT_PARALLEL_ONLY
+    engine_flags: str = ""
     extra: dict = field(default_factory=dict, compare=False)
 
     _KEYS = ("name", "version", "runner_backend", "a2a_backend", "engine_method", "hidden_multiple",
@@ -413,6 +415,8 @@ class EngineRecord:
         out = {key: getattr(self, key) for key in self._KEYS} | {"parameter_names": dict(self.parameter_names)}
         if self.intermediate_scale_fill:  # written only where it is not 0 (manifests before it have none)
             out["intermediate_scale_fill"] = self.intermediate_scale_fill
+        if self.engine_flags:  # written only where there are some (manifests before it have none)
+            out["engine_flags"] = self.engine_flags
         return out | {"moe_parallelism": self.moe_parallelism} | self.extra
 
     @classmethod
@@ -425,7 +429,8 @@ class EngineRecord:
                    not_exact_because=f.string("not_exact_because", optional=True),
                    intermediate_scale_fill=f.integer("intermediate_scale_fill", optional=True) or 0,
                    moe_parallelism=f.string("moe_parallelism", optional=True) or EXPERT_PARALLEL_ONLY,
-                   extra=f.extra((*cls._KEYS, "intermediate_scale_fill", "moe_parallelism")))
+                   engine_flags=f.string("engine_flags", optional=True) or "",
+                   extra=f.extra((*cls._KEYS, "intermediate_scale_fill", "moe_parallelism", "engine_flags")))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,6 +14,8 @@ holds after ``process_weights_after_loading`` for the same source. What differs 
   * ``engine_method``: the engine's class that prepares them (the tests run it as the oracle);
   * ``verified``: whether the tests prove the bytes against that class's own code (a profile that
     is not verified is recorded as not engine-exact);
+  * ``engine_flags``: further engine flags that select the path the bytes are for (SGLang's Humming W4A8:
+    ``--flashinfer-mxfp4-moe-precision fp8``), part of the serving flags;
   * ``parameter_names``: where the engine's parameter names differ from the bake's tensor short names
     (the files keep moebake's names, which ``verify`` and ``moebake.serve`` read), ``(baked, engine)``
     pairs; the engine's plugin maps them.
@@ -46,6 +48,7 @@ class TargetProfile:
     intermediate_scale_fill: int = 0
     verified: bool = True
     parameter_names: tuple[tuple[str, str], ...] = ()
+    engine_flags: str = ""
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,9 @@ _SGLANG_DSV4_MARLIN = "sglang.srt.layers.quantization.mxfp4_marlin_moe.Mxfp4Marl
 _SGLANG_NVFP4 = "sglang.srt.layers.quantization.modelopt_quant.ModelOptNvFp4FusedMoEMethod"
 _SGLANG_UNQUANT = "sglang.srt.layers.quantization.unquant.UnquantizedFusedMoEMethod"
 
+HUMMING_FLAGS = "--flashinfer-mxfp4-moe-precision fp8"
+"""SGLang's flag for FlashInfer's SM90 Humming W4A8 path (``sm90-cutlass-w4a8``)."""
+
 SGLANG_0_5_23 = EngineProfile("sglang", "0.5.23", {
     # FusedMoE rounds GPT-OSS's hidden size up to 256 for flashinfer_mxfp4 (2880 -> 3072) before
     # Mxfp4MoEMethod.create_weights; its cutlass_sm90 step pads I to 128 with zeros.
@@ -92,6 +98,12 @@ SGLANG_0_5_23 = EngineProfile("sglang", "0.5.23", {
     # preparation (zero scales): moebake bakes only H % 256 == 0 and I % 64 == 0 (nothing padded), [w1; w3] kept.
     ("sm90-marlin", "deepseek-v4"): TargetProfile("marlin", "none", _SGLANG_DSV4_MARLIN, hidden_multiple=256,
                                                   intermediate_multiple=64),
+    # --flashinfer-mxfp4-moe-precision fp8 (_use_sm90_humming): the sm90-cutlass padding and [up; gate] stacking, its
+    # scale padding filled with each expert's first scale (not 127), then FlashInfer's Humming preprocess.
+    ("sm90-cutlass-w4a8", "gpt-oss"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_MXFP4, hidden_multiple=256,
+                                                    engine_flags=HUMMING_FLAGS),
+    ("sm90-cutlass-w4a8", "deepseek-v4"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_DSV4_SM90,
+                                                        engine_flags=HUMMING_FLAGS),
     # ModelOptNvFp4FusedMoEMethod, flashinfer_cutedsl: its standard ("v2": [up; gate] in 64-row groups, swizzled
     # scales) and DeepEP low-latency ("v1": [gate; up]) post-load steps; NVFP4 is not padded. Exact where each
     # expert's gate and up globals agree, or are kept apart (--gate-up-globals keep: SGLang keeps both, and its
@@ -148,7 +160,8 @@ def serving_flags(engine: EngineRecord) -> str:
     if engine.name == "vllm":
         return f"--quantization moebake --load-format moebake --moe-backend {engine.runner_backend}"
     flags = f"--quantization moebake --moe-runner-backend {engine.runner_backend}"
-    return flags + (f" --moe-a2a-backend {engine.a2a_backend}" if engine.a2a_backend != "none" else "")
+    flags += f" --moe-a2a-backend {engine.a2a_backend}" if engine.a2a_backend != "none" else ""
+    return flags + (f" {engine.engine_flags}" if engine.engine_flags else "")
 
 
 def get_profile(engine: str) -> EngineProfile:
@@ -209,7 +222,8 @@ def _engine_record(profile: EngineProfile, entry: TargetProfile, not_exact_becau
                         a2a_backend=entry.a2a_backend, engine_method=entry.engine_method, hidden_multiple=entry.hidden_multiple,
                         intermediate_multiple=entry.intermediate_multiple, hidden_scale_fill=entry.hidden_scale_fill,
                         verified=entry.verified, parameter_names=dict(entry.parameter_names), exact=not_exact_because is None,
-                        not_exact_because=not_exact_because, intermediate_scale_fill=entry.intermediate_scale_fill)
+                        not_exact_because=not_exact_because, intermediate_scale_fill=entry.intermediate_scale_fill,
+                        engine_flags=entry.engine_flags)
 
 
 def engines_with_same_bytes(options, source_format: str, hidden: int, intermediate: int) -> list[EngineRecord]:

@@ -124,12 +124,27 @@ class _Holder(torch.nn.Module):
         node.add_module(parts[-1], experts)
 
 
-def gpt_oss_sm90_cutlass(source_dir: str | Path, layer: int, interleave_weights) -> dict[str, torch.Tensor]:
+def _humming_on_cpu(interleave_fp4_fp8):
+    """FlashInfer's own ``preprocess_moe_weights_for_sm90_mixed_gemm_humming`` runnable on CPU tensors
+    (``humming_oracle.cpu_helpers``), its CUDA ``"fp4_fp8"`` interleave stood in by ``interleave_fp4_fp8``."""
+    from engine_oracles.humming_oracle import cpu_helpers
+
+    def interleave(weight, quant_type):
+        assert quant_type == "fp4_fp8", quant_type
+        return interleave_fp4_fp8(weight)
+
+    return cpu_helpers(interleave).preprocess
+
+
+def gpt_oss_sm90_cutlass(source_dir: str | Path, layer: int, interleave_weights, humming_interleave=None) -> dict[str, torch.Tensor]:
     """SGLang's post-``process_weights_after_loading`` parameters of GPT-OSS layer ``layer`` on SM90
     with ``--moe-runner-backend flashinfer_mxfp4`` (``Mxfp4MoEMethod``, ``cutlass_sm90``).
 
     ``interleave_weights(uint8 [E, n, k/2]) -> same`` stands in for FlashInfer's CUDA
     ``interleave_moe_weights_for_sm90_mixed_gemm(w, "fp4")``. Returns ``{param name: tensor}``.
+    With ``humming_interleave`` (the stand-in for the ``"fp4_fp8"`` interleave), the server runs
+    ``--flashinfer-mxfp4-moe-precision fp8`` (``_use_sm90_humming``): FlashInfer's Humming preprocess,
+    run on CPU by :func:`_humming_on_cpu`.
     """
     import json
 
@@ -149,8 +164,15 @@ def gpt_oss_sm90_cutlass(source_dir: str | Path, layer: int, interleave_weights)
     mxfp4._FI_HAS_SM90_CUTLASS_MXFP4 = True
     mxfp4.interleave_moe_weights_for_sm90_mixed_gemm = lambda w, quant_type: interleave_weights(w)
     mxfp4.interleave_moe_scales_for_sm90_mixed_gemm = fi_moe.interleave_moe_scales_for_sm90_mixed_gemm
+    humming = {} if humming_interleave is None else {"flashinfer_mxfp4_moe_precision": "fp8"}
+    preprocess = None if humming_interleave is None else _humming_on_cpu(humming_interleave)
     try:
-        with sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90"):
+        with (sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90", **humming),
+              contextlib.ExitStack() as stack):
+            if preprocess is not None:
+                from unittest import mock
+
+                stack.enter_context(mock.patch.object(fi_moe, "preprocess_moe_weights_for_sm90_mixed_gemm_humming", preprocess))
             quant_config = mxfp4.Mxfp4Config.from_config(config.quantization_config)
             experts = FusedMoE(  # as GptOssSparseMoeBlock builds it
                 num_experts=config.num_local_experts, top_k=config.num_experts_per_tok, layer_id=layer,
@@ -160,6 +182,7 @@ def gpt_oss_sm90_cutlass(source_dir: str | Path, layer: int, interleave_weights)
                 use_weight_loader_fused=False,
             )
             assert experts.quant_method._fi_kernel == "cutlass_sm90"
+            assert experts.quant_method._use_sm90_humming == (preprocess is not None)
             holder = _Holder(prefix, experts, config)
             GptOssForCausalLM._load_mxfp4_experts_weights(holder, iter(source.items()))
             experts.quant_method.process_weights_after_loading(experts)
@@ -201,18 +224,24 @@ def unquantized_deepep_bf16(source_dir: str | Path, prefix: str, num_experts: in
 
 
 def deepseek_v4_sm90_cutlass(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
-                             interleave_weights) -> dict[str, torch.Tensor]:
+                             interleave_weights, humming_interleave=None) -> dict[str, torch.Tensor]:
     """SGLang's post-``process_weights_after_loading`` parameters of one DeepSeek-V4 MXFP4 expert layer
     on SM90 with ``flashinfer_mxfp4`` (``Fp8Config`` with FP4 experts -> ``Mxfp4FlashinferCutlassMoEMethod``).
     ``interleave_weights`` stands in for FlashInfer's CUDA ``interleave_moe_weights_for_sm90_mixed_gemm``.
+    With ``humming_interleave``: ``--flashinfer-mxfp4-moe-precision fp8``, as :func:`gpt_oss_sm90_cutlass`.
     Returns SGLang's names (see :func:`_deepseek_v4_layer`)."""
     from unittest import mock
 
     import sglang.srt.layers.quantization.mxfp4_flashinfer_cutlass_moe as dsv4
 
-    with (sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90"),
+    humming = {} if humming_interleave is None else {"flashinfer_mxfp4_moe_precision": "fp8"}
+    with (sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90", **humming),
           mock.patch.object(dsv4, "is_flashinfer_available", lambda: True),  # FlashInfer imports on CPU; SGLang asks CUDA
-          mock.patch("flashinfer.fused_moe.interleave_moe_weights_for_sm90_mixed_gemm", lambda w, q: interleave_weights(w))):
+          mock.patch("flashinfer.fused_moe.interleave_moe_weights_for_sm90_mixed_gemm", lambda w, q: interleave_weights(w)),
+          contextlib.ExitStack() as stack):
+        if humming_interleave is not None:
+            stack.enter_context(mock.patch("flashinfer.fused_moe.preprocess_moe_weights_for_sm90_mixed_gemm_humming",
+                                           _humming_on_cpu(humming_interleave)))
         return _deepseek_v4_layer(source_dir, prefix, num_experts, hidden, intermediate, dsv4.Mxfp4FlashinferCutlassMoEMethod)
 
 

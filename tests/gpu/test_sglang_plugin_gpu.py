@@ -67,8 +67,10 @@ def bake(tmp_path_factory, oracle):
 
 
 @contextmanager
-def sm90_server(oracle, model_dir):
-    """SGLang's state for one GPU with --moe-runner-backend flashinfer_mxfp4, FlashInfer routed to the reduced module."""
+def sm90_server(oracle, model_dir, **flags):
+    """SGLang's state for one GPU with --moe-runner-backend flashinfer_mxfp4 (and ``flags``), FlashInfer routed to the
+    reduced module (FlashInfer's Humming preprocess too: its weight interleave call)."""
+    import flashinfer.fused_moe.prepare as prepare
     import sglang.srt.layers.moe.moe_runner.flashinfer_cutlass as runner
     import sglang.srt.layers.quantization.mxfp4 as mxfp4
     from flashinfer.fused_moe.core import ActivationType
@@ -76,7 +78,8 @@ def sm90_server(oracle, model_dir):
     from moebake.serve.flashinfer_ops import sm90_moe_ops
 
     ops = sm90_moe_ops()
-    with (oracle.sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90"),
+    with (oracle.sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90", **flags),
+          mock.patch.object(prepare, "interleave_moe_weights_for_sm90_mixed_gemm", ops.interleave_weights),
           mock.patch.object(mxfp4, "_FI_HAS_SM90_CUTLASS_MXFP4", True),
           mock.patch.object(mxfp4, "interleave_moe_weights_for_sm90_mixed_gemm", ops.interleave_weights, create=True),
           mock.patch.object(mxfp4, "interleave_moe_scales_for_sm90_mixed_gemm", ops.interleave_scales, create=True),
@@ -105,14 +108,14 @@ def _peak_gib(before: int) -> float:
     return (torch.cuda.max_memory_allocated() - before) / 2**30
 
 
-def stock_layer(oracle, source):
+def stock_layer(oracle, source, **flags):
     """Stock SGLang: Mxfp4MoEMethod, its GPT-OSS loader on the source, its post-load step (timed; peak GPU memory)."""
     from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
     from sglang.srt.models.gpt_oss import GptOssForCausalLM
     from transformers import PretrainedConfig
 
     config = json.loads((source / "config.json").read_text())
-    with sm90_server(oracle, source):
+    with sm90_server(oracle, source, **flags):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
@@ -127,12 +130,12 @@ def stock_layer(oracle, source):
         return layer, time.perf_counter() - began, _peak_gib(before)
 
 
-def plugin_layer(oracle, out):
+def plugin_layer(oracle, out, **flags):
     """SGLang with the moebake plugin: its method, the bake's tensors through the parameters' loaders (timed; peak GPU memory)."""
     from sglang.srt.layers.quantization import QUANTIZATION_METHODS
 
     config = json.loads((out / "config.json").read_text())
-    with sm90_server(oracle, out):
+    with sm90_server(oracle, out, **flags):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
@@ -184,3 +187,33 @@ def test_plugin_equals_stock_sglang_and_starts_faster(oracle, bake):
     print(f"\nstart-up of one GPT-OSS layer (E={SHAPE['num_experts']}, H=I=2880): stock SGLang {stock_seconds:.3f} s, "
           f"moebake plugin {plugin_seconds:.3f} s, ratio stock/plugin {stock_seconds / plugin_seconds:.2f}; "
           f"peak GPU memory beyond the layer's start: stock {stock_peak:.2f} GiB, plugin {plugin_peak:.2f} GiB")
+
+
+HUMMING = {"flashinfer_mxfp4_moe_precision": "fp8"}
+
+
+def test_humming_plugin_equals_stock_sglang(oracle, tmp_path):
+    """``sm90-cutlass-w4a8`` under ``--flashinfer-mxfp4-moe-precision fp8``: stock SGLang's Humming preparation on the
+    GPU (FlashInfer's real ``preprocess_moe_weights_for_sm90_mixed_gemm_humming``: its torch clamp / rewrite on CUDA, the
+    CUDA ``"fp4_fp8"`` interleave of the reduced module) equals the plugin's parameters from the bake, byte for byte, on a
+    GPT-OSS layer whose scales are widened so that the range clamp rewrites groups. No forward: the reduced module
+    has only the BF16 x FP4 GEMMs, not the FP8 x FP4 ones this path runs (FlashInfer's full module has them)."""
+    from engine_oracles.humming_oracle import widen_mxfp4_scales
+
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, vocab=64, seed=5, **SHAPE)
+    widen_mxfp4_scales(source, seed=5)
+    convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass-w4a8"), progress=False)
+    stock, stock_seconds, _ = stock_layer(oracle, source, **HUMMING)
+    plugin, plugin_seconds, _ = plugin_layer(oracle, tmp_path / "out", **HUMMING)
+    assert stock.quant_method._use_sm90_humming and plugin.quant_method._use_sm90_humming
+    stock_params, checked = dict(stock.named_parameters()), []
+    for name, tensor in plugin.named_parameters():
+        reference = stock_params[name]
+        assert (tensor.dtype, tensor.shape) == (reference.dtype, reference.shape), name
+        assert torch.equal(tensor.reshape(-1).view(torch.uint8), reference.reshape(-1).view(torch.uint8)), (
+            f"{name} differs from stock SGLang's Humming preparation")
+        checked.append(name)
+    assert sorted(checked) == sorted(stock_params)
+    shape = f"E={SHAPE['num_experts']}, H={SHAPE['hidden']}, I={SHAPE['intermediate']}"
+    print(f"\nMATCH: sm90-cutlass-w4a8 plugin parameters == stock SGLang's Humming preparation on the GPU ({shape}): "
+          f"{', '.join(sorted(checked))}; start-up stock {stock_seconds:.3f} s, plugin {plugin_seconds:.3f} s (not warmed)")

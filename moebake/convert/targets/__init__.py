@@ -9,6 +9,7 @@ from moebake.convert.options import ConvertOptions
 # Each module registers its target on import; this order is the registry's (the CLI's and inspect's).
 # isort: off
 from moebake.convert.targets import sm90_cutlass  # noqa: F401
+from moebake.convert.targets import sm90_cutlass_w4a8  # noqa: F401
 from moebake.convert.targets import cutedsl  # noqa: F401
 from moebake.convert.targets import cutedsl_deepep  # noqa: F401
 from moebake.convert.targets import deepep_bf16  # noqa: F401

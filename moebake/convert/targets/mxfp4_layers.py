@@ -32,6 +32,9 @@ class Bake:
 
     canonical: str | None
     transform: Callable[..., torch.Tensor]
+    also: tuple[str, ...] = ()
+    """More canonical tensors read with the same experts; their parts follow ``canonical``'s in ``transform``'s
+    arguments (the Humming weight rewrite needs the block scales). The layer record names ``canonical``."""
 
 
 class Mxfp4Target(Target):
@@ -65,13 +68,19 @@ class Mxfp4Target(Target):
                 continue
             if bake.canonical not in sources:
                 continue
-            source = sources[bake.canonical]
+            source, read = sources[bake.canonical], [sources[bake.canonical], *(sources[name] for name in bake.also)]
 
-            def combine(*chunks, source=source, transform=bake.transform):
-                return transform(*source.parts(*chunks))
+            def combine(*chunks, read=read, transform=bake.transform):
+                parts, start = [], 0
+                for each in read:
+                    parts += each.parts(*chunks[start:start + len(each.names)])
+                    start += len(each.names)
+                return transform(*parts)
 
+            names = tuple(name for each in read for name in each.names)
             planned[short] = Planned(
-                zip_expert_chunks(model.checkpoint, source.names, E, options.chunk_bytes, combine), source.stored_names(E),
+                zip_expert_chunks(model.checkpoint, names, E, options.chunk_bytes, combine),
+                tuple(name for each in read for name in each.stored_names(E)),
                 source.names[0] if len(source.names) == 1 else source.names,
                 GateUpOrder(source.order) if source.order else None, source.source_shape, DType(source.source_dtype),
                 dtype=DType(source.source_dtype),

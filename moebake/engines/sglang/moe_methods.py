@@ -98,17 +98,21 @@ def _common_refusals(config, target: str) -> None:
         refusals.check_flashinfer_layout(manifest, flashinfer.__version__)
 
 
-def _sm90_cutlass_method():
+def _sm90_cutlass_method(humming: bool = False):
+    """``humming``: the ``sm90-cutlass-w4a8`` method (FlashInfer's Humming W4A8: the bake also holds the
+    per-expert residual scales, and SGLang must run ``--flashinfer-mxfp4-moe-precision fp8``)."""
     from sglang.srt.layers.quantization.mxfp4 import Mxfp4MoEMethod
 
     class MoebakeSm90CutlassMoEMethod(BakedExperts, Mxfp4MoEMethod):
         """Baked ``sm90-cutlass`` experts through SGLang's ``flashinfer_mxfp4`` runner (FlashInfer
-        ``cutlass_fused_moe`` W4A16), as ``Mxfp4MoEMethod``'s ``cutlass_sm90`` path runs them."""
+        ``cutlass_fused_moe`` W4A16), as ``Mxfp4MoEMethod``'s ``cutlass_sm90`` path runs them; with ``humming``,
+        baked ``sm90-cutlass-w4a8`` experts as its ``_use_sm90_humming`` path (W4A8) runs them."""
 
         def __init__(self, config, record: LayerRecord, prefix: str):
             Mxfp4MoEMethod.__init__(self, prefix)
             self._bake_init(config, record)
             self._padded_hidden = record.hidden_padded
+            refusals.check_humming_precision(config.manifest.target, humming, self._use_sm90_humming)
 
         def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
                            with_bias=False, **extra_weight_attrs):
@@ -131,6 +135,9 @@ def _sm90_cutlass_method():
             for bias in ("w13_weight_bias", "w2_weight_bias"):
                 if bias not in self.record.tensors:
                     setattr(layer, bias, None)
+            if humming:  # SGLang's FC2 activation scale of this path: a constant 1.0 (its residuals are baked)
+                layer.humming_fc2_act_scale = torch.nn.Parameter(torch.ones((), dtype=torch.float32, device=device),
+                                                                 requires_grad=False)
 
     return MoebakeSm90CutlassMoEMethod
 
@@ -322,7 +329,8 @@ def _check_cutedsl_w4a4(method) -> None:
                              "SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16 / per-token activation scaling, or re-bake")
 
 
-METHODS = {"sm90-cutlass": _sm90_cutlass_method, "deepep-bf16": _deepep_bf16_method, "sm100-trtllm": _sm100_trtllm_method,
+METHODS = {"sm90-cutlass": _sm90_cutlass_method, "sm90-cutlass-w4a8": functools.partial(_sm90_cutlass_method, humming=True),
+           "deepep-bf16": _deepep_bf16_method, "sm100-trtllm": _sm100_trtllm_method,
            "cutedsl": _cutedsl_method, "cutedsl-deepep": _cutedsl_method, "sm90-marlin": _sm90_marlin_method}
 SOURCE_METHODS = {("sm100-trtllm", "deepseek-v4"): _sm100_deepseek_v4_method,
                   ("sm90-marlin", "deepseek-v4"): _sm90_marlin_deepseek_v4_method}

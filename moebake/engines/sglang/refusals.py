@@ -46,6 +46,20 @@ def check_backends(engine: EngineRecord, runner_backend: str, a2a_backend: str) 
             raise MoebakeRefusal(f"this bake is for {flag} {wanted}, the server runs {flag} {got}; start it with {flag} {wanted}")
 
 
+PRECISION_FLAG = "--flashinfer-mxfp4-moe-precision fp8"
+
+
+def check_humming_precision(target: str, baked_for_humming: bool, server_runs_humming: bool) -> None:
+    """``sm90-cutlass-w4a8`` bytes are for SGLang's SM90 Humming W4A8 path (:data:`PRECISION_FLAG`), ``sm90-cutlass``
+    bytes for its W4A16 path: refuse a server started on the other one (it would run the bytes as the wrong format)."""
+    if baked_for_humming and not server_runs_humming:
+        raise MoebakeRefusal(f"this {target} bake holds FlashInfer's Humming W4A8 weights, the server runs SM90 MXFP4 "
+                             f"MoE in W4A16; start it with {PRECISION_FLAG}")
+    if server_runs_humming and not baked_for_humming:
+        raise MoebakeRefusal(f"the server runs {PRECISION_FLAG} (Humming W4A8), this {target} bake holds W4A16 weights; "
+                             f"drop that flag, or bake target sm90-cutlass-w4a8")
+
+
 def check_parallelism(record: LayerRecord, moe_tp_size: int, moe_ep_size: int) -> None:
     _raise(parallelism_refusal(f"layer {record.prefix.rstrip('.')}", record.experts, moe_tp_size, moe_ep_size,
                                use_expert_parallelism=USE_EXPERT_PARALLELISM, choose_ep_size=CHOOSE_EP_SIZE))
