@@ -100,6 +100,7 @@ def vllm_engine(hf_config, quant_config, *, moe_backend: str = "flashinfer_cutla
     """
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.platforms import current_platform
+    from vllm.platforms.interface import DeviceCapability
 
     _import_before_faking_the_gpu()
     _init_process_group()
@@ -116,8 +117,7 @@ def vllm_engine(hf_config, quant_config, *, moe_backend: str = "flashinfer_cutla
         "is_device_capability": classmethod(lambda cls, cap, device_id=0: _capability(cap) == capability),
         "has_device_capability": classmethod(lambda cls, cap, device_id=0: _capability(cap) <= capability),
         "is_device_capability_family": classmethod(lambda cls, cap, device_id=0: _capability(cap) // 10 == capability // 10),
-        "get_device_capability": classmethod(lambda cls, device_id=0: SimpleNamespace(
-            major=capability // 10, minor=capability % 10, to_int=lambda: capability)),
+        "get_device_capability": classmethod(lambda cls, device_id=0: DeviceCapability(capability // 10, capability % 10)),
     }
     with mock.patch.multiple(platform, **facts), set_current_vllm_config(config), \
             mock.patch("vllm.model_executor.layers.fused_moe.layer.get_tensor_model_parallel_world_size", lambda: size), \
