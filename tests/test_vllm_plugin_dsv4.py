@@ -348,11 +348,107 @@ def test_refuses_another_flashinfer_layout(source, tmp_path):
     assert "layout v1" in refusal(excinfo) and "reads fp4 layout v2" in refusal(excinfo)
 
 
-def test_refuses_a_target_it_does_not_serve(source, tmp_path):
-    """DeepSeek-V4's sm100-trtllm bake (SGLang's bytes; vLLM 0.33.0 has no profile for it) is refused at start-up."""
-    out = tmp_path / "sm100"
-    convert(source, out, ConvertOptions("sm100-trtllm", engine="sglang"), progress=False)
+def test_refuses_a_target_it_does_not_serve(tmp_path):
+    """GPT-OSS's sm100-trtllm bake (SGLang's bytes; vLLM 0.33.0 has no profile for it) is refused at start-up."""
+    from moebake.synthetic import write_gpt_oss
+
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=256, intermediate=128, vocab=32)
+    convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm", engine="sglang"), progress=False)
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    from vllm.model_executor.layers.quantization import get_quantization_config
+
+    quant = get_quantization_config("moebake").from_config(config["quantization_config"])
     with pytest.raises(MoebakeError) as excinfo:
-        moebake_config(out)
-    assert ("target 'sm100-trtllm' of source format 'deepseek-v4'; the vLLM plugin serves sm90-cutlass bakes of gpt-oss; "
-            "cutedsl bakes of modelopt-nvfp4; sm90-cutlass bakes of deepseek-v4") in refusal(excinfo)
+        quant.maybe_update_config(str(tmp_path / "out"), hf_config=vllm_oracle.hf_config_of(tmp_path / "out"))
+    assert ("target 'sm100-trtllm' of source format 'gpt-oss'; the vLLM plugin serves sm90-cutlass bakes of gpt-oss; "
+            "cutedsl bakes of modelopt-nvfp4; sm90-cutlass bakes of deepseek-v4; sm100-trtllm bakes of deepseek-v4"
+            ) in refusal(excinfo)
+
+
+# --- sm100-trtllm (Blackwell, --moe-backend flashinfer_trtllm) ----------------------------------------
+
+SM100 = {"capability": 100, "moe_backend": "flashinfer_trtllm"}
+
+
+@pytest.fixture(scope="module")
+def bake_sm100(source):
+    out = source.parent / "out-sm100"
+    manifest = convert(source, out, ConvertOptions("sm100-trtllm", engine="vllm"), progress=False)
+    assert (manifest.engine.name, manifest.engine.exact, [e.name for e in manifest.serves]) == ("vllm", True, ["sglang"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def stock_sm100(source):
+    """Stock vLLM's converted routed-expert parameters of each layer of the source on SM100 (the oracle)."""
+    params = {layer: vllm_oracle.deepseek_v4_sm100_trtllm(source, f"layers.{layer}.ffn.experts.", EXPERTS, HIDDEN,
+                                                          INTERMEDIATE) for layer in range(LAYERS)}
+    for layer in params.values():
+        assert (layer.pop("hidden_dim"), layer.pop("intermediate_size_per_partition")) == (HIDDEN, INTERMEDIATE)
+    return params
+
+
+@contextmanager
+def kernel_builds_recorded():
+    """vLLM's trtllm-gen kernel set-up (``Mxfp4MoEMethod._build_moe_kernel``) asks for a CUDA device: record the calls
+    instead (the oracle does not run it either)."""
+    from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
+
+    built = []
+    with mock.patch.object(Mxfp4MoEMethod, "_build_moe_kernel", lambda self, layer: built.append(layer)):
+        yield built
+
+
+@pytest.mark.parametrize("pre_processed", [False, True])
+def test_sm100_served_parameters_equal_stock_vllms_conversion_of_the_source(bake_sm100, stock_sm100, pre_processed):
+    model, vllm_config = build(bake_sm100, **SM100)
+    load(bake_sm100, model)
+    with kernel_builds_recorded() as built:
+        post_load(model, vllm_config, pre_processed)
+    assert built == [experts_of(model, layer) for layer in range(LAYERS)]  # the kernel set-up, once per layer
+    for layer in range(LAYERS):
+        experts = experts_of(model, layer)
+        assert experts.quant_method.mxfp4_backend.value == "FLASHINFER_TRTLLM_MXFP4_BF16"
+        for name, expected in stock_sm100[layer].items():
+            got = getattr(experts, name).data
+            assert (got.dtype, tuple(got.shape)) == (expected.dtype, tuple(expected.shape)), name
+            assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"layer {layer} {name} differs"
+        assert not hasattr(experts, "gemm1_clamp_limit")
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_sm100_each_ep_rank_holds_stock_vllms_parameters_of_its_experts(bake_sm100, stock_sm100, rank):
+    model, vllm_config = build(bake_sm100, tensor_parallel=(2, rank), expert_parallel=True, **SM100)
+    load(bake_sm100, model)
+    with kernel_builds_recorded():
+        post_load(model, vllm_config)
+    for layer in range(LAYERS):
+        for name, expected in stock_sm100[layer].items():
+            got, want = getattr(experts_of(model, layer), name).data, expected[2 * rank: 2 * rank + 2]
+            assert got.dtype == want.dtype and torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (rank, layer, name)
+
+
+def test_sm100_the_clamp_limit_is_not_handed_to_the_model(bake_sm100):
+    model, _ = build(bake_sm100, **SM100)
+    load(bake_sm100, model)
+    assert not [name for name in model.handed if ".ffn.experts." in name]
+
+
+def test_sm100_refuses_a_hopper_gpu(bake_sm100):
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake_sm100, capability=90, moe_backend="flashinfer_trtllm")
+    assert "compute capability 9.0" in refusal(excinfo) and "SM100" in refusal(excinfo)
+
+
+def test_sm100_refuses_another_moe_backend(bake_sm100):
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake_sm100, capability=100, moe_backend="marlin")
+    assert "FLASHINFER_TRTLLM_MXFP4_BF16" in refusal(excinfo) and "--moe-backend flashinfer_trtllm" in refusal(excinfo)
+
+
+def test_sm100_refuses_a_clamp_limit_other_than_config_json(bake_sm100):
+    hf_config = hf_config_of(bake_sm100)
+    hf_config.swiglu_limit = 7.0
+    with pytest.raises(MoebakeError) as excinfo:
+        moebake_config(bake_sm100, hf_config)
+    assert "SwiGLU limit 10.0" in refusal(excinfo)

@@ -90,6 +90,48 @@ def test_deepseek_v4_flashinfer_cutlass_equals_vllm(tmp_path, hidden, intermedia
         assert torch.equal(got, expected), f"{name} differs from vLLM's"
 
 
+@pytest.mark.parametrize("hidden, intermediate", [(256, 128), (512, 256)])
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_deepseek_v4_sm100_trtllm_equals_vllm(tmp_path, hidden, intermediate, engine):
+    """DeepSeek-V4 MXFP4 on SM100: vLLM's Mxfp4MoEMethod with FLASHINFER_TRTLLM_MXFP4_BF16 holds the bake's four
+    tensors byte for byte (vLLM views the weights as uint8, the bake keeps the checkpoint's int8), under the bake's
+    names, with H and I unpadded; SGLang 0.5.23's bake is the same bytes, so either lists the other in ``serves``.
+    The bake's gemm1_clamp_limit is not a vLLM parameter (vLLM's trtllm-gen kernel takes config.json's swiglu_limit)."""
+    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate,
+                               mtp_layers=0)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm", engine=engine), progress=False).to_json()
+    record = manifest["layers"][0]
+    vllm = manifest["engine"] if engine == "vllm" else manifest["serves"][0]
+    assert [(e["name"], e["exact"]) for e in manifest["serves"]] == [({"vllm": "sglang", "sglang": "vllm"}[engine], True)]
+    assert (vllm["name"], vllm["version"], vllm["runner_backend"], vllm["hidden_multiple"], vllm["exact"]) == (
+        "vllm", "0.33.0", "flashinfer_trtllm", 256, True)
+    engine_params = vllm_oracle.deepseek_v4_sm100_trtllm(source, record["prefix"], 3, hidden, intermediate)
+    assert (engine_params.pop("hidden_dim"), engine_params.pop("intermediate_size_per_partition")) == (hidden, intermediate)
+    assert sorted(engine_params) == sorted(MXFP4_WEIGHTS) and set(record["tensors"]) == {*MXFP4_WEIGHTS, "gemm1_clamp_limit"}
+    baked = load_all(tmp_path / "out")
+    for name, expected in engine_params.items():
+        got = baked[record["prefix"] + name]
+        assert tuple(got.shape) == tuple(expected.shape), name
+        assert (got.dtype, expected.dtype) in ((torch.int8, torch.uint8), (torch.float8_e4m3fn, torch.float8_e4m3fn)), name
+        assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{name} differs from vLLM's"
+
+
+def test_deepseek_v4_sm100_trtllm_with_a_hidden_size_vllm_pads(tmp_path):
+    """H = 384: vLLM 0.33.0's trtllm-gen path pads H to 512 (its oracle's parameters are 512 wide) and moebake pads no
+    DeepSeek-V4 expert, so --engine vllm refuses the model in one line and SGLang's bake does not list vLLM."""
+    from moebake.errors import UnsupportedError
+
+    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=384, intermediate=128, mtp_layers=0)
+    engine_params = vllm_oracle.deepseek_v4_sm100_trtllm(source, "layers.0.ffn.experts.", 3, 384, 128)
+    assert engine_params["hidden_dim"] == 512 and engine_params["w2_weight"].shape[1] == 512
+    with pytest.raises(UnsupportedError) as excinfo:
+        convert(source, tmp_path / "vllm", ConvertOptions("sm100-trtllm", engine="vllm"), progress=False)
+    assert "hidden size 384" in str(excinfo.value) and "multiples of 256" in str(excinfo.value)
+    assert "\n" not in str(excinfo.value)
+    manifest = convert(source, tmp_path / "sglang", ConvertOptions("sm100-trtllm"), progress=False).to_json()
+    assert manifest["serves"] == []
+
+
 @pytest.mark.parametrize("hidden, intermediate, mismatches", [
     (384, 128, ()),                        # H 384 -> 512 (vLLM's 256-wide K tiles), I needs none
     (256, 64, MODELOPT_MISMATCHES),        # no padding: SGLang 0.5.23's bytes too; experts 1, 3 differ (kept apart)

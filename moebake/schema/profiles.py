@@ -112,6 +112,13 @@ VLLM_0_33_0 = EngineProfile("vllm", "0.33.0", {
     # [w3; w1] halves and FlashInfer's SM90 weight interleave and scale fold, the names the bake's. The same bytes as
     # SGLang 0.5.23's Mxfp4FlashinferCutlassMoEMethod: one bake serves both.
     ("sm90-cutlass", "deepseek-v4"): TargetProfile("flashinfer_cutlass", "none", _VLLM_MXFP4),
+    # DeepSeek-V4, --moe-backend flashinfer_trtllm on SM100 (select_deepseek_v4_mxfp4_moe_backend:
+    # FLASHINFER_TRTLLM_MXFP4_BF16): mxfp4_round_up_hidden_size_and_intermediate_size rounds H up to 256 and I to 128
+    # (moebake does not pad DeepSeek-V4: H must be a multiple of 256, where vLLM pads nothing either), then
+    # convert_weight_to_mxfp4_moe_kernel_format's TRTLLM branch: [w3, w1] row pairs, trtllm-gen row permutations and the
+    # 128x4 scale interleave, the same bytes as SGLang 0.5.23's Mxfp4FlashinferTrtllmMoEMethod (vLLM views the weights
+    # as uint8 where the bake keeps the checkpoint's int8; it holds no gemm1_clamp_limit: its kernel reads the limit).
+    ("sm100-trtllm", "deepseek-v4"): TargetProfile("flashinfer_trtllm", "none", _VLLM_MXFP4, hidden_multiple=256),
     # --moe-backend flashinfer_cutedsl (FLASHINFER_CUTEDSL) on Blackwell: prepare_nvfp4_moe_layer_for_flashinfer_cutedsl
     # reorders W13 to [up; gate], pads I to 64 (2I to 128) and H to 256 (zero weights and block scales, for its
     # 256-wide K tiles), interleaves 64-row groups and 128x4-swizzles the block scales: the cutedsl bake's four

@@ -18,6 +18,9 @@ Only these things are not vLLM's:
   * FlashInfer's CUDA-only ``interleave_moe_weights_for_sm90_mixed_gemm``, replaced by the CPU
     emulation of its kernel (``tests/kernel_emulation.py``); FlashInfer's CPU helpers (its SM90 scale
     interleave among them) are used as-is;
+  * on SM100 (DeepSeek-V4, :func:`deepseek_v4_sm100_trtllm`): FlashInfer's CUDA-only ``nvfp4_block_scale_interleave``,
+    replaced by FlashInfer's CPU helper of the same 128x4 layout (``kernel_emulation.block_scale_interleave_cpu``),
+    and the kernel set-up after the weight conversion not run (vLLM's trtllm-gen experts ask for a CUDA device);
   * the model around the MoE blocks: a holder module gives vLLM's loader the parameter names
     ``layers.N.mlp.experts.routed_experts.*`` that ``GptOssModel`` has (attention needs a GPU);
   * for NVFP4 on CuteDSL: FlashInfer's CuteDSL MoE reported available (``nvidia-cutlass-dsl`` is a
@@ -249,6 +252,31 @@ def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int
                             "intermediate_size_per_partition": experts.moe_config.intermediate_size_per_partition}
 
 
+def deepseek_v4_sm100_trtllm(source_dir: str | Path, prefix: str, num_experts: int, hidden: int,
+                             intermediate: int) -> dict[str, torch.Tensor]:
+    """vLLM's parameters of one DeepSeek-V4 MXFP4 expert layer after ``Mxfp4MoEMethod.process_weights_after_loading``'s
+    conversion on SM100 with ``--moe-backend flashinfer_trtllm`` (``select_deepseek_v4_mxfp4_moe_backend``:
+    ``FLASHINFER_TRTLLM_MXFP4_BF16``, asserted; ``convert_weight_to_mxfp4_moe_kernel_format``'s TRTLLM branch), loaded
+    as :func:`deepseek_v4_flashinfer_cutlass` loads them. FlashInfer's CUDA-only ``nvfp4_block_scale_interleave`` is
+    stood in for by its CPU helper of the same layout (``kernel_emulation.block_scale_interleave_cpu``, as the SGLang
+    oracle does); the kernel set-up after the conversion (``_build_moe_kernel``: vLLM's trtllm-gen
+    experts ask for a CUDA device) is not run. Returns ``{RoutedExperts parameter name: tensor}`` and the layer's
+    padded (hidden, intermediate) under ``"hidden_dim"`` / ``"intermediate_size_per_partition"`` (ints)."""
+    import flashinfer.fp4_quantization as fp4_quantization
+    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
+    from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
+
+    from kernel_emulation import block_scale_interleave_cpu
+
+    with mock.patch.object(fp4_quantization, "nvfp4_block_scale_interleave", block_scale_interleave_cpu), \
+            mock.patch.object(Mxfp4MoEMethod, "_build_moe_kernel", lambda self, layer: None):
+        experts = _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, "flashinfer_trtllm", 100,
+                                       Mxfp4MoeBackend.FLASHINFER_TRTLLM_MXFP4_BF16)
+        return {name: p.data.clone() for name, p in experts.named_parameters()} | {
+            "hidden_dim": experts.moe_config.hidden_dim,
+            "intermediate_size_per_partition": experts.moe_config.intermediate_size_per_partition}
+
+
 def deepseek_v4_flashinfer_cutlass(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
                                    interleave_weights) -> dict[str, torch.Tensor]:
     """vLLM's post-``process_weights_after_loading`` parameters of one DeepSeek-V4 MXFP4 expert layer (experts
@@ -259,9 +287,24 @@ def deepseek_v4_flashinfer_cutlass(source_dir: str | Path, prefix: str, num_expe
     halves to ``[w3; w1]`` and applies FlashInfer's SM90 weight and scale interleaves. ``interleave_weights`` stands
     in for FlashInfer's CUDA weight interleave. Returns ``{RoutedExperts parameter name: tensor}``."""
     import flashinfer.fused_moe as fi_moe
+    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
+
+    def interleave(weight, quant_type):
+        assert quant_type == "fp4", quant_type
+        return interleave_weights(weight)
+
+    with mock.patch.object(fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm", interleave):
+        experts = _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, "flashinfer_cutlass", 90,
+                                       Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16)
+        return {name: p.data.clone() for name, p in experts.named_parameters()}
+
+
+def _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, moe_backend, capability, backend):
+    """Stock vLLM's ``RoutedExperts`` of one DeepSeek-V4 layer on the CPU: ``DeepseekV4FP8Config`` of the checkpoint's
+    ``quantization_config`` (-> ``Mxfp4MoEMethod``, whose backend must be ``backend``), the source's experts through
+    the parameters' weight loaders, then the whole ``process_weights_after_loading``."""
     from transformers import PretrainedConfig
     from vllm.model_executor.layers.fused_moe.layer import FusedMoEFactory
-    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
     from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
     from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
     from vllm.models.deepseek_v4.quant_config import DeepseekV4FP8Config
@@ -270,20 +313,14 @@ def deepseek_v4_flashinfer_cutlass(source_dir: str | Path, prefix: str, num_expe
     source = {name: tensor for name, tensor in load_all(source_dir).items()
               if name.startswith(prefix) and name[len(prefix):].split(".")[0].isdigit()}
     quant_config = DeepseekV4FP8Config.from_config(config["quantization_config"])
-
-    def interleave(weight, quant_type):
-        assert quant_type == "fp4", quant_type
-        return interleave_weights(weight)
-
-    with vllm_engine(PretrainedConfig(**config), quant_config, moe_backend="flashinfer_cutlass", capability=90), \
-            mock.patch.object(fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm", interleave):
+    with vllm_engine(PretrainedConfig(**config), quant_config, moe_backend=moe_backend, capability=capability):
         runner = FusedMoEFactory(num_experts=num_experts, top_k=2, hidden_size=hidden, intermediate_size=intermediate,
                                  quant_config=quant_config, prefix=prefix.rstrip("."), params_dtype=torch.bfloat16,
                                  ckpt_names=("w1", "w2", "w3"), renormalize=True, scoring_func=config["scoring_func"],
                                  routed_scaling_factor=config["routed_scaling_factor"], swiglu_limit=config.get("swiglu_limit"))
         experts = runner.routed_experts
         method = experts.quant_method
-        assert type(method) is Mxfp4MoEMethod and method.mxfp4_backend == Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16
+        assert type(method) is Mxfp4MoEMethod and method.mxfp4_backend == backend, method.mxfp4_backend
         params = dict(runner.named_parameters())
         mapping = RoutedExperts.make_expert_params_mapping(runner, "w1", "w2", "w3", num_experts)
         for name, tensor in source.items():
@@ -296,4 +333,4 @@ def deepseek_v4_flashinfer_cutlass(source_dir: str | Path, prefix: str, num_expe
             assert params[param].weight_loader(params[param], tensor, param, shard_id=shard_id, expert_id=expert_id,
                                                return_success=True), name
         method.process_weights_after_loading(experts)
-        return {name: p.data.clone() for name, p in experts.named_parameters()}
+        return experts

@@ -24,7 +24,11 @@ DeepSeek-V4 MXFP4, target ``sm90-cutlass`` (``DeepseekV4FP8Config`` -> vLLM's ge
 ``[E_local, 2*I, H/2]`` (halves ``[w3; w1]``, SM90 fp4 interleave), ``w13_weight_scale`` U8
 ``[E_local, 2*I/64, H/128, 16, 16]``, ``w2_weight`` U8 ``[E_local, H, I/2]`` and ``w2_weight_scale`` U8
 ``[E_local, H/64, I/128, 16, 16]`` are vLLM's parameters after ``process_weights_after_loading``, under the
-bake's names (H and I multiples of 128: nothing is padded).
+bake's names (H and I multiples of 128: nothing is padded). Target ``sm100-trtllm`` (``--moe-backend
+flashinfer_trtllm`` on Blackwell, ``FLASHINFER_TRTLLM_MXFP4_BF16``): the same four tensors in trtllm-gen's layout
+(``w13_weight`` ``[E_local, 2*I, H/2]``, scales F8_E4M3 ``[E_local, 2*I, H/32]``, ``w2_*`` likewise; H a multiple of
+256, vLLM's rounding), held as vLLM holds them (the weights viewed as uint8: the bake keeps the checkpoint's int8);
+the bake's ``gemm1_clamp_limit`` is not a vLLM parameter (vLLM's kernel takes config.json's ``swiglu_limit``).
 
 ModelOpt NVFP4, target ``cutedsl`` (vLLM's ``ModelOptNvFp4FusedMoE``, ``--moe-backend flashinfer_cutedsl``
 on Blackwell, ``FLASHINFER_CUTEDSL``): ``w13_weight`` U8 ``[E_local, 2*I_pad, H_pad/2]``, ``w13_weight_scale``
@@ -67,6 +71,8 @@ class Served:
     vllm_prefix: str = ""
     """What vLLM's module names put before the bake's layer prefixes (DeepSeek-V4: ``model.``, its mapper's
     ``layers.`` -> ``model.layers.``)."""
+    not_held: tuple[str, ...] = ()
+    """Baked tensors vLLM does not hold (it takes the value from config.json); the plugin reads none of them."""
 
     @property
     def moe_backend(self) -> str:
@@ -85,7 +91,10 @@ MODELOPT_NVFP4 = Served(target="cutedsl", source_format="modelopt-nvfp4", archit
                         held=("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"))
 DEEPSEEK_V4 = Served(target="sm90-cutlass", source_format="deepseek-v4", architecture="DeepseekV4ForCausalLM",
                      held=("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"), vllm_prefix="model.")
-SERVED = {(s.target, s.source_format): s for s in (GPT_OSS, MODELOPT_NVFP4, DEEPSEEK_V4)}
+DEEPSEEK_V4_SM100 = Served(target="sm100-trtllm", source_format="deepseek-v4", architecture="DeepseekV4ForCausalLM",
+                           held=DEEPSEEK_V4.held, vllm_prefix="model.", not_held=("gemm1_clamp_limit",))
+SERVED = {(s.target, s.source_format): s for s in (GPT_OSS, MODELOPT_NVFP4, DEEPSEEK_V4, DEEPSEEK_V4_SM100)}
+DEEPSEEK_V4_KINDS = (DEEPSEEK_V4, DEEPSEEK_V4_SM100)
 MTP_DRAFT = "DeepSeekV4MTPModel"
 """The architecture vLLM 0.33.0's speculative config gives DeepSeek-V4's MTP draft model (not served)."""
 SWIGLU = {"alpha": 1.702, "beta": 1.0, "limit": 7.0}
@@ -153,7 +162,7 @@ def check_manifest(manifest: Manifest, hf_config: dict, where: Path) -> None:
                      f"not vLLM {VLLM_VERSION}'s bytes; re-bake with: moebake convert SRC OUT --target {served.target} "
                      f"--engine {ENGINE}{keep}")
     architectures = hf_config.get("architectures") or []
-    if served is DEEPSEEK_V4 and MTP_DRAFT in architectures:
+    if served in DEEPSEEK_V4_KINDS and MTP_DRAFT in architectures:
         raise refuse(f"{where}: vLLM builds DeepSeek-V4's MTP draft model ({MTP_DRAFT}, --speculative-config); the vLLM "
                      f"plugin serves the main model only: start vLLM without MTP speculative decoding")
     if served.architecture is not None and served.architecture not in architectures:
@@ -161,8 +170,8 @@ def check_manifest(manifest: Manifest, hf_config: dict, where: Path) -> None:
                      f"of {served.architecture}")
     if served is GPT_OSS:
         check_gpt_oss(manifest, hf_config, where)
-    if served is DEEPSEEK_V4:
-        check_deepseek_v4(manifest, hf_config, where)
+    if served in DEEPSEEK_V4_KINDS:
+        check_deepseek_v4(manifest, hf_config, where, served)
     for record in manifest.layers:
         if record.hidden != hf_config.get("hidden_size"):
             raise refuse(f"{where}: layer {record.prefix} has hidden size {record.hidden}, config.json says "
@@ -188,7 +197,7 @@ def check_gpt_oss(manifest: Manifest, hf_config: dict, where: Path) -> None:
                          f"{VLLM_VERSION}'s GptOssMxfp4MoEMethod does not hold")
 
 
-def check_deepseek_v4(manifest: Manifest, hf_config: dict, where: Path) -> None:
+def check_deepseek_v4(manifest: Manifest, hf_config: dict, where: Path, served: Served) -> None:
     """Refuse a DeepSeek-V4 bake whose sizes, SwiGLU limit or tensors disagree with config.json or with what vLLM's
     ``Mxfp4MoEMethod`` holds (vLLM reads the limit from config.json at run time: it must be the one baked)."""
     limit = manifest.activation.limit
@@ -201,9 +210,9 @@ def check_deepseek_v4(manifest: Manifest, hf_config: dict, where: Path) -> None:
         if got != expected:
             raise refuse(f"{where}: layer {record.prefix} has {got}, config.json says {expected} "
                          "(config.json and the manifest disagree)")
-        if set(record.tensors) != set(DEEPSEEK_V4.held):
+        if set(record.tensors) - set(served.not_held) != set(served.held):
             raise refuse(f"{where}: layer {record.prefix} has tensors {sorted(record.tensors)}; vLLM {VLLM_VERSION}'s "
-                         f"Mxfp4MoEMethod holds {sorted(DEEPSEEK_V4.held)}")
+                         f"Mxfp4MoEMethod holds {sorted(served.held)}")
 
 
 def read_bake(directory: str | Path, quantization_config: dict, hf_config: dict) -> VllmBake:

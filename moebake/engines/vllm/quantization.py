@@ -32,7 +32,7 @@ from moebake.bake.refusals import flashinfer_layout_refusal, gpu_refusal
 from moebake.engines.quantization_identity import MoebakeQuantization
 from moebake.engines.vllm import internals
 from moebake.engines.vllm.bake import (
-    DEEPSEEK_V4,
+    DEEPSEEK_V4_KINDS,
     GPT_OSS,
     MODELOPT_NVFP4,
     VLLM_VERSION,
@@ -71,7 +71,7 @@ def source_quantization_config(bake: VllmBake, quantization_config: dict) -> Qua
     if bake.served is GPT_OSS:
         return GptOssMxfp4Config()
     original = quantization_config.get("original") or {}
-    if bake.served is DEEPSEEK_V4:
+    if bake.served in DEEPSEEK_V4_KINDS:
         from vllm.models.deepseek_v4.quant_config import DeepseekV4FP8Config
 
         # What vLLM's config parsing does for config.json's quantization_config of a model_type deepseek_v4 model.
@@ -148,7 +148,7 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
             from moebake.engines.vllm.nvfp4 import MoebakeNvfp4MoEMethod
 
             return MoebakeNvfp4MoEMethod(self.source_config.get_quant_method(layer, prefix), layer.moe_config, self.bake, prefix)
-        if self.bake.served is DEEPSEEK_V4:
+        if self.bake.served in DEEPSEEK_V4_KINDS:
             stock = self.source_config.get_quant_method(layer, prefix)
             if type(stock) is not Mxfp4MoEMethod:
                 raise refuse(f"{prefix}: vLLM's DeepseekV4FP8Config gives these experts {type(stock).__name__} "
@@ -158,14 +158,20 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
         return MoebakeMxfp4MoEMethod(layer.moe_config, self.bake, prefix)
 
 
+BACKENDS = {"sm90-cutlass": Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16,
+            "sm100-trtllm": Mxfp4MoeBackend.FLASHINFER_TRTLLM_MXFP4_BF16}
+"""The vLLM MXFP4 backend whose post-load bytes each MXFP4 target's bake is (vLLM 0.33.0's profiles)."""
+
+
 class BakedMxfp4(BakedExperts):
     """What both MXFP4 methods share: vLLM's backend must be FlashInfer CUTLASS W4A16, its padded sizes the bake's,
     its parameters are created at the bake's final shapes (placed before vLLM's method class)."""
 
     def check_backend(self, served) -> None:
-        if self.mxfp4_backend != Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16:
-            raise refuse(f"{self.prefix}: vLLM selected MoE backend {self.mxfp4_backend.value}; the bake is for FlashInfer "
-                         f"CUTLASS W4A16 (FLASHINFER_CUTLASS_MXFP4_BF16): start vLLM with --moe-backend {served.moe_backend}")
+        expected = BACKENDS[served.target]
+        if self.mxfp4_backend != expected:
+            raise refuse(f"{self.prefix}: vLLM selected MoE backend {self.mxfp4_backend.value}; the bake is for "
+                         f"{expected.value}: start vLLM with --moe-backend {served.moe_backend}")
 
     def maybe_roundup_sizes(self, hidden_size, intermediate_size_per_partition, act_dtype, moe_parallel_config):
         """vLLM's padded sizes for the selected backend, refused unless they are the bake's."""
@@ -220,9 +226,15 @@ class MoebakeDeepseekV4Mxfp4MoEMethod(BakedMxfp4, Mxfp4MoEMethod):
     def __init__(self, moe, bake: VllmBake, prefix: str, activation_key):
         super().__init__(moe, activation_key=activation_key)  # vLLM's own backend selection
         self.adopt(bake, prefix, moe)
-        self.check_backend(DEEPSEEK_V4)
+        self.check_backend(bake.served)
 
     def process_weights_after_loading(self, layer) -> None:
-        """No transform: check every baked parameter was loaded, then build vLLM's kernel over them."""
+        """No byte transform: check every baked parameter was loaded, view int8 weights (``sm100-trtllm`` keeps the
+        checkpoint's dtype) as the uint8 vLLM's conversion gives them, then build vLLM's kernel over them."""
+        from vllm.model_executor.utils import replace_parameter
+
         self.check_loaded(layer)
+        for name in ("w13_weight", "w2_weight"):
+            if getattr(layer, name).dtype == torch.int8:
+                replace_parameter(layer, name, getattr(layer, name).data.view(torch.uint8))
         internals.build_mxfp4_moe_kernel(self, layer)
