@@ -349,20 +349,20 @@ def test_refuses_another_flashinfer_layout(source, tmp_path):
 
 
 def test_refuses_a_target_it_does_not_serve(tmp_path):
-    """GPT-OSS's sm100-trtllm bake (SGLang's bytes; vLLM 0.33.0 has no profile for it) is refused at start-up."""
-    from moebake.synthetic import write_gpt_oss
+    """A ModelOpt NVFP4 cutedsl-deepep bake (SGLang's bytes; vLLM 0.33.0 has no profile for it) is refused at start-up."""
+    from moebake.synthetic import write_modelopt_nvfp4
 
-    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=256, intermediate=128, vocab=32)
-    convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm", engine="sglang"), progress=False)
+    source = write_modelopt_nvfp4(tmp_path / "src")
+    convert(source, tmp_path / "out", ConvertOptions("cutedsl-deepep", engine="sglang"), progress=False)
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     from vllm.model_executor.layers.quantization import get_quantization_config
 
     quant = get_quantization_config("moebake").from_config(config["quantization_config"])
     with pytest.raises(MoebakeError) as excinfo:
-        quant.maybe_update_config(str(tmp_path / "out"), hf_config=vllm_oracle.hf_config_of(tmp_path / "out"))
-    assert ("target 'sm100-trtllm' of source format 'gpt-oss'; the vLLM plugin serves sm90-cutlass bakes of gpt-oss; "
-            "cutedsl bakes of modelopt-nvfp4; sm90-cutlass bakes of deepseek-v4; sm100-trtllm bakes of deepseek-v4"
-            ) in refusal(excinfo)
+        quant.maybe_update_config(str(tmp_path / "out"), hf_config=config)
+    assert ("target 'cutedsl-deepep' of source format 'modelopt-nvfp4'; the vLLM plugin serves sm90-cutlass bakes of "
+            "gpt-oss; cutedsl bakes of modelopt-nvfp4; sm90-cutlass bakes of deepseek-v4; sm100-trtllm bakes of gpt-oss; "
+            "sm100-trtllm bakes of deepseek-v4") in refusal(excinfo)
 
 
 # --- sm100-trtllm (Blackwell, --moe-backend flashinfer_trtllm) ----------------------------------------

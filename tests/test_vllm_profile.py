@@ -60,6 +60,36 @@ def test_sglang_bake_of_an_unpadded_hidden_size_serves_vllm_too(tmp_path):
     _assert_bake_equals_vllm(tmp_path / "out", "model.layers.0.mlp.experts.", engine, manifest["serves"][0]["parameter_names"])
 
 
+@pytest.mark.parametrize("hidden, intermediate", [
+    (160, 96),     # pads H 160 -> 256, I 96 -> 128 (zero scale padding, where SGLang leaves 127)
+    (2880, 128),   # GPT-OSS's H: 2880 -> 3072, as SGLang pads it
+    (256, 128),    # nothing padded: the same bytes as SGLang 0.5.23's, so the bake serves both
+])
+def test_gpt_oss_sm100_trtllm_equals_vllm(tmp_path, hidden, intermediate):
+    """GPT-OSS on SM100: vLLM's GptOssMxfp4MoEMethod with FLASHINFER_TRTLLM_MXFP4_BF16 holds the bake's six tensors byte
+    for byte (biases F32, under vLLM's names), H padded to 256 and I to 128 with zeros; the bake's gemm1_alpha/beta/
+    clamp_limit are not vLLM parameters. SGLang's bake differs in the scale padding (127) wherever H or I is padded."""
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm", engine="vllm"), progress=False).to_json()
+    engine_record, record = manifest["engine"], manifest["layers"][0]
+    assert (engine_record["name"], engine_record["version"], engine_record["exact"], engine_record["runner_backend"]) == (
+        "vllm", "0.33.0", True, "flashinfer_trtllm")
+    assert (engine_record["hidden_multiple"], engine_record["hidden_scale_fill"], engine_record.get("intermediate_scale_fill", 0)) == (
+        256, 0, 0)
+    engine = vllm_oracle.gpt_oss_sm100_trtllm(source, 0)
+    assert (engine.pop("hidden_dim"), engine.pop("intermediate_size_per_partition")) == (
+        record["hidden_padded"], record["intermediate_padded"]) == (-(-hidden // 256) * 256, -(-intermediate // 128) * 128)
+    assert set(record["tensors"]) - {engine_record["parameter_names"].get(n, n) for n in record["tensors"]} == {
+        "w13_weight_bias", "w2_weight_bias"}
+    _assert_bake_equals_vllm(tmp_path / "out", "model.layers.0.mlp.experts.", engine, engine_record["parameter_names"])
+    assert set(record["tensors"]) - {"w13_weight_bias", "w2_weight_bias"} - set(engine) == {
+        "gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit"}
+    padded = (hidden, intermediate) != (record["hidden_padded"], record["intermediate_padded"])
+    assert [(e["name"], e["version"]) for e in manifest["serves"]] == ([] if padded else [("sglang", "0.5.23")])
+    sglang = convert(source, tmp_path / "sglang", ConvertOptions("sm100-trtllm"), progress=False).to_json()
+    assert [e["name"] for e in sglang["serves"]] == ([] if padded else ["vllm"])
+
+
 NVFP4_WEIGHTS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale")
 MXFP4_WEIGHTS = NVFP4_WEIGHTS
 

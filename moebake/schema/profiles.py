@@ -112,6 +112,15 @@ VLLM_0_33_0 = EngineProfile("vllm", "0.33.0", {
     # [w3; w1] halves and FlashInfer's SM90 weight interleave and scale fold, the names the bake's. The same bytes as
     # SGLang 0.5.23's Mxfp4FlashinferCutlassMoEMethod: one bake serves both.
     ("sm90-cutlass", "deepseek-v4"): TargetProfile("flashinfer_cutlass", "none", _VLLM_MXFP4),
+    # GPT-OSS, --moe-backend flashinfer_trtllm on SM100 (FLASHINFER_TRTLLM_MXFP4_BF16): H rounded up to 256, I to 128
+    # (mxfp4_round_up_hidden_size_and_intermediate_size) for create_weights' zero-filled buffers, then
+    # convert_gpt_oss_weight_to_mxfp4_moe_kernel_format's TRTLLM branch: [up, gate] row pairs, biases to F32,
+    # trtllm-gen row permutations and the 128x4 scale interleave. SGLang 0.5.23's bytes but for the scales' padding
+    # (vLLM's zeros, SGLang's 127): one bake serves both where nothing is padded. The bake's gemm1_alpha/beta/
+    # clamp_limit are not vLLM parameters (its kernel takes GPT-OSS's hard-coded SwiGLU constants).
+    ("sm100-trtllm", "gpt-oss"): TargetProfile("flashinfer_trtllm", "none", _VLLM_GPT_OSS_MXFP4, hidden_multiple=256,
+                                               parameter_names=(("w13_weight_bias", "w13_bias"),
+                                                                ("w2_weight_bias", "w2_bias"))),
     # DeepSeek-V4, --moe-backend flashinfer_trtllm on SM100 (select_deepseek_v4_mxfp4_moe_backend:
     # FLASHINFER_TRTLLM_MXFP4_BF16): mxfp4_round_up_hidden_size_and_intermediate_size rounds H up to 256 and I to 128
     # (moebake does not pad DeepSeek-V4: H must be a multiple of 256, where vLLM pads nothing either), then

@@ -18,7 +18,7 @@ Only these things are not vLLM's:
   * FlashInfer's CUDA-only ``interleave_moe_weights_for_sm90_mixed_gemm``, replaced by the CPU
     emulation of its kernel (``tests/kernel_emulation.py``); FlashInfer's CPU helpers (its SM90 scale
     interleave among them) are used as-is;
-  * on SM100 (DeepSeek-V4, :func:`deepseek_v4_sm100_trtllm`): FlashInfer's CUDA-only ``nvfp4_block_scale_interleave``,
+  * on SM100 (:func:`deepseek_v4_sm100_trtllm`, :func:`gpt_oss_sm100_trtllm`): FlashInfer's CUDA-only ``nvfp4_block_scale_interleave``,
     replaced by FlashInfer's CPU helper of the same 128x4 layout (``kernel_emulation.block_scale_interleave_cpu``),
     and the kernel set-up after the weight conversion not run (vLLM's trtllm-gen experts ask for a CUDA device);
   * the model around the MoE blocks: a holder module gives vLLM's loader the parameter names
@@ -185,10 +185,36 @@ def gpt_oss_flashinfer_cutlass(source_dir: str | Path, layer: int, interleave_we
     return {name: p.data.clone() for name, p in experts.named_parameters()}
 
 
-def gpt_oss_stock_experts(source_dir: str | Path, layer: int, device: str) -> torch.nn.Module:
-    """Stock vLLM's ``RoutedExperts`` of GPT-OSS layer ``layer`` (``--moe-backend flashinfer_cutlass``, SM90): the
-    source's experts loaded by vLLM's GPT-OSS loader on the CPU, moved to ``device``, then its
-    ``process_weights_after_loading`` there (the weight conversion and the FlashInfer CUTLASS kernel set-up)."""
+def gpt_oss_sm100_trtllm(source_dir: str | Path, layer: int) -> dict[str, torch.Tensor]:
+    """vLLM's parameters of GPT-OSS layer ``layer`` after ``GptOssMxfp4MoEMethod.process_weights_after_loading``'s
+    conversion on SM100 with ``--moe-backend flashinfer_trtllm`` (``FLASHINFER_TRTLLM_MXFP4_BF16``, asserted:
+    ``convert_gpt_oss_weight_to_mxfp4_moe_kernel_format``'s TRTLLM branch), loaded by vLLM's GPT-OSS loader.
+    FlashInfer's CUDA-only ``nvfp4_block_scale_interleave`` is stood in for by its CPU helper of the same layout
+    (``kernel_emulation.block_scale_interleave_cpu``); the kernel set-up after the conversion
+    (``make_mxfp4_moe_kernel``: vLLM's trtllm-gen experts ask for a CUDA device) is not run. Returns
+    ``{RoutedExperts parameter name: tensor}`` and the padded sizes under ``"hidden_dim"`` /
+    ``"intermediate_size_per_partition"``."""
+    import flashinfer.fp4_quantization as fp4_quantization
+    import vllm.model_executor.layers.quantization.mxfp4 as mxfp4
+
+    from kernel_emulation import block_scale_interleave_cpu
+
+    no_kernel = SimpleNamespace(fused_experts=SimpleNamespace(process_weights_after_loading=lambda layer: None))
+    with mock.patch.object(fp4_quantization, "nvfp4_block_scale_interleave", block_scale_interleave_cpu), \
+            mock.patch.object(mxfp4, "make_mxfp4_moe_kernel", lambda **kwargs: no_kernel):
+        experts = gpt_oss_stock_experts(source_dir, layer, "cpu", moe_backend="flashinfer_trtllm", capability=100,
+                                        backend="FLASHINFER_TRTLLM_MXFP4_BF16")
+    return {name: p.data.clone() for name, p in experts.named_parameters()} | {
+        "hidden_dim": experts.moe_config.hidden_dim,
+        "intermediate_size_per_partition": experts.moe_config.intermediate_size_per_partition}
+
+
+def gpt_oss_stock_experts(source_dir: str | Path, layer: int, device: str, *, moe_backend: str = "flashinfer_cutlass",
+                          capability: int = 90, backend: str = "FLASHINFER_CUTLASS_MXFP4_BF16") -> torch.nn.Module:
+    """Stock vLLM's ``RoutedExperts`` of GPT-OSS layer ``layer`` (``--moe-backend moe_backend`` on a GPU of compute
+    capability ``capability``; vLLM must pick the MXFP4 backend named ``backend``; default: flashinfer_cutlass on
+    SM90): the source's experts loaded by vLLM's GPT-OSS loader on the CPU, moved to ``device``, then its
+    ``process_weights_after_loading`` there (the weight conversion and the kernel set-up)."""
     from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
     from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4Config
     from vllm.model_executor.models.gpt_oss import GptOssForCausalLM
@@ -198,10 +224,10 @@ def gpt_oss_stock_experts(source_dir: str | Path, layer: int, device: str) -> to
     suffixes = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
                 "down_proj_blocks", "down_proj_scales", "down_proj_bias")
     source = {name: tensor for name, tensor in load_all(source_dir).items() if name.startswith(prefix)}
-    with vllm_engine(hf_config, GptOssMxfp4Config(), moe_backend="flashinfer_cutlass") as vllm_config:
+    with vllm_engine(hf_config, GptOssMxfp4Config(), moe_backend=moe_backend, capability=capability) as vllm_config:
         holder = gpt_oss_holder(vllm_config, [layer])
         experts = holder.layers[layer].mlp.experts.routed_experts
-        assert experts.quant_method.mxfp4_backend == Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16
+        assert experts.quant_method.mxfp4_backend == Mxfp4MoeBackend[backend], experts.quant_method.mxfp4_backend
         mapped = GptOssForCausalLM.hf_to_vllm_mapper.apply(source.items())
         loaded = holder.load_weights((name.removeprefix("model."), tensor) for name, tensor in mapped)
         assert len(loaded) == len(suffixes), sorted(loaded)

@@ -1,5 +1,5 @@
 """The vLLM plugin: serves bakes made for vLLM 0.33.0 (``--engine vllm``): ``sm90-cutlass`` GPT-OSS and DeepSeek-V4
-on Hopper, ``cutedsl`` ModelOpt NVFP4 and ``sm100-trtllm`` DeepSeek-V4 on Blackwell.
+on Hopper, ``cutedsl`` ModelOpt NVFP4 and ``sm100-trtllm`` GPT-OSS and DeepSeek-V4 on Blackwell.
 
 vLLM loads it in every process through the ``vllm.general_plugins`` entry point (``pyproject.toml``);
 :func:`register` adds the ``moebake`` quantization (:mod:`moebake.engines.vllm.quantization`) and the

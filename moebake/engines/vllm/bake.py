@@ -30,6 +30,11 @@ flashinfer_trtllm`` on Blackwell, ``FLASHINFER_TRTLLM_MXFP4_BF16``): the same fo
 256, vLLM's rounding), held as vLLM holds them (the weights viewed as uint8: the bake keeps the checkpoint's int8);
 the bake's ``gemm1_clamp_limit`` is not a vLLM parameter (vLLM's kernel takes config.json's ``swiglu_limit``).
 
+GPT-OSS, target ``sm100-trtllm`` (``GptOssMxfp4MoEMethod``, ``--moe-backend flashinfer_trtllm`` on Blackwell,
+``FLASHINFER_TRTLLM_MXFP4_BF16``): the same six tensors under the same vLLM names, in trtllm-gen's layout (H padded
+to 256, I to 128, zero padding; scales F8_E4M3 ``[E_local, rows, K/32]``, biases F32); the bake's ``gemm1_alpha``,
+``gemm1_beta``, ``gemm1_clamp_limit`` are not vLLM parameters (its kernel takes GPT-OSS's SwiGLU constants).
+
 ModelOpt NVFP4, target ``cutedsl`` (vLLM's ``ModelOptNvFp4FusedMoE``, ``--moe-backend flashinfer_cutedsl``
 on Blackwell, ``FLASHINFER_CUTEDSL``): ``w13_weight`` U8 ``[E_local, 2*I_pad, H_pad/2]``, ``w13_weight_scale``
 F8_E4M3 ``[E_local, 2*I_pad, H_pad/16]``, ``w2_weight`` U8 ``[E_local, H_pad, I_pad/2]`` and ``w2_weight_scale``
@@ -87,13 +92,16 @@ class Served:
 
 GPT_OSS = Served(target="sm90-cutlass", source_format="gpt-oss", architecture="GptOssForCausalLM",
                  held=tuple(t.name for t in target_spec("sm90-cutlass").tensors))
+GPT_OSS_SM100 = Served(target="sm100-trtllm", source_format="gpt-oss", architecture="GptOssForCausalLM",
+                       held=GPT_OSS.held, not_held=("gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit"))
+GPT_OSS_KINDS = (GPT_OSS, GPT_OSS_SM100)
 MODELOPT_NVFP4 = Served(target="cutedsl", source_format="modelopt-nvfp4", architecture=None,
                         held=("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"))
 DEEPSEEK_V4 = Served(target="sm90-cutlass", source_format="deepseek-v4", architecture="DeepseekV4ForCausalLM",
                      held=("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"), vllm_prefix="model.")
 DEEPSEEK_V4_SM100 = Served(target="sm100-trtllm", source_format="deepseek-v4", architecture="DeepseekV4ForCausalLM",
                            held=DEEPSEEK_V4.held, vllm_prefix="model.", not_held=("gemm1_clamp_limit",))
-SERVED = {(s.target, s.source_format): s for s in (GPT_OSS, MODELOPT_NVFP4, DEEPSEEK_V4, DEEPSEEK_V4_SM100)}
+SERVED = {(s.target, s.source_format): s for s in (GPT_OSS, MODELOPT_NVFP4, DEEPSEEK_V4, GPT_OSS_SM100, DEEPSEEK_V4_SM100)}
 DEEPSEEK_V4_KINDS = (DEEPSEEK_V4, DEEPSEEK_V4_SM100)
 MTP_DRAFT = "DeepSeekV4MTPModel"
 """The architecture vLLM 0.33.0's speculative config gives DeepSeek-V4's MTP draft model (not served)."""
@@ -168,8 +176,8 @@ def check_manifest(manifest: Manifest, hf_config: dict, where: Path) -> None:
     if served.architecture is not None and served.architecture not in architectures:
         raise refuse(f"{where}: config.json architectures {architectures}; the vLLM plugin serves {served.target} bakes "
                      f"of {served.architecture}")
-    if served is GPT_OSS:
-        check_gpt_oss(manifest, hf_config, where)
+    if served in GPT_OSS_KINDS:
+        check_gpt_oss(manifest, hf_config, where, served)
     if served in DEEPSEEK_V4_KINDS:
         check_deepseek_v4(manifest, hf_config, where, served)
     for record in manifest.layers:
@@ -178,7 +186,7 @@ def check_manifest(manifest: Manifest, hf_config: dict, where: Path) -> None:
                          f"{hf_config.get('hidden_size')} (config.json and the manifest disagree)")
 
 
-def check_gpt_oss(manifest: Manifest, hf_config: dict, where: Path) -> None:
+def check_gpt_oss(manifest: Manifest, hf_config: dict, where: Path, served: Served) -> None:
     """Refuse a GPT-OSS bake whose activation or sizes disagree with config.json or with vLLM's kernel set-up."""
     activation = manifest.activation
     if {k: getattr(activation, k) for k in SWIGLU} != SWIGLU:
@@ -191,7 +199,7 @@ def check_gpt_oss(manifest: Manifest, hf_config: dict, where: Path) -> None:
         if got != expected:
             raise refuse(f"{where}: layer {record.prefix} has {got}, config.json says {expected} "
                          "(config.json and the manifest disagree)")
-        unknown = set(record.tensors) - set(GPT_OSS.parameter_names)
+        unknown = set(record.tensors) - set(served.held) - set(served.not_held)
         if unknown:
             raise refuse(f"{where}: layer {record.prefix} has tensors {sorted(unknown)} that vLLM "
                          f"{VLLM_VERSION}'s GptOssMxfp4MoEMethod does not hold")

@@ -33,7 +33,7 @@ from moebake.engines.quantization_identity import MoebakeQuantization
 from moebake.engines.vllm import internals
 from moebake.engines.vllm.bake import (
     DEEPSEEK_V4_KINDS,
-    GPT_OSS,
+    GPT_OSS_KINDS,
     MODELOPT_NVFP4,
     VLLM_VERSION,
     VllmBake,
@@ -68,7 +68,7 @@ def check_platform(bake: VllmBake) -> None:
 
 def source_quantization_config(bake: VllmBake, quantization_config: dict) -> QuantizationConfig:
     """What stock vLLM builds from the source checkpoint's own quantization config (for every layer but the baked experts)."""
-    if bake.served is GPT_OSS:
+    if bake.served in GPT_OSS_KINDS:
         return GptOssMxfp4Config()
     original = quantization_config.get("original") or {}
     if bake.served in DEEPSEEK_V4_KINDS:
@@ -194,14 +194,15 @@ class BakedMxfp4(BakedExperts):
 
 
 class MoebakeMxfp4MoEMethod(BakedMxfp4, GptOssMxfp4MoEMethod):
-    """vLLM 0.33.0's GPT-OSS MXFP4 MoE method over baked parameters (no transform at load)."""
+    """vLLM 0.33.0's GPT-OSS MXFP4 MoE method over baked parameters (no transform at load), ``sm90-cutlass`` or
+    ``sm100-trtllm``."""
 
     supports_pre_processed_weights = True
 
     def __init__(self, moe, bake: VllmBake, prefix: str):
         super().__init__(moe)  # vLLM's own backend selection
         self.adopt(bake, prefix, moe)
-        self.check_backend(GPT_OSS)
+        self.check_backend(bake.served)
 
     def process_weights_after_loading(self, layer) -> None:
         """No transform: check every baked parameter was loaded, then build vLLM's kernel over them."""
