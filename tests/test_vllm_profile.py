@@ -8,6 +8,8 @@ DeepSeek-V4, through its parameters' weight loaders) and ``--moe-backend flashin
 profile entry has such a test).
 """
 
+import json
+
 import pytest
 import torch
 
@@ -204,3 +206,63 @@ def test_modelopt_nvfp4_with_shared_gate_up_globals_is_not_vllm_exact(tmp_path):
     manifest = convert(source, tmp_path / "out", ConvertOptions("cutedsl", engine="vllm"), progress=False).to_json()
     assert manifest["engine"]["exact"] is False and manifest["serves"] == []
     assert manifest["engine"]["not_exact_because"].startswith("gate and up global scales shared in 2 experts")
+
+
+def test_deepep_bf16_is_refused_for_vllm_with_the_reason_vllms_code_gives(tmp_path):
+    """vLLM 0.33.0 has no DeepGEMM unquantized MoE: its unquantized backend map knows five backends, none DeepGEMM; its
+    Triton paths would hold the bake's bytes unchanged, its FlashInfer CUTLASS path swaps the halves. So there is no
+    vLLM path that is this target's (DeepGEMM masked BF16 grouped GEMM): ``convert --engine vllm`` and the plugin
+    refuse in one line naming vLLM's functions."""
+    from types import SimpleNamespace
+
+    from click.testing import CliRunner
+    from vllm.model_executor.layers.fused_moe.oracle.unquantized import (
+        UnquantizedMoeBackend,
+        convert_to_unquantized_kernel_format,
+        map_unquantized_backend,
+    )
+
+    from moebake.cli import main
+    from moebake.engines.vllm.bake import PREFIX
+    from moebake.errors import MoebakeError
+    from moebake.schema.profiles import NOT_SERVABLE
+    from moebake.synthetic import write_bf16_moe
+
+    why = NOT_SERVABLE[("vllm", "deepep-bf16", "bf16-moe")]
+    backends = ("triton", "batched_triton", "flashinfer_trtllm", "flashinfer_cutlass", "aiter")
+    assert [map_unquantized_backend(name).name for name in backends] == [
+        "TRITON", "BATCHED_TRITON", "FLASHINFER_TRTLLM", "FLASHINFER_CUTLASS", "AITER"]
+    for name in ("deep_gemm", "deepgemm"):
+        with pytest.raises(ValueError, match="is not supported for unquantized MoE"):
+            map_unquantized_backend(name)
+    assert all(name in why for name in backends) and "BATCHED_TRITON" in why and "DeepGEMM" in why
+
+    source = write_bf16_moe(tmp_path / "src", style="qwen3", num_layers=1, num_experts=2, hidden=64, intermediate=32)
+    manifest = convert(source, tmp_path / "sglang", ConvertOptions("deepep-bf16"), progress=False).to_json()
+    assert manifest["serves"] == []
+    record = manifest["layers"][0]
+    baked = load_all(tmp_path / "sglang")
+    w13, w2 = baked[record["prefix"] + "w13_weight"], baked[record["prefix"] + "w2_weight"]
+    triton13, triton2 = convert_to_unquantized_kernel_format(UnquantizedMoeBackend.BATCHED_TRITON, SimpleNamespace(),
+                                                             w13.clone(), w2.clone())
+    assert torch.equal(triton13, w13) and torch.equal(triton2, w2)
+    cutlass13, _ = convert_to_unquantized_kernel_format(UnquantizedMoeBackend.FLASHINFER_CUTLASS,
+                                                        SimpleNamespace(is_act_and_mul=True), w13.clone(), w2.clone())
+    assert torch.equal(cutlass13, torch.cat([w13[:, 32:], w13[:, :32]], 1))
+
+    result = CliRunner().invoke(main, ["convert", str(source), str(tmp_path / "vllm"), "--target", "deepep-bf16",
+                                       "--engine", "vllm", "--quiet"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and result.output.startswith("error: "), result.output
+    assert f"cannot serve deepep-bf16 bakes of bf16-moe checkpoints exactly ({why})" in result.output
+    assert not (tmp_path / "vllm").exists()
+
+    from vllm.model_executor.layers.quantization import get_quantization_config
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()  # what every vLLM process does: registers moebake's quantization
+    config = json.loads((tmp_path / "sglang" / "config.json").read_text())
+    quant = get_quantization_config("moebake").from_config(config["quantization_config"])
+    with pytest.raises(MoebakeError) as excinfo:
+        quant.maybe_update_config(str(tmp_path / "sglang"), hf_config=config)
+    message = str(excinfo.value)
+    assert "\n" not in message and message.startswith(PREFIX) and f"({why})" in message

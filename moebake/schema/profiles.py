@@ -140,6 +140,19 @@ VLLM_0_33_0 = EngineProfile("vllm", "0.33.0", {
 })
 
 PROFILES = {"sglang": SGLANG_0_5_23, "vllm": VLLM_0_33_0}
+
+NOT_SERVABLE = {
+    ("vllm", "deepep-bf16", "bf16-moe"): (
+        "vLLM 0.33.0's unquantized MoE has no DeepGEMM kernel (map_unquantized_backend offers triton, batched_triton, "
+        "flashinfer_trtllm, flashinfer_cutlass, aiter; behind deepep_low_latency select_unquantized_moe_backend takes "
+        "BATCHED_TRITON), so this target's DeepGEMM m_grouped_bf16_gemm_nt_masked path does not exist there"),
+}
+"""(engine, target, source format) -> why that engine cannot serve such a bake at all (one clause, from its code;
+``tests/test_vllm_profile.py`` checks the vLLM one against vLLM's functions). ``convert --engine`` and the plugin say it."""
+
+
+def not_servable_because(engine: str, target: str, source_format: str) -> str | None:
+    return NOT_SERVABLE.get((engine, target, source_format))
 DEFAULT_ENGINE = "sglang"
 
 
@@ -177,8 +190,9 @@ def check_servable(engine: str, target: str, source_format: str) -> None:
     others = [p for p in exact_engines(target, source_format) if p.engine != engine]
     can = ("; " + ", ".join(f"{p.engine} {p.version} can (--engine {p.engine})" for p in others) if others
            else "; no other engine moebake knows can")
+    why = not_servable_because(engine, target, source_format) or "no verified profile"
     raise UnsupportedError(f"--engine {engine}: {profile.engine} {profile.version} cannot serve {target} bakes of {source_format} "
-                           f"checkpoints exactly (no verified profile){can}; pass {ALLOW_INEXACT} to bake it anyway, "
+                           f"checkpoints exactly ({why}){can}; pass {ALLOW_INEXACT} to bake it anyway, "
                            "recorded as NOT engine-exact")
 
 

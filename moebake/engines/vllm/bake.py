@@ -54,7 +54,7 @@ from moebake.bake.served_manifest import read_served_manifest
 from moebake.errors import EngineRefusal, MoebakeError
 from moebake.schema.enums import DType
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
-from moebake.schema.profiles import PROFILES, SHARED_GLOBALS
+from moebake.schema.profiles import PROFILES, SHARED_GLOBALS, not_servable_because
 from moebake.schema.targets import target_spec
 
 ENGINE = "vllm"
@@ -157,8 +157,9 @@ def check_manifest(manifest: Manifest, hf_config: dict, where: Path) -> None:
     served = SERVED.get((manifest.target, manifest.source.format))
     if served is None:
         kinds = "; ".join(f"{s.target} bakes of {s.source_format}" for s in SERVED.values())
+        why = not_servable_because(ENGINE, manifest.target, manifest.source.format)
         raise refuse(f"{where}: target {manifest.target!r} of source format {manifest.source.format!r}; the vLLM plugin "
-                     f"serves {kinds}")
+                     f"serves {kinds}{' (' + why + ')' if why else ''}")
     engines = ([manifest.engine] if manifest.engine is not None else []) + list(manifest.serves)  # same bytes
     ours = [e for e in engines if e.name == ENGINE and e.version == VLLM_VERSION]
     if not ours or not ours[0].exact:
