@@ -199,7 +199,7 @@ def measure_convert(source: Path, scratch: Path, workers: int, cache: str, env: 
     shutil.rmtree(out, ignore_errors=True)
     prepare_cache(source, cache)
     result = run_measured([sys.executable, "-m", "moebake", "convert", str(source), str(out), "--target", "sm90-cutlass",
-                           "--quiet", "--profile", "--workers", str(workers)], env)
+                           "--quiet", "--profile", "--workers", str(workers), "--writers-per-device", str(workers)], env)
     shutil.rmtree(out)
     result["profile"] = [line for line in result["stderr"].splitlines() if line.startswith("profile:")]
     return result

@@ -11,6 +11,8 @@ backend and token count (tokens per rank, default 1 to 128), runs the eager deco
 ``--iters`` times after ``--warmup`` (the first step, which JIT-compiles DeepGEMM kernels for a new
 shape, is timed separately), with CUDA events between the phases of each step (the step is the sum;
 median per phase over the iterations; all ranks in lock-step, as DeepEP LL synchronises them).
+With ``--graph``, the DeepGEMM step is also captured in a CUDA graph (every rank at once) and its
+replays timed the same way (``graph_step`` ms: the step as decode runs it, without host launch gaps).
 The buffer is sized for 128 tokens per rank (SGLang's default ``num_max_dispatch_tokens_per_rank``).
 Both backends run in the same process on the same weights, inputs and DeepEP buffer; the table
 shows the step's speed-up, torch ms / DeepGEMM ms.
@@ -104,6 +106,8 @@ def bench_worker(ctx, args: dict) -> dict:
                             samples[phase].append(events[i].elapsed_time(events[i + 1]))
                     ms = {phase: statistics.median(v) for phase, v in samples.items()}
                     ms["step"] = statistics.median([sum(parts) for parts in zip(*samples.values())])
+                    if args.get("graph") and backend == "deep_gemm":
+                        ms["graph_step"] = _graph_step_ms(step, args["iters"])
                     row = {"shape": name, "backend": backend, "tokens": tokens, "ranks": ctx.ranks, "rank": ctx.rank,
                            "expected_m": hint, "ms": ms, "first_step_s": first_s}
                     rows.append(row)
@@ -121,6 +125,27 @@ def bench_worker(ctx, args: dict) -> dict:
     return {"rank": ctx.rank, "device": torch.cuda.get_device_name(ctx.device), "rows": rows}
 
 
+def _graph_step_ms(step, iters: int) -> float:
+    """Median ms of ``iters`` replays of ``step`` captured in a CUDA graph (collective: every rank captures and
+    replays in lock-step, as the eager steps)."""
+    import torch.distributed as dist
+
+    from moebake.serve.cuda_graph import capture
+
+    graph, _ = capture(step)
+    torch.cuda.synchronize()
+    dist.barrier()
+    samples = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end))
+    return statistics.median(samples)
+
+
 def run(args) -> dict:
     from moebake.serve.deepep_ll import deep_ep_status
     from moebake.serve.ep_launch import run_ranks
@@ -133,7 +158,7 @@ def run(args) -> dict:
         if module is None:
             raise SystemExit(f"not usable here: {why}")
     payload = {"shapes": args.shapes, "backends": args.backends, "tokens": args.tokens, "warmup": args.warmup,
-               "iters": args.iters, "partial": str(args.json) + ".partial" if args.json else None}
+               "iters": args.iters, "graph": args.graph, "partial": str(args.json) + ".partial" if args.json else None}
     per_rank = run_ranks(bench_worker, args.ranks, "cuda", payload)
     import deep_ep
     import deep_gemm
@@ -156,7 +181,7 @@ def table(results: dict) -> str:
              f"{results['deep_gemm']}, {results['deep_ep']}; eager decode step, median of {results['iters']} (CUDA events), "
              f"buffer for {results['max_tokens_per_rank']} tokens/rank",
              f"{'shape':18} {'tok/rank':>8} | {'DeepGEMM step':>13} {'dispatch':>8} {'experts':>8} {'combine':>8} | "
-             f"{'torch step':>10} {'experts':>8} | {'speed-up':>8} {'max-rank DG':>11}"]
+             f"{'torch step':>10} {'experts':>8} | {'speed-up':>8} {'max-rank DG':>11} | {'DG graph step':>13}"]
     for shape in results["shapes"]:
         for tokens in sorted({r["tokens"] for r in results["rows"] if r["shape"] == shape}):
             dg, tt = by_key.get((shape, tokens, "deep_gemm")), by_key.get((shape, tokens, "torch"))
@@ -167,7 +192,8 @@ def table(results: dict) -> str:
             worst = max(r["ms"]["step"] for r in dg)
             lines.append(f"{shape:18} {tokens:>8} | {d0['step']:>13.3f} {d0['dispatch']:>8.3f} {d0['experts']:>8.3f} "
                          f"{d0['combine']:>8.3f} | {t0['step']:>10.3f} {t0['experts']:>8.3f} | "
-                         f"{t0['step'] / d0['step']:>7.2f}x {worst:>11.3f}")
+                         f"{t0['step'] / d0['step']:>7.2f}x {worst:>11.3f} | "
+                         f"{d0['graph_step'] if 'graph_step' in d0 else float('nan'):>13.3f}")
     return "\n".join(lines)
 
 
@@ -194,6 +220,10 @@ def plot(all_results: list[dict], png: Path) -> None:
                 if backend == "deep_gemm":
                     axis.plot(tokens, [r["ms"]["dispatch"] + r["ms"]["combine"] for r in rows], style, marker=".",
                               color="tab:green", alpha=0.7, label=f"dispatch + combine, EP={results['ranks']}")
+                    graphed = [r for r in rows if "graph_step" in r["ms"]]
+                    if graphed:
+                        axis.plot([r["tokens"] for r in graphed], [r["ms"]["graph_step"] for r in graphed], style, marker="^",
+                                  color="tab:purple", label=f"step in a CUDA graph, DeepGEMM, EP={results['ranks']}")
         s = SHAPES.get(shape, {})
         axis.set_title(f"{shape}: E={s.get('experts')}, H={s.get('hidden')}, I={s.get('intermediate')}, top-{s.get('top_k')}",
                        fontsize=10)
@@ -219,6 +249,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tokens", type=lambda s: [int(v) for v in s.split(",")], default=[1, 2, 4, 8, 16, 32, 64, 128])
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--graph", action="store_true", help="also time the DeepGEMM step replayed from a CUDA graph")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--png", type=Path)
     parser.add_argument("--plot-only", type=Path, nargs="+", help="print the tables and draw --png from saved JSON files")

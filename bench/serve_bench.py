@@ -10,7 +10,9 @@ For a GPT-OSS-120B-shaped MoE layer set (synthetic: E=128, H=I=2880 -> 2944 padd
   both from a warm page cache, with FlashInfer's MoE module already loaded; median of repeats;
 * forward latency for T tokens through ``experts.forward`` vs SGLang's call on its own prepared
   tensors (pad, ``cutlass_fused_moe``, trim) and vs the bare ``cutlass_fused_moe`` on the same
-  tensors with a pre-padded input (CUDA events around each call, the three interleaved, median).
+  tensors with a pre-padded input (CUDA events around each call, interleaved, median); at decode
+  sizes (``--graph-max-tokens``) also the decode step (``experts.decode_step``: persistent buffers at
+  the padded width) and the bare kernel, each replayed from a CUDA graph.
 
 Prints a table with ratios, writes ``--json`` and a PNG plot (``--png``; needs matplotlib, so
 ``--plot-only results.json`` redraws it elsewhere from the JSON).
@@ -112,6 +114,7 @@ def bench_forward(experts, prepared: dict, swiglu_limit: float, args) -> list[di
     """Latency per token count of moebake's forward, SGLang's call (pad, kernel, trim) on its own
     prepared tensors, and the bare ``cutlass_fused_moe`` on moebake's tensors with a pre-padded input."""
     sglang_baseline = oracle()
+    from moebake.serve.cuda_graph import capture
     from moebake.serve.flashinfer_ops import sm90_moe_ops
 
     cutlass_fused_moe = sm90_moe_ops().cutlass_fused_moe
@@ -135,18 +138,32 @@ def bench_forward(experts, prepared: dict, swiglu_limit: float, args) -> list[di
         x_padded = torch.nn.functional.pad(x, (0, experts.hidden_padded - experts.hidden))
         out = torch.empty(tokens, experts.hidden_padded, dtype=torch.bfloat16, device="cuda")
         iterations = max(5, min(100, 20000 // max(tokens, 1)))
-        ms = time_cuda_interleaved({
+        calls = {
             "moebake": lambda: experts.forward(x, ids, weights),
             "sglang": lambda: sglang_baseline.sglang_moe_forward(prepared, swiglu, x, ids, weights),
             "direct": lambda: cutlass_fused_moe(x_padded, ids32, weights, output=out, **direct_args),
-        }, iterations)
+        }
+        graphs = tokens <= args.graph_max_tokens
+        if graphs:  # decode sizes: moebake's decode step and the bare kernel, each replayed from a CUDA graph
+            step = experts.decode_step(max_tokens=tokens, top_k=args.top_k)
+            step.hidden.copy_(x), step.topk_ids.copy_(ids32), step.topk_weights.copy_(weights)
+            step.capture(tokens)
+            direct_graph, _ = capture(lambda: cutlass_fused_moe(x_padded, ids32, weights, output=out, **direct_args))
+            calls.update(decode_graph=step.replay, direct_graph=direct_graph.replay)
+        ms = time_cuda_interleaved(calls, iterations)
         cutlass_fused_moe(x_padded, ids32, weights, output=out, **direct_args)
         ours = experts.forward(x, ids, weights)
         theirs = sglang_baseline.sglang_moe_forward(prepared, swiglu, x, ids, weights)
         same = torch.equal(ours, out[:, : experts.hidden]) and torch.equal(ours, theirs)
-        rows.append({"tokens": tokens, "moebake_ms": ms["moebake"], "sglang_ms": ms["sglang"], "direct_ms": ms["direct"],
-                     "ratio": ms["moebake"] / ms["direct"], "ratio_sglang": ms["moebake"] / ms["sglang"],
-                     "iterations": iterations, "outputs_equal": same})
+        row = {"tokens": tokens, "moebake_ms": ms["moebake"], "sglang_ms": ms["sglang"], "direct_ms": ms["direct"],
+               "ratio": ms["moebake"] / ms["direct"], "ratio_sglang": ms["moebake"] / ms["sglang"],
+               "iterations": iterations, "outputs_equal": same}
+        if graphs:
+            same_graph = torch.equal(step.replay(), ours)
+            row.update(decode_graph_ms=ms["decode_graph"], direct_graph_ms=ms["direct_graph"],
+                       ratio_graph=ms["decode_graph"] / ms["direct_graph"], ratio_graph_vs_direct=ms["decode_graph"] / ms["direct"],
+                       outputs_equal=same and same_graph)
+        rows.append(row)
     return rows
 
 
@@ -178,10 +195,7 @@ def run(args) -> dict:
     workdir = Path(args.workdir)
     source, baked, prep = make_checkpoints(workdir, args)
     start = time.perf_counter()
-    sm90_moe_ops()
-    import flashinfer.fused_moe.core as core
-
-    core.get_cutlass_fused_moe_module("90")  # load (or build) FlashInfer's module outside the timings
+    sm90_moe_ops().get_module("90")  # load (or build) the reduced module outside the timings
     prep["flashinfer_module_s"] = time.perf_counter() - start
     warm_page_cache(source, baked)
 
@@ -237,6 +251,13 @@ def table(results: dict) -> str:
     ]
     lines += [f"| {r['tokens']} | {r['moebake_ms']:.3f} | {r['sglang_ms']:.3f} | {r['direct_ms']:.3f} | {r['ratio_sglang']:.3f} | "
               f"{r['ratio']:.3f} | {r['outputs_equal']} |" for r in results["forward"]]
+    graphed = [r for r in results["forward"] if "decode_graph_ms" in r]
+    if graphed:
+        lines += ["", "Decode step (persistent buffers at the padded width, replayed from a CUDA graph) vs the bare kernel:",
+                  "", "| tokens | decode step, graph (ms) | bare kernel, graph (ms) | bare kernel, eager (ms) "
+                  "| step / bare graph | step / bare eager |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['tokens']} | {r['decode_graph_ms']:.4f} | {r['direct_graph_ms']:.4f} | {r['direct_ms']:.4f} | "
+                  f"{r['ratio_graph']:.3f} | {r['ratio_graph_vs_direct']:.3f} |" for r in graphed]
     return "\n".join(lines)
 
 
@@ -260,6 +281,10 @@ def plot(results: dict, png: Path) -> None:
     right.plot(tokens, [r["moebake_ms"] for r in results["forward"]], "o-", label="moebake forward")
     right.plot(tokens, [r["sglang_ms"] for r in results["forward"]], "s:", label="SGLang call (pad, kernel, trim)")
     right.plot(tokens, [r["direct_ms"] for r in results["forward"]], "x--", label="bare cutlass_fused_moe")
+    graphed = [r for r in results["forward"] if "decode_graph_ms" in r]
+    if graphed:
+        right.plot([r["tokens"] for r in graphed], [r["decode_graph_ms"] for r in graphed], "^-", label="decode step, CUDA graph")
+        right.plot([r["tokens"] for r in graphed], [r["direct_graph_ms"] for r in graphed], "v--", label="bare kernel, CUDA graph")
     right.set_xscale("log")
     right.set_yscale("log")
     right.set_xlabel("tokens")
@@ -280,6 +305,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--top-k", type=int, default=4)
     parser.add_argument("--tokens", type=lambda s: [int(t) for t in s.split(",")], default=[1, 64, 1024, 8192])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--graph-max-tokens", type=int, default=256,
+                        help="token counts up to this also time the decode step and the bare kernel in CUDA graphs")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--png", type=Path)
     parser.add_argument("--plot-only", type=Path, help="redraw --png (and print the table) from a saved JSON")

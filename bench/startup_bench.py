@@ -27,7 +27,9 @@ cache, seconds (slowest rank), bytes_read (bytes the ranks read from the block d
 consumed: the rank rows it read plus every other tensor it copied; for stock, every tensor the
 iterator handed out), limit_seconds (see :func:`limit_seconds`), peak_gpu_extra_gib (peak GPU memory
 beyond the parameters resident at the end, largest rank) and peak_host_rss_gib (largest rank's peak
-RSS, mapped file pages included). The machine's limits are measured in the same run
+RSS, mapped file pages included; with rss_before_load_gib, the process before its first byte, and
+rss_anon_after_gib / rss_file_after_gib, its anonymous and file-backed resident memory after the load).
+The machine's limits are measured in the same run
 (:func:`measure_limits`).
 
     python bench/startup_bench.py make --model gpt-oss-20b --dir /data/b20         # source + bake
@@ -134,6 +136,17 @@ def make(directory: Path, model: str, layers: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------ one rank
+def _rss_gib() -> dict:
+    """This process's resident memory now (``/proc/self/status``): total, anonymous and file-backed (mmap'd shards)."""
+    fields = {"VmRSS:": "rss", "RssAnon:": "anon", "RssFile:": "file"}
+    found = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key = line.split(":")[0] + ":"
+        if key in fields:
+            found[fields[key]] = int(line.split()[1]) * 1024 / GIB
+    return found
+
+
 def _io_read_bytes() -> int:
     """Bytes this process has read from the block device (``/proc/self/io`` ``read_bytes``)."""
     for line in Path("/proc/self/io").read_text().splitlines():
@@ -143,36 +156,30 @@ def _io_read_bytes() -> int:
 
 
 def _sglang_world(ep: int, rank: int, device: str):
-    """SGLang's process state for EP rank ``rank`` of ``ep`` (tp = ep = ``ep``, a gloo world of ``ep`` processes),
-    ``--moe-runner-backend flashinfer_mxfp4`` on an SM90 platform, FlashInfer's kernels from the reduced module."""
+    """SGLang's process state for EP rank ``rank`` of ``ep`` (the SGLang oracle's ``sglang_engine``: tp = ep = ``ep``,
+    a gloo world of ``ep`` processes), ``--moe-runner-backend flashinfer_mxfp4`` on an SM90 platform, FlashInfer's
+    kernels from the reduced module."""
     from contextlib import ExitStack
     from unittest import mock
 
     sys.path.insert(0, str(ROOT / "tests"))
-    from engine_oracles import standins
+    from engine_oracles import sglang_oracle, standins
 
     standins.install()
     import sglang.srt.layers.moe.moe_runner.flashinfer_cutlass as runner
     import sglang.srt.layers.quantization.mxfp4 as mxfp4
     from flashinfer.fused_moe.core import ActivationType
     from sglang.srt.distributed import parallel_state
-    from sglang.srt.layers.moe.utils import initialize_moe_config
     from sglang.srt.layers.quantization import QUANTIZATION_METHODS
     from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
     from sglang.srt.plugins import load_plugins
-    from sglang.srt.runtime_context import SpawnRanks, get_parallel, override_platform, publish
-    from sglang.srt.server_args import ServerArgs
+    from sglang.srt.runtime_context import get_parallel
 
     QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
     load_plugins()
-    parallel_state.init_distributed_environment(world_size=ep, rank=rank, local_rank=rank, backend="gloo")
-    publish(ServerArgs(model_path="dummy", tp_size=ep, ep_size=ep, pp_size=1, moe_runner_backend="flashinfer_mxfp4"),
-            role="bench", ranks=SpawnRanks(world_rank=rank))
-    get_parallel().override_permanently(world_group=parallel_state._WORLD)
-    parallel_state.initialize_model_parallel(backend="gloo")
-    initialize_moe_config()
     stack = ExitStack()
-    stack.enter_context(override_platform(is_sm90=True, is_sm100=False, is_blackwell=False, is_sm120=False))
+    stack.enter_context(sglang_oracle.sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90", ep=ep, rank=rank,
+                                                    role="bench"))
     stack.enter_context(mock.patch.object(mxfp4, "_FI_HAS_SM90_CUTLASS_MXFP4", True))
     if device.startswith("cuda"):
         from moebake.serve.flashinfer_ops import sm90_moe_ops
@@ -235,6 +242,7 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     io_before, requested = _io_read_bytes(), 0
+    rss_before = _rss_gib()  # the process (torch, CUDA context, the engine's imports) before its first byte
     began = time.perf_counter()
     with torch.device(device):
         if path == "stock":
@@ -288,9 +296,12 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
         torch.cuda.synchronize()
     seconds = time.perf_counter() - began
     rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB  # before the digest's own copies
+    rss_after = _rss_gib()
     resident = torch.cuda.memory_allocated() if cuda else 0
     peak = torch.cuda.max_memory_allocated() if cuda else 0
     return {"seconds": seconds, "layer0_xxh3": _digest(layers[0]), "peak_host_rss_gib": rss_gib,
+            "rss_before_load_gib": rss_before.get("rss", 0.0), "rss_anon_after_gib": rss_after.get("anon", 0.0),
+            "rss_file_after_gib": rss_after.get("file", 0.0),
             "bytes_read": _io_read_bytes() - io_before, "bytes_requested": requested,
             "peak_gpu_extra_gib": (peak - resident) / GIB, "resident_gib": resident / GIB}
 
@@ -450,7 +461,9 @@ def run_all(args) -> None:
                        "limit_seconds": limit_seconds(rank_bytes(directory, ep), ep, cache, limits),
                        "peak_gpu_extra_gib": max(r["peak_gpu_extra_gib"] for r in ranks),
                        "resident_gib": max(r["resident_gib"] for r in ranks),
-                       "peak_host_rss_gib": max(r["peak_host_rss_gib"] for r in ranks)}
+                       "peak_host_rss_gib": max(r["peak_host_rss_gib"] for r in ranks),
+                       **{key: max(r[key] for r in ranks)
+                          for key in ("rss_before_load_gib", "rss_anon_after_gib", "rss_file_after_gib")}}
                 twin = [r for r in results["runs"] if r["path"] != path and r["ep"] == ep and r["model"] == about["model"]
                         and r["layers"] == about["layers"]]
                 if twin and twin[-1]["layer0_xxh3"] != run["layer0_xxh3"]:
@@ -543,6 +556,21 @@ def _pair_row(ep: int, cache: str, pair: dict) -> str:
             f"{both('peak_gpu_extra_gib')} | {both('peak_host_rss_gib')} |")
 
 
+def _rss_split(runs: list[dict]) -> list[str]:
+    """Where each run's host memory is (runs that recorded it): the process before the load, the peak, and the
+    anonymous and file-backed (mmap'd shards) resident memory after it, GiB, largest rank."""
+    split = [r for r in runs if "rss_before_load_gib" in r]
+    if not split:
+        return []
+    lines = ["", "Host memory, GiB (largest rank): the process before its first byte (torch, CUDA context, SGLang's "
+             "imports), its peak, and its anonymous and file-backed (mapped shard pages) resident memory after the load.",
+             "", "| ep | cache | path | before load | peak RSS | anonymous after | file-backed after |", "|" + "---|" * 7]
+    for r in sorted(split, key=lambda r: (r["cache"], r["ep"], r["path"] != "stock")):
+        lines.append(f"| {r['ep']} | {r['cache']} | {r['path']} | {r['rss_before_load_gib']:.2f} | "
+                     f"{r['peak_host_rss_gib']:.2f} | {r['rss_anon_after_gib']:.2f} | {r['rss_file_after_gib']:.2f} |")
+    return lines
+
+
 def table(results_path: Path, md: Path | None = None) -> Path:
     """The Markdown summary of a results JSON (a table per model, the limits, the notes), beside it as ``.md``."""
     results_path = Path(results_path)
@@ -568,7 +596,8 @@ def table(results_path: Path, md: Path | None = None) -> Path:
         lines += [f"## {model}-shaped, {layers} MoE layers of {mine[0]['experts']} experts", ""]
         for limits in results.get("limits", []):
             if (limits.get("model"), limits.get("layers")) == (model, layers):
-                lines += [f"Limits measured in its session: {_limits_line(limits)}.", ""]
+                session = f" ({limits['session']})" if "session" in limits else ""
+                lines += [f"Limits measured in its session{session}: {_limits_line(limits)}.", ""]
         lines += [header, "|" + "---|" * 10]
         groups = sorted({(r["ep"], r["cache"]) for r in mine}, key=lambda g: (g[1], g[0]))
         for ep, cache in groups:
@@ -580,6 +609,7 @@ def table(results_path: Path, md: Path | None = None) -> Path:
         notes += [n["text"] for n in results.get("notes", []) if (n.get("model"), n.get("layers")) == (model, layers)]
         if missing:
             lines += ["", f"Not measured: {', '.join(missing)}."]
+        lines += _rss_split(mine)
         lines += [""] + [f"Note: {n}" for n in notes] + ([""] if notes else [])
     lines += ["## What limits each number", "",
               "Cold: the disk. Both paths read every byte they need from it once; the bake reads more bytes than "

@@ -18,7 +18,7 @@ import click
 
 import moebake
 from moebake.convert.io_mode import IO_ENV, IO_MODES, PLAIN_IO_CORES
-from moebake.convert.options import DEFAULT_CHUNK_BYTES, GATE_UP_GLOBALS, MAX_MULTIPLE, ConvertOptions
+from moebake.convert.options import DEFAULT_CHUNK_BYTES, GATE_UP_GLOBALS, MAX_MULTIPLE, MAX_WORKERS, WRITERS_PER_DEVICE, ConvertOptions
 from moebake.errors import MoebakeError, OutputError, format_error
 from moebake.layouts.flashinfer_versions import LAYOUTS
 from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
@@ -136,15 +136,20 @@ def _resolve(source: str, revision: str | None, token: str | None):
 @click.option("--revision", help="Branch, tag or commit of a Hub SOURCE (same as ORG/NAME@REVISION).")
 @click.option("--token", help="Hugging Face token for a Hub SOURCE (default: HF_TOKEN or the saved login).")
 @click.option("--workers", default=1, show_default="1: one process, the fastest measured", type=click.IntRange(min=1),
-              help="Bake this many shards at once, in separate processes (output bytes do not change); capped at 2, "
-                   "the usable cores and the shards to bake (more were measured no faster and over 1 GB of memory).")
+              help="Bake this many shards at once, in separate processes (output bytes do not change); capped at "
+                   "--writers-per-device, 2, the usable cores and the shards to bake (more were measured no faster "
+                   "and over 1 GB of memory).")
+@click.option("--writers-per-device", default=WRITERS_PER_DEVICE, show_default=True, type=click.IntRange(1, MAX_WORKERS),
+              help="Worker processes that may write to the output's storage device at once. Raise it only where "
+                   "bench/convert_bench.py measures more workers faster on your storage: on the disks measured so "
+                   "far, a second writer was slower.")
 @click.option("--io", "io_mode", type=click.Choice(IO_MODES), default=None,
               help="Disk I/O: direct (O_DIRECT: least CPU), plain (through the page cache), or auto: direct below "
                    f"{PLAIN_IO_CORES} usable cores, plain from there [default: auto, or ${IO_ENV}]. Bytes do not change.")
 @click.option("--profile", is_flag=True, help="Print busy time per stage (read, transform, hash, write) at the end.")
 @reports_errors
 def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, intermediate_multiple, allow_inexact, gate_up_globals,
-            chunk_mb, overwrite, resume, dry_run, quiet, revision, token, workers, io_mode, profile):
+            chunk_mb, overwrite, resume, dry_run, quiet, revision, token, workers, writers_per_device, io_mode, profile):
     """Bake checkpoint SOURCE into OUT for --target.
 
     SOURCE is a checkpoint directory or a Hub model repo ORG/NAME[@REVISION] (only the files needed
@@ -185,6 +190,7 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     began = time.perf_counter()
     baked = run_convert(resolved.path, out, options, overwrite=overwrite, resume=resume, progress=not quiet,
                         source_location=resolved.repo_id, source_revision=resolved.revision, workers=workers,
+                        writers_per_device=writers_per_device,
                         allow_inexact=allow_inexact)
     if profile:
         from moebake.convert.stages import STAGES, profile_lines

@@ -26,6 +26,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "bake_hashes.json"
 # GPT-OSS dims that need padding (H=160 -> 256, I=96 -> 128); DeepSeek-V4 dims are multiples of 128
 # (its engine path does not pad); ModelOpt NVFP4 and BF16 MoE at the writers' small defaults.
 _GPT_OSS = (write_gpt_oss, {"num_layers": 2, "num_experts": 3, "hidden": 160, "intermediate": 96, "vocab": 64})
+_GPT_OSS_64 = (write_gpt_oss, {**_GPT_OSS[1], "hidden": 192})  # Marlin takes H % 64 == 0 only: 192 -> 256, I 96 -> 128
 _DSV4 = (write_deepseek_v4, {"num_layers": 2, "num_experts": 3, "hidden": 256, "intermediate": 128, "mtp_layers": 1})
 _DSV4_NO_LIMIT = (write_deepseek_v4, {**_DSV4[1], "swiglu_limit": None})
 _MODELOPT = (write_modelopt_nvfp4, {"num_layers": 3, "num_experts": 4, "hidden": 128, "intermediate": 64})
@@ -47,6 +48,9 @@ CASES = {
     "sm100-trtllm/gpt-oss": (_GPT_OSS, {"target": "sm100-trtllm"}),
     "sm100-trtllm/deepseek-v4": (_DSV4, {"target": "sm100-trtllm"}),
     "sm100-trtllm/deepseek-v4/no-limit": (_DSV4_NO_LIMIT, {"target": "sm100-trtllm"}),
+    "sm90-marlin/gpt-oss": (_GPT_OSS_64, {"target": "sm90-marlin"}),
+    "sm90-marlin/gpt-oss/64KiB-chunks": (_GPT_OSS_64, {"target": "sm90-marlin", "chunk_bytes": 1 << 16}),
+    "sm90-marlin/deepseek-v4": (_DSV4, {"target": "sm90-marlin"}),
     "cutedsl/modelopt-nvfp4": (_MODELOPT, {"target": "cutedsl"}),
     "cutedsl-deepep/modelopt-nvfp4": (_MODELOPT, {"target": "cutedsl-deepep"}),
     "deepep-bf16/qwen3.5": (_bf16("qwen3.5", mtp_layers=1), {"target": "deepep-bf16"}),

@@ -66,3 +66,16 @@ def block_scale_interleave_cpu(scales: torch.Tensor) -> torch.Tensor:
     from flashinfer.fused_moe.prepare import _swizzle_cutile_fp4_scales
 
     return _swizzle_cutile_fp4_scales(scales.view(torch.uint8)[None], scale_block_size=32).reshape(-1)
+
+
+def gptq_marlin_repack_reference(b_q_weight: torch.Tensor, perm: torch.Tensor, size_k: int, size_n: int, num_bits: int,
+                                 **_) -> torch.Tensor:
+    """Stand-in for the CUDA op ``gptq_marlin_repack`` as the engines call it for MXFP4 (no act-order ``perm``,
+    4 bits): int32 ``[K/8, N]`` (8 consecutive ``k`` per word) -> int32 ``[K/16, 2N]``, by vLLM's pure-Python
+    reference of Marlin packing (``marlin_utils_test.marlin_weights`` with ``get_weight_perm(4)``), not by moebake."""
+    from vllm.model_executor.layers.quantization.utils.marlin_utils_test import get_weight_perm, marlin_weights
+
+    assert perm.numel() == 0 and num_bits == 4 and tuple(b_q_weight.shape) == (size_k // 8, size_n), b_q_weight.shape
+    shifts = torch.arange(8, dtype=torch.int32) * 4
+    values = ((b_q_weight.unsqueeze(1) >> shifts.view(1, 8, 1)) & 0xF).reshape(size_k, size_n)  # row 8w + i: nibble i
+    return marlin_weights(values, size_k, size_n, 4, get_weight_perm(4))

@@ -89,12 +89,28 @@ def test_serve_bench_plot_only(tmp_path, capsys):
     results = json.loads(saved.read_text())
     lines = capsys.readouterr().out.splitlines()
     m, g = results["ready"]["moebake"], results["ready"]["sglang"]
-    assert lines[0] == "device: NVIDIA H100 80GB HBM3; 1 layer(s), E=128, H=2880->2944, I=2880->2944, top-4"
+    assert lines[0] == "device: NVIDIA H100 80GB HBM3; 1 layer(s), E=128, H=2880->3072, I=2880->2944, top-4"
     assert f"| moebake load | {m['seconds']:.3f} | {m['peak_bytes'] / 2**30:.2f} | {m['resident_bytes'] / 2**30:.2f} |" in lines
     assert f"| ratio SGLang / moebake | {g['seconds'] / m['seconds']:.2f}x | {g['peak_bytes'] / m['peak_bytes']:.2f}x | |" in lines
     assert len([line for line in lines if line.endswith("| True |")]) == len(results["forward"])
     assert (tmp_path / "serve.png").stat().st_size > 10_000
     assert not (tmp_path / "x.json").exists()  # --plot-only writes no JSON
+
+
+def test_serve_bench_table_and_plot_show_the_graph_captured_decode_step(tmp_path):
+    """Rows with the CUDA-graph timings (made up here) get the decode table and two more lines in the plot."""
+    pytest.importorskip("matplotlib")
+    bench = _load("serve_bench.py")
+    results = json.loads((RESULTS / "serve_bench_h100.json").read_text())
+    results["forward"][0].update(decode_graph_ms=0.2, direct_graph_ms=0.2, ratio_graph=1.0, ratio_graph_vs_direct=0.5)
+    lines = bench.table(results).splitlines()
+    tokens, direct = results["forward"][0]["tokens"], results["forward"][0]["direct_ms"]
+    assert f"| {tokens} | 0.2000 | 0.2000 | {direct:.4f} | 1.000 | 0.500 |" in lines
+    decode = lines[lines.index("| tokens | decode step, graph (ms) | bare kernel, graph (ms) | bare kernel, eager (ms) "
+                               "| step / bare graph | step / bare eager |") + 2:]
+    assert len(decode) == sum("decode_graph_ms" in r for r in results["forward"])
+    bench.plot(results, tmp_path / "serve.png")
+    assert (tmp_path / "serve.png").stat().st_size > 10_000
 
 
 # deepgemm_masked_bench.py: DeepGEMM's masked GEMM vs torch (one GPU)
@@ -158,6 +174,21 @@ def test_deepep_layer_bench_plot_only(tmp_path, capsys):
                 speedup = rank0[(shape, tokens, "torch")]["step"] / ms["step"]
                 assert any(line.startswith(f"{shape:18} {tokens:>8} | {ms['step']:>13.3f}") and f"{speedup:>7.2f}x" in line
                            for line in lines), (shape, tokens)
+    assert (tmp_path / "ep.png").stat().st_size > 10_000
+
+
+def test_deepep_layer_bench_shows_the_graph_step(tmp_path, capsys):
+    """A DeepGEMM row with ``graph_step`` (added here) gets it in the table's last column and a line in the plot."""
+    pytest.importorskip("matplotlib")
+    bench = _load("deepep_layer_bench.py")
+    assert bench.parse_args(["--graph"]).graph and not bench.parse_args([]).graph
+    results = json.loads((RESULTS / "deepep_layer_h200_ep1.json").read_text())
+    row = next(r for r in results["rows"] if r["rank"] == 0 and r["backend"] == "deep_gemm")
+    row["ms"]["graph_step"] = 0.123
+    line = next(line for line in bench.table(results).splitlines()
+                if line.startswith(f"{row['shape']:18} {row['tokens']:>8} | {row['ms']['step']:>13.3f}"))
+    assert line.endswith(f"| {0.123:>13.3f}")
+    bench.plot([results], tmp_path / "ep.png")
     assert (tmp_path / "ep.png").stat().st_size > 10_000
 
 
@@ -292,8 +323,10 @@ def test_startup_bench_table_is_the_committed_markdown(tmp_path):
     md = bench.table(RESULTS / "startup_h200x2.json", tmp_path / "startup.md")
     assert md.read_text() == (RESULTS / "startup_h200x2.md").read_text()
     text = md.read_text()
-    assert "| 1 | warm | 4.04 | 1.36 | 2.96x | 1.59 | 0.86 |" in text  # 120B-shaped, EP 1 warm
-    assert "Not measured: EP 2 warm." in text and "2 x H200, 32 cores" in text
+    assert "| 1 | warm | 4.41 | 1.48 | 2.97x | 1.37 | 1.08 |" in text  # 120B-shaped, EP 1 warm
+    assert "| 2 | warm | 4.89 | 1.52 | 3.22x | 0.75 | 2.03 |" in text  # 120B-shaped, EP 2 warm
+    assert "| 1 | warm | bake | 1.09 | 2.35 | 0.65 | 1.57 |" in text  # its host-memory split
+    assert "Not measured" not in text and "2 x H200, 32 cores" in text
 
 
 def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):

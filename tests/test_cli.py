@@ -143,7 +143,7 @@ def test_list_shows_sources_by_targets():
     assert result.exit_code == 0
     lines = result.output.splitlines()
     assert lines[0].split()[2:] == list(TARGET_NAMES)
-    assert lines[1].split() == ["gpt-oss", "yes", "-", "-", "-", "yes"]
+    assert lines[1].split() == ["gpt-oss", "yes", "-", "-", "-", "yes", "yes"]
     assert any(line.split()[:2] == ["deepep-bf16", "DeepGEMM"] for line in lines)
 
 

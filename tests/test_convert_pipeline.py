@@ -86,7 +86,7 @@ def shard_of(chunks):
         yield from chunks
 
     size = sum(chunk.numel() for chunk in chunks)
-    return OutputShard("s.safetensors", (OutputTensor("t", "U8", (size,), ("t",), produce),))
+    return OutputShard("s.safetensors", (OutputTensor(name="t", dtype="U8", shape=(size,), sources=("t",), produce=produce),))
 
 
 def test_writer_hashes_exactly_the_bytes_written(tmp_path):
@@ -103,7 +103,7 @@ def test_writer_stops_its_thread_when_the_producer_fails(tmp_path):
         raise RuntimeError("producer broke")
 
     threads = threading.active_count()
-    shard = OutputShard("s.safetensors", (OutputTensor("t", "U8", (20,), ("t",), produce),))
+    shard = OutputShard("s.safetensors", (OutputTensor(name="t", dtype="U8", shape=(20,), sources=("t",), produce=produce),))
     with pytest.raises(RuntimeError, match="producer broke"):
         write_shard(shard, tmp_path / "s.safetensors")
     assert threading.active_count() == threads
@@ -122,7 +122,7 @@ def test_workers_write_the_same_bytes_and_hashes_and_profile(gpt_oss_tiny, tmp_p
     """--workers 2 (processes forked by the fork server) against one process; --profile's table lists every stage."""
     one = convert(gpt_oss_tiny, tmp_path / "one", ConvertOptions("sm90-cutlass"), progress=False).to_json()
     result = CliRunner().invoke(main, ["convert", str(gpt_oss_tiny), str(tmp_path / "two"), "--target", "sm90-cutlass",
-                                       "--quiet", "--workers", "2", "--profile"])
+                                       "--quiet", "--workers", "2", "--writers-per-device", "2", "--profile"])
     assert result.exit_code == 0, result.output
     two = json.loads((tmp_path / "two" / "moebake.json").read_text())
     assert one["files"] == two["files"] and one["source"]["files"] == two["source"]["files"]
@@ -162,7 +162,8 @@ def started_workers(source: Path, out: Path) -> tuple[subprocess.Popen, list[psu
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "MOEBAKE_TEST_SLOW_CHUNK": "0.5",
            "PYTHONPATH": os.pathsep.join([str(SLOW_SITE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     process = subprocess.Popen([sys.executable, "-m", "moebake", "convert", str(source), str(out), "--target", "sm90-cutlass",
-                                "--quiet", "--workers", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                "--quiet", "--workers", "2",
+                                "--writers-per-device", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, start_new_session=True, preexec_fn=_sigint_default)
     staging, deadline = out.parent / f".{out.name}.partial", time.monotonic() + 60
     while time.monotonic() < deadline and process.poll() is None:
@@ -192,28 +193,42 @@ def test_workers_end_with_the_converting_process(gpt_oss_tiny, tmp_path, how):
     assert not alive, alive
 
 
-@pytest.mark.parametrize("requested, shards, cores, expected", [
-    (1, 5, 16, (1, None)),
-    (2, 5, 16, (2, None)),
-    (8, 5, 16, (2, "at most 2: more were measured no faster, and over 1 GB of peak memory")),
-    (2, 5, 1, (1, "1 usable core")),
-    (4, 1, 16, (1, "1 shard to bake")),
-    (2, 0, 16, (1, "0 shards to bake")),
+ONE_WRITER = ("1 writer per storage device: the output is on one, and more writers to one disk were measured slower "
+              "than one; --writers-per-device raises it where your storage measures faster")
+
+
+@pytest.mark.parametrize("requested, shards, cores, writers, expected", [
+    (1, 5, 16, 1, (1, None)),
+    (2, 5, 16, 1, (1, ONE_WRITER)),
+    (8, 5, 16, 1, (1, ONE_WRITER)),
+    (2, 5, 16, 2, (2, None)),
+    (8, 5, 16, 2, (2, "2 writers per storage device: the output is on one, and more writers to one disk were measured "
+                      "slower than one; --writers-per-device raises it where your storage measures faster")),
+    (8, 5, 16, 3, (2, "at most 2: more were measured no faster, and over 1 GB of peak memory")),
+    (2, 5, 1, 2, (1, "1 usable core")),
+    (4, 1, 16, 2, (1, "1 shard to bake")),
+    (2, 0, 16, 2, (1, "0 shards to bake")),
 ])
-def test_workers_are_capped_to_what_the_machine_can_use(requested, shards, cores, expected):
+def test_workers_are_capped_to_what_the_machine_can_use(requested, shards, cores, writers, expected):
     from moebake.convert.workers import usable_workers
 
-    assert usable_workers(requested, shards, cores) == expected
+    assert usable_workers(requested, shards, cores, writers_per_device=writers) == expected
+
+
+def test_workers_default_to_one_writer_per_device(gpt_oss_tiny, tmp_path):
+    """--workers 2 without --writers-per-device bakes in this process: the line says why, the bytes are the same."""
+    result = CliRunner().invoke(main, ["convert", str(gpt_oss_tiny), str(tmp_path / "out"), "--target", "sm90-cutlass",
+                                       "--quiet", "--workers", "2"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == f"--workers 2: using 1 ({ONE_WRITER})"
 
 
 def test_more_workers_than_usable_say_how_many_run(gpt_oss_tiny, tmp_path):
-    from moebake.convert.workers import usable_workers
-
+    """--workers 8 with two writers allowed: 2 workers (the tiny source has 2 shards), the same bytes as one process."""
     result = CliRunner().invoke(main, ["convert", str(gpt_oss_tiny), str(tmp_path / "out"), "--target", "sm90-cutlass",
-                                       "--quiet", "--workers", "8"])
+                                       "--quiet", "--workers", "8", "--writers-per-device", "2"])
     assert result.exit_code == 0, result.output
-    count, reason = usable_workers(8, 2)
-    assert result.output.splitlines()[0] == f"--workers 8: using {count} ({reason})"
+    assert result.output.splitlines()[0].startswith("--workers 8: using 2 ("), result.output
     one = convert(gpt_oss_tiny, tmp_path / "one", ConvertOptions("sm90-cutlass"), progress=False)
     for name in one.files:
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "out" / name).read_bytes(), name

@@ -241,6 +241,7 @@ def test_launcher_refuses_before_starting_any_rank(bakes):
         (LaunchConfig(1, (LayerJob(bake, 0, 0),), device="cpu"), "tokens per rank must be a positive integer, got 0"),
         (LaunchConfig(0, (job,), device="cpu"), "ranks must be a positive integer, got 0"),
         (LaunchConfig(1, (job,), device="cpu", dispatcher="mpi"), "dispatcher must be one of auto, deepep, standin"),
+        (LaunchConfig(1, (job,), device="cpu", cuda_graph=True), "--cuda-graph needs --device cuda"),
         (LaunchConfig(1, (job,), device="tpu"), "device must be one of cuda, cpu"),
         (LaunchConfig(1, (LayerJob(bake, 5, 4),), device="cpu"), "no MoE layer 5"),
         (LaunchConfig(1, (LayerJob(source, 0, 4),), device="cpu"), "moebake.json"),

@@ -11,7 +11,7 @@ import torch
 
 from conftest import load_all
 from engine_oracles import standins  # noqa: E402
-from kernel_emulation import kernel_interleave_v1, kernel_interleave_v2
+from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_v1, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.layouts.nvfp4_scalars import load_time_scales
@@ -38,6 +38,9 @@ ORACLE_TESTS = {
     ("vllm", "sm90-cutlass", "deepseek-v4"): ("test_vllm_profile.py", "test_deepseek_v4_flashinfer_cutlass_equals_vllm"),
     ("vllm", "sm100-trtllm", "gpt-oss"): ("test_vllm_profile.py", "test_gpt_oss_sm100_trtllm_equals_vllm"),
     ("vllm", "sm100-trtllm", "deepseek-v4"): ("test_vllm_profile.py", "test_deepseek_v4_sm100_trtllm_equals_vllm"),
+    ("sglang", "sm90-marlin", "gpt-oss"): ("test_engine_profiles.py", "test_gpt_oss_sm90_marlin_equals_sglang"),
+    ("sglang", "sm90-marlin", "deepseek-v4"): ("test_engine_profiles.py", "test_deepseek_v4_sm90_marlin_equals_sglang"),
+    ("vllm", "sm90-marlin", "deepseek-v4"): ("test_vllm_profile.py", "test_deepseek_v4_marlin_equals_vllm"),
 }
 
 
@@ -205,3 +208,47 @@ def test_modelopt_nvfp4_with_differing_gate_up_globals_is_not_engine_exact(tmp_p
     engine = sglang_oracle.modelopt_nvfp4_cutedsl(source, manifest["layers"][0]["prefix"], 4, 256, 128, "none")
     baked = load_all(tmp_path / "out")
     assert not torch.equal(engine["w13_weight_scale_2"], baked[manifest["layers"][0]["prefix"] + "w13_weight_scale_2"])
+
+
+def _moebake_repack(b_q_weight, perm, size_k, size_n, num_bits, **_):
+    """moebake's CPU repack with the CUDA op's arguments (``[K/8, N]`` int32 in, as the engines call it)."""
+    from moebake.layouts.marlin import repack
+
+    assert perm.numel() == 0 and num_bits == 4 and tuple(b_q_weight.shape) == (size_k // 8, size_n)
+    return repack(b_q_weight.T.contiguous().view(torch.uint8).unsqueeze(0))[0]
+
+
+# Stand-ins for the CUDA op gptq_marlin_repack: vLLM's Python reference (independent of moebake), and moebake's own.
+MARLIN_REPACKS = {"vllm-reference": gptq_marlin_repack_reference, "moebake": _moebake_repack}
+
+
+@pytest.mark.parametrize("repack", MARLIN_REPACKS)
+@pytest.mark.parametrize("hidden, intermediate", [
+    (192, 96),     # pads H 192 -> 256 and I 96 -> 128: 127 in all the scales' padding, zero weights and biases
+    (2880, 128),   # GPT-OSS's H: 2880 -> 3072
+    (256, 128),    # no padding
+])
+def test_gpt_oss_sm90_marlin_equals_sglang(tmp_path, hidden, intermediate, repack):
+    """SGLang's Marlin path (``--moe-runner-backend marlin``) with the CUDA op ``gptq_marlin_repack`` stood in for by
+    vLLM's Python reference of Marlin packing (``tests/kernel_emulation.py``) or by moebake's repack: every parameter,
+    byte for byte."""
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-marlin"), progress=False).to_json()
+    assert manifest["engine"]["exact"] is True
+    engine = sglang_oracle.gpt_oss_marlin(source, 0, MARLIN_REPACKS[repack])
+    assert sorted(engine) == sorted(manifest["layers"][0]["tensors"])
+    _assert_bake_equals_engine(tmp_path / "out", "model.layers.0.mlp.experts.", engine, derived=set())
+
+
+@pytest.mark.parametrize("repack", MARLIN_REPACKS)
+@pytest.mark.parametrize("hidden, intermediate", [(256, 128), (512, 192)])
+def test_deepseek_v4_sm90_marlin_equals_sglang(tmp_path, hidden, intermediate, repack):
+    """SGLang's ``Mxfp4MarlinMoEMethod`` on SM90 (the repack as above); its scales end as ``w*_weight_scale``."""
+    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate,
+                               mtp_layers=0)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-marlin"), progress=False).to_json()
+    assert manifest["engine"]["exact"] is True
+    record = manifest["layers"][0]
+    engine = sglang_oracle.deepseek_v4_marlin(source, record["prefix"], 3, hidden, intermediate, MARLIN_REPACKS[repack])
+    assert sorted(engine) == sorted(record["tensors"])
+    _assert_bake_equals_engine(tmp_path / "out", record["prefix"], engine, derived=set())

@@ -104,3 +104,15 @@ def test_demo_runs_without_any_engine_package(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "verify        checksums, index and headers ok" in done.stdout
     assert "resume:" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_pyproject_extras_pin_exactly_the_versions_the_code_is_proven_for():
+    """The extras a user installs are the engine versions the plugins' version gates accept and the FlashInfer
+    the runtime's reduced module is written for (pyproject is read as text: no packaging needed)."""
+    from moebake.schema.profiles import PROFILES
+    from moebake.serve.flashinfer_build import TESTED_FLASHINFER_VERSIONS
+
+    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras["sglang"] == [f"sglang=={PROFILES['sglang'].version}"]
+    assert extras["vllm"] == [f"vllm=={PROFILES['vllm'].version}"]
+    assert extras["gpu"] == [f"flashinfer-python=={v}" for v in TESTED_FLASHINFER_VERSIONS]

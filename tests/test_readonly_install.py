@@ -58,7 +58,7 @@ def test_convert_from_a_read_only_install_compiles_in_memory(gpt_oss_tiny, tmp_p
     site, home = read_only_install
     reference = convert(gpt_oss_tiny, tmp_path / "reference", ConvertOptions("sm90-cutlass"), progress=False)
     done = run_read_only(site, home, tmp_path, "-v", "convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm90-cutlass",
-                         "--quiet", "--workers", workers)
+                         "--quiet", "--workers", workers, "--writers-per-device", workers)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.splitlines().count(IN_MEMORY_LINE) == 1, done.stderr

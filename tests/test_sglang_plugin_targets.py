@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from conftest import load_all
-from kernel_emulation import kernel_interleave_v2
+from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.synthetic import write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
@@ -87,6 +87,13 @@ CASES = {
     "sm90-cutlass/deepseek-v4": Case(
         _dsv4, DSV4_PREFIX, {"moe_runner_backend": "flashinfer_mxfp4"}, "sm90", "sm100", HOPPER,
         lambda src: sglang_oracle.deepseek_v4_sm90_cutlass(src, DSV4_PREFIX, E, H, I, kernel_interleave_v2)),
+    "sm90-marlin/gpt-oss": Case(
+        lambda path: write_gpt_oss(path, num_layers=1, num_experts=E, hidden=192, intermediate=96, vocab=32), GPT_OSS_PREFIX,
+        {"moe_runner_backend": "marlin"}, "sm90", "sm100", HOPPER,
+        lambda src: sglang_oracle.gpt_oss_marlin(src, 0, gptq_marlin_repack_reference)),
+    "sm90-marlin/deepseek-v4": Case(_dsv4, DSV4_PREFIX, {"moe_runner_backend": "marlin"}, "sm90", "sm100", HOPPER,
+                                    lambda src: sglang_oracle.deepseek_v4_marlin(src, DSV4_PREFIX, E, H, I,
+                                                                                 gptq_marlin_repack_reference)),
     "deepep-bf16/bf16-moe": Case(
         lambda path: write_bf16_moe(path, style="qwen3", num_layers=1, num_experts=E, hidden=64, intermediate=32), BF16_PREFIX,
         {"moe_runner_backend": "deep_gemm", "moe_a2a_backend": "deepep"}, "sm90", "neither", f"{HOPPER} or {BLACKWELL}",

@@ -31,9 +31,10 @@ class ToyBf16(Target):
     """A toy target: BF16 experts with W13 rows ``[up; gate]`` (all a new target needs: spec, bake, restore)."""
 
     spec = TargetSpec(
-        "toy-bf16", 1, ("bf16-moe",), "a toy `[up; gate]` BF16 layout", "Hopper (SM90)",
-        (TensorSpec("w13_weight", DType.BF16, "E, 2 * I, H", GateUpOrder.UP_GATE), TensorSpec("w2_weight", DType.BF16, "E, H, I")),
-        gpus=(GpuFamily.SM90,),
+        name="toy-bf16", layout_version=1, source_formats=("bf16-moe",), kernel="a toy `[up; gate]` BF16 layout",
+        arch="Hopper (SM90)", gpus=(GpuFamily.SM90,),
+        tensors=(TensorSpec("w13_weight", DType.BF16, "E, 2 * I, H", gate_up_order=GateUpOrder.UP_GATE),
+                 TensorSpec("w2_weight", DType.BF16, "E, H, I")),
     )
 
     def layer_tensors(self, model, layer, dims: LayerDims, options: ConvertOptions) -> dict[str, Planned]:
@@ -62,9 +63,10 @@ CASES = [(name, source) for name, target in TARGETS.items() for source in target
 NAMES = list(TARGETS)
 unregister(ToyBf16.spec.name)
 
-# One small checkpoint per source format, with dims every target of that format takes.
+# One small checkpoint per source format, with dims every target of that format takes (GPT-OSS: H % 64 == 0 for
+# sm90-marlin, padded to 256 all the same).
 SOURCES = {
-    "gpt-oss": lambda path: write_gpt_oss(path, num_layers=2, num_experts=3, hidden=160, intermediate=96, vocab=64),
+    "gpt-oss": lambda path: write_gpt_oss(path, num_layers=2, num_experts=3, hidden=192, intermediate=96, vocab=64),
     "deepseek-v4": lambda path: write_deepseek_v4(path, num_layers=1, num_experts=3, hidden=256, intermediate=128, mtp_layers=1),
     "modelopt-nvfp4": lambda path: write_modelopt_nvfp4(path, num_layers=2, num_experts=4, hidden=128, intermediate=64),
     "bf16-moe": lambda path: write_bf16_moe(path, style="qwen3", num_layers=2, num_experts=4, hidden=64, intermediate=32),

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import load_all
-from kernel_emulation import kernel_interleave_v1, kernel_interleave_v2
+from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_v1, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.synthetic import MODELOPT_MISMATCHES, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
@@ -266,3 +266,48 @@ def test_deepep_bf16_is_refused_for_vllm_with_the_reason_vllms_code_gives(tmp_pa
         quant.maybe_update_config(str(tmp_path / "sglang"), hf_config=config)
     message = str(excinfo.value)
     assert "\n" not in message and message.startswith(PREFIX) and f"({why})" in message
+
+
+@pytest.mark.parametrize("hidden, intermediate, engine", [(256, 128, "vllm"), (512, 256, "sglang")])
+def test_deepseek_v4_marlin_equals_vllm(tmp_path, hidden, intermediate, engine):
+    """DeepSeek-V4 MXFP4 with ``--moe-backend marlin``: vLLM's generic Mxfp4MoEMethod (MARLIN) holds the bake's four
+    tensors byte for byte, under the bake's names, with the CUDA ``gptq_marlin_repack`` done by vLLM's own Python
+    reference of Marlin packing (``tests/kernel_emulation.py``). Nothing is padded, so SGLang 0.5.23's bake is the same
+    bytes and either engine's bake lists the other in ``serves``."""
+    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate,
+                               mtp_layers=0)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-marlin", engine=engine), progress=False).to_json()
+    record = manifest["layers"][0]
+    assert (manifest["engine"]["name"], manifest["engine"]["exact"]) == (engine, True)
+    assert [(e["name"], e["exact"]) for e in manifest["serves"]] == [({"vllm": "sglang", "sglang": "vllm"}[engine], True)]
+    vllm = manifest["engine"] if engine == "vllm" else manifest["serves"][0]
+    assert (vllm["runner_backend"], vllm["engine_method"]) == ("marlin", "vllm.model_executor.layers.quantization.mxfp4.Mxfp4MoEMethod")
+    engine_params = vllm_oracle.deepseek_v4_marlin(source, record["prefix"], 3, hidden, intermediate, gptq_marlin_repack_reference)
+    assert sorted(engine_params) == sorted(record["tensors"]) == sorted(MXFP4_WEIGHTS)
+    baked = load_all(tmp_path / "out")
+    for name, expected in engine_params.items():
+        got = baked[record["prefix"] + name]
+        assert (got.dtype, tuple(got.shape)) == (expected.dtype, tuple(expected.shape)), name
+        assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{name} differs from vLLM's"
+
+
+def test_deepseek_v4_marlin_bake_that_vllm_would_pad_serves_sglang_only(tmp_path):
+    """I = 192: SGLang's Marlin path takes it as is (I % 64 == 0), vLLM's pads I to 256, so the SGLang bake lists no
+    other engine, and ``--engine vllm`` refuses to bake it (DeepSeek-V4 is never padded)."""
+    from moebake.errors import UnsupportedError
+
+    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=2, hidden=256, intermediate=192, mtp_layers=0)
+    assert convert(source, tmp_path / "out", ConvertOptions("sm90-marlin"), progress=False).to_json()["serves"] == []
+    with pytest.raises(UnsupportedError, match="must be multiples of 256 and 128"):
+        convert(source, tmp_path / "out-vllm", ConvertOptions("sm90-marlin", engine="vllm"), progress=False)
+
+
+def test_gpt_oss_marlin_is_refused_for_vllm(tmp_path):
+    """vLLM 0.33.0's Marlin path for GPT-OSS keeps the checkpoint's (gate, up) row pairs (and zero scale padding):
+    not sm90-marlin's [gate; up] bytes, so there is no vLLM profile and ``--engine vllm`` is refused in one line."""
+    from moebake.errors import UnsupportedError
+
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=192, intermediate=96, vocab=32)
+    with pytest.raises(UnsupportedError) as refusal:
+        convert(source, tmp_path / "out", ConvertOptions("sm90-marlin", engine="vllm"), progress=False)
+    assert "\n" not in str(refusal.value) and "vllm 0.33.0 cannot serve sm90-marlin bakes of gpt-oss" in str(refusal.value)

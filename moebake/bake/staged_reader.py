@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from moebake.errors import MoebakeError
+from moebake.progress import rate_text, size_text
 
 DEFAULT_CHUNK_BYTES = 16 << 20
 DEFAULT_SLOTS = 8
@@ -43,12 +44,10 @@ class LoadStats:
     tensors: int
     device: str
 
-    @property
-    def gib_per_s(self) -> float:
-        return self.bytes / 2**30 / self.seconds if self.seconds > 0 else float("inf")
-
     def __str__(self) -> str:
-        return f"{self.tensors} tensors, {self.bytes / 2**20:.1f} MiB to {self.device} in {self.seconds:.3f} s ({self.gib_per_s:.2f} GiB/s)"
+        """In the CLI's decimal units: ``6 tensors, 1.85 GB to cuda:0 in 0.064 s (28.9 GB/s)``."""
+        speed = rate_text(self.bytes, self.seconds)
+        return f"{self.tensors} tensors, {size_text(self.bytes)} to {self.device} in {self.seconds:.3f} s ({speed})"
 
 
 def _pread_into(fd: int, buffer: torch.Tensor, offset: int, piece: ByteRange) -> None:

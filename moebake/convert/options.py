@@ -77,3 +77,14 @@ class Padding(NamedTuple):
     intermediate_multiple: int
     hidden_scale_fill: int
     intermediate_scale_fill: int
+
+
+MAX_WORKERS = 2
+"""The most worker processes a conversion uses, whatever ``--workers`` asks. More were never faster than one
+process in the conversion benchmark (concurrent writers compete for one disk) and went over 1 GB of peak
+memory, while two stay under it (docs/benchmarks.md, bench/results/convert_bench_16core.md)."""
+
+WRITERS_PER_DEVICE = 1
+"""Worker processes per storage device of the output, unless ``--writers-per-device`` raises it. A second
+writer to one disk was slower than one at every size and page-cache state measured, on 2 and on 16 cores
+(bench/results/convert_bench_workers_2core.md, bench/results/convert_bench_16core.md)."""

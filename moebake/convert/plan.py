@@ -19,7 +19,7 @@ Producer = Callable[[], Iterator[torch.Tensor]]
 """Yields the tensor's bytes in order as contiguous CPU tensors (any dtype; bytes are what count)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OutputTensor:
     """One tensor of the output: safetensors dtype code, shape, and how to produce its bytes."""
 
@@ -54,7 +54,7 @@ def passthrough(checkpoint: SourceCheckpoint, name: str, chunk_bytes: int) -> Ou
         yield from read_ahead([functools.partial(source_file.read_bytes, entry, start, min(start + chunk_bytes, entry.nbytes))
                                for start in range(0, entry.nbytes, chunk_bytes)])
 
-    return OutputTensor(name, entry.dtype, entry.shape, (name,), produce)
+    return OutputTensor(name=name, dtype=entry.dtype, shape=entry.shape, sources=(name,), produce=produce)
 
 
 def assign_shards(checkpoint: SourceCheckpoint, converted: list[OutputTensor], chunk_bytes: int) -> list[OutputShard]:

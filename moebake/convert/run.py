@@ -29,7 +29,7 @@ import moebake
 from moebake.convert.allocator import reuse_freed_buffers
 from moebake.convert.conversion import open_conversion, torch_threads, transform_threads
 from moebake.convert.hashing import hub_blob_sha256
-from moebake.convert.options import ConvertOptions
+from moebake.convert.options import WRITERS_PER_DEVICE, ConvertOptions
 from moebake.convert.output_dir import OutputPaths, check_destination, check_output, check_replaceable, output_paths, remove_output
 from moebake.convert.progress import Progress, identity_difference, load_progress, reusable_shards, run_identity
 from moebake.convert.stages import STAGES
@@ -64,11 +64,13 @@ def convert(
     source_location: str | None = None,
     source_revision: str | None = None,
     workers: int = 1,
+    writers_per_device: int = WRITERS_PER_DEVICE,
     allow_inexact: bool = False,
 ) -> Manifest:
     """Convert checkpoint ``source`` into ``out``; returns the manifest written to ``out/moebake.json`` (its typed record).
 
-    ``workers`` > 1 bakes shards in that many processes in parallel. A (target, source format) that
+    ``workers`` > 1 bakes shards in that many processes in parallel, at most ``writers_per_device`` (the
+    output is on one storage device) and :func:`moebake.convert.workers.usable_workers`'s other limits. A (target, source format) that
     ``options.engine`` cannot serve exactly (no verified profile) is refused (UnsupportedError, nothing
     written) unless ``allow_inexact``: the bake is then recorded as not engine-exact. What may be replaced, re-used
     or deleted: :mod:`moebake.convert.output_dir`, :mod:`moebake.convert.staging`,
@@ -88,7 +90,7 @@ def convert(
         try:
             check_destination(paths, overwrite=overwrite)  # again, now that the lock is held
             manifest = _bake(conversion, source, options, staging.path, _resumed(staging, identity, conversion.shards, resume),
-                             progress, workers, location, revision)
+                             progress, (workers, writers_per_device), location, revision)
             _publish(staging, paths, overwrite)
         except (MoebakeError, OSError) as err:
             if staging.fresh:
@@ -119,8 +121,8 @@ def _resumed(staging: Staging, identity: dict, shards, resume: bool) -> Progress
     return progress
 
 
-def _bake(conversion, source, options: ConvertOptions, staging: Path, done: Progress, progress: bool, workers: int,
-          location: str, revision: str | None) -> Manifest:
+def _bake(conversion, source, options: ConvertOptions, staging: Path, done: Progress, progress: bool,
+          workers: tuple[int, int], location: str, revision: str | None) -> Manifest:
     """Bake every shard not ``done`` into ``staging``, then the index, side files and manifest."""
     model, target, checkpoint, shards = conversion.model, conversion.target, conversion.checkpoint, conversion.shards
     todo = [s for s in shards if s.file_name not in done.shards]
@@ -136,9 +138,10 @@ def _bake(conversion, source, options: ConvertOptions, staging: Path, done: Prog
         for shard in todo:  # left by an interrupted run: never written through (it could be a link)
             if os.path.lexists(path := child(staging, shard.file_name)):
                 os.unlink(path)
-        count, fewer = usable_workers(workers, len(todo))
+        requested, writers_per_device = workers
+        count, fewer = usable_workers(requested, len(todo), writers_per_device=writers_per_device)
         if fewer:
-            LOG.info("--workers %d: using %d (%s)", workers, count, fewer)
+            LOG.info("--workers %d: using %d (%s)", requested, count, fewer)
         if count > 1:
             bake_in_workers(source, options, [s.file_name for s in todo], staging, count, bar.update, finished)
         else:

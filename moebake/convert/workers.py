@@ -37,24 +37,23 @@ import torch
 
 from moebake.convert.allocator import reuse_freed_buffers
 from moebake.convert.conversion import Conversion, open_conversion, transform_threads
-from moebake.convert.options import MIN_CHUNK_BYTES, ConvertOptions
+from moebake.convert.options import MAX_WORKERS, MIN_CHUNK_BYTES, WRITERS_PER_DEVICE, ConvertOptions
 from moebake.convert.stages import STAGES
 from moebake.convert.writer import write_shard
 from moebake.schema.files import child
 
-MAX_WORKERS = 2
-"""The most worker processes a conversion uses, whatever ``--workers`` asks. More were never faster than one
-process in the conversion benchmark (concurrent writers compete for one disk) and went over 1 GB of peak
-memory, while two stay under it (docs/benchmarks.md, bench/results/convert_bench_16core.md)."""
 
-
-def usable_workers(requested: int, shards: int, cores: int | None = None) -> tuple[int, str | None]:
+def usable_workers(requested: int, shards: int, cores: int | None = None,
+                   writers_per_device: int = WRITERS_PER_DEVICE) -> tuple[int, str | None]:
     """How many worker processes ``--workers requested`` gets for ``shards`` shards to bake on ``cores`` usable
-    cores (default: this process's), and why fewer (None when as asked): at most :data:`MAX_WORKERS`, one per
-    usable core and one per shard."""
+    cores (default: this process's), and why fewer (None when as asked): ``writers_per_device`` for the one
+    storage device the output is written to, at most :data:`MAX_WORKERS`, one per usable core and one per shard."""
     if cores is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    limits = [(MAX_WORKERS, f"at most {MAX_WORKERS}: more were measured no faster, and over 1 GB of peak memory"),
+    limits = [(writers_per_device, f"{writers_per_device} writer{'s' if writers_per_device != 1 else ''} per storage "
+               "device: the output is on one, and more writers to one disk were measured slower than one; "
+               "--writers-per-device raises it where your storage measures faster"),
+              (MAX_WORKERS, f"at most {MAX_WORKERS}: more were measured no faster, and over 1 GB of peak memory"),
               (cores, f"{cores} usable core{'s' if cores != 1 else ''}"),
               (shards, f"{shards} shard{'s' if shards != 1 else ''} to bake")]
     limit, reason = min(limits, key=lambda item: item[0])

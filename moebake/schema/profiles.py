@@ -66,6 +66,7 @@ UNPROFILED = TargetProfile("unknown", "unknown", "unknown", verified=False)
 _SGLANG_MXFP4 = "sglang.srt.layers.quantization.mxfp4.Mxfp4MoEMethod"
 _SGLANG_DSV4_SM90 = "sglang.srt.layers.quantization.mxfp4_flashinfer_cutlass_moe.Mxfp4FlashinferCutlassMoEMethod"
 _SGLANG_DSV4_SM100 = "sglang.srt.layers.quantization.mxfp4_flashinfer_trtllm_moe.Mxfp4FlashinferTrtllmMoEMethod"
+_SGLANG_DSV4_MARLIN = "sglang.srt.layers.quantization.mxfp4_marlin_moe.Mxfp4MarlinMoEMethod"
 _SGLANG_NVFP4 = "sglang.srt.layers.quantization.modelopt_quant.ModelOptNvFp4FusedMoEMethod"
 _SGLANG_UNQUANT = "sglang.srt.layers.quantization.unquant.UnquantizedFusedMoEMethod"
 
@@ -82,6 +83,15 @@ SGLANG_0_5_23 = EngineProfile("sglang", "0.5.23", {
                                                hidden_scale_fill=127, intermediate_scale_fill=127),
     # Mxfp4FlashinferTrtllmMoEMethod: no padding (H and I multiples of 128 required), the same shuffles.
     ("sm100-trtllm", "deepseek-v4"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_DSV4_SM100),
+    # --moe-runner-backend marlin: Mxfp4MoEMethod.create_weights rounds H up to 256 and I to 128 (scale buffers
+    # at 127 in all their padding, weights and biases zero); prepare_moe_mxfp4_layer_for_marlin then takes
+    # [gate; up] halves (deinterleave_moe_mxfp4_w13_for_marlin), gptq_marlin_repack and the Marlin scale and bias orders.
+    ("sm90-marlin", "gpt-oss"): TargetProfile("marlin", "none", _SGLANG_MXFP4, hidden_multiple=256,
+                                              hidden_scale_fill=127, intermediate_scale_fill=127),
+    # Mxfp4MarlinMoEMethod on SM90: H rounded up to 256 into uninitialised buffers and I padded to 64 by the Marlin
+    # preparation (zero scales): moebake bakes only H % 256 == 0 and I % 64 == 0 (nothing padded), [w1; w3] kept.
+    ("sm90-marlin", "deepseek-v4"): TargetProfile("marlin", "none", _SGLANG_DSV4_MARLIN, hidden_multiple=256,
+                                                  intermediate_multiple=64),
     # ModelOptNvFp4FusedMoEMethod, flashinfer_cutedsl: its standard ("v2": [up; gate] in 64-row groups, swizzled
     # scales) and DeepEP low-latency ("v1": [gate; up]) post-load steps; NVFP4 is not padded. Exact where each
     # expert's gate and up globals agree, or are kept apart (--gate-up-globals keep: SGLang keeps both, and its
@@ -135,6 +145,12 @@ VLLM_0_33_0 = EngineProfile("vllm", "0.33.0", {
     # layer's largest input scale, for every expert) are reduced at load by the vLLM plugin from the bake's
     # (the source's, which SGLang reads), with vLLM's own reduction (EPLB's all-reduce included): with H a
     # multiple of 256 one bake serves both engines.
+    # DeepSeek-V4, --moe-backend marlin (Mxfp4MoeBackend.MARLIN): H rounded up to 256 and I to 128
+    # (mxfp4_round_up_hidden_size_and_intermediate_size; moebake bakes DeepSeek-V4 only at those multiples, so nothing is
+    # padded), then prepare_moe_mxfp4_layer_for_marlin on [w1; w3]: SGLang 0.5.23's bytes wherever I % 128 == 0, so one
+    # bake serves both. (GPT-OSS is not profiled: vLLM's Marlin path keeps the checkpoint's (gate, up) row pairs and
+    # zero scale padding, which is not this target's [gate; up] layout.)
+    ("sm90-marlin", "deepseek-v4"): TargetProfile("marlin", "none", _VLLM_MXFP4, hidden_multiple=256),
     ("cutedsl", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "none", _VLLM_NVFP4, hidden_multiple=256,
                                                  intermediate_multiple=64),
 })

@@ -9,7 +9,7 @@ Shape formulas are Python integer expressions over one MoE layer's dims (:class:
 ``E`` experts, ``H``/``I`` hidden and expert intermediate sizes, ``H_pad``/``I_pad`` as baked.
 """
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 from moebake.errors import UnsupportedError
 from moebake.schema.enums import DType, GateUpOrder, GpuFamily
@@ -44,6 +44,7 @@ class TensorSpec:
     name: str
     dtype: DType | None
     shape: str
+    _: KW_ONLY
     gate_up_order: GateUpOrder | None = None
     optional: bool = False
 
@@ -52,7 +53,7 @@ class TensorSpec:
         return tuple(value) if isinstance(value, tuple) else (value,)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TargetSpec:
     """A target: see the module docstring. ``kernel`` and ``arch`` are Markdown (code spans allowed);
     :attr:`description` made of them is the text the CLI (``moebake list``), ``inspect`` and model
@@ -116,26 +117,27 @@ def target_spec(name: str) -> TargetSpec:
 _W = GateUpOrder
 _MXFP4_SOURCES = ("gpt-oss", "deepseek-v4")
 _NVFP4_SCALARS = (
-    TensorSpec("w13_weight_scale_2", DType.F32, "E, 2", _W.GATE_UP), TensorSpec("w2_weight_scale_2", DType.F32, "E"),
-    TensorSpec("w13_input_scale", DType.F32, "E, 2", _W.GATE_UP), TensorSpec("w2_input_scale", DType.F32, "E"),
+    TensorSpec("w13_weight_scale_2", DType.F32, "E, 2", gate_up_order=_W.GATE_UP), TensorSpec("w2_weight_scale_2", DType.F32, "E"),
+    TensorSpec("w13_input_scale", DType.F32, "E, 2", gate_up_order=_W.GATE_UP), TensorSpec("w2_input_scale", DType.F32, "E"),
 )
 
 
 def _nvfp4_weights(order: GateUpOrder) -> tuple[TensorSpec, ...]:
     return (
-        TensorSpec("w13_weight", DType.U8, "E, 2 * I_pad, H_pad // 2", order),
-        TensorSpec("w13_weight_scale", DType.F8_E4M3, "E, 2 * I_pad, H_pad // 16", order),
+        TensorSpec("w13_weight", DType.U8, "E, 2 * I_pad, H_pad // 2", gate_up_order=order),
+        TensorSpec("w13_weight_scale", DType.F8_E4M3, "E, 2 * I_pad, H_pad // 16", gate_up_order=order),
         TensorSpec("w2_weight", DType.U8, "E, H_pad, I_pad // 2"),
         TensorSpec("w2_weight_scale", DType.F8_E4M3, "E, H_pad, I_pad // 16"),
     )
 
 
 SM90_CUTLASS = register_spec(TargetSpec(
-    "sm90-cutlass", 1, _MXFP4_SOURCES, "FlashInfer `cutlass_fused_moe` W4A16 (BF16 x MXFP4)", "Hopper (SM90)",
-    (
-        TensorSpec("w13_weight", DType.U8, "E, 2 * I_pad, H_pad // 2", _W.UP_GATE),
-        TensorSpec("w13_weight_scale", DType.U8, "E, 2 * I_pad // 64, H_pad // 128, 16, 16", _W.UP_GATE),
-        TensorSpec("w13_weight_bias", DType.BF16, "E, 2 * I_pad", _W.UP_GATE, optional=True),
+    name="sm90-cutlass", layout_version=1, source_formats=_MXFP4_SOURCES,
+    kernel="FlashInfer `cutlass_fused_moe` W4A16 (BF16 x MXFP4)", arch="Hopper (SM90)",
+    tensors=(
+        TensorSpec("w13_weight", DType.U8, "E, 2 * I_pad, H_pad // 2", gate_up_order=_W.UP_GATE),
+        TensorSpec("w13_weight_scale", DType.U8, "E, 2 * I_pad // 64, H_pad // 128, 16, 16", gate_up_order=_W.UP_GATE),
+        TensorSpec("w13_weight_bias", DType.BF16, "E, 2 * I_pad", gate_up_order=_W.UP_GATE, optional=True),
         TensorSpec("w2_weight", DType.U8, "E, H_pad, I_pad // 2"),
         TensorSpec("w2_weight_scale", DType.U8, "E, H_pad // 64, I_pad // 128, 16, 16"),
         TensorSpec("w2_weight_bias", DType.BF16, "E, H_pad", optional=True),
@@ -144,8 +146,9 @@ SM90_CUTLASS = register_spec(TargetSpec(
 ))
 
 CUTEDSL = register_spec(TargetSpec(
-    "cutedsl", 2, ("modelopt-nvfp4",), "FlashInfer CuteDSL NVFP4 MoE (`CuteDslMoEWrapper`)", "Blackwell (SM100/SM103)",
-    (*_nvfp4_weights(_W.UP_GATE_INTERLEAVED_64), *_NVFP4_SCALARS,
+    name="cutedsl", layout_version=2, source_formats=("modelopt-nvfp4",),
+    kernel="FlashInfer CuteDSL NVFP4 MoE (`CuteDslMoEWrapper`)", arch="Blackwell (SM100/SM103)",
+    tensors=(*_nvfp4_weights(_W.UP_GATE_INTERLEAVED_64), *_NVFP4_SCALARS,
      TensorSpec("w1_alpha", DType.F32, "E"), TensorSpec("w2_alpha", DType.F32, "E"),
      TensorSpec("fc2_input_scale", DType.F32, "1"), TensorSpec("w13_input_scale_quant", DType.F32, "E"),
      TensorSpec("g1_alphas_up", DType.F32, "E")),
@@ -153,28 +156,28 @@ CUTEDSL = register_spec(TargetSpec(
 ))
 
 CUTEDSL_DEEPEP = register_spec(TargetSpec(
-    "cutedsl-deepep", 2, ("modelopt-nvfp4",),
-    "FlashInfer CuteDSL masked grouped GEMM behind DeepEP low-latency", "Blackwell (SM100/SM103)",
-    (*_nvfp4_weights(_W.GATE_UP), *_NVFP4_SCALARS,
+    name="cutedsl-deepep", layout_version=2, source_formats=("modelopt-nvfp4",),
+    kernel="FlashInfer CuteDSL masked grouped GEMM behind DeepEP low-latency", arch="Blackwell (SM100/SM103)",
+    tensors=(*_nvfp4_weights(_W.GATE_UP), *_NVFP4_SCALARS,
      TensorSpec("g1_alphas", DType.F32, "E"), TensorSpec("g1_alphas_up", DType.F32, "E"), TensorSpec("g2_alphas", DType.F32, "E"),
      TensorSpec("w13_input_scale_quant", DType.F32, "E"), TensorSpec("w2_input_scale_quant", DType.F32, "E")),
     gpus=(GpuFamily.SM100,),
 ))
 
 DEEPEP_BF16 = register_spec(TargetSpec(
-    "deepep-bf16", 1, ("bf16-moe",),
-    "DeepGEMM `m_grouped_bf16_gemm_nt_masked` behind DeepEP low-latency BF16 dispatch", "Hopper (SM90)",
-    (TensorSpec("w13_weight", DType.BF16, "E, 2 * I, H", _W.GATE_UP), TensorSpec("w2_weight", DType.BF16, "E, H, I")),
+    name="deepep-bf16", layout_version=1, source_formats=("bf16-moe",),
+    kernel="DeepGEMM `m_grouped_bf16_gemm_nt_masked` behind DeepEP low-latency BF16 dispatch", arch="Hopper (SM90)",
+    tensors=(TensorSpec("w13_weight", DType.BF16, "E, 2 * I, H", gate_up_order=_W.GATE_UP), TensorSpec("w2_weight", DType.BF16, "E, H, I")),
     runtime=True, gpus=(GpuFamily.SM90, GpuFamily.SM100),
 ))
 
 SM100_TRTLLM = register_spec(TargetSpec(
-    "sm100-trtllm", 1, _MXFP4_SOURCES, "FlashInfer `trtllm_fp4_block_scale_moe` (trtllm-gen, MXFP4 weights)",
-    "Blackwell (SM100)",
-    (
-        TensorSpec("w13_weight", None, "E, 2 * I_pad, H_pad // 2", _W.UP_GATE_PAIRS),
-        TensorSpec("w13_weight_scale", DType.F8_E4M3, "E, 2 * I_pad, H_pad // 32", _W.UP_GATE_PAIRS),
-        TensorSpec("w13_weight_bias", DType.F32, "E, 2 * I_pad", _W.UP_GATE_PAIRS, optional=True),
+    name="sm100-trtllm", layout_version=1, source_formats=_MXFP4_SOURCES,
+    kernel="FlashInfer `trtllm_fp4_block_scale_moe` (trtllm-gen, MXFP4 weights)", arch="Blackwell (SM100)",
+    tensors=(
+        TensorSpec("w13_weight", None, "E, 2 * I_pad, H_pad // 2", gate_up_order=_W.UP_GATE_PAIRS),
+        TensorSpec("w13_weight_scale", DType.F8_E4M3, "E, 2 * I_pad, H_pad // 32", gate_up_order=_W.UP_GATE_PAIRS),
+        TensorSpec("w13_weight_bias", DType.F32, "E, 2 * I_pad", gate_up_order=_W.UP_GATE_PAIRS, optional=True),
         TensorSpec("w2_weight", None, "E, H_pad, I_pad // 2"),
         TensorSpec("w2_weight_scale", DType.F8_E4M3, "E, H_pad, I_pad // 32"),
         TensorSpec("w2_weight_bias", DType.F32, "E, H_pad", optional=True),
@@ -183,4 +186,18 @@ SM100_TRTLLM = register_spec(TargetSpec(
         TensorSpec("gemm1_clamp_limit", DType.F32, "E", optional=True),
     ),
     gpus=(GpuFamily.SM100,),
+))
+
+SM90_MARLIN = register_spec(TargetSpec(
+    name="sm90-marlin", layout_version=1, source_formats=_MXFP4_SOURCES,
+    kernel="Marlin W4A16 MoE (`gptq_marlin_repack` layout, BF16 x MXFP4)", arch="Hopper (SM90)",
+    tensors=(
+        TensorSpec("w13_weight", DType.I32, "E, H_pad // 16, 4 * I_pad", gate_up_order=_W.GATE_UP),
+        TensorSpec("w13_weight_scale", DType.F8_E8M0, "E, H_pad // 32, 2 * I_pad", gate_up_order=_W.GATE_UP),
+        TensorSpec("w13_weight_bias", DType.BF16, "E, 2 * I_pad", gate_up_order=_W.GATE_UP, optional=True),
+        TensorSpec("w2_weight", DType.I32, "E, I_pad // 16, 2 * H_pad"),
+        TensorSpec("w2_weight_scale", DType.F8_E8M0, "E, I_pad // 32, H_pad"),
+        TensorSpec("w2_weight_bias", DType.BF16, "E, H_pad", optional=True),
+    ),
+    gpus=(GpuFamily.SM90,),
 ))

@@ -24,7 +24,7 @@ import os
 import socket
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from moebake.errors import MoebakeError, OptionError, PlatformError, UnsupportedError
 from moebake.serve import deepep_ll
+from moebake.serve.cuda_graph import capture
 from moebake.serve.deepep_ll import LowLatencyBuffer, LowLatencyRefusal, LowLatencySpec
 from moebake.serve.moe_reference import decode_inputs, relative_l2, source_moe_fp32
 
@@ -117,7 +118,9 @@ class LayerJob:
 @dataclass(frozen=True)
 class LaunchConfig:
     """``ranks`` processes on ``device`` running ``jobs`` in order with dispatcher ``dispatcher``
-    (``auto``, ``deepep``, ``standin``) and masked GEMM ``backend`` (None: DeepGEMM when usable)."""
+    (``auto``, ``deepep``, ``standin``) and masked GEMM ``backend`` (None: DeepGEMM when usable). ``cuda_graph``:
+    each job's forward is also captured in a CUDA graph and replayed on new inputs written into the captured
+    input buffers; the replay must equal an eager forward on those inputs bit for bit (``graph_equal``)."""
 
     ranks: int
     jobs: tuple[LayerJob, ...]
@@ -126,6 +129,7 @@ class LaunchConfig:
     backend: str | None = None
     keep_outputs: bool = False
     specs: tuple[LowLatencySpec, ...] = field(default=(), compare=False)
+    cuda_graph: bool = False
 
 
 def plan(config: LaunchConfig) -> LaunchConfig:
@@ -169,8 +173,10 @@ def plan(config: LaunchConfig) -> LaunchConfig:
         module, why = deepep_ll.deep_ep_status()
         if module is None:
             raise PlatformError(f"DeepEP is not usable here ({why}); use --dispatcher standin")
+    if config.cuda_graph and config.device != "cuda":
+        raise PlatformError("--cuda-graph needs --device cuda")
     check_ranks(config.ranks, config.device)
-    return LaunchConfig(config.ranks, tuple(config.jobs), config.device, kind, config.backend, config.keep_outputs, tuple(specs))
+    return replace(config, jobs=tuple(config.jobs), dispatcher=kind, specs=tuple(specs))
 
 
 def layer_worker(ctx: RankContext, config: LaunchConfig) -> list[dict]:
@@ -202,12 +208,31 @@ def layer_worker(ctx: RankContext, config: LaunchConfig) -> list[dict]:
                 result["rel_l2"] = relative_l2(out, reference)
             if config.keep_outputs:
                 result["output"] = out.cpu()
+            if config.cuda_graph:
+                result["graph_equal"] = _graph_replay_equals_eager(experts, dispatcher, (hidden, topk_ids, topk_weights),
+                                                                   spec, job, ctx)
             results.append(result)
             del experts, dispatcher, out
     finally:
         if buffer is not None:
             buffer.close()
     return results
+
+
+def _graph_replay_equals_eager(experts, dispatcher, inputs, spec, job: LayerJob, ctx: RankContext) -> bool:
+    """Capture ``experts.forward`` on static copies of ``inputs``, write the next seed's inputs into them, replay,
+    and compare with an eager forward on those inputs (collective: every rank runs the same sequence)."""
+    static = [t.clone() for t in inputs]
+    graph, out = capture(lambda: experts.forward(*static, dispatcher))
+    fresh = decode_inputs(job.tokens_per_rank, spec.hidden, spec.num_experts, spec.top_k,
+                          seed=(job.seed + 1) * 1009 + ctx.rank, device=ctx.device, drop=job.drop)
+    for target, value in zip(static, fresh):
+        target.copy_(value)
+    graph.replay()
+    replayed = out.clone()
+    expected = experts.forward(*fresh, dispatcher)
+    torch.cuda.synchronize()
+    return bool(torch.equal(replayed, expected))
 
 
 def launch(config: LaunchConfig) -> list[list[dict]]:
@@ -237,16 +262,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda or cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-drop", action="store_true", help="every token selects top-k experts (no -1 ids)")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="also capture the forward in a CUDA graph, replay it on new inputs and compare with eager")
     args = parser.parse_args(argv)
     job = LayerJob(args.bake, args.layer, args.tokens, args.top_k, args.max_tokens_per_rank, args.seed,
                    not args.no_drop, args.source)
-    config = LaunchConfig(args.ranks, (job,), args.device, args.dispatcher, args.backend)
+    config = LaunchConfig(args.ranks, (job,), args.device, args.dispatcher, args.backend, cuda_graph=args.cuda_graph)
     try:
         config = plan(config)
     except MoebakeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    worst = 0.0
+    worst, graph_failed = 0.0, False
     for (result,) in run_ranks(layer_worker, config.ranks, config.device, config):
         line = (f"rank {result['rank']}/{result['ranks']} on {result['device']}: experts [{result['experts'][0]}, "
                 f"{result['experts'][1]}) of {result['num_experts']}, {result['tokens']} tokens x top-{result['top_k']} "
@@ -254,9 +281,15 @@ def main(argv: list[str] | None = None) -> int:
         if "rel_l2" in result:
             worst = max(worst, result["rel_l2"])
             line += f", rel L2 vs fp32 source MoE {result['rel_l2']:.2e}"
+        if "graph_equal" in result:
+            line += f", CUDA graph replay {'equals' if result['graph_equal'] else 'DIFFERS FROM'} eager"
+            graph_failed = graph_failed or not result["graph_equal"]
         print(line)
     if args.source is not None and worst >= args.tolerance:
         print(f"error: relative L2 {worst:.2e} >= tolerance {args.tolerance:g}", file=sys.stderr)
+        return 1
+    if graph_failed:
+        print("error: a rank's CUDA graph replay differs from its eager forward on the same inputs", file=sys.stderr)
         return 1
     return 0
 

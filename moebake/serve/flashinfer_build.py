@@ -32,13 +32,15 @@ the first tactic (tile 64x16x128, cluster 1x1x1, ping-pong), which is compiled b
 the 128x64x256 cooperative configuration FlashInfer uses to size the GEMM workspace. Autotuning
 meets the stub for tactics that are not compiled; FlashInfer's autotuner skips tactics that raise.
 
-:func:`ensure_flashinfer_sm90_moe` makes FlashInfer's own Python wrappers use that module: it
-replaces ``flashinfer.fused_moe.core.gen_cutlass_fused_moe_sm90_module`` (the only thing
-``get_cutlass_fused_moe_module("90")`` builds from) and clears that function's cache. Everything
-else -- argument checks, the ``MoERunner``, the autotuner, the interleave wrapper -- stays
-FlashInfer's. With a prebuilt library (``MOEBAKE_FLASHINFER_MOE_SO`` or ``prebuilt=``), nothing is
-compiled: the ``.so`` is loaded with ``tvm_ffi.load_module`` after its sidecar JSON is checked
-against the installed FlashInfer and apache-tvm-ffi versions and the file's sha256.
+moebake's runtime calls the module through a getter of its own
+(:func:`moebake.serve.flashinfer_ops.sm90_moe_ops`): FlashInfer's ``cutlass_fused_moe`` and its module
+getter rebuilt over FlashInfer's own code with the SM90 generator bound to :func:`reduced_module_spec`,
+so FlashInfer's module, getter and cache stay as they are for anything else in the process (an engine's
+own FlashInfer calls). :func:`ensure_flashinfer_sm90_moe` instead replaces
+``flashinfer.fused_moe.core.gen_cutlass_fused_moe_sm90_module`` and clears the getter's cache, for
+tests and benchmarks that run an engine's own code. With a prebuilt library (``MOEBAKE_FLASHINFER_MOE_SO``
+or ``prebuilt=``), nothing is compiled: the ``.so`` is loaded with ``tvm_ffi.load_module`` after its
+sidecar JSON is checked against the installed FlashInfer and apache-tvm-ffi versions and the file's sha256.
 
 The reduced module has 19 translation units (4 GEMM configurations by default). Its fp4 weight
 interleave is checked bit for bit against moebake's CPU port, and a W4A16 ``cutlass_fused_moe`` call
@@ -385,13 +387,28 @@ def check_prebuilt(so_path: Path) -> dict[str, Any]:
     return meta
 
 
+def reduced_module_spec(prebuilt: Optional[os.PathLike | str] = None,
+                        configs: Optional[Iterable[Sequence[str]]] = None):
+    """The reduced module's spec: a checked prebuilt ``.so`` (``prebuilt`` or ``$MOEBAKE_FLASHINFER_MOE_SO``), or the
+    JIT spec that builds it on first ``build_and_load()``. Changes nothing in FlashInfer."""
+    prebuilt = prebuilt or os.environ.get(PREBUILT_ENV) or None
+    if prebuilt:
+        check_prebuilt(Path(prebuilt))
+        return PrebuiltModuleSpec(Path(prebuilt))
+    return gen_w4a16_sm90_module(configs)
+
+
 _installed: Optional[Any] = None
 _installed_key: Optional[tuple] = None
 
 
 def ensure_flashinfer_sm90_moe(prebuilt: Optional[os.PathLike | str] = None,
                                configs: Optional[Iterable[Sequence[str]]] = None):
-    """Make FlashInfer's SM90 ``cutlass_fused_moe`` and weight interleave use the reduced module.
+    """Make FlashInfer's SM90 ``cutlass_fused_moe`` and weight interleave use the reduced module, process-wide.
+
+    For tests and benchmarks that run an engine's own code, which calls FlashInfer's getter, on a machine
+    where FlashInfer's full module cannot be built; moebake's own runtime does not call it
+    (:func:`moebake.serve.flashinfer_ops.sm90_moe_ops` has a getter of its own).
 
     ``prebuilt`` (or ``$MOEBAKE_FLASHINFER_MOE_SO``) names a saved ``.so`` (with its ``.json``
     sidecar) to load without compiling; otherwise the reduced module is JIT-built on first use
@@ -406,11 +423,7 @@ def ensure_flashinfer_sm90_moe(prebuilt: Optional[os.PathLike | str] = None,
     key = (str(Path(prebuilt).resolve()) if prebuilt else None, _selected_configs(configs))
     if _installed is not None and _installed_key == key and getattr(core.gen_cutlass_fused_moe_sm90_module, "_moebake", False):
         return _installed
-    if prebuilt:
-        check_prebuilt(Path(prebuilt))
-        spec = PrebuiltModuleSpec(Path(prebuilt))
-    else:
-        spec = gen_w4a16_sm90_module(configs)
+    spec = reduced_module_spec(prebuilt, configs)
 
     def gen_cutlass_fused_moe_sm90_module(use_fast_build: bool = False):
         return spec

@@ -1,30 +1,73 @@
-"""FlashInfer's SM90 fused-MoE entry points, with FlashInfer routed to moebake's reduced module first.
+"""FlashInfer's SM90 fused-MoE entry points, bound to moebake's reduced module through a getter of moebake's own.
 
-FlashInfer's stock ``fused_moe_90`` JIT module takes over half an hour to build;
-:func:`moebake.serve.flashinfer_build.ensure_flashinfer_sm90_moe` makes FlashInfer build (or load a
-prebuilt copy of) a module with only the BF16 x MXFP4 path. That must happen once per process,
-before the first ``cutlass_fused_moe`` or ``interleave_moe_weights_for_sm90_mixed_gemm`` call
-(a second call would reset FlashInfer's module cache), hence the cache here.
+FlashInfer's stock ``fused_moe_90`` JIT module takes over half an hour to build; moebake builds (or loads a
+prebuilt copy of) a module with only the BF16 x MXFP4 path (:mod:`moebake.serve.flashinfer_build`).
+FlashInfer 0.7.2.post1's public ``cutlass_fused_moe`` checks and prepares its arguments, then calls
+``get_cutlass_fused_moe_module(arch).cutlass_fused_moe(...)``, a cached getter that builds the module from
+``gen_cutlass_fused_moe_sm90_module()``. :func:`sm90_moe_ops` rebuilds those two functions from FlashInfer's
+own code objects over a copy of their module's namespace in which that generator returns the reduced
+module's spec and the getter is the rebuilt one. Nothing in FlashInfer is replaced: its module, getter and
+cache serve every other caller in the process (an engine's own FlashInfer calls) as before. The rebuilt
+functions run FlashInfer's code unchanged, minus its API-logging wrapper. Only the FlashInfer versions in
+:data:`moebake.serve.flashinfer_build.TESTED_FLASHINFER_VERSIONS` are accepted.
 """
 
 import functools
-from types import SimpleNamespace
+import inspect
+from types import FunctionType, SimpleNamespace
+
+from moebake.errors import InvalidArgumentError
+
+QUANT_TYPES = {"fp4": 1, "fp4_fp8": 2, "int4": 0}
+"""``interleave_moe_weights_for_sm90_mixed_gemm``'s quant types, as FlashInfer's wrapper numbers them for the op."""
+
+
+def _rebound(function, namespace: dict) -> FunctionType:
+    """``function``'s code (under its decorators) with ``namespace`` as its globals; defaults kept."""
+    code = inspect.unwrap(function)
+    rebuilt = FunctionType(code.__code__, namespace, code.__name__, code.__defaults__, code.__closure__)
+    rebuilt.__kwdefaults__ = code.__kwdefaults__
+    rebuilt.__doc__ = code.__doc__
+    rebuilt.__annotations__ = dict(code.__annotations__)
+    return rebuilt
+
+
+def own_getter(make_spec):
+    """``(get_cutlass_fused_moe_module, cutlass_fused_moe)`` of FlashInfer's code, with ``make_spec()`` (called on the
+    getter's first SM90 call) as the SM90 module's spec."""
+    import flashinfer.fused_moe.core as core
+
+    namespace = dict(vars(core))
+    namespace["gen_cutlass_fused_moe_sm90_module"] = lambda use_fast_build=False: make_spec()
+    getter = functools.cache(_rebound(core.get_cutlass_fused_moe_module, namespace))
+    namespace["get_cutlass_fused_moe_module"] = getter
+    return getter, _rebound(core.cutlass_fused_moe, namespace)
 
 
 @functools.cache
 def sm90_moe_ops() -> SimpleNamespace:
-    """``cutlass_fused_moe``, ``interleave_moe_weights_for_sm90_mixed_gemm``, ``interleave_moe_scales_for_sm90_mixed_gemm``."""
-    from moebake.serve.flashinfer_build import ensure_flashinfer_sm90_moe
+    """``cutlass_fused_moe`` (FlashInfer's signature; returns ``[output]``), ``interleave_weights(weight, quant_type)``
+    and ``interleave_scales`` on the reduced module; ``get_module(arch)`` is the getter."""
+    from flashinfer.fused_moe import interleave_moe_scales_for_sm90_mixed_gemm
 
-    ensure_flashinfer_sm90_moe()
-    from flashinfer.fused_moe import (
-        cutlass_fused_moe,
-        interleave_moe_scales_for_sm90_mixed_gemm,
-        interleave_moe_weights_for_sm90_mixed_gemm,
-    )
+    from moebake.serve.flashinfer_build import _check_flashinfer_version, reduced_module_spec
 
-    return SimpleNamespace(
-        cutlass_fused_moe=cutlass_fused_moe,
-        interleave_weights=interleave_moe_weights_for_sm90_mixed_gemm,
-        interleave_scales=interleave_moe_scales_for_sm90_mixed_gemm,
-    )
+    _check_flashinfer_version()
+    getter, cutlass_fused_moe = own_getter(reduced_module_spec)
+
+    def interleave_weights(weight, quant_type: str = "fp4"):
+        """FlashInfer's SM90 mixed-GEMM weight interleave on the reduced module: ``[E, n, k // 2]`` uint8 CUDA
+        tensor (two 4-bit values a byte) -> a new tensor of the same shape and dtype."""
+        import torch
+
+        if weight.dim() != 3 or weight.dtype != torch.uint8 or not weight.is_cuda:
+            raise InvalidArgumentError(f"weight must be a 3-D uint8 CUDA tensor; got {tuple(weight.shape)} {weight.dtype} "
+                             f"on {weight.device}")
+        weight = weight.contiguous()
+        out = torch.empty_like(weight)
+        major, minor = torch.cuda.get_device_capability(weight.device)
+        getter(f"{major * 10 + minor}").interleave_moe_weights_for_sm90_mixed_gemm(weight, out, QUANT_TYPES[quant_type])
+        return out
+
+    return SimpleNamespace(cutlass_fused_moe=cutlass_fused_moe, interleave_weights=interleave_weights,
+                           interleave_scales=interleave_moe_scales_for_sm90_mixed_gemm, get_module=getter)

@@ -29,6 +29,7 @@ from moebake.errors import InvalidArgumentError, ManifestError, PlatformError, U
 from moebake.schema.manifest import Activation, LayerRecord
 from moebake.schema.targets import SM90_CUTLASS
 from moebake.serve.baked_checkpoint import BakedCheckpoint
+from moebake.serve.cuda_graph import capture
 from moebake.serve.flashinfer_ops import sm90_moe_ops
 from moebake.serve.platform import require_flashinfer_layout, require_gpu
 
@@ -156,6 +157,11 @@ class Sm90CutlassExperts:
 
     __call__ = forward
 
+    def decode_step(self, max_tokens: int, top_k: int) -> "Sm90DecodeStep":
+        """A decode step for up to ``max_tokens`` tokens routed to ``top_k`` experts each, with persistent buffers
+        (no padding, cast or allocation per call) that can be captured in a CUDA graph."""
+        return Sm90DecodeStep(self, max_tokens, top_k)
+
     def _check_inputs(self, hidden_states, topk_ids, topk_weights) -> None:
         problems = []
         if hidden_states.dtype != torch.bfloat16 or hidden_states.dim() != 2 or hidden_states.shape[1] != self.hidden:
@@ -172,3 +178,57 @@ class Sm90CutlassExperts:
             raise InvalidArgumentError("forward: " + "; ".join(problems))
         if self.device.type != "cuda":
             raise PlatformError(f"experts were loaded to {self.device}; forward needs a CUDA device")
+
+
+class Sm90DecodeStep:
+    """One layer's MoE for decode: the caller writes into persistent buffers, :meth:`run` calls the kernel on them.
+
+    Buffers, allocated once on the experts' device (``T_max = max_tokens``):
+
+      ``hidden_padded``  bf16  ``[T_max, H_pad]``  columns ``H..H_pad`` stay zero; the caller writes ``[:T, :H]``
+                                                   (:attr:`hidden` is that view of all ``T_max`` rows)
+      ``topk_ids``       int32 ``[T_max, k]``      global expert ids
+      ``topk_weights``   fp32  ``[T_max, k]``      routing weights (applied inside the kernel)
+      ``output``         bf16  ``[T_max, H_pad]``  the kernel's output; :meth:`run` returns the view ``[:T, :H]``
+
+    :meth:`run` passes views of the first ``tokens`` rows: nothing is padded, cast, trimmed or allocated by
+    moebake per call. :meth:`capture` records one ``tokens``-sized call in a CUDA graph; :meth:`replay` re-runs
+    it on whatever the buffers hold then.
+    """
+
+    def __init__(self, experts: Sm90CutlassExperts, max_tokens: int, top_k: int):
+        if max_tokens < 1 or top_k < 1:
+            raise InvalidArgumentError(f"decode_step: max_tokens and top_k must be at least 1, got {max_tokens} and {top_k}")
+        self.experts, self.max_tokens, self.top_k = experts, max_tokens, top_k
+        device = experts.device
+        self.hidden_padded = torch.zeros(max_tokens, experts.hidden_padded, dtype=torch.bfloat16, device=device)
+        self.hidden = self.hidden_padded[:, : experts.hidden]
+        self.topk_ids = torch.zeros(max_tokens, top_k, dtype=torch.int32, device=device)
+        self.topk_weights = torch.zeros(max_tokens, top_k, dtype=torch.float32, device=device)
+        self.output = torch.empty(max_tokens, experts.hidden_padded, dtype=torch.bfloat16, device=device)
+        self._graph, self._graph_tokens = None, 0
+
+    def run(self, tokens: int) -> torch.Tensor:
+        """The MoE output of the first ``tokens`` rows: bf16 view ``[tokens, H]`` of :attr:`output`."""
+        if not 1 <= tokens <= self.max_tokens:
+            raise InvalidArgumentError(f"decode_step: tokens must be in 1..{self.max_tokens}, got {tokens}")
+        if self.experts.device.type != "cuda":
+            raise PlatformError(f"experts were loaded to {self.experts.device}; the decode step needs a CUDA device")
+        sm90_moe_ops().cutlass_fused_moe(self.hidden_padded[:tokens], self.topk_ids[:tokens], self.topk_weights[:tokens],
+                                         output=self.output[:tokens], **self.experts._kernel_args)
+        return self.output[:tokens, : self.experts.hidden]
+
+    def capture(self, tokens: int) -> torch.Tensor:
+        """Record ``run(tokens)`` in a CUDA graph (after one eager warm-up call on a side stream, as CUDA graphs
+        require); returns the output view the replays write."""
+        with torch.cuda.device(self.experts.device):
+            graph, view = capture(lambda: self.run(tokens))
+        self._graph, self._graph_tokens = graph, tokens
+        return view
+
+    def replay(self) -> torch.Tensor:
+        """Re-run the captured call on the buffers' current contents; the output view ``[tokens, H]``."""
+        if self._graph is None:
+            raise InvalidArgumentError("decode_step: nothing captured yet (call capture(tokens) first)")
+        self._graph.replay()
+        return self.output[: self._graph_tokens, : self.experts.hidden]

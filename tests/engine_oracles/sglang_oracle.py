@@ -55,20 +55,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _init_process_group() -> None:
+def _init_process_group(world_size: int = 1, rank: int = 0) -> None:
     from sglang.srt.distributed import parallel_state
 
     # SGLang's own world group, not torch's default group: the vLLM oracle may have made that one.
     if parallel_state._WORLD is None:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
-        parallel_state.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo")
+        parallel_state.init_distributed_environment(world_size=world_size, rank=rank, local_rank=rank, backend="gloo")
 
 
 @contextmanager
 def sglang_engine(*, moe_runner_backend: str = "auto", moe_a2a_backend: str = "none", gpu: str = "sm90",
-                  **server_args):
-    """SGLang's process state as a one-GPU server started with these arguments would have it.
+                  ep: int = 1, rank: int = 0, role: str = "test", **server_args):
+    """SGLang's process state as a server started with these arguments would have it in EP rank ``rank`` of
+    ``ep`` (tp = ep; one process per rank, a gloo world of ``ep`` processes: ``MASTER_ADDR``/``MASTER_PORT``
+    set by whoever starts them; one rank when ``ep`` is 1).
 
     ``gpu`` is the platform SGLang is told it runs on (``sm90``, ``sm100``, or anything else for
     neither): its quantization methods pick their kernel from it.
@@ -78,10 +80,10 @@ def sglang_engine(*, moe_runner_backend: str = "auto", moe_a2a_backend: str = "n
     from sglang.srt.runtime_context import SpawnRanks, get_parallel, override_platform, publish, reset_context
     from sglang.srt.server_args import ServerArgs
 
-    _init_process_group()
+    _init_process_group(ep, rank)
     reset_context()
-    publish(ServerArgs(model_path="dummy", tp_size=1, ep_size=1, pp_size=1, moe_runner_backend=moe_runner_backend,
-                       moe_a2a_backend=moe_a2a_backend, **server_args), role="test", ranks=SpawnRanks(world_rank=0))
+    publish(ServerArgs(model_path="dummy", tp_size=ep, ep_size=ep, pp_size=1, moe_runner_backend=moe_runner_backend,
+                       moe_a2a_backend=moe_a2a_backend, **server_args), role=role, ranks=SpawnRanks(world_rank=rank))
     get_parallel().override_permanently(world_group=parallel_state._WORLD)
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(backend="gloo")
@@ -359,3 +361,56 @@ def gpt_oss_sm100_trtllm(source_dir: str | Path, layer: int) -> dict[str, torch.
         GptOssForCausalLM._load_mxfp4_experts_weights(_Holder(prefix, experts, config), iter(source.items()))
         experts.quant_method.process_weights_after_loading(experts)
         return {name: p.data.clone() for name, p in experts.named_parameters()}
+
+
+@contextmanager
+def _marlin_ops(repack):
+    """SGLang's Marlin preparation on CPU: ``repack`` stands in for the CUDA op ``gptq_marlin_repack`` (which
+    ``marlin_utils_fp4`` imports only on CUDA), and the kernel workspace (sized from the GPU's SM count) is empty."""
+    from unittest import mock
+
+    import sglang.srt.layers.quantization.marlin_utils_fp4 as marlin_fp4
+
+    with (mock.patch.object(marlin_fp4, "gptq_marlin_repack", repack, create=True),
+          mock.patch.object(marlin_fp4, "marlin_make_workspace", lambda device, *a: torch.zeros(0, dtype=torch.int))):
+        yield
+
+
+def gpt_oss_marlin(source_dir: str | Path, layer: int, repack) -> dict[str, torch.Tensor]:
+    """SGLang's post-``process_weights_after_loading`` parameters of GPT-OSS layer ``layer`` on SM90 with
+    ``--moe-runner-backend marlin`` (``Mxfp4MoEMethod`` with ``use_marlin``: ``deinterleave_moe_mxfp4_w13_for_marlin``,
+    ``prepare_moe_mxfp4_layer_for_marlin``). ``repack`` stands in for ``gptq_marlin_repack``."""
+    import json
+
+    import sglang.srt.layers.quantization.mxfp4 as mxfp4
+    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+    from sglang.srt.models.gpt_oss import GptOssForCausalLM
+    from transformers import PretrainedConfig
+
+    config = PretrainedConfig(**json.loads((Path(source_dir) / "config.json").read_text()))
+    prefix = f"model.layers.{layer}.mlp.experts."
+    suffixes = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
+                "down_proj_blocks", "down_proj_scales", "down_proj_bias")
+    source = read_tensors(source_dir, [prefix + s for s in suffixes])
+    with sglang_engine(moe_runner_backend="marlin", gpu="sm90"), _marlin_ops(repack):
+        experts = FusedMoE(  # as GptOssSparseMoeBlock builds it
+            num_experts=config.num_local_experts, top_k=config.num_experts_per_tok, layer_id=layer,
+            hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+            quant_config=mxfp4.Mxfp4Config.from_config(config.quantization_config), activation=config.hidden_act,
+            gemm1_alpha=getattr(config, "hidden_act_alpha", 1.702), gemm1_clamp_limit=config.swiglu_limit, with_bias=True,
+            prefix=prefix.rstrip("."), use_weight_loader_fused=False,
+        )
+        assert experts.quant_method.use_marlin
+        GptOssForCausalLM._load_mxfp4_experts_weights(_Holder(prefix, experts, config), iter(source.items()))
+        experts.quant_method.process_weights_after_loading(experts)
+        assert experts._mxfp4_backend == "marlin"
+        return {name: p.data.clone() for name, p in experts.named_parameters()}
+
+
+def deepseek_v4_marlin(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
+                       repack) -> dict[str, torch.Tensor]:
+    """The same for one DeepSeek-V4 MXFP4 expert layer (``Fp8Config`` with FP4 experts -> ``Mxfp4MarlinMoEMethod``)."""
+    import sglang.srt.layers.quantization.mxfp4_marlin_moe as dsv4
+
+    with sglang_engine(moe_runner_backend="marlin", gpu="sm90"), _marlin_ops(repack):
+        return _deepseek_v4_layer(source_dir, prefix, num_experts, hidden, intermediate, dsv4.Mxfp4MarlinMoEMethod)

@@ -10,7 +10,9 @@ GPT-OSS (:func:`gpt_oss_flashinfer_cutlass`): builds vLLM's real GPT-OSS ``MLPBl
 DeepSeek-V4 MXFP4 (:func:`deepseek_v4_flashinfer_cutlass`): the same with ``DeepseekV4FP8Config`` (its
 ``get_quant_method`` picks the generic ``Mxfp4MoEMethod``), the checkpoint's ``experts.N.wK.scale`` renamed
 ``.weight_scale`` and E8M0 scales viewed as bytes as vLLM's DeepSeek-V4 mapper and loader do; the whole
-``process_weights_after_loading`` runs, the FlashInfer CUTLASS kernel set-up included.
+``process_weights_after_loading`` runs, the FlashInfer CUTLASS kernel set-up included; with ``--moe-backend marlin``
+(:func:`deepseek_v4_marlin`) the same load, then ``prepare_moe_mxfp4_layer_for_marlin``, its CUDA op
+``gptq_marlin_repack`` stood in for by a CPU repack the caller gives.
 
 Only these things are not vLLM's:
   * the platform's answers about the GPU (vLLM picks MoE kernels from them): :func:`vllm_engine`
@@ -322,6 +324,25 @@ def deepseek_v4_flashinfer_cutlass(source_dir: str | Path, prefix: str, num_expe
     with mock.patch.object(fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm", interleave):
         experts = _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, "flashinfer_cutlass", 90,
                                        Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16)
+        return {name: p.data.clone() for name, p in experts.named_parameters()}
+
+
+def deepseek_v4_marlin(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
+                       repack) -> dict[str, torch.Tensor]:
+    """The same with ``--moe-backend marlin`` (``Mxfp4MoeBackend.MARLIN``: ``prepare_moe_mxfp4_layer_for_marlin``).
+    ``repack`` (moebake's or a reference's, with the CUDA op's arguments ``b_q_weight, perm, size_k, size_n,
+    num_bits``) stands in for vLLM's CUDA ``gptq_marlin_repack`` (``b_q_weight, size_k, size_n, num_bits, is_a_8bit``),
+    called with no act-order permutation and BF16 activations (``is_a_8bit`` false, asserted)."""
+    import vllm._custom_ops as ops
+    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
+
+    def vllm_repack(b_q_weight, size_k, size_n, num_bits, is_a_8bit=False):
+        assert not is_a_8bit
+        return repack(b_q_weight, torch.empty(0, dtype=torch.int32), size_k, size_n, num_bits)
+
+    with mock.patch.object(ops, "gptq_marlin_repack", vllm_repack):
+        experts = _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, "marlin", 90,
+                                       Mxfp4MoeBackend.MARLIN)
         return {name: p.data.clone() for name, p in experts.named_parameters()}
 
 

@@ -164,3 +164,31 @@ def test_expert_parallel_ranks_sum_to_the_single_rank_output(gpu, case, ep_size)
     # each output is a float32 sum rounded once to bf16 (relative error <= 2^-8 of its magnitude)
     bound = (sum(p.abs() for p in parts) + whole.abs()) * 2.0**-8 + 1e-4
     assert ((total - whole).abs() <= bound).all()
+
+
+@pytest.mark.parametrize("tokens", [1, 8, 64])
+def test_decode_step_and_its_cuda_graph_equal_the_forward(gpu, case, tokens):
+    """The decode step on persistent buffers (no pad, cast or trim per call) equals ``forward`` bit for bit, eager
+    and replayed from a CUDA graph on new inputs written into the same buffers."""
+    source, baked, shape = case
+    experts = moebake.serve.open(baked).load_experts(0, device=gpu)
+    step = experts.decode_step(max_tokens=64, top_k=TOP_K)
+    pointers = [t.data_ptr() for t in (step.hidden_padded, step.topk_ids, step.topk_weights, step.output)]
+
+    def write(seed):
+        x, ids, weights = _inputs(tokens, shape, seed, gpu)
+        step.hidden[:tokens].copy_(x)
+        step.topk_ids[:tokens].copy_(ids)
+        step.topk_weights[:tokens].copy_(weights)
+        return experts.forward(x, ids, weights)
+
+    expected = write(100 + tokens)
+    assert torch.equal(step.run(tokens), expected)
+    step.capture(tokens)
+    for seed in (200 + tokens, 300 + tokens):
+        expected = write(seed)
+        replayed = step.replay()
+        torch.cuda.synchronize()
+        assert replayed.shape == (tokens, shape["hidden"]) and torch.equal(replayed, expected), seed
+    assert pointers == [t.data_ptr() for t in (step.hidden_padded, step.topk_ids, step.topk_weights, step.output)]
+    assert not step.hidden_padded[:, shape["hidden"]:].any()  # the padding columns stay zero

@@ -13,6 +13,7 @@ from moebake.convert.targets import cutedsl  # noqa: F401
 from moebake.convert.targets import cutedsl_deepep  # noqa: F401
 from moebake.convert.targets import deepep_bf16  # noqa: F401
 from moebake.convert.targets import sm100_trtllm  # noqa: F401
+from moebake.convert.targets import sm90_marlin  # noqa: F401
 # isort: on
 from moebake.convert.targets.base import TARGETS, Target
 from moebake.errors import MoebakeError, UnsupportedError

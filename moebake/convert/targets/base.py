@@ -4,7 +4,8 @@ A target is one class, registered with :func:`register` (as llama.cpp's ``ModelB
 
     @register
     class MyTarget(Target):
-        spec = TargetSpec("my-target", 1, ("gpt-oss",), "kernel", "GPU", "help", (TensorSpec(...), ...))
+        spec = TargetSpec(name="my-target", layout_version=1, source_formats=("gpt-oss",), kernel="...", arch="...",
+                          tensors=(TensorSpec(...), ...), gpus=(GpuFamily.SM90,))
 
         def layer_tensors(self, model, layer, dims, options): ...   # {short name: Planned}
         def restore(self, record, baked, layout): ...                 # the exact inverse
@@ -100,7 +101,8 @@ class Target:
                     raise InternalError(f"target {self.spec.name} did not plan its tensor {entry.name}")
                 made = planned[entry.name]
                 dtype, shape = entry.dtype or made.dtype, entry.shape_for(dims)
-                tensors.append(OutputTensor(layer.prefix + entry.name, dtype, shape, made.stored, made.produce))
+                tensors.append(OutputTensor(name=layer.prefix + entry.name, dtype=dtype, shape=shape, sources=made.stored,
+                                            produce=made.produce))
                 specs[entry.name] = TensorRecord(dtype=dtype, shape=shape, source=made.source, gate_up_order=entry.gate_up_order,
                                                  source_gate_up_order=made.source_gate_up_order, source_shape=made.source_shape,
                                                  source_dtype=made.source_dtype)

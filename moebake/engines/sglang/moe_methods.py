@@ -208,6 +208,55 @@ def _sm100_deepseek_v4_method():
     return MoebakeSm100DeepseekV4MoEMethod
 
 
+def _sm90_marlin_method():
+    from sglang.srt.layers.quantization.mxfp4 import Mxfp4MoEMethod
+
+    class MoebakeSm90MarlinMoEMethod(BakedExperts, Mxfp4MoEMethod):
+        """Baked GPT-OSS ``sm90-marlin`` experts through SGLang's ``marlin`` runner, as ``Mxfp4MoEMethod``'s Marlin
+        path runs them (``_apply_marlin``: activations zero-padded to the baked H). The bake holds what
+        ``prepare_moe_mxfp4_layer_for_marlin`` leaves (repacked int32 weights, E8M0 scales, BF16 biases); the
+        Marlin runner makes its own workspace per call."""
+
+        def __init__(self, config, record: LayerRecord, prefix: str):
+            Mxfp4MoEMethod.__init__(self, prefix)
+            self._bake_init(config, record)
+
+        def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
+                           with_bias=False, **extra_weight_attrs):
+            self.num_experts, self.with_bias = num_experts, with_bias
+            self.hidden_size, self.intermediate_size_per_partition = self.record.hidden_padded, self.record.intermediate_padded
+            self.hidden_pad = self.record.hidden_padded - self.record.hidden
+            self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
+
+        def process_weights_after_loading(self, layer) -> None:
+            self._load_baked_rows(layer)
+            layer._mxfp4_backend = "marlin"
+
+    return MoebakeSm90MarlinMoEMethod
+
+
+def _sm90_marlin_deepseek_v4_method():
+    from sglang.srt.layers.quantization.mxfp4_marlin_moe import Mxfp4MarlinMoEMethod
+
+    class MoebakeSm90MarlinDeepseekV4MoEMethod(BakedExperts, Mxfp4MarlinMoEMethod):
+        """Baked DeepSeek-V4 ``sm90-marlin`` experts through SGLang's ``Mxfp4MarlinMoEMethod`` (``marlin`` runner),
+        whose Marlin preparation leaves ``w*_weight`` / ``w*_weight_scale`` as the bake holds them."""
+
+        def __init__(self, config, record: LayerRecord, prefix: str):
+            Mxfp4MarlinMoEMethod.__init__(self, None, prefix)  # its FP8 method only prepares weights: baked
+            self._bake_init(config, record)
+
+        def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
+                           **extra_weight_attrs):
+            self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
+
+        def process_weights_after_loading(self, layer) -> None:
+            self._load_baked_rows(layer)
+            layer._dsv4_mxfp4_backend = "marlin"
+
+    return MoebakeSm90MarlinDeepseekV4MoEMethod
+
+
 def _cutedsl_method():
     from sglang.srt.layers.quantization.modelopt_quant import ModelOptNvFp4FusedMoEMethod
 
@@ -274,8 +323,9 @@ def _check_cutedsl_w4a4(method) -> None:
 
 
 METHODS = {"sm90-cutlass": _sm90_cutlass_method, "deepep-bf16": _deepep_bf16_method, "sm100-trtllm": _sm100_trtllm_method,
-           "cutedsl": _cutedsl_method, "cutedsl-deepep": _cutedsl_method}
-SOURCE_METHODS = {("sm100-trtllm", "deepseek-v4"): _sm100_deepseek_v4_method}
+           "cutedsl": _cutedsl_method, "cutedsl-deepep": _cutedsl_method, "sm90-marlin": _sm90_marlin_method}
+SOURCE_METHODS = {("sm100-trtllm", "deepseek-v4"): _sm100_deepseek_v4_method,
+                  ("sm90-marlin", "deepseek-v4"): _sm90_marlin_deepseek_v4_method}
 """Where SGLang prepares a target with another method for some source format: (target, source format) -> method."""
 
 
