@@ -1,7 +1,7 @@
 """What the vLLM plugin knows about a bake before vLLM builds a layer: the manifest, checked against the
 checkpoint's config.json and against what vLLM 0.33.0 builds (no vLLM import here).
 
-Three kinds of bake are served (:data:`SERVED`), each held by a ``RoutedExperts`` module with ``E_local``
+Five kinds of bake are served (:data:`SERVED`), each held by a ``RoutedExperts`` module with ``E_local``
 experts (this EP rank's), ``model.layers.N.mlp.experts.routed_experts`` (GPT-OSS, ModelOpt NVFP4) or
 ``model.layers.N.ffn.experts.routed_experts`` (DeepSeek-V4, whose bake names the layer ``layers.N.ffn.experts.``
 as the checkpoint does: vLLM's ``DeepseekV4ForCausalLM.hf_to_vllm_mapper`` adds ``model.``):

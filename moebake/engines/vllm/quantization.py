@@ -164,8 +164,8 @@ BACKENDS = {"sm90-cutlass": Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16,
 
 
 class BakedMxfp4(BakedExperts):
-    """What both MXFP4 methods share: vLLM's backend must be FlashInfer CUTLASS W4A16, its padded sizes the bake's,
-    its parameters are created at the bake's final shapes (placed before vLLM's method class)."""
+    """What both MXFP4 methods share: vLLM's backend must be the target's (:data:`BACKENDS`), its padded sizes the
+    bake's, its parameters are created at the bake's final shapes (placed before vLLM's method class)."""
 
     def check_backend(self, served) -> None:
         expected = BACKENDS[served.target]
