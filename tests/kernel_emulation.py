@@ -58,6 +58,16 @@ def kernel_interleave_v1(weight: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def block_scale_interleave_cpu(scales: torch.Tensor) -> torch.Tensor:
+    """FlashInfer's CUDA-only ``block_scale_interleave`` (``nvfp4_block_scale_interleave``; uint8 scales
+    ``[rows, K/32]`` -> the flat 128x4-swizzled bytes), by FlashInfer's own CPU helper of the same layout,
+    ``_swizzle_cutile_fp4_scales`` (the GPU test ``test_block_scale_swizzle_gpu.py`` checks the CUDA kernel against
+    moebake's swizzle). Not an index re-expression like the rest of this module: FlashInfer's CPU code."""
+    from flashinfer.fused_moe.prepare import _swizzle_cutile_fp4_scales
+
+    return _swizzle_cutile_fp4_scales(scales.view(torch.uint8)[None], scale_block_size=32).reshape(-1)
+
+
 def gptq_marlin_repack_reference(b_q_weight: torch.Tensor, perm: torch.Tensor, size_k: int, size_n: int, num_bits: int,
                                  **_) -> torch.Tensor:
     """Stand-in for the CUDA op ``gptq_marlin_repack`` as the engines call it for MXFP4 (no act-order ``perm``,

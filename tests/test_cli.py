@@ -38,21 +38,26 @@ def test_a_target_that_does_not_fit_lists_those_that_do(tmp_path):
     assert "targets that fit it: cutedsl, cutedsl-deepep, deepep-bf16" in result.output
 
 
-ENGINE_REFUSAL = ("error: --engine vllm: vllm 0.33.0 cannot serve sm100-trtllm bakes of gpt-oss checkpoints exactly (no verified "
+@pytest.fixture(scope="module")
+def nvfp4_tiny(tmp_path_factory):
+    return write_modelopt_nvfp4(tmp_path_factory.mktemp("nvfp4") / "src")
+
+
+ENGINE_REFUSAL = ("error: --engine vllm: vllm 0.33.0 cannot serve cutedsl-deepep bakes of modelopt-nvfp4 checkpoints exactly (no verified "
                   "profile); sglang 0.5.23 can (--engine sglang); pass --allow-inexact to bake it anyway, recorded as NOT "
                   "engine-exact\n")
 
 
 @pytest.mark.parametrize("dry_run", [False, True])
-def test_an_engine_that_cannot_serve_the_pair_exactly_is_refused_naming_those_that_can(gpt_oss_tiny, tmp_path, dry_run):
-    result = run("convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm100-trtllm", "--engine", "vllm", "--quiet",
+def test_an_engine_that_cannot_serve_the_pair_exactly_is_refused_naming_those_that_can(nvfp4_tiny, tmp_path, dry_run):
+    result = run("convert", nvfp4_tiny, tmp_path / "out", "--target", "cutedsl-deepep", "--engine", "vllm", "--quiet",
                  *(["--dry-run"] if dry_run else []))
     assert (result.exit_code, result.output) == (2, ENGINE_REFUSAL)
     assert list(tmp_path.iterdir()) == []  # neither OUT nor its staging directory
 
 
-def test_an_inexact_bake_asked_for_explicitly_is_written_and_says_not_engine_exact(gpt_oss_tiny, tmp_path):
-    result = run("convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm100-trtllm", "--engine", "vllm", "--quiet",
+def test_an_inexact_bake_asked_for_explicitly_is_written_and_says_not_engine_exact(nvfp4_tiny, tmp_path):
+    result = run("convert", nvfp4_tiny, tmp_path / "out", "--target", "cutedsl-deepep", "--engine", "vllm", "--quiet",
                  "--allow-inexact")
     assert result.exit_code == 0, result.output
     assert ("NOT engine-exact: no profile of this engine for this target and source\n") in result.output
@@ -69,17 +74,17 @@ def test_other_explicit_inexact_choices_need_no_allow_inexact(gpt_oss_tiny, tmp_
     assert "NOT engine-exact: padding multiples overridden\n" in result.output
 
 
-def test_the_api_refuses_as_the_cli_does_and_writes_nothing(gpt_oss_tiny, tmp_path):
+def test_the_api_refuses_as_the_cli_does_and_writes_nothing(nvfp4_tiny, tmp_path):
     from moebake.convert.options import ConvertOptions
     from moebake.convert.run import convert
     from moebake.errors import UnsupportedError
     from moebake.schema.profiles import check_servable
 
-    options = ConvertOptions("sm100-trtllm", engine="vllm")
+    options = ConvertOptions("cutedsl-deepep", engine="vllm")
     with pytest.raises(UnsupportedError) as refusal:
-        convert(gpt_oss_tiny, tmp_path / "out", options, progress=False)
+        convert(nvfp4_tiny, tmp_path / "out", options, progress=False)
     assert f"error: {refusal.value}\n" == ENGINE_REFUSAL and list(tmp_path.iterdir()) == []
-    assert convert(gpt_oss_tiny, tmp_path / "out", options, progress=False, allow_inexact=True).engine.exact is False
+    assert convert(nvfp4_tiny, tmp_path / "out", options, progress=False, allow_inexact=True).engine.exact is False
     with pytest.raises(UnsupportedError, match=r"; no other engine moebake knows can; pass --allow-inexact"):
         check_servable("sglang", "toy-target", "bf16-moe")
     check_servable("vllm", "sm90-cutlass", "gpt-oss")  # a verified pair: no refusal

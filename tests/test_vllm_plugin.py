@@ -358,19 +358,20 @@ def test_refuses_another_vllm_version(bake, monkeypatch):
     assert "proven against vLLM 0.33.0" in refusal(excinfo) and "vLLM 0.34.0 is installed" in refusal(excinfo)
 
 
-@pytest.mark.parametrize("target", ["sm90-cutlass", "sm90-marlin"])
-def test_refuses_a_deepseek_v4_bake_it_does_not_serve_yet(tmp_path, target):
-    """vLLM 0.33.0's DeepSeek-V4 sm90-cutlass and sm90-marlin bytes are the bake's (``test_vllm_profile.py``), but the
-    plugin has no serving path for them yet: it says so in one line at start-up, before any expert is read."""
+
+def test_refuses_a_deepseek_v4_sm90_marlin_bake_it_does_not_serve_yet(tmp_path):
+    """vLLM 0.33.0's DeepSeek-V4 sm90-marlin bytes are the bake's (``test_vllm_profile.py``), but the plugin has no
+    serving path for them yet: it says so in one line at start-up, before any expert is read."""
     from moebake.synthetic import write_deepseek_v4
 
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=256, intermediate=128, mtp_layers=0)
-    manifest = convert(source, tmp_path / "out", ConvertOptions(target, engine="vllm"), progress=False)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-marlin", engine="vllm"), progress=False)
     assert (manifest.engine.name, manifest.engine.exact) == ("vllm", True)
     with pytest.raises(MoebakeError) as excinfo:
         moebake_config(tmp_path / "out")
-    assert (f"target '{target}' of source format 'deepseek-v4'; the vLLM plugin serves sm90-cutlass bakes of gpt-oss; "
-            "cutedsl bakes of modelopt-nvfp4") in refusal(excinfo)
+    assert ("target 'sm90-marlin' of source format 'deepseek-v4'; the vLLM plugin serves sm90-cutlass bakes of gpt-oss; "
+            "cutedsl bakes of modelopt-nvfp4; sm90-cutlass bakes of deepseek-v4; sm100-trtllm bakes of gpt-oss; "
+            "sm100-trtllm bakes of deepseek-v4") in refusal(excinfo)
 
 
 def test_refuses_a_humming_w4a8_bake_in_one_line(tmp_path):

@@ -8,6 +8,8 @@ DeepSeek-V4, through its parameters' weight loaders) and ``--moe-backend flashin
 profile entry has such a test).
 """
 
+import json
+
 import pytest
 import torch
 
@@ -60,6 +62,36 @@ def test_sglang_bake_of_an_unpadded_hidden_size_serves_vllm_too(tmp_path):
     _assert_bake_equals_vllm(tmp_path / "out", "model.layers.0.mlp.experts.", engine, manifest["serves"][0]["parameter_names"])
 
 
+@pytest.mark.parametrize("hidden, intermediate", [
+    (160, 96),     # pads H 160 -> 256, I 96 -> 128 (zero scale padding, where SGLang leaves 127)
+    (2880, 128),   # GPT-OSS's H: 2880 -> 3072, as SGLang pads it
+    (256, 128),    # nothing padded: the same bytes as SGLang 0.5.23's, so the bake serves both
+])
+def test_gpt_oss_sm100_trtllm_equals_vllm(tmp_path, hidden, intermediate):
+    """GPT-OSS on SM100: vLLM's GptOssMxfp4MoEMethod with FLASHINFER_TRTLLM_MXFP4_BF16 holds the bake's six tensors byte
+    for byte (biases F32, under vLLM's names), H padded to 256 and I to 128 with zeros; the bake's gemm1_alpha/beta/
+    clamp_limit are not vLLM parameters. SGLang's bake differs in the scale padding (127) wherever H or I is padded."""
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm", engine="vllm"), progress=False).to_json()
+    engine_record, record = manifest["engine"], manifest["layers"][0]
+    assert (engine_record["name"], engine_record["version"], engine_record["exact"], engine_record["runner_backend"]) == (
+        "vllm", "0.33.0", True, "flashinfer_trtllm")
+    assert (engine_record["hidden_multiple"], engine_record["hidden_scale_fill"], engine_record.get("intermediate_scale_fill", 0)) == (
+        256, 0, 0)
+    engine = vllm_oracle.gpt_oss_sm100_trtllm(source, 0)
+    assert (engine.pop("hidden_dim"), engine.pop("intermediate_size_per_partition")) == (
+        record["hidden_padded"], record["intermediate_padded"]) == (-(-hidden // 256) * 256, -(-intermediate // 128) * 128)
+    assert set(record["tensors"]) - {engine_record["parameter_names"].get(n, n) for n in record["tensors"]} == {
+        "w13_weight_bias", "w2_weight_bias"}
+    _assert_bake_equals_vllm(tmp_path / "out", "model.layers.0.mlp.experts.", engine, engine_record["parameter_names"])
+    assert set(record["tensors"]) - {"w13_weight_bias", "w2_weight_bias"} - set(engine) == {
+        "gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit"}
+    padded = (hidden, intermediate) != (record["hidden_padded"], record["intermediate_padded"])
+    assert [(e["name"], e["version"]) for e in manifest["serves"]] == ([] if padded else [("sglang", "0.5.23")])
+    sglang = convert(source, tmp_path / "sglang", ConvertOptions("sm100-trtllm"), progress=False).to_json()
+    assert [e["name"] for e in sglang["serves"]] == ([] if padded else ["vllm"])
+
+
 NVFP4_WEIGHTS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale")
 MXFP4_WEIGHTS = NVFP4_WEIGHTS
 
@@ -88,6 +120,48 @@ def test_deepseek_v4_flashinfer_cutlass_equals_vllm(tmp_path, hidden, intermedia
         got = baked[record["prefix"] + name]
         assert (got.dtype, tuple(got.shape)) == (expected.dtype, tuple(expected.shape)), name
         assert torch.equal(got, expected), f"{name} differs from vLLM's"
+
+
+@pytest.mark.parametrize("hidden, intermediate", [(256, 128), (512, 256)])
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_deepseek_v4_sm100_trtllm_equals_vllm(tmp_path, hidden, intermediate, engine):
+    """DeepSeek-V4 MXFP4 on SM100: vLLM's Mxfp4MoEMethod with FLASHINFER_TRTLLM_MXFP4_BF16 holds the bake's four
+    tensors byte for byte (vLLM views the weights as uint8, the bake keeps the checkpoint's int8), under the bake's
+    names, with H and I unpadded; SGLang 0.5.23's bake is the same bytes, so either lists the other in ``serves``.
+    The bake's gemm1_clamp_limit is not a vLLM parameter (vLLM's trtllm-gen kernel takes config.json's swiglu_limit)."""
+    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate,
+                               mtp_layers=0)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm", engine=engine), progress=False).to_json()
+    record = manifest["layers"][0]
+    vllm = manifest["engine"] if engine == "vllm" else manifest["serves"][0]
+    assert [(e["name"], e["exact"]) for e in manifest["serves"]] == [({"vllm": "sglang", "sglang": "vllm"}[engine], True)]
+    assert (vllm["name"], vllm["version"], vllm["runner_backend"], vllm["hidden_multiple"], vllm["exact"]) == (
+        "vllm", "0.33.0", "flashinfer_trtllm", 256, True)
+    engine_params = vllm_oracle.deepseek_v4_sm100_trtllm(source, record["prefix"], 3, hidden, intermediate)
+    assert (engine_params.pop("hidden_dim"), engine_params.pop("intermediate_size_per_partition")) == (hidden, intermediate)
+    assert sorted(engine_params) == sorted(MXFP4_WEIGHTS) and set(record["tensors"]) == {*MXFP4_WEIGHTS, "gemm1_clamp_limit"}
+    baked = load_all(tmp_path / "out")
+    for name, expected in engine_params.items():
+        got = baked[record["prefix"] + name]
+        assert tuple(got.shape) == tuple(expected.shape), name
+        assert (got.dtype, expected.dtype) in ((torch.int8, torch.uint8), (torch.float8_e4m3fn, torch.float8_e4m3fn)), name
+        assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{name} differs from vLLM's"
+
+
+def test_deepseek_v4_sm100_trtllm_with_a_hidden_size_vllm_pads(tmp_path):
+    """H = 384: vLLM 0.33.0's trtllm-gen path pads H to 512 (its oracle's parameters are 512 wide) and moebake pads no
+    DeepSeek-V4 expert, so --engine vllm refuses the model in one line and SGLang's bake does not list vLLM."""
+    from moebake.errors import UnsupportedError
+
+    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=384, intermediate=128, mtp_layers=0)
+    engine_params = vllm_oracle.deepseek_v4_sm100_trtllm(source, "layers.0.ffn.experts.", 3, 384, 128)
+    assert engine_params["hidden_dim"] == 512 and engine_params["w2_weight"].shape[1] == 512
+    with pytest.raises(UnsupportedError) as excinfo:
+        convert(source, tmp_path / "vllm", ConvertOptions("sm100-trtllm", engine="vllm"), progress=False)
+    assert "hidden size 384" in str(excinfo.value) and "multiples of 256" in str(excinfo.value)
+    assert "\n" not in str(excinfo.value)
+    manifest = convert(source, tmp_path / "sglang", ConvertOptions("sm100-trtllm"), progress=False).to_json()
+    assert manifest["serves"] == []
 
 
 @pytest.mark.parametrize("hidden, intermediate, mismatches", [
@@ -132,6 +206,66 @@ def test_modelopt_nvfp4_with_shared_gate_up_globals_is_not_vllm_exact(tmp_path):
     manifest = convert(source, tmp_path / "out", ConvertOptions("cutedsl", engine="vllm"), progress=False).to_json()
     assert manifest["engine"]["exact"] is False and manifest["serves"] == []
     assert manifest["engine"]["not_exact_because"].startswith("gate and up global scales shared in 2 experts")
+
+
+def test_deepep_bf16_is_refused_for_vllm_with_the_reason_vllms_code_gives(tmp_path):
+    """vLLM 0.33.0 has no DeepGEMM unquantized MoE: its unquantized backend map knows five backends, none DeepGEMM; its
+    Triton paths would hold the bake's bytes unchanged, its FlashInfer CUTLASS path swaps the halves. So there is no
+    vLLM path that is this target's (DeepGEMM masked BF16 grouped GEMM): ``convert --engine vllm`` and the plugin
+    refuse in one line naming vLLM's functions."""
+    from types import SimpleNamespace
+
+    from click.testing import CliRunner
+    from vllm.model_executor.layers.fused_moe.oracle.unquantized import (
+        UnquantizedMoeBackend,
+        convert_to_unquantized_kernel_format,
+        map_unquantized_backend,
+    )
+
+    from moebake.cli import main
+    from moebake.engines.vllm.bake import PREFIX
+    from moebake.errors import MoebakeError
+    from moebake.schema.profiles import NOT_SERVABLE
+    from moebake.synthetic import write_bf16_moe
+
+    why = NOT_SERVABLE[("vllm", "deepep-bf16", "bf16-moe")]
+    backends = ("triton", "batched_triton", "flashinfer_trtllm", "flashinfer_cutlass", "aiter")
+    assert [map_unquantized_backend(name).name for name in backends] == [
+        "TRITON", "BATCHED_TRITON", "FLASHINFER_TRTLLM", "FLASHINFER_CUTLASS", "AITER"]
+    for name in ("deep_gemm", "deepgemm"):
+        with pytest.raises(ValueError, match="is not supported for unquantized MoE"):
+            map_unquantized_backend(name)
+    assert all(name in why for name in backends) and "BATCHED_TRITON" in why and "DeepGEMM" in why
+
+    source = write_bf16_moe(tmp_path / "src", style="qwen3", num_layers=1, num_experts=2, hidden=64, intermediate=32)
+    manifest = convert(source, tmp_path / "sglang", ConvertOptions("deepep-bf16"), progress=False).to_json()
+    assert manifest["serves"] == []
+    record = manifest["layers"][0]
+    baked = load_all(tmp_path / "sglang")
+    w13, w2 = baked[record["prefix"] + "w13_weight"], baked[record["prefix"] + "w2_weight"]
+    triton13, triton2 = convert_to_unquantized_kernel_format(UnquantizedMoeBackend.BATCHED_TRITON, SimpleNamespace(),
+                                                             w13.clone(), w2.clone())
+    assert torch.equal(triton13, w13) and torch.equal(triton2, w2)
+    cutlass13, _ = convert_to_unquantized_kernel_format(UnquantizedMoeBackend.FLASHINFER_CUTLASS,
+                                                        SimpleNamespace(is_act_and_mul=True), w13.clone(), w2.clone())
+    assert torch.equal(cutlass13, torch.cat([w13[:, 32:], w13[:, :32]], 1))
+
+    result = CliRunner().invoke(main, ["convert", str(source), str(tmp_path / "vllm"), "--target", "deepep-bf16",
+                                       "--engine", "vllm", "--quiet"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and result.output.startswith("error: "), result.output
+    assert f"cannot serve deepep-bf16 bakes of bf16-moe checkpoints exactly ({why})" in result.output
+    assert not (tmp_path / "vllm").exists()
+
+    from vllm.model_executor.layers.quantization import get_quantization_config
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()  # what every vLLM process does: registers moebake's quantization
+    config = json.loads((tmp_path / "sglang" / "config.json").read_text())
+    quant = get_quantization_config("moebake").from_config(config["quantization_config"])
+    with pytest.raises(MoebakeError) as excinfo:
+        quant.maybe_update_config(str(tmp_path / "sglang"), hf_config=config)
+    message = str(excinfo.value)
+    assert "\n" not in message and message.startswith(PREFIX) and f"({why})" in message
 
 
 @pytest.mark.parametrize("hidden, intermediate, engine", [(256, 128, "vllm"), (512, 256, "sglang")])

@@ -134,6 +134,22 @@ VLLM_0_33_0 = EngineProfile("vllm", "0.33.0", {
     # [w3; w1] halves and FlashInfer's SM90 weight interleave and scale fold, the names the bake's. The same bytes as
     # SGLang 0.5.23's Mxfp4FlashinferCutlassMoEMethod: one bake serves both.
     ("sm90-cutlass", "deepseek-v4"): TargetProfile("flashinfer_cutlass", "none", _VLLM_MXFP4),
+    # GPT-OSS, --moe-backend flashinfer_trtllm on SM100 (FLASHINFER_TRTLLM_MXFP4_BF16): H rounded up to 256, I to 128
+    # (mxfp4_round_up_hidden_size_and_intermediate_size) for create_weights' zero-filled buffers, then
+    # convert_gpt_oss_weight_to_mxfp4_moe_kernel_format's TRTLLM branch: [up, gate] row pairs, biases to F32,
+    # trtllm-gen row permutations and the 128x4 scale interleave. SGLang 0.5.23's bytes but for the scales' padding
+    # (vLLM's zeros, SGLang's 127): one bake serves both where nothing is padded. The bake's gemm1_alpha/beta/
+    # clamp_limit are not vLLM parameters (its kernel takes GPT-OSS's hard-coded SwiGLU constants).
+    ("sm100-trtllm", "gpt-oss"): TargetProfile("flashinfer_trtllm", "none", _VLLM_GPT_OSS_MXFP4, hidden_multiple=256,
+                                               parameter_names=(("w13_weight_bias", "w13_bias"),
+                                                                ("w2_weight_bias", "w2_bias"))),
+    # DeepSeek-V4, --moe-backend flashinfer_trtllm on SM100 (select_deepseek_v4_mxfp4_moe_backend:
+    # FLASHINFER_TRTLLM_MXFP4_BF16): mxfp4_round_up_hidden_size_and_intermediate_size rounds H up to 256 and I to 128
+    # (moebake does not pad DeepSeek-V4: H must be a multiple of 256, where vLLM pads nothing either), then
+    # convert_weight_to_mxfp4_moe_kernel_format's TRTLLM branch: [w3, w1] row pairs, trtllm-gen row permutations and the
+    # 128x4 scale interleave, the same bytes as SGLang 0.5.23's Mxfp4FlashinferTrtllmMoEMethod (vLLM views the weights
+    # as uint8 where the bake keeps the checkpoint's int8; it holds no gemm1_clamp_limit: its kernel reads the limit).
+    ("sm100-trtllm", "deepseek-v4"): TargetProfile("flashinfer_trtllm", "none", _VLLM_MXFP4, hidden_multiple=256),
     # --moe-backend flashinfer_cutedsl (FLASHINFER_CUTEDSL) on Blackwell: prepare_nvfp4_moe_layer_for_flashinfer_cutedsl
     # reorders W13 to [up; gate], pads I to 64 (2I to 128) and H to 256 (zero weights and block scales, for its
     # 256-wide K tiles), interleaves 64-row groups and 128x4-swizzles the block scales: the cutedsl bake's four
@@ -152,6 +168,19 @@ VLLM_0_33_0 = EngineProfile("vllm", "0.33.0", {
 })
 
 PROFILES = {"sglang": SGLANG_0_5_23, "vllm": VLLM_0_33_0}
+
+NOT_SERVABLE = {
+    ("vllm", "deepep-bf16", "bf16-moe"): (
+        "vLLM 0.33.0's unquantized MoE has no DeepGEMM kernel (map_unquantized_backend offers triton, batched_triton, "
+        "flashinfer_trtllm, flashinfer_cutlass, aiter; behind deepep_low_latency select_unquantized_moe_backend takes "
+        "BATCHED_TRITON), so this target's DeepGEMM m_grouped_bf16_gemm_nt_masked path does not exist there"),
+}
+"""(engine, target, source format) -> why that engine cannot serve such a bake at all (one clause, from its code;
+``tests/test_vllm_profile.py`` checks the vLLM one against vLLM's functions). ``convert --engine`` and the plugin say it."""
+
+
+def not_servable_because(engine: str, target: str, source_format: str) -> str | None:
+    return NOT_SERVABLE.get((engine, target, source_format))
 DEFAULT_ENGINE = "sglang"
 
 
@@ -190,8 +219,9 @@ def check_servable(engine: str, target: str, source_format: str) -> None:
     others = [p for p in exact_engines(target, source_format) if p.engine != engine]
     can = ("; " + ", ".join(f"{p.engine} {p.version} can (--engine {p.engine})" for p in others) if others
            else "; no other engine moebake knows can")
+    why = not_servable_because(engine, target, source_format) or "no verified profile"
     raise UnsupportedError(f"--engine {engine}: {profile.engine} {profile.version} cannot serve {target} bakes of {source_format} "
-                           f"checkpoints exactly (no verified profile){can}; pass {ALLOW_INEXACT} to bake it anyway, "
+                           f"checkpoints exactly ({why}){can}; pass {ALLOW_INEXACT} to bake it anyway, "
                            "recorded as NOT engine-exact")
 
 

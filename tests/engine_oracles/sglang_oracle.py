@@ -24,6 +24,7 @@ import torch
 from safetensors import safe_open
 
 from engine_oracles import standins
+from kernel_emulation import block_scale_interleave_cpu
 
 standins.install()
 
@@ -338,13 +339,7 @@ def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int
         return {name: p.data.clone() if p.is_contiguous() else p.data for name, p in experts.named_parameters()}
 
 
-def _block_scale_interleave(scales: torch.Tensor) -> torch.Tensor:
-    """FlashInfer's CUDA-only ``block_scale_interleave`` (one expert's uint8 scales ``[rows, K/32]`` -> the flat
-    128x4-swizzled bytes), by FlashInfer's own CPU helper of the same layout, ``_swizzle_cutile_fp4_scales``
-    (the GPU test ``test_block_scale_swizzle_gpu.py`` checks the CUDA kernel against moebake's swizzle)."""
-    from flashinfer.fused_moe.prepare import _swizzle_cutile_fp4_scales
-
-    return _swizzle_cutile_fp4_scales(scales.view(torch.uint8)[None], scale_block_size=32).reshape(-1)
+_block_scale_interleave = block_scale_interleave_cpu
 
 
 @contextmanager

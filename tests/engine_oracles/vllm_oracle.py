@@ -20,6 +20,9 @@ Only these things are not vLLM's:
   * FlashInfer's CUDA-only ``interleave_moe_weights_for_sm90_mixed_gemm``, replaced by the CPU
     emulation of its kernel (``tests/kernel_emulation.py``); FlashInfer's CPU helpers (its SM90 scale
     interleave among them) are used as-is;
+  * on SM100 (:func:`deepseek_v4_sm100_trtllm`, :func:`gpt_oss_sm100_trtllm`): FlashInfer's CUDA-only ``nvfp4_block_scale_interleave``,
+    replaced by FlashInfer's CPU helper of the same 128x4 layout (``kernel_emulation.block_scale_interleave_cpu``),
+    and the kernel set-up after the weight conversion not run (vLLM's trtllm-gen experts ask for a CUDA device);
   * the model around the MoE blocks: a holder module gives vLLM's loader the parameter names
     ``layers.N.mlp.experts.routed_experts.*`` that ``GptOssModel`` has (attention needs a GPU);
   * for NVFP4 on CuteDSL: FlashInfer's CuteDSL MoE reported available (``nvidia-cutlass-dsl`` is a
@@ -102,6 +105,7 @@ def vllm_engine(hf_config, quant_config, *, moe_backend: str = "flashinfer_cutla
     """
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.platforms import current_platform
+    from vllm.platforms.interface import DeviceCapability
 
     _import_before_faking_the_gpu()
     _init_process_group()
@@ -118,8 +122,7 @@ def vllm_engine(hf_config, quant_config, *, moe_backend: str = "flashinfer_cutla
         "is_device_capability": classmethod(lambda cls, cap, device_id=0: _capability(cap) == capability),
         "has_device_capability": classmethod(lambda cls, cap, device_id=0: _capability(cap) <= capability),
         "is_device_capability_family": classmethod(lambda cls, cap, device_id=0: _capability(cap) // 10 == capability // 10),
-        "get_device_capability": classmethod(lambda cls, device_id=0: SimpleNamespace(
-            major=capability // 10, minor=capability % 10, to_int=lambda: capability)),
+        "get_device_capability": classmethod(lambda cls, device_id=0: DeviceCapability(capability // 10, capability % 10)),
     }
     with mock.patch.multiple(platform, **facts), set_current_vllm_config(config), \
             mock.patch("vllm.model_executor.layers.fused_moe.layer.get_tensor_model_parallel_world_size", lambda: size), \
@@ -184,10 +187,36 @@ def gpt_oss_flashinfer_cutlass(source_dir: str | Path, layer: int, interleave_we
     return {name: p.data.clone() for name, p in experts.named_parameters()}
 
 
-def gpt_oss_stock_experts(source_dir: str | Path, layer: int, device: str) -> torch.nn.Module:
-    """Stock vLLM's ``RoutedExperts`` of GPT-OSS layer ``layer`` (``--moe-backend flashinfer_cutlass``, SM90): the
-    source's experts loaded by vLLM's GPT-OSS loader on the CPU, moved to ``device``, then its
-    ``process_weights_after_loading`` there (the weight conversion and the FlashInfer CUTLASS kernel set-up)."""
+def gpt_oss_sm100_trtllm(source_dir: str | Path, layer: int) -> dict[str, torch.Tensor]:
+    """vLLM's parameters of GPT-OSS layer ``layer`` after ``GptOssMxfp4MoEMethod.process_weights_after_loading``'s
+    conversion on SM100 with ``--moe-backend flashinfer_trtllm`` (``FLASHINFER_TRTLLM_MXFP4_BF16``, asserted:
+    ``convert_gpt_oss_weight_to_mxfp4_moe_kernel_format``'s TRTLLM branch), loaded by vLLM's GPT-OSS loader.
+    FlashInfer's CUDA-only ``nvfp4_block_scale_interleave`` is stood in for by its CPU helper of the same layout
+    (``kernel_emulation.block_scale_interleave_cpu``); the kernel set-up after the conversion
+    (``make_mxfp4_moe_kernel``: vLLM's trtllm-gen experts ask for a CUDA device) is not run. Returns
+    ``{RoutedExperts parameter name: tensor}`` and the padded sizes under ``"hidden_dim"`` /
+    ``"intermediate_size_per_partition"``."""
+    import flashinfer.fp4_quantization as fp4_quantization
+    import vllm.model_executor.layers.quantization.mxfp4 as mxfp4
+
+    from kernel_emulation import block_scale_interleave_cpu
+
+    no_kernel = SimpleNamespace(fused_experts=SimpleNamespace(process_weights_after_loading=lambda layer: None))
+    with mock.patch.object(fp4_quantization, "nvfp4_block_scale_interleave", block_scale_interleave_cpu), \
+            mock.patch.object(mxfp4, "make_mxfp4_moe_kernel", lambda **kwargs: no_kernel):
+        experts = gpt_oss_stock_experts(source_dir, layer, "cpu", moe_backend="flashinfer_trtllm", capability=100,
+                                        backend="FLASHINFER_TRTLLM_MXFP4_BF16")
+    return {name: p.data.clone() for name, p in experts.named_parameters()} | {
+        "hidden_dim": experts.moe_config.hidden_dim,
+        "intermediate_size_per_partition": experts.moe_config.intermediate_size_per_partition}
+
+
+def gpt_oss_stock_experts(source_dir: str | Path, layer: int, device: str, *, moe_backend: str = "flashinfer_cutlass",
+                          capability: int = 90, backend: str = "FLASHINFER_CUTLASS_MXFP4_BF16") -> torch.nn.Module:
+    """Stock vLLM's ``RoutedExperts`` of GPT-OSS layer ``layer`` (``--moe-backend moe_backend`` on a GPU of compute
+    capability ``capability``; vLLM must pick the MXFP4 backend named ``backend``; default: flashinfer_cutlass on
+    SM90): the source's experts loaded by vLLM's GPT-OSS loader on the CPU, moved to ``device``, then its
+    ``process_weights_after_loading`` there (the weight conversion and the kernel set-up)."""
     from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
     from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4Config
     from vllm.model_executor.models.gpt_oss import GptOssForCausalLM
@@ -197,10 +226,10 @@ def gpt_oss_stock_experts(source_dir: str | Path, layer: int, device: str) -> to
     suffixes = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
                 "down_proj_blocks", "down_proj_scales", "down_proj_bias")
     source = {name: tensor for name, tensor in load_all(source_dir).items() if name.startswith(prefix)}
-    with vllm_engine(hf_config, GptOssMxfp4Config(), moe_backend="flashinfer_cutlass") as vllm_config:
+    with vllm_engine(hf_config, GptOssMxfp4Config(), moe_backend=moe_backend, capability=capability) as vllm_config:
         holder = gpt_oss_holder(vllm_config, [layer])
         experts = holder.layers[layer].mlp.experts.routed_experts
-        assert experts.quant_method.mxfp4_backend == Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16
+        assert experts.quant_method.mxfp4_backend == Mxfp4MoeBackend[backend], experts.quant_method.mxfp4_backend
         mapped = GptOssForCausalLM.hf_to_vllm_mapper.apply(source.items())
         loaded = holder.load_weights((name.removeprefix("model."), tensor) for name, tensor in mapped)
         assert len(loaded) == len(suffixes), sorted(loaded)
@@ -251,6 +280,31 @@ def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int
                             "intermediate_size_per_partition": experts.moe_config.intermediate_size_per_partition}
 
 
+def deepseek_v4_sm100_trtllm(source_dir: str | Path, prefix: str, num_experts: int, hidden: int,
+                             intermediate: int) -> dict[str, torch.Tensor]:
+    """vLLM's parameters of one DeepSeek-V4 MXFP4 expert layer after ``Mxfp4MoEMethod.process_weights_after_loading``'s
+    conversion on SM100 with ``--moe-backend flashinfer_trtllm`` (``select_deepseek_v4_mxfp4_moe_backend``:
+    ``FLASHINFER_TRTLLM_MXFP4_BF16``, asserted; ``convert_weight_to_mxfp4_moe_kernel_format``'s TRTLLM branch), loaded
+    as :func:`deepseek_v4_flashinfer_cutlass` loads them. FlashInfer's CUDA-only ``nvfp4_block_scale_interleave`` is
+    stood in for by its CPU helper of the same layout (``kernel_emulation.block_scale_interleave_cpu``, as the SGLang
+    oracle does); the kernel set-up after the conversion (``_build_moe_kernel``: vLLM's trtllm-gen
+    experts ask for a CUDA device) is not run. Returns ``{RoutedExperts parameter name: tensor}`` and the layer's
+    padded (hidden, intermediate) under ``"hidden_dim"`` / ``"intermediate_size_per_partition"`` (ints)."""
+    import flashinfer.fp4_quantization as fp4_quantization
+    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
+    from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
+
+    from kernel_emulation import block_scale_interleave_cpu
+
+    with mock.patch.object(fp4_quantization, "nvfp4_block_scale_interleave", block_scale_interleave_cpu), \
+            mock.patch.object(Mxfp4MoEMethod, "_build_moe_kernel", lambda self, layer: None):
+        experts = _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, "flashinfer_trtllm", 100,
+                                       Mxfp4MoeBackend.FLASHINFER_TRTLLM_MXFP4_BF16)
+        return {name: p.data.clone() for name, p in experts.named_parameters()} | {
+            "hidden_dim": experts.moe_config.hidden_dim,
+            "intermediate_size_per_partition": experts.moe_config.intermediate_size_per_partition}
+
+
 def deepseek_v4_flashinfer_cutlass(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
                                    interleave_weights) -> dict[str, torch.Tensor]:
     """vLLM's post-``process_weights_after_loading`` parameters of one DeepSeek-V4 MXFP4 expert layer (experts
@@ -268,8 +322,9 @@ def deepseek_v4_flashinfer_cutlass(source_dir: str | Path, prefix: str, num_expe
         return interleave_weights(weight)
 
     with mock.patch.object(fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm", interleave):
-        return _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, "flashinfer_cutlass",
-                                    Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16)
+        experts = _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, "flashinfer_cutlass", 90,
+                                       Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16)
+        return {name: p.data.clone() for name, p in experts.named_parameters()}
 
 
 def deepseek_v4_marlin(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
@@ -286,14 +341,15 @@ def deepseek_v4_marlin(source_dir: str | Path, prefix: str, num_experts: int, hi
         return repack(b_q_weight, torch.empty(0, dtype=torch.int32), size_k, size_n, num_bits)
 
     with mock.patch.object(ops, "gptq_marlin_repack", vllm_repack):
-        return _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, "marlin", Mxfp4MoeBackend.MARLIN)
+        experts = _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, "marlin", 90,
+                                       Mxfp4MoeBackend.MARLIN)
+        return {name: p.data.clone() for name, p in experts.named_parameters()}
 
 
-def _deepseek_v4_experts(source_dir, prefix: str, num_experts: int, hidden: int, intermediate: int, moe_backend: str,
-                         backend) -> dict[str, torch.Tensor]:
-    """One DeepSeek-V4 expert layer through vLLM on SM90 with ``--moe-backend moe_backend`` (its method's
-    ``mxfp4_backend`` asserted to be ``backend``): each expert tensor through the parameters' ``weight_loader``,
-    then ``process_weights_after_loading``. ``{RoutedExperts parameter name: tensor}``."""
+def _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, moe_backend, capability, backend):
+    """Stock vLLM's ``RoutedExperts`` of one DeepSeek-V4 layer on the CPU: ``DeepseekV4FP8Config`` of the checkpoint's
+    ``quantization_config`` (-> ``Mxfp4MoEMethod``, whose backend must be ``backend``), the source's experts through
+    the parameters' weight loaders, then the whole ``process_weights_after_loading``."""
     from transformers import PretrainedConfig
     from vllm.model_executor.layers.fused_moe.layer import FusedMoEFactory
     from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
@@ -304,7 +360,7 @@ def _deepseek_v4_experts(source_dir, prefix: str, num_experts: int, hidden: int,
     source = {name: tensor for name, tensor in load_all(source_dir).items()
               if name.startswith(prefix) and name[len(prefix):].split(".")[0].isdigit()}
     quant_config = DeepseekV4FP8Config.from_config(config["quantization_config"])
-    with vllm_engine(PretrainedConfig(**config), quant_config, moe_backend=moe_backend, capability=90):
+    with vllm_engine(PretrainedConfig(**config), quant_config, moe_backend=moe_backend, capability=capability):
         runner = FusedMoEFactory(num_experts=num_experts, top_k=2, hidden_size=hidden, intermediate_size=intermediate,
                                  quant_config=quant_config, prefix=prefix.rstrip("."), params_dtype=torch.bfloat16,
                                  ckpt_names=("w1", "w2", "w3"), renormalize=True, scoring_func=config["scoring_func"],
@@ -324,4 +380,4 @@ def _deepseek_v4_experts(source_dir, prefix: str, num_experts: int, hidden: int,
             assert params[param].weight_loader(params[param], tensor, param, shard_id=shard_id, expert_id=expert_id,
                                                return_success=True), name
         method.process_weights_after_loading(experts)
-        return {name: p.data.clone() for name, p in experts.named_parameters()}
+        return experts

@@ -1,5 +1,5 @@
-"""The vLLM plugin: serves bakes made for vLLM 0.33.0 (``--engine vllm``): ``sm90-cutlass`` GPT-OSS on Hopper
-and ``cutedsl`` ModelOpt NVFP4 on Blackwell.
+"""The vLLM plugin: serves bakes made for vLLM 0.33.0 (``--engine vllm``): ``sm90-cutlass`` GPT-OSS and DeepSeek-V4
+on Hopper, ``cutedsl`` ModelOpt NVFP4 and ``sm100-trtllm`` GPT-OSS and DeepSeek-V4 on Blackwell.
 
 vLLM loads it in every process through the ``vllm.general_plugins`` entry point (``pyproject.toml``);
 :func:`register` adds the ``moebake`` quantization (:mod:`moebake.engines.vllm.quantization`) and the
@@ -7,6 +7,7 @@ vLLM loads it in every process through the ``vllm.general_plugins`` entry point 
 
   vllm serve BAKED_DIR --quantization moebake --load-format moebake --moe-backend flashinfer_cutlass   # sm90-cutlass
   vllm serve BAKED_DIR --quantization moebake --load-format moebake --moe-backend flashinfer_cutedsl   # cutedsl
+  vllm serve BAKED_DIR --quantization moebake --load-format moebake --moe-backend flashinfer_trtllm   # sm100-trtllm
 
 (``--enable-expert-parallel`` for more than one GPU). Importing this package does not import vLLM.
 """

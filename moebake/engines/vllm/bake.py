@@ -1,8 +1,10 @@
 """What the vLLM plugin knows about a bake before vLLM builds a layer: the manifest, checked against the
 checkpoint's config.json and against what vLLM 0.33.0 builds (no vLLM import here).
 
-Two kinds of bake are served (:data:`SERVED`), each held by a ``RoutedExperts`` module
-(``model.layers.N.mlp.experts.routed_experts``) with ``E_local`` experts (this EP rank's):
+Five kinds of bake are served (:data:`SERVED`), each held by a ``RoutedExperts`` module with ``E_local``
+experts (this EP rank's), ``model.layers.N.mlp.experts.routed_experts`` (GPT-OSS, ModelOpt NVFP4) or
+``model.layers.N.ffn.experts.routed_experts`` (DeepSeek-V4, whose bake names the layer ``layers.N.ffn.experts.``
+as the checkpoint does: vLLM's ``DeepseekV4ForCausalLM.hf_to_vllm_mapper`` adds ``model.``):
 
 GPT-OSS, target ``sm90-cutlass`` (vLLM's ``GptOssMxfp4MoEMethod``, ``--moe-backend flashinfer_cutlass`` on
 SM90, ``FLASHINFER_CUTLASS_MXFP4_BF16``): after ``process_weights_after_loading`` vLLM holds exactly the
@@ -16,6 +18,22 @@ halves ``[up; gate]``), under vLLM's names:
   ``w2_weight``           ``w2_weight``         U8     ``[E_local, H_pad, I_pad/2]``
   ``w2_weight_scale``     ``w2_weight_scale``   U8     ``[E_local, H_pad/64, I_pad/128, 16, 16]``
   ``w2_weight_bias``      ``w2_bias``           BF16   ``[E_local, H_pad]``
+
+DeepSeek-V4 MXFP4, target ``sm90-cutlass`` (``DeepseekV4FP8Config`` -> vLLM's generic ``Mxfp4MoEMethod``,
+``--moe-backend flashinfer_cutlass`` on SM90, ``FLASHINFER_CUTLASS_MXFP4_BF16``): ``w13_weight`` U8
+``[E_local, 2*I, H/2]`` (halves ``[w3; w1]``, SM90 fp4 interleave), ``w13_weight_scale`` U8
+``[E_local, 2*I/64, H/128, 16, 16]``, ``w2_weight`` U8 ``[E_local, H, I/2]`` and ``w2_weight_scale`` U8
+``[E_local, H/64, I/128, 16, 16]`` are vLLM's parameters after ``process_weights_after_loading``, under the
+bake's names (H and I multiples of 128: nothing is padded). Target ``sm100-trtllm`` (``--moe-backend
+flashinfer_trtllm`` on Blackwell, ``FLASHINFER_TRTLLM_MXFP4_BF16``): the same four tensors in trtllm-gen's layout
+(``w13_weight`` ``[E_local, 2*I, H/2]``, scales F8_E4M3 ``[E_local, 2*I, H/32]``, ``w2_*`` likewise; H a multiple of
+256, vLLM's rounding), held as vLLM holds them (the weights viewed as uint8: the bake keeps the checkpoint's int8);
+the bake's ``gemm1_clamp_limit`` is not a vLLM parameter (vLLM's kernel takes config.json's ``swiglu_limit``).
+
+GPT-OSS, target ``sm100-trtllm`` (``GptOssMxfp4MoEMethod``, ``--moe-backend flashinfer_trtllm`` on Blackwell,
+``FLASHINFER_TRTLLM_MXFP4_BF16``): the same six tensors under the same vLLM names, in trtllm-gen's layout (H padded
+to 256, I to 128, zero padding; scales F8_E4M3 ``[E_local, rows, K/32]``, biases F32); the bake's ``gemm1_alpha``,
+``gemm1_beta``, ``gemm1_clamp_limit`` are not vLLM parameters (its kernel takes GPT-OSS's SwiGLU constants).
 
 ModelOpt NVFP4, target ``cutedsl`` (vLLM's ``ModelOptNvFp4FusedMoE``, ``--moe-backend flashinfer_cutedsl``
 on Blackwell, ``FLASHINFER_CUTEDSL``): ``w13_weight`` U8 ``[E_local, 2*I_pad, H_pad/2]``, ``w13_weight_scale``
@@ -36,7 +54,7 @@ from moebake.bake.served_manifest import read_served_manifest
 from moebake.errors import EngineRefusal, MoebakeError
 from moebake.schema.enums import DType
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
-from moebake.schema.profiles import PROFILES, SHARED_GLOBALS
+from moebake.schema.profiles import PROFILES, SHARED_GLOBALS, not_servable_because
 from moebake.schema.targets import target_spec
 
 ENGINE = "vllm"
@@ -55,6 +73,11 @@ class Served:
     source_format: str
     architecture: str | None
     held: tuple[str, ...]
+    vllm_prefix: str = ""
+    """What vLLM's module names put before the bake's layer prefixes (DeepSeek-V4: ``model.``, its mapper's
+    ``layers.`` -> ``model.layers.``)."""
+    not_held: tuple[str, ...] = ()
+    """Baked tensors vLLM does not hold (it takes the value from config.json); the plugin reads none of them."""
 
     @property
     def moe_backend(self) -> str:
@@ -69,9 +92,19 @@ class Served:
 
 GPT_OSS = Served(target="sm90-cutlass", source_format="gpt-oss", architecture="GptOssForCausalLM",
                  held=tuple(t.name for t in target_spec("sm90-cutlass").tensors))
+GPT_OSS_SM100 = Served(target="sm100-trtllm", source_format="gpt-oss", architecture="GptOssForCausalLM",
+                       held=GPT_OSS.held, not_held=("gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit"))
+GPT_OSS_KINDS = (GPT_OSS, GPT_OSS_SM100)
 MODELOPT_NVFP4 = Served(target="cutedsl", source_format="modelopt-nvfp4", architecture=None,
                         held=("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"))
-SERVED = {(s.target, s.source_format): s for s in (GPT_OSS, MODELOPT_NVFP4)}
+DEEPSEEK_V4 = Served(target="sm90-cutlass", source_format="deepseek-v4", architecture="DeepseekV4ForCausalLM",
+                     held=("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"), vllm_prefix="model.")
+DEEPSEEK_V4_SM100 = Served(target="sm100-trtllm", source_format="deepseek-v4", architecture="DeepseekV4ForCausalLM",
+                           held=DEEPSEEK_V4.held, vllm_prefix="model.", not_held=("gemm1_clamp_limit",))
+SERVED = {(s.target, s.source_format): s for s in (GPT_OSS, MODELOPT_NVFP4, DEEPSEEK_V4, GPT_OSS_SM100, DEEPSEEK_V4_SM100)}
+DEEPSEEK_V4_KINDS = (DEEPSEEK_V4, DEEPSEEK_V4_SM100)
+MTP_DRAFT = "DeepSeekV4MTPModel"
+"""The architecture vLLM 0.33.0's speculative config gives DeepSeek-V4's MTP draft model (not served)."""
 SWIGLU = {"alpha": 1.702, "beta": 1.0, "limit": 7.0}
 """GPT-OSS SwiGLU constants vLLM 0.33.0's ``GptOssMxfp4MoEMethod`` passes to the kernel (hard-coded)."""
 PREFIX = "moebake (vLLM plugin): "
@@ -105,8 +138,10 @@ class VllmBake:
         return self.manifest.flashinfer_layout
 
     def layer(self, module_prefix: str) -> LayerRecord:
-        """The layer whose experts vLLM builds at ``module_prefix`` (``model.layers.N.mlp.experts``)."""
+        """The layer whose experts vLLM builds at ``module_prefix`` (``model.layers.N.mlp.experts``;
+        DeepSeek-V4: ``model.layers.N.ffn.experts``, the bake's ``layers.N.ffn.experts.``)."""
         prefix = module_prefix.rstrip(".") + "."
+        prefix = prefix.removeprefix(self.served.vllm_prefix)
         if prefix not in self.layers:
             raise refuse(f"vLLM builds MoE layer {module_prefix} but {self.directory / MANIFEST_NAME} has no layer with "
                          f"prefix {prefix} (config.json and the manifest disagree)")
@@ -132,8 +167,9 @@ def check_manifest(manifest: Manifest, hf_config: dict, where: Path) -> None:
         raise refuse(f"{where}: target {manifest.target!r}: the vLLM plugin cannot serve it: {NOT_SERVED_BECAUSE[manifest.target]}")
     if served is None:
         kinds = "; ".join(f"{s.target} bakes of {s.source_format}" for s in SERVED.values())
+        why = not_servable_because(ENGINE, manifest.target, manifest.source.format)
         raise refuse(f"{where}: target {manifest.target!r} of source format {manifest.source.format!r}; the vLLM plugin "
-                     f"serves {kinds}")
+                     f"serves {kinds}{' (' + why + ')' if why else ''}")
     engines = ([manifest.engine] if manifest.engine is not None else []) + list(manifest.serves)  # same bytes
     ours = [e for e in engines if e.name == ENGINE and e.version == VLLM_VERSION]
     if not ours or not ours[0].exact:
@@ -145,18 +181,23 @@ def check_manifest(manifest: Manifest, hf_config: dict, where: Path) -> None:
                      f"not vLLM {VLLM_VERSION}'s bytes; re-bake with: moebake convert SRC OUT --target {served.target} "
                      f"--engine {ENGINE}{keep}")
     architectures = hf_config.get("architectures") or []
+    if served in DEEPSEEK_V4_KINDS and MTP_DRAFT in architectures:
+        raise refuse(f"{where}: vLLM builds DeepSeek-V4's MTP draft model ({MTP_DRAFT}, --speculative-config); the vLLM "
+                     f"plugin serves the main model only: start vLLM without MTP speculative decoding")
     if served.architecture is not None and served.architecture not in architectures:
         raise refuse(f"{where}: config.json architectures {architectures}; the vLLM plugin serves {served.target} bakes "
                      f"of {served.architecture}")
-    if served is GPT_OSS:
-        check_gpt_oss(manifest, hf_config, where)
+    if served in GPT_OSS_KINDS:
+        check_gpt_oss(manifest, hf_config, where, served)
+    if served in DEEPSEEK_V4_KINDS:
+        check_deepseek_v4(manifest, hf_config, where, served)
     for record in manifest.layers:
         if record.hidden != hf_config.get("hidden_size"):
             raise refuse(f"{where}: layer {record.prefix} has hidden size {record.hidden}, config.json says "
                          f"{hf_config.get('hidden_size')} (config.json and the manifest disagree)")
 
 
-def check_gpt_oss(manifest: Manifest, hf_config: dict, where: Path) -> None:
+def check_gpt_oss(manifest: Manifest, hf_config: dict, where: Path, served: Served) -> None:
     """Refuse a GPT-OSS bake whose activation or sizes disagree with config.json or with vLLM's kernel set-up."""
     activation = manifest.activation
     if {k: getattr(activation, k) for k in SWIGLU} != SWIGLU:
@@ -169,10 +210,28 @@ def check_gpt_oss(manifest: Manifest, hf_config: dict, where: Path) -> None:
         if got != expected:
             raise refuse(f"{where}: layer {record.prefix} has {got}, config.json says {expected} "
                          "(config.json and the manifest disagree)")
-        unknown = set(record.tensors) - set(GPT_OSS.parameter_names)
+        unknown = set(record.tensors) - set(served.held) - set(served.not_held)
         if unknown:
             raise refuse(f"{where}: layer {record.prefix} has tensors {sorted(unknown)} that vLLM "
                          f"{VLLM_VERSION}'s GptOssMxfp4MoEMethod does not hold")
+
+
+def check_deepseek_v4(manifest: Manifest, hf_config: dict, where: Path, served: Served) -> None:
+    """Refuse a DeepSeek-V4 bake whose sizes, SwiGLU limit or tensors disagree with config.json or with what vLLM's
+    ``Mxfp4MoEMethod`` holds (vLLM reads the limit from config.json at run time: it must be the one baked)."""
+    limit = manifest.activation.limit
+    if limit != hf_config.get("swiglu_limit"):
+        raise refuse(f"{where}: activation SwiGLU limit {limit}, config.json's swiglu_limit {hf_config.get('swiglu_limit')} "
+                     "(config.json and the manifest disagree)")
+    expected = {"intermediate": hf_config.get("moe_intermediate_size"), "experts": hf_config.get("n_routed_experts")}
+    for record in manifest.layers:
+        got = {key: getattr(record, key) for key in expected}
+        if got != expected:
+            raise refuse(f"{where}: layer {record.prefix} has {got}, config.json says {expected} "
+                         "(config.json and the manifest disagree)")
+        if set(record.tensors) - set(served.not_held) != set(served.held):
+            raise refuse(f"{where}: layer {record.prefix} has tensors {sorted(record.tensors)}; vLLM {VLLM_VERSION}'s "
+                         f"Mxfp4MoEMethod holds {sorted(served.held)}")
 
 
 def read_bake(directory: str | Path, quantization_config: dict, hf_config: dict) -> VllmBake:

@@ -42,3 +42,11 @@ def local_slot(layer, expert: int) -> int:
 def expert_routing_tables(layer):
     """``FusedMoE._expert_routing_tables()``: what the modular kernel needs to route to this rank's experts."""
     return layer._expert_routing_tables()
+
+
+def build_mxfp4_moe_kernel(method, layer) -> None:
+    """``Mxfp4MoEMethod._build_moe_kernel(layer)``: the modular kernel over weights already in its format (what
+    its ``process_weights_after_loading`` runs after the weight conversion)."""
+    from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
+
+    Mxfp4MoEMethod._build_moe_kernel(method, layer)

@@ -6,10 +6,13 @@ and the MoE methods that hold its experts exactly as vLLM 0.33.0's own methods h
 refuses, in one line, a GPU of another family than the bake's, a FlashInfer that reads another SM90 fp4
 layout, a bake that is not vLLM 0.33.0's bytes, and a config.json that disagrees with the manifest. Every
 layer that is not a baked MoE layer gets what the source's own quantization config gives it (GPT-OSS:
-``gpt_oss_mxfp4``; ModelOpt NVFP4: ``modelopt_fp4`` or ``modelopt_mixed``, from config.json's
-``quantization_config.original``), exactly as in stock vLLM.
+``gpt_oss_mxfp4``; ModelOpt NVFP4: ``modelopt_fp4`` or ``modelopt_mixed``; DeepSeek-V4: ``deepseek_v4_fp8``,
+from config.json's ``quantization_config.original``), exactly as in stock vLLM; what vLLM's models read of
+the config itself (``weight_block_size``, which DeepSeek-V4's shared experts are padded by) and the model's
+``apply_vllm_mapper`` are the source config's.
 
-The MoE methods (:class:`MoebakeMxfp4MoEMethod` here, :class:`~moebake.engines.vllm.nvfp4.MoebakeNvfp4MoEMethod`)
+The MoE methods (:class:`MoebakeMxfp4MoEMethod`, :class:`MoebakeDeepseekV4Mxfp4MoEMethod` here,
+:class:`~moebake.engines.vllm.nvfp4.MoebakeNvfp4MoEMethod`)
 are vLLM's own (same backend selection, kernel, forward) with three differences: their parameters are
 created at the bake's final shapes for this EP rank's experts; they are filled by
 :class:`moebake.engines.vllm.loader.MoebakeModelLoader`, never by vLLM's weight loaders; and
@@ -17,18 +20,22 @@ created at the bake's final shapes for this EP rank's experts; they are filled b
 (``supports_pre_processed_weights``: it runs the same under ``weights_already_processed()``).
 """
 
+from types import SimpleNamespace
+
 import torch
 from vllm.model_executor.layers.fused_moe import RoutedExperts
 from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend, make_mxfp4_moe_kernel
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
-from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4Config, GptOssMxfp4MoEMethod
+from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4Config, GptOssMxfp4MoEMethod, Mxfp4MoEMethod
 
 from moebake.bake.refusals import flashinfer_layout_refusal, gpu_refusal
 from moebake.engines.quantization_identity import MoebakeQuantization
 from moebake.engines.vllm import internals
 from moebake.engines.vllm.bake import (
-    GPT_OSS,
+    DEEPSEEK_V4_KINDS,
+    GPT_OSS_KINDS,
     MODELOPT_NVFP4,
+    VLLM_VERSION,
     VllmBake,
     hf_config_dict,
     locate_checkpoint,
@@ -61,11 +68,20 @@ def check_platform(bake: VllmBake) -> None:
 
 def source_quantization_config(bake: VllmBake, quantization_config: dict) -> QuantizationConfig:
     """What stock vLLM builds from the source checkpoint's own quantization config (for every layer but the baked experts)."""
-    if bake.served is GPT_OSS:
+    if bake.served in GPT_OSS_KINDS:
         return GptOssMxfp4Config()
+    original = quantization_config.get("original") or {}
+    if bake.served in DEEPSEEK_V4_KINDS:
+        from vllm.models.deepseek_v4.quant_config import DeepseekV4FP8Config
+
+        # What vLLM's config parsing does for config.json's quantization_config of a model_type deepseek_v4 model.
+        if DeepseekV4FP8Config.override_quantization_method(original, None, SimpleNamespace(model_type="deepseek_v4")) is None:
+            raise refuse(f"{bake.directory}: config.json's quantization_config.original is not DeepSeek-V4's FP8 config "
+                         f"(quant_method {original.get('quant_method')!r}; vLLM {VLLM_VERSION} reads "
+                         "'fp8' or 'deepseek_v4_fp8' with DeepseekV4FP8Config)")
+        return DeepseekV4FP8Config.from_config(original)
     from vllm.model_executor.layers.quantization.modelopt import ModelOptMixedPrecisionConfig, ModelOptNvFp4Config
 
-    original = quantization_config.get("original") or {}
     for config_class in (ModelOptNvFp4Config, ModelOptMixedPrecisionConfig):
         if config_class.override_quantization_method(original, None):
             return config_class.from_config(original)
@@ -93,6 +109,29 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
         self.bake = read_bake(directory, self.quantization_config, hf_config_dict(hf_config or {}))
         check_platform(self.bake)
         self.source_config = source_quantization_config(self.bake, self.quantization_config)
+        self.source_config.packed_modules_mapping = self.packed_modules_mapping
+
+    @property
+    def packed_modules_mapping(self) -> dict:
+        return self._packed_modules_mapping
+
+    @packed_modules_mapping.setter
+    def packed_modules_mapping(self, mapping: dict) -> None:
+        """vLLM hands the model's fused-module mapping to the config (``configure_quant_config``); the source config's
+        ``get_quant_method`` matches ignored layers through it, so it gets the same mapping."""
+        self._packed_modules_mapping = mapping
+        if getattr(self, "source_config", None) is not None:
+            self.source_config.packed_modules_mapping = mapping
+
+    @property
+    def weight_block_size(self):
+        """The source config's FP8 block size (vLLM's DeepSeek-V4 model pads its shared experts by it), or None."""
+        return getattr(self.source_config, "weight_block_size", None)
+
+    def apply_vllm_mapper(self, hf_to_vllm_mapper) -> None:
+        """The model's checkpoint-to-vLLM name mapper, applied to the source config's module names (ignored layers)."""
+        if self.source_config is not None:
+            self.source_config.apply_vllm_mapper(hf_to_vllm_mapper)
 
     def get_quant_method(self, layer: torch.nn.Module, prefix: str):
         if self.bake is None or self.source_config is None:
@@ -109,20 +148,30 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
             from moebake.engines.vllm.nvfp4 import MoebakeNvfp4MoEMethod
 
             return MoebakeNvfp4MoEMethod(self.source_config.get_quant_method(layer, prefix), layer.moe_config, self.bake, prefix)
+        if self.bake.served in DEEPSEEK_V4_KINDS:
+            stock = self.source_config.get_quant_method(layer, prefix)
+            if type(stock) is not Mxfp4MoEMethod:
+                raise refuse(f"{prefix}: vLLM's DeepseekV4FP8Config gives these experts {type(stock).__name__} "
+                             f"(config.json's expert_dtype, moe_quant_algo or ignored layers), not the Mxfp4MoEMethod "
+                             "the bake's bytes are for")
+            return MoebakeDeepseekV4Mxfp4MoEMethod(layer.moe_config, self.bake, prefix, stock.activation_key)
         return MoebakeMxfp4MoEMethod(layer.moe_config, self.bake, prefix)
 
 
-class MoebakeMxfp4MoEMethod(BakedExperts, GptOssMxfp4MoEMethod):
-    """vLLM 0.33.0's GPT-OSS MXFP4 MoE method over baked parameters (no transform at load)."""
+BACKENDS = {"sm90-cutlass": Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16,
+            "sm100-trtllm": Mxfp4MoeBackend.FLASHINFER_TRTLLM_MXFP4_BF16}
+"""The vLLM MXFP4 backend whose post-load bytes each MXFP4 target's bake is (vLLM 0.33.0's profiles)."""
 
-    supports_pre_processed_weights = True
 
-    def __init__(self, moe, bake: VllmBake, prefix: str):
-        super().__init__(moe)  # vLLM's own backend selection
-        self.adopt(bake, prefix, moe)
-        if self.mxfp4_backend != Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16:
-            raise refuse(f"{prefix}: vLLM selected MoE backend {self.mxfp4_backend.value}; the bake is for FlashInfer "
-                         f"CUTLASS W4A16 (FLASHINFER_CUTLASS_MXFP4_BF16): start vLLM with --moe-backend {GPT_OSS.moe_backend}")
+class BakedMxfp4(BakedExperts):
+    """What both MXFP4 methods share: vLLM's backend must be the target's (:data:`BACKENDS`), its padded sizes the
+    bake's, its parameters are created at the bake's final shapes (placed before vLLM's method class)."""
+
+    def check_backend(self, served) -> None:
+        expected = BACKENDS[served.target]
+        if self.mxfp4_backend != expected:
+            raise refuse(f"{self.prefix}: vLLM selected MoE backend {self.mxfp4_backend.value}; the bake is for "
+                         f"{expected.value}: start vLLM with --moe-backend {served.moe_backend}")
 
     def maybe_roundup_sizes(self, hidden_size, intermediate_size_per_partition, act_dtype, moe_parallel_config):
         """vLLM's padded sizes for the selected backend, refused unless they are the bake's."""
@@ -141,7 +190,19 @@ class MoebakeMxfp4MoEMethod(BakedExperts, GptOssMxfp4MoEMethod):
         self.hidden_size = hidden_size
         layer.params_dtype = params_dtype
         layer.num_experts = num_experts
-        self.register_baked(layer, parameter_specs(self.layer_record, GPT_OSS, num_experts))
+        self.register_baked(layer, parameter_specs(self.layer_record, self.bake.served, num_experts))
+
+
+class MoebakeMxfp4MoEMethod(BakedMxfp4, GptOssMxfp4MoEMethod):
+    """vLLM 0.33.0's GPT-OSS MXFP4 MoE method over baked parameters (no transform at load), ``sm90-cutlass`` or
+    ``sm100-trtllm``."""
+
+    supports_pre_processed_weights = True
+
+    def __init__(self, moe, bake: VllmBake, prefix: str):
+        super().__init__(moe)  # vLLM's own backend selection
+        self.adopt(bake, prefix, moe)
+        self.check_backend(bake.served)
 
     def process_weights_after_loading(self, layer) -> None:
         """No transform: check every baked parameter was loaded, then build vLLM's kernel over them."""
@@ -153,3 +214,28 @@ class MoebakeMxfp4MoEMethod(BakedExperts, GptOssMxfp4MoEMethod):
                 moe_quant_config=self.moe_quant_config, moe_config=self.moe, mxfp4_backend=self.mxfp4_backend,
                 experts_cls=self.experts_cls, routing_tables=internals.expert_routing_tables(layer))
             self.moe_kernel.fused_experts.process_weights_after_loading(layer)
+
+
+class MoebakeDeepseekV4Mxfp4MoEMethod(BakedMxfp4, Mxfp4MoEMethod):
+    """vLLM 0.33.0's generic MXFP4 MoE method (what ``DeepseekV4FP8Config`` gives DeepSeek-V4's experts) over baked
+    parameters: its ``process_weights_after_loading`` would convert the checkpoint's tensors
+    (``convert_weight_to_mxfp4_moe_kernel_format``) and then build the kernel; the baked ones are already
+    converted, so only the kernel is built (``_build_moe_kernel``)."""
+
+    supports_pre_processed_weights = True
+
+    def __init__(self, moe, bake: VllmBake, prefix: str, activation_key):
+        super().__init__(moe, activation_key=activation_key)  # vLLM's own backend selection
+        self.adopt(bake, prefix, moe)
+        self.check_backend(bake.served)
+
+    def process_weights_after_loading(self, layer) -> None:
+        """No byte transform: check every baked parameter was loaded, view int8 weights (``sm100-trtllm`` keeps the
+        checkpoint's dtype) as the uint8 vLLM's conversion gives them, then build vLLM's kernel over them."""
+        from vllm.model_executor.utils import replace_parameter
+
+        self.check_loaded(layer)
+        for name in ("w13_weight", "w2_weight"):
+            if getattr(layer, name).dtype == torch.int8:
+                replace_parameter(layer, name, getattr(layer, name).data.view(torch.uint8))
+        internals.build_mxfp4_moe_kernel(self, layer)

@@ -1,0 +1,454 @@
+"""The vLLM plugin serving a DeepSeek-V4 ``sm90-cutlass`` bake, run inside the real vLLM 0.33.0 package on CPU
+(``tests/engine_oracles/vllm_oracle.py`` makes the platform answer as an SM90 GPU).
+
+The module vLLM builds is its own DeepSeek-V4 MoE block (``vllm.models.deepseek_v4.nvidia.model.DeepseekV4MoE``,
+what a CUDA worker builds at ``model.layers.N.ffn``: router, FP8 shared experts, ``FusedMoEFactory`` routed
+experts), with the ``moebake`` quantization config made as vLLM makes it and handed the model's mappings by
+vLLM's ``configure_quant_config``. After the plugin's loader and vLLM's post-load driver, every routed-expert
+parameter equals stock vLLM's own preparation of the *source* (``vllm_oracle.deepseek_v4_flashinfer_cutlass``:
+``DeepseekV4FP8Config`` -> ``Mxfp4MoEMethod``, the whole ``process_weights_after_loading``, FlashInfer's CUDA
+weight interleave replaced by its proven CPU emulation), on one GPU and per EP rank; every other parameter of
+the block is what stock vLLM creates for the source. One stand-in beyond the oracle's: vLLM's FP8 *linear*
+kernel choice (``fp8.init_fp8_linear_kernel``, for the shared experts) finds no CPU kernel without AMX, and runs
+after the parameters are created, so a kernel whose set-up does nothing stands in, for the stock build and the
+plugin's alike (the shared experts' bytes are the source's, loaded by the model's own loader, not the plugin's).
+"""
+
+import json
+import shutil
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
+
+import pytest
+import torch
+
+from conftest import load_all
+from kernel_emulation import kernel_interleave_v2
+from moebake.convert.options import ConvertOptions
+from moebake.convert.run import convert
+from moebake.errors import MoebakeError
+from moebake.synthetic import write_deepseek_v4
+
+vllm_oracle = pytest.importorskip("engine_oracles.vllm_oracle")
+if not vllm_oracle.vllm_installed():
+    pytest.skip(f"vllm {vllm_oracle.VLLM_VERSION} is not installed (bin/setup installs it)", allow_module_level=True)
+
+from moebake.engines.vllm.bake import PREFIX  # noqa: E402
+
+EXPERTS, HIDDEN, INTERMEDIATE, LAYERS = 4, 256, 128, 2
+WEIGHTS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale")
+# What vLLM's post-load driver reads of the ModelConfig.
+MODEL_CONFIG = SimpleNamespace(quantization="moebake", dtype=torch.bfloat16, word_embeddings_untied_by_checkpoint=False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def plugin_loaded():
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()
+
+
+def write_source(directory: Path, ignored_layers=None) -> Path:
+    source = write_deepseek_v4(directory, num_layers=LAYERS, num_experts=EXPERTS, hidden=HIDDEN,
+                               intermediate=INTERMEDIATE, mtp_layers=1)
+    if ignored_layers is not None:
+        config = json.loads((source / "config.json").read_text())
+        config["quantization_config"]["ignored_layers"] = ignored_layers
+        (source / "config.json").write_text(json.dumps(config, indent=2))
+    return source
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    return write_source(tmp_path_factory.mktemp("dsv4") / "src")
+
+
+@pytest.fixture(scope="module")
+def bake(source):
+    out = source.parent / "out"
+    manifest = convert(source, out, ConvertOptions("sm90-cutlass", engine="vllm"), progress=False)
+    assert (manifest.engine.name, manifest.engine.exact) == ("vllm", True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def stock(source):
+    """Stock vLLM's post-load routed-expert parameters of each layer of the source (the oracle)."""
+    return {layer: vllm_oracle.deepseek_v4_flashinfer_cutlass(source, f"layers.{layer}.ffn.experts.", EXPERTS, HIDDEN,
+                                                              INTERMEDIATE, kernel_interleave_v2)
+            for layer in range(LAYERS)}
+
+
+def hf_config_of(directory: Path):
+    """config.json as vLLM's hf_config (the synthetic checkpoint leaves out DeepSeek-V4's ``hidden_act: silu``)."""
+    from transformers import PretrainedConfig
+
+    config = PretrainedConfig(**json.loads((directory / "config.json").read_text()))
+    config.hidden_act = "silu"
+    return config
+
+
+def moebake_config(directory: Path, hf_config=None):
+    """vLLM's quantization config for ``directory`` as vLLM makes it: from config.json, then ``maybe_update_config``."""
+    from vllm.model_executor.layers.quantization import get_quantization_config
+
+    config = json.loads((directory / "config.json").read_text())
+    quant = get_quantization_config(config["quantization_config"]["quant_method"]).from_config(config["quantization_config"])
+    quant.maybe_update_config(str(directory), hf_config=hf_config_of(directory) if hf_config is None else hf_config)
+    return quant
+
+
+NO_FP8_LINEAR_KERNEL = SimpleNamespace(process_weights_after_loading=lambda layer: None)
+"""Stands in for the FP8 linear kernel vLLM would pick for the shared experts (none on a CPU without AMX)."""
+
+
+@contextmanager
+def engine(hf_config, **kwargs):
+    import vllm.model_executor.layers.quantization.fp8 as fp8
+
+    with vllm_oracle.vllm_engine(hf_config, None, **kwargs) as vllm_config, \
+            mock.patch.object(fp8, "init_fp8_linear_kernel", lambda **_: NO_FP8_LINEAR_KERNEL):
+        yield vllm_config
+
+
+class Spy(torch.nn.Module):
+    """vLLM's DeepSeek-V4 MoE blocks at ``model.layers.N.ffn``, whose ``load_weights`` records what it is handed
+    (the model's own loader for everything but the baked experts)."""
+
+    def __init__(self, vllm_config):
+        from vllm.models.deepseek_v4.nvidia.model import DeepseekV4MoE
+
+        super().__init__()
+        config = vllm_config.model_config.hf_config
+        self.model = torch.nn.Module()
+        self.model.layers = torch.nn.ModuleList()
+        for index in range(LAYERS):
+            block = torch.nn.Module()
+            block.ffn = DeepseekV4MoE(vllm_config, prefix=f"model.layers.{index}.ffn", num_hash_layers=config.num_hash_layers)
+            self.model.layers.append(block)
+        self.handed = {}
+
+    def load_weights(self, weights):
+        for name, tensor in weights:
+            self.handed[name] = tensor
+        return set(self.handed)
+
+
+def build(directory: Path, *, quant_config=None, hf_config=None, load_format="moebake", **kwargs):
+    """vLLM's DeepSeek-V4 MoE blocks over ``directory`` (the plugin's config unless ``quant_config`` is given), the
+    config handed the model class's mappings as vLLM's ``configure_quant_config`` hands them."""
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader.utils import configure_quant_config
+    from vllm.models.deepseek_v4.nvidia.model import DeepseekV4ForCausalLM
+
+    hf_config = hf_config_of(directory) if hf_config is None else hf_config
+    with engine(hf_config, **kwargs) as vllm_config:
+        vllm_config.quant_config = moebake_config(directory, hf_config) if quant_config is None else quant_config
+        vllm_config.load_config = LoadConfig(load_format=load_format)
+        configure_quant_config(vllm_config.quant_config, DeepseekV4ForCausalLM)
+        return Spy(vllm_config), vllm_config
+
+
+def load(directory: Path, model):
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader import get_model_loader
+
+    loader = get_model_loader(LoadConfig(load_format="moebake"))
+    loader.load_weights(model, SimpleNamespace(model=str(directory), revision=None))
+
+
+def experts_of(model, layer):
+    return model.model.layers[layer].ffn.experts.routed_experts
+
+
+def post_load(model, vllm_config, pre_processed=False):
+    from vllm.model_executor.model_loader.utils import process_weights_after_loading
+    from vllm.model_executor.utils import weights_already_processed
+
+    with engine(vllm_config.model_config.hf_config), (weights_already_processed() if pre_processed else nullcontext()):
+        process_weights_after_loading(model, MODEL_CONFIG, torch.device("cpu"))
+
+
+def refusal(excinfo) -> str:
+    message = str(excinfo.value)
+    assert "\n" not in message and message.startswith(PREFIX), message
+    return message
+
+
+@pytest.mark.parametrize("pre_processed", [False, True])
+def test_served_parameters_equal_stock_vllms_preparation_of_the_source(bake, stock, pre_processed):
+    """Loaded by the plugin, then vLLM's own post-load driver (also in pre-processed mode): each routed-expert
+    parameter is stock vLLM's post-load parameter of the source, byte for byte, and vLLM's FlashInfer CUTLASS kernel
+    is built over them."""
+    from moebake.engines.vllm.quantization import MoebakeDeepseekV4Mxfp4MoEMethod
+
+    model, vllm_config = build(bake)
+    load(bake, model)
+    post_load(model, vllm_config, pre_processed)
+    for layer in range(LAYERS):
+        experts = experts_of(model, layer)
+        assert type(experts.quant_method) is MoebakeDeepseekV4Mxfp4MoEMethod
+        params = dict(experts.named_parameters())  # layer 1's also holds the router's bias, which the model loads
+        assert sorted(stock[layer]) == sorted(WEIGHTS)
+        assert set(params) == {*WEIGHTS, *(["e_score_correction_bias"] if layer else [])}
+        for name, expected in stock[layer].items():
+            got = params[name].data
+            assert (got.dtype, tuple(got.shape)) == (expected.dtype, tuple(expected.shape)), name
+            assert torch.equal(got, expected), f"layer {layer} {name} differs from stock vLLM's"
+        assert type(experts.quant_method.moe_kernel.fused_experts).__name__ == "FlashInferExperts"
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_each_ep_rank_holds_stock_vllms_parameters_of_its_experts(bake, stock, rank):
+    """EP 2 (``--enable-expert-parallel`` over 2 GPUs): rank r holds experts [2r, 2r+2), each equal to stock vLLM's
+    post-load rows of those experts."""
+    model, vllm_config = build(bake, tensor_parallel=(2, rank), expert_parallel=True)
+    load(bake, model)
+    post_load(model, vllm_config)
+    for layer in range(LAYERS):
+        experts = experts_of(model, layer)
+        assert experts.moe_config.moe_parallel_config.ep_size == 2
+        for name, expected in stock[layer].items():
+            got, want = getattr(experts, name).data, expected[2 * rank: 2 * rank + 2]
+            assert got.shape == want.shape and torch.equal(got, want), (rank, layer, name)
+
+
+def test_the_rest_goes_to_the_model_as_the_checkpoint_has_it(bake):
+    model, _ = build(bake)
+    load(bake, model)
+    files, manifest = load_all(bake), json.loads((bake / "moebake.json").read_text())
+    baked = {record["prefix"] + short for record in manifest["layers"] for short in record["tensors"]}
+    assert {record["prefix"] for record in manifest["layers"]} == {"layers.0.ffn.experts.", "layers.1.ffn.experts.",
+                                                                 "mtp.0.ffn.experts."}
+    assert set(model.handed) == set(files) - baked
+    for name, tensor in model.handed.items():
+        assert torch.equal(tensor.view(torch.uint8), files[name].view(torch.uint8)), name
+
+
+def test_every_other_parameter_is_what_stock_vllm_creates_for_the_source(tmp_path):
+    """The router and FP8 shared experts get the source's DeepseekV4FP8Config, with the model's name mapper and fused-
+    module mapping (configure_quant_config) and its weight_block_size (the shared experts' TP padding): an ignored
+    fused shared-expert projection of the source (``layers.1.ffn.shared_experts.w1``/``w3``) stays BF16 in both."""
+    from vllm.models.deepseek_v4.quant_config import DeepseekV4FP8Config
+
+    source = write_source(tmp_path / "src", ignored_layers=["layers.1.ffn.shared_experts.w1", "layers.1.ffn.shared_experts.w3"])
+    convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", engine="vllm"), progress=False)
+    original = json.loads((source / "config.json").read_text())["quantization_config"]
+    # DeepseekV4MLP pads the shared experts' intermediate to whole weight_block_size blocks per TP rank: as a worker
+    # of TP 2 sizes it (128 -> 256), where the config has a block size.
+    with mock.patch("vllm.models.deepseek_v4.nvidia.model.get_tensor_model_parallel_world_size", lambda: 2):
+        plugin, _ = build(tmp_path / "out")
+        stock_model, _ = build(tmp_path / "out", quant_config=DeepseekV4FP8Config.from_config(original))
+
+    def others(model):
+        return {n: (p.dtype, tuple(p.shape)) for n, p in model.named_parameters() if ".routed_experts." not in n}
+
+    assert others(plugin) == others(stock_model)
+    shared = "model.layers.{}.ffn.shared_experts.gate_up_proj.weight"
+    assert others(plugin)[shared.format(0)][0] == torch.float8_e4m3fn and shared.format(0) + "_scale_inv" in others(plugin)
+    assert others(plugin)[shared.format(1)][0] != torch.float8_e4m3fn and shared.format(1) + "_scale_inv" not in others(plugin)
+    assert plugin.model.layers[0].ffn.shared_experts.down_proj.weight.shape == (HIDDEN, 2 * INTERMEDIATE)
+
+
+# --- refusals: one line each -------------------------------------------------------------------------
+
+def test_refuses_a_gpu_that_is_not_sm90(bake):
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake, capability=100)
+    assert "compute capability 10.0" in refusal(excinfo) and "SM90" in refusal(excinfo)
+
+
+def test_refuses_another_vllm_version(bake, monkeypatch):
+    import vllm
+
+    monkeypatch.setattr(vllm, "__version__", "0.34.0")
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake)
+    assert "proven against vLLM 0.33.0" in refusal(excinfo) and "vLLM 0.34.0 is installed" in refusal(excinfo)
+
+
+def test_refuses_another_moe_backend(bake):
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake, moe_backend="marlin")
+    assert "--moe-backend flashinfer_cutlass" in refusal(excinfo)
+
+
+def test_refuses_another_load_format(bake):
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake, load_format="auto")
+    assert "--load-format moebake" in refusal(excinfo)
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("moe_intermediate_size", 2 * INTERMEDIATE, "'intermediate': 128"),
+    ("n_routed_experts", 2 * EXPERTS, "'experts': 4"),
+    ("hidden_size", 2 * HIDDEN, "hidden size 256"),
+    ("swiglu_limit", 7.0, "SwiGLU limit 10.0"),
+    ("architectures", ["DeepseekV3ForCausalLM"], "DeepseekV4ForCausalLM"),
+])
+def test_refuses_a_config_that_disagrees_with_the_manifest(bake, key, value, says):
+    hf_config = hf_config_of(bake)
+    setattr(hf_config, key, value)
+    with pytest.raises(MoebakeError) as excinfo:
+        moebake_config(bake, hf_config)
+    assert says in refusal(excinfo)
+
+
+def test_refuses_the_mtp_draft_model(bake):
+    """vLLM's speculative config builds DeepSeek-V4's MTP draft with architectures [DeepSeekV4MTPModel] and the same
+    quantization: the plugin serves the main model only and says so."""
+    hf_config = hf_config_of(bake)
+    hf_config.architectures = ["DeepSeekV4MTPModel"]
+    with pytest.raises(MoebakeError) as excinfo:
+        moebake_config(bake, hf_config)
+    assert "MTP draft model" in refusal(excinfo) and "without MTP speculative decoding" in refusal(excinfo)
+
+
+def test_refuses_fp8_experts_by_config(bake):
+    """config.json saying ``expert_dtype: fp8`` makes DeepseekV4FP8Config give the experts Fp8MoEMethod: not the bake's."""
+    hf_config = hf_config_of(bake)
+    hf_config.expert_dtype = "fp8"
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake, hf_config=hf_config)
+    assert "Fp8MoEMethod" in refusal(excinfo) and "Mxfp4MoEMethod" in refusal(excinfo)
+
+
+def test_refuses_a_manifest_changed_after_baking(bake, tmp_path):
+    from moebake.schema.manifest import write_manifest
+
+    directory = Path(shutil.copytree(bake, tmp_path / "bake"))
+    manifest = json.loads((directory / "moebake.json").read_text())
+    manifest["activation"]["limit"] = 8.0
+    write_manifest(directory, manifest)
+    with pytest.raises(MoebakeError) as excinfo:
+        moebake_config(directory)
+    assert "manifest_sha256" in refusal(excinfo)
+
+
+def test_an_sglang_bake_that_serves_vllm_loads(source, stock, tmp_path):
+    """One bake for both engines: SGLang 0.5.23's bake of the source lists vLLM 0.33.0 in ``serves`` and the plugin
+    serves it, stock vLLM's bytes."""
+    out = tmp_path / "sglang"
+    manifest = convert(source, out, ConvertOptions("sm90-cutlass", engine="sglang"), progress=False)
+    assert manifest.engine.name == "sglang" and [e.name for e in manifest.serves] == ["vllm"]
+    model, vllm_config = build(out)
+    load(out, model)
+    post_load(model, vllm_config)
+    for name, expected in stock[1].items():
+        assert torch.equal(getattr(experts_of(model, 1), name).data, expected), name
+
+
+def test_refuses_another_flashinfer_layout(source, tmp_path):
+    out = tmp_path / "v1"
+    convert(source, out, ConvertOptions("sm90-cutlass", engine="vllm", flashinfer_layout="v1"), progress=False)
+    with pytest.raises(MoebakeError) as excinfo:
+        build(out)
+    assert "layout v1" in refusal(excinfo) and "reads fp4 layout v2" in refusal(excinfo)
+
+
+def test_refuses_a_target_it_does_not_serve(tmp_path):
+    """A ModelOpt NVFP4 cutedsl-deepep bake (SGLang's bytes; vLLM 0.33.0 has no profile for it) is refused at start-up."""
+    from moebake.synthetic import write_modelopt_nvfp4
+
+    source = write_modelopt_nvfp4(tmp_path / "src")
+    convert(source, tmp_path / "out", ConvertOptions("cutedsl-deepep", engine="sglang"), progress=False)
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    from vllm.model_executor.layers.quantization import get_quantization_config
+
+    quant = get_quantization_config("moebake").from_config(config["quantization_config"])
+    with pytest.raises(MoebakeError) as excinfo:
+        quant.maybe_update_config(str(tmp_path / "out"), hf_config=config)
+    assert ("target 'cutedsl-deepep' of source format 'modelopt-nvfp4'; the vLLM plugin serves sm90-cutlass bakes of "
+            "gpt-oss; cutedsl bakes of modelopt-nvfp4; sm90-cutlass bakes of deepseek-v4; sm100-trtllm bakes of gpt-oss; "
+            "sm100-trtllm bakes of deepseek-v4") in refusal(excinfo)
+
+
+# --- sm100-trtllm (Blackwell, --moe-backend flashinfer_trtllm) ----------------------------------------
+
+SM100 = {"capability": 100, "moe_backend": "flashinfer_trtllm"}
+
+
+@pytest.fixture(scope="module")
+def bake_sm100(source):
+    out = source.parent / "out-sm100"
+    manifest = convert(source, out, ConvertOptions("sm100-trtllm", engine="vllm"), progress=False)
+    assert (manifest.engine.name, manifest.engine.exact, [e.name for e in manifest.serves]) == ("vllm", True, ["sglang"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def stock_sm100(source):
+    """Stock vLLM's converted routed-expert parameters of each layer of the source on SM100 (the oracle)."""
+    params = {layer: vllm_oracle.deepseek_v4_sm100_trtllm(source, f"layers.{layer}.ffn.experts.", EXPERTS, HIDDEN,
+                                                          INTERMEDIATE) for layer in range(LAYERS)}
+    for layer in params.values():
+        assert (layer.pop("hidden_dim"), layer.pop("intermediate_size_per_partition")) == (HIDDEN, INTERMEDIATE)
+    return params
+
+
+@contextmanager
+def kernel_builds_recorded():
+    """vLLM's trtllm-gen kernel set-up (``Mxfp4MoEMethod._build_moe_kernel``) asks for a CUDA device: record the calls
+    instead (the oracle does not run it either)."""
+    from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
+
+    built = []
+    with mock.patch.object(Mxfp4MoEMethod, "_build_moe_kernel", lambda self, layer: built.append(layer)):
+        yield built
+
+
+@pytest.mark.parametrize("pre_processed", [False, True])
+def test_sm100_served_parameters_equal_stock_vllms_conversion_of_the_source(bake_sm100, stock_sm100, pre_processed):
+    model, vllm_config = build(bake_sm100, **SM100)
+    load(bake_sm100, model)
+    with kernel_builds_recorded() as built:
+        post_load(model, vllm_config, pre_processed)
+    assert built == [experts_of(model, layer) for layer in range(LAYERS)]  # the kernel set-up, once per layer
+    for layer in range(LAYERS):
+        experts = experts_of(model, layer)
+        assert experts.quant_method.mxfp4_backend.value == "FLASHINFER_TRTLLM_MXFP4_BF16"
+        for name, expected in stock_sm100[layer].items():
+            got = getattr(experts, name).data
+            assert (got.dtype, tuple(got.shape)) == (expected.dtype, tuple(expected.shape)), name
+            assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"layer {layer} {name} differs"
+        assert not hasattr(experts, "gemm1_clamp_limit")
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_sm100_each_ep_rank_holds_stock_vllms_parameters_of_its_experts(bake_sm100, stock_sm100, rank):
+    model, vllm_config = build(bake_sm100, tensor_parallel=(2, rank), expert_parallel=True, **SM100)
+    load(bake_sm100, model)
+    with kernel_builds_recorded():
+        post_load(model, vllm_config)
+    for layer in range(LAYERS):
+        for name, expected in stock_sm100[layer].items():
+            got, want = getattr(experts_of(model, layer), name).data, expected[2 * rank: 2 * rank + 2]
+            assert got.dtype == want.dtype and torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (rank, layer, name)
+
+
+def test_sm100_the_clamp_limit_is_not_handed_to_the_model(bake_sm100):
+    model, _ = build(bake_sm100, **SM100)
+    load(bake_sm100, model)
+    assert not [name for name in model.handed if ".ffn.experts." in name]
+
+
+def test_sm100_refuses_a_hopper_gpu(bake_sm100):
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake_sm100, capability=90, moe_backend="flashinfer_trtllm")
+    assert "compute capability 9.0" in refusal(excinfo) and "SM100" in refusal(excinfo)
+
+
+def test_sm100_refuses_another_moe_backend(bake_sm100):
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake_sm100, capability=100, moe_backend="marlin")
+    assert "FLASHINFER_TRTLLM_MXFP4_BF16" in refusal(excinfo) and "--moe-backend flashinfer_trtllm" in refusal(excinfo)
+
+
+def test_sm100_refuses_a_clamp_limit_other_than_config_json(bake_sm100):
+    hf_config = hf_config_of(bake_sm100)
+    hf_config.swiglu_limit = 7.0
+    with pytest.raises(MoebakeError) as excinfo:
+        moebake_config(bake_sm100, hf_config)
+    assert "SwiGLU limit 10.0" in refusal(excinfo)
