@@ -53,7 +53,12 @@ def test_fp4_fp8_interleave_matches_cpu_port(flashinfer_moe, name):
     assert compare(name, 'interleave "fp4_fp8" (quant type 2)', interleave_fp4_fp8(weight), gpu)
 
 
-@pytest.mark.parametrize("name", list(ALL_SHAPES))
+# FlashInfer's scale fold takes row counts that are multiples of 64 (every padded SGLang layer's): the others are
+# for the interleave alone.
+FOLDABLE_SHAPES = [name for name, (_, rows, _) in ALL_SHAPES.items() if rows % 64 == 0]
+
+
+@pytest.mark.parametrize("name", FOLDABLE_SHAPES)
 def test_humming_preprocess_matches_flashinfer(flashinfer_moe, name):
     from moebake.layouts.sm90_humming import humming_preprocess
 
