@@ -88,7 +88,11 @@ def sm90_gpu():
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an SM90 GPU")
     pytest.importorskip("flashinfer")
+    from moebake.serve.flashinfer_build import ensure_flashinfer_sm90_moe
     from moebake.serve.flashinfer_ops import sm90_moe_ops
 
-    sm90_moe_ops()
+    sm90_moe_ops()  # moebake's runtime: its own getter of the reduced module
+    # The engines' own code run by the GPU tests (stock vLLM's post-load interleave, ...) calls FlashInfer's getter,
+    # whose full module does not build in a device call: route it to the reduced module for the test session.
+    ensure_flashinfer_sm90_moe()
     return torch.device("cuda")
