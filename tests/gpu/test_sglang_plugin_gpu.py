@@ -68,8 +68,9 @@ def bake(tmp_path_factory, oracle):
 
 @contextmanager
 def sm90_server(oracle, model_dir, **flags):
-    """SGLang's state for one GPU with --moe-runner-backend flashinfer_mxfp4 (and ``flags``), FlashInfer routed to the
-    reduced module (FlashInfer's Humming preprocess too: its weight interleave call)."""
+    """SGLang's state for one GPU with --moe-runner-backend flashinfer_mxfp4 (or ``flags``' backend, and ``flags``),
+    FlashInfer routed to the reduced module (FlashInfer's Humming preprocess too: its weight interleave call). With
+    ``moe_runner_backend="marlin"`` SGLang JIT-builds its own Marlin kernels (``sglang.kernels``) on first use."""
     import flashinfer.fused_moe.prepare as prepare
     import sglang.srt.layers.moe.moe_runner.flashinfer_cutlass as runner
     import sglang.srt.layers.quantization.mxfp4 as mxfp4
@@ -78,7 +79,7 @@ def sm90_server(oracle, model_dir, **flags):
     from moebake.serve.flashinfer_ops import sm90_moe_ops
 
     ops = sm90_moe_ops()
-    with (oracle.sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90", **flags),
+    with (oracle.sglang_engine(gpu="sm90", **{"moe_runner_backend": "flashinfer_mxfp4", **flags}),
           mock.patch.object(prepare, "interleave_moe_weights_for_sm90_mixed_gemm", ops.interleave_weights),
           mock.patch.object(mxfp4, "_FI_HAS_SM90_CUTLASS_MXFP4", True),
           mock.patch.object(mxfp4, "interleave_moe_weights_for_sm90_mixed_gemm", ops.interleave_weights, create=True),
@@ -149,12 +150,13 @@ def plugin_layer(oracle, out, **flags):
         return layer, time.perf_counter() - began, _peak_gib(before)
 
 
-def forward(oracle, layer, model_dir, x, ids, weights):
-    """The layer's ``quant_method.apply`` (SGLang's MoeRunner, FlashInfer ``cutlass_fused_moe``) on a standard dispatch."""
+def forward(oracle, layer, model_dir, x, ids, weights, **flags):
+    """The layer's ``quant_method.apply`` (SGLang's MoeRunner: FlashInfer ``cutlass_fused_moe``, or Marlin with
+    ``moe_runner_backend="marlin"``) on a standard dispatch."""
     from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
     from sglang.srt.layers.moe.topk import StandardTopKOutput
 
-    with sm90_server(oracle, model_dir):
+    with sm90_server(oracle, model_dir, **flags):
         topk = StandardTopKOutput(topk_weights=weights, topk_ids=ids.to(torch.int32), router_logits=None)
         combined = layer.quant_method.apply(layer, StandardDispatchOutput(x, None, topk))
         torch.cuda.synchronize()
@@ -217,3 +219,41 @@ def test_humming_plugin_equals_stock_sglang(oracle, tmp_path):
     shape = f"E={SHAPE['num_experts']}, H={SHAPE['hidden']}, I={SHAPE['intermediate']}"
     print(f"\nMATCH: sm90-cutlass-w4a8 plugin parameters == stock SGLang's Humming preparation on the GPU ({shape}): "
           f"{', '.join(sorted(checked))}; start-up stock {stock_seconds:.3f} s, plugin {plugin_seconds:.3f} s (not warmed)")
+
+
+MARLIN = {"moe_runner_backend": "marlin"}
+
+
+def test_marlin_plugin_equals_stock_sglang_and_its_start_up_memory(oracle, tmp_path):
+    """``sm90-marlin`` under ``--moe-runner-backend marlin``: stock SGLang's Marlin preparation on the GPU (its own
+    JIT-built ``gptq_marlin_repack``, scale and bias permutations) equals the plugin's parameters from the bake byte
+    for byte, and SGLang's Marlin MoE GEMM (its JIT-built ``moe_wna16_marlin``) gives bit-identical outputs on both.
+    Prints each path's start-up and peak GPU memory beyond the layer's start (issue target for the plugin: 0.25 GiB)."""
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, vocab=64, seed=7, **SHAPE)
+    convert(source, tmp_path / "out", ConvertOptions("sm90-marlin"), progress=False)
+    stock_layer(oracle, source, **MARLIN)  # warm-up: SGLang's JIT kernels built, allocator
+    plugin_layer(oracle, tmp_path / "out", **MARLIN)
+    stock, stock_seconds, stock_peak = stock_layer(oracle, source, **MARLIN)
+    plugin, plugin_seconds, plugin_peak = plugin_layer(oracle, tmp_path / "out", **MARLIN)
+    assert stock.quant_method.use_marlin and stock._mxfp4_backend == plugin._mxfp4_backend == "marlin"
+    stock_params, checked = dict(stock.named_parameters()), []
+    for name, tensor in plugin.named_parameters():
+        reference = stock_params[name]
+        assert (tensor.dtype, tensor.shape) == (reference.dtype, reference.shape), name
+        assert torch.equal(tensor.reshape(-1).view(torch.uint8), reference.reshape(-1).view(torch.uint8)), (
+            f"{name} differs from stock SGLang's Marlin preparation")
+        checked.append(name)
+    assert sorted(checked) == sorted(stock_params)
+    g = torch.Generator(device=DEVICE).manual_seed(1)
+    for tokens in (1, 37, 512):
+        x = torch.randn(tokens, SHAPE["hidden"], generator=g, device=DEVICE).to(torch.bfloat16)
+        weights, ids = torch.topk(torch.softmax(torch.randn(tokens, SHAPE["num_experts"], generator=g, device=DEVICE), -1), TOP_K)
+        weights = weights / weights.sum(-1, keepdim=True)
+        ours = forward(oracle, plugin, tmp_path / "out", x, ids, weights, **MARLIN)
+        theirs = forward(oracle, stock, source, x, ids, weights, **MARLIN)
+        assert ours.shape == (tokens, SHAPE["hidden"]) and ours.abs().max() > 0
+        assert torch.equal(ours, theirs), f"{tokens} tokens: Marlin output through the plugin differs from stock SGLang's"
+    print(f"\nMATCH: sm90-marlin plugin == stock SGLang (parameters {', '.join(sorted(checked))}; forward at 1, 37, 512 "
+          f"tokens); start-up of one GPT-OSS layer (E={SHAPE['num_experts']}, H=I=2880): stock {stock_seconds:.3f} s, "
+          f"plugin {plugin_seconds:.3f} s; peak GPU memory beyond the layer's start: stock {stock_peak:.2f} GiB, "
+          f"plugin {plugin_peak:.2f} GiB")
