@@ -48,7 +48,8 @@ def time_apply(layer, x, ids, weights, iters: int, warmup: int) -> float:
     from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
     from sglang.srt.layers.moe.topk import StandardTopKOutput
 
-    topk = StandardTopKOutput(topk_weights=weights, topk_ids=ids.to(torch.int32), router_logits=None)
+    logits = torch.zeros(x.shape[0], layer.num_experts, device=x.device)  # Marlin's runner checks their token count
+    topk = StandardTopKOutput(topk_weights=weights, topk_ids=ids.to(torch.int32), router_logits=logits)
 
     def call():
         return layer.quant_method.apply(layer, StandardDispatchOutput(x, None, topk))

@@ -157,7 +157,9 @@ def forward(oracle, layer, model_dir, x, ids, weights, **flags):
     from sglang.srt.layers.moe.topk import StandardTopKOutput
 
     with sm90_server(oracle, model_dir, **flags):
-        topk = StandardTopKOutput(topk_weights=weights, topk_ids=ids.to(torch.int32), router_logits=None)
+        # Marlin's runner checks the router logits' token count (and reads nothing else of them)
+        logits = torch.zeros(x.shape[0], SHAPE["num_experts"], device=x.device)
+        topk = StandardTopKOutput(topk_weights=weights, topk_ids=ids.to(torch.int32), router_logits=logits)
         combined = layer.quant_method.apply(layer, StandardDispatchOutput(x, None, topk))
         torch.cuda.synchronize()
         return combined.hidden_states
