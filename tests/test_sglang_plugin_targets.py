@@ -255,3 +255,17 @@ def test_refuses_a_w4a16_bake_under_the_fp8_precision(bakes):
         plugin_layer(out, case.prefix)
     assert str(caught.value) == ("moebake: the server runs --flashinfer-mxfp4-moe-precision fp8 (Humming W4A8), this "
                                  "sm90-cutlass bake holds W4A16 weights; drop that flag, or bake target sm90-cutlass-w4a8")
+
+
+def test_sglang_sees_real_scalar_type_ids_through_the_stand_ins():
+    """SGLang's Marlin MoE GEMM passes ``b_q_type.id`` to its JIT kernel: through the test stand-ins, SGLang's
+    ``get_scalar_types()`` gives vLLM's pure-Python ``ScalarType`` (the same id packing as SGLang's C++
+    ``ScalarType::from_id``), so the id of ``float4_e2m1f`` is an integer, not a placeholder."""
+    import vllm.scalar_type as twin
+    from sglang.srt.layers.quantization.utils import get_scalar_types
+
+    standins.install()
+    ScalarType, scalar_types = get_scalar_types()
+    fp4 = scalar_types.float4_e2m1f
+    assert ScalarType is twin.ScalarType and isinstance(fp4.id, int)
+    assert (fp4.exponent, fp4.mantissa, fp4.signed) == (2, 1, True) and fp4.id == twin.scalar_types.float4_e2m1f.id

@@ -92,6 +92,8 @@ class _Loader(importlib.abc.Loader):
     def create_module(self, spec):
         if self.made is not None:
             return self.made
+        if spec.name in REAL_SUBMODULES and (real := _real_submodule(spec.name)) is not None:
+            return real
         module = _StandinModule(spec.name)
         module.__path__ = []  # a package: submodules resolve through the finder too
         module.__version__ = "0.0.0+standin"
@@ -100,6 +102,23 @@ class _Loader(importlib.abc.Loader):
 
     def exec_module(self, module):
         pass
+
+
+REAL_SUBMODULES = {"sgl_kernel.scalar_type": "vllm.scalar_type"}
+"""Submodules whose values reach a kernel, served from a pure-Python twin where one is installed: SGLang's Marlin
+MoE GEMM takes ``b_q_type.id``, which its C++ ``ScalarType::from_id`` decodes; vLLM's ``ScalarType`` packs the same
+fields (exponent, mantissa, signed, bias, finite_values_only, nan_repr) in the same order and widths."""
+
+
+def _real_submodule(name: str) -> types.ModuleType | None:
+    """``name``'s twin of :data:`REAL_SUBMODULES` under ``name`` (its ``ScalarType`` and ``scalar_types``), or None."""
+    try:
+        twin = importlib.import_module(REAL_SUBMODULES[name])
+    except ImportError:
+        return None
+    module = types.ModuleType(name)
+    module.ScalarType, module.scalar_types, module.__moebake_standin__ = twin.ScalarType, twin.scalar_types, True
+    return module
 
 
 SERVED_TO = ("sglang", "sgl_kernel", "sglang_kernel", "triton", "torchvision", "torch")
