@@ -1,4 +1,4 @@
-"""Benchmark (not a test): ``moebake convert --target sm90-cutlass`` against ``cp -r`` of the same source.
+"""Benchmark (not a test): ``moebake convert --target sm90-cutlass`` (or ``--targets``) against ``cp -r`` of the same source.
 
 Synthetic GPT-OSS-shaped checkpoints (GPT-OSS-20B's shapes by default: E=32, H=I=2880, 64 query /
 8 KV heads of 64, vocabulary 201088; one layer per shard; 24 layers = 13.8 GB) of growing size are
@@ -194,11 +194,11 @@ def measure_copy(source: Path, scratch: Path, cache: str) -> dict:
     return result
 
 
-def measure_convert(source: Path, scratch: Path, workers: int, cache: str, env: dict) -> dict:
+def measure_convert(source: Path, scratch: Path, workers: int, cache: str, env: dict, target: str = "sm90-cutlass") -> dict:
     out = scratch / "baked"
     shutil.rmtree(out, ignore_errors=True)
     prepare_cache(source, cache)
-    result = run_measured([sys.executable, "-m", "moebake", "convert", str(source), str(out), "--target", "sm90-cutlass",
+    result = run_measured([sys.executable, "-m", "moebake", "convert", str(source), str(out), "--target", target,
                            "--quiet", "--profile", "--workers", str(workers), "--writers-per-device", str(workers)], env)
     shutil.rmtree(out)
     result["profile"] = [line for line in result["stderr"].splitlines() if line.startswith("profile:")]
@@ -216,19 +216,20 @@ VARIANTS = {
 
 
 def run_size(source: Path, scratch: Path, workers_list: list[int], caches: list[str], variants: list[str],
-             variant_workers: list[int]) -> list[dict]:
+             variant_workers: list[int], targets: tuple[str, ...] = ("sm90-cutlass",)) -> list[dict]:
     size = source_bytes(source)
     free = shutil.disk_usage(scratch).free
     if free < 1.1 * size:
         raise SystemExit(f"{scratch}: {free / 1e9:.1f} GB free, a copy of {source} needs {size / 1e9:.1f} GB")
     rows = []
     for cache in caches:
-        conversions = [(f"moebake w{w}" + (f", {v}" if v else ""), w, VARIANTS[v]) for w in workers_list for v in variants
-                       if not v or w in variant_workers]
+        conversions = [(f"moebake w{w}" + (f", {v}" if v else ""), w, VARIANTS[v], "sm90-cutlass") for w in workers_list
+                       for v in variants if not v or w in variant_workers]
+        conversions += [(f"moebake w{w}, {t}", w, {}, t) for t in targets if t != "sm90-cutlass" for w in workers_list]
         runs = []
         for tool, measure in [("copy", lambda: measure_copy(source, scratch, cache)),
-                              *[(label, lambda w=w, env=env: measure_convert(source, scratch, w, cache, env))
-                                for label, w, env in conversions],
+                              *[(label, lambda w=w, env=env, t=t: measure_convert(source, scratch, w, cache, env, t))
+                                for label, w, env, t in conversions],
                               ("copy", lambda: measure_copy(source, scratch, cache))]:
             load = os.getloadavg()[0]
             result = measure()
@@ -392,6 +393,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="moebake --workers values to run")
     parser.add_argument("--cache-states", nargs="+", choices=["cold", "warm"], default=["cold", "warm"],
                         help="page-cache states of the source to measure")
+    parser.add_argument("--targets", nargs="+", default=["sm90-cutlass"],
+                        help="targets to bake (rows 'moebake wN, TARGET'; sm90-cutlass is the plain 'moebake wN' row)")
     parser.add_argument("--variants", nargs="+", choices=[v for v in VARIANTS if v], default=[],
                         help="also run --variant-workers with one optimisation off each (same bytes)")
     parser.add_argument("--variant-workers", type=int, nargs="+", default=None,
@@ -426,7 +429,7 @@ def main() -> None:
         source = full if layers == args.generate_layers else prefix_source(full, layers)
         print(f"{layers} layers: {source_bytes(source) / 1e9:.2f} GB ({source}); {machine_line()}", flush=True)
         rows.extend(run_size(source, scratch, args.workers, args.cache_states, ["", *args.variants],
-                             args.variant_workers or args.workers[:1]))
+                             args.variant_workers or args.workers[:1], tuple(args.targets)))
     write_results(rows, args.results, stem, draw=not args.no_plot)
 
 

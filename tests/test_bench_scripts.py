@@ -269,6 +269,18 @@ def test_device_convert_scaling_tiny_run(tmp_path):
         assert (out / "tiny.png").stat().st_size > 10_000
 
 
+def test_convert_bench_bakes_each_target_asked_for(tmp_path):
+    """--targets: one more measured conversion per target besides sm90-cutlass, labelled with it."""
+    from moebake.synthetic import write_gpt_oss
+
+    bench = _load("convert_bench.py")
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=256, intermediate=128, vocab=32)
+    (tmp_path / "scratch").mkdir()
+    rows = bench.run_size(source, tmp_path / "scratch", [1], ["warm"], [""], [1], ("sm90-cutlass", "sm90-marlin"))
+    assert [row["tool"] for row in rows] == ["copy", "moebake w1", "moebake w1, sm90-marlin"]
+    assert all(row["wall_s"] > 0 for row in rows) and list((tmp_path / "scratch").iterdir()) == []
+
+
 # device_wheels.sh: pip's download stubbed (CI has no index to fetch from); the rest runs as written
 
 
