@@ -581,3 +581,39 @@ def test_marlin_refuses_the_mtp_draft_model(bake_marlin):
     with pytest.raises(MoebakeError) as excinfo:
         moebake_config(bake_marlin, hf_config)
     assert "MTP draft model" in refusal(excinfo)
+
+
+def test_marlin_refuses_an_sglang_bake_that_vllm_would_pad_saying_no_vllm_bake_exists(tmp_path):
+    """I = 192: SGLang's Marlin bake (I % 64 == 0) is not vLLM's bytes (vLLM pads I to 256), and ``convert --engine
+    vllm`` refuses the model (DeepSeek-V4 is never padded): the refusal says so instead of a re-bake that cannot run."""
+    from moebake.errors import UnsupportedError
+
+    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=2, hidden=HIDDEN, intermediate=192, mtp_layers=0)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-marlin", engine="sglang"), progress=False)
+    assert (manifest.engine.name, manifest.engine.exact, list(manifest.serves)) == ("sglang", True, [])
+    with pytest.raises(UnsupportedError):  # the re-bake the generic refusal would suggest
+        convert(source, tmp_path / "out-vllm", ConvertOptions("sm90-marlin", engine="vllm"), progress=False)
+    with pytest.raises(MoebakeError) as excinfo:
+        moebake_config(tmp_path / "out")
+    assert refusal(excinfo).endswith(
+        "baked for sglang 0.5.23, not vLLM 0.33.0's bytes, and no vLLM bake of this model exists: vLLM 0.33.0 pads "
+        "DeepSeek-V4's hidden size 256 and expert intermediate size 192 to multiples of 256 and 128 for --moe-backend "
+        "marlin, and moebake pads no deepseek-v4 expert; serve this bake with sglang")
+    assert "re-bake" not in refusal(excinfo)
+
+
+def test_marlin_refuses_a_gpt_oss_sm90_marlin_bake(tmp_path):
+    """GPT-OSS sm90-marlin bakes are SGLang's only (no vLLM profile): the plugin refuses one at start-up, naming the
+    kinds it serves (DeepSeek-V4 only for sm90-marlin), before any expert is read."""
+    from vllm.model_executor.layers.quantization import get_quantization_config
+
+    from moebake.synthetic import write_gpt_oss
+
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=3, hidden=256, intermediate=128, vocab=32)
+    convert(source, tmp_path / "out", ConvertOptions("sm90-marlin", engine="sglang"), progress=False)
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    quant = get_quantization_config("moebake").from_config(config["quantization_config"])
+    with pytest.raises(MoebakeError) as excinfo:
+        quant.maybe_update_config(str(tmp_path / "out"), hf_config=config)
+    assert "target 'sm90-marlin' of source format 'gpt-oss'; the vLLM plugin serves" in refusal(excinfo)
+    assert "sm90-marlin bakes of deepseek-v4" in refusal(excinfo)

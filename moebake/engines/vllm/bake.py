@@ -185,6 +185,10 @@ def check_manifest(manifest: Manifest, hf_config: dict, where: Path) -> None:
         engine = manifest.engine
         because = engine.not_exact_because if engine is not None else None
         keep = " --gate-up-globals keep" if because and because.startswith(SHARED_GLOBALS) else ""
+        if served in DEEPSEEK_V4_KINDS and (unpadded := vllm_would_pad(manifest, served)):
+            raise refuse(f"{where}: baked for {engine and engine.name} {engine and engine.version}, not vLLM {VLLM_VERSION}'s "
+                         f"bytes, and no vLLM bake of this model exists: {unpadded}; serve this bake with "
+                         f"{engine and engine.name}")
         raise refuse(f"{where}: baked for {engine and engine.name} {engine and engine.version} "
                      f"({'engine-exact' if engine and engine.exact else 'not engine-exact'}{': ' + because if because else ''}), "
                      f"not vLLM {VLLM_VERSION}'s bytes; re-bake with: moebake convert SRC OUT --target {served.target} "
@@ -204,6 +208,19 @@ def check_manifest(manifest: Manifest, hf_config: dict, where: Path) -> None:
         if record.hidden != hf_config.get("hidden_size"):
             raise refuse(f"{where}: layer {record.prefix} has hidden size {record.hidden}, config.json says "
                          f"{hf_config.get('hidden_size')} (config.json and the manifest disagree)")
+
+
+def vllm_would_pad(manifest: Manifest, served: Served) -> str | None:
+    """Why no vLLM bake of a DeepSeek-V4 ``manifest``'s model exists (None: one does): vLLM pads H or I that are not
+    multiples of its profile's for ``served.target``, and moebake pads no DeepSeek-V4 expert (``convert --engine vllm``
+    refuses such a model)."""
+    profile = PROFILE.target(served.target, served.source_format)
+    for record in manifest.layers:
+        if record.hidden % profile.hidden_multiple or record.intermediate % profile.intermediate_multiple:
+            return (f"vLLM {VLLM_VERSION} pads DeepSeek-V4's hidden size {record.hidden} and expert intermediate size "
+                    f"{record.intermediate} to multiples of {profile.hidden_multiple} and {profile.intermediate_multiple} "
+                    f"for --moe-backend {served.moe_backend}, and moebake pads no {served.source_format} expert")
+    return None
 
 
 def check_gpt_oss(manifest: Manifest, hf_config: dict, where: Path, served: Served) -> None:
