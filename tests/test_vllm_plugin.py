@@ -359,21 +359,6 @@ def test_refuses_another_vllm_version(bake, monkeypatch):
 
 
 
-def test_refuses_a_deepseek_v4_sm90_marlin_bake_it_does_not_serve_yet(tmp_path):
-    """vLLM 0.33.0's DeepSeek-V4 sm90-marlin bytes are the bake's (``test_vllm_profile.py``), but the plugin has no
-    serving path for them yet: it says so in one line at start-up, before any expert is read."""
-    from moebake.synthetic import write_deepseek_v4
-
-    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=256, intermediate=128, mtp_layers=0)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-marlin", engine="vllm"), progress=False)
-    assert (manifest.engine.name, manifest.engine.exact) == ("vllm", True)
-    with pytest.raises(MoebakeError) as excinfo:
-        moebake_config(tmp_path / "out")
-    assert ("target 'sm90-marlin' of source format 'deepseek-v4'; the vLLM plugin serves sm90-cutlass bakes of gpt-oss; "
-            "cutedsl bakes of modelopt-nvfp4; sm90-cutlass bakes of deepseek-v4; sm100-trtllm bakes of gpt-oss; "
-            "sm100-trtllm bakes of deepseek-v4") in refusal(excinfo)
-
-
 def test_refuses_a_humming_w4a8_bake_in_one_line(tmp_path):
     """vLLM 0.33.0's HUMMING MXFP4 backend is the humming package's own kernels and layout, not FlashInfer's SM90
     Humming layout of an sm90-cutlass-w4a8 bake (SGLang's bytes): the plugin refuses it, saying why, before any expert."""

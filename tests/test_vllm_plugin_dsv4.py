@@ -1,5 +1,6 @@
-"""The vLLM plugin serving a DeepSeek-V4 ``sm90-cutlass`` bake, run inside the real vLLM 0.33.0 package on CPU
-(``tests/engine_oracles/vllm_oracle.py`` makes the platform answer as an SM90 GPU).
+"""The vLLM plugin serving a DeepSeek-V4 ``sm90-cutlass`` bake (and, below, ``sm100-trtllm`` and ``sm90-marlin``
+bakes), run inside the real vLLM 0.33.0 package on CPU (``tests/engine_oracles/vllm_oracle.py`` makes the platform
+answer as an SM90 GPU).
 
 The module vLLM builds is its own DeepSeek-V4 MoE block (``vllm.models.deepseek_v4.nvidia.model.DeepseekV4MoE``,
 what a CUDA worker builds at ``model.layers.N.ffn``: router, FP8 shared experts, ``FusedMoEFactory`` routed
@@ -25,7 +26,7 @@ import pytest
 import torch
 
 from conftest import load_all
-from kernel_emulation import kernel_interleave_v2
+from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import MoebakeError
@@ -362,7 +363,7 @@ def test_refuses_a_target_it_does_not_serve(tmp_path):
         quant.maybe_update_config(str(tmp_path / "out"), hf_config=config)
     assert ("target 'cutedsl-deepep' of source format 'modelopt-nvfp4'; the vLLM plugin serves sm90-cutlass bakes of "
             "gpt-oss; cutedsl bakes of modelopt-nvfp4; sm90-cutlass bakes of deepseek-v4; sm100-trtllm bakes of gpt-oss; "
-            "sm100-trtllm bakes of deepseek-v4") in refusal(excinfo)
+            "sm100-trtllm bakes of deepseek-v4; sm90-marlin bakes of deepseek-v4") in refusal(excinfo)
 
 
 # --- sm100-trtllm (Blackwell, --moe-backend flashinfer_trtllm) ----------------------------------------
@@ -452,3 +453,167 @@ def test_sm100_refuses_a_clamp_limit_other_than_config_json(bake_sm100):
     with pytest.raises(MoebakeError) as excinfo:
         moebake_config(bake_sm100, hf_config)
     assert "SwiGLU limit 10.0" in refusal(excinfo)
+
+
+# --- sm90-marlin (Hopper, --moe-backend marlin) ---------------------------------------------------------
+
+MARLIN = {"moe_backend": "marlin"}
+
+
+@pytest.fixture(scope="module")
+def bake_marlin(source):
+    out = source.parent / "out-marlin"
+    manifest = convert(source, out, ConvertOptions("sm90-marlin", engine="vllm"), progress=False)
+    assert (manifest.engine.name, manifest.engine.exact, [e.name for e in manifest.serves]) == ("vllm", True, ["sglang"])
+    return out
+
+
+@contextmanager
+def layer_additions_recorded(method_class):
+    """What ``method_class.process_weights_after_loading`` adds to the layer beyond its parameters (attributes,
+    buffers, submodules), per call: what the Marlin kernel could read off the layer besides the weights."""
+    original = method_class.process_weights_after_loading
+    added = []
+
+    def recorded(self, layer):
+        before = set(vars(layer)), set(dict(layer.named_buffers())), set(dict(layer.named_modules()))
+        original(self, layer)
+        added.append((set(vars(layer)) - before[0], set(dict(layer.named_buffers())) - before[1],
+                      set(dict(layer.named_modules())) - before[2]))
+
+    with mock.patch.object(method_class, "process_weights_after_loading", recorded):
+        yield added
+
+
+@pytest.fixture(scope="module")
+def stock_marlin(source):
+    """Stock vLLM's post-load routed-expert parameters of each layer of the source with ``--moe-backend marlin`` on SM90
+    (the oracle: the whole ``process_weights_after_loading``, vLLM's CUDA ``gptq_marlin_repack`` stood in by vLLM's own
+    pure-Python Marlin reference), and what that post-load step added to each layer besides the parameters."""
+    from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
+
+    with layer_additions_recorded(Mxfp4MoEMethod) as added:
+        params = {layer: vllm_oracle.deepseek_v4_marlin(source, f"layers.{layer}.ffn.experts.", EXPERTS, HIDDEN,
+                                                        INTERMEDIATE, gptq_marlin_repack_reference)
+                  for layer in range(LAYERS)}
+    assert len(added) == LAYERS
+    return params, added
+
+
+@pytest.mark.parametrize("pre_processed", [False, True])
+def test_marlin_served_parameters_equal_stock_vllms_preparation_of_the_source(bake_marlin, stock_marlin, pre_processed):
+    """Loaded by the plugin, then vLLM's own post-load driver (also in pre-processed mode): each routed-expert
+    parameter is stock vLLM's post-Marlin-preparation parameter of the source, byte for byte, the post-load step adds
+    to the layer exactly what stock vLLM's adds (nothing: the Marlin workspace is taken at run time), and vLLM's
+    Marlin kernel is built over the parameters."""
+    from moebake.engines.vllm.quantization import MoebakeDeepseekV4Mxfp4MoEMethod
+
+    stock, stock_added = stock_marlin
+    model, vllm_config = build(bake_marlin, **MARLIN)
+    load(bake_marlin, model)
+    with layer_additions_recorded(MoebakeDeepseekV4Mxfp4MoEMethod) as added:
+        post_load(model, vllm_config, pre_processed)
+    assert added == stock_added
+    for layer in range(LAYERS):
+        experts = experts_of(model, layer)
+        method = experts.quant_method
+        assert type(method) is MoebakeDeepseekV4Mxfp4MoEMethod and method.mxfp4_backend.value == "MARLIN"
+        params = dict(experts.named_parameters())  # layer 1's also holds the router's bias, which the model loads
+        assert sorted(stock[layer]) == sorted(WEIGHTS)
+        assert set(params) == {*WEIGHTS, *(["e_score_correction_bias"] if layer else [])}
+        for name, expected in stock[layer].items():
+            got = params[name].data
+            assert (got.dtype, tuple(got.shape)) == (expected.dtype, tuple(expected.shape)), name
+            assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"layer {layer} {name} differs"
+        assert type(method.moe_kernel.fused_experts).__name__ == "MarlinExperts"
+        assert method.moe_quant_config.w1_scale is experts.w13_weight_scale
+        assert method.moe_quant_config.w2_scale is experts.w2_weight_scale
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_marlin_each_ep_rank_holds_stock_vllms_parameters_of_its_experts(bake_marlin, stock_marlin, rank):
+    stock, _ = stock_marlin
+    model, vllm_config = build(bake_marlin, tensor_parallel=(2, rank), expert_parallel=True, **MARLIN)
+    load(bake_marlin, model)
+    post_load(model, vllm_config)
+    for layer in range(LAYERS):
+        experts = experts_of(model, layer)
+        assert experts.moe_config.moe_parallel_config.ep_size == 2
+        for name, expected in stock[layer].items():
+            got, want = getattr(experts, name).data, expected[2 * rank: 2 * rank + 2]
+            assert got.dtype == want.dtype and torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (rank, layer, name)
+
+
+def test_marlin_an_sglang_bake_that_serves_vllm_loads(source, stock_marlin, tmp_path):
+    """SGLang 0.5.23's sm90-marlin bake of the source (I % 128 == 0) lists vLLM in ``serves``: the plugin serves it."""
+    out = tmp_path / "sglang"
+    manifest = convert(source, out, ConvertOptions("sm90-marlin", engine="sglang"), progress=False)
+    assert manifest.engine.name == "sglang" and [e.name for e in manifest.serves] == ["vllm"]
+    model, vllm_config = build(out, **MARLIN)
+    load(out, model)
+    post_load(model, vllm_config)
+    for name, expected in stock_marlin[0][1].items():
+        assert torch.equal(getattr(experts_of(model, 1), name).data.view(torch.uint8), expected.view(torch.uint8)), name
+
+
+def test_marlin_refuses_a_gpu_that_is_not_sm90(bake_marlin):
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake_marlin, capability=100, **MARLIN)
+    assert "compute capability 10.0" in refusal(excinfo) and "SM90" in refusal(excinfo)
+
+
+def test_marlin_refuses_another_moe_backend(bake_marlin):
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake_marlin, moe_backend="flashinfer_cutlass")
+    assert ("vLLM selected MoE backend FLASHINFER_CUTLASS_MXFP4_BF16; the bake is for MARLIN: start vLLM with "
+            "--moe-backend marlin") in refusal(excinfo)
+
+
+def test_marlin_refuses_another_load_format(bake_marlin):
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake_marlin, load_format="auto", **MARLIN)
+    assert "--load-format moebake" in refusal(excinfo)
+
+
+def test_marlin_refuses_the_mtp_draft_model(bake_marlin):
+    hf_config = hf_config_of(bake_marlin)
+    hf_config.architectures = ["DeepSeekV4MTPModel"]
+    with pytest.raises(MoebakeError) as excinfo:
+        moebake_config(bake_marlin, hf_config)
+    assert "MTP draft model" in refusal(excinfo)
+
+
+def test_marlin_refuses_an_sglang_bake_that_vllm_would_pad_saying_no_vllm_bake_exists(tmp_path):
+    """I = 192: SGLang's Marlin bake (I % 64 == 0) is not vLLM's bytes (vLLM pads I to 256), and ``convert --engine
+    vllm`` refuses the model (DeepSeek-V4 is never padded): the refusal says so instead of a re-bake that cannot run."""
+    from moebake.errors import UnsupportedError
+
+    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=2, hidden=HIDDEN, intermediate=192, mtp_layers=0)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-marlin", engine="sglang"), progress=False)
+    assert (manifest.engine.name, manifest.engine.exact, list(manifest.serves)) == ("sglang", True, [])
+    with pytest.raises(UnsupportedError):  # the re-bake the generic refusal would suggest
+        convert(source, tmp_path / "out-vllm", ConvertOptions("sm90-marlin", engine="vllm"), progress=False)
+    with pytest.raises(MoebakeError) as excinfo:
+        moebake_config(tmp_path / "out")
+    assert refusal(excinfo).endswith(
+        "baked for sglang 0.5.23, not vLLM 0.33.0's bytes, and no vLLM bake of this model exists: vLLM 0.33.0 pads "
+        "DeepSeek-V4's hidden size 256 and expert intermediate size 192 to multiples of 256 and 128 for --moe-backend "
+        "marlin, and moebake pads no deepseek-v4 expert; serve this bake with sglang")
+    assert "re-bake" not in refusal(excinfo)
+
+
+def test_marlin_refuses_a_gpt_oss_sm90_marlin_bake(tmp_path):
+    """GPT-OSS sm90-marlin bakes are SGLang's only (no vLLM profile): the plugin refuses one at start-up, naming the
+    kinds it serves (DeepSeek-V4 only for sm90-marlin), before any expert is read."""
+    from vllm.model_executor.layers.quantization import get_quantization_config
+
+    from moebake.synthetic import write_gpt_oss
+
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=3, hidden=256, intermediate=128, vocab=32)
+    convert(source, tmp_path / "out", ConvertOptions("sm90-marlin", engine="sglang"), progress=False)
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    quant = get_quantization_config("moebake").from_config(config["quantization_config"])
+    with pytest.raises(MoebakeError) as excinfo:
+        quant.maybe_update_config(str(tmp_path / "out"), hf_config=config)
+    assert "target 'sm90-marlin' of source format 'gpt-oss'; the vLLM plugin serves" in refusal(excinfo)
+    assert "sm90-marlin bakes of deepseek-v4" in refusal(excinfo)

@@ -1,7 +1,7 @@
 """What the vLLM plugin knows about a bake before vLLM builds a layer: the manifest, checked against the
 checkpoint's config.json and against what vLLM 0.33.0 builds (no vLLM import here).
 
-Five kinds of bake are served (:data:`SERVED`), each held by a ``RoutedExperts`` module with ``E_local``
+Six kinds of bake are served (:data:`SERVED`), each held by a ``RoutedExperts`` module with ``E_local``
 experts (this EP rank's), ``model.layers.N.mlp.experts.routed_experts`` (GPT-OSS, ModelOpt NVFP4) or
 ``model.layers.N.ffn.experts.routed_experts`` (DeepSeek-V4, whose bake names the layer ``layers.N.ffn.experts.``
 as the checkpoint does: vLLM's ``DeepseekV4ForCausalLM.hf_to_vllm_mapper`` adds ``model.``):
@@ -29,6 +29,12 @@ flashinfer_trtllm`` on Blackwell, ``FLASHINFER_TRTLLM_MXFP4_BF16``): the same fo
 (``w13_weight`` ``[E_local, 2*I, H/2]``, scales F8_E4M3 ``[E_local, 2*I, H/32]``, ``w2_*`` likewise; H a multiple of
 256, vLLM's rounding), held as vLLM holds them (the weights viewed as uint8: the bake keeps the checkpoint's int8);
 the bake's ``gemm1_clamp_limit`` is not a vLLM parameter (vLLM's kernel takes config.json's ``swiglu_limit``).
+Target ``sm90-marlin`` (``--moe-backend marlin`` on SM90, ``Mxfp4MoeBackend.MARLIN``): the same four tensors in
+Marlin's layout, what ``prepare_moe_mxfp4_layer_for_marlin`` gives vLLM's parameters (``w13_weight`` I32
+``[E_local, H/16, 4*I]``, halves ``[w1; w3]``, ``w13_weight_scale`` F8_E8M0 ``[E_local, H/32, 2*I]``, ``w2_weight``
+I32 ``[E_local, I/16, 2*H]``, ``w2_weight_scale`` F8_E8M0 ``[E_local, I/32, H]``; H a multiple of 256 and I of 128,
+vLLM's rounding: nothing is padded). vLLM's Marlin preparation puts nothing else on the layer (the Marlin kernel
+takes its workspace from ``get_marlin_workspace`` at run time).
 
 GPT-OSS, target ``sm100-trtllm`` (``GptOssMxfp4MoEMethod``, ``--moe-backend flashinfer_trtllm`` on Blackwell,
 ``FLASHINFER_TRTLLM_MXFP4_BF16``): the same six tensors under the same vLLM names, in trtllm-gen's layout (H padded
@@ -101,8 +107,11 @@ DEEPSEEK_V4 = Served(target="sm90-cutlass", source_format="deepseek-v4", archite
                      held=("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"), vllm_prefix="model.")
 DEEPSEEK_V4_SM100 = Served(target="sm100-trtllm", source_format="deepseek-v4", architecture="DeepseekV4ForCausalLM",
                            held=DEEPSEEK_V4.held, vllm_prefix="model.", not_held=("gemm1_clamp_limit",))
-SERVED = {(s.target, s.source_format): s for s in (GPT_OSS, MODELOPT_NVFP4, DEEPSEEK_V4, GPT_OSS_SM100, DEEPSEEK_V4_SM100)}
-DEEPSEEK_V4_KINDS = (DEEPSEEK_V4, DEEPSEEK_V4_SM100)
+DEEPSEEK_V4_MARLIN = Served(target="sm90-marlin", source_format="deepseek-v4", architecture="DeepseekV4ForCausalLM",
+                            held=DEEPSEEK_V4.held, vllm_prefix="model.")
+SERVED = {(s.target, s.source_format): s for s in (GPT_OSS, MODELOPT_NVFP4, DEEPSEEK_V4, GPT_OSS_SM100, DEEPSEEK_V4_SM100,
+                                                   DEEPSEEK_V4_MARLIN)}
+DEEPSEEK_V4_KINDS = (DEEPSEEK_V4, DEEPSEEK_V4_SM100, DEEPSEEK_V4_MARLIN)
 MTP_DRAFT = "DeepSeekV4MTPModel"
 """The architecture vLLM 0.33.0's speculative config gives DeepSeek-V4's MTP draft model (not served)."""
 SWIGLU = {"alpha": 1.702, "beta": 1.0, "limit": 7.0}
@@ -176,6 +185,10 @@ def check_manifest(manifest: Manifest, hf_config: dict, where: Path) -> None:
         engine = manifest.engine
         because = engine.not_exact_because if engine is not None else None
         keep = " --gate-up-globals keep" if because and because.startswith(SHARED_GLOBALS) else ""
+        if served in DEEPSEEK_V4_KINDS and (unpadded := vllm_would_pad(manifest, served)):
+            raise refuse(f"{where}: baked for {engine and engine.name} {engine and engine.version}, not vLLM {VLLM_VERSION}'s "
+                         f"bytes, and no vLLM bake of this model exists: {unpadded}; serve this bake with "
+                         f"{engine and engine.name}")
         raise refuse(f"{where}: baked for {engine and engine.name} {engine and engine.version} "
                      f"({'engine-exact' if engine and engine.exact else 'not engine-exact'}{': ' + because if because else ''}), "
                      f"not vLLM {VLLM_VERSION}'s bytes; re-bake with: moebake convert SRC OUT --target {served.target} "
@@ -195,6 +208,19 @@ def check_manifest(manifest: Manifest, hf_config: dict, where: Path) -> None:
         if record.hidden != hf_config.get("hidden_size"):
             raise refuse(f"{where}: layer {record.prefix} has hidden size {record.hidden}, config.json says "
                          f"{hf_config.get('hidden_size')} (config.json and the manifest disagree)")
+
+
+def vllm_would_pad(manifest: Manifest, served: Served) -> str | None:
+    """Why no vLLM bake of a DeepSeek-V4 ``manifest``'s model exists (None: one does): vLLM pads H or I that are not
+    multiples of its profile's for ``served.target``, and moebake pads no DeepSeek-V4 expert (``convert --engine vllm``
+    refuses such a model)."""
+    profile = PROFILE.target(served.target, served.source_format)
+    for record in manifest.layers:
+        if record.hidden % profile.hidden_multiple or record.intermediate % profile.intermediate_multiple:
+            return (f"vLLM {VLLM_VERSION} pads DeepSeek-V4's hidden size {record.hidden} and expert intermediate size "
+                    f"{record.intermediate} to multiples of {profile.hidden_multiple} and {profile.intermediate_multiple} "
+                    f"for --moe-backend {served.moe_backend}, and moebake pads no {served.source_format} expert")
+    return None
 
 
 def check_gpt_oss(manifest: Manifest, hf_config: dict, where: Path, served: Served) -> None:

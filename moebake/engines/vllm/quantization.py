@@ -159,7 +159,8 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
 
 
 BACKENDS = {"sm90-cutlass": Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16,
-            "sm100-trtllm": Mxfp4MoeBackend.FLASHINFER_TRTLLM_MXFP4_BF16}
+            "sm100-trtllm": Mxfp4MoeBackend.FLASHINFER_TRTLLM_MXFP4_BF16,
+            "sm90-marlin": Mxfp4MoeBackend.MARLIN}
 """The vLLM MXFP4 backend whose post-load bytes each MXFP4 target's bake is (vLLM 0.33.0's profiles)."""
 
 
@@ -220,7 +221,11 @@ class MoebakeDeepseekV4Mxfp4MoEMethod(BakedMxfp4, Mxfp4MoEMethod):
     """vLLM 0.33.0's generic MXFP4 MoE method (what ``DeepseekV4FP8Config`` gives DeepSeek-V4's experts) over baked
     parameters: its ``process_weights_after_loading`` would convert the checkpoint's tensors
     (``convert_weight_to_mxfp4_moe_kernel_format``) and then build the kernel; the baked ones are already
-    converted, so only the kernel is built (``_build_moe_kernel``)."""
+    converted, so only the kernel is built (``_build_moe_kernel``). With ``MARLIN`` (``sm90-marlin``) the conversion is
+    ``prepare_moe_mxfp4_layer_for_marlin``, which replaces the four parameters and puts nothing else on the layer (the
+    Marlin kernel takes its workspace from ``get_marlin_workspace`` when it runs), so the same holds. Stock vLLM's own
+    pre-processed path (``weights_already_processed()``) accepts ``FLASHINFER_TRTLLM_MXFP4_MXFP8`` only; this method
+    serves its three backends the same in both modes."""
 
     supports_pre_processed_weights = True
 
