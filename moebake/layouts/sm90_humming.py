@@ -177,14 +177,24 @@ def humming_scales(scales: np.ndarray, max_range: int = MAX_RANGE) -> tuple[np.n
     return offset.reshape(scales.shape), residual, delta.reshape(scales.shape)
 
 
+REWRITE_ROWS = 64
+"""Rows rewritten at a time by :func:`rewrite_payload` (its temporaries: ten bytes per weight byte of a block)."""
+
+
 def rewrite_payload(weight: np.ndarray, delta: np.ndarray) -> np.ndarray:
     """Step 2: packed codes uint8 ``[e, n, k/2]`` rewritten by their groups' ``delta`` uint8 ``[e, n, k/32]``."""
     if weight.shape[:2] != delta.shape[:2] or weight.shape[2] != 16 * delta.shape[2]:
         raise InvalidArgumentError(f"weight {list(weight.shape)} and scale deltas {list(delta.shape)} do not match")
-    index = np.empty(weight.shape[:2] + (delta.shape[2], 16), np.uint16)
-    np.left_shift(delta[..., None].astype(np.uint16), np.uint16(8), out=index)
-    index |= weight.reshape(index.shape)
-    return np.take(_byte_lut(), index).reshape(weight.shape)
+    lut, out = _byte_lut(), np.empty(weight.shape, np.uint8)
+    groups = weight.reshape(weight.shape[:2] + (delta.shape[2], 16))
+    target = out.reshape(groups.shape)
+    for first in range(0, weight.shape[1], REWRITE_ROWS):  # rows in blocks: np.take makes an intp copy of its index
+        rows = slice(first, first + REWRITE_ROWS)
+        index = np.empty(groups[:, rows].shape, np.uint16)
+        np.left_shift(delta[:, rows, :, None].astype(np.uint16), np.uint16(8), out=index)
+        index |= groups[:, rows]
+        np.take(lut, index, out=target[:, rows])
+    return out
 
 
 def _check_pair(weight: torch.Tensor, scales: torch.Tensor) -> None:
