@@ -137,19 +137,12 @@ def _humming_on_cpu(interleave_fp4_fp8):
     return cpu_helpers(interleave).preprocess
 
 
-def gpt_oss_sm90_cutlass(source_dir: str | Path, layer: int, interleave_weights, humming_interleave=None) -> dict[str, torch.Tensor]:
-    """SGLang's post-``process_weights_after_loading`` parameters of GPT-OSS layer ``layer`` on SM90
-    with ``--moe-runner-backend flashinfer_mxfp4`` (``Mxfp4MoEMethod``, ``cutlass_sm90``).
-
-    ``interleave_weights(uint8 [E, n, k/2]) -> same`` stands in for FlashInfer's CUDA
-    ``interleave_moe_weights_for_sm90_mixed_gemm(w, "fp4")``. Returns ``{param name: tensor}``.
-    With ``humming_interleave`` (the stand-in for the ``"fp4_fp8"`` interleave), the server runs
-    ``--flashinfer-mxfp4-moe-precision fp8`` (``_use_sm90_humming``): FlashInfer's Humming preprocess,
-    run on CPU by :func:`_humming_on_cpu`.
-    """
+def _gpt_oss_layer(source_dir: str | Path, layer: int, expect) -> torch.nn.Module:
+    """Inside an SGLang server context: GPT-OSS layer ``layer``'s experts as ``GptOssSparseMoeBlock`` builds them
+    (``Mxfp4Config`` of the source), loaded from the source by SGLang's GPT-OSS expert loader, after SGLang's post-load
+    step. ``expect(quant_method)`` must hold before loading (the kernel SGLang chose)."""
     import json
 
-    import flashinfer.fused_moe as fi_moe
     import sglang.srt.layers.quantization.mxfp4 as mxfp4
     from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
     from sglang.srt.models.gpt_oss import GptOssForCausalLM
@@ -160,6 +153,36 @@ def gpt_oss_sm90_cutlass(source_dir: str | Path, layer: int, interleave_weights,
     suffixes = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
                 "down_proj_blocks", "down_proj_scales", "down_proj_bias")
     source = read_tensors(source_dir, [prefix + s for s in suffixes])
+    experts = FusedMoE(  # as GptOssSparseMoeBlock builds it
+        num_experts=config.num_local_experts, top_k=config.num_experts_per_tok, layer_id=layer,
+        hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+        quant_config=mxfp4.Mxfp4Config.from_config(config.quantization_config), activation=config.hidden_act,
+        gemm1_alpha=getattr(config, "hidden_act_alpha", 1.702), gemm1_clamp_limit=config.swiglu_limit, with_bias=True,
+        prefix=prefix.rstrip("."), use_weight_loader_fused=False,
+    )
+    assert expect(experts.quant_method)
+    GptOssForCausalLM._load_mxfp4_experts_weights(_Holder(prefix, experts, config), iter(source.items()))
+    experts.quant_method.process_weights_after_loading(experts)
+    return experts
+
+
+def _parameters(experts: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.data.clone() for name, p in experts.named_parameters()}
+
+
+def gpt_oss_sm90_cutlass(source_dir: str | Path, layer: int, interleave_weights, humming_interleave=None) -> dict[str, torch.Tensor]:
+    """SGLang's post-``process_weights_after_loading`` parameters of GPT-OSS layer ``layer`` on SM90
+    with ``--moe-runner-backend flashinfer_mxfp4`` (``Mxfp4MoEMethod``, ``cutlass_sm90``).
+
+    ``interleave_weights(uint8 [E, n, k/2]) -> same`` stands in for FlashInfer's CUDA
+    ``interleave_moe_weights_for_sm90_mixed_gemm(w, "fp4")``. Returns ``{param name: tensor}``.
+    With ``humming_interleave`` (the stand-in for the ``"fp4_fp8"`` interleave), the server runs
+    ``--flashinfer-mxfp4-moe-precision fp8`` (``_use_sm90_humming``): FlashInfer's Humming preprocess,
+    run on CPU by :func:`_humming_on_cpu`.
+    """
+    import flashinfer.fused_moe as fi_moe
+    import sglang.srt.layers.quantization.mxfp4 as mxfp4
+
     saved = (mxfp4._FI_HAS_SM90_CUTLASS_MXFP4, getattr(mxfp4, "interleave_moe_weights_for_sm90_mixed_gemm", None),
              getattr(mxfp4, "interleave_moe_scales_for_sm90_mixed_gemm", None))
     mxfp4._FI_HAS_SM90_CUTLASS_MXFP4 = True
@@ -174,20 +197,8 @@ def gpt_oss_sm90_cutlass(source_dir: str | Path, layer: int, interleave_weights,
                 from unittest import mock
 
                 stack.enter_context(mock.patch.object(fi_moe, "preprocess_moe_weights_for_sm90_mixed_gemm_humming", preprocess))
-            quant_config = mxfp4.Mxfp4Config.from_config(config.quantization_config)
-            experts = FusedMoE(  # as GptOssSparseMoeBlock builds it
-                num_experts=config.num_local_experts, top_k=config.num_experts_per_tok, layer_id=layer,
-                hidden_size=config.hidden_size, intermediate_size=config.intermediate_size, quant_config=quant_config,
-                activation=config.hidden_act, gemm1_alpha=getattr(config, "hidden_act_alpha", 1.702),
-                gemm1_clamp_limit=config.swiglu_limit, with_bias=True, prefix=prefix.rstrip("."),
-                use_weight_loader_fused=False,
-            )
-            assert experts.quant_method._fi_kernel == "cutlass_sm90"
-            assert experts.quant_method._use_sm90_humming == (preprocess is not None)
-            holder = _Holder(prefix, experts, config)
-            GptOssForCausalLM._load_mxfp4_experts_weights(holder, iter(source.items()))
-            experts.quant_method.process_weights_after_loading(experts)
-            return {name: p.data.clone() for name, p in experts.named_parameters()}
+            return _parameters(_gpt_oss_layer(source_dir, layer, lambda method: method._fi_kernel == "cutlass_sm90"
+                                              and method._use_sm90_humming == (preprocess is not None)))
     finally:
         (mxfp4._FI_HAS_SM90_CUTLASS_MXFP4, mxfp4.interleave_moe_weights_for_sm90_mixed_gemm,
          mxfp4.interleave_moe_scales_for_sm90_mixed_gemm) = saved
@@ -366,30 +377,10 @@ def _sm100_flashinfer(*modules):
 def gpt_oss_sm100_trtllm(source_dir: str | Path, layer: int) -> dict[str, torch.Tensor]:
     """SGLang's post-``process_weights_after_loading`` parameters of GPT-OSS layer ``layer`` on SM100 with
     ``--moe-runner-backend flashinfer_mxfp4`` (``Mxfp4MoEMethod``, ``trtllm_sm100``). Returns ``{param name: tensor}``."""
-    import json
-
     import sglang.srt.layers.quantization.mxfp4 as mxfp4
-    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
-    from sglang.srt.models.gpt_oss import GptOssForCausalLM
-    from transformers import PretrainedConfig
 
-    config = PretrainedConfig(**json.loads((Path(source_dir) / "config.json").read_text()))
-    prefix = f"model.layers.{layer}.mlp.experts."
-    suffixes = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
-                "down_proj_blocks", "down_proj_scales", "down_proj_bias")
-    source = read_tensors(source_dir, [prefix + s for s in suffixes])
     with sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm100"), _sm100_flashinfer(mxfp4):
-        experts = FusedMoE(  # as GptOssSparseMoeBlock builds it
-            num_experts=config.num_local_experts, top_k=config.num_experts_per_tok, layer_id=layer,
-            hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
-            quant_config=mxfp4.Mxfp4Config.from_config(config.quantization_config), activation=config.hidden_act,
-            gemm1_alpha=getattr(config, "hidden_act_alpha", 1.702), gemm1_clamp_limit=config.swiglu_limit, with_bias=True,
-            prefix=prefix.rstrip("."), use_weight_loader_fused=False,
-        )
-        assert experts.quant_method._fi_kernel == "trtllm_sm100"
-        GptOssForCausalLM._load_mxfp4_experts_weights(_Holder(prefix, experts, config), iter(source.items()))
-        experts.quant_method.process_weights_after_loading(experts)
-        return {name: p.data.clone() for name, p in experts.named_parameters()}
+        return _parameters(_gpt_oss_layer(source_dir, layer, lambda method: method._fi_kernel == "trtllm_sm100"))
 
 
 @contextmanager
@@ -409,31 +400,10 @@ def gpt_oss_marlin(source_dir: str | Path, layer: int, repack) -> dict[str, torc
     """SGLang's post-``process_weights_after_loading`` parameters of GPT-OSS layer ``layer`` on SM90 with
     ``--moe-runner-backend marlin`` (``Mxfp4MoEMethod`` with ``use_marlin``: ``deinterleave_moe_mxfp4_w13_for_marlin``,
     ``prepare_moe_mxfp4_layer_for_marlin``). ``repack`` stands in for ``gptq_marlin_repack``."""
-    import json
-
-    import sglang.srt.layers.quantization.mxfp4 as mxfp4
-    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
-    from sglang.srt.models.gpt_oss import GptOssForCausalLM
-    from transformers import PretrainedConfig
-
-    config = PretrainedConfig(**json.loads((Path(source_dir) / "config.json").read_text()))
-    prefix = f"model.layers.{layer}.mlp.experts."
-    suffixes = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
-                "down_proj_blocks", "down_proj_scales", "down_proj_bias")
-    source = read_tensors(source_dir, [prefix + s for s in suffixes])
     with sglang_engine(moe_runner_backend="marlin", gpu="sm90"), _marlin_ops(repack):
-        experts = FusedMoE(  # as GptOssSparseMoeBlock builds it
-            num_experts=config.num_local_experts, top_k=config.num_experts_per_tok, layer_id=layer,
-            hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
-            quant_config=mxfp4.Mxfp4Config.from_config(config.quantization_config), activation=config.hidden_act,
-            gemm1_alpha=getattr(config, "hidden_act_alpha", 1.702), gemm1_clamp_limit=config.swiglu_limit, with_bias=True,
-            prefix=prefix.rstrip("."), use_weight_loader_fused=False,
-        )
-        assert experts.quant_method.use_marlin
-        GptOssForCausalLM._load_mxfp4_experts_weights(_Holder(prefix, experts, config), iter(source.items()))
-        experts.quant_method.process_weights_after_loading(experts)
+        experts = _gpt_oss_layer(source_dir, layer, lambda method: method.use_marlin)
         assert experts._mxfp4_backend == "marlin"
-        return {name: p.data.clone() for name, p in experts.named_parameters()}
+        return _parameters(experts)
 
 
 def deepseek_v4_marlin(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
