@@ -17,6 +17,7 @@ from moebake.convert.targets.base import Planned, Target, constant
 from moebake.convert.targets.expert_chunks import zip_expert_chunks
 from moebake.errors import UnsupportedError
 from moebake.formats.expert_source import source_tensors
+from moebake.layouts.gate_up import pad_to
 from moebake.schema.enums import DType, GateUpOrder
 from moebake.schema.manifest import LayerRecord
 from moebake.schema.sizes import round_up
@@ -35,6 +36,25 @@ class Bake:
     also: tuple[str, ...] = ()
     """More canonical tensors read with the same experts; their parts follow ``canonical``'s in ``transform``'s
     arguments (the Humming weight rewrite needs the block scales). The layer record names ``canonical``."""
+
+
+class PaddedScales:
+    """E8M0 block scales padded to a layer's ``H_pad`` / ``I_pad`` at the engine profile's fill bytes (hidden padding
+    first, then intermediate padding: the order SGLang's scale buffers fill them in)."""
+
+    def __init__(self, dims: LayerDims, padding):
+        self.Hp, self.Ip = dims.hidden_padded, dims.intermediate_padded
+        self.hidden_fill, self.intermediate_fill = padding.hidden_scale_fill, padding.intermediate_scale_fill
+
+    def w13_half(self, half: torch.Tensor) -> torch.Tensor:
+        """One W13 half's block scales ``[e, I, H/32]`` -> ``[e, Ip, Hp/32]``."""
+        widened = pad_to(half, (half.shape[1], self.Hp // 32), self.hidden_fill)
+        return pad_to(widened, (self.Ip, self.Hp // 32), self.intermediate_fill)
+
+    def w2(self, down: torch.Tensor) -> torch.Tensor:
+        """W2 block scales ``[e, H, I/32]`` -> ``[e, Hp, Ip/32]``."""
+        widened = pad_to(down, (down.shape[1], self.Ip // 32), self.intermediate_fill)
+        return pad_to(widened, (self.Hp, self.Ip // 32), self.hidden_fill)
 
 
 class Mxfp4Target(Target):

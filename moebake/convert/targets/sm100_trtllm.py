@@ -30,7 +30,7 @@ import torch
 
 from moebake.convert.options import ConvertOptions
 from moebake.convert.targets.base import register
-from moebake.convert.targets.mxfp4_layers import Bake, Mxfp4Target, restore_layer
+from moebake.convert.targets.mxfp4_layers import Bake, Mxfp4Target, PaddedScales, restore_layer
 from moebake.formats.safetensors_file import DTYPES
 from moebake.layouts.block_scale_swizzle import swizzle_128x4, unswizzle_128x4
 from moebake.layouts.gate_up import merge_pairs, pad_to, split_pairs
@@ -69,23 +69,14 @@ class Sm100Trtllm(Mxfp4Target):
 
     def bakes(self, model, dims: LayerDims, options: ConvertOptions) -> dict[str, Bake]:
         Hp, Ip = dims.hidden_padded, dims.intermediate_padded
-        padding = options.padding(model.format_name)
-        hidden_fill, intermediate_fill = padding.hidden_scale_fill, padding.intermediate_scale_fill
-
-        def w13_scales(half: torch.Tensor) -> torch.Tensor:
-            """One W13 half's block scales ``[e, I, H/32]`` -> ``[e, Ip, Hp/32]``: H padding, then I padding, at their fills."""
-            return pad_to(pad_to(half, (half.shape[1], Hp // 32), hidden_fill), (Ip, Hp // 32), intermediate_fill)
-
-        def w2_scales(down: torch.Tensor) -> torch.Tensor:
-            """W2 block scales ``[e, H, I/32]`` -> ``[e, Hp, Ip/32]``: I padding, then H padding, at their fills."""
-            return pad_to(pad_to(down, (down.shape[1], Ip // 32), intermediate_fill), (Hp, Ip // 32), hidden_fill)
-
+        scales = PaddedScales(dims, options.padding(model.format_name))
         return {
             "w13_weight": Bake("w13_weight", lambda gate, up: _w13(gate, up, (Ip, Hp // 2))),
-            "w13_weight_scale": Bake("w13_scale", lambda gate, up: _swizzled(_w13(w13_scales(gate), w13_scales(up), (Ip, Hp // 32)))),
+            "w13_weight_scale": Bake("w13_scale", lambda gate, up: _swizzled(_w13(scales.w13_half(gate), scales.w13_half(up),
+                                                                                 (Ip, Hp // 32)))),
             "w13_weight_bias": Bake("w13_bias", lambda gate, up: _w13(gate.float(), up.float(), (Ip,))),
             "w2_weight": Bake("w2_weight", lambda down: shuffle_rows(pad_to(down, (Hp, Ip // 2)), EPILOGUE_TILE_M)),
-            "w2_weight_scale": Bake("w2_scale", lambda down: _swizzled(shuffle_rows(w2_scales(down), EPILOGUE_TILE_M))),
+            "w2_weight_scale": Bake("w2_scale", lambda down: _swizzled(shuffle_rows(scales.w2(down), EPILOGUE_TILE_M))),
             "w2_weight_bias": Bake("w2_bias", lambda down: shuffle_rows(pad_to(down.float(), (Hp,)), EPILOGUE_TILE_M)),
             **_constants(model, dims.experts),
         }

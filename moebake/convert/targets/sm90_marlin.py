@@ -23,7 +23,7 @@ import torch
 
 from moebake.convert.options import ConvertOptions
 from moebake.convert.targets.base import register
-from moebake.convert.targets.mxfp4_layers import Bake, Mxfp4Target, restore_layer
+from moebake.convert.targets.mxfp4_layers import Bake, Mxfp4Target, PaddedScales, restore_layer
 from moebake.errors import UnsupportedError
 from moebake.layouts.gate_up import pad_to, split_halves, stack_halves
 from moebake.layouts.marlin import permute_bias, permute_scales, repack, unpermute_bias, unpermute_scales, unrepack
@@ -49,23 +49,13 @@ class Sm90Marlin(Mxfp4Target):
 
     def bakes(self, model, dims: LayerDims, options: ConvertOptions) -> dict[str, Bake]:
         Hp, Ip = dims.hidden_padded, dims.intermediate_padded
-        padding = options.padding(model.format_name)
-        hidden_fill, intermediate_fill = padding.hidden_scale_fill, padding.intermediate_scale_fill
-
-        def half_scales(half: torch.Tensor) -> torch.Tensor:
-            """One W13 half's block scales ``[e, I, H/32]`` -> ``[e, Ip, Hp/32]``: H padding, then I padding, at their fills."""
-            return pad_to(pad_to(half, (half.shape[1], Hp // 32), hidden_fill), (Ip, Hp // 32), intermediate_fill)
-
-        def w2_scales(down: torch.Tensor) -> torch.Tensor:
-            """W2 block scales ``[e, H, I/32]`` -> ``[e, Hp, Ip/32]``: I padding, then H padding, at their fills."""
-            return pad_to(pad_to(down, (down.shape[1], Ip // 32), intermediate_fill), (Hp, Ip // 32), hidden_fill)
-
+        scales = PaddedScales(dims, options.padding(model.format_name))
         return {
             "w13_weight": Bake("w13_weight", lambda gate, up: repack(stack_halves(gate, up, (Ip, Hp // 2)))),
-            "w13_weight_scale": Bake("w13_scale", lambda gate, up: _e8m0(torch.cat([half_scales(gate), half_scales(up)], 1))),
+            "w13_weight_scale": Bake("w13_scale", lambda gate, up: _e8m0(torch.cat([scales.w13_half(gate), scales.w13_half(up)], 1))),
             "w13_weight_bias": Bake("w13_bias", lambda gate, up: permute_bias(stack_halves(gate, up, (Ip,)))),
             "w2_weight": Bake("w2_weight", lambda down: repack(pad_to(down, (Hp, Ip // 2)))),
-            "w2_weight_scale": Bake("w2_scale", lambda down: _e8m0(w2_scales(down))),
+            "w2_weight_scale": Bake("w2_scale", lambda down: _e8m0(scales.w2(down))),
             "w2_weight_bias": Bake("w2_bias", lambda down: permute_bias(pad_to(down, (Hp,)))),
         }
 
