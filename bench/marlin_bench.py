@@ -34,13 +34,8 @@ def _harness(experts: int):
     # first: the oracle stands in for compiled modules SGLang imports but these paths never call
     sglang_oracle = importlib.import_module("engine_oracles.sglang_oracle")
     import test_sglang_plugin_gpu as harness
-    from sglang.srt.layers.quantization import QUANTIZATION_METHODS
-    from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
-    from sglang.srt.plugins import load_plugins
 
-    QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
-    load_plugins()
-    return harness, sglang_oracle
+    return harness, harness.with_plugins(sglang_oracle)
 
 
 def time_apply(layer, x, ids, weights, iters: int, warmup: int) -> float:

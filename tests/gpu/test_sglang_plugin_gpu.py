@@ -44,11 +44,8 @@ TOP_K = 4
 DEVICE = "cuda"
 
 
-@pytest.fixture(scope="module")
-def oracle(sm90_gpu):
-    sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
-    if not sglang_oracle.sglang_installed():
-        pytest.skip("sglang 0.5.23 is not installed (bin/gpu-wheels --sglang, carry .whl-sglang)")
+def with_plugins(sglang_oracle):
+    """``sglang_oracle`` once SGLang knows ``mxfp4`` and has loaded its plugins (moebake's ``moebake`` quantization)."""
     from sglang.srt.layers.quantization import QUANTIZATION_METHODS
     from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
     from sglang.srt.plugins import load_plugins
@@ -56,6 +53,14 @@ def oracle(sm90_gpu):
     QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
     load_plugins()
     return sglang_oracle
+
+
+@pytest.fixture(scope="module")
+def oracle(sm90_gpu):
+    sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
+    if not sglang_oracle.sglang_installed():
+        pytest.skip("sglang 0.5.23 is not installed (bin/gpu-wheels --sglang, carry .whl-sglang)")
+    return with_plugins(sglang_oracle)
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +170,19 @@ def forward(oracle, layer, model_dir, x, ids, weights, **flags):
         return combined.hidden_states
 
 
+def assert_parameters_equal(plugin, stock, what: str) -> list[str]:
+    """Every parameter of ``plugin`` byte for byte equal to ``stock``'s, and no other; the names, sorted."""
+    stock_params, checked = dict(stock.named_parameters()), []
+    for name, tensor in plugin.named_parameters():
+        reference = stock_params[name]
+        assert (tensor.dtype, tensor.shape) == (reference.dtype, reference.shape), name
+        assert torch.equal(tensor.reshape(-1).view(torch.uint8), reference.reshape(-1).view(torch.uint8)), (
+            f"{name} differs from stock SGLang's {what}")
+        checked.append(name)
+    assert sorted(checked) == sorted(stock_params)
+    return sorted(checked)
+
+
 def test_plugin_equals_stock_sglang_and_starts_faster(oracle, bake):
     source, out = bake
     stock_layer(oracle, source)  # warm-up: CUDA context, kernels loaded, allocator
@@ -210,14 +228,7 @@ def test_humming_plugin_equals_stock_sglang(oracle, tmp_path):
     stock, stock_seconds, _ = stock_layer(oracle, source, **HUMMING)
     plugin, plugin_seconds, _ = plugin_layer(oracle, tmp_path / "out", **HUMMING)
     assert stock.quant_method._use_sm90_humming and plugin.quant_method._use_sm90_humming
-    stock_params, checked = dict(stock.named_parameters()), []
-    for name, tensor in plugin.named_parameters():
-        reference = stock_params[name]
-        assert (tensor.dtype, tensor.shape) == (reference.dtype, reference.shape), name
-        assert torch.equal(tensor.reshape(-1).view(torch.uint8), reference.reshape(-1).view(torch.uint8)), (
-            f"{name} differs from stock SGLang's Humming preparation")
-        checked.append(name)
-    assert sorted(checked) == sorted(stock_params)
+    checked = assert_parameters_equal(plugin, stock, "Humming preparation")
     shape = f"E={SHAPE['num_experts']}, H={SHAPE['hidden']}, I={SHAPE['intermediate']}"
     print(f"\nMATCH: sm90-cutlass-w4a8 plugin parameters == stock SGLang's Humming preparation on the GPU ({shape}): "
           f"{', '.join(sorted(checked))}; start-up stock {stock_seconds:.3f} s, plugin {plugin_seconds:.3f} s (not warmed)")
@@ -238,14 +249,7 @@ def test_marlin_plugin_equals_stock_sglang_and_its_start_up_memory(oracle, tmp_p
     stock, stock_seconds, stock_peak = stock_layer(oracle, source, **MARLIN)
     plugin, plugin_seconds, plugin_peak = plugin_layer(oracle, tmp_path / "out", **MARLIN)
     assert stock.quant_method.use_marlin and stock._mxfp4_backend == plugin._mxfp4_backend == "marlin"
-    stock_params, checked = dict(stock.named_parameters()), []
-    for name, tensor in plugin.named_parameters():
-        reference = stock_params[name]
-        assert (tensor.dtype, tensor.shape) == (reference.dtype, reference.shape), name
-        assert torch.equal(tensor.reshape(-1).view(torch.uint8), reference.reshape(-1).view(torch.uint8)), (
-            f"{name} differs from stock SGLang's Marlin preparation")
-        checked.append(name)
-    assert sorted(checked) == sorted(stock_params)
+    checked = assert_parameters_equal(plugin, stock, "Marlin preparation")
     g = torch.Generator(device=DEVICE).manual_seed(1)
     for tokens in (1, 37, 512):
         x = torch.randn(tokens, SHAPE["hidden"], generator=g, device=DEVICE).to(torch.bfloat16)
