@@ -70,10 +70,10 @@ def convert(
     """Convert checkpoint ``source`` into ``out``; returns the manifest written to ``out/moebake.json`` (its typed record).
 
     ``workers`` > 1 bakes shards in that many processes in parallel, at most ``writers_per_device`` (the
-    output is on one storage device) and :func:`moebake.convert.workers.usable_workers`'s other limits. A (target, source format) that
-    ``options.engine`` cannot serve exactly (no verified profile) is refused (UnsupportedError, nothing
-    written) unless ``allow_inexact``: the bake is then recorded as not engine-exact. What may be replaced, re-used
-    or deleted: :mod:`moebake.convert.output_dir`, :mod:`moebake.convert.staging`,
+    output is on one storage device) and :func:`moebake.convert.workers.usable_workers`'s other limits. A
+    (target, source format) that ``options.engine`` cannot serve exactly (no verified profile) is refused
+    (UnsupportedError, nothing written) unless ``allow_inexact``: the bake is then recorded as not engine-exact.
+    What may be replaced, re-used or deleted: :mod:`moebake.convert.output_dir`, :mod:`moebake.convert.staging`,
     :mod:`moebake.convert.progress`.
     """
     paths = output_paths(out)
@@ -90,7 +90,7 @@ def convert(
         try:
             check_destination(paths, overwrite=overwrite)  # again, now that the lock is held
             manifest = _bake(conversion, source, options, staging.path, _resumed(staging, identity, conversion.shards, resume),
-                             progress, (workers, writers_per_device), location, revision)
+                             progress, workers, writers_per_device, location, revision)
             _publish(staging, paths, overwrite)
         except (MoebakeError, OSError) as err:
             if staging.fresh:
@@ -122,7 +122,7 @@ def _resumed(staging: Staging, identity: dict, shards, resume: bool) -> Progress
 
 
 def _bake(conversion, source, options: ConvertOptions, staging: Path, done: Progress, progress: bool,
-          workers: tuple[int, int], location: str, revision: str | None) -> Manifest:
+          workers: int, writers_per_device: int, location: str, revision: str | None) -> Manifest:
     """Bake every shard not ``done`` into ``staging``, then the index, side files and manifest."""
     model, target, checkpoint, shards = conversion.model, conversion.target, conversion.checkpoint, conversion.shards
     todo = [s for s in shards if s.file_name not in done.shards]
@@ -138,10 +138,9 @@ def _bake(conversion, source, options: ConvertOptions, staging: Path, done: Prog
         for shard in todo:  # left by an interrupted run: never written through (it could be a link)
             if os.path.lexists(path := child(staging, shard.file_name)):
                 os.unlink(path)
-        requested, writers_per_device = workers
-        count, fewer = usable_workers(requested, len(todo), writers_per_device=writers_per_device)
+        count, fewer = usable_workers(workers, len(todo), writers_per_device=writers_per_device)
         if fewer:
-            LOG.info("--workers %d: using %d (%s)", requested, count, fewer)
+            LOG.info("--workers %d: using %d (%s)", workers, count, fewer)
         if count > 1:
             bake_in_workers(source, options, [s.file_name for s in todo], staging, count, bar.update, finished)
         else:
