@@ -146,7 +146,9 @@ def bench_forward(experts, prepared: dict, swiglu_limit: float, args) -> list[di
         graphs = tokens <= args.graph_max_tokens
         if graphs:  # decode sizes: moebake's decode step and the bare kernel, each replayed from a CUDA graph
             step = experts.decode_step(max_tokens=tokens, top_k=args.top_k)
-            step.hidden.copy_(x), step.topk_ids.copy_(ids32), step.topk_weights.copy_(weights)
+            step.hidden.copy_(x)
+            step.topk_ids.copy_(ids32)
+            step.topk_weights.copy_(weights)
             step.capture(tokens)
             direct_graph, _ = capture(lambda: cutlass_fused_moe(x_padded, ids32, weights, output=out, **direct_args))
             calls.update(decode_graph=step.replay, direct_graph=direct_graph.replay)
