@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
 RESULTS = BENCH / "results"
 PYTHON_SCRIPTS = ["convert_bench.py", "transform_bench.py", "serve_bench.py", "deepep_layer_bench.py", "deepgemm_masked_bench.py",
-                  "startup_bench.py", "marlin_bench.py"]
+                  "startup_bench.py", "sm90_paths_bench.py"]
 SHELL_SCRIPTS = ["device_convert_scaling.sh", "device_wheels.sh"]
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal on a machine without a GPU")
 
@@ -192,30 +192,38 @@ def test_deepep_layer_bench_shows_the_graph_step(tmp_path, capsys):
     assert (tmp_path / "ep.png").stat().st_size > 10_000
 
 
-# marlin_bench.py: SGLang's Marlin vs FlashInfer CUTLASS W4A16 MoE forward (one SM90 GPU)
+# sm90_paths_bench.py: SGLang's MoE forward on FlashInfer CUTLASS W4A16, Humming W4A8 and Marlin (one SM90 GPU)
 
 
-def test_marlin_bench_arguments():
-    args = _load("marlin_bench.py").parse_args(["--tokens", "1,64", "--experts", "8"])
+def test_sm90_paths_bench_arguments():
+    bench = _load("sm90_paths_bench.py")
+    args = bench.parse_args(["--tokens", "1,64", "--experts", "8", "--targets", "sm90-marlin"])
     assert (args.tokens, args.experts, args.hidden, args.top_k) == ([1, 64], 8, 2880, 4)
+    assert args.targets == ["sm90-cutlass", "sm90-marlin"]  # the baseline is always timed, first
+    assert bench.parse_args([]).targets == ["sm90-cutlass", "sm90-cutlass-w4a8", "sm90-marlin"]
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--targets", "sm100-trtllm"])
 
 
 @no_gpu
-def test_marlin_bench_refuses_without_a_gpu():
-    with pytest.raises(SystemExit, match=r"^marlin_bench.py times GPU work: it needs an SM90 GPU"):
-        _load("marlin_bench.py").main(["--tokens", "1"])
+def test_sm90_paths_bench_refuses_without_a_gpu():
+    with pytest.raises(SystemExit, match=r"^sm90_paths_bench.py times GPU work: it needs an SM90 GPU"):
+        _load("sm90_paths_bench.py").main(["--tokens", "1"])
 
 
-def test_marlin_bench_table_and_plot(tmp_path, capsys):
-    """A results file made up here: the ratio, which path is faster, and the plot."""
+def test_sm90_paths_bench_table_and_plot(tmp_path, capsys):
+    """A results file made up here: the ratios to W4A16, which path is fastest, and the plot."""
     pytest.importorskip("matplotlib")
-    results = {"device": "GPU", "torch": "2.x", "shape": {"experts": 8, "hidden": 2880, "intermediate": 2880, "top_k": 4},
-               "iters": 3, "warmup": 1, "rows": [{"tokens": 1, "cutlass_ms": 0.2, "marlin_ms": 0.1, "marlin_over_cutlass": 0.5},
-                                                 {"tokens": 8192, "cutlass_ms": 10.0, "marlin_ms": 15.0, "marlin_over_cutlass": 1.5}]}
+    targets = ["sm90-cutlass", "sm90-cutlass-w4a8", "sm90-marlin"]
+    results = {"device": "GPU", "torch": "2.x", "targets": targets,
+               "shape": {"experts": 8, "hidden": 2880, "intermediate": 2880, "top_k": 4}, "iters": 3, "warmup": 1,
+               "rows": [{"tokens": 1, "ms": dict(zip(targets, (0.2, 0.3, 0.1)))},
+                        {"tokens": 8192, "ms": dict(zip(targets, (10.0, 8.0, 15.0)))}]}
     (tmp_path / "r.json").write_text(json.dumps(results))
-    _load("marlin_bench.py").main(["--plot-only", str(tmp_path / "r.json"), "--png", str(tmp_path / "m.png")])
+    _load("sm90_paths_bench.py").main(["--plot-only", str(tmp_path / "r.json"), "--png", str(tmp_path / "m.png")])
     lines = capsys.readouterr().out.splitlines()
-    assert "| 1 | 0.200 | 0.100 | 0.50 | Marlin |" in lines and "| 8192 | 10.000 | 15.000 | 1.50 | CUTLASS |" in lines
+    assert "| 1 | 0.200 | 0.300 | 0.100 | 1.50 | 0.50 | Marlin |" in lines
+    assert "| 8192 | 10.000 | 8.000 | 15.000 | 0.80 | 1.50 | CUTLASS Humming W4A8 |" in lines
     assert (tmp_path / "m.png").stat().st_size > 10_000
 
 

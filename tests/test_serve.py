@@ -71,6 +71,31 @@ def test_load_experts_gives_the_ranks_slice_of_every_tensor(baked, ep_rank, ep_s
     assert experts.load_stats.tensors == len(whole)
 
 
+@pytest.mark.parametrize("ep_rank, ep_size", [(0, 1), (1, 2)])
+def test_w4a8_experts_call_the_humming_path_with_their_ranks_residuals(tmp_path, baked, ep_rank, ep_size):
+    """sm90-cutlass-w4a8: SGLang's Humming call (five quant scales in its order, an fp32 scalar FC2 activation scale
+    of 1, ``use_wfp4afp8_humming``), each tensor the rank's slice of the bake's; sm90-cutlass keeps its two scales."""
+    source = write_gpt_oss(tmp_path / "src", **SHAPE)
+    convert(source, tmp_path / "out", ConvertOptions(target="sm90-cutlass-w4a8"), progress=False)
+    ckpt = moebake.serve.open(tmp_path / "out", platform=INSTALLED)
+    assert type(ckpt).__name__ == "Sm90CutlassW4A8Checkpoint"
+    experts = ckpt.load_experts(0, device="cpu", ep_rank=ep_rank, ep_size=ep_size)
+    whole, per_rank = layer_tensors(tmp_path / "out", 0), SHAPE["num_experts"] // ep_size
+    mine = {name: tensor[ep_rank * per_rank:(ep_rank + 1) * per_rank] for name, tensor in whole.items()}
+    args = experts._kernel_args
+    assert experts.humming and args["use_wfp4afp8_humming"] is True and args["use_w4_group_scaling"] is True
+    w13_scale, w13_residual, fc2_act, w2_scale, w2_residual = args["quant_scales"]
+    assert torch.equal(w13_scale, mine["w13_weight_scale"].view(torch.int32))
+    assert torch.equal(w2_scale, mine["w2_weight_scale"].view(torch.int32))
+    assert w13_residual.dtype == w2_residual.dtype == torch.float32
+    assert torch.equal(w13_residual, mine["w13_humming_residual_scale"])
+    assert torch.equal(w2_residual, mine["w2_humming_residual_scale"])
+    assert fc2_act.shape == () and fc2_act.dtype == torch.float32 and fc2_act.item() == 1.0
+    plain = moebake.serve.open(baked, platform=INSTALLED).load_experts(0, device="cpu")
+    assert not plain.humming and len(plain._kernel_args["quant_scales"]) == 2
+    assert "use_wfp4afp8_humming" not in plain._kernel_args
+
+
 def test_activation_parameters_come_from_the_manifest(baked_copy):
     edit_manifest(baked_copy, lambda m: m["activation"].update(alpha=1.5, beta=0.25, limit=3.0))
     experts = moebake.serve.open(baked_copy, platform=INSTALLED).load_experts(0, device="cpu", ep_rank=1, ep_size=2)

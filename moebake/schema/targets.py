@@ -162,7 +162,7 @@ SM90_CUTLASS_W4A8 = register_spec(TargetSpec(
         TensorSpec("w2_weight_bias", DType.BF16, "E, H_pad", optional=True),
         TensorSpec("w2_humming_residual_scale", DType.F32, "E"),
     ),
-    gpus=(GpuFamily.SM90,),
+    runtime=True, gpus=(GpuFamily.SM90,),
     lossy=("FlashInfer's Humming preprocess clamps each expert's E8M0 scales to a range of 11 and rewrites the FP4 "
            "codes of clamped groups (and -0 to 0), so the source's bytes cannot be recovered"),
 ))

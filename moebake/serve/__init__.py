@@ -20,10 +20,11 @@ from moebake.schema.manifest import MANIFEST_NAME, read_manifest_record
 from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve.deepep_bf16 import DeepEPBf16Checkpoint
 from moebake.serve.platform import Platform
-from moebake.serve.sm90_cutlass import Sm90CutlassCheckpoint
+from moebake.serve.sm90_cutlass import Sm90CutlassCheckpoint, Sm90CutlassW4A8Checkpoint
 
 RUNTIMES: dict[str, type[BakedCheckpoint]] = {
     Sm90CutlassCheckpoint.target: Sm90CutlassCheckpoint,
+    Sm90CutlassW4A8Checkpoint.target: Sm90CutlassW4A8Checkpoint,
     DeepEPBf16Checkpoint.target: DeepEPBf16Checkpoint,
 }
 

@@ -1,4 +1,5 @@
-"""Runtime of target ``sm90-cutlass``: baked experts -> FlashInfer ``cutlass_fused_moe`` W4A16 on Hopper.
+"""Runtime of targets ``sm90-cutlass`` and ``sm90-cutlass-w4a8``: baked experts -> FlashInfer ``cutlass_fused_moe``
+on Hopper, W4A16 (BF16 activations x MXFP4) or Humming W4A8 (activations quantized to FP8 in the kernel x MXFP4).
 
 Per MoE layer the manifest lists the baked tensors (SGLang's parameter names, see
 :mod:`moebake.convert.targets.sm90_cutlass`); with ``E_local`` experts on this rank:
@@ -9,6 +10,16 @@ Per MoE layer the manifest lists the baked tensors (SGLang's parameter names, se
   ``w2_weight_scale``   uint8 ``[E_local, H_pad/64, I_pad/128, 16, 16]`` fc2 E8M0 scales (read as int32)
   ``w13_weight_bias``   bf16  ``[E_local, 2*I_pad]``  optional, [up | gate]; with it, ``w2_weight_bias``
   ``w2_weight_bias``    bf16  ``[E_local, H_pad]``    optional
+
+``sm90-cutlass-w4a8`` holds the same names (its weights and scales rewritten and interleaved by FlashInfer's Humming
+preprocess, ``"fp4_fp8"``) and two more:
+
+  ``w13_humming_residual_scale``  f32 ``[E_local]``  fc1 per-expert residual scale (x 64, SGLang's parameter)
+  ``w2_humming_residual_scale``   f32 ``[E_local]``  fc2 per-expert residual scale (x 64)
+
+which the kernel takes with an fp32 scalar FC2 activation scale of 1 (SGLang's ``humming_fc2_act_scale``) as
+``quant_scales = [w13 scales as int32, w13 residual, fc2 act scale, w2 scales as int32, w2 residual]`` and
+``use_wfp4afp8_humming=True``, SGLang's call.
 
 The activation comes from the manifest's ``activation`` record (see :func:`swiglu_parameters`) and
 is passed as per-expert fp32 ``swiglu_alpha/beta/limit [E_local]``, which selects FlashInfer's
@@ -27,14 +38,14 @@ import torch.nn.functional as F
 from moebake.bake.staged_reader import LoadStats
 from moebake.errors import InvalidArgumentError, ManifestError, PlatformError, UnsupportedError
 from moebake.schema.manifest import Activation, LayerRecord
-from moebake.schema.targets import SM90_CUTLASS
+from moebake.schema.targets import SM90_CUTLASS, SM90_CUTLASS_W4A8, TargetSpec
 from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve.cuda_graph import capture
 from moebake.serve.flashinfer_ops import sm90_moe_ops
 from moebake.serve.platform import require_flashinfer_layout, require_gpu
 
-REQUIRED_TENSORS = SM90_CUTLASS.required_tensors  # w13/w2 weights and scales
-BIAS_TENSORS = SM90_CUTLASS.optional_tensors      # w13/w2 biases: both or neither
+BIAS_TENSORS = SM90_CUTLASS.optional_tensors      # w13/w2 biases: both or neither (both targets)
+HUMMING_RESIDUALS = ("w13_humming_residual_scale", "w2_humming_residual_scale")
 
 
 # Activation kinds this runtime runs, with the parameters a manifest record may leave out.
@@ -63,8 +74,9 @@ def swiglu_parameters(activation: Activation, where) -> tuple[float, float, floa
 class Sm90CutlassCheckpoint(BakedCheckpoint):
     """A baked ``sm90-cutlass`` checkpoint; :meth:`load_experts` gives runnable experts of one layer."""
 
-    target = SM90_CUTLASS.name
-    layout_version = SM90_CUTLASS.layout_version
+    spec: TargetSpec = SM90_CUTLASS
+    target = spec.name
+    layout_version = spec.layout_version
 
     def __init__(self, root, manifest, platform):
         super().__init__(root, manifest, platform)
@@ -97,23 +109,33 @@ class Sm90CutlassCheckpoint(BakedCheckpoint):
 
     def _tensor_names(self, record: LayerRecord) -> list[str]:
         """The layer's baked tensor names, checked: the four required, both biases or neither, nothing else."""
-        present = set(record.tensors)
-        missing = [n for n in REQUIRED_TENSORS if n not in present]
-        unknown = sorted(present - set(REQUIRED_TENSORS) - set(BIAS_TENSORS))
+        required, present = self.spec.required_tensors, set(record.tensors)
+        missing = [n for n in required if n not in present]
+        unknown = sorted(present - set(required) - set(BIAS_TENSORS))
         biases = [n for n in BIAS_TENSORS if n in present]
         if missing or unknown or len(biases) == 1:
             raise UnsupportedError(
-                f"{self.manifest_path}: layer {record.index} tensors {sorted(present)} do not fit the sm90-cutlass "
-                f"runtime (needs {', '.join(REQUIRED_TENSORS)}, and both or neither of {', '.join(BIAS_TENSORS)})"
+                f"{self.manifest_path}: layer {record.index} tensors {sorted(present)} do not fit the {self.target} "
+                f"runtime (needs {', '.join(required)}, and both or neither of {', '.join(BIAS_TENSORS)})"
             )
-        return [*REQUIRED_TENSORS, *biases]
+        return [*required, *biases]
+
+
+class Sm90CutlassW4A8Checkpoint(Sm90CutlassCheckpoint):
+    """A baked ``sm90-cutlass-w4a8`` checkpoint: the same runtime on FlashInfer's Humming W4A8 path (its experts carry
+    the two residual scales; see the module docstring)."""
+
+    spec: TargetSpec = SM90_CUTLASS_W4A8
+    target = spec.name
+    layout_version = spec.layout_version
 
 
 class Sm90CutlassExperts:
     """One layer's experts for one EP rank, on one device, with the ``cutlass_fused_moe`` call ready.
 
     Attributes: ``num_experts`` (global), ``num_local_experts``, ``first_expert``, ``hidden``,
-    ``hidden_padded``, ``swiglu_alpha/beta/limit`` (fp32 ``[E_local]``), ``load_stats``.
+    ``hidden_padded``, ``swiglu_alpha/beta/limit`` (fp32 ``[E_local]``), ``load_stats``, ``humming`` (the tensors
+    are a ``sm90-cutlass-w4a8`` bake's: the kernel runs Humming W4A8).
     """
 
     def __init__(self, tensors: dict[str, torch.Tensor], *, hidden: int, hidden_padded: int,
@@ -129,16 +151,25 @@ class Sm90CutlassExperts:
         self.swiglu_alpha, self.swiglu_beta, self.swiglu_limit = (
             torch.full((self.num_local_experts,), value, dtype=torch.float32, device=self.device) for value in swiglu
         )
+        self.humming = all(name in tensors for name in HUMMING_RESIDUALS)
+        w13_scales, w2_scales = tensors["w13_weight_scale"].view(torch.int32), tensors["w2_weight_scale"].view(torch.int32)
+        if self.humming:
+            fc2_act_scale = torch.ones((), dtype=torch.float32, device=self.device)
+            quant_scales = [w13_scales, tensors["w13_humming_residual_scale"], fc2_act_scale,
+                            w2_scales, tensors["w2_humming_residual_scale"]]
+        else:
+            quant_scales = [w13_scales, w2_scales]
         self._kernel_args = dict(
             fc1_expert_weights=weights,
             fc2_expert_weights=tensors["w2_weight"],
             output_dtype=torch.bfloat16,
-            quant_scales=[tensors["w13_weight_scale"].view(torch.int32), tensors["w2_weight_scale"].view(torch.int32)],
+            quant_scales=quant_scales,
             fc1_expert_biases=tensors.get("w13_weight_bias"),
             fc2_expert_biases=tensors.get("w2_weight_bias"),
             swiglu_alpha=self.swiglu_alpha, swiglu_beta=self.swiglu_beta, swiglu_limit=self.swiglu_limit,
             ep_size=ep_size, ep_rank=ep_rank,
             use_w4_group_scaling=True,
+            **({"use_wfp4afp8_humming": True} if self.humming else {}),
         )
 
     def parameters(self) -> dict[str, torch.Tensor]:

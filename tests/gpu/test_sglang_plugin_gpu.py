@@ -214,12 +214,23 @@ def test_plugin_equals_stock_sglang_and_starts_faster(oracle, bake):
 HUMMING = {"flashinfer_mxfp4_moe_precision": "fp8"}
 
 
+def _routed_inputs(seed: int):
+    """For 1, 37 and 512 tokens: bf16 hidden states [T, H], expert ids [T, k], renormalised softmax weights [T, k]."""
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    for tokens in (1, 37, 512):
+        x = torch.randn(tokens, SHAPE["hidden"], generator=g, device=DEVICE).to(torch.bfloat16)
+        weights, ids = torch.topk(torch.softmax(torch.randn(tokens, SHAPE["num_experts"], generator=g, device=DEVICE), -1), TOP_K)
+        yield x, ids, weights / weights.sum(-1, keepdim=True)
+
+
 def test_humming_plugin_equals_stock_sglang(oracle, tmp_path):
     """``sm90-cutlass-w4a8`` under ``--flashinfer-mxfp4-moe-precision fp8``: stock SGLang's Humming preparation on the
     GPU (FlashInfer's real ``preprocess_moe_weights_for_sm90_mixed_gemm_humming``: its torch clamp / rewrite on CUDA, the
     CUDA ``"fp4_fp8"`` interleave of the reduced module) equals the plugin's parameters from the bake, byte for byte, on a
-    GPT-OSS layer whose scales are widened so that the range clamp rewrites groups. No forward: the reduced module
-    has only the BF16 x FP4 GEMMs, not the FP8 x FP4 ones this path runs (FlashInfer's full module has them)."""
+    GPT-OSS layer whose scales are widened so that the range clamp rewrites groups. Then SGLang's forward (FlashInfer's
+    FP8 x MXFP4 Humming ``cutlass_fused_moe``, from the reduced module) is bit-identical on both layers, and so is
+    ``moebake.serve``'s forward on the bake."""
+    import moebake.serve
     from engine_oracles.humming_oracle import widen_mxfp4_scales
 
     source = write_gpt_oss(tmp_path / "src", num_layers=1, vocab=64, seed=5, **SHAPE)
@@ -229,9 +240,18 @@ def test_humming_plugin_equals_stock_sglang(oracle, tmp_path):
     plugin, plugin_seconds, _ = plugin_layer(oracle, tmp_path / "out", **HUMMING)
     assert stock.quant_method._use_sm90_humming and plugin.quant_method._use_sm90_humming
     checked = assert_parameters_equal(plugin, stock, "Humming preparation")
+    runtime = moebake.serve.open(tmp_path / "out").load_experts(0, device=DEVICE)
+    assert runtime.humming
+    for x, ids, weights in _routed_inputs(2):
+        ours = forward(oracle, plugin, tmp_path / "out", x, ids, weights, **HUMMING)
+        theirs = forward(oracle, stock, source, x, ids, weights, **HUMMING)
+        assert ours.shape == (x.shape[0], SHAPE["hidden"]) and ours.abs().max() > 0
+        assert torch.equal(ours, theirs), f"{x.shape[0]} tokens: Humming output through the plugin differs from stock SGLang's"
+        assert torch.equal(runtime.forward(x, ids, weights), theirs), f"{x.shape[0]} tokens: moebake.serve differs"
     shape = f"E={SHAPE['num_experts']}, H={SHAPE['hidden']}, I={SHAPE['intermediate']}"
-    print(f"\nMATCH: sm90-cutlass-w4a8 plugin parameters == stock SGLang's Humming preparation on the GPU ({shape}): "
-          f"{', '.join(sorted(checked))}; start-up stock {stock_seconds:.3f} s, plugin {plugin_seconds:.3f} s (not warmed)")
+    print(f"\nMATCH: sm90-cutlass-w4a8 plugin == stock SGLang's Humming path on the GPU ({shape}): parameters "
+          f"{', '.join(sorted(checked))}; forward at 1, 37, 512 tokens, and moebake.serve's forward; start-up stock "
+          f"{stock_seconds:.3f} s, plugin {plugin_seconds:.3f} s (not warmed)")
 
 
 MARLIN = {"moe_runner_backend": "marlin"}
@@ -250,15 +270,11 @@ def test_marlin_plugin_equals_stock_sglang_and_its_start_up_memory(oracle, tmp_p
     plugin, plugin_seconds, plugin_peak = plugin_layer(oracle, tmp_path / "out", **MARLIN)
     assert stock.quant_method.use_marlin and stock._mxfp4_backend == plugin._mxfp4_backend == "marlin"
     checked = assert_parameters_equal(plugin, stock, "Marlin preparation")
-    g = torch.Generator(device=DEVICE).manual_seed(1)
-    for tokens in (1, 37, 512):
-        x = torch.randn(tokens, SHAPE["hidden"], generator=g, device=DEVICE).to(torch.bfloat16)
-        weights, ids = torch.topk(torch.softmax(torch.randn(tokens, SHAPE["num_experts"], generator=g, device=DEVICE), -1), TOP_K)
-        weights = weights / weights.sum(-1, keepdim=True)
+    for x, ids, weights in _routed_inputs(1):
         ours = forward(oracle, plugin, tmp_path / "out", x, ids, weights, **MARLIN)
         theirs = forward(oracle, stock, source, x, ids, weights, **MARLIN)
-        assert ours.shape == (tokens, SHAPE["hidden"]) and ours.abs().max() > 0
-        assert torch.equal(ours, theirs), f"{tokens} tokens: Marlin output through the plugin differs from stock SGLang's"
+        assert ours.shape == (x.shape[0], SHAPE["hidden"]) and ours.abs().max() > 0
+        assert torch.equal(ours, theirs), f"{x.shape[0]} tokens: Marlin output through the plugin differs from stock SGLang's"
     print(f"\nMATCH: sm90-marlin plugin == stock SGLang (parameters {', '.join(sorted(checked))}; forward at 1, 37, 512 "
           f"tokens); start-up of one GPT-OSS layer (E={SHAPE['num_experts']}, H=I=2880): stock {stock_seconds:.3f} s, "
           f"plugin {plugin_seconds:.3f} s; peak GPU memory beyond the layer's start: stock {stock_peak:.2f} GiB, "

@@ -1,15 +1,18 @@
-"""Benchmark (not a test): SGLang's MoE forward on Marlin (``sm90-marlin``) vs FlashInfer CUTLASS W4A16
-(``sm90-cutlass``), one SM90 GPU, the same GPT-OSS-shaped layer baked both ways.
+"""Benchmark (not a test): SGLang's MoE forward on the three SM90 MXFP4 paths moebake bakes, one GPU, the same
+GPT-OSS-shaped layer baked three ways: FlashInfer CUTLASS W4A16 (``sm90-cutlass``), FlashInfer CUTLASS Humming W4A8
+(``sm90-cutlass-w4a8``) and SGLang's Marlin (``sm90-marlin``).
 
-Both layers are built through SGLang 0.5.23 with moebake's plugin, the way ``tests/gpu/test_sglang_plugin_gpu.py``
-builds them (where the plugin's parameters and outputs are proven equal to stock SGLang's on both paths):
-``--moe-runner-backend flashinfer_mxfp4`` (FlashInfer ``cutlass_fused_moe`` from moebake's reduced module) and
-``--moe-runner-backend marlin`` (SGLang's JIT-built ``moe_wna16_marlin``). For every token count, each layer's
-``quant_method.apply`` on a standard dispatch (random routing, top-k) is timed with CUDA events, eager, median of
-``--iters`` after ``--warmup``; the table gives the ratio Marlin / CUTLASS (below 1: Marlin is faster).
+Each layer is built through SGLang 0.5.23 with moebake's plugin, the way ``tests/gpu/test_sglang_plugin_gpu.py``
+builds them (where the plugin's parameters and outputs are proven equal to stock SGLang's on each path):
+``--moe-runner-backend flashinfer_mxfp4`` (FlashInfer ``cutlass_fused_moe`` from moebake's reduced module), the same
+with ``--flashinfer-mxfp4-moe-precision fp8``, and ``--moe-runner-backend marlin`` (SGLang's JIT-built
+``moe_wna16_marlin``). For every token count, each layer's ``quant_method.apply`` on a standard dispatch (random
+routing, top-k) is timed with CUDA events, eager, median of ``--iters`` after ``--warmup``; the table gives each
+path's time over W4A16's (below 1: faster than W4A16). FlashInfer runs its first (untuned) tactic, as SGLang does
+without its autotuner.
 
-    python bench/marlin_bench.py --json marlin.json --png marlin.png       # on the GPU machine, SGLang installed
-    python bench/marlin_bench.py --plot-only marlin.json --png marlin.png  # anywhere
+    python bench/sm90_paths_bench.py --json paths.json --png paths.png       # on the GPU machine, SGLang installed
+    python bench/sm90_paths_bench.py --plot-only paths.json --png paths.png  # anywhere
 """
 
 import argparse
@@ -22,7 +25,12 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-BACKENDS = {"sm90-cutlass": {}, "sm90-marlin": {"moe_runner_backend": "marlin"}}
+BASELINE = "sm90-cutlass"
+PATHS = {  # target -> (label, SGLang server flags)
+    "sm90-cutlass": ("CUTLASS W4A16", {}),
+    "sm90-cutlass-w4a8": ("CUTLASS Humming W4A8", {"flashinfer_mxfp4_moe_precision": "fp8"}),
+    "sm90-marlin": ("Marlin", {"moe_runner_backend": "marlin"}),
+}
 
 
 def _harness(experts: int):
@@ -67,7 +75,7 @@ def run(args) -> dict:
     import torch
 
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        raise SystemExit("marlin_bench.py times GPU work: it needs an SM90 GPU (H100/H200) with SGLang 0.5.23 and "
+        raise SystemExit("sm90_paths_bench.py times GPU work: it needs an SM90 GPU (H100/H200) with SGLang 0.5.23 and "
                          "FlashInfer; without one, only --plot-only runs")
     from moebake.convert.options import ConvertOptions
     from moebake.convert.run import convert
@@ -76,7 +84,7 @@ def run(args) -> dict:
 
     ensure_flashinfer_sm90_moe()
     harness, oracle = _harness(args.experts)
-    root = Path(tempfile.mkdtemp(prefix="marlin-bench-"))
+    root = Path(tempfile.mkdtemp(prefix="sm90-paths-bench-"))
     source = write_gpt_oss(root / "src", num_layers=1, vocab=64, seed=3, num_experts=args.experts,
                            hidden=args.hidden, intermediate=args.intermediate)
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -86,31 +94,36 @@ def run(args) -> dict:
         weights, ids = torch.topk(torch.softmax(torch.randn(tokens, args.experts, generator=g, device="cuda"), -1), args.top_k)
         inputs[tokens] = (x, ids, weights / weights.sum(-1, keepdim=True))
     ms = {}
-    for target, flags in BACKENDS.items():
+    for target in args.targets:
+        flags = PATHS[target][1]
         out = root / target
         convert(source, out, ConvertOptions(target), progress=False)
         layer, _, _ = harness.plugin_layer(oracle, out, **flags)
         with harness.sm90_server(oracle, out, **flags):
             for tokens, (x, ids, weights) in inputs.items():
                 ms[target, tokens] = time_apply(layer, x, ids, weights, args.iters, args.warmup)
-                print(f"{target:13} {tokens:6} tokens: {ms[target, tokens]:.3f} ms", flush=True)
+                print(f"{target:18} {tokens:6} tokens: {ms[target, tokens]:.3f} ms", flush=True)
         del layer
         torch.cuda.empty_cache()
-    rows = [{"tokens": t, "cutlass_ms": ms["sm90-cutlass", t], "marlin_ms": ms["sm90-marlin", t],
-             "marlin_over_cutlass": ms["sm90-marlin", t] / ms["sm90-cutlass", t]} for t in args.tokens]
-    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+    rows = [{"tokens": t, "ms": {target: ms[target, t] for target in args.targets}} for t in args.tokens]
+    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "targets": list(args.targets),
             "shape": {"experts": args.experts, "hidden": args.hidden, "intermediate": args.intermediate, "top_k": args.top_k},
             "iters": args.iters, "warmup": args.warmup, "rows": rows}
 
 
 def table(results: dict) -> str:
-    s = results["shape"]
+    s, targets = results["shape"], results["targets"]
+    others = [t for t in targets if t != BASELINE]
     lines = [f"{results['device']}, torch {results['torch']}; SGLang 0.5.23 plugin layers, E={s['experts']}, "
              f"H={s['hidden']}, I={s['intermediate']}, top-{s['top_k']}; eager quant_method.apply, median of {results['iters']}",
-             "", "| tokens | CUTLASS W4A16 (ms) | Marlin (ms) | Marlin / CUTLASS | faster |", "|---|---|---|---|---|"]
+             "", "| tokens | " + " | ".join(f"{PATHS[t][0]} (ms)" for t in targets) + " | "
+             + " | ".join(f"{PATHS[t][0]} / W4A16" for t in others) + " | fastest |",
+             "|---" * (2 + len(targets) + len(others)) + "|"]
     for r in results["rows"]:
-        faster = "Marlin" if r["marlin_over_cutlass"] < 1 else "CUTLASS"
-        lines.append(f"| {r['tokens']} | {r['cutlass_ms']:.3f} | {r['marlin_ms']:.3f} | {r['marlin_over_cutlass']:.2f} | {faster} |")
+        times = r["ms"]
+        fastest = PATHS[min(times, key=times.get)][0]
+        lines.append(f"| {r['tokens']} | " + " | ".join(f"{times[t]:.3f}" for t in targets) + " | "
+                     + " | ".join(f"{times[t] / times[BASELINE]:.2f}" for t in others) + f" | {fastest} |")
     return "\n".join(lines)
 
 
@@ -120,16 +133,18 @@ def plot(results: dict, png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = results["rows"]
+    rows, targets = results["rows"], results["targets"]
     tokens = [r["tokens"] for r in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    left.plot(tokens, [r["cutlass_ms"] for r in rows], "o-", label="sm90-cutlass (FlashInfer CUTLASS W4A16)")
-    left.plot(tokens, [r["marlin_ms"] for r in rows], "s-", label="sm90-marlin (SGLang Marlin)")
+    for target, marker in zip(targets, "osd^"):
+        left.plot(tokens, [r["ms"][target] for r in rows], marker + "-", label=f"{target} ({PATHS[target][0]})")
+        if target != BASELINE:
+            right.plot(tokens, [r["ms"][target] / r["ms"][BASELINE] for r in rows], marker + "-", label=PATHS[target][0])
     left.set(xscale="log", yscale="log", xlabel="tokens", ylabel="ms per layer (lower is better)", title=results["device"])
     left.legend(fontsize=8)
-    right.plot(tokens, [r["marlin_over_cutlass"] for r in rows], "o-", color="tab:purple")
     right.axhline(1.0, color="k", lw=0.8, ls="--")
-    right.set(xscale="log", xlabel="tokens", ylabel="Marlin / CUTLASS", title="below 1: Marlin faster (decode)")
+    right.set(xscale="log", xlabel="tokens", ylabel="time / CUTLASS W4A16", title="below 1: faster than W4A16")
+    right.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 
@@ -141,12 +156,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--intermediate", type=int, default=2880)
     parser.add_argument("--top-k", type=int, default=4)
     parser.add_argument("--tokens", type=lambda s: [int(t) for t in s.split(",")], default=[1, 8, 64, 1024, 8192])
+    parser.add_argument("--targets", type=lambda s: s.split(","), default=list(PATHS),
+                        help=f"comma-separated, from {', '.join(PATHS)} ({BASELINE} is always timed: the baseline)")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--png", type=Path)
     parser.add_argument("--plot-only", type=Path, help="print the table and draw --png from a saved JSON")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    unknown = [t for t in args.targets if t not in PATHS]
+    if unknown:
+        parser.error(f"--targets: unknown {unknown}; choose from {', '.join(PATHS)}")
+    args.targets = [BASELINE] + [t for t in args.targets if t != BASELINE]
+    return args
 
 
 def main(argv=None) -> None:
