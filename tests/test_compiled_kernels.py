@@ -18,6 +18,7 @@ from moebake.layouts.compiled import DISABLE_ENV, kernels, load
 from moebake.layouts.gate_up import split_pairs
 from moebake.layouts.marlin import permute_scales_padded, repack_padded
 from moebake.layouts.sm90_fp4 import interleave_fp4, interleave_fp4_padded
+from moebake.layouts.sm90_humming import humming_weight
 from moebake.layouts.sm90_scales import fold_scales_padded
 from moebake.synthetic import write_gpt_oss
 
@@ -155,15 +156,17 @@ def test_marlin_scales_padded_equals_torch(shape, oracle):
         assert permuted.dtype == e8m0 and torch.equal(permuted.view(torch.uint8), expected)
 
 
-def test_marlin_conversion_loads_no_kernel_and_writes_identical_files(tmp_path, monkeypatch):
-    """sm90-marlin, padded (H 192 -> 256, I 96 -> 128): what :func:`load` loads is all it calls, and the numpy path
+@pytest.mark.parametrize("target, used", [("sm90-marlin", ("marlin_repack_part", "marlin_scales_part")),
+                                          ("sm90-cutlass-w4a8", ("humming_weight_expert",))])
+def test_padded_conversion_loads_no_kernel_and_writes_identical_files(tmp_path, monkeypatch, target, used):
+    """Padded (H 192 -> 256, I 96 -> 128): what :func:`load` loads is all the conversion calls, and the numpy path
     writes the same files."""
     source = write_gpt_oss(tmp_path / "src", num_layers=2, num_experts=3, hidden=192, intermediate=96, vocab=64)
     load()
     compiled = kernels()
-    loaded = {name: set(getattr(compiled, name).signatures) for name in ("marlin_repack_part", "marlin_scales_part")}
+    loaded = {name: set(getattr(compiled, name).signatures) for name in used}
     assert all(loaded.values())
-    options = ConvertOptions("sm90-marlin")
+    options = ConvertOptions(target)
     with_kernels = convert(source, tmp_path / "compiled", options, progress=False).to_json()
     assert {name: set(getattr(compiled, name).signatures) for name in loaded} == loaded
     monkeypatch.setenv(DISABLE_ENV, "1")
@@ -171,6 +174,18 @@ def test_marlin_conversion_loads_no_kernel_and_writes_identical_files(tmp_path, 
     assert with_kernels["files"] == numpy_path["files"]
     for name in with_kernels["files"]:
         assert (tmp_path / "compiled" / name).read_bytes() == (tmp_path / "numpy" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 32), (3, 48, 64), (2, 368, 1440)], ids=lambda s: "x".join(map(str, s)))
+def test_humming_weight_equals_numpy(shape, oracle):
+    """Scales over a range wider than 11 (so groups are rewritten), E8M0 255 (NaN) among them."""
+    experts, rows, row_bytes = shape
+    weight = random_u8(experts, rows, row_bytes, seed=sum(shape))
+    scales = 100 + random_u8(experts, rows, row_bytes // 16, seed=1 + sum(shape)) % 28
+    scales[0, 0, 0] = 255
+    expected = oracle(humming_weight, weight, scales)
+    assert torch.equal(humming_weight(weight, scales), expected)
+    assert torch.equal(humming_weight(weight, scales, interleave=False), oracle(humming_weight, weight, scales, 11, False))
 
 
 @pytest.mark.parametrize("layout", ["v2", "v1"])

@@ -10,7 +10,9 @@ them on many shapes), and runs without the GIL, so threads share the cores:
   * :func:`marlin_repack_part` -- :func:`moebake.layouts.marlin.repack_padded` (``gptq_marlin_repack``)
     for one expert of one part (zero padding of rows and columns fused in);
   * :func:`marlin_scales_part` -- :func:`moebake.layouts.marlin.permute_scales_padded` (1-byte scales) for
-    one expert of one part (padding fills fused in).
+    one expert of one part (padding fills fused in);
+  * :func:`humming_weight_expert` -- steps 2 and 3 of :func:`moebake.layouts.sm90_humming.humming_weight`
+    (payload rewrite, then the ``fp4_fp8`` interleave) for one expert.
 
 :func:`kernels` returns this module's kernels, or None when numba is not installed or the
 environment variable :data:`DISABLE_ENV` is ``1`` (read at every call, so tests and benchmarks can
@@ -222,8 +224,42 @@ if numba is not None:
                 else:
                     out[m] = source[n, kg]
 
+    @_jit
+    def _humming_signs(x):
+        """Nibble ``i``'s sign bit of ``x`` to nibble ``2i + 1`` (``i < 4``) or ``2(i - 4)`` (``SIGN_DESTINATION``)."""
+        m = np.uint32
+        return ((x & m(0x77777777)) | ((x & m(0x8)) << m(4)) | ((x & m(0x80)) << m(8)) | ((x & m(0x800)) << m(12))
+                | ((x & m(0x8000)) << m(16)) | ((x & m(0x80000)) >> m(16)) | ((x & m(0x800000)) >> m(12))
+                | ((x & m(0x8000000)) >> m(8)) | ((x & m(0x80000000)) >> m(4)))
+
+    @_jit
+    def humming_weight_expert(source, delta, byte_lut, target):
+        """Humming payload rewrite and ``fp4_fp8`` interleave of one expert (see :mod:`moebake.layouts.sm90_humming`):
+        uint8 ``source [n, k/2]`` (unit column stride), its scale deltas uint8 ``[n, k/32]``, ``byte_lut`` uint8
+        ``[65536]`` (``delta << 8 | byte`` -> the byte rewritten) into uint32 ``target [n, k/8]``. Uint16 column
+        ``c = 16p + 8mma + 4q + l`` of rows ``16G + r0`` and ``16G + 8 + r0``, rewritten, make the word
+        ``x = lo | hi << 16``, stored with its signs moved (:func:`_humming_signs`) at row ``16G + 8q + r0``, word
+        ``8p + 4mma + l``. One 16-byte scale group (``p, mma``) of a row pair at a time."""
+        rows, row_bytes = source.shape[0], source.shape[1]
+        for first in range(0, rows, 16):
+            for r0 in range(8):
+                low, high = first + r0, first + 8 + r0
+                source_low, source_high = source[low], source[high]
+                for group in range(row_bytes // 16):  # p = group // 2, mma = group % 2
+                    lut_low = byte_lut[np.int64(delta[low, group]) << 8:]
+                    lut_high = byte_lut[np.int64(delta[high, group]) << 8:]
+                    for q in range(2):
+                        out = target[first + 8 * q + r0]
+                        for lane in range(4):
+                            b = 16 * group + 8 * q + 2 * lane  # the uint16's first byte
+                            x = (np.uint32(lut_low[source_low[b]]) | (np.uint32(lut_low[source_low[b + 1]]) << 8)
+                                 | (np.uint32(lut_high[source_high[b]]) << 16)
+                                 | (np.uint32(lut_high[source_high[b + 1]]) << 24))
+                            out[4 * group + lane] = _humming_signs(x)
+
     _KERNELS = types.SimpleNamespace(interleave_fp4_part=interleave_fp4_part, fold_scales_part=fold_scales_part,
-                                     marlin_repack_part=marlin_repack_part, marlin_scales_part=marlin_scales_part)
+                                     marlin_repack_part=marlin_repack_part, marlin_scales_part=marlin_scales_part,
+                                     humming_weight_expert=humming_weight_expert)
 
     _bytes, _words = numba.types.Array(numba.uint8, 2, "C"), numba.types.Array(numba.uint32, 2, "C")
     _longs, _any_longs = numba.types.Array(numba.uint64, 2, "C"), numba.types.Array(numba.uint64, 2, "A")  # A: any row stride
@@ -234,6 +270,7 @@ if numba is not None:
         marlin_repack_part: [(source, target) for source in (_longs, _any_longs) for target in (_words, _any_words)],
         marlin_scales_part: [(source, target, numba.uint8, numba.uint8) for source in (_bytes, _any_bytes)
                              for target in (_bytes, _any_bytes)],
+        humming_weight_expert: [(_bytes, _bytes, numba.types.Array(numba.uint8, 1, "C"), _words)],
     }
     """The argument types conversions pass the kernels (a source part's rows contiguous, or strided; a Marlin target
     part the whole output row, or a column range of it); others load at first call."""
