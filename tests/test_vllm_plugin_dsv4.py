@@ -604,9 +604,10 @@ def test_marlin_refuses_an_sglang_bake_that_vllm_would_pad_saying_no_vllm_bake_e
 
 def test_marlin_refuses_a_gpt_oss_sm90_marlin_bake(tmp_path):
     """GPT-OSS sm90-marlin bakes are SGLang's only (no vLLM profile): the plugin refuses one at start-up, naming the
-    kinds it serves (DeepSeek-V4 only for sm90-marlin), before any expert is read."""
+    kinds it serves (DeepSeek-V4 only for sm90-marlin) and why (``NOT_SERVABLE``), before any expert is read."""
     from vllm.model_executor.layers.quantization import get_quantization_config
 
+    from moebake.schema.profiles import NOT_SERVABLE
     from moebake.synthetic import write_gpt_oss
 
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=3, hidden=256, intermediate=128, vocab=32)
@@ -617,3 +618,4 @@ def test_marlin_refuses_a_gpt_oss_sm90_marlin_bake(tmp_path):
         quant.maybe_update_config(str(tmp_path / "out"), hf_config=config)
     assert "target 'sm90-marlin' of source format 'gpt-oss'; the vLLM plugin serves" in refusal(excinfo)
     assert "sm90-marlin bakes of deepseek-v4" in refusal(excinfo)
+    assert f"({NOT_SERVABLE[('vllm', 'sm90-marlin', 'gpt-oss')]})" in refusal(excinfo)  # why, in the same line

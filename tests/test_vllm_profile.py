@@ -302,12 +302,43 @@ def test_deepseek_v4_marlin_bake_that_vllm_would_pad_serves_sglang_only(tmp_path
         convert(source, tmp_path / "out-vllm", ConvertOptions("sm90-marlin", engine="vllm"), progress=False)
 
 
-def test_gpt_oss_marlin_is_refused_for_vllm(tmp_path):
-    """vLLM 0.33.0's Marlin path for GPT-OSS keeps the checkpoint's (gate, up) row pairs (and zero scale padding):
-    not sm90-marlin's [gate; up] bytes, so there is no vLLM profile and ``--engine vllm`` is refused in one line."""
+def test_gpt_oss_marlin_is_refused_for_vllm_and_says_why(tmp_path):
+    """vLLM 0.33.0's own GPT-OSS Marlin preparation, run on CPU (``GptOssMxfp4MoEMethod``, ``MARLIN``, vLLM's loader;
+    the CUDA repack stood in for by vLLM's Python Marlin reference), holds the Marlin layout of the checkpoint's
+    interleaved (gate, up) row pairs with the padding rows after them and zero scale padding, for its SWIGLUOAI
+    activation: moebake's layout functions on that order give vLLM's bytes, and the sm90-marlin bake (SGLang's
+    [gate; up] halves, scale padding 127) is not them. So there is no vLLM profile, and ``--engine vllm`` is refused in
+    one line saying so (:data:`NOT_SERVABLE`)."""
     from moebake.errors import UnsupportedError
+    from moebake.layouts import marlin
+    from moebake.layouts.gate_up import pad_to
+    from moebake.schema.profiles import NOT_SERVABLE
 
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=192, intermediate=96, vocab=32)
+    engine = vllm_oracle.gpt_oss_marlin(source, 0, gptq_marlin_repack_reference)
+    Hp, Ip = engine["hidden_dim"], engine["intermediate_size_per_partition"]
+    assert (Hp, Ip, engine["activation"]) == (256, 128, "swigluoai")
+    checkpoint, prefix = load_all(source), "model.layers.0.mlp.experts."
+    pairs = checkpoint[prefix + "gate_up_proj_blocks"].flatten(2)  # rows g0, u0, g1, u1, ...
+    assert torch.equal(engine["w13_weight"], marlin.repack(pad_to(pairs, (2 * Ip, Hp // 2))))
+    assert torch.equal(engine["w13_weight_scale"].view(torch.uint8),
+                       marlin.permute_scales(pad_to(checkpoint[prefix + "gate_up_proj_scales"], (2 * Ip, Hp // 32), 0)))
+    assert torch.equal(engine["w2_weight_scale"].view(torch.uint8),
+                       marlin.permute_scales(pad_to(checkpoint[prefix + "down_proj_scales"], (Hp, Ip // 32), 0)))
+    assert torch.equal(engine["w13_bias"], marlin.permute_bias(pad_to(checkpoint[prefix + "gate_up_proj_bias"], (2 * Ip,)))
+                       .to(engine["w13_bias"].dtype))
+
+    manifest = convert(source, tmp_path / "sglang", ConvertOptions("sm90-marlin"), progress=False).to_json()
+    assert manifest["serves"] == []
+    baked = load_all(tmp_path / "sglang")
+    for name in ("w13_weight", "w13_weight_scale", "w2_weight_scale"):
+        assert not torch.equal(baked[prefix + name].view(torch.uint8), engine[name].view(torch.uint8)), name
+    assert torch.equal(baked[prefix + "w2_weight"], engine["w2_weight"])  # W2 has no halves: only its scale padding differs
+
+    why = NOT_SERVABLE[("vllm", "sm90-marlin", "gpt-oss")]
+    assert all(fact in why for fact in ("GptOssMxfp4MoEMethod", "prepare_moe_mxfp4_layer_for_marlin", "(gate, up) row pairs",
+                                        "zero scale padding", "SWIGLUOAI", "[gate; up] halves", "scale padding 127"))
     with pytest.raises(UnsupportedError) as refusal:
         convert(source, tmp_path / "out", ConvertOptions("sm90-marlin", engine="vllm"), progress=False)
-    assert "\n" not in str(refusal.value) and "vllm 0.33.0 cannot serve sm90-marlin bakes of gpt-oss" in str(refusal.value)
+    assert "\n" not in str(refusal.value)
+    assert f"vllm 0.33.0 cannot serve sm90-marlin bakes of gpt-oss checkpoints exactly ({why})" in str(refusal.value)

@@ -6,7 +6,13 @@ them on many shapes), and runs without the GIL, so threads share the cores:
   * :func:`interleave_fp4_part` -- :func:`moebake.layouts.sm90_fp4.interleave_fp4_padded` for one
     expert of one part (zero padding of rows and columns fused in);
   * :func:`fold_scales_part` -- :func:`moebake.layouts.sm90_scales.fold_scales_padded` (uint8, group
-    32) for one expert of one part.
+    32) for one expert of one part;
+  * :func:`marlin_repack_part` -- :func:`moebake.layouts.marlin.repack_padded` (``gptq_marlin_repack``)
+    for one expert of one part (zero padding of rows and columns fused in);
+  * :func:`marlin_scales_part` -- :func:`moebake.layouts.marlin.permute_scales_padded` (1-byte scales) for
+    one expert of one part (padding fills fused in);
+  * :func:`humming_weight_expert` -- steps 2 and 3 of :func:`moebake.layouts.sm90_humming.humming_weight`
+    (payload rewrite, then the ``fp4_fp8`` interleave) for one expert.
 
 :func:`kernels` returns this module's kernels, or None when numba is not installed or the
 environment variable :data:`DISABLE_ENV` is ``1`` (read at every call, so tests and benchmarks can
@@ -152,15 +158,122 @@ if numba is not None:
                 for g in range(4):
                     target[big, kb, f, 4 * m + g] = _byte(source, r, 4 * kb + g)
 
-    _KERNELS = types.SimpleNamespace(interleave_fp4_part=interleave_fp4_part, fold_scales_part=fold_scales_part)
+    @_jit
+    def _marlin_nibbles(v):
+        """8 source bytes as a little-endian word ``v`` (``X_d`` = byte ``d``, ``Y_d`` = byte ``4 + d``, ``d`` in
+        ``[0, 4)``: the ``b0 = 0, 1`` halves of 16 ``k``) -> (lo, hi): byte ``d`` of lo is ``lo(X_d) | lo(Y_d) << 4``
+        (``a = 0``), of hi ``hi(X_d) | hi(Y_d) << 4`` (``a = 1``)."""
+        lo = (v & np.uint64(0x0F0F0F0F)) | ((v >> np.uint64(28)) & np.uint64(0xF0F0F0F0))
+        hi = ((v >> np.uint64(4)) & np.uint64(0x0F0F0F0F)) | ((v >> np.uint64(32)) & np.uint64(0xF0F0F0F0))
+        return np.uint32(lo), np.uint32(hi)
+
+    @_jit
+    def marlin_repack_part(source, target):
+        """Marlin repack (``gptq_marlin_repack``, 4 bits) of ``source``, uint64 ``[r, c]`` (8 bytes of one row
+        each, unit column stride, any row stride), zero-padded to ``[N, K/16]``, into uint32 ``target [K/16, 2N]``
+        (unit column stride, any row stride: one part's column range of a stacked output). Element ``(n, k)``,
+        ``k = 16kt + 8b0 + 2d + a``, ``n = 64g + 16j + 8b1 + c``, goes to ``target[kt]``, word
+        ``128g + 16c + 4d + j``, byte ``2a + b1``, high nibble when ``b0`` (see :mod:`moebake.layouts.marlin`):
+        per row pair ``b1 = 0, 1`` and ``kt``, the nibble step on each row's 8 bytes ``source[n, kt]``, then a
+        4x4 byte transpose into the 4 words ``d``. Row pairs outer, ``kt`` inner: two source rows read in order."""
+        rows, given = source.shape[0], source.shape[1]
+        tiles_k, groups = target.shape[0], target.shape[1] // 128
+        zero_row = np.zeros(given, np.uint64)  # rows past the source
+        m8, m16 = np.uint32(0x00FF00FF), np.uint32(0xFFFF)
+        for g in range(groups):
+            if 64 * g >= rows:
+                target[:, 128 * g:] = 0
+                break
+            for j in range(4):
+                for c in range(8):
+                    n, o = 64 * g + 16 * j + c, 128 * g + 16 * c + j
+                    first = source[n] if n < rows else zero_row          # b1 = 0
+                    second = source[n + 8] if n + 8 < rows else zero_row  # b1 = 1
+                    for kt in range(given):
+                        lo0, hi0 = _marlin_nibbles(first[kt])
+                        lo1, hi1 = _marlin_nibbles(second[kt])
+                        # bytes d of (lo0, lo1, hi0, hi1) -> word d, bytes 2a + b1 = 0, 1, 2, 3
+                        p, q = (lo0 & m8) | ((lo1 & m8) << 8), ((lo0 >> 8) & m8) | (lo1 & ~m8)
+                        s, t = (hi0 & m8) | ((hi1 & m8) << 8), ((hi0 >> 8) & m8) | (hi1 & ~m8)
+                        target[kt, o] = (p & m16) | (s << 16)
+                        target[kt, o + 4] = (q & m16) | (t << 16)
+                        target[kt, o + 8] = (p >> 16) | (s & ~m16)
+                        target[kt, o + 12] = (q >> 16) | (t & ~m16)
+                    for kt in range(given, tiles_k):  # padding columns
+                        for d in range(4):
+                            target[kt, o + 4 * d] = 0
+
+    @_jit
+    def marlin_scales_part(source, target, row_fill, column_fill):
+        """Marlin scale order of uint8 ``source [r, c]`` (any strides) padded to ``[N, G]`` (columns past ``c`` of
+        its rows with ``column_fill`` first, then rows past ``r`` with ``row_fill``), into uint8 ``target [G, N]``
+        (unit column stride, any row stride): ``target[kg, m] = padded[n, kg]`` where, in each run of 64,
+        ``m = 8i + 4j1 + 2t1 + t0`` takes ``n = 32j1 + 16t0 + 8t1 + i`` (see :mod:`moebake.layouts.marlin`)."""
+        rows, given = source.shape[0], source.shape[1]
+        source_row = np.empty(64, np.int64)
+        for r in range(64):
+            source_row[r] = 32 * ((r >> 2) & 1) + 16 * (r & 1) + 8 * ((r >> 1) & 1) + (r >> 3)
+        for kg in range(target.shape[0]):
+            out = target[kg]
+            for m in range(target.shape[1]):
+                n = (m & ~63) + source_row[m & 63]
+                if n >= rows:
+                    out[m] = row_fill
+                elif kg >= given:
+                    out[m] = column_fill
+                else:
+                    out[m] = source[n, kg]
+
+    @_jit
+    def _humming_signs(x):
+        """Nibble ``i``'s sign bit of ``x`` to nibble ``2i + 1`` (``i < 4``) or ``2(i - 4)`` (``SIGN_DESTINATION``)."""
+        m = np.uint32
+        return ((x & m(0x77777777)) | ((x & m(0x8)) << m(4)) | ((x & m(0x80)) << m(8)) | ((x & m(0x800)) << m(12))
+                | ((x & m(0x8000)) << m(16)) | ((x & m(0x80000)) >> m(16)) | ((x & m(0x800000)) >> m(12))
+                | ((x & m(0x8000000)) >> m(8)) | ((x & m(0x80000000)) >> m(4)))
+
+    @_jit
+    def humming_weight_expert(source, delta, byte_lut, target):
+        """Humming payload rewrite and ``fp4_fp8`` interleave of one expert (see :mod:`moebake.layouts.sm90_humming`):
+        uint8 ``source [n, k/2]`` (unit column stride), its scale deltas uint8 ``[n, k/32]``, ``byte_lut`` uint8
+        ``[65536]`` (``delta << 8 | byte`` -> the byte rewritten) into uint32 ``target [n, k/8]``. Uint16 column
+        ``c = 16p + 8mma + 4q + l`` of rows ``16G + r0`` and ``16G + 8 + r0``, rewritten, make the word
+        ``x = lo | hi << 16``, stored with its signs moved (:func:`_humming_signs`) at row ``16G + 8q + r0``, word
+        ``8p + 4mma + l``. One 16-byte scale group (``p, mma``) of a row pair at a time."""
+        rows, row_bytes = source.shape[0], source.shape[1]
+        for first in range(0, rows, 16):
+            for r0 in range(8):
+                low, high = first + r0, first + 8 + r0
+                source_low, source_high = source[low], source[high]
+                for group in range(row_bytes // 16):  # p = group // 2, mma = group % 2
+                    lut_low = byte_lut[np.int64(delta[low, group]) << 8:]
+                    lut_high = byte_lut[np.int64(delta[high, group]) << 8:]
+                    for q in range(2):
+                        out = target[first + 8 * q + r0]
+                        for lane in range(4):
+                            b = 16 * group + 8 * q + 2 * lane  # the uint16's first byte
+                            x = (np.uint32(lut_low[source_low[b]]) | (np.uint32(lut_low[source_low[b + 1]]) << 8)
+                                 | (np.uint32(lut_high[source_high[b]]) << 16)
+                                 | (np.uint32(lut_high[source_high[b + 1]]) << 24))
+                            out[4 * group + lane] = _humming_signs(x)
+
+    _KERNELS = types.SimpleNamespace(interleave_fp4_part=interleave_fp4_part, fold_scales_part=fold_scales_part,
+                                     marlin_repack_part=marlin_repack_part, marlin_scales_part=marlin_scales_part,
+                                     humming_weight_expert=humming_weight_expert)
 
     _bytes, _words = numba.types.Array(numba.uint8, 2, "C"), numba.types.Array(numba.uint32, 2, "C")
+    _longs, _any_longs = numba.types.Array(numba.uint64, 2, "C"), numba.types.Array(numba.uint64, 2, "A")  # A: any row stride
+    _any_bytes, _any_words = numba.types.Array(numba.uint8, 2, "A"), numba.types.Array(numba.uint32, 2, "A")
     _SIGNATURES = {
-        interleave_fp4_part: [(_bytes, _words, _words, numba.boolean),
-                              (numba.types.Array(numba.uint8, 2, "A"), _words, _words, numba.boolean)],
+        interleave_fp4_part: [(_bytes, _words, _words, numba.boolean), (_any_bytes, _words, _words, numba.boolean)],
         fold_scales_part: [(_bytes, numba.types.Array(numba.uint8, 4, "C"), numba.int64, numba.int64)],
+        marlin_repack_part: [(source, target) for source in (_longs, _any_longs) for target in (_words, _any_words)],
+        marlin_scales_part: [(source, target, numba.uint8, numba.uint8) for source in (_bytes, _any_bytes)
+                             for target in (_bytes, _any_bytes)],
+        humming_weight_expert: [(_bytes, _bytes, numba.types.Array(numba.uint8, 1, "C"), _words)],
     }
-    """The argument types conversions pass the kernels (a source part's rows contiguous, or strided); others load at first call."""
+    """The argument types conversions pass the kernels (a source part's rows contiguous, or strided; a Marlin target
+    part the whole output row, or a column range of it); others load at first call."""
 
 
 def load() -> None:

@@ -18,6 +18,11 @@ compare against) written as an 8-axis transpose: a source byte holds the ``a = 0
 pair, an output byte the ``b0 = 0, 1`` pair, so the step is a nibble transpose of the byte pairs
 ``(b0 = 0, b0 = 1)`` (``lo(X) | lo(Y) << 4``, ``hi(X) | hi(Y) << 4``; its own inverse) and one
 byte transpose. Memory: about three copies of the chunk.
+:func:`repack_padded` repacks parts stacked along ``N`` (the W13 halves), each zero-padded, without building
+the padded stack: each 64-row group fills its own 512 bytes of every output row, so a part whose padded
+row count is a multiple of 64 is a column range of the output. It runs a compiled kernel
+(:func:`moebake.layouts.compiled.kernels`; same bytes, GIL-free, experts and parts shared out between
+threads) when one is available; the numpy steps of :func:`repack` are its oracle and the fallback.
 
 **Block scales** (:func:`permute_scales`, :func:`unpermute_scales`): E8M0 bytes ``[e, N, K/32]`` ->
 ``[e, K/32, N]`` (``N % 64 == 0``, ``K >= 64``): transposed (``s.T``), then ``marlin_permute_scales`` (group size 32
@@ -25,15 +30,22 @@ byte transpose. Memory: about three copies of the chunk.
 ``mxfp4_marlin_process_scales`` (in each run of 4, the middle two swapped). Column
 ``64*G + 32*j1 + 16*t0 + 8*t1 + i`` goes to ``64*G + 8*i + 4*j1 + 2*t1 + t0``. The engines convert the
 bytes to BF16 values and back to E8M0 on the way: exact for all 256 bytes (checked in the tests).
+:func:`permute_scales_padded` does the same to padded parts stacked along ``N`` without building the
+stack (compiled kernel when available, these torch steps otherwise).
 
 **Biases** (:func:`permute_bias`, :func:`unpermute_bias`): ``[e, N]`` (``N % 32 == 0``),
 ``marlin_permute_bias``: in each run of 32, index ``8*m1 + 2*i + m0`` goes to ``8*i + 2*m1 + m0``.
 """
 
+import functools
+
 import numpy as np
 import torch
 
 from moebake.errors import InvalidArgumentError
+from moebake.layouts.compiled import kernels
+from moebake.layouts.gate_up import pad_to
+from moebake.layouts.parallel import run_in_threads
 
 TILE_N, TILE_K = 64, 16
 
@@ -50,6 +62,43 @@ def _nibble_transpose(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def repack(w: torch.Tensor) -> torch.Tensor:
     """uint8 ``[e, N, K/2]`` (any 1-byte dtype) -> int32 ``[e, K/16, 2N]``, ``gptq_marlin_repack``'s bytes per expert."""
+    return repack_padded((w,), tuple(w.shape[1:]))
+
+
+def repack_padded(parts, part_shape: tuple[int, int]) -> torch.Tensor:
+    """:func:`repack` of ``parts`` (``[e, r_i, c_i]``, any 1-byte dtype, any strides) stacked along rows,
+    each zero-padded at its ends to ``part_shape = (rows, row_bytes)`` (``rows % 64 == 0``): equal to
+    ``repack(torch.cat([pad_to(p, part_shape) for p in parts], 1))``, the padded stack never built
+    when the compiled kernel runs."""
+    rows, k2 = part_shape
+    _check((len(parts) * rows, k2), rows, k2)
+    for part in parts:
+        if part.element_size() != 1 or part.dim() != 3 or part.shape[0] != parts[0].shape[0] \
+                or part.shape[1] > rows or part.shape[2] > k2:
+            raise InvalidArgumentError(f"parts {[list(p.shape) for p in parts]} do not fit [e, {rows}, {k2}] bytes each")
+    compiled = kernels()
+    if compiled is None:
+        return _repack_numpy(torch.cat([pad_to(p, part_shape) for p in parts], 1))
+    e = parts[0].shape[0]
+    out = np.empty((e, k2 // 8, 2 * len(parts) * rows), np.uint32)
+    run_in_threads([functools.partial(compiled.marlin_repack_part, _words8(part[x].view(torch.uint8).numpy()),
+                                      out[x, :, 2 * rows * index:2 * rows * (index + 1)])
+                    for x in range(e) for index, part in enumerate(parts)])
+    return torch.from_numpy(out.view(np.int32))
+
+
+def _words8(source: np.ndarray) -> np.ndarray:
+    """uint8 ``[r, c]`` -> uint64 ``[r, ceil(c / 8)]`` (8 bytes of a row each, little-endian): a view where the rows
+    allow one, else a copy zero-padded to whole words (what the repack pads them with anyway)."""
+    if source.strides[1] == 1 and source.shape[1] % 8 == 0 and source.strides[0] % 8 == 0 \
+            and source.ctypes.data % 8 == 0 and source.shape[0] > 0:
+        return source.view(np.uint64)
+    words = np.zeros((source.shape[0], -(-source.shape[1] // 8)), np.uint64)
+    words.view(np.uint8)[:, :source.shape[1]] = source
+    return words
+
+
+def _repack_numpy(w: torch.Tensor) -> torch.Tensor:
     e, n, k2 = w.shape
     _check(tuple(w.shape), n, k2)
     src = w.contiguous().view(torch.uint8).numpy().reshape(e, n // 64, 4, 2, 8, k2 // 8, 2, 4)  # e g j b1 c kt b0 d
@@ -80,6 +129,28 @@ def permute_scales(s: torch.Tensor) -> torch.Tensor:
         raise InvalidArgumentError(f"Marlin scales need N % 64 == 0 and K >= 64, got shape {list(s.shape)}")
     t = s.transpose(1, 2).reshape(e, groups, n // 64, 2, 2, 2, 8)  # e kg G j1 t0 t1 i
     return t.permute(0, 1, 2, 6, 3, 5, 4).reshape(e, groups, n).contiguous()
+
+
+def permute_scales_padded(parts, part_shape: tuple[int, int], row_fill: int, column_fill: int) -> torch.Tensor:
+    """:func:`permute_scales` of 1-byte ``parts`` (``[e, r_i, c_i]``, any strides) stacked along rows, each padded to
+    ``part_shape = (rows, groups)`` (``rows % 64 == 0``): columns past ``c_i`` with ``column_fill`` first, then rows past
+    ``r_i`` with ``row_fill`` (``pad_to`` twice, in that order; fills are bytes). Returns ``[e, groups, len(parts) * rows]``, ``parts``'
+    dtype; the padded stack is never built when the compiled kernel runs."""
+    rows, groups = part_shape
+    for part in parts:
+        if part.element_size() != 1 or part.dim() != 3 or part.shape[0] != parts[0].shape[0] \
+                or part.shape[1] > rows or part.shape[2] > groups or part.dtype != parts[0].dtype:
+            raise InvalidArgumentError(f"parts {[list(p.shape) for p in parts]} do not fit [e, {rows}, {groups}] each")
+    compiled = kernels()
+    if compiled is None or rows % 64 or groups < 2:
+        padded = [pad_to(pad_to(p.view(torch.uint8), (p.shape[1], groups), column_fill), part_shape, row_fill) for p in parts]
+        return permute_scales(torch.cat(padded, 1)).view(parts[0].dtype)
+    e = parts[0].shape[0]
+    out = np.empty((e, groups, len(parts) * rows), np.uint8)
+    run_in_threads([functools.partial(compiled.marlin_scales_part, part[x].view(torch.uint8).numpy(),
+                                      out[x, :, rows * index:rows * (index + 1)], np.uint8(row_fill), np.uint8(column_fill))
+                    for x in range(e) for index, part in enumerate(parts)])
+    return torch.from_numpy(out).view(parts[0].dtype)
 
 
 def unpermute_scales(s: torch.Tensor) -> torch.Tensor:

@@ -28,7 +28,8 @@ Equals ``flashinfer.fused_moe.preprocess_moe_weights_for_sm90_mixed_gemm_humming
 Steps 1-2 lose information (scales below ``hi - 11`` and the values of their groups, the sign of
 zero), so there is no exact inverse of the whole; step 3 alone is a bit permutation
 (:func:`deinterleave_fp4_fp8` inverts it). Experts are independent, so every step runs one expert
-(or a few) at a time; the numpy work is vectorised and experts are shared out between threads.
+(or a few) at a time; the numpy work is vectorised and experts are shared out between threads. Steps 2-3
+of the forward weight run as one compiled kernel when available (:mod:`moebake.layouts.compiled`), numpy its oracle.
 """
 
 import functools
@@ -37,6 +38,7 @@ import numpy as np
 import torch
 
 from moebake.errors import InvalidArgumentError
+from moebake.layouts.compiled import kernels
 from moebake.layouts.parallel import run_in_threads
 from moebake.layouts.sm90_scales import fold_scales
 
@@ -205,13 +207,19 @@ def _check_pair(weight: torch.Tensor, scales: torch.Tensor) -> None:
 
 def humming_weight(weight: torch.Tensor, scales: torch.Tensor, max_range: int = MAX_RANGE, interleave: bool = True) -> torch.Tensor:
     """Steps 1-3 for the weight: uint8 ``[E, n, k/2]`` rewritten by its scales' clamp (uint8 ``[E, n, k/32]``,
-    padding included) and, with ``interleave``, in the ``"fp4_fp8"`` layout. One expert per thread task."""
+    padding included) and, with ``interleave``, in the ``"fp4_fp8"`` layout. One expert per thread task; steps 2-3
+    in one compiled kernel when one is available (:func:`moebake.layouts.compiled.kernels`; same bytes, the numpy
+    steps its oracle and fallback)."""
     _check_pair(weight, scales)
     weight_np, scales_np = weight.contiguous().numpy(), scales.contiguous().numpy()
     out = np.empty(weight_np.shape, np.uint8)
+    compiled = kernels() if interleave else None
 
     def one(e: int) -> None:
         delta = humming_scales(scales_np[e:e + 1], max_range)[2]
+        if compiled is not None:
+            compiled.humming_weight_expert(weight_np[e], delta[0], _byte_lut(), out[e].view(np.uint32))
+            return
         rewritten = rewrite_payload(weight_np[e:e + 1], delta)[0]
         if interleave:
             _interleave_expert(rewritten, out[e])

@@ -160,8 +160,8 @@ VLLM_0_33_0 = EngineProfile("vllm", "0.33.0", {
     # DeepSeek-V4, --moe-backend marlin (Mxfp4MoeBackend.MARLIN): H rounded up to 256 and I to 128
     # (mxfp4_round_up_hidden_size_and_intermediate_size; moebake bakes DeepSeek-V4 only at those multiples, so nothing is
     # padded), then prepare_moe_mxfp4_layer_for_marlin on [w1; w3]: SGLang 0.5.23's bytes wherever I % 128 == 0, so one
-    # bake serves both. (GPT-OSS is not profiled: vLLM's Marlin path keeps the checkpoint's (gate, up) row pairs and
-    # zero scale padding, which is not this target's [gate; up] layout.)
+    # bake serves both. (GPT-OSS is not profiled: NOT_SERVABLE says why; test_vllm_profile.py proves it on vLLM's own
+    # preparation.)
     ("sm90-marlin", "deepseek-v4"): TargetProfile("marlin", "none", _VLLM_MXFP4, hidden_multiple=256),
     ("cutedsl", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "none", _VLLM_NVFP4, hidden_multiple=256,
                                                  intermediate_multiple=64),
@@ -174,6 +174,11 @@ NOT_SERVABLE = {
         "vLLM 0.33.0's unquantized MoE has no DeepGEMM kernel (map_unquantized_backend offers triton, batched_triton, "
         "flashinfer_trtllm, flashinfer_cutlass, aiter; behind deepep_low_latency select_unquantized_moe_backend takes "
         "BATCHED_TRITON), so this target's DeepGEMM m_grouped_bf16_gemm_nt_masked path does not exist there"),
+    ("vllm", "sm90-marlin", "gpt-oss"): (
+        "vLLM 0.33.0's GptOssMxfp4MoEMethod hands prepare_moe_mxfp4_layer_for_marlin W13 as its GPT-OSS loader leaves it, "
+        "the checkpoint's interleaved (gate, up) row pairs with the padding rows after them and zero scale padding, for "
+        "its SWIGLUOAI activation, which reads gate and up interleaved; this target holds SGLang's [gate; up] halves, "
+        "each padded, with scale padding 127"),
 }
 """(engine, target, source format) -> why that engine cannot serve such a bake at all (one clause, from its code;
 ``tests/test_vllm_profile.py`` checks the vLLM one against vLLM's functions). ``convert --engine`` and the plugin say it."""

@@ -12,7 +12,8 @@ DeepSeek-V4 MXFP4 (:func:`deepseek_v4_flashinfer_cutlass`): the same with ``Deep
 ``.weight_scale`` and E8M0 scales viewed as bytes as vLLM's DeepSeek-V4 mapper and loader do; the whole
 ``process_weights_after_loading`` runs, the FlashInfer CUTLASS kernel set-up included; with ``--moe-backend marlin``
 (:func:`deepseek_v4_marlin`) the same load, then ``prepare_moe_mxfp4_layer_for_marlin``, its CUDA op
-``gptq_marlin_repack`` stood in for by a CPU repack the caller gives.
+``gptq_marlin_repack`` stood in for by a CPU repack the caller gives; GPT-OSS with ``--moe-backend marlin``
+(:func:`gpt_oss_marlin`) likewise, through vLLM's GPT-OSS loader.
 
 Only these things are not vLLM's:
   * the platform's answers about the GPU (vLLM picks MoE kernels from them): :func:`vllm_engine`
@@ -327,20 +328,42 @@ def deepseek_v4_flashinfer_cutlass(source_dir: str | Path, prefix: str, num_expe
         return {name: p.data.clone() for name, p in experts.named_parameters()}
 
 
+def _marlin_repack_stand_in(repack):
+    """vLLM's CUDA ``gptq_marlin_repack`` (``b_q_weight, size_k, size_n, num_bits, is_a_8bit``) stood in for by ``repack``
+    (the CUDA op's arguments ``b_q_weight, perm, size_k, size_n, num_bits``), with no act-order permutation and BF16
+    activations (``is_a_8bit`` false, asserted)."""
+    import vllm._custom_ops as ops
+
+    def vllm_repack(b_q_weight, size_k, size_n, num_bits, is_a_8bit=False):
+        assert not is_a_8bit
+        return repack(b_q_weight, torch.empty(0, dtype=torch.int32), size_k, size_n, num_bits)
+
+    return mock.patch.object(ops, "gptq_marlin_repack", vllm_repack)
+
+
+def gpt_oss_marlin(source_dir: str | Path, layer: int, repack) -> dict[str, torch.Tensor]:
+    """vLLM's parameters of GPT-OSS layer ``layer`` after ``GptOssMxfp4MoEMethod.process_weights_after_loading`` on SM90
+    with ``--moe-backend marlin`` (``Mxfp4MoeBackend.MARLIN``, asserted: ``convert_gpt_oss_weight_to_mxfp4_moe_kernel_format``'s
+    Marlin branch, ``prepare_moe_mxfp4_layer_for_marlin``), loaded by vLLM's GPT-OSS loader; ``repack`` stands in for the
+    CUDA ``gptq_marlin_repack`` as in :func:`deepseek_v4_marlin`. Returns ``{RoutedExperts parameter name: tensor}``, the
+    padded sizes under ``"hidden_dim"`` / ``"intermediate_size_per_partition"`` and the MoE activation under ``"activation"``."""
+    with _marlin_repack_stand_in(repack):
+        experts = gpt_oss_stock_experts(source_dir, layer, "cpu", moe_backend="marlin", backend="MARLIN")
+    config = experts.moe_config
+    return {name: p.data.clone() for name, p in experts.named_parameters()} | {
+        "hidden_dim": config.hidden_dim, "intermediate_size_per_partition": config.intermediate_size_per_partition,
+        "activation": config.activation.value}
+
+
 def deepseek_v4_marlin(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
                        repack) -> dict[str, torch.Tensor]:
     """The same with ``--moe-backend marlin`` (``Mxfp4MoeBackend.MARLIN``: ``prepare_moe_mxfp4_layer_for_marlin``).
     ``repack`` (moebake's or a reference's, with the CUDA op's arguments ``b_q_weight, perm, size_k, size_n,
     num_bits``) stands in for vLLM's CUDA ``gptq_marlin_repack`` (``b_q_weight, size_k, size_n, num_bits, is_a_8bit``),
     called with no act-order permutation and BF16 activations (``is_a_8bit`` false, asserted)."""
-    import vllm._custom_ops as ops
     from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
 
-    def vllm_repack(b_q_weight, size_k, size_n, num_bits, is_a_8bit=False):
-        assert not is_a_8bit
-        return repack(b_q_weight, torch.empty(0, dtype=torch.int32), size_k, size_n, num_bits)
-
-    with mock.patch.object(ops, "gptq_marlin_repack", vllm_repack):
+    with _marlin_repack_stand_in(repack):
         experts = _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, "marlin", 90,
                                        Mxfp4MoeBackend.MARLIN)
         return {name: p.data.clone() for name, p in experts.named_parameters()}

@@ -26,13 +26,13 @@ from moebake.convert.targets.base import register
 from moebake.convert.targets.mxfp4_layers import Bake, Mxfp4Target, PaddedScales, restore_layer
 from moebake.errors import UnsupportedError
 from moebake.layouts.gate_up import pad_to, split_halves, stack_halves
-from moebake.layouts.marlin import permute_bias, permute_scales, repack, unpermute_bias, unpermute_scales, unrepack
+from moebake.layouts.marlin import permute_bias, permute_scales_padded, repack_padded, unpermute_bias, unpermute_scales, unrepack
 from moebake.schema.manifest import LayerRecord
 from moebake.schema.targets import SM90_MARLIN, LayerDims
 
 
 def _e8m0(scales: torch.Tensor) -> torch.Tensor:
-    return permute_scales(scales.view(torch.uint8)).view(torch.float8_e8m0fnu)
+    return scales.view(torch.float8_e8m0fnu)
 
 
 @register
@@ -51,11 +51,13 @@ class Sm90Marlin(Mxfp4Target):
         Hp, Ip = dims.hidden_padded, dims.intermediate_padded
         scales = PaddedScales(dims, options.padding(model.format_name))
         return {
-            "w13_weight": Bake("w13_weight", lambda gate, up: repack(stack_halves(gate, up, (Ip, Hp // 2)))),
-            "w13_weight_scale": Bake("w13_scale", lambda gate, up: _e8m0(torch.cat([scales.w13_half(gate), scales.w13_half(up)], 1))),
+            "w13_weight": Bake("w13_weight", lambda gate, up: repack_padded((gate, up), (Ip, Hp // 2))),
+            "w13_weight_scale": Bake("w13_scale", lambda gate, up: _e8m0(permute_scales_padded(
+                (gate, up), (Ip, Hp // 32), scales.intermediate_fill, scales.hidden_fill))),
             "w13_weight_bias": Bake("w13_bias", lambda gate, up: permute_bias(stack_halves(gate, up, (Ip,)))),
-            "w2_weight": Bake("w2_weight", lambda down: repack(pad_to(down, (Hp, Ip // 2)))),
-            "w2_weight_scale": Bake("w2_scale", lambda down: _e8m0(scales.w2(down))),
+            "w2_weight": Bake("w2_weight", lambda down: repack_padded((down,), (Hp, Ip // 2))),
+            "w2_weight_scale": Bake("w2_scale", lambda down: _e8m0(permute_scales_padded(
+                (down,), (Hp, Ip // 32), scales.hidden_fill, scales.intermediate_fill))),
             "w2_weight_bias": Bake("w2_bias", lambda down: permute_bias(pad_to(down, (Hp,)))),
         }
 
