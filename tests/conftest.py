@@ -72,6 +72,22 @@ def random_u8(*shape, seed=0):
     return torch.randint(0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
 
 
+def assert_parameters_equal(plugin: torch.nn.Module, stock, what: str) -> list[str]:
+    """Every parameter of ``plugin`` byte for byte equal (dtype, shape, bytes) to ``stock``'s (a module, or its
+    ``{name: tensor}``), on the same device, and no other; the names, sorted. ``what`` names ``stock`` in a failure."""
+    stock_params = dict(stock.named_parameters()) if isinstance(stock, torch.nn.Module) else dict(stock)
+    checked = []
+    for name, tensor in plugin.named_parameters():
+        assert name in stock_params, f"{name}: not a parameter of {what}"
+        reference = stock_params[name]
+        assert (tensor.dtype, tensor.shape, tensor.device) == (reference.dtype, reference.shape, reference.device), name
+        assert torch.equal(tensor.reshape(-1).view(torch.uint8), reference.reshape(-1).view(torch.uint8)), (
+            f"{name} differs from {what}")
+        checked.append(name)
+    assert sorted(checked) == sorted(stock_params), f"{sorted(checked)} != {what}'s {sorted(stock_params)}"
+    return sorted(checked)
+
+
 def load_all(directory) -> dict:
     """Every tensor of every shard in a checkpoint directory, via safetensors' own reader."""
     tensors = {}
