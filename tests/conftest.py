@@ -112,3 +112,16 @@ def sm90_gpu():
     # whose full module does not build in a device call: route it to the reduced module for the test session.
     ensure_flashinfer_sm90_moe()
     return torch.device("cuda")
+
+
+@pytest.fixture(scope="session")
+def vllm_on_sm90(sm90_gpu):
+    """``engine_oracles.vllm_oracle`` with vLLM's general plugins (moebake's) loaded, for the vLLM GPU tests; skips
+    without an SM90 GPU, FlashInfer or vLLM 0.33.0 (on the device: ``bin/gpu-wheels --vllm``, carry ``.whl-vllm``)."""
+    vllm_oracle = pytest.importorskip("engine_oracles.vllm_oracle")
+    if not vllm_oracle.vllm_installed():
+        pytest.skip(f"vllm {vllm_oracle.VLLM_VERSION} is not installed (bin/gpu-wheels --vllm, carry .whl-vllm)")
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()
+    return vllm_oracle

@@ -169,6 +169,39 @@ def gpt_oss_holder(vllm_config, layers: list[int]) -> torch.nn.Module:
     return Holder()
 
 
+@contextmanager
+def flashinfer_sm90_interleave(interleave_weights):
+    """FlashInfer's CUDA-only ``interleave_moe_weights_for_sm90_mixed_gemm(w, "fp4")`` stood in for by
+    ``interleave_weights(uint8 [E, n, k/2]) -> same`` while inside."""
+    import flashinfer.fused_moe as fi_moe
+
+    def interleave(weight, quant_type):
+        assert quant_type == "fp4", quant_type
+        return interleave_weights(weight)
+
+    with mock.patch.object(fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm", interleave):
+        yield
+
+
+def flashinfer_experts_apply(experts, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
+                             cutlass_fused_moe) -> torch.Tensor:
+    """vLLM's ``FlashInferExperts.apply`` of a post-loaded FlashInfer CUTLASS layer on routed tokens (``x`` [T, H] bf16,
+    ``ids`` and ``weights`` [T, k]): the modular kernel's experts call ``cutlass_fused_moe`` (FlashInfer's, or a
+    stand-in) with vLLM's arguments. The activations are zero-padded to the layer's padded hidden size, as vLLM's
+    prepare step pads them; the output, cut back to H, is returned."""
+    import vllm.model_executor.layers.fused_moe.experts.flashinfer_cutlass_moe as vllm_experts
+
+    fused = experts.quant_method.moe_kernel.fused_experts
+    assert type(fused).__name__ == "FlashInferExperts", type(fused).__name__
+    padded = experts.w2_weight.shape[1]
+    hidden = torch.nn.functional.pad(x, (0, padded - x.shape[1]))
+    output = torch.empty(x.shape[0], padded, dtype=torch.bfloat16, device=x.device)
+    with torch.no_grad(), mock.patch.object(vllm_experts, "flashinfer_cutlass_fused_moe", cutlass_fused_moe):
+        fused.apply(output, hidden, experts.w13_weight, experts.w2_weight, weights, ids.to(torch.int32), experts.activation,
+                    experts.moe_config.num_experts, None, None, None, None, None, None, False)
+    return output[:, :x.shape[1]]
+
+
 def gpt_oss_flashinfer_cutlass(source_dir: str | Path, layer: int, interleave_weights) -> dict[str, torch.Tensor]:
     """vLLM's post-``process_weights_after_loading`` parameters of GPT-OSS layer ``layer`` on SM90 with
     ``--moe-backend flashinfer_cutlass`` (``GptOssMxfp4MoEMethod``, ``FLASHINFER_CUTLASS_MXFP4_BF16``:
@@ -178,13 +211,7 @@ def gpt_oss_flashinfer_cutlass(source_dir: str | Path, layer: int, interleave_we
     ``interleave_moe_weights_for_sm90_mixed_gemm(w, "fp4")``. Returns ``{param name: tensor}`` with
     the names of vLLM's ``RoutedExperts`` parameters (``w13_weight``, ..., ``w13_bias``, ``w2_bias``).
     """
-    import flashinfer.fused_moe as fi_moe
-
-    def interleave(weight, quant_type):
-        assert quant_type == "fp4", quant_type
-        return interleave_weights(weight)
-
-    with mock.patch.object(fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm", interleave):
+    with flashinfer_sm90_interleave(interleave_weights):
         experts = gpt_oss_stock_experts(source_dir, layer, "cpu")
     return {name: p.data.clone() for name, p in experts.named_parameters()}
 
@@ -316,13 +343,7 @@ def deepseek_v4_flashinfer_cutlass(source_dir: str | Path, prefix: str, num_expe
     ``FLASHINFER_CUTLASS_MXFP4_BF16`` (asserted), and ``convert_weight_to_mxfp4_moe_kernel_format`` swaps the
     halves to ``[w3; w1]`` and applies FlashInfer's SM90 weight and scale interleaves. ``interleave_weights`` stands
     in for FlashInfer's CUDA weight interleave. Returns ``{RoutedExperts parameter name: tensor}``."""
-    import flashinfer.fused_moe as fi_moe
-
-    def interleave(weight, quant_type):
-        assert quant_type == "fp4", quant_type
-        return interleave_weights(weight)
-
-    with mock.patch.object(fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm", interleave):
+    with flashinfer_sm90_interleave(interleave_weights):
         experts = deepseek_v4_stock_experts(source_dir, prefix, num_experts, hidden, intermediate, "cpu")
         return {name: p.data.clone() for name, p in experts.named_parameters()}
 
