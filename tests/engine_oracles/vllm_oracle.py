@@ -15,6 +15,8 @@ DeepSeek-V4 MXFP4 (:func:`deepseek_v4_flashinfer_cutlass`): the same with ``Deep
 ``gptq_marlin_repack`` stood in for by a CPU repack the caller gives. :func:`gpt_oss_stock_experts` and
 :func:`deepseek_v4_stock_experts` give the layer itself, its ``process_weights_after_loading`` run on a device of the
 caller's (the GPU tests run it on the GPU: FlashInfer's own CUDA interleave, nothing stood in for).
+:func:`flashinfer_experts_apply` runs such a layer's vLLM ``FlashInferExperts.apply`` with a given ``cutlass_fused_moe``
+(FlashInfer's on the GPU, a recorder on the CPU).
 
 Only these things are not vLLM's:
   * the platform's answers about the GPU (vLLM picks MoE kernels from them): :func:`vllm_engine`
