@@ -72,6 +72,22 @@ def random_u8(*shape, seed=0):
     return torch.randint(0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
 
 
+def assert_parameters_equal(plugin: torch.nn.Module, stock, what: str) -> list[str]:
+    """Every parameter of ``plugin`` byte for byte equal (dtype, shape, bytes) to ``stock``'s (a module, or its
+    ``{name: tensor}``), on the same device, and no other; the names, sorted. ``what`` names ``stock`` in a failure."""
+    stock_params = dict(stock.named_parameters()) if isinstance(stock, torch.nn.Module) else dict(stock)
+    checked = []
+    for name, tensor in plugin.named_parameters():
+        assert name in stock_params, f"{name}: not a parameter of {what}"
+        reference = stock_params[name]
+        assert (tensor.dtype, tensor.shape, tensor.device) == (reference.dtype, reference.shape, reference.device), name
+        assert torch.equal(tensor.reshape(-1).view(torch.uint8), reference.reshape(-1).view(torch.uint8)), (
+            f"{name} differs from {what}")
+        checked.append(name)
+    assert sorted(checked) == sorted(stock_params), f"{sorted(checked)} != {what}'s {sorted(stock_params)}"
+    return sorted(checked)
+
+
 def load_all(directory) -> dict:
     """Every tensor of every shard in a checkpoint directory, via safetensors' own reader."""
     tensors = {}
@@ -96,3 +112,16 @@ def sm90_gpu():
     # whose full module does not build in a device call: route it to the reduced module for the test session.
     ensure_flashinfer_sm90_moe()
     return torch.device("cuda")
+
+
+@pytest.fixture(scope="session")
+def vllm_on_sm90(sm90_gpu):
+    """``engine_oracles.vllm_oracle`` with vLLM's general plugins (moebake's) loaded, for the vLLM GPU tests; skips
+    without an SM90 GPU, FlashInfer or vLLM 0.33.0 (on the device: ``bin/gpu-wheels --vllm``, carry ``.whl-vllm``)."""
+    vllm_oracle = pytest.importorskip("engine_oracles.vllm_oracle")
+    if not vllm_oracle.vllm_installed():
+        pytest.skip(f"vllm {vllm_oracle.VLLM_VERSION} is not installed (bin/gpu-wheels --vllm, carry .whl-vllm)")
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()
+    return vllm_oracle

@@ -25,7 +25,7 @@ from unittest import mock
 import pytest
 import torch
 
-from conftest import load_all
+from conftest import assert_parameters_equal, load_all
 from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
@@ -125,7 +125,7 @@ class Spy(torch.nn.Module):
         config = vllm_config.model_config.hf_config
         self.model = torch.nn.Module()
         self.model.layers = torch.nn.ModuleList()
-        for index in range(LAYERS):
+        for index in range(config.num_hidden_layers):
             block = torch.nn.Module()
             block.ffn = DeepseekV4MoE(vllm_config, prefix=f"model.layers.{index}.ffn", num_hash_layers=config.num_hash_layers)
             self.model.layers.append(block)
@@ -164,6 +164,19 @@ def experts_of(model, layer):
     return model.model.layers[layer].ffn.experts.routed_experts
 
 
+def served_experts(directory: Path, layer: int, device: str):
+    """The plugin's routed experts of ``layer`` as the GPU test prepares them (``tests/gpu/test_vllm_plugin_dsv4_gpu.py``,
+    as vLLM's post-load driver treats a module on the GPU): vLLM's blocks over the bake, the moebake loader on the CPU,
+    the experts moved to ``device``, then their method's ``process_weights_after_loading`` there."""
+    model, vllm_config = build(directory)
+    load(directory, model)
+    experts = experts_of(model, layer)
+    experts.to(device)
+    with engine(vllm_config.model_config.hf_config):
+        experts.quant_method.process_weights_after_loading(experts)
+    return experts
+
+
 def post_load(model, vllm_config, pre_processed=False):
     from vllm.model_executor.model_loader.utils import process_weights_after_loading
     from vllm.model_executor.utils import weights_already_processed
@@ -199,6 +212,47 @@ def test_served_parameters_equal_stock_vllms_preparation_of_the_source(bake, sto
             assert (got.dtype, tuple(got.shape)) == (expected.dtype, tuple(expected.shape)), name
             assert torch.equal(got, expected), f"layer {layer} {name} differs from stock vLLM's"
         assert type(experts.quant_method.moe_kernel.fused_experts).__name__ == "FlashInferExperts"
+
+
+def test_the_gpu_tests_preparation_on_the_cpu(bake, stock):
+    """The GPU test's preparation (the plugin's layer moved, then post-loaded on the device: :func:`served_experts`)
+    with the CPU as the device: every parameter is stock vLLM's, prepared the same way on the same device
+    (``vllm_oracle.deepseek_v4_stock_experts``), byte for byte, and vLLM's FlashInfer CUTLASS experts are built."""
+    experts = served_experts(bake, 0, "cpu")
+    assert assert_parameters_equal(experts, stock[0], "stock vLLM's post-load parameters") == sorted(WEIGHTS)
+    assert type(experts.quant_method.moe_kernel.fused_experts).__name__ == "FlashInferExperts"
+
+
+def _same_argument(ours, theirs) -> bool:
+    if isinstance(ours, torch.Tensor):
+        return (isinstance(theirs, torch.Tensor) and (ours.dtype, ours.shape) == (theirs.dtype, theirs.shape)
+                and torch.equal(ours.reshape(-1).view(torch.uint8), theirs.reshape(-1).view(torch.uint8)))
+    if isinstance(ours, (list, tuple)):
+        return type(ours) is type(theirs) and len(ours) == len(theirs) and all(map(_same_argument, ours, theirs))
+    return ours == theirs
+
+
+def test_vllms_experts_hand_flashinfer_the_same_call_for_the_plugins_layer(source, bake):
+    """The GPU test's forward up to FlashInfer's kernel, on the CPU (``vllm_oracle.flashinfer_experts_apply`` with a
+    recorder for FlashInfer's ``cutlass_fused_moe``): vLLM's ``FlashInferExperts.apply`` of the plugin's layer hands
+    the kernel the same call as stock vLLM's, every tensor byte for byte (the output buffer aside), and the call is
+    DeepSeek-V4's: W4A16 group scaling, BF16 activations, no biases, SwiGLU with config.json's limit per expert."""
+    with vllm_oracle.flashinfer_sm90_interleave(kernel_interleave_v2):
+        stock_experts = vllm_oracle.deepseek_v4_stock_experts(source, "layers.0.ffn.experts.", EXPERTS, HIDDEN,
+                                                              INTERMEDIATE, "cpu")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, HIDDEN, generator=g).to(torch.bfloat16)
+    weights, ids = torch.topk(torch.softmax(torch.randn(5, EXPERTS, generator=g), -1), 2)
+    calls, plugin_experts = [], served_experts(bake, 0, "cpu")
+    for experts in (plugin_experts, stock_experts):
+        vllm_oracle.flashinfer_experts_apply(experts, x, ids, weights, lambda **kwargs: calls.append(kwargs))
+    ours, theirs = ({name: value for name, value in call.items() if name != "output"} for call in calls)
+    assert sorted(ours) == sorted(theirs)
+    assert [name for name in ours if not _same_argument(ours[name], theirs[name])] == []
+    assert torch.equal(ours["swiglu_limit"], torch.full((EXPERTS,), 10.0))
+    assert (ours["swiglu_alpha"], ours["swiglu_beta"], ours["fc1_expert_biases"], ours["fc2_expert_biases"]) == (None,) * 4
+    assert ours["use_w4_group_scaling"] and ours["input"].dtype == torch.bfloat16 and ours["input"].shape == (5, HIDDEN)
+    assert ours["fc1_expert_weights"] is plugin_experts.w13_weight and ours["quant_scales"][1] is plugin_experts.w2_weight_scale
 
 
 @pytest.mark.parametrize("rank", [0, 1])

@@ -13,7 +13,11 @@ DeepSeek-V4 MXFP4 (:func:`deepseek_v4_flashinfer_cutlass`): the same with ``Deep
 ``process_weights_after_loading`` runs, the FlashInfer CUTLASS kernel set-up included; with ``--moe-backend marlin``
 (:func:`deepseek_v4_marlin`) the same load, then ``prepare_moe_mxfp4_layer_for_marlin``, its CUDA op
 ``gptq_marlin_repack`` stood in for by a CPU repack the caller gives; GPT-OSS with ``--moe-backend marlin``
-(:func:`gpt_oss_marlin`) likewise, through vLLM's GPT-OSS loader.
+(:func:`gpt_oss_marlin`) likewise, through vLLM's GPT-OSS loader. :func:`gpt_oss_stock_experts` and
+:func:`deepseek_v4_stock_experts` give the layer itself, its ``process_weights_after_loading`` run on a device of the
+caller's (the GPU tests run it on the GPU: FlashInfer's own CUDA interleave, nothing stood in for).
+:func:`flashinfer_experts_apply` runs such a layer's vLLM ``FlashInferExperts.apply`` with a given ``cutlass_fused_moe``
+(FlashInfer's on the GPU, a recorder on the CPU).
 
 Only these things are not vLLM's:
   * the platform's answers about the GPU (vLLM picks MoE kernels from them): :func:`vllm_engine`
@@ -168,6 +172,39 @@ def gpt_oss_holder(vllm_config, layers: list[int]) -> torch.nn.Module:
     return Holder()
 
 
+@contextmanager
+def flashinfer_sm90_interleave(interleave_weights):
+    """FlashInfer's CUDA-only ``interleave_moe_weights_for_sm90_mixed_gemm(w, "fp4")`` stood in for by
+    ``interleave_weights(uint8 [E, n, k/2]) -> same`` while inside."""
+    import flashinfer.fused_moe as fi_moe
+
+    def interleave(weight, quant_type):
+        assert quant_type == "fp4", quant_type
+        return interleave_weights(weight)
+
+    with mock.patch.object(fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm", interleave):
+        yield
+
+
+def flashinfer_experts_apply(experts, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
+                             cutlass_fused_moe) -> torch.Tensor:
+    """vLLM's ``FlashInferExperts.apply`` of a post-loaded FlashInfer CUTLASS layer on routed tokens (``x`` [T, H] bf16,
+    ``ids`` and ``weights`` [T, k]): the modular kernel's experts call ``cutlass_fused_moe`` (FlashInfer's, or a
+    stand-in) with vLLM's arguments. The activations are zero-padded to the layer's padded hidden size, as vLLM's
+    prepare step pads them; the output, cut back to H, is returned."""
+    import vllm.model_executor.layers.fused_moe.experts.flashinfer_cutlass_moe as vllm_experts
+
+    fused = experts.quant_method.moe_kernel.fused_experts
+    assert type(fused).__name__ == "FlashInferExperts", type(fused).__name__
+    padded = experts.w2_weight.shape[1]
+    hidden = torch.nn.functional.pad(x, (0, padded - x.shape[1]))
+    output = torch.empty(x.shape[0], padded, dtype=torch.bfloat16, device=x.device)
+    with torch.no_grad(), mock.patch.object(vllm_experts, "flashinfer_cutlass_fused_moe", cutlass_fused_moe):
+        fused.apply(output, hidden, experts.w13_weight, experts.w2_weight, weights, ids.to(torch.int32), experts.activation,
+                    experts.moe_config.num_experts, None, None, None, None, None, None, False)
+    return output[:, :x.shape[1]]
+
+
 def gpt_oss_flashinfer_cutlass(source_dir: str | Path, layer: int, interleave_weights) -> dict[str, torch.Tensor]:
     """vLLM's post-``process_weights_after_loading`` parameters of GPT-OSS layer ``layer`` on SM90 with
     ``--moe-backend flashinfer_cutlass`` (``GptOssMxfp4MoEMethod``, ``FLASHINFER_CUTLASS_MXFP4_BF16``:
@@ -177,13 +214,7 @@ def gpt_oss_flashinfer_cutlass(source_dir: str | Path, layer: int, interleave_we
     ``interleave_moe_weights_for_sm90_mixed_gemm(w, "fp4")``. Returns ``{param name: tensor}`` with
     the names of vLLM's ``RoutedExperts`` parameters (``w13_weight``, ..., ``w13_bias``, ``w2_bias``).
     """
-    import flashinfer.fused_moe as fi_moe
-
-    def interleave(weight, quant_type):
-        assert quant_type == "fp4", quant_type
-        return interleave_weights(weight)
-
-    with mock.patch.object(fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm", interleave):
+    with flashinfer_sm90_interleave(interleave_weights):
         experts = gpt_oss_stock_experts(source_dir, layer, "cpu")
     return {name: p.data.clone() for name, p in experts.named_parameters()}
 
@@ -292,15 +323,15 @@ def deepseek_v4_sm100_trtllm(source_dir: str | Path, prefix: str, num_experts: i
     experts ask for a CUDA device) is not run. Returns ``{RoutedExperts parameter name: tensor}`` and the layer's
     padded (hidden, intermediate) under ``"hidden_dim"`` / ``"intermediate_size_per_partition"`` (ints)."""
     import flashinfer.fp4_quantization as fp4_quantization
-    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
     from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
 
     from kernel_emulation import block_scale_interleave_cpu
 
     with mock.patch.object(fp4_quantization, "nvfp4_block_scale_interleave", block_scale_interleave_cpu), \
             mock.patch.object(Mxfp4MoEMethod, "_build_moe_kernel", lambda self, layer: None):
-        experts = _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, "flashinfer_trtllm", 100,
-                                       Mxfp4MoeBackend.FLASHINFER_TRTLLM_MXFP4_BF16)
+        experts = deepseek_v4_stock_experts(source_dir, prefix, num_experts, hidden, intermediate, "cpu",
+                                            moe_backend="flashinfer_trtllm", capability=100,
+                                            backend="FLASHINFER_TRTLLM_MXFP4_BF16")
         return {name: p.data.clone() for name, p in experts.named_parameters()} | {
             "hidden_dim": experts.moe_config.hidden_dim,
             "intermediate_size_per_partition": experts.moe_config.intermediate_size_per_partition}
@@ -315,16 +346,8 @@ def deepseek_v4_flashinfer_cutlass(source_dir: str | Path, prefix: str, num_expe
     ``FLASHINFER_CUTLASS_MXFP4_BF16`` (asserted), and ``convert_weight_to_mxfp4_moe_kernel_format`` swaps the
     halves to ``[w3; w1]`` and applies FlashInfer's SM90 weight and scale interleaves. ``interleave_weights`` stands
     in for FlashInfer's CUDA weight interleave. Returns ``{RoutedExperts parameter name: tensor}``."""
-    import flashinfer.fused_moe as fi_moe
-    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
-
-    def interleave(weight, quant_type):
-        assert quant_type == "fp4", quant_type
-        return interleave_weights(weight)
-
-    with mock.patch.object(fi_moe, "interleave_moe_weights_for_sm90_mixed_gemm", interleave):
-        experts = _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, "flashinfer_cutlass", 90,
-                                       Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16)
+    with flashinfer_sm90_interleave(interleave_weights):
+        experts = deepseek_v4_stock_experts(source_dir, prefix, num_experts, hidden, intermediate, "cpu")
         return {name: p.data.clone() for name, p in experts.named_parameters()}
 
 
@@ -361,20 +384,24 @@ def deepseek_v4_marlin(source_dir: str | Path, prefix: str, num_experts: int, hi
     ``repack`` (moebake's or a reference's, with the CUDA op's arguments ``b_q_weight, perm, size_k, size_n,
     num_bits``) stands in for vLLM's CUDA ``gptq_marlin_repack`` (``b_q_weight, size_k, size_n, num_bits, is_a_8bit``),
     called with no act-order permutation and BF16 activations (``is_a_8bit`` false, asserted)."""
-    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
-
     with _marlin_repack_stand_in(repack):
-        experts = _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, "marlin", 90,
-                                       Mxfp4MoeBackend.MARLIN)
+        experts = deepseek_v4_stock_experts(source_dir, prefix, num_experts, hidden, intermediate, "cpu",
+                                            moe_backend="marlin", backend="MARLIN")
         return {name: p.data.clone() for name, p in experts.named_parameters()}
 
 
-def _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, moe_backend, capability, backend):
-    """Stock vLLM's ``RoutedExperts`` of one DeepSeek-V4 layer on the CPU: ``DeepseekV4FP8Config`` of the checkpoint's
-    ``quantization_config`` (-> ``Mxfp4MoEMethod``, whose backend must be ``backend``), the source's experts through
-    the parameters' weight loaders, then the whole ``process_weights_after_loading``."""
+def deepseek_v4_stock_experts(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
+                              device: str, *, moe_backend: str = "flashinfer_cutlass", capability: int = 90,
+                              backend: str = "FLASHINFER_CUTLASS_MXFP4_BF16") -> torch.nn.Module:
+    """Stock vLLM's ``RoutedExperts`` of one DeepSeek-V4 layer (experts ``{prefix}{e}.{w1,w2,w3}.{weight,scale}``;
+    ``--moe-backend moe_backend`` on a GPU of compute capability ``capability``, default flashinfer_cutlass on SM90):
+    ``DeepseekV4FP8Config`` of the checkpoint's ``quantization_config`` (-> ``Mxfp4MoEMethod``, whose backend must be
+    the ``Mxfp4MoeBackend`` named ``backend``), the source's experts through the parameters' weight loaders on the
+    CPU, the layer moved to ``device``, then the whole ``process_weights_after_loading`` there (the weight conversion
+    and the kernel set-up)."""
     from transformers import PretrainedConfig
     from vllm.model_executor.layers.fused_moe.layer import FusedMoEFactory
+    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
     from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
     from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
     from vllm.models.deepseek_v4.quant_config import DeepseekV4FP8Config
@@ -390,7 +417,7 @@ def _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, 
                                  routed_scaling_factor=config["routed_scaling_factor"], swiglu_limit=config.get("swiglu_limit"))
         experts = runner.routed_experts
         method = experts.quant_method
-        assert type(method) is Mxfp4MoEMethod and method.mxfp4_backend == backend, method.mxfp4_backend
+        assert type(method) is Mxfp4MoEMethod and method.mxfp4_backend == Mxfp4MoeBackend[backend], method.mxfp4_backend
         params = dict(runner.named_parameters())
         mapping = RoutedExperts.make_expert_params_mapping(runner, "w1", "w2", "w3", num_experts)
         for name, tensor in source.items():
@@ -402,5 +429,6 @@ def _deepseek_v4_experts(source_dir, prefix, num_experts, hidden, intermediate, 
             param = name.replace(weight_name, param_name).removeprefix(prefix)
             assert params[param].weight_loader(params[param], tensor, param, shard_id=shard_id, expert_id=expert_id,
                                                return_success=True), name
+        experts.to(device)
         method.process_weights_after_loading(experts)
         return experts

@@ -30,6 +30,7 @@ from unittest import mock
 import pytest
 import torch
 
+from conftest import assert_parameters_equal
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.synthetic import write_gpt_oss
@@ -170,19 +171,6 @@ def forward(oracle, layer, model_dir, x, ids, weights, **flags):
         return combined.hidden_states
 
 
-def assert_parameters_equal(plugin, stock, what: str) -> list[str]:
-    """Every parameter of ``plugin`` byte for byte equal to ``stock``'s, and no other; the names, sorted."""
-    stock_params, checked = dict(stock.named_parameters()), []
-    for name, tensor in plugin.named_parameters():
-        reference = stock_params[name]
-        assert (tensor.dtype, tensor.shape) == (reference.dtype, reference.shape), name
-        assert torch.equal(tensor.reshape(-1).view(torch.uint8), reference.reshape(-1).view(torch.uint8)), (
-            f"{name} differs from stock SGLang's {what}")
-        checked.append(name)
-    assert sorted(checked) == sorted(stock_params)
-    return sorted(checked)
-
-
 def test_plugin_equals_stock_sglang_and_starts_faster(oracle, bake):
     source, out = bake
     stock_layer(oracle, source)  # warm-up: CUDA context, kernels loaded, allocator
@@ -239,7 +227,7 @@ def test_humming_plugin_equals_stock_sglang(oracle, tmp_path):
     stock, stock_seconds, _ = stock_layer(oracle, source, **HUMMING)
     plugin, plugin_seconds, _ = plugin_layer(oracle, tmp_path / "out", **HUMMING)
     assert stock.quant_method._use_sm90_humming and plugin.quant_method._use_sm90_humming
-    checked = assert_parameters_equal(plugin, stock, "Humming preparation")
+    checked = assert_parameters_equal(plugin, stock, "stock SGLang's Humming preparation")
     runtime = moebake.serve.open(tmp_path / "out").load_experts(0, device=DEVICE)
     assert runtime.humming
     for x, ids, weights in _routed_inputs(2):
@@ -269,7 +257,7 @@ def test_marlin_plugin_equals_stock_sglang_and_its_start_up_memory(oracle, tmp_p
     stock, stock_seconds, stock_peak = stock_layer(oracle, source, **MARLIN)
     plugin, plugin_seconds, plugin_peak = plugin_layer(oracle, tmp_path / "out", **MARLIN)
     assert stock.quant_method.use_marlin and stock._mxfp4_backend == plugin._mxfp4_backend == "marlin"
-    checked = assert_parameters_equal(plugin, stock, "Marlin preparation")
+    checked = assert_parameters_equal(plugin, stock, "stock SGLang's Marlin preparation")
     for x, ids, weights in _routed_inputs(1):
         ours = forward(oracle, plugin, tmp_path / "out", x, ids, weights, **MARLIN)
         theirs = forward(oracle, stock, source, x, ids, weights, **MARLIN)

@@ -78,21 +78,23 @@ def _inputs(tokens, device, seed=0):
     return x, ids.to(torch.int32), weights / weights.sum(-1, keepdim=True)
 
 
-def _reference(source, x, ids, weights, swap_gate_up=False):
-    """float32 DeepSeek-V4 routed-expert output from the dequantized source experts."""
-    prefix, E = "layers.0.ffn.experts.", SHAPE["num_experts"]
+def dequantized_reference(source, shape, x, ids, weights, swap_gate_up=False):
+    """float32 DeepSeek-V4 routed-expert output of layer 0 from the dequantized source experts, with the source's
+    SwiGLU limit (config.json's ``swiglu_limit``); ``shape`` gives ``num_experts`` and ``hidden``."""
+    prefix, E = "layers.0.ffn.experts.", shape["num_experts"]
+    limit = json.loads((source / "config.json").read_text())["swiglu_limit"]
     src = _load(source, [f"{prefix}{e}.w{i}.{p}" for e in range(E) for i in (1, 2, 3) for p in ("weight", "scale")])
 
     def weight(e, i):
         return dequantize(src[f"{prefix}{e}.w{i}.weight"].view(torch.uint8), src[f"{prefix}{e}.w{i}.scale"].view(torch.uint8)).to(x.device)
 
-    out = torch.zeros(x.shape[0], SHAPE["hidden"], device=x.device)
+    out = torch.zeros(x.shape[0], shape["hidden"], device=x.device)
     for e in ids.unique().tolist():
         token, slot = (ids == e).nonzero(as_tuple=True)
         gate, up = x[token].float() @ weight(e, 1).T, x[token].float() @ weight(e, 3).T
         if swap_gate_up:
             gate, up = up, gate
-        h = torch.nn.functional.silu(gate.clamp(max=LIMIT)) * up.clamp(-LIMIT, LIMIT)
+        h = torch.nn.functional.silu(gate.clamp(max=limit)) * up.clamp(-limit, limit)
         out.index_add_(0, token, (h @ weight(e, 2).T) * weights[token, slot, None])
     return out
 
@@ -123,13 +125,13 @@ def test_baked_deepseek_v4_matches_dequantized_reference(gpu, baked, tokens):
     x, ids, weights = _inputs(tokens, gpu)
     limit = torch.full((E,), LIMIT, dtype=torch.float32, device=gpu)
     out = _run(out_dir, x, ids, weights, swiglu_limit=limit).float()  # as SGLang 0.5.23 calls it
-    reference = _reference(source, x, ids, weights)
+    reference = dequantized_reference(source, SHAPE, x, ids, weights)
     within, relative_rms = _within(out, reference), ((out - reference).norm() / reference.norm()).item()
     print(f"\n{tokens} tokens: {within:.5%} within rtol=atol=0.1, relative RMS error {relative_rms:.2e}, "
           f"reference std {reference.std().item():.3f}")
     assert reference.std() > 0.5
     assert within >= 0.999 and relative_rms < 0.02
-    assert _within(out, _reference(source, x, ids, weights, swap_gate_up=True)) < 0.9  # gate/up order matters
+    assert _within(out, dequantized_reference(source, SHAPE, x, ids, weights, swap_gate_up=True)) < 0.9  # gate/up order matters
     explicit = _run(out_dir, x, ids, weights, swiglu_alpha=torch.ones(E, device=gpu),
                     swiglu_beta=torch.zeros(E, device=gpu), swiglu_limit=limit).float()
     assert torch.equal(explicit, out)  # the manifest's alpha = 1, beta = 0 are the kernel's defaults
