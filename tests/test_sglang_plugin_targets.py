@@ -259,13 +259,21 @@ def test_refuses_a_w4a16_bake_under_the_fp8_precision(bakes):
 
 def test_sglang_sees_real_scalar_type_ids_through_the_stand_ins():
     """SGLang's Marlin MoE GEMM passes ``b_q_type.id`` to its JIT kernel: through the test stand-ins, SGLang's
-    ``get_scalar_types()`` gives vLLM's pure-Python ``ScalarType`` (the same id packing as SGLang's C++
-    ``ScalarType::from_id``), so the id of ``float4_e2m1f`` is an integer, not a placeholder."""
+    ``get_scalar_types()`` gives ``engine_oracles.sgl_scalar_type`` (SGLang's C++ ``ScalarType`` id packing), whose
+    ids equal those of vLLM's pure-Python ``ScalarType``, an independent implementation of the same encoding."""
     import vllm.scalar_type as twin
     from sglang.srt.layers.quantization.utils import get_scalar_types
 
+    from engine_oracles import sgl_scalar_type
+
     standins.install()
     ScalarType, scalar_types = get_scalar_types()
-    fp4 = scalar_types.float4_e2m1f
-    assert ScalarType is twin.ScalarType and isinstance(fp4.id, int)
-    assert (fp4.exponent, fp4.mantissa, fp4.signed) == (2, 1, True) and fp4.id == twin.scalar_types.float4_e2m1f.id
+    assert ScalarType is sgl_scalar_type.ScalarType
+    named = [n for n in vars(sgl_scalar_type.scalar_types) if not n.startswith("_")]
+    assert len(named) == 13
+    for name in named:
+        ours, theirs = getattr(scalar_types, name), getattr(twin.scalar_types, name)
+        assert isinstance(ours.id, int) and ours.id == theirs.id, name
+        assert (ours.exponent, ours.mantissa, ours.signed, ours.bias, ours.size_bits) == (
+            theirs.exponent, theirs.mantissa, theirs.signed, theirs.bias, theirs.size_bits), name
+    assert scalar_types.float4_e2m1f == ScalarType.float_(2, 1, True, sgl_scalar_type.NanRepr.NONE)

@@ -104,10 +104,9 @@ class _Loader(importlib.abc.Loader):
         pass
 
 
-REAL_SUBMODULES = {"sgl_kernel.scalar_type": "vllm.scalar_type"}
-"""Submodules whose values reach a kernel, served from a pure-Python twin where one is installed: SGLang's Marlin
-MoE GEMM takes ``b_q_type.id``, which its C++ ``ScalarType::from_id`` decodes; vLLM's ``ScalarType`` packs the same
-fields (exponent, mantissa, signed, bias, finite_values_only, nan_repr) in the same order and widths."""
+REAL_SUBMODULES = {"sgl_kernel.scalar_type": "engine_oracles.sgl_scalar_type"}
+"""Submodules whose values reach a kernel, served from a pure-Python twin: SGLang's Marlin MoE GEMM takes
+``b_q_type.id``, which its C++ ``ScalarType::from_id`` decodes (``engine_oracles/sgl_scalar_type.py``)."""
 
 
 def _real_submodule(name: str) -> types.ModuleType | None:
