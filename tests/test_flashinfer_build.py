@@ -6,6 +6,8 @@ import re
 
 import pytest
 
+from moebake.errors import InvalidArgumentError
+
 fb = pytest.importorskip("moebake.serve.flashinfer_build")
 pytest.importorskip("flashinfer")
 
@@ -77,5 +79,5 @@ def test_configurations_parse_and_refuse_an_unknown_schedule(monkeypatch):
     chosen = fb.selected_configs({"w4a16": [("64x16x128", "1x1x1", "pingpong")]})
     assert chosen == {"w4a16": (("64x16x128", "1x1x1", "Pingpong"),),
                       "w4a8": (("128x8x128", "1x1x1", "SingleWarpgroupPrefill"),)}
-    with pytest.raises(ValueError, match="unknown mainloop schedule 'Rolling'"):
+    with pytest.raises(InvalidArgumentError, match="unknown mainloop schedule 'Rolling'"):
         fb.parse_configs("128x16x128/1x1x1/Rolling")

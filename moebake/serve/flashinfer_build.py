@@ -65,7 +65,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
-from moebake.errors import PlatformError
+from moebake.errors import InvalidArgumentError, PlatformError
 
 MODULE_NAME = "fused_moe_90_moebake"
 """Name of the reduced JIT module (its cache directory and ``.so`` are named after it)."""
@@ -301,7 +301,8 @@ def parse_configs(text: str) -> tuple[Config, ...]:
     for item in text.split(","):
         tile, cluster, schedule = (part.strip() for part in item.strip().split("/"))
         if schedule.lower() not in SCHEDULES:
-            raise ValueError(f"unknown mainloop schedule {schedule!r} in {item!r}; expected one of {sorted(SCHEDULES.values())}")
+            raise InvalidArgumentError(f"unknown mainloop schedule {schedule!r} in {item!r}; expected one of "
+                                       f"{sorted(SCHEDULES.values())}")
         configs.append((tile, cluster, SCHEDULES[schedule.lower()]))
     return tuple(configs)
 

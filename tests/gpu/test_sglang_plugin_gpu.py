@@ -258,12 +258,25 @@ def test_marlin_plugin_equals_stock_sglang_and_its_start_up_memory(oracle, tmp_p
     plugin, plugin_seconds, plugin_peak = plugin_layer(oracle, tmp_path / "out", **MARLIN)
     assert stock.quant_method.use_marlin and stock._mxfp4_backend == plugin._mxfp4_backend == "marlin"
     checked = assert_parameters_equal(plugin, stock, "stock SGLang's Marlin preparation")
+    exact, spreads = [], {}
     for x, ids, weights in _routed_inputs(1):
         ours = forward(oracle, plugin, tmp_path / "out", x, ids, weights, **MARLIN)
         theirs = forward(oracle, stock, source, x, ids, weights, **MARLIN)
-        assert ours.shape == (x.shape[0], SHAPE["hidden"]) and ours.abs().max() > 0
-        assert torch.equal(ours, theirs), f"{x.shape[0]} tokens: Marlin output through the plugin differs from stock SGLang's"
-    print(f"\nMATCH: sm90-marlin plugin == stock SGLang (parameters {', '.join(sorted(checked))}; forward at 1, 37, 512 "
-          f"tokens); start-up of one GPT-OSS layer (E={SHAPE['num_experts']}, H=I=2880): stock {stock_seconds:.3f} s, "
-          f"plugin {plugin_seconds:.3f} s; peak GPU memory beyond the layer's start: stock {stock_peak:.2f} GiB, "
-          f"plugin {plugin_peak:.2f} GiB")
+        # SGLang's Marlin runner returns the padded hidden width (H 2880 -> 3072); its model code trims it
+        assert ours.shape[0] == x.shape[0] and ours.shape[1] >= SHAPE["hidden"] and ours[:, :SHAPE["hidden"]].abs().max() > 0
+        again = forward(oracle, stock, source, x, ids, weights, **MARLIN)
+        if torch.equal(again, theirs):
+            assert torch.equal(ours, theirs), f"{x.shape[0]} tokens: Marlin output through the plugin differs from stock SGLang's"
+            exact.append(x.shape[0])
+        else:  # stock SGLang's own Marlin call is not reproducible at this size: the plugin must be within its spread
+            spread = (again.float() - theirs.float()).abs().max().item()
+            assert (ours.float() - theirs.float()).abs().max().item() <= spread, f"{x.shape[0]} tokens"
+            spreads[x.shape[0]] = spread
+    parameters = sum(p.numel() * p.element_size() for p in plugin.parameters()) / 2**30
+    print(f"\nMATCH: sm90-marlin plugin == stock SGLang (parameters {', '.join(sorted(checked))}; forward bit for bit at "
+          f"{exact} tokens; where stock SGLang's own Marlin forward differs between two identical calls (max abs "
+          f"{spreads}), the plugin's differs from it by no more); start-up of one GPT-OSS layer "
+          f"(E={SHAPE['num_experts']}, H=I=2880): stock {stock_seconds:.3f} s, plugin {plugin_seconds:.3f} s; peak GPU "
+          f"memory beyond the layer's start: stock {stock_peak:.2f} GiB, plugin {plugin_peak:.2f} GiB, of which the "
+          f"parameters are {parameters:.2f} GiB")
+    assert plugin_peak - parameters <= 0.25, "issue #28's target: at most 0.25 GiB of GPU memory beyond the parameters"
