@@ -45,7 +45,8 @@ from moebake.serve.flashinfer_ops import sm90_moe_ops
 from moebake.serve.platform import require_flashinfer_layout, require_gpu
 
 BIAS_TENSORS = SM90_CUTLASS.optional_tensors      # w13/w2 biases: both or neither (both targets)
-HUMMING_RESIDUALS = ("w13_humming_residual_scale", "w2_humming_residual_scale")
+HUMMING_RESIDUALS = tuple(n for n in SM90_CUTLASS_W4A8.required_tensors if n not in SM90_CUTLASS.required_tensors)
+"""The tensors only an ``sm90-cutlass-w4a8`` bake holds: ``w13_humming_residual_scale``, ``w2_humming_residual_scale``."""
 
 
 # Activation kinds this runtime runs, with the parameters a manifest record may leave out.
@@ -108,7 +109,7 @@ class Sm90CutlassCheckpoint(BakedCheckpoint):
                                   swiglu=swiglu, ep_rank=ep_rank, ep_size=ep_size, load_stats=stats)
 
     def _tensor_names(self, record: LayerRecord) -> list[str]:
-        """The layer's baked tensor names, checked: the four required, both biases or neither, nothing else."""
+        """The layer's baked tensor names, checked: the target's required ones, both biases or neither, nothing else."""
         required, present = self.spec.required_tensors, set(record.tensors)
         missing = [n for n in required if n not in present]
         unknown = sorted(present - set(required) - set(BIAS_TENSORS))
