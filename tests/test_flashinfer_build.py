@@ -7,6 +7,7 @@ import re
 import pytest
 
 from moebake.errors import InvalidArgumentError
+from moebake.serve import flashinfer_paths as fp
 
 fb = pytest.importorskip("moebake.serve.flashinfer_build")
 pytest.importorskip("flashinfer")
@@ -40,11 +41,11 @@ def _text(spec, pattern):
 
 def test_every_instantiation_of_both_paths_is_compiled_or_stubbed_once(generated):
     spec, env = generated
-    chosen = fb.selected_configs()
+    chosen = fp.selected_configs()
     stubs = _text(spec, r"moebake_gemm_stubs\.cu$")
     instantiations_dir = env.FLASHINFER_GEN_SRC_DIR / "cutlass_instantiations" / "90"
-    for path in fb.PATHS:
-        available = fb.launcher_instantiations(instantiations_dir, path)
+    for path in fp.PATHS:
+        available = fp.launcher_instantiations(instantiations_dir, path)
         assert set(chosen[path.name]) <= set(available), path.name
         for key, (statement, _) in available.items():
             kernel = [p for p in spec.sources if p.name == f"moebake_{path.name}_gemm_{key[0]}_c{key[1]}_{key[2].lower()}.cu"]
@@ -53,9 +54,9 @@ def test_every_instantiation_of_both_paths_is_compiled_or_stubbed_once(generated
                 assert statement not in stubs, key
             else:
                 assert not kernel and stubs.count(statement) == 1, key
-    humming = fb.launcher_instantiations(instantiations_dir, fb.W4A8_HUMMING)
+    humming = fp.launcher_instantiations(instantiations_dir, fp.W4A8_HUMMING)
     assert any(key[2] == "SingleWarpgroupRolling" for key in humming)  # the small-K kernels are its own
-    assert not any("SingleWarpgroup" in key[2] for key in fb.launcher_instantiations(instantiations_dir, fb.W4A16))
+    assert not any("SingleWarpgroup" in key[2] for key in fp.launcher_instantiations(instantiations_dir, fp.W4A16))
 
 
 def test_the_binding_builds_only_the_two_runners(generated):
@@ -70,14 +71,14 @@ def test_the_binding_builds_only_the_two_runners(generated):
     ]
     assert "if (isWFP4A16Quant())" in constructor and "if (isWMxfp4AFp8HummingQuant())" in constructor
     instantiated = _text(spec, r"moebake_runners\.cu$")
-    assert all(f"template class {p.runner};" in instantiated for p in fb.PATHS)
+    assert all(f"template class {p.runner};" in instantiated for p in fp.PATHS)
     assert "kHummingPreMmaE8M0>;" in _text(spec, r"moebake_w4a8_gemm_runner\.cu$")
 
 
 def test_configurations_parse_and_refuse_an_unknown_schedule(monkeypatch):
-    monkeypatch.setenv(fb.W4A8_HUMMING.configs_env, "128x8x128/1x1x1/singlewarpgroupprefill")
-    chosen = fb.selected_configs({"w4a16": [("64x16x128", "1x1x1", "pingpong")]})
+    monkeypatch.setenv(fp.W4A8_HUMMING.configs_env, "128x8x128/1x1x1/singlewarpgroupprefill")
+    chosen = fp.selected_configs({"w4a16": [("64x16x128", "1x1x1", "pingpong")]})
     assert chosen == {"w4a16": (("64x16x128", "1x1x1", "Pingpong"),),
                       "w4a8": (("128x8x128", "1x1x1", "SingleWarpgroupPrefill"),)}
     with pytest.raises(InvalidArgumentError, match="unknown mainloop schedule 'Rolling'"):
-        fb.parse_configs("128x16x128/1x1x1/Rolling")
+        fp.parse_configs("128x16x128/1x1x1/Rolling")
