@@ -59,6 +59,12 @@ class BakedExperts:
             layer.register_parameter(name, param)
             param.weight_loader = functools.partial(self._note_baked, name, spec, dtype)
 
+    def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
+                       **extra_weight_attrs):
+        """SGLang's hook: the manifest's parameters instead of the method's own. Methods whose SGLang runner reads
+        attributes its own ``create_weights`` sets override this and set them first."""
+        self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
+
     def _note_baked(self, name: str, spec: TensorRecord, dtype: torch.dtype, param: torch.nn.Parameter,
                     loaded: torch.Tensor, *args, **kwargs) -> None:
         """The checkpoint names baked tensor ``name``: check its shape and dtype (metadata only; its data is
@@ -153,10 +159,6 @@ def _deepep_bf16_method():
             UnquantizedFusedMoEMethod.__init__(self, use_deep_gemm=True)
             self._bake_init(config, record)
 
-        def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
-                           with_bias=False, **extra_weight_attrs):
-            self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
-
         def process_weights_after_loading(self, layer) -> None:
             self._load_baked_rows(layer)
             UnquantizedFusedMoEMethod.process_weights_after_loading(self, layer)  # sets the dispatcher to BF16 only
@@ -200,10 +202,6 @@ def _sm100_deepseek_v4_method():
         def __init__(self, config, record: LayerRecord, prefix: str):
             Mxfp4FlashinferTrtllmMoEMethod.__init__(self, None, prefix)  # its FP8 method only prepares weights: baked
             self._bake_init(config, record)
-
-        def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
-                           **extra_weight_attrs):
-            self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
 
         def process_weights_after_loading(self, layer) -> None:
             self._load_baked_rows(layer)
@@ -253,10 +251,6 @@ def _sm90_marlin_deepseek_v4_method():
             Mxfp4MarlinMoEMethod.__init__(self, None, prefix)  # its FP8 method only prepares weights: baked
             self._bake_init(config, record)
 
-        def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
-                           **extra_weight_attrs):
-            self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
-
         def process_weights_after_loading(self, layer) -> None:
             self._load_baked_rows(layer)
             layer._dsv4_mxfp4_backend = "marlin"
@@ -279,10 +273,6 @@ def _cutedsl_method():
             ModelOptNvFp4FusedMoEMethod.__init__(self, config.original)
             self._bake_init(config, record)
             _check_cutedsl_w4a4(self)
-
-        def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
-                           **extra_weight_attrs):
-            self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
 
         def process_weights_after_loading(self, layer) -> None:
             self._load_baked_rows(layer)
