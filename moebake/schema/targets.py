@@ -134,17 +134,23 @@ def _nvfp4_weights(order: GateUpOrder) -> tuple[TensorSpec, ...]:
     )
 
 
+_SM90_W13 = (
+    TensorSpec("w13_weight", DType.U8, "E, 2 * I_pad, H_pad // 2", gate_up_order=_W.UP_GATE),
+    TensorSpec("w13_weight_scale", DType.U8, "E, 2 * I_pad // 64, H_pad // 128, 16, 16", gate_up_order=_W.UP_GATE),
+    TensorSpec("w13_weight_bias", DType.BF16, "E, 2 * I_pad", gate_up_order=_W.UP_GATE, optional=True),
+)
+_SM90_W2 = (
+    TensorSpec("w2_weight", DType.U8, "E, H_pad, I_pad // 2"),
+    TensorSpec("w2_weight_scale", DType.U8, "E, H_pad // 64, I_pad // 128, 16, 16"),
+    TensorSpec("w2_weight_bias", DType.BF16, "E, H_pad", optional=True),
+)
+"""FlashInfer's SM90 mixed-input operands: interleaved MXFP4 weights, interleaved E8M0 scales, BF16 biases (the same
+shapes for W4A16 and Humming W4A8; the bytes differ)."""
+
 SM90_CUTLASS = register_spec(TargetSpec(
     name="sm90-cutlass", layout_version=1, source_formats=_MXFP4_SOURCES,
     kernel="FlashInfer `cutlass_fused_moe` W4A16 (BF16 x MXFP4)", arch="Hopper (SM90)",
-    tensors=(
-        TensorSpec("w13_weight", DType.U8, "E, 2 * I_pad, H_pad // 2", gate_up_order=_W.UP_GATE),
-        TensorSpec("w13_weight_scale", DType.U8, "E, 2 * I_pad // 64, H_pad // 128, 16, 16", gate_up_order=_W.UP_GATE),
-        TensorSpec("w13_weight_bias", DType.BF16, "E, 2 * I_pad", gate_up_order=_W.UP_GATE, optional=True),
-        TensorSpec("w2_weight", DType.U8, "E, H_pad, I_pad // 2"),
-        TensorSpec("w2_weight_scale", DType.U8, "E, H_pad // 64, I_pad // 128, 16, 16"),
-        TensorSpec("w2_weight_bias", DType.BF16, "E, H_pad", optional=True),
-    ),
+    tensors=(*_SM90_W13, *_SM90_W2),
     uses_flashinfer_layout=True, runtime=True, gpus=(GpuFamily.SM90,),
 ))
 
@@ -152,16 +158,8 @@ SM90_CUTLASS_W4A8 = register_spec(TargetSpec(
     name="sm90-cutlass-w4a8", layout_version=1, source_formats=_MXFP4_SOURCES,
     kernel="FlashInfer `cutlass_fused_moe` Humming W4A8 (FP8 x MXFP4, `--flashinfer-mxfp4-moe-precision fp8`)",
     arch="Hopper (SM90)",
-    tensors=(
-        TensorSpec("w13_weight", DType.U8, "E, 2 * I_pad, H_pad // 2", gate_up_order=_W.UP_GATE),
-        TensorSpec("w13_weight_scale", DType.U8, "E, 2 * I_pad // 64, H_pad // 128, 16, 16", gate_up_order=_W.UP_GATE),
-        TensorSpec("w13_weight_bias", DType.BF16, "E, 2 * I_pad", gate_up_order=_W.UP_GATE, optional=True),
-        TensorSpec("w13_humming_residual_scale", DType.F32, "E"),
-        TensorSpec("w2_weight", DType.U8, "E, H_pad, I_pad // 2"),
-        TensorSpec("w2_weight_scale", DType.U8, "E, H_pad // 64, I_pad // 128, 16, 16"),
-        TensorSpec("w2_weight_bias", DType.BF16, "E, H_pad", optional=True),
-        TensorSpec("w2_humming_residual_scale", DType.F32, "E"),
-    ),
+    tensors=(*_SM90_W13, TensorSpec("w13_humming_residual_scale", DType.F32, "E"),
+             *_SM90_W2, TensorSpec("w2_humming_residual_scale", DType.F32, "E")),
     runtime=True, gpus=(GpuFamily.SM90,),
     lossy=("FlashInfer's Humming preprocess clamps each expert's E8M0 scales to a range of 11 and rewrites the FP4 "
            "codes of clamped groups (and -0 to 0), so the source's bytes cannot be recovered"),
