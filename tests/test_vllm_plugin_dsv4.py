@@ -255,11 +255,10 @@ def test_vllms_experts_hand_flashinfer_the_same_call_for_the_plugins_layer(sourc
     assert ours["fc1_expert_weights"] is plugin_experts.w13_weight and ours["quant_scales"][1] is plugin_experts.w2_weight_scale
 
 
-@pytest.mark.parametrize("rank", [0, 1])
-def test_each_ep_rank_holds_stock_vllms_parameters_of_its_experts(bake, stock, rank):
-    """EP 2 (``--enable-expert-parallel`` over 2 GPUs): rank r holds experts [2r, 2r+2), each equal to stock vLLM's
-    post-load rows of those experts."""
-    model, vllm_config = build(bake, tensor_parallel=(2, rank), expert_parallel=True)
+def assert_ep_rank_holds_stock_rows(bake, stock, rank, **flags):
+    """EP 2 (``--enable-expert-parallel`` over 2 GPUs): rank ``rank`` holds experts [2r, 2r+2), each parameter equal
+    to stock vLLM's post-load rows of those experts (``stock``: per layer, name -> tensor), dtype, shape and bytes."""
+    model, vllm_config = build(bake, tensor_parallel=(2, rank), expert_parallel=True, **flags)
     load(bake, model)
     post_load(model, vllm_config)
     for layer in range(LAYERS):
@@ -267,7 +266,13 @@ def test_each_ep_rank_holds_stock_vllms_parameters_of_its_experts(bake, stock, r
         assert experts.moe_config.moe_parallel_config.ep_size == 2
         for name, expected in stock[layer].items():
             got, want = getattr(experts, name).data, expected[2 * rank: 2 * rank + 2]
-            assert got.shape == want.shape and torch.equal(got, want), (rank, layer, name)
+            assert (got.dtype, got.shape) == (want.dtype, want.shape), (rank, layer, name)
+            assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (rank, layer, name)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_each_ep_rank_holds_stock_vllms_parameters_of_its_experts(bake, stock, rank):
+    assert_ep_rank_holds_stock_rows(bake, stock, rank)
 
 
 def test_the_rest_goes_to_the_model_as_the_checkpoint_has_it(bake):
@@ -586,16 +591,7 @@ def test_marlin_served_parameters_equal_stock_vllms_preparation_of_the_source(ba
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_marlin_each_ep_rank_holds_stock_vllms_parameters_of_its_experts(bake_marlin, stock_marlin, rank):
-    stock, _ = stock_marlin
-    model, vllm_config = build(bake_marlin, tensor_parallel=(2, rank), expert_parallel=True, **MARLIN)
-    load(bake_marlin, model)
-    post_load(model, vllm_config)
-    for layer in range(LAYERS):
-        experts = experts_of(model, layer)
-        assert experts.moe_config.moe_parallel_config.ep_size == 2
-        for name, expected in stock[layer].items():
-            got, want = getattr(experts, name).data, expected[2 * rank: 2 * rank + 2]
-            assert got.dtype == want.dtype and torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (rank, layer, name)
+    assert_ep_rank_holds_stock_rows(bake_marlin, stock_marlin[0], rank, **MARLIN)
 
 
 def test_marlin_an_sglang_bake_that_serves_vllm_loads(source, stock_marlin, tmp_path):
