@@ -27,17 +27,10 @@ ALL_SHAPES = {**SMALL_SHAPES, **REAL_SHAPES}
 
 
 @pytest.fixture(scope="module")
-def flashinfer_moe():
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip(f"needs an SM90 GPU, found sm_{''.join(map(str, torch.cuda.get_device_capability()))}")
-    pytest.importorskip("flashinfer")
+def flashinfer_moe(sm90_gpu):
+    """FlashInfer's fused_moe package, its SM90 module routed to moebake's reduced one (``sm90_gpu``) and loaded."""
     import flashinfer.fused_moe as fused_moe
 
-    from moebake.serve.flashinfer_build import ensure_flashinfer_sm90_moe
-
-    ensure_flashinfer_sm90_moe()
     fused_moe.core.get_cutlass_fused_moe_module("90")
     if not hasattr(fused_moe, "preprocess_moe_weights_for_sm90_mixed_gemm_humming"):
         pytest.skip("this FlashInfer has no preprocess_moe_weights_for_sm90_mixed_gemm_humming")
