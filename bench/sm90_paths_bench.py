@@ -26,11 +26,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINE = "sm90-cutlass"
-PATHS = {  # target -> (label, SGLang server flags)
-    "sm90-cutlass": ("CUTLASS W4A16", {}),
-    "sm90-cutlass-w4a8": ("CUTLASS Humming W4A8", {"flashinfer_mxfp4_moe_precision": "fp8"}),
-    "sm90-marlin": ("Marlin", {"moe_runner_backend": "marlin"}),
-}
+PATHS = {"sm90-cutlass": "CUTLASS W4A16", "sm90-cutlass-w4a8": "CUTLASS Humming W4A8", "sm90-marlin": "Marlin"}
+"""Target -> its label; SGLang's server flags for each come from the target's engine profile (``server_flags``)."""
 
 
 def _harness(experts: int):
@@ -95,7 +92,7 @@ def run(args) -> dict:
         inputs[tokens] = (x, ids, weights / weights.sum(-1, keepdim=True))
     ms = {}
     for target in args.targets:
-        flags = PATHS[target][1]
+        flags = harness.server_flags(target)
         out = root / target
         convert(source, out, ConvertOptions(target), progress=False)
         layer, _, _ = harness.plugin_layer(oracle, out, **flags)
@@ -116,12 +113,12 @@ def table(results: dict) -> str:
     others = [t for t in targets if t != BASELINE]
     lines = [f"{results['device']}, torch {results['torch']}; SGLang 0.5.23 plugin layers, E={s['experts']}, "
              f"H={s['hidden']}, I={s['intermediate']}, top-{s['top_k']}; eager quant_method.apply, median of {results['iters']}",
-             "", "| tokens | " + " | ".join(f"{PATHS[t][0]} (ms)" for t in targets) + " | "
-             + " | ".join(f"{PATHS[t][0]} / W4A16" for t in others) + " | fastest |",
+             "", "| tokens | " + " | ".join(f"{PATHS[t]} (ms)" for t in targets) + " | "
+             + " | ".join(f"{PATHS[t]} / W4A16" for t in others) + " | fastest |",
              "|---" * (2 + len(targets) + len(others)) + "|"]
     for r in results["rows"]:
         times = r["ms"]
-        fastest = PATHS[min(times, key=times.get)][0]
+        fastest = PATHS[min(times, key=times.get)]
         lines.append(f"| {r['tokens']} | " + " | ".join(f"{times[t]:.3f}" for t in targets) + " | "
                      + " | ".join(f"{times[t] / times[BASELINE]:.2f}" for t in others) + f" | {fastest} |")
     return "\n".join(lines)
@@ -137,9 +134,9 @@ def plot(results: dict, png: Path) -> None:
     tokens = [r["tokens"] for r in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for target, marker in zip(targets, "osd^"):
-        left.plot(tokens, [r["ms"][target] for r in rows], marker + "-", label=f"{target} ({PATHS[target][0]})")
+        left.plot(tokens, [r["ms"][target] for r in rows], marker + "-", label=f"{target} ({PATHS[target]})")
         if target != BASELINE:
-            right.plot(tokens, [r["ms"][target] / r["ms"][BASELINE] for r in rows], marker + "-", label=PATHS[target][0])
+            right.plot(tokens, [r["ms"][target] / r["ms"][BASELINE] for r in rows], marker + "-", label=PATHS[target])
     left.set(xscale="log", yscale="log", xlabel="tokens", ylabel="ms per layer (lower is better)", title=results["device"])
     left.legend(fontsize=8)
     right.axhline(1.0, color="k", lw=0.8, ls="--")

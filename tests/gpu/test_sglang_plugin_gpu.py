@@ -199,7 +199,18 @@ def test_plugin_equals_stock_sglang_and_starts_faster(oracle, bake):
           f"peak GPU memory beyond the layer's start: stock {stock_peak:.2f} GiB, plugin {plugin_peak:.2f} GiB")
 
 
-HUMMING = {"flashinfer_mxfp4_moe_precision": "fp8"}
+def server_flags(target: str) -> dict[str, str]:
+    """SGLang's server arguments for a GPT-OSS ``target`` bake, read from its SGLang engine profile: the MoE runner
+    backend and the engine flags (``--flashinfer-mxfp4-moe-precision fp8`` -> ``flashinfer_mxfp4_moe_precision``)."""
+    from moebake.schema.profiles import PROFILES
+
+    entry = PROFILES["sglang"].target(target, "gpt-oss")
+    words = entry.engine_flags.split()
+    flags = {name.removeprefix("--").replace("-", "_"): value for name, value in zip(words[::2], words[1::2])}
+    return {"moe_runner_backend": entry.runner_backend, **flags}
+
+
+HUMMING = server_flags("sm90-cutlass-w4a8")
 
 
 def _routed_inputs(seed: int):
@@ -242,7 +253,7 @@ def test_humming_plugin_equals_stock_sglang(oracle, tmp_path):
           f"{stock_seconds:.3f} s, plugin {plugin_seconds:.3f} s (not warmed)")
 
 
-MARLIN = {"moe_runner_backend": "marlin"}
+MARLIN = server_flags("sm90-marlin")
 
 
 def test_marlin_plugin_equals_stock_sglang_and_its_start_up_memory(oracle, tmp_path):
