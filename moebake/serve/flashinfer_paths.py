@@ -222,16 +222,18 @@ void sm90_generic_mixed_moe_small_k_kernelLauncher(
 }}  // namespace tensorrt_llm
 """
 
+def _config(parts: Sequence, where: str) -> Config:
+    """``(tile, cluster, schedule)`` with the schedule spelled as in :data:`SCHEDULES`; ``where`` names it in the error."""
+    tile, cluster, schedule = (str(part).strip() for part in parts)
+    if schedule.lower() not in SCHEDULES:
+        raise InvalidArgumentError(f"unknown mainloop schedule {schedule!r} in {where!r}; expected one of "
+                                   f"{sorted(SCHEDULES.values())}")
+    return tile, cluster, SCHEDULES[schedule.lower()]
+
+
 def parse_configs(text: str) -> tuple[Config, ...]:
     """``"64x16x128/1x1x1/Pingpong,128x16x128/1x1x1/SingleWarpgroupRolling"`` -> config tuples."""
-    configs = []
-    for item in text.split(","):
-        tile, cluster, schedule = (part.strip() for part in item.strip().split("/"))
-        if schedule.lower() not in SCHEDULES:
-            raise InvalidArgumentError(f"unknown mainloop schedule {schedule!r} in {item!r}; expected one of "
-                                       f"{sorted(SCHEDULES.values())}")
-        configs.append((tile, cluster, SCHEDULES[schedule.lower()]))
-    return tuple(configs)
+    return tuple(_config(item.strip().split("/"), item) for item in text.split(","))
 
 
 ConfigChoice = Optional[dict[str, Iterable[Sequence[str]]]]
@@ -245,7 +247,7 @@ def selected_configs(configs: ConfigChoice = None) -> dict[str, tuple[Config, ..
     for path in PATHS:
         given = (configs or {}).get(path.name)
         if given is not None:
-            chosen[path.name] = parse_configs(",".join("/".join(map(str, c)) for c in given))
+            chosen[path.name] = tuple(_config(c, "/".join(map(str, c))) for c in given)
         elif os.environ.get(path.configs_env):
             chosen[path.name] = parse_configs(os.environ[path.configs_env])
         else:
