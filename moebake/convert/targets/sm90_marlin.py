@@ -23,7 +23,7 @@ import torch
 
 from moebake.convert.options import ConvertOptions
 from moebake.convert.targets.base import register
-from moebake.convert.targets.mxfp4_layers import Bake, Mxfp4Target, PaddedScales, restore_layer
+from moebake.convert.targets.mxfp4_layers import Bake, Mxfp4Target, restore_layer
 from moebake.errors import UnsupportedError
 from moebake.layouts.gate_up import pad_to, split_halves, stack_halves
 from moebake.layouts.marlin import permute_bias, permute_scales_padded, repack_padded, unpermute_bias, unpermute_scales, unrepack
@@ -49,15 +49,15 @@ class Sm90Marlin(Mxfp4Target):
 
     def bakes(self, model, dims: LayerDims, options: ConvertOptions) -> dict[str, Bake]:
         Hp, Ip = dims.hidden_padded, dims.intermediate_padded
-        scales = PaddedScales(dims, options.padding(model.format_name))
+        fills = options.padding(model.format_name)  # the engine profile's scale padding bytes
         return {
             "w13_weight": Bake("w13_weight", lambda gate, up: repack_padded((gate, up), (Ip, Hp // 2))),
             "w13_weight_scale": Bake("w13_scale", lambda gate, up: _e8m0(permute_scales_padded(
-                (gate, up), (Ip, Hp // 32), scales.intermediate_fill, scales.hidden_fill))),
+                (gate, up), (Ip, Hp // 32), fills.intermediate_scale_fill, fills.hidden_scale_fill))),
             "w13_weight_bias": Bake("w13_bias", lambda gate, up: permute_bias(stack_halves(gate, up, (Ip,)))),
             "w2_weight": Bake("w2_weight", lambda down: repack_padded((down,), (Hp, Ip // 2))),
             "w2_weight_scale": Bake("w2_scale", lambda down: _e8m0(permute_scales_padded(
-                (down,), (Hp, Ip // 32), scales.hidden_fill, scales.intermediate_fill))),
+                (down,), (Hp, Ip // 32), fills.hidden_scale_fill, fills.intermediate_scale_fill))),
             "w2_weight_bias": Bake("w2_bias", lambda down: permute_bias(pad_to(down, (Hp,)))),
         }
 
