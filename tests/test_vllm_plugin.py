@@ -14,8 +14,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from click.testing import CliRunner
 
 from conftest import load_all
+from moebake.cli import main
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import MoebakeError
@@ -370,3 +372,7 @@ def test_refuses_a_humming_w4a8_bake_in_one_line(tmp_path):
     assert "\n" not in message
     assert ("target 'sm90-cutlass-w4a8': the vLLM plugin cannot serve it: vLLM 0.33.0's HUMMING MXFP4 MoE backend runs the "
             "humming package's own GEMM") in message and message.endswith("serve it with SGLang --flashinfer-mxfp4-moe-precision fp8")
+    result = CliRunner().invoke(main, ["convert", str(source), str(tmp_path / "vllm"), "--target", "sm90-cutlass-w4a8",
+                                       "--engine", "vllm", "--quiet"])  # convert gives the same reason, up front
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and not (tmp_path / "vllm").exists()
+    assert message.split("cannot serve it: ")[1] in result.output and "no verified profile" not in result.output

@@ -169,7 +169,13 @@ VLLM_0_33_0 = EngineProfile("vllm", "0.33.0", {
 
 PROFILES = {"sglang": SGLANG_0_5_23, "vllm": VLLM_0_33_0}
 
+_VLLM_HUMMING = ("vLLM 0.33.0's HUMMING MXFP4 MoE backend runs the humming package's own GEMM on weights laid out by its "
+                 "own transform (humming.transform), not FlashInfer's SM90 cutlass_fused_moe Humming layout this bake holds; "
+                 "serve it with SGLang --flashinfer-mxfp4-moe-precision fp8")
+
 NOT_SERVABLE = {
+    ("vllm", "sm90-cutlass-w4a8", "gpt-oss"): _VLLM_HUMMING,
+    ("vllm", "sm90-cutlass-w4a8", "deepseek-v4"): _VLLM_HUMMING,
     ("vllm", "deepep-bf16", "bf16-moe"): (
         "vLLM 0.33.0's unquantized MoE has no DeepGEMM kernel (map_unquantized_backend offers triton, batched_triton, "
         "flashinfer_trtllm, flashinfer_cutlass, aiter; behind deepep_low_latency select_unquantized_moe_backend takes "

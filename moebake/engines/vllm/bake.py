@@ -160,23 +160,20 @@ class VllmBake:
         return {layer.prefix + short for layer in self.layers.values() for short in layer.tensors}
 
 
-NOT_SERVED_BECAUSE = {
-    "sm90-cutlass-w4a8": ("vLLM 0.33.0's HUMMING MXFP4 MoE backend runs the humming package's own GEMM on weights laid "
-                          "out by its own transform (humming.transform), not FlashInfer's SM90 cutlass_fused_moe Humming "
-                          "layout this bake holds; serve it with SGLang --flashinfer-mxfp4-moe-precision fp8"),
-}
-"""Targets whose bytes no vLLM 0.33.0 path consumes: why, for the refusal."""
+NOT_SERVED_FOR_ANY_SOURCE = ("sm90-cutlass-w4a8",)
+"""Targets whose bytes no vLLM 0.33.0 path consumes, from any source format: refused with the reason alone
+(``NOT_SERVABLE`` in :mod:`moebake.schema.profiles`, which ``convert --engine vllm`` gives too)."""
 
 
 def check_manifest(manifest: Manifest, hf_config: dict, where: Path) -> None:
     """Refuse unless ``manifest`` (checked against config.json by :func:`read_served_manifest`) is a bake vLLM
     0.33.0 serves bit-identically for this ``config.json``."""
     served = SERVED.get((manifest.target, manifest.source.format))
-    if manifest.target in NOT_SERVED_BECAUSE:
-        raise refuse(f"{where}: target {manifest.target!r}: the vLLM plugin cannot serve it: {NOT_SERVED_BECAUSE[manifest.target]}")
+    why = not_servable_because(ENGINE, manifest.target, manifest.source.format)
+    if manifest.target in NOT_SERVED_FOR_ANY_SOURCE:
+        raise refuse(f"{where}: target {manifest.target!r}: the vLLM plugin cannot serve it: {why}")
     if served is None:
         kinds = "; ".join(f"{s.target} bakes of {s.source_format}" for s in SERVED.values())
-        why = not_servable_because(ENGINE, manifest.target, manifest.source.format)
         raise refuse(f"{where}: target {manifest.target!r} of source format {manifest.source.format!r}; the vLLM plugin "
                      f"serves {kinds}{' (' + why + ')' if why else ''}")
     engines = ([manifest.engine] if manifest.engine is not None else []) + list(manifest.serves)  # same bytes
