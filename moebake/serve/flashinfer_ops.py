@@ -1,7 +1,7 @@
 """FlashInfer's SM90 fused-MoE entry points, bound to moebake's reduced module through a getter of moebake's own.
 
 FlashInfer's stock ``fused_moe_90`` JIT module takes over half an hour to build; moebake builds (or loads a
-prebuilt copy of) a module with only the BF16 x MXFP4 path (:mod:`moebake.serve.flashinfer_build`).
+prebuilt copy of) a module with only the MXFP4 W4A16 and Humming W4A8 paths (:mod:`moebake.serve.flashinfer_build`).
 FlashInfer 0.7.2.post1's public ``cutlass_fused_moe`` checks and prepares its arguments, then calls
 ``get_cutlass_fused_moe_module(arch).cutlass_fused_moe(...)``, a cached getter that builds the module from
 ``gen_cutlass_fused_moe_sm90_module()``. :func:`sm90_moe_ops` rebuilds those two functions from FlashInfer's
@@ -57,7 +57,8 @@ def sm90_moe_ops() -> SimpleNamespace:
 
     def interleave_weights(weight, quant_type: str = "fp4"):
         """FlashInfer's SM90 mixed-GEMM weight interleave on the reduced module: ``[E, n, k // 2]`` uint8 CUDA
-        tensor (two 4-bit values a byte) -> a new tensor of the same shape and dtype."""
+        tensor (two 4-bit values a byte) -> a new tensor of the same shape and dtype. FlashInfer's own wrapper
+        (``fused_moe.prepare``) imports its getter at call time, so it cannot be rebound like ``cutlass_fused_moe``."""
         import torch
 
         if weight.dim() != 3 or weight.dtype != torch.uint8 or not weight.is_cuda:
