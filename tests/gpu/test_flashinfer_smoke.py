@@ -30,7 +30,7 @@ INTERLEAVE_SHAPES = [
 
 @pytest.fixture(scope="module")
 def flashinfer_moe():
-    """FlashInfer's fused_moe package with moebake's reduced SM90 W4A16 module installed."""
+    """FlashInfer's fused_moe package with moebake's reduced SM90 module (W4A16 and Humming W4A8) installed."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     if torch.cuda.get_device_capability() != (9, 0):
