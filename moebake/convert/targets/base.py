@@ -100,7 +100,7 @@ class Target:
                         continue
                     raise InternalError(f"target {self.spec.name} did not plan its tensor {entry.name}")
                 made = planned[entry.name]
-                dtype, shape = entry.dtype or made.dtype, entry.shape_for(dims)
+                dtype, shape = entry.dtype or made.dtype, entry.shape_for(dims, options.flashinfer_layout if self.spec.uses_flashinfer_layout else None)
                 tensors.append(OutputTensor(name=layer.prefix + entry.name, dtype=dtype, shape=shape, sources=made.stored,
                                             produce=made.produce))
                 specs[entry.name] = TensorRecord(dtype=dtype, shape=shape, source=made.source, gate_up_order=entry.gate_up_order,
