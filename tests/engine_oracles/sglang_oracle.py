@@ -379,7 +379,9 @@ def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int
     mapping = FusedMoE.make_expert_params_mapping(ckpt_gate_proj_name="gate_proj", ckpt_down_proj_name="down_proj",
                                                   ckpt_up_proj_name="up_proj", num_experts=num_experts)
     with (sglang_engine(moe_runner_backend="flashinfer_cutedsl", moe_a2a_backend=a2a, gpu="sm100"), standins.cutedsl_utils(),
-          mock.patch.object(fused_moe_layer, "create_moe_dispatcher", lambda *args, **kwargs: _DispatcherStandin())):
+          mock.patch.object(fused_moe_layer, "create_moe_dispatcher", lambda *args, **kwargs: _DispatcherStandin()),
+          # 0.5.17-0.5.19's create_weights swizzles the block scales onto the GPU (swizzle_blockscale's .cuda()): kept here
+          mock.patch.object(torch.Tensor, "cuda", lambda tensor, *args, **kwargs: tensor)):
         quant_config = modelopt.ModelOptFp4Config.from_config(config["quantization_config"])
         experts = FusedMoE(num_experts=num_experts, top_k=2, layer_id=0, hidden_size=hidden, intermediate_size=intermediate,
                            quant_config=quant_config, prefix=prefix.rstrip("."), params_dtype=torch.bfloat16)
