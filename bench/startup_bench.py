@@ -12,7 +12,7 @@ own (one per GPU, ``--ep`` ranks, SGLang's expert parallelism over a gloo world)
   method's post-load step (FlashInfer's CUDA interleave, from moebake's reduced module);
 * ``bake``: the same iterator over the bake's shards, the same ``FusedMoE`` layers with the moebake
   plugin's method: the baked tensors' loaders read metadata only, and each layer's post-load step
-  reads this rank's rows with :class:`moebake.bake.rank_loader.RankLoader`.
+  reads this rank's rows with :class:`moebake.serving_core.rank_loader.RankLoader`.
 
 Every other tensor (attention, router, norms, embeddings) is copied by SGLang's ``default_weight_loader``
 into a GPU parameter of its shape in both paths. What is not SGLang's: the model object (a holder of

@@ -6,9 +6,9 @@ A mixin placed before vLLM's own MoE method class (``class M(BakedExperts, VllmM
 
 import torch
 
-from moebake.bake.refusals import parallelism_refusal, unloaded_refusal
 from moebake.engines.vllm.bake import VllmBake, refuse
 from moebake.schema.enums import DType
+from moebake.serving_core.refusals import parallelism_refusal, unloaded_refusal
 
 # The remedies in vLLM's own flags.
 USE_EXPERT_PARALLELISM = "add --enable-expert-parallel"

@@ -1,6 +1,6 @@
 """vLLM's ``--load-format moebake``: reads the baked expert tensors into the ``moebake`` MoE layers itself
 (this EP rank's experts' rows only, once, straight from the files into the parameters through
-:class:`moebake.bake.rank_loader.RankLoader`), and hands every other tensor to the model's own
+:class:`moebake.serving_core.rank_loader.RankLoader`), and hands every other tensor to the model's own
 ``load_weights`` (GPT-OSS's attention, router, norms, embeddings load as they always do); the baked
 tensors never go through vLLM's iterator.
 
@@ -24,11 +24,11 @@ import torch
 from safetensors import safe_open
 from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
-from moebake.bake.rank_loader import BakeFiles, ExpertRun, RankLoader, runs_from_slots
 from moebake.engines.vllm import internals
 from moebake.engines.vllm.bake import refuse
 from moebake.engines.vllm.baked_experts import BakedExperts
 from moebake.errors import MoebakeError
+from moebake.serving_core.rank_loader import BakeFiles, ExpertRun, RankLoader, runs_from_slots
 
 _PATTERNS = ["*.safetensors", "*.json"]
 

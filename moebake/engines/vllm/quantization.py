@@ -28,7 +28,6 @@ from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend, m
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4Config, GptOssMxfp4MoEMethod, Mxfp4MoEMethod
 
-from moebake.bake.refusals import flashinfer_layout_refusal, gpu_refusal
 from moebake.engines.quantization_identity import MoebakeQuantization
 from moebake.engines.vllm import internals
 from moebake.engines.vllm.bake import (
@@ -45,6 +44,7 @@ from moebake.engines.vllm.bake import (
 )
 from moebake.engines.vllm.baked_experts import BakedExperts
 from moebake.schema.enums import GpuFamily
+from moebake.serving_core.refusals import flashinfer_layout_refusal, gpu_refusal
 
 LOAD_FORMAT = "moebake"
 
