@@ -170,16 +170,16 @@ def test_deep_verify_reads_in_bounded_chunks(tmp_path, monkeypatch):
 def test_every_phase_shows_a_bar_and_a_line_per_step(baked, gpt_oss_tiny, monkeypatch):
     import logging
 
-    import moebake.progress
+    import moebake.progress_bars
 
     bars = []
 
-    class Recording(moebake.progress._ByteBar):
+    class Recording(moebake.progress_bars._ByteBar):
         def __init__(self, *args, **kwargs):
             bars.append(kwargs["desc"])
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(moebake.progress, "_ByteBar", Recording)
+    monkeypatch.setattr(moebake.progress_bars, "_ByteBar", Recording)
     result = CliRunner().invoke(main, ["-v", "verify", str(baked), "--source", str(gpt_oss_tiny)])
     logging.getLogger("moebake").setLevel(logging.INFO)
     assert result.exit_code == 0, result.output

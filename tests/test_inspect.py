@@ -119,7 +119,7 @@ def test_baked_report_shows_the_engine_record(baked, tmp_path):
 
 
 def test_sizes_use_decimal_units_that_fit():
-    from moebake.progress import rate_text, size_text
+    from moebake.progress_bars import rate_text, size_text
 
     assert [size_text(n) for n in (0, 999, 1000, 868_352, 1_234_567, 999_999_999, 13_790_000_000, 2_500_000_000_000)] == [
         "0 B", "999 B", "1.0 kB", "868.4 kB", "1.2 MB", "1000.0 MB", "13.79 GB", "2.50 TB"]
