@@ -42,7 +42,7 @@ from moebake.engines.vllm.bake import (
     read_bake,
     refuse,
 )
-from moebake.engines.vllm.baked_experts import BakedExperts
+from moebake.engines.vllm.loader_filled_experts import LoaderFilledExperts
 from moebake.schema.enums import GpuFamily
 from moebake.serving_core.refusals import flashinfer_layout_refusal, gpu_refusal
 
@@ -164,7 +164,7 @@ BACKENDS = {"sm90-cutlass": Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16,
 """The vLLM MXFP4 backend whose post-load bytes each MXFP4 target's bake is (vLLM 0.33.0's profiles)."""
 
 
-class BakedMxfp4(BakedExperts):
+class BakedMxfp4(LoaderFilledExperts):
     """What both MXFP4 methods share: vLLM's backend must be the target's (:data:`BACKENDS`), its padded sizes the
     bake's, its parameters are created at the bake's final shapes (placed before vLLM's method class)."""
 
