@@ -48,10 +48,10 @@ def bench_worker(ctx, args: dict) -> dict:
     """One rank: every (shape, backend, tokens) step timed; returns ``{"rows": [...], ...}`` for this rank."""
     import torch.distributed as dist
 
+    from moebake.reference.moe_fp32 import decode_inputs
     from moebake.serve.deepep_bf16 import DeepEPBf16Experts
     from moebake.serve.deepep_ll import LowLatencyBuffer, LowLatencySpec
     from moebake.serve.dispatch import expected_m
-    from moebake.serve.moe_reference import decode_inputs
 
     specs = {name: LowLatencySpec(s["hidden"], s["experts"], MAX_TOKENS_PER_RANK, ctx.ranks, s["top_k"])
              for name, s in SHAPES.items() if name in args["shapes"]}
