@@ -14,13 +14,14 @@ from moebake.convert.output_dir import output_paths
 from moebake.convert.run import convert
 from moebake.convert.source_check import compare_with_source, inverse_problems, proof_summary
 from moebake.convert.targets import TARGETS
-from moebake.convert.targets.base import Planned, Target, register, unregister
+from moebake.convert.targets.base import Planned, Target, register
 from moebake.convert.targets.expert_chunks import zip_expert_chunks
 from moebake.convert.verify import verify_output
 from moebake.errors import MoebakeError, UnsupportedError
 from moebake.formats import open_source
 from moebake.formats.checkpoint import stored_names
 from moebake.layouts.gate_up import split_halves
+from moebake.reference.registration import unregister
 from moebake.schema.enums import DType, GateUpOrder, GpuFamily
 from moebake.schema.manifest import read_manifest, read_manifest_record
 from moebake.schema.targets import TARGET_SPECS, LayerDims, TargetSpec, TensorSpec
