@@ -14,7 +14,7 @@ from moebake.cli import main
 from moebake.convert.targets import TARGETS
 from moebake.formats import SOURCE_FORMATS
 from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
-from moebake.synthetic import write_deepseek_v4, write_modelopt_nvfp4
+from moebake.reference.synthetic_sources import write_deepseek_v4, write_modelopt_nvfp4
 
 
 def run(*args):

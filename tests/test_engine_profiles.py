@@ -15,8 +15,9 @@ from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_fp4
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.layouts.nvfp4_scalars import load_time_scales
+from moebake.reference.synthetic_sources import MODELOPT_MISMATCHES, write_bf16_moe, write_deepseek_v4, write_modelopt_nvfp4
 from moebake.schema.profiles import PROFILES, SGLANG_0_5_23
-from moebake.synthetic import MODELOPT_MISMATCHES, write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
+from moebake.synthetic import write_gpt_oss
 
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():

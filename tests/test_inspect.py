@@ -107,7 +107,7 @@ def test_baked_report_shows_the_engine_record(baked, tmp_path):
     assert ("  engine         sglang 0.5.23: engine-exact; serve with --quantization moebake "
             "--moe-runner-backend flashinfer_mxfp4\n") in text
     assert json.loads(CliRunner().invoke(main, ["inspect", str(baked), "--json"]).output)["engine"] == report["engine"]
-    from moebake.synthetic import write_modelopt_nvfp4
+    from moebake.reference.synthetic_sources import write_modelopt_nvfp4
 
     source = write_modelopt_nvfp4(tmp_path / "nvfp4")  # gate/up globals differ in 4 experts: shared by default
     assert CliRunner().invoke(main, ["convert", str(source), str(tmp_path / "nv"), "--target", "cutedsl", "--quiet"]).exit_code == 0

@@ -22,10 +22,11 @@ from moebake.formats import open_source
 from moebake.formats.checkpoint import stored_names
 from moebake.layouts.gate_up import split_halves
 from moebake.reference.registration import unregister
+from moebake.reference.synthetic_sources import write_bf16_moe, write_deepseek_v4, write_modelopt_nvfp4
 from moebake.schema.enums import DType, GateUpOrder, GpuFamily
 from moebake.schema.manifest import read_manifest, read_manifest_record
 from moebake.schema.targets import TARGET_SPECS, LayerDims, TargetSpec, TensorSpec
-from moebake.synthetic import write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
+from moebake.synthetic import write_gpt_oss
 
 
 class ToyBf16(Target):

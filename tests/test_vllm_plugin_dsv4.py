@@ -30,7 +30,7 @@ from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import MoebakeError
-from moebake.synthetic import write_deepseek_v4
+from moebake.reference.synthetic_sources import write_deepseek_v4
 
 vllm_oracle = pytest.importorskip("engine_oracles.vllm_oracle")
 if not vllm_oracle.vllm_installed():
@@ -410,7 +410,7 @@ def test_refuses_another_flashinfer_layout(source, tmp_path):
 
 def test_refuses_a_target_it_does_not_serve(tmp_path):
     """A ModelOpt NVFP4 cutedsl-deepep bake (SGLang's bytes; vLLM 0.33.0 has no profile for it) is refused at start-up."""
-    from moebake.synthetic import write_modelopt_nvfp4
+    from moebake.reference.synthetic_sources import write_modelopt_nvfp4
 
     source = write_modelopt_nvfp4(tmp_path / "src")
     convert(source, tmp_path / "out", ConvertOptions("cutedsl-deepep", engine="sglang"), progress=False)

@@ -17,7 +17,7 @@ from conftest import load_all
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import MoebakeError
-from moebake.synthetic import MODELOPT_MISMATCHES, write_modelopt_nvfp4
+from moebake.reference.synthetic_sources import MODELOPT_MISMATCHES, write_modelopt_nvfp4
 
 vllm_oracle = pytest.importorskip("engine_oracles.vllm_oracle")
 if not vllm_oracle.vllm_installed():

@@ -3,7 +3,7 @@ FlashInfer CUTLASS path.
 
 A DeepSeek-V4-sized expert layer (DeepSeek-V4-Pro's H = 7168, I = 3072, neither padded by vLLM; 8 experts, or
 ``MOEBAKE_GPU_VLLM_DSV4_EXPERTS``; the SwiGLU limit 10 of config.json) of a synthetic checkpoint
-(``moebake.synthetic.write_deepseek_v4``) is prepared two ways with vLLM 0.33.0's Python code
+(``moebake.reference.synthetic_sources.write_deepseek_v4``) is prepared two ways with vLLM 0.33.0's Python code
 (``--moe-backend flashinfer_cutlass``: ``DeepseekV4FP8Config`` gives the experts the generic ``Mxfp4MoEMethod`` with
 ``FLASHINFER_CUTLASS_MXFP4_BF16``):
 
@@ -41,7 +41,7 @@ from vllm_gpu import DEVICE, assert_forwards_equal, prepared
 
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.synthetic import write_deepseek_v4
+from moebake.reference.synthetic_sources import write_deepseek_v4
 from test_vllm_plugin_dsv4 import served_experts
 
 pytestmark = pytest.mark.gpu
