@@ -22,10 +22,14 @@ RESULTS = BENCH / "results"
 PYTHON_SCRIPTS = ["convert_bench.py", "transform_bench.py", "serve_bench.py", "deepep_layer_bench.py", "deepgemm_masked_bench.py",
                   "startup_bench.py", "sm90_paths_bench.py"]
 SHELL_SCRIPTS = ["device_convert_scaling.sh", "device_wheels.sh"]
+HELPERS = ["benchkit.py"]  # imported by the scripts, not run
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal on a machine without a GPU")
 
 
 def _load(name: str):
+    """The script ``bench/NAME`` as a module, imported as ``python bench/NAME`` runs it (``bench/`` on the path)."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
     spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), BENCH / name)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -33,7 +37,48 @@ def _load(name: str):
 
 
 def test_every_bench_script_has_a_smoke_test():
-    assert sorted(p.name for p in BENCH.iterdir() if p.is_file()) == sorted(PYTHON_SCRIPTS + SHELL_SCRIPTS)
+    assert sorted(p.name for p in BENCH.iterdir() if p.is_file()) == sorted(PYTHON_SCRIPTS + SHELL_SCRIPTS + HELPERS)
+
+
+@no_gpu
+def test_a_gpu_benchmark_run_as_documented_finds_moebake_and_the_oracles(tmp_path):
+    """``python bench/serve_bench.py`` from the repository root, with nothing on PYTHONPATH: the checkout's moebake
+    and the tests' SGLang oracle import (before the GPU check), and the run ends in the one-line refusal."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "bench/serve_bench.py", "--workdir", str(tmp_path / "work")], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert (result.returncode, result.stderr.splitlines()[-1:]) == (1, [
+        "serve_bench.py times GPU work: it needs a CUDA SM90 GPU (H100/H200) and FlashInfer; without one, only --plot-only runs"
+    ]), result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+
+
+def test_benchkit_times_each_call_alone_interleaved(monkeypatch):
+    """The calls run ``warmup`` untimed rounds, then each round in a rotated order, each call between its own pair of
+    CUDA events (stood in for here: each pair measures the call it brackets); the medians are per call."""
+    benchkit = _load("benchkit.py")
+    ran, costs = [], {"a": 1.0, "b": 2.0, "c": 3.0}
+
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
+
+        def record(self):
+            self.at = len(ran)
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):
+            assert end.at == self.at + 1
+            return costs[ran[self.at]]
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    calls = {name: (lambda name=name: ran.append(name)) for name in costs}
+    assert benchkit.cuda_medians_ms(calls, iters=3, warmup=2) == costs
+    assert ran == ["a", "b", "c"] * 2 + ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    ran.clear()
+    assert benchkit.cuda_median_ms(calls["b"], iters=2, warmup=1) == 2.0 and ran == ["b"] * 3
 
 
 @pytest.mark.parametrize("name", PYTHON_SCRIPTS)
