@@ -113,6 +113,21 @@ def gpt_oss_copy(tmp_path, gpt_oss_tiny):
     return shutil.copytree(gpt_oss_tiny, tmp_path / "src")
 
 
+def load_bench(name: str):
+    """The script ``bench/NAME`` as a module, imported as ``python bench/NAME`` runs it (``bench/`` first on the path,
+    where its shared ``benchkit`` is)."""
+    import importlib.util
+    import sys
+
+    bench = Path(__file__).resolve().parent.parent / "bench"
+    if str(bench) not in sys.path:
+        sys.path.insert(0, str(bench))
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), bench / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def random_u8(*shape, seed=0):
     return torch.randint(0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
 

@@ -19,8 +19,9 @@ from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import UnsupportedError
 from moebake.layouts.nvfp4_scalars import load_time_scales
+from moebake.reference.synthetic_sources import MODELOPT_MISMATCHES, write_bf16_moe, write_deepseek_v4, write_modelopt_nvfp4
 from moebake.schema.profiles import RULES, get_profile
-from moebake.synthetic import MODELOPT_MISMATCHES, write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
+from moebake.synthetic import write_gpt_oss
 
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():

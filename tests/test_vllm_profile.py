@@ -17,7 +17,8 @@ from conftest import load_all
 from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_v1, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.synthetic import MODELOPT_MISMATCHES, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
+from moebake.reference.synthetic_sources import MODELOPT_MISMATCHES, write_deepseek_v4, write_modelopt_nvfp4
+from moebake.synthetic import write_gpt_oss
 
 VLLM = __import__("os").environ.get("MOEBAKE_ORACLE_ENGINE", "vllm")
 """The vLLM release the bakes are made for: the one whose code runs here (``vllm==0.32.0`` in a release-matrix run)."""
@@ -248,8 +249,8 @@ def test_deepep_bf16_is_refused_for_vllm_with_the_reason_vllms_code_gives(tmp_pa
     from moebake.cli import main
     from moebake.engines.vllm.bake import PREFIX
     from moebake.errors import MoebakeError
+    from moebake.reference.synthetic_sources import write_bf16_moe
     from moebake.schema.profiles import NOT_SERVABLE
-    from moebake.synthetic import write_bf16_moe
 
     why = NOT_SERVABLE[("vllm", "deepep-bf16", "bf16-moe")]
     backends = ("triton", "batched_triton", "flashinfer_trtllm", "flashinfer_cutlass", "aiter")
