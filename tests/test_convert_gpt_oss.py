@@ -22,8 +22,11 @@ KERNELS = {"v2": kernel_interleave_v2, "v1": kernel_interleave_v1}
 
 
 def sglang_style_layer(src, prefix, H, I, Hp, Ip, layout, fill=127):
-    """What SGLang's _process_weights_for_sm90_cutlass builds, written out the way SGLang does it."""
-    fold = pytest.importorskip("flashinfer.fused_moe").interleave_moe_scales_for_sm90_mixed_gemm
+    """What SGLang's _process_weights_for_sm90_cutlass builds, written out the way SGLang does it. The scale fold is the
+    installed FlashInfer's for layout v2; for v1, that of FlashInfer's v1 releases (0.6.15.post1's
+    ``interleave_moe_scales_for_sm90_mixed_gemm``, written out: the release-matrix run executes the real one)."""
+    fold = pytest.importorskip("flashinfer.fused_moe").interleave_moe_scales_for_sm90_mixed_gemm if layout == "v2" \
+        else _flashinfer_v1_scale_fold
     blocks = src[prefix + "gate_up_proj_blocks"]
     E = blocks.shape[0]
     blocks = blocks.reshape(E, 2 * I, H // 2)
@@ -48,6 +51,13 @@ def sglang_style_layer(src, prefix, H, I, Hp, Ip, layout, fill=127):
         "w13_weight": KERNELS[layout](w13), "w13_weight_scale": fold(s13, group_size=32), "w13_weight_bias": b13,
         "w2_weight": KERNELS[layout](w2), "w2_weight_scale": fold(s2, group_size=32), "w2_weight_bias": b2,
     }
+
+
+def _flashinfer_v1_scale_fold(scales, group_size=32):
+    """FlashInfer 0.6.15.post1 / 0.6.17: ``[E, rows, K/32]`` -> ``[E, K/128, rows * 4]`` (reshape, swap, reshape)."""
+    e, rows, groups = scales.shape
+    factor = 128 // group_size
+    return scales.reshape(e, rows, groups // factor, factor).permute(0, 2, 1, 3).contiguous().reshape(e, groups // factor, rows * factor)
 
 
 def _check_against_reference(source, out, H, I, Hp, Ip, layout):
@@ -137,7 +147,8 @@ def test_output_files_index_manifest(gpt_oss_tiny, tmp_path):
                                   "engine_method": "sglang.srt.layers.quantization.mxfp4.Mxfp4MoEMethod", "hidden_multiple": 256,
                                   "intermediate_multiple": 128, "hidden_scale_fill": 127, "verified": True,
                                   "parameter_names": {}, "exact": True, "not_exact_because": None,
-                                  "moe_parallelism": "expert-only"}
+                                  "moe_parallelism": "expert-only",
+                                  "releases": ["0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]}  # FlashInfer v2 pins
     assert manifest["serves"] == []  # H 160 is padded: vLLM 0.33.0's bytes differ (128 multiple, zero fill)
     import xxhash
     for name, record in manifest["files"].items():

@@ -107,12 +107,13 @@ def test_demo_runs_without_any_engine_package(tmp_path):
 
 
 def test_pyproject_extras_pin_exactly_the_versions_the_code_is_proven_for():
-    """The extras a user installs are the engine versions the plugins' version gates accept and the FlashInfer
-    the runtime's reduced module is written for (pyproject is read as text: no packaging needed)."""
-    from moebake.schema.profiles import PROFILES
+    """The extras a user installs are the span of engine releases the release matrix proves (each serving some bake)
+    and the FlashInfer the runtime's reduced module is written for (pyproject is read as text: no packaging needed)."""
+    from moebake.schema.profiles import serving_releases
     from moebake.serve.flashinfer_build import TESTED_FLASHINFER_VERSIONS
 
     extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert extras["sglang"] == [f"sglang=={PROFILES['sglang'].version}"]
-    assert extras["vllm"] == [f"vllm=={PROFILES['vllm'].version}"]
+    for engine in ("sglang", "vllm"):
+        proven = serving_releases(engine)
+        assert extras[engine] == [f"{engine}>={proven[0]},<={proven[-1]}"]
     assert extras["gpu"] == [f"flashinfer-python=={v}" for v in TESTED_FLASHINFER_VERSIONS]

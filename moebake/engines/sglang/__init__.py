@@ -15,11 +15,12 @@ QUANT_NAME = "moebake"
 
 def register() -> None:
     """The ``sglang.srt.plugins`` entry point: make ``moebake`` a quantization method SGLang knows."""
-    from sglang.srt.arg_groups.choices import QUANTIZATION_CHOICES, add_quantization_method_choices
     from sglang.srt.layers.quantization import QUANTIZATION_METHODS
 
+    from moebake.engines.sglang import internals
     from moebake.engines.sglang.config import MoebakeConfig
 
     QUANTIZATION_METHODS[QUANT_NAME] = MoebakeConfig
-    if QUANT_NAME not in QUANTIZATION_CHOICES:
-        add_quantization_method_choices([QUANT_NAME])
+    choices, add_choices = internals.quantization_choices()
+    if QUANT_NAME not in choices:
+        add_choices([QUANT_NAME])
