@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+import moebake
 from moebake.convert.allocator import reuse_freed_buffers
 from moebake.convert.conversion import Conversion, open_conversion, transform_threads
 from moebake.convert.options import MAX_WORKERS, MIN_CHUNK_BYTES, WRITERS_PER_DEVICE, ConvertOptions
@@ -111,13 +112,35 @@ def worker_chunk_bytes(chunk_bytes: int, workers: int) -> int:
 def _start_fork_server(context) -> None:
     """Start the fork server, with SIGINT ignored (as every process it forks then starts), and wait
     until it has loaded :mod:`moebake.convert.fork_server` (a second or two: it forks a process that
-    does nothing, joined here) with Ctrl-C still working here."""
+    does nothing, joined here) with Ctrl-C still working here.
+
+    The server is a new interpreter, ``python -c``, whose ``sys.path`` starts with its working directory
+    (Python 3.11's fork server ignores the ``sys.path`` it is handed). Started in a folder that holds a
+    ``moebake/`` directory (a clone, beside an editable install), it would import that folder as a namespace
+    package in place of the installed moebake, and every worker would fail. So it is started in the directory
+    that holds the installed package, where ``moebake`` is this one; each worker still runs in this process's
+    working directory (multiprocessing moves it there)."""
     context.set_forkserver_preload(["moebake.convert.fork_server"])
-    with _sigint_ignored():
+    with _sigint_ignored(), _working_directory(INSTALL_PARENT):
         multiprocessing.forkserver.ensure_running()
     ready = context.Process(name="moebake-fork-server-ready")
     ready.start()
     ready.join()
+
+
+INSTALL_PARENT = Path(moebake.__file__).resolve().parent.parent
+"""The directory that holds the ``moebake`` package this process imported (site-packages, or a clone's root)."""
+
+
+@contextmanager
+def _working_directory(directory: Path):
+    """Run the ``with`` body in ``directory`` (the process's working directory), then return to the one before."""
+    previous = os.getcwd()
+    os.chdir(directory)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
 
 
 @contextmanager
