@@ -6,11 +6,14 @@ when they run), so ``--help`` and usage errors are fast. Messages go through Pyt
 (logger ``moebake``): warnings always, progress notes by default, per-shard lines with ``-v``.
 """
 
+import contextlib
 import functools
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -19,27 +22,48 @@ import click
 import moebake
 from moebake.convert.io_mode import IO_ENV, IO_MODES, PLAIN_IO_CORES
 from moebake.convert.options import DEFAULT_CHUNK_BYTES, GATE_UP_GLOBALS, MAX_MULTIPLE, MAX_WORKERS, WRITERS_PER_DEVICE, ConvertOptions
-from moebake.errors import MoebakeError, OutputError, format_error
+from moebake.errors import Interrupted, MoebakeError, OutputError, format_error
 from moebake.layouts.flashinfer_versions import LAYOUTS
 from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
 from moebake.schema.profiles import DEFAULT_ENGINE, PROFILES, serving_flags
 
 
 def reports_errors(command):
-    """Turn MoebakeError into ``error: <message>`` and exit status 2."""
+    """Turn MoebakeError into ``error: <message>`` and exit status 2; Ctrl-C, and SIGTERM while the command runs,
+    into one line saying what was kept (:class:`Interrupted`) and exit status 130 (143 for SIGTERM)."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
-            return command(*args, **kwargs)
+            with _sigterm_interrupts():
+                return command(*args, **kwargs)
         except MoebakeError as err:
             click.echo(format_error(err), err=True)
             sys.exit(2)
-        except KeyboardInterrupt:
-            click.echo("interrupted: finished shards are kept; re-run with --resume to continue", err=True)
-            sys.exit(130)
+        except KeyboardInterrupt as err:
+            stopped = err if isinstance(err, Interrupted) else Interrupted()
+            click.echo(stopped.line(), err=True)
+            sys.exit(stopped.status)
 
     return wrapper
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """In the ``with`` body, SIGTERM raises :class:`Interrupted` (``terminated``), as Ctrl-C raises KeyboardInterrupt,
+    so that both stop a command the same way (the main thread only: elsewhere SIGTERM keeps its handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum, frame):
+        raise Interrupted(terminated=True)
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class _StderrHandler(logging.Handler):

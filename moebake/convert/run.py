@@ -3,10 +3,11 @@
 OUT is built in the sibling ``.OUT.partial`` and renamed into place only when complete. What
 OUT may be and what ``overwrite`` may replace is checked first (:mod:`moebake.convert.output_dir`);
 bad input is detected while planning, before anything is written. The staging directory is
-locked while the conversion runs (:mod:`moebake.convert.staging`). A MoebakeError, or an OSError
-(disk full, ...), which is reported as one, removes a staging directory this run made. After an
-interruption the staging directory stays, and ``resume=True`` re-uses the shards its progress
-record vouches for (:mod:`moebake.convert.progress`), when the source and options are unchanged.
+locked while the conversion runs (:mod:`moebake.convert.staging`). A MoebakeError (bad input) removes
+a staging directory this run made; a fault (Ctrl-C, SIGTERM, an OSError such as a full disk, a dead
+worker) keeps the finished shards (:mod:`moebake.convert.stopped`), and ``resume=True`` re-uses the
+shards the progress record vouches for (:mod:`moebake.convert.progress`), when the source and options
+are unchanged.
 
 Shards are baked one after another in this process, or by ``workers`` processes in parallel
 (:mod:`moebake.convert.workers`); either way each source shard is hashed from the bytes the
@@ -30,13 +31,21 @@ from moebake.convert.allocator import reuse_freed_buffers
 from moebake.convert.conversion import open_conversion, torch_threads, transform_threads
 from moebake.convert.hashing import hub_blob_sha256
 from moebake.convert.options import WRITERS_PER_DEVICE, ConvertOptions
-from moebake.convert.output_dir import OutputPaths, check_destination, check_output, check_replaceable, output_paths, remove_output
+from moebake.convert.output_dir import (
+    OutputPaths,
+    check_destination,
+    check_output,
+    check_replaceable,
+    output_paths,
+    remove_output,
+)
 from moebake.convert.progress import Progress, identity_difference, load_progress, reusable_shards, run_identity
 from moebake.convert.stages import STAGES
 from moebake.convert.staging import Staging
+from moebake.convert.stopped import after_stop
 from moebake.convert.workers import bake_in_workers, usable_workers
 from moebake.convert.writer import write_shard
-from moebake.errors import MoebakeError, OutputError
+from moebake.errors import OutputError
 from moebake.formats.checkpoint import CONFIG_NAME
 from moebake.layouts.flashinfer_versions import DESCRIPTIONS
 from moebake.progress import byte_bar, shard_done
@@ -89,16 +98,17 @@ def convert(
     with Staging.claim(paths, resume=resume) as staging:
         try:
             check_destination(paths, overwrite=overwrite)  # again, now that the lock is held
-            manifest = _bake(conversion, source, options, staging.path, _resumed(staging, identity, conversion.shards, resume),
+            done = _resumed(staging, identity, conversion.shards, resume)
+            manifest = _bake(conversion, source, options, staging.path, done,
                              progress, workers, writers_per_device, location, revision)
             _publish(staging, paths, overwrite)
-        except (MoebakeError, OSError) as err:
-            if staging.fresh:
-                staging.remove()
-            if isinstance(err, OSError):
-                raise OutputError(f"{err.filename or paths.label}: {err.strerror or err}") from None
-            raise
+        except BaseException as err:
+            replacement = after_stop(err, staging, [s.file_name for s in conversion.shards])
+            if replacement is None:
+                raise
+            raise replacement from None
     return manifest
+
 
 
 def _resumed(staging: Staging, identity: dict, shards, resume: bool) -> Progress:
