@@ -1,6 +1,6 @@
 """A conversion stopped by a fault keeps its finished shards for --resume, and says so truly (issue 37):
 a full disk, Ctrl-C, SIGTERM and a worker process that dies. With no shard finished nothing is kept, and
-the same command runs again."""
+the same command runs again. The free space the plan needs is checked before the first byte."""
 
 import errno
 import json
@@ -121,6 +121,32 @@ def test_ctrl_c_after_a_shard_says_how_many_are_kept(three_shards, tmp_path, mon
     assert one_line(result) == (f"interrupted: 2 of 3 shard(s) are finished and kept in {staging}; "
                                 "re-run the same command with --resume to bake the rest")
     assert sorted(p.name for p in staging.glob("*.safetensors")) == shards[:2]
+
+
+def test_too_little_free_space_is_refused_before_the_first_byte(three_shards, tmp_path, monkeypatch):
+    """The plan's bytes (every shard's header and tensors, and the side files) against statvfs' free blocks."""
+    from moebake.convert import output_dir, writer
+
+    source, reference, shards = three_shards
+    needed = sum((reference / name).stat().st_size for name in shards)
+    real_statvfs, written = os.statvfs, []
+    free_blocks = needed // 4096  # a little less than the shards alone
+
+    def small(path):
+        st = real_statvfs(path)
+        return os.statvfs_result((st.f_bsize, 4096, st.f_blocks, free_blocks, free_blocks, *st[5:]))
+
+    monkeypatch.setattr(output_dir.os, "statvfs", small)
+    monkeypatch.setattr(writer, "_write_shard", lambda *args: written.append(args))
+    result = invoke("convert", source, tmp_path / "out", *TARGET)
+    assert result.exit_code == 2 and not written
+    line = one_line(result)
+    assert line.startswith(f"error: {tmp_path / 'out'}: not enough free space: the bake writes ") and "or choose an OUT" in line
+    assert sorted(tmp_path.iterdir()) == []
+    free_blocks = needed // 4096 + 1000  # room for the shards and side files (a few kB): baked
+    monkeypatch.undo()
+    monkeypatch.setattr(output_dir.os, "statvfs", small)
+    assert invoke("convert", source, tmp_path / "out", *TARGET).exit_code == 0
 
 
 # ---- in a real process: SIGTERM, and a worker killed ------------------------------------------------

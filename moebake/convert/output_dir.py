@@ -23,6 +23,7 @@ from pathlib import Path
 
 from moebake.convert.staging import check_staging
 from moebake.errors import MoebakeError, OutputError
+from moebake.progress import size_text
 from moebake.schema.files import file_kind, plain_name_problem
 from moebake.schema.manifest import MANIFEST_NAME, read_manifest
 
@@ -105,6 +106,17 @@ def check_destination(paths: OutputPaths, *, overwrite: bool) -> None:
     if os.path.lexists(paths.retired):
         check_replaceable(paths.retired, f"{paths.retired}: left by an interrupted --overwrite of {paths.label}, but it",
                           "; move it away")
+
+
+def check_free_space(paths: OutputPaths, staging: Path, nbytes: int) -> None:
+    """OutputError unless the file system holding ``staging`` (where OUT is built) has ``nbytes`` free for an
+    unprivileged writer (``statvfs``' ``f_bavail``), checked before the first shard is written."""
+    st = os.statvfs(staging)
+    free = st.f_bavail * st.f_frsize
+    if free < nbytes:
+        raise OutputError(f"{paths.label}: not enough free space: the bake writes {size_text(nbytes)}, and the file system "
+                          f"holding {staging} has {size_text(free)} free; free {size_text(nbytes - free)} there, "
+                          "or choose an OUT on another file system")
 
 
 def check_not_overlapping(paths: OutputPaths, source: Path) -> None:

@@ -3,7 +3,8 @@
 OUT is built in the sibling ``.OUT.partial`` and renamed into place only when complete. What
 OUT may be and what ``overwrite`` may replace is checked first (:mod:`moebake.convert.output_dir`);
 bad input is detected while planning, before anything is written. The staging directory is
-locked while the conversion runs (:mod:`moebake.convert.staging`). A MoebakeError (bad input) removes
+locked while the conversion runs (:mod:`moebake.convert.staging`). Before the first shard is written,
+the file system must have room for every byte the plan will write. A MoebakeError (bad input) removes
 a staging directory this run made; a fault (Ctrl-C, SIGTERM, an OSError such as a full disk, a dead
 worker) keeps the finished shards (:mod:`moebake.convert.stopped`), and ``resume=True`` re-uses the
 shards the progress record vouches for (:mod:`moebake.convert.progress`), when the source and options
@@ -34,6 +35,7 @@ from moebake.convert.options import WRITERS_PER_DEVICE, ConvertOptions
 from moebake.convert.output_dir import (
     OutputPaths,
     check_destination,
+    check_free_space,
     check_output,
     check_replaceable,
     output_paths,
@@ -44,7 +46,7 @@ from moebake.convert.stages import STAGES
 from moebake.convert.staging import Staging
 from moebake.convert.stopped import after_stop
 from moebake.convert.workers import bake_in_workers, usable_workers
-from moebake.convert.writer import write_shard
+from moebake.convert.writer import shard_file_bytes, write_shard
 from moebake.errors import OutputError
 from moebake.formats.checkpoint import CONFIG_NAME
 from moebake.layouts.flashinfer_versions import DESCRIPTIONS
@@ -99,6 +101,7 @@ def convert(
         try:
             check_destination(paths, overwrite=overwrite)  # again, now that the lock is held
             done = _resumed(staging, identity, conversion.shards, resume)
+            check_free_space(paths, staging.path, _bytes_to_write(conversion, done))
             manifest = _bake(conversion, source, options, staging.path, done,
                              progress, workers, writers_per_device, location, revision)
             _publish(staging, paths, overwrite)
@@ -109,6 +112,13 @@ def convert(
             raise replacement from None
     return manifest
 
+
+def _bytes_to_write(conversion, done: Progress) -> int:
+    """The bytes this run will write into the staging directory: the shards not ``done`` (headers included)
+    and the side files copied from the source (the index and manifest, a few kB, aside)."""
+    shards = sum(shard_file_bytes(s) for s in conversion.shards if s.file_name not in done.shards)
+    side_files = sum(os.stat(conversion.checkpoint.root / name).st_size for name in conversion.checkpoint.side_files)
+    return shards + side_files
 
 
 def _resumed(staging: Staging, identity: dict, shards, resume: bool) -> Progress:

@@ -321,7 +321,7 @@ def _convert_on_a_tmpfs(workspace: Path, mount_options: str) -> subprocess.Compl
 
 
 @pytest.mark.skipif(not _namespace_available(), reason="cannot mount a tmpfs in a user namespace here")
-@pytest.mark.parametrize("mount_options, needle", [("size=256k", "No space left on device"),
+@pytest.mark.parametrize("mount_options, needle", [("size=256k", "not enough free space: the bake writes"),
                                                    ("ro,size=1m", "read-only file system")], ids=["disk full", "read-only"])
 def test_disk_full_and_read_only_on_a_real_tmpfs(workspace, mount_options, needle):
     source_before = tree_state(workspace / "p")
