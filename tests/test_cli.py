@@ -138,6 +138,21 @@ def test_resume_of_a_fresh_run_says_nothing_and_of_a_finished_one_that_there_is_
     assert (out / "moebake.json").read_bytes() == manifest
 
 
+def test_resume_of_a_bake_from_another_folder_of_the_same_name_is_not_nothing_to_do(gpt_oss_tiny, tmp_path):
+    """The manifest names a local source by its folder only (issue 37: never its path); a different model in a folder
+    of the same name (its config.json differs) is not "the same source"."""
+    import shutil
+
+    other = shutil.copytree(gpt_oss_tiny, tmp_path / "elsewhere" / gpt_oss_tiny.name)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "rope_theta": 1234.0}))
+    out = tmp_path / "out"
+    assert run("convert", gpt_oss_tiny, out, "--target", "sm90-cutlass", "--quiet").exit_code == 0
+    assert json.loads((out / "moebake.json").read_text())["source"]["location"] == gpt_oss_tiny.name
+    again = run("convert", other, out, "--target", "sm90-cutlass", "--quiet", "--resume")
+    assert again.exit_code == 2 and again.output.startswith(f"error: {out}: already a finished bake, from another source"), again.output
+
+
 def test_list_shows_sources_by_targets():
     result = run("list")
     assert result.exit_code == 0

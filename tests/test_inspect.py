@@ -69,7 +69,7 @@ def test_baked_report(baked, gpt_oss_tiny):
     report = inspect_path(baked)
     manifest = json.loads((baked / "moebake.json").read_text())
     assert report["kind"] == "baked" and report["target"] == "sm90-cutlass" and report["flashinfer_layout"]["id"] == "v1"
-    assert report["source"] == {"format": "gpt-oss", "location": str(gpt_oss_tiny.resolve()), "revision": None}
+    assert report["source"] == {"format": "gpt-oss", "location": "gpt-oss-tiny", "revision": None}  # the folder, never its path
     assert report["moe"] == {"layers": 2, "experts": 3, "hidden": 160, "hidden_padded": 256,
                              "intermediate": 96, "intermediate_padded": 128}
     assert report["options"] == manifest["options"] and report["files"] == len(manifest["files"])

@@ -23,7 +23,9 @@ from pathlib import Path
 
 from moebake.convert.staging import check_staging
 from moebake.errors import MoebakeError, OutputError
+from moebake.hub.download import public_location
 from moebake.progress import size_text
+from moebake.schema.checksums import ALGORITHMS, file_digest, parse_tagged
 from moebake.schema.files import file_kind, plain_name_problem
 from moebake.schema.manifest import MANIFEST_NAME, read_manifest
 
@@ -84,8 +86,27 @@ def finished_bake(paths: OutputPaths, options: dict, source: str) -> bool | None
         return None
     same = {k: v for k, v in recorded.items() if k not in MEMORY_ONLY_OPTIONS} == \
         {k: v for k, v in options.items() if k not in MEMORY_ONLY_OPTIONS}
-    here = str(Path(source).resolve()) if os.path.lexists(source) else source.split("@", 1)[0]
-    return same and location == here
+    if not os.path.lexists(source):
+        return same and location == source.split("@", 1)[0]
+    local = Path(source).resolve()
+    # the manifest names a local source by its folder only (older ones: its path); its small files' checksums tell
+    # two folders of one name apart
+    return same and location in (public_location(local), str(local)) and _same_small_files(manifest, local)
+
+
+def _same_small_files(manifest: dict, source: Path) -> bool:
+    """Whether the source files other than the shards (config, index, tokenizer: small) that ``manifest`` records
+    checksums of are in ``source`` with those checksums."""
+    recorded = (manifest.get("source") or {}).get("files")
+    if not isinstance(recorded, dict):
+        return False
+    for name, value in recorded.items():
+        if not isinstance(value, str) or name.endswith(".safetensors"):
+            continue
+        algorithm, digest = parse_tagged(value)
+        if algorithm not in ALGORITHMS or not (source / name).is_file() or file_digest(source / name, algorithm) != digest:
+            return False
+    return True
 
 
 def check_destination(paths: OutputPaths, *, overwrite: bool) -> None:

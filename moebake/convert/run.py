@@ -49,6 +49,7 @@ from moebake.convert.workers import bake_in_workers, usable_workers
 from moebake.convert.writer import shard_file_bytes, write_shard
 from moebake.errors import OutputError
 from moebake.formats.checkpoint import CONFIG_NAME
+from moebake.hub.download import public_location
 from moebake.layouts.flashinfer_versions import DESCRIPTIONS
 from moebake.progress import byte_bar, shard_done
 from moebake.schema.checksums import CHECKSUM, file_digest, file_record, tagged
@@ -94,9 +95,9 @@ def convert(
     conversion = open_conversion(source, options)
     if not allow_inexact:
         check_servable(options.engine, options.target, conversion.model.format_name)
-    location = source_location or str(Path(source).resolve())
+    location = source_location or public_location(Path(source).resolve())  # never a local path: it is published with OUT
     revision = source_revision or _revision_from_path(Path(source).resolve())
-    identity = run_identity(conversion.checkpoint, options, location, revision)
+    identity = run_identity(conversion.checkpoint, options, source_location or str(Path(source).resolve()), revision)
     with Staging.claim(paths, resume=resume) as staging:
         try:
             check_destination(paths, overwrite=overwrite)  # again, now that the lock is held
