@@ -227,7 +227,12 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
                f"{len(baked.files)} files, {size_text(written)} in {seconds:.1f} s ({rate_text(written, seconds)})")
     engine = baked.engine
     exactness = "engine-exact" if engine.exact else f"NOT engine-exact: {engine.not_exact_because}"
-    click.echo(f"engine {engine.name} {engine.version} ({serving_flags(engine)}): {exactness}")
+    flags = serving_flags(engine)
+    if flags is None:
+        click.echo(f"engine {engine.name} {engine.version}: {exactness}, so no flags serve it: moebake's {engine.name} "
+                   "plugin refuses this bake")
+    else:
+        click.echo(f"engine {engine.name} {engine.version} ({flags}): {exactness}")
     for other in baked.serves:
         click.echo(f"also serves {other.name} {other.version} (the same bytes; {serving_flags(other)})")
     gate_up = gate_up_summary(baked)

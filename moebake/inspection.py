@@ -113,7 +113,8 @@ def _engine_report(engine) -> dict | None:
 
 def _engine_line(engine: dict) -> str:
     exactness = "engine-exact" if engine["exact"] else f"NOT engine-exact: {engine['not_exact_because']}"
-    return f"{engine['name']} {engine['version']}: {exactness}; serve with {engine['serving_flags']}"
+    serve = f"serve with {engine['serving_flags']}" if engine["serving_flags"] else "no flags serve it"
+    return f"{engine['name']} {engine['version']}: {exactness}; {serve}"
 
 
 

@@ -60,7 +60,11 @@ def test_an_inexact_bake_asked_for_explicitly_is_written_and_says_not_engine_exa
     result = run("convert", nvfp4_tiny, tmp_path / "out", "--target", "cutedsl-deepep", "--engine", "vllm", "--quiet",
                  "--allow-inexact")
     assert result.exit_code == 0, result.output
-    assert ("NOT engine-exact: no profile of this engine for this target and source\n") in result.output
+    assert result.output.splitlines()[1] == ("engine vllm 0.33.0: NOT engine-exact: no profile of this engine for this target "
+                                             "and source, so no flags serve it: moebake's vllm plugin refuses this bake")
+    assert "unknown" not in result.output  # no runner backend to name (issue 37: it said --moe-backend unknown)
+    inspected = run("inspect", tmp_path / "out")
+    assert "unknown" not in inspected.output and "no flags serve it" in inspected.output, inspected.output
     manifest = json.loads((tmp_path / "out" / "moebake.json").read_text())
     assert manifest["engine"]["exact"] is False and manifest["serves"] == []
     assert "allow_inexact" not in manifest["options"]  # it changes no byte: not a recorded option

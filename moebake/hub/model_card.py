@@ -133,7 +133,7 @@ def _engine_row(engine: EngineRecord | None) -> list[str]:
     """The table row naming the engine profile the bake follows (none for bakes from before profiles)."""
     if engine is None:
         return []
-    flags = f"`{serving_flags(engine)}`"
+    flags = f"`{serving_flags(engine)}`" if serving_flags(engine) else "no flags serve it"
     exact = ("byte for byte its post-load parameters (proven against its code)" if engine.exact
              else f"not engine-exact: {engine.not_exact_because}")
     return [f"| engine | {engine.name} {engine.version}, {flags}: {exact} |"]
