@@ -23,7 +23,7 @@ import moebake
 from moebake.convert.io_mode import IO_ENV, IO_MODES, PLAIN_IO_CORES
 from moebake.convert.options import DEFAULT_CHUNK_BYTES, GATE_UP_GLOBALS, MAX_MULTIPLE, MAX_WORKERS, WRITERS_PER_DEVICE, ConvertOptions
 from moebake.errors import Interrupted, MoebakeError, OutputError, format_error
-from moebake.layouts.flashinfer_versions import LAYOUTS
+from moebake.layouts.flashinfer_versions import LAYOUTS, release_ranges
 from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
 from moebake.schema.profiles import DEFAULT_ENGINE, PROFILES, serving_flags
 
@@ -137,7 +137,8 @@ def _resolve(source: str, revision: str | None, token: str | None):
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--target", required=True, type=click.Choice(TARGET_NAMES), help="Kernel layout to bake for (see `moebake list`).")
 @click.option("--flashinfer-layout", default="v2", show_default=True, type=click.Choice(LAYOUTS),
-              help="SM90 fp4 interleave: v2 = FlashInfer 0.6.18+/0.7.x, v1 = 0.6.10-0.6.17.")
+              help="SM90 fp4 interleave, by the FlashInfer releases that read it: "
+                   + "; ".join(f"{layout} = {release_ranges(layout)}" for layout in LAYOUTS) + ".")
 @click.option("--engine", default=DEFAULT_ENGINE, show_default=True, type=click.Choice(sorted(PROFILES)),
               help="Serving engine whose load-time bytes the bake equals (its profile: padding, fills, names).")
 @click.option("--hidden-multiple", type=int,
