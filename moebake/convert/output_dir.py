@@ -122,7 +122,10 @@ def check_destination(paths: OutputPaths, *, overwrite: bool) -> None:
                            f"({'read-only file system' if _read_only(parent) else 'permission denied'})")
     if os.path.lexists(paths.out):
         if not overwrite:
-            raise OutputError(f"{paths.label}: already exists (pass --overwrite to replace it)")
+            if (problem := output_problem(paths.out)) is not None:  # --overwrite would refuse it too: say so now
+                raise OutputError(f"{paths.label}: already exists and is not a previous moebake output (it {problem}); "
+                                  "choose another OUT (--overwrite replaces only a previous moebake output)")
+            raise OutputError(f"{paths.label}: already exists (a previous moebake output; pass --overwrite to replace it)")
         check_replaceable(paths.out, f"{paths.label}: --overwrite replaces only a previous moebake output, but it")
     if os.path.lexists(paths.retired):
         check_replaceable(paths.retired, f"{paths.retired}: left by an interrupted --overwrite of {paths.label}, but it",

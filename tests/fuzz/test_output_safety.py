@@ -146,10 +146,21 @@ def test_overwrite_refuses_anything_but_a_previous_output(workspace, case):
 
 @pytest.mark.parametrize("case", ["user directory", "regular file", "output plus a user file"])
 def test_without_overwrite_an_existing_out_is_refused(workspace, case):
+    """Issue 37: a user's folder or file is not offered to --overwrite (which would refuse it too): choose another OUT."""
+    make, needle = NOT_OUTPUTS[case]
     out = workspace / "out"
-    NOT_OUTPUTS[case][0](out)
+    make(out)
     watched = Watched(workspace)
-    assert_refused(invoke("convert", workspace / "p" / "model", out, *TARGET), "already exists", "--overwrite")
+    line = assert_refused(invoke("convert", workspace / "p" / "model", out, *TARGET), "already exists", needle,
+                          "choose another OUT")
+    assert "pass --overwrite" not in line
+    watched.assert_unchanged()
+
+
+def test_without_overwrite_a_previous_output_is_refused_naming_overwrite(workspace):
+    out = baked(workspace / "p" / "model", workspace / "out")
+    watched = Watched(workspace)
+    assert_refused(invoke("convert", workspace / "p" / "model", out, *TARGET), "already exists", "pass --overwrite to replace it")
     watched.assert_unchanged()
 
 
