@@ -157,6 +157,17 @@ def test_resume_of_a_bake_from_another_folder_of_the_same_name_is_not_nothing_to
     assert again.exit_code == 2 and again.output.startswith(f"error: {out}: already a finished bake, from another source"), again.output
 
 
+def test_a_bake_given_as_the_source_is_named_a_bake(gpt_oss_tiny, tmp_path):
+    """Issue 37: it said "unsupported model (model_type="gpt_oss", quant_method="moebake")"."""
+    assert run("convert", gpt_oss_tiny, tmp_path / "baked", "--target", "sm90-cutlass", "--quiet").exit_code == 0
+    result = run("convert", tmp_path / "baked", tmp_path / "again", "--target", "sm90-marlin", "--quiet")
+    assert result.exit_code == 2 and result.output == (
+        f"error: {tmp_path / 'baked'}: is already a moebake bake for target sm90-cutlass, from source gpt-oss-tiny (config.json's "
+        f"quant_method is moebake); convert its source checkpoint instead (`moebake inspect {tmp_path / 'baked'}` describes "
+        "this bake)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["baked"]
+
+
 def test_list_shows_sources_by_targets():
     result = run("list")
     assert result.exit_code == 0
