@@ -22,7 +22,7 @@ import click
 import moebake
 from moebake.convert.io_mode import IO_ENV, IO_MODES, PLAIN_IO_CORES
 from moebake.convert.options import DEFAULT_CHUNK_BYTES, GATE_UP_GLOBALS, MAX_MULTIPLE, MAX_WORKERS, WRITERS_PER_DEVICE, ConvertOptions
-from moebake.errors import Interrupted, MoebakeError, OutputError, format_error
+from moebake.errors import Interrupted, MoebakeError, OptionError, OutputError, format_error
 from moebake.layouts.flashinfer_versions import LAYOUTS, release_ranges
 from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
 from moebake.schema.profiles import DEFAULT_ENGINE, PROFILES, serving_flags
@@ -353,11 +353,32 @@ def upload(repo_id, path, old_repo_id, private, revision, create_pr, source, tok
         click.echo("deprecated: `moebake upload OUT --repo-id REPO_ID` is now `moebake upload REPO_ID OUT`", err=True)
     if not repo_id:
         raise click.UsageError("missing REPO_ID (ORG/NAME): moebake upload REPO_ID [PATH]")
+    out = _upload_arguments(repo_id, path)
     require_token(token)  # before any network access
-    out = path or Path(".")
     commit = publish(out, repo_id, hub_client(token), private=private, revision=revision, create_pr=create_pr,
                      source=source, progress=True)
     click.echo(f"uploaded {out} to {repo_id}: {commit.pr_url or commit.commit_url}")
+
+
+def _upload_arguments(repo_id: str, path: Path | None) -> Path:
+    """The output to upload (PATH, or the current directory) once REPO_ID reads ORG/NAME and it is a moebake output;
+    OptionError or ManifestError otherwise (checked before the token, so the first error is the first mistake)."""
+    from moebake.hub.download import parse_repo_spec
+    from moebake.schema.manifest import load_manifest
+
+    spec = parse_repo_spec(repo_id)
+    if spec is None or spec[1] is not None:
+        order = f"; the repo comes first: moebake upload ORG/NAME {repo_id}" if path is None and Path(repo_id).exists() else ""
+        raise OptionError(f"{repo_id}: not a Hub repo id (expected ORG/NAME){order}")
+    out = path or Path(".")
+    try:
+        load_manifest(out)  # a moebake output at all (verify, before the upload, checks the rest)
+    except MoebakeError:
+        if path is not None:
+            raise
+        raise OutputError(f"no PATH given, and the current directory ({Path.cwd()}) is not a moebake output: "
+                          f"moebake upload {repo_id} PATH") from None
+    return out
 
 
 @main.command()

@@ -337,3 +337,27 @@ def test_model_card_claims_bit_exactness_only_where_no_value_was_changed(baked, 
     assert ("the experts invert to the source's bytes except, by design (`--gate-up-globals share`), the gate/up block "
             "scales of 4 of 8 experts, which were rescaled to one shared gate/up global (largest relative change 75.00%) "
             "and are not bit-exact to the source.") in card
+
+
+@pytest.mark.parametrize("args, line", [
+    (["{out}"], "error: {out}: not a Hub repo id (expected ORG/NAME); the repo comes first: moebake upload ORG/NAME {out}"),
+    (["up1"], "error: up1: not a Hub repo id (expected ORG/NAME)"),
+    (["acme/tiny"], "error: no PATH given, and the current directory ({cwd}) is not a moebake output: moebake upload acme/tiny PATH"),
+    (["acme/tiny", "{cwd}/missing"], "error: {cwd}/missing: does not exist"),
+], ids=["output as the one argument", "not a repo id", "current directory", "missing PATH"])
+def test_cli_upload_argument_mistakes_come_before_the_token_and_say_what_to_run(baked, monkeypatch, tmp_path, args, line):
+    """Issue 37: `upload up1 --token x` said "error: .: not a moebake output" (the one argument taken as the repo, PATH
+    defaulted without saying so); without a token, the token error came before any argument check."""
+    import huggingface_hub.constants
+
+    hub = FakeHub()
+    monkeypatch.setattr(hub_client_module, "hub_client", lambda token=None: hub)
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    values = {"out": baked, "cwd": tmp_path / "cwd"}
+    result = CliRunner().invoke(main, ["upload", *(a.format(**values) for a in args)])  # no token anywhere
+    assert result.exit_code == 2 and result.output == line.format(**values) + "\n"
+    assert hub.calls == []
