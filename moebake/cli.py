@@ -186,6 +186,7 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     from moebake.inspection import gate_up_summary
     from moebake.progress import rate_text, size_text
 
+    _refuse_options_without_effect(target)
     options = ConvertOptions(target, flashinfer_layout=flashinfer_layout, hidden_multiple=hidden_multiple,
                              intermediate_multiple=intermediate_multiple, chunk_bytes=chunk_mb << 20, engine=engine,
                              gate_up_globals=gate_up_globals)
@@ -239,6 +240,25 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     gate_up = gate_up_summary(baked)
     if gate_up:
         click.echo(gate_up)
+
+
+def _refuse_options_without_effect(target: str) -> None:
+    """OptionError for a convert option given on the command line that changes no byte of a ``target`` bake (it would
+    only be recorded in the manifest, as if it mattered): --flashinfer-layout where the target has no FlashInfer SM90
+    fp4 layout, --gate-up-globals where it bakes no NVFP4 experts."""
+    from click.core import ParameterSource
+
+    from moebake.schema.targets import TARGET_SPECS, target_spec
+
+    context, spec = click.get_current_context(), target_spec(target)
+    nvfp4 = "modelopt-nvfp4"
+    for name, flag, matters, what in (
+            ("flashinfer_layout", "--flashinfer-layout", lambda s: s.uses_flashinfer_layout, "FlashInfer SM90 fp4 layout"),
+            ("gate_up_globals", "--gate-up-globals", lambda s: nvfp4 in s.source_formats, "NVFP4 experts")):
+        if context.get_parameter_source(name) is ParameterSource.COMMANDLINE and not matters(spec):
+            users = [other.name for other in TARGET_SPECS.values() if matters(other)]
+            raise OptionError(f"{flag} {context.params[name]}: changes nothing for target {target}, which bakes no {what} "
+                              f"(only {', '.join(users)} {'does' if len(users) == 1 else 'do'}); drop the option")
 
 
 @main.command()

@@ -168,6 +168,23 @@ def test_a_bake_given_as_the_source_is_named_a_bake(gpt_oss_tiny, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["baked"]
 
 
+@pytest.mark.parametrize("target, option, line", [
+    ("sm100-trtllm", ["--flashinfer-layout", "v1"], "error: --flashinfer-layout v1: changes nothing for target sm100-trtllm, which "
+     "bakes no FlashInfer SM90 fp4 layout (only sm90-cutlass does); drop the option"),
+    ("sm90-marlin", ["--flashinfer-layout", "v2"], "error: --flashinfer-layout v2: changes nothing for target sm90-marlin, which "
+     "bakes no FlashInfer SM90 fp4 layout (only sm90-cutlass does); drop the option"),
+    ("sm90-cutlass", ["--gate-up-globals", "keep"], "error: --gate-up-globals keep: changes nothing for target sm90-cutlass, which "
+     "bakes no NVFP4 experts (only cutedsl, cutedsl-deepep do); drop the option"),
+])
+def test_an_option_that_changes_nothing_for_the_target_is_refused(gpt_oss_tiny, tmp_path, target, option, line):
+    """Issue 37: such options were accepted and recorded in the manifest, as if they mattered."""
+    result = run("convert", gpt_oss_tiny, tmp_path / "out", "--target", target, *option, "--quiet")
+    assert (result.exit_code, result.output) == (2, line + "\n")
+    assert list(tmp_path.iterdir()) == []
+    sm90 = run("convert", gpt_oss_tiny, tmp_path / "sm90", "--target", "sm90-cutlass", "--flashinfer-layout", "v1", "--quiet")
+    assert sm90.exit_code == 0 and json.loads((tmp_path / "sm90" / "moebake.json").read_text())["options"]["flashinfer_layout"] == "v1"
+
+
 def test_list_shows_sources_by_targets():
     result = run("list")
     assert result.exit_code == 0
