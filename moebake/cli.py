@@ -82,9 +82,22 @@ def configure_logging(verbosity: int) -> None:
         logger.addHandler(_StderrHandler())
 
 
+VERBOSE_HELP = "More detail on stderr (a line per shard, decisions)."
+
+
+def verbose_option(command):
+    """``-v`` after the subcommand too (``moebake convert ... -v``), as before it (``moebake -v convert ...``)."""
+
+    def more_detail(context, parameter, value):
+        if value:
+            configure_logging(value)
+
+    return click.option("-v", "--verbose", count=True, expose_value=False, callback=more_detail, help=VERBOSE_HELP)(command)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(moebake.__version__, prog_name="moebake")
-@click.option("-v", "--verbose", count=True, help="More detail on stderr (a line per shard, decisions).")
+@click.option("-v", "--verbose", count=True, help=VERBOSE_HELP)
 def main(verbose):
     """Pre-bake MoE checkpoints into the byte layouts GPU MoE kernels consume.
 
@@ -133,6 +146,7 @@ def _resolve(source: str, revision: str | None, token: str | None):
 
 
 @main.command()
+@verbose_option
 @click.argument("source")
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--target", required=True, type=click.Choice(TARGET_NAMES), help="Kernel layout to bake for (see `moebake list`).")
@@ -262,6 +276,7 @@ def _refuse_options_without_effect(target: str) -> None:
 
 
 @main.command()
+@verbose_option
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--source", help="Also prove bit-exactness against SOURCE (a directory or ORG/NAME[@REVISION]): "
                                "invert every baked expert tensor, and re-bake every output byte.")
@@ -321,6 +336,7 @@ def _verify(out: Path, source: str | None, revision: str | None, token: str | No
 
 
 @main.command()
+@verbose_option
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @reports_errors
@@ -333,6 +349,7 @@ def inspect(path, as_json):
 
 
 @main.command("list")
+@verbose_option
 def list_command():
     """Supported source formats x targets, and the kernel each target bakes for."""
     from moebake.convert.targets import TARGETS, kernel_description
@@ -350,6 +367,7 @@ def list_command():
 
 
 @main.command()
+@verbose_option
 @click.argument("repo_id", required=False)
 @click.argument("path", required=False, type=click.Path(path_type=Path))
 @click.option("--repo-id", "old_repo_id", hidden=True, help="Deprecated: the old form `upload OUT --repo-id ORG/NAME`.")
@@ -402,6 +420,7 @@ def _upload_arguments(repo_id: str, path: Path | None) -> Path:
 
 
 @main.command()
+@verbose_option
 @click.option("--workdir", type=click.Path(path_type=Path), default=Path("moebake-demo"), show_default=True,
               help="Where the example source and baked output are written.")
 @reports_errors

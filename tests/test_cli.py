@@ -120,6 +120,22 @@ def test_verbose_logs_a_line_per_shard_and_warnings_are_prefixed(gpt_oss_copy, t
     logging.getLogger("moebake").setLevel(logging.INFO)
 
 
+@pytest.mark.parametrize("command", [["convert", "{src}", "{out}", "--target", "sm90-cutlass", "--quiet"], ["verify", "{out}"],
+                                     ["inspect", "{out}"], ["list"]], ids=["convert", "verify", "inspect", "list"])
+def test_verbose_is_accepted_after_the_subcommand(gpt_oss_tiny, tmp_path, command):
+    """Issue 37: `moebake convert ... -v` said "No such option '-v'" (it worked only before the subcommand)."""
+    if command[0] != "convert":
+        assert run("convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm90-cutlass", "--quiet").exit_code == 0
+    try:
+        result = run(*(a.format(src=gpt_oss_tiny, out=tmp_path / "out") for a in command), "-v")
+        assert result.exit_code == 0, result.output
+        assert logging.getLogger("moebake").level == logging.DEBUG
+        if command[0] == "convert":
+            assert "debug: baked shard 1/2: model-00000-of-00001.safetensors" in result.output
+    finally:
+        logging.getLogger("moebake").setLevel(logging.INFO)
+
+
 def test_resume_of_a_fresh_run_says_nothing_and_of_a_finished_one_that_there_is_nothing_to_do(gpt_oss_tiny, tmp_path):
     from conftest import load_all  # noqa: F401  (the tests' helpers are importable)
     from moebake.convert.output_dir import output_paths
