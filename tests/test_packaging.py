@@ -72,8 +72,12 @@ def test_pip_resolver_noise_about_the_partial_engine_installs_is_filtered_and_no
              "xgrammar 0.2.8 requires triton, which is not installed.",
              "vllm 0.33.0 requires torch==2.14.0, but you have torch 2.13.0 which is incompatible.",
              "flashinfer-python 0.7.2.post1 requires nvidia-cudnn-frontend>=1.13.0, which is not installed.",
-             "compressed-tensors 0.18.0 requires frozendict, which is not installed."]
-    kept = ["requests 2.0 requires urllib3<3, which is not installed.", "ERROR: No matching distribution found for foo"]
+             "compressed-tensors 0.18.0 requires frozendict, which is not installed.",
+             # specifiers with commas (issue 37: these leaked through)
+             "vllm 0.33.0 requires mcp<3.0.0,>=2.2.0, which is not installed.",
+             "sglang 0.5.23 requires torch<2.15,>=2.14, but you have torch 2.13.0+cpu which is incompatible."]
+    kept = ["requests 2.0 requires urllib3<3, which is not installed.", "ERROR: No matching distribution found for foo",
+            "requests 2.0 requires urllib3<3,>=1.21.1, which is not installed."]
     done = subprocess.run([str(ROOT / "bin" / "pip-noise-filter")], input="\n".join(noise + kept) + "\n",
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0 and done.stdout.splitlines() == kept
