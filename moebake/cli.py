@@ -361,7 +361,7 @@ def list_command():
         lines.append(source_format.ljust(width) + "  ".join(c.ljust(len(name)) for c, name in zip(cells, TARGETS)))
     lines += ["", "(bf16-moe also covers the BF16 MTP/draft layers of a ModelOpt NVFP4 checkpoint: deepep-bf16 bakes them.)",
               "", "targets"]
-    lines += [f"  {name:<16}{kernel_description(name)}" for name in TARGETS]
+    lines += [f"  {name:<{max(map(len, TARGETS)) + 2}}{kernel_description(name)}" for name in TARGETS]
     lines += ["", "Which of them fit one checkpoint, and why not: moebake inspect SOURCE"]
     click.echo("\n".join(lines))
 

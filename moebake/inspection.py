@@ -139,15 +139,25 @@ def _source_lines(r: dict) -> list[str]:
                   f"  dims           hidden {m['hidden']}, intermediate {m['intermediate']}",
                   f"  activation     {json.dumps(m['activation'])}"]
     lines.append("targets")
+    width = max(map(len, r["targets"])) + 1
     for name, answer in r["targets"].items():
         if answer["convertible"]:
             p = answer["default_padding"]
-            lines.append(f"  {name:<14} yes: {answer['kernel']}; default padding hidden {p['hidden']} -> "
+            lines.append(f"  {name:<{width}} yes: {answer['kernel']}; default padding hidden {p['hidden']} -> "
                          f"{p['hidden_padded']}, intermediate {p['intermediate']} -> {p['intermediate_padded']}; "
                          f"baked experts {size_text(answer['baked_expert_bytes'])}")
         else:
-            lines.append(f"  {name:<14} no: {answer['reason']}")
+            lines.append(f"  {name:<{width}} no: {_within(answer['reason'], r['path'])}")
     return lines
+
+
+def _within(reason: str, path: str) -> str:
+    """``reason`` without the checkpoint's path in front, which the report's first line already gives
+    (``/data/m: target ...`` -> ``target ...``; ``/data/m/config.json: ...`` -> ``config.json: ...``)."""
+    for prefix in (f"{path}: ", f"{path.rstrip('/')}/"):
+        if reason.startswith(prefix):
+            return reason[len(prefix):]
+    return reason
 
 
 def _baked_lines(r: dict) -> list[str]:

@@ -208,6 +208,9 @@ def test_list_shows_sources_by_targets():
     assert lines[0].split()[2:] == list(TARGET_NAMES)
     assert lines[1].split() == ["gpt-oss", "yes", "yes", "-", "-", "-", "yes", "yes"]
     assert any(line.split()[:2] == ["deepep-bf16", "DeepGEMM"] for line in lines)
+    rows = lines[lines.index("targets") + 1:lines.index("targets") + 1 + len(TARGET_NAMES)]
+    assert [row.split()[0] for row in rows] == list(TARGET_NAMES), rows  # issue 37: "sm90-cutlass-w4a8FlashInfer ..."
+    assert len({len(row) - len(row[2:].split(" ", 1)[1].lstrip()) for row in rows}) == 1, rows  # descriptions in one column
 
 
 def test_verify_says_what_it_checked_and_speaks_json(gpt_oss_tiny, tmp_path):

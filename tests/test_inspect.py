@@ -1,6 +1,7 @@
 """`moebake inspect`: source and baked reports, target answers, text and JSON output."""
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -39,7 +40,7 @@ def test_source_report(gpt_oss_tiny):
     assert answer["default_padding"] == {"hidden": 160, "hidden_padded": 256, "intermediate": 96, "intermediate_padded": 128}
     assert answer["baked_expert_bytes"] == 2 * sm90_expert_bytes(3, 160, 96, 256, 128)
     text = render_text(report)
-    assert "format         gpt-oss" in text and "sm90-cutlass   yes:" in text and "hidden 160 -> 256" in text
+    assert "format         gpt-oss" in text and re.search(r"\n  sm90-cutlass +yes:", text) and "hidden 160 -> 256" in text
 
 
 def test_unsupported_source_says_why(gpt_oss_copy):
@@ -50,7 +51,20 @@ def test_unsupported_source_says_why(gpt_oss_copy):
     assert report["format"] is None and report["moe"] is None
     assert 'unsupported model (model_type="mixtral"' in report["problem"]
     assert not report["targets"]["sm90-cutlass"]["convertible"]
-    assert "sm90-cutlass   no: the source is not a supported checkpoint" in render_text(report)
+    assert re.search(r"\n  sm90-cutlass +no: the source is not a supported checkpoint", render_text(report))
+
+
+def test_target_answers_line_up_and_do_not_repeat_the_path(gpt_oss_tiny):
+    """Issue 37: the target column overflowed (sm90-cutlass-w4a8), and every "no:" reason began with the path
+    the report's first line gives."""
+    text = render_text(inspect_path(gpt_oss_tiny))
+    rows = text.split("\ntargets\n", 1)[1].splitlines()
+    assert [row.split()[0] for row in rows] == list(TARGETS)
+    answers = [re.search(r" (yes|no): ", row) for row in rows]
+    assert all(answers) and len({match.start() for match in answers}) == 1, rows  # one column, after a space
+    for row in rows:
+        assert str(gpt_oss_tiny) not in row, row
+    assert any(" no: target cutedsl bakes modelopt-nvfp4 checkpoints" in row for row in rows), rows
 
 
 def test_each_target_gives_its_own_reason(gpt_oss_tiny, monkeypatch):
