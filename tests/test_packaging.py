@@ -141,6 +141,10 @@ def test_demo_runs_without_any_engine_package(tmp_path):
                           text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "verify        checksums, index and headers ok" in done.stdout
+    assert ("writing example GPT-OSS checkpoint to " f"{tmp_path / 'demo' / 'gpt-oss-mini'} (2 layers, 4 experts, hidden 2880, "
+            "intermediate 2880)\n") in done.stdout
+    assert "activation    swiglu_oai (alpha 1.702, beta 1.0, limit 7.0)\n" in done.stdout
+    assert not any(mark in done.stdout for mark in "{}'"), done.stdout  # issue 37: it printed Python dicts
     assert "resume:" not in done.stderr and "Traceback" not in done.stderr
 
 
