@@ -187,7 +187,10 @@ def test_verify_detects_a_missing_file(gpt_oss_tiny, tmp_path):
     convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False)
     (out / "model-00000-of-00001.safetensors").unlink()
     result = CliRunner().invoke(main, ["verify", str(out)])
-    assert result.exit_code == 1 and "missing" in result.output
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [  # issue 37: one problem, one line (not a header and 6 tensor lines more)
+        f"mismatch: {out / 'model-00000-of-00001.safetensors'}: listed in moebake.json but missing",
+        f"failed: {out}: 1 mismatch in 1 file"]
 
 
 def interrupt_after_first_shard(source, out, monkeypatch) -> str:
