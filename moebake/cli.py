@@ -341,11 +341,14 @@ def _verify(out: Path, source: str | None, revision: str | None, token: str | No
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @reports_errors
 def inspect(path, as_json):
-    """Describe checkpoint PATH: a source (format, dims, quantization, convertible targets) or a baked output."""
+    """Describe checkpoint PATH: a source (format, dims, quantization, convertible targets) or a baked output (from its
+    manifest; a listed file missing or of another size exits with status 1: `moebake verify` checks the bytes)."""
     from moebake.inspection import inspect_path, render_text
 
     report = inspect_path(path)
     click.echo(json.dumps(report, indent=2) if as_json else render_text(report), nl=as_json)
+    if report.get("file_problems"):  # a bake with a listed file missing or of another size
+        sys.exit(1)
 
 
 @main.command("list")

@@ -93,6 +93,32 @@ def test_baked_report(baked, gpt_oss_tiny):
     assert "baked checkpoint" in text and "layout v1" in text and "w13_weight_scale" in text
 
 
+@pytest.mark.parametrize("damage", ["missing shard", "flipped byte", "none"])
+def test_inspect_of_a_bake_says_what_it_did_not_check(baked, tmp_path, damage):
+    """Issue 37: inspect of a bake with a shard missing or flipped said nothing of it, and exited 0. It reads no file's
+    bytes: a missing or resized file is a problem line and exit status 1; every answer says where the bytes are checked."""
+    import shutil
+
+    out = shutil.copytree(baked, tmp_path / "out")
+    shard = out / "model-00000-of-00001.safetensors"
+    if damage == "missing shard":
+        shard.unlink()
+    elif damage == "flipped byte":
+        data = bytearray(shard.read_bytes())
+        data[-1] ^= 0xFF
+        shard.write_bytes(bytes(data))
+    result = CliRunner().invoke(main, ["inspect", str(out)])
+    lines = result.output.splitlines()
+    assert lines[-1] == (f"checked: the manifest, and each listed file's presence and size, not its bytes: `moebake verify {out}` "
+                         "checks every file's checksum and header")
+    problems = [line for line in lines if line.startswith("  problem ")]
+    if damage == "missing shard":
+        assert result.exit_code == 1 and problems == ["  problem        model-00000-of-00001.safetensors: missing"]
+    else:
+        assert result.exit_code == 0 and problems == []
+    assert (CliRunner().invoke(main, ["verify", str(out)]).exit_code == 0) == (damage == "none")
+
+
 def test_cli_text_json_and_errors(baked, tmp_path):
     result = CliRunner().invoke(main, ["inspect", str(baked), "--json"])
     assert result.exit_code == 0 and json.loads(result.output) == inspect_path(baked)
