@@ -164,3 +164,20 @@ def test_the_contributing_checklists_name_the_registries():
 
 def test_the_readme_targets_table_names_every_target():
     assert set(table_rows(README.read_text(), "Targets")) == set(registered_targets())
+
+
+def test_the_inspect_example_is_what_the_command_prints(tmp_path, monkeypatch):
+    """docs/integrity-and-hub.md's `moebake inspect gpt-oss-tiny` is that command's output, every target included
+    (issue 37: the page showed 5 targets where the command printed 7)."""
+    from click.testing import CliRunner
+
+    from conftest import TINY
+    from moebake.cli import main
+    from moebake.synthetic import write_gpt_oss
+
+    text = (DOCS / "integrity-and-hub.md").read_text()
+    block = text.split("```\n$ moebake inspect gpt-oss-tiny\n", 1)[1].split("```\n", 1)[0]
+    write_gpt_oss(tmp_path / "gpt-oss-tiny", **TINY)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["inspect", "gpt-oss-tiny"])
+    assert result.exit_code == 0 and result.output == block
