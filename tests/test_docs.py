@@ -10,6 +10,7 @@ methods (``METHODS``), the vLLM plugin's served kinds (``SERVED``) and ``moebake
 import re
 from pathlib import Path
 
+import click
 import pytest
 
 import moebake.serve
@@ -181,3 +182,28 @@ def test_the_inspect_example_is_what_the_command_prints(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["inspect", "gpt-oss-tiny"])
     assert result.exit_code == 0 and result.output == block
+
+
+@pytest.mark.parametrize("page", [README, DOCS / "command-line.md"], ids=["README", "command-line.md"])
+def test_the_command_summaries_name_every_option(page):
+    """The `moebake COMMAND ...` summary lines of the README and of docs/command-line.md give every option each command
+    takes (issue 37: --io and --writers-per-device were missing)."""
+    from moebake.cli import main
+
+    block = page.read_text().split("\nmoebake [-v] COMMAND", 1)[1].split("```", 1)[0]
+    entries: list[list[str]] = []  # a `moebake NAME ...` line and the indented lines that continue it
+    for line in block.splitlines()[1:]:
+        if line.startswith("moebake "):
+            entries.append([line])
+        elif line.startswith(" ") and entries:
+            entries[-1].append(line)
+    missing = []
+    for name, command in main.commands.items():
+        text = "\n".join(line for entry in entries if entry[0].split()[1] == name for line in entry)
+        assert text, f"{page.name}: no `moebake {name}` line"
+        for option in command.params:
+            if isinstance(option, click.Option) and not option.hidden:
+                flag = max(option.opts, key=len)
+                if flag not in ("--help", "--verbose") and flag not in text:
+                    missing.append(f"{name} {flag}")
+    assert missing == [], f"{page.name} lacks {missing}"
