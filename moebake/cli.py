@@ -343,8 +343,14 @@ def _verify(out: Path, source: str | None, revision: str | None, token: str | No
 def inspect(path, as_json):
     """Describe checkpoint PATH: a source (format, dims, quantization, convertible targets) or a baked output (from its
     manifest; a listed file missing or of another size exits with status 1: `moebake verify` checks the bytes)."""
+    from moebake.hub.download import parse_repo_spec
     from moebake.inspection import inspect_path, render_text
 
+    if not os.path.lexists(path) and (spec := parse_repo_spec(str(path))) is not None:
+        raise OptionError(f"{path}: no such local directory; inspect reads a checkpoint on disk and downloads nothing: "
+                          f"download the Hub repo first (hf download {spec[0]}{f' --revision {spec[1]}' if spec[1] else ''} "
+                          f"--local-dir {spec[0].split('/')[1]}) and "
+                          "inspect that folder")
     report = inspect_path(path)
     click.echo(json.dumps(report, indent=2) if as_json else render_text(report), nl=as_json)
     if report.get("file_problems"):  # a bake with a listed file missing or of another size

@@ -207,3 +207,24 @@ def test_the_command_summaries_name_every_option(page):
                 if flag not in ("--help", "--verbose") and flag not in text:
                     missing.append(f"{name} {flag}")
     assert missing == [], f"{page.name} lacks {missing}"
+
+
+def test_the_readme_tour_runs_on_the_demo_it_follows(tmp_path, monkeypatch):
+    """Issue 37: the tour began with `moebake inspect gpt-oss-20b`, a folder a newcomer does not have. Its first block
+    runs, command by command, where `bin/demo` left its example."""
+    import shlex
+
+    from click.testing import CliRunner
+
+    from moebake.cli import main
+    from moebake.demo import run_demo
+
+    readme = README.read_text()
+    block = readme.split("## 5-minute tour", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    run_demo(Path("moebake-demo"))  # bin/demo, from the clone's folder
+    for line in block.splitlines():
+        args = shlex.split(line.split("#", 1)[0])
+        assert args[0] == "moebake", line
+        result = CliRunner().invoke(main, args[1:])
+        assert result.exit_code == 0, (line, result.output)

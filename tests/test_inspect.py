@@ -119,6 +119,17 @@ def test_inspect_of_a_bake_says_what_it_did_not_check(baked, tmp_path, damage):
     assert (CliRunner().invoke(main, ["verify", str(out)]).exit_code == 0) == (damage == "none")
 
 
+@pytest.mark.parametrize("spec, download", [("openai/gpt-oss-20b", "hf download openai/gpt-oss-20b --local-dir gpt-oss-20b"),
+                                            ("acme/moe@v2", "hf download acme/moe --revision v2 --local-dir moe")])
+def test_inspect_of_a_hub_repo_says_to_download_it(tmp_path, monkeypatch, spec, download):
+    """Issue 37: `inspect openai/gpt-oss-20b` said only "not a checkpoint directory"."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["inspect", spec])
+    assert result.exit_code == 2 and result.output == (
+        f"error: {spec}: no such local directory; inspect reads a checkpoint on disk and downloads nothing: download the "
+        f"Hub repo first ({download}) and inspect that folder\n")
+
+
 def test_cli_text_json_and_errors(baked, tmp_path):
     result = CliRunner().invoke(main, ["inspect", str(baked), "--json"])
     assert result.exit_code == 0 and json.loads(result.output) == inspect_path(baked)
