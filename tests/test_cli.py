@@ -115,8 +115,8 @@ def test_verbose_logs_a_line_per_shard_and_warnings_are_prefixed(gpt_oss_copy, t
     assert f"warning: {gpt_oss_copy / 'moebake.json'}: not copied (moebake writes its own moebake.json)" in quiet.output
     verbose = run("-v", "convert", gpt_oss_copy, tmp_path / "b", "--target", "sm90-cutlass", "--quiet")
     assert verbose.exit_code == 0
-    assert "debug: baked shard 1/2: model-00000-of-00001.safetensors" in verbose.output
-    assert "debug: baked shard 2/2: model-00001-of-00001.safetensors" in verbose.output
+    assert "debug: baked shard 1/2: model-00001-of-00002.safetensors" in verbose.output
+    assert "debug: baked shard 2/2: model-00002-of-00002.safetensors" in verbose.output
     logging.getLogger("moebake").setLevel(logging.INFO)
 
 
@@ -131,7 +131,7 @@ def test_verbose_is_accepted_after_the_subcommand(gpt_oss_tiny, tmp_path, comman
         assert result.exit_code == 0, result.output
         assert logging.getLogger("moebake").level == logging.DEBUG
         if command[0] == "convert":
-            assert "debug: baked shard 1/2: model-00000-of-00001.safetensors" in result.output
+            assert "debug: baked shard 1/2: model-00001-of-00002.safetensors" in result.output
     finally:
         logging.getLogger("moebake").setLevel(logging.INFO)
 

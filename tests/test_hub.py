@@ -88,15 +88,15 @@ def test_parse_repo_spec(text, expected):
 def test_download_patterns_select_only_the_root_files_a_conversion_needs():
     gpt_oss_repo = [  # the file list of openai/gpt-oss-20b (checkpoint-formats-and-peers.md 1.1)
         ".gitattributes", "LICENSE", "README.md", "USAGE_POLICY", "chat_template.jinja", "config.json",
-        "generation_config.json", "model-00000-of-00002.safetensors", "model-00001-of-00002.safetensors",
-        "model-00002-of-00002.safetensors", "model.safetensors.index.json", "special_tokens_map.json",
+        "generation_config.json", "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+        "model-00003-of-00003.safetensors", "model.safetensors.index.json", "special_tokens_map.json",
         "tokenizer.json", "tokenizer_config.json", "original/config.json", "original/model.safetensors",
         "original/dtypes.json", "metal/model.bin",
     ]
     chosen = set(filter_repo_objects(gpt_oss_repo, allow_patterns=SOURCE_PATTERNS, ignore_patterns=SUBFOLDERS))
     assert chosen == {"LICENSE", "USAGE_POLICY", "chat_template.jinja", "config.json", "generation_config.json",
-                      "model-00000-of-00002.safetensors", "model-00001-of-00002.safetensors",
-                      "model-00002-of-00002.safetensors", "model.safetensors.index.json",
+                      "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                      "model-00003-of-00003.safetensors", "model.safetensors.index.json",
                       "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"}
 
 
@@ -243,7 +243,7 @@ def test_upload_to_a_branch_creates_it_but_not_a_pr_ref(baked):
 
 
 def test_upload_refuses_an_output_that_fails_verify(baked):
-    shard = baked / "model-00000-of-00001.safetensors"
+    shard = baked / "model-00001-of-00002.safetensors"
     data = bytearray(shard.read_bytes())
     data[-7] ^= 0x10
     shard.write_bytes(bytes(data))

@@ -304,7 +304,7 @@ def source_repo_files(tmp_path) -> dict[str, bytes]:
     src = write_gpt_oss(tmp_path / "hub-src", **TINY)
     files = {p.name: p.read_bytes() for p in src.iterdir()}
     files.update({"README.md": b"---\nlicense: apache-2.0\n---\n# tiny\n", "LICENSE": b"Apache-2.0\n",
-                  "original/model.safetensors": files["model-00000-of-00001.safetensors"],
+                  "original/model.safetensors": files["model-00001-of-00002.safetensors"],
                   "original/config.json": b"{}", "metal/model.bin": b"\0" * 64})
     return files
 

@@ -100,7 +100,7 @@ def test_inspect_of_a_bake_says_what_it_did_not_check(baked, tmp_path, damage):
     import shutil
 
     out = shutil.copytree(baked, tmp_path / "out")
-    shard = out / "model-00000-of-00001.safetensors"
+    shard = out / "model-00001-of-00002.safetensors"
     if damage == "missing shard":
         shard.unlink()
     elif damage == "flipped byte":
@@ -113,7 +113,7 @@ def test_inspect_of_a_bake_says_what_it_did_not_check(baked, tmp_path, damage):
                          "checks every file's checksum and header")
     problems = [line for line in lines if line.startswith("  problem ")]
     if damage == "missing shard":
-        assert result.exit_code == 1 and problems == ["  problem        model-00000-of-00001.safetensors: missing"]
+        assert result.exit_code == 1 and problems == ["  problem        model-00001-of-00002.safetensors: missing"]
     else:
         assert result.exit_code == 0 and problems == []
     assert (CliRunner().invoke(main, ["verify", str(out)]).exit_code == 0) == (damage == "none")

@@ -18,7 +18,7 @@ from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from output_safety_helpers import TARGET, Watched, assert_refused, copy_checkpoint, invoke, run_cli, tree_state
 
-SHARD0 = "model-00000-of-00001.safetensors"
+SHARD0 = "model-00001-of-00002.safetensors"
 
 
 @pytest.fixture()
@@ -212,17 +212,17 @@ def test_a_user_entry_named_like_the_retired_directory_is_left_alone(workspace, 
 TRAVERSALS = {
     "parent": "../evil.safetensors",
     "absolute": "{tmp}/evil.safetensors",
-    "subdirectory": "sub/model-00000-of-00001.safetensors",
+    "subdirectory": "sub/model-00001-of-00002.safetensors",
     "dot dot": "..",
     "backslash": "..\\evil.safetensors",
-    "nul": "model-00000-of-00001.safetensors\x00.txt",
-    "newline": "model-00000-of-00001\n.safetensors",
+    "nul": "model-00001-of-00002.safetensors\x00.txt",
+    "newline": "model-00001-of-00002\n.safetensors",
     "empty": "",
     "a number": 5,
     "null": None,
     "not safetensors": "config.json",
     "the manifest's name": "moebake.json",
-    "self then back": "model-00000-of-00001.safetensors/../model-00000-of-00001.safetensors",
+    "self then back": "model-00001-of-00002.safetensors/../model-00001-of-00002.safetensors",
 }
 
 
@@ -254,7 +254,7 @@ def test_output_paths_are_built_only_from_plain_names(tmp_path):
     for name in ("../x", "/etc/passwd", "a/b", "..", "", "a\\b", "a\x00b"):
         with pytest.raises(ValueError, match="not a plain file name"):
             child(tmp_path, name)
-    assert child(tmp_path, "model-00000-of-00001.safetensors") == tmp_path / "model-00000-of-00001.safetensors"
+    assert child(tmp_path, "model-00001-of-00002.safetensors") == tmp_path / "model-00001-of-00002.safetensors"
 
 
 # ---- FIFOs and other non-regular files never hang, and are named ---------------------------------
