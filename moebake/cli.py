@@ -262,13 +262,13 @@ def _refuse_options_without_effect(target: str) -> None:
     fp4 layout, --gate-up-globals where it bakes no NVFP4 experts."""
     from click.core import ParameterSource
 
+    from moebake.formats.modelopt_nvfp4 import FORMAT_NAME as NVFP4
     from moebake.schema.targets import TARGET_SPECS, target_spec
 
     context, spec = click.get_current_context(), target_spec(target)
-    nvfp4 = "modelopt-nvfp4"
     for name, flag, matters, what in (
             ("flashinfer_layout", "--flashinfer-layout", lambda s: s.uses_flashinfer_layout, "FlashInfer SM90 fp4 layout"),
-            ("gate_up_globals", "--gate-up-globals", lambda s: nvfp4 in s.source_formats, "NVFP4 experts")):
+            ("gate_up_globals", "--gate-up-globals", lambda s: NVFP4 in s.source_formats, "NVFP4 experts")):
         if context.get_parameter_source(name) is ParameterSource.COMMANDLINE and not matters(spec):
             users = [other.name for other in TARGET_SPECS.values() if matters(other)]
             raise OptionError(f"{flag} {context.params[name]}: changes nothing for target {target}, which bakes no {what} "
@@ -347,10 +347,10 @@ def inspect(path, as_json):
     from moebake.inspection import inspect_path, render_text
 
     if not os.path.lexists(path) and (spec := parse_repo_spec(str(path))) is not None:
+        repo, revision = spec
+        download = f"hf download {repo}" + (f" --revision {revision}" if revision else "") + f" --local-dir {repo.split('/')[1]}"
         raise OptionError(f"{path}: no such local directory; inspect reads a checkpoint on disk and downloads nothing: "
-                          f"download the Hub repo first (hf download {spec[0]}{f' --revision {spec[1]}' if spec[1] else ''} "
-                          f"--local-dir {spec[0].split('/')[1]}) and "
-                          "inspect that folder")
+                          f"download the Hub repo first ({download}) and inspect that folder")
     report = inspect_path(path)
     click.echo(json.dumps(report, indent=2) if as_json else render_text(report), nl=as_json)
     if report.get("file_problems"):  # a bake with a listed file missing or of another size
