@@ -224,3 +224,18 @@ def test_a_killed_worker_is_one_line_and_what_is_left_can_be_resumed(three_shard
     again = invoke("convert", source, out, *TARGET, *(["--resume"] if kept else []))
     assert again.exit_code == 0, again.output
     assert_same_bake(out, reference)
+
+
+@pytest.mark.parametrize("exit_codes, how", [
+    ([None, -9], "was killed by SIGKILL (the out-of-memory killer sends it too)"),
+    ([3, None], "exited with status 3"),
+    ([None, -11], "was killed by SIGSEGV"),
+    ([None, None], "died"),
+])
+def test_the_dead_worker_is_told_from_those_still_running(exit_codes, how):
+    """At the broken pool, the other workers still run (they ignore the pool's SIGTERM): their exit code is None."""
+    from types import SimpleNamespace
+
+    from moebake.convert.workers import _how_it_died
+
+    assert _how_it_died([SimpleNamespace(exitcode=code) for code in exit_codes]) == how

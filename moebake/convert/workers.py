@@ -98,8 +98,9 @@ def bake_in_workers(source: str | os.PathLike, options: ConvertOptions, names: l
                 STAGES.merge(stages)
                 on_shard(name, digest, source_digest)
     except BrokenProcessPool:
+        how = _how_it_died(processes)  # before the others are killed here
         _kill_workers(pool)
-        raise WorkerError(f"a worker process (--workers) {_how_it_died(processes)} before finishing its shard") from None
+        raise WorkerError(f"a worker process (--workers) {how} before finishing its shard") from None
     except BaseException:
         _kill_workers(pool)
         raise
@@ -170,9 +171,9 @@ def _signals_ignored():
 
 
 def _how_it_died(processes: list) -> str:
-    """``was killed by SIGKILL`` (the first worker that ended on its own; the pool stops the others with SIGTERM),
-    or ``exited with status N``, or ``died`` when it cannot be told."""
-    codes = [p.exitcode for p in processes if p.exitcode not in (None, 0, -signal.SIGTERM)]
+    """How the worker among ``processes`` that has ended (the others, ignoring the pool's SIGTERM, still run) ended:
+    ``was killed by SIGKILL``, ``exited with status N``, or ``died`` when it cannot be told."""
+    codes = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
     if not codes:
         return "died"
     if codes[0] < 0:
