@@ -226,6 +226,26 @@ def test_a_killed_worker_is_one_line_and_what_is_left_can_be_resumed(three_shard
     assert_same_bake(out, reference)
 
 
+def test_a_conversion_killed_before_its_first_shard_is_started_over_by_the_same_command(three_shards, tmp_path):
+    """SIGKILL (nothing can clean up) before any shard is finished leaves a partial conversion with nothing in it to
+    resume: the same command starts over, saying so (it refused: "a partial conversion ... (0 shard(s) finished)")."""
+    source, reference, shards = three_shards
+    out, staging = tmp_path / "out", tmp_path / ".out.partial"
+    process = slow_convert(source, out)
+    deadline = time.monotonic() + 60
+    while not list(staging.glob("*.safetensors")):
+        assert time.monotonic() < deadline and process.poll() is None, process.communicate()[0]
+        time.sleep(0.05)
+    process.kill()
+    process.communicate(timeout=60)
+    assert staging.is_dir() and json.loads((staging / PROGRESS).read_text())["shards"] == {}
+    again = invoke("convert", source, out, *TARGET)
+    assert again.exit_code == 0, again.output
+    assert again.output.splitlines()[0] == f"{staging}: a partial conversion with no finished shard; starting over"
+    assert_same_bake(out, reference)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
 @pytest.mark.parametrize("exit_codes, how", [
     ([None, -9], "was killed by SIGKILL (the out-of-memory killer sends it too)"),
     ([3, None], "exited with status 3"),
