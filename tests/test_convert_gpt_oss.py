@@ -125,11 +125,11 @@ def test_output_files_index_manifest(gpt_oss_tiny, tmp_path):
     out = tmp_path / "out"
     manifest = convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False).to_json()
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted(["model-00000-of-00001.safetensors", "model-00001-of-00001.safetensors",
+    assert names == sorted(["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
                             "model.safetensors.index.json", "moebake.json", "config.json",
                             "generation_config.json", "tokenizer_config.json"])
     assert not list(tmp_path.glob(".*"))  # no staging directory left
-    for shard in ("model-00000-of-00001.safetensors", "model-00001-of-00001.safetensors"):
+    for shard in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
         with safe_open(out / shard, framework="pt") as f:
             assert f.metadata() == {"format": "pt"}
     index = json.loads((out / "model.safetensors.index.json").read_text())
@@ -139,7 +139,7 @@ def test_output_files_index_manifest(gpt_oss_tiny, tmp_path):
     assert config == source_config  # the rest of config.json is the source's (see test_stock_engine_refusal.py)
     assert manifest["schema"] == "moebake.manifest/1" and manifest["target"] == "sm90-cutlass"
     assert manifest["activation"] == {"kind": "swiglu_oai", "alpha": 1.702, "beta": 1.0, "limit": 7.0}
-    assert set(manifest["source"]["files"]) >= {"model-00000-of-00001.safetensors", "config.json"}
+    assert set(manifest["source"]["files"]) >= {"model-00001-of-00002.safetensors", "config.json"}
     tensors = manifest["layers"][0]["tensors"]
     assert tensors["w13_weight"]["gate_up_order"] == "up_gate" and tensors["w13_weight"]["source_gate_up_order"] == "pairs"
     assert manifest["options"]["hidden_multiple"] is None and manifest["options"]["engine"] == "sglang"
@@ -185,7 +185,7 @@ def test_cli_convert_and_verify(gpt_oss_tiny, tmp_path):
 def test_verify_detects_a_flipped_byte(gpt_oss_tiny, tmp_path):
     out = tmp_path / "out"
     convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False)
-    shard = out / "model-00001-of-00001.safetensors"
+    shard = out / "model-00002-of-00002.safetensors"
     data = bytearray(shard.read_bytes())
     data[-100] ^= 0x01
     shard.write_bytes(bytes(data))
@@ -196,9 +196,12 @@ def test_verify_detects_a_flipped_byte(gpt_oss_tiny, tmp_path):
 def test_verify_detects_a_missing_file(gpt_oss_tiny, tmp_path):
     out = tmp_path / "out"
     convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False)
-    (out / "model-00000-of-00001.safetensors").unlink()
+    (out / "model-00001-of-00002.safetensors").unlink()
     result = CliRunner().invoke(main, ["verify", str(out)])
-    assert result.exit_code == 1 and "missing" in result.output
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [  # issue 37: one problem, one line (not a header and 6 tensor lines more)
+        f"mismatch: {out / 'model-00001-of-00002.safetensors'}: listed in moebake.json but missing",
+        f"failed: {out}: 1 mismatch in 1 file"]
 
 
 def interrupt_after_first_shard(source, out, monkeypatch) -> str:
@@ -238,7 +241,7 @@ def test_resume_reuses_finished_shards(gpt_oss_tiny, tmp_path, monkeypatch):
     assert finished not in rewritten and len(rewritten) == 1
     fresh = tmp_path / "fresh"
     convert(gpt_oss_tiny, fresh, ConvertOptions("sm90-cutlass"), progress=False)
-    for shard in ("model-00000-of-00001.safetensors", "model-00001-of-00001.safetensors"):
+    for shard in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
         assert (out / shard).read_bytes() == (fresh / shard).read_bytes()
 
 
@@ -260,3 +263,12 @@ def test_overwrite_replaces_a_previous_output(gpt_oss_tiny, tmp_path):
 
 def test_tiny_fixture_dims_are_the_padding_case():
     assert TINY["hidden"] % 128 and TINY["intermediate"] % 128
+
+
+def test_synthetic_shards_are_numbered_from_one_as_hugging_face_does(tmp_path):
+    """Issue 37: they were model-00000-of-00001 and model-00001-of-00001 (Hugging Face: 00001-of-00002, 00002-of-00002)."""
+    from moebake.synthetic import write_gpt_oss
+
+    source = write_gpt_oss(tmp_path / "src", **{**TINY, "num_layers": 3})
+    assert sorted(p.name for p in source.glob("*.safetensors")) == [
+        "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"]

@@ -14,7 +14,8 @@ def unknown_release_refusal(engine: str, installed: str) -> str | None:
     known = releases(engine)
     if installed in known:
         return None
-    return (f"this moebake's {engine} plugin is proven on {engine} {release_span(engine, serving_releases(engine))} (their private names and load-time "
+    proven = release_span(engine, serving_releases(engine))
+    return (f"this moebake's {engine} plugin is proven on {engine} {proven} (their private names and load-time "
             f"bytes), and {engine} {installed} is installed; install one of those (`pip install \".[{engine}]\"` from a "
             f"moebake clone takes the newest), or prove {installed} first (docs/contributing.md: bin/prove-releases)")
 

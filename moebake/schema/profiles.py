@@ -308,8 +308,11 @@ def refused_because(engine: str, release: str, target: str, source_format: str) 
 DEFAULT_ENGINE = "sglang"
 
 
-def serving_flags(engine: EngineRecord) -> str:
-    """The command-line flags that start ``engine``'s record's engine on the path its bytes are for (with moebake's plugin)."""
+def serving_flags(engine: EngineRecord) -> str | None:
+    """The command-line flags that start ``engine``'s record's engine on the path its bytes are for (with moebake's plugin);
+    None when the engine has no profiled path for the bake's target and source (no flags serve it)."""
+    if engine.runner_backend == UNPROFILED.runner_backend:
+        return None
     if engine.name == "vllm":
         return f"--quantization moebake --load-format moebake --moe-backend {engine.runner_backend}"
     flags = f"--quantization moebake --moe-runner-backend {engine.runner_backend}"
