@@ -21,12 +21,20 @@ MATRIX = {'sglang': {'0.5.17': {'flashinfer': '0.6.15.post1',
                                  'sm90-cutlass/gpt-oss': 'sglang-0.5.17',
                                  'sm90-marlin/deepseek-v4': 'sglang-0.5.17',
                                  'sm90-marlin/gpt-oss': 'sglang-0.5.17'},
-                       'unproven': {'sm90-cutlass-w4a8/deepseek-v4': 'sglang-0.5.22: AttributeError: module '
-                                                                     "'flashinfer.fused_moe.prepare' has no attribute "
-                                                                     "'_preprocess_humming_e8m0_weight_scale'",
-                                    'sm90-cutlass-w4a8/gpt-oss': 'sglang-0.5.22: AttributeError: module '
-                                                                 "'flashinfer.fused_moe.prepare' has no attribute "
-                                                                 "'_preprocess_humming_e8m0_weight_scale'"}},
+                       'unproven': {'sm90-cutlass-w4a8/deepseek-v4': 'sglang-0.5.22: '
+                                                                     'test_sglang_plugin_targets::test_plugin_layer_equals_stock_sglang[sm90-cutlass-w4a8/deepseek-v4]: '
+                                                                     'moebake.engines.sglang.refusals.MoebakeRefusal: '
+                                                                     'moebake: this sm90-cutlass-w4a8 bake holds '
+                                                                     "FlashInfer's Humming W4A8 weights, the server "
+                                                                     'runs SM90 MXFP4 MoE in W4A16; start it with '
+                                                                     '--flashinfer-mxfp4-',
+                                    'sm90-cutlass-w4a8/gpt-oss': 'sglang-0.5.22: '
+                                                                 'test_sglang_plugin_targets::test_plugin_layer_equals_stock_sglang[sm90-cutlass-w4a8/gpt-oss]: '
+                                                                 'moebake.engines.sglang.refusals.MoebakeRefusal: '
+                                                                 'moebake: this sm90-cutlass-w4a8 bake holds '
+                                                                 "FlashInfer's Humming W4A8 weights, the server runs "
+                                                                 'SM90 MXFP4 MoE in W4A16; start it with '
+                                                                 '--flashinfer-mxfp4-'}},
             '0.5.18': {'flashinfer': '0.6.17',
                        'flashinfer_layout': 'v1',
                        'cells': {'cutedsl-deepep/modelopt-nvfp4': 'sglang-0.5.17',
@@ -38,12 +46,20 @@ MATRIX = {'sglang': {'0.5.17': {'flashinfer': '0.6.15.post1',
                                  'sm90-cutlass/gpt-oss': 'sglang-0.5.17',
                                  'sm90-marlin/deepseek-v4': 'sglang-0.5.17',
                                  'sm90-marlin/gpt-oss': 'sglang-0.5.17'},
-                       'unproven': {'sm90-cutlass-w4a8/deepseek-v4': 'sglang-0.5.22: AttributeError: module '
-                                                                     "'flashinfer.fused_moe.prepare' has no attribute "
-                                                                     "'_preprocess_humming_e8m0_weight_scale'",
-                                    'sm90-cutlass-w4a8/gpt-oss': 'sglang-0.5.22: AttributeError: module '
-                                                                 "'flashinfer.fused_moe.prepare' has no attribute "
-                                                                 "'_preprocess_humming_e8m0_weight_scale'"}},
+                       'unproven': {'sm90-cutlass-w4a8/deepseek-v4': 'sglang-0.5.22: '
+                                                                     'test_sglang_plugin_targets::test_plugin_layer_equals_stock_sglang[sm90-cutlass-w4a8/deepseek-v4]: '
+                                                                     'moebake.engines.sglang.refusals.MoebakeRefusal: '
+                                                                     'moebake: this sm90-cutlass-w4a8 bake holds '
+                                                                     "FlashInfer's Humming W4A8 weights, the server "
+                                                                     'runs SM90 MXFP4 MoE in W4A16; start it with '
+                                                                     '--flashinfer-mxfp4-',
+                                    'sm90-cutlass-w4a8/gpt-oss': 'sglang-0.5.22: '
+                                                                 'test_sglang_plugin_targets::test_plugin_layer_equals_stock_sglang[sm90-cutlass-w4a8/gpt-oss]: '
+                                                                 'moebake.engines.sglang.refusals.MoebakeRefusal: '
+                                                                 'moebake: this sm90-cutlass-w4a8 bake holds '
+                                                                 "FlashInfer's Humming W4A8 weights, the server runs "
+                                                                 'SM90 MXFP4 MoE in W4A16; start it with '
+                                                                 '--flashinfer-mxfp4-'}},
             '0.5.19': {'flashinfer': '0.6.18',
                        'flashinfer_layout': 'v2',
                        'cells': {'cutedsl-deepep/modelopt-nvfp4': 'sglang-0.5.17',
@@ -61,17 +77,20 @@ MATRIX = {'sglang': {'0.5.17': {'flashinfer': '0.6.15.post1',
             '0.5.20': {'flashinfer': '0.6.18',
                        'flashinfer_layout': 'v2',
                        'cells': {'cutedsl-deepep/modelopt-nvfp4': 'sglang-0.5.17',
-                                 'cutedsl/modelopt-nvfp4': 'sglang-0.5.17',
                                  'deepep-bf16/bf16-moe': 'sglang-0.5.17',
                                  'sm100-trtllm/deepseek-v4': 'sglang-0.5.17',
                                  'sm100-trtllm/gpt-oss': 'sglang-0.5.17',
                                  'sm90-cutlass-w4a8/deepseek-v4': 'sglang-0.5.17',
                                  'sm90-cutlass-w4a8/gpt-oss': 'sglang-0.5.17',
                                  'sm90-cutlass/deepseek-v4': 'sglang-0.5.17',
-                                 'sm90-cutlass/gpt-oss': 'sglang-0.5.17',
                                  'sm90-marlin/deepseek-v4': 'sglang-0.5.17',
                                  'sm90-marlin/gpt-oss': 'sglang-0.5.17'},
-                       'unproven': {}},
+                       'unproven': {'cutedsl/modelopt-nvfp4': 'sglang-0.5.22: '
+                                                              'test_sglang_plugin_targets::test_cutedsl_expert_parallel_rank_holds_its_experts_and_sglangs_global_input_scales: '
+                                                              'AssertionError: w13_weight',
+                                    'sm90-cutlass/gpt-oss': 'sglang-0.5.22: '
+                                                            'test_sglang_plugin::test_each_expert_parallel_rank_loads_its_own_experts: '
+                                                            'assert False'}},
             '0.5.21': {'flashinfer': '0.6.18',
                        'flashinfer_layout': 'v2',
                        'cells': {'cutedsl-deepep/modelopt-nvfp4': 'sglang-0.5.17',
@@ -209,50 +228,87 @@ MATRIX = {'sglang': {'0.5.17': {'flashinfer': '0.6.15.post1',
                                                              "unexpected keyword argument 'perm'"}},
           '0.29.0': {'flashinfer': '0.6.18',
                      'flashinfer_layout': 'v2',
-                     'cells': {'sm100-trtllm/gpt-oss': 'vllm-0.33.0', 'sm90-cutlass/gpt-oss': 'vllm-0.33.0'},
-                     'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: AttributeError: <class '
+                     'cells': {},
+                     'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: '
+                                                            'test_modelopt_nvfp4::test_loaded_parameters_equal_stock_vllm: '
+                                                            'failed on setup with "AttributeError: <class '
                                                             "'vllm.model_executor.layers.quantization.modelopt.ModelOptNvFp4FusedMoE'> "
-                                                            "does not have the attribute '_build_moe_kernel'",
-                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: AttributeError: <class '
+                                                            'does not have the attribute \'_build_moe_kernel\'"',
+                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: '
+                                                              'test_deepseek_v4::test_sm100_served_parameters_equal_stock_vllms_conversion_of_the_source[False]: '
+                                                              'failed on setup with "AttributeError: <class '
                                                               "'vllm.model_executor.layers.quantization.mxfp4.Mxfp4MoEMethod'> "
-                                                              "does not have the attribute '_build_moe_kernel'",
-                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: IndexError: list index out of range',
-                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: TypeError: '
+                                                              'does not have the attribute \'_build_moe_kernel\'"',
+                                  'sm100-trtllm/gpt-oss': 'vllm-0.33.0: '
+                                                          'test_gpt_oss_sm100::test_served_parameters_equal_stock_vllms_conversion_of_the_source[False]: '
+                                                          "ImportError: cannot import name 'weights_already_processed' "
+                                                          "from 'vllm.model_executor.utils' "
+                                                          '(/root/.cache/moebake/engine-trees/vllm-0.29.0/vllm/model_executor/utils.py)',
+                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: '
+                                                              'test_deepseek_v4::test_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
+                                                              'TypeError: DeepseekV4MoE.__init__() got an unexpected '
+                                                              "keyword argument 'num_hash_layers'",
+                                  'sm90-cutlass/gpt-oss': 'vllm-0.33.0: '
+                                                          'test_gpt_oss::test_post_load_step_only_builds_the_kernel[False]: '
+                                                          "ImportError: cannot import name 'weights_already_processed' "
+                                                          "from 'vllm.model_executor.utils' "
+                                                          '(/root/.cache/moebake/engine-trees/vllm-0.29.0/vllm/model_executor/utils.py)',
+                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: '
+                                                             'test_deepseek_v4::test_marlin_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
+                                                             'failed on setup with "TypeError: '
                                                              '_marlin_repack_stand_in.<locals>.vllm_repack() got an '
-                                                             "unexpected keyword argument 'perm'"}},
+                                                             'unexpected keyword argument \'perm\'"'}},
           '0.30.0': {'flashinfer': '0.6.18.post1',
                      'flashinfer_layout': 'v2',
-                     'cells': {'cutedsl/modelopt-nvfp4': 'vllm-0.30.0',
-                               'sm100-trtllm/deepseek-v4': 'vllm-0.30.0',
-                               'sm100-trtllm/gpt-oss': 'vllm-0.30.0',
-                               'sm90-cutlass/deepseek-v4': 'vllm-0.30.0',
-                               'sm90-cutlass/gpt-oss': 'vllm-0.30.0',
-                               'sm90-marlin/deepseek-v4': 'vllm-0.30.0'},
-                     'unproven': {}},
+                     'cells': {'sm100-trtllm/gpt-oss': 'vllm-0.30.0', 'sm90-cutlass/gpt-oss': 'vllm-0.30.0'},
+                     'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: '
+                                                            'test_modelopt_nvfp4::test_loaded_parameters_equal_stock_vllm: '
+                                                            'AssertionError: w13_weight',
+                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: '
+                                                              'test_deepseek_v4::test_sm100_served_parameters_equal_stock_vllms_conversion_of_the_source[False]: '
+                                                              "AttributeError: 'Mxfp4MoEMethod' object has no "
+                                                              "attribute 'activation_key'",
+                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: '
+                                                              'test_deepseek_v4::test_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
+                                                              "AttributeError: 'Mxfp4MoEMethod' object has no "
+                                                              "attribute 'activation_key'",
+                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: '
+                                                             'test_deepseek_v4::test_marlin_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
+                                                             "AttributeError: 'Mxfp4MoEMethod' object has no attribute "
+                                                             "'activation_key'"}},
           '0.31.0': {'flashinfer': '0.7.0.post1',
                      'flashinfer_layout': 'v2',
-                     'cells': {'cutedsl/modelopt-nvfp4': 'vllm-0.30.0',
-                               'sm100-trtllm/deepseek-v4': 'vllm-0.30.0',
-                               'sm100-trtllm/gpt-oss': 'vllm-0.30.0',
-                               'sm90-cutlass/deepseek-v4': 'vllm-0.30.0',
-                               'sm90-cutlass/gpt-oss': 'vllm-0.30.0',
-                               'sm90-marlin/deepseek-v4': 'vllm-0.30.0'},
-                     'unproven': {}},
+                     'cells': {'sm100-trtllm/gpt-oss': 'vllm-0.30.0', 'sm90-cutlass/gpt-oss': 'vllm-0.30.0'},
+                     'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: '
+                                                            'test_modelopt_nvfp4::test_loaded_parameters_equal_stock_vllm: '
+                                                            'AssertionError: w13_weight',
+                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: '
+                                                              'test_deepseek_v4::test_sm100_served_parameters_equal_stock_vllms_conversion_of_the_source[False]: '
+                                                              "AttributeError: 'Mxfp4MoEMethod' object has no "
+                                                              "attribute 'activation_key'",
+                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: '
+                                                              'test_deepseek_v4::test_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
+                                                              "AttributeError: 'Mxfp4MoEMethod' object has no "
+                                                              "attribute 'activation_key'",
+                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: '
+                                                             'test_deepseek_v4::test_marlin_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
+                                                             "AttributeError: 'Mxfp4MoEMethod' object has no attribute "
+                                                             "'activation_key'"}},
           '0.32.0': {'flashinfer': '0.7.0.post1',
                      'flashinfer_layout': 'v2',
                      'cells': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0',
-                               'sm100-trtllm/deepseek-v4': 'vllm-0.33.0',
-                               'sm100-trtllm/gpt-oss': 'vllm-0.33.0',
-                               'sm90-cutlass/deepseek-v4': 'vllm-0.33.0',
-                               'sm90-cutlass/gpt-oss': 'vllm-0.33.0',
-                               'sm90-marlin/deepseek-v4': 'vllm-0.33.0'},
+                               'sm100-trtllm/deepseek-v4': 'vllm-0.30.0',
+                               'sm100-trtllm/gpt-oss': 'vllm-0.30.0',
+                               'sm90-cutlass/deepseek-v4': 'vllm-0.30.0',
+                               'sm90-cutlass/gpt-oss': 'vllm-0.30.0',
+                               'sm90-marlin/deepseek-v4': 'vllm-0.30.0'},
                      'unproven': {}},
           '0.33.0': {'flashinfer': '0.7.2.post1',
                      'flashinfer_layout': 'v2',
                      'cells': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0',
-                               'sm100-trtllm/deepseek-v4': 'vllm-0.33.0',
-                               'sm100-trtllm/gpt-oss': 'vllm-0.33.0',
-                               'sm90-cutlass/deepseek-v4': 'vllm-0.33.0',
-                               'sm90-cutlass/gpt-oss': 'vllm-0.33.0',
-                               'sm90-marlin/deepseek-v4': 'vllm-0.33.0'},
+                               'sm100-trtllm/deepseek-v4': 'vllm-0.30.0',
+                               'sm100-trtllm/gpt-oss': 'vllm-0.30.0',
+                               'sm90-cutlass/deepseek-v4': 'vllm-0.30.0',
+                               'sm90-cutlass/gpt-oss': 'vllm-0.30.0',
+                               'sm90-marlin/deepseek-v4': 'vllm-0.30.0'},
                      'unproven': {}}}}

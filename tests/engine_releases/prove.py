@@ -120,6 +120,10 @@ def plugin_cells(engine: str, test: str) -> list[tuple[str, str]] | None:
     mentioned = [cell for cell in cells_of(engine) if f"{cell[0]}/{cell[1]}" in name]
     if mentioned:
         return mentioned
+    if any(word in name for word in ("fp8_precision", "humming", "w4a8")):  # SGLang's Humming W4A8 path
+        return [cell for cell in cells_of(engine) if cell[0] == "sm90-cutlass-w4a8"]
+    if "cutedsl" in name:
+        return [("cutedsl", "modelopt-nvfp4")]
     by_module = {"test_sglang_plugin": [("sm90-cutlass", "gpt-oss")], "test_gpt_oss": [("sm90-cutlass", "gpt-oss")],
                  "test_gpt_oss_sm100": [("sm100-trtllm", "gpt-oss")], "test_modelopt_nvfp4": [("cutedsl", "modelopt-nvfp4")]}
     if module == "test_deepseek_v4":
