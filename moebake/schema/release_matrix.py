@@ -116,110 +116,64 @@ MATRIX = {'sglang': {'0.5.17': {'flashinfer': '0.6.15.post1',
                        'unproven': {}}},
  'vllm': {'0.26.0': {'flashinfer': '0.6.14',
                      'flashinfer_layout': 'v1',
-                     'cells': {},
+                     'cells': {'sm100-trtllm/deepseek-v4': 'vllm-0.26.0',
+                               'sm100-trtllm/gpt-oss': 'vllm-0.26.0',
+                               'sm90-cutlass/gpt-oss': 'vllm-0.30.0',
+                               'sm90-marlin/deepseek-v4': 'vllm-0.30.0'},
                      'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: ImportError: cannot import name '
                                                             "'amax_for_moe_activation_quant' from "
                                                             "'vllm.model_executor.layers.quantization.utils.quant_utils' "
                                                             '(/root/.cache/moebake/engine-trees/vllm-0.26.0/vllm/model_executor/laye',
-                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: AttributeError: <class '
-                                                              "'vllm.model_executor.layers.quantization.mxfp4.Mxfp4MoEMethod'> "
-                                                              "does not have the attribute '_build_moe_kernel'",
-                                  'sm100-trtllm/gpt-oss': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
-                                                          'please set the environment variable '
-                                                          '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to '
-                                                          'help debug the issue.',
-                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: ImportError: cannot import name '
-                                                              "'FusedMoEFactory' from "
-                                                              "'vllm.model_executor.layers.fused_moe.layer' "
-                                                              '(/root/.cache/moebake/engine-trees/vllm-0.26.0/vllm/model_executor/layers/fused_moe/layer.py)',
-                                  'sm90-cutlass/gpt-oss': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
-                                                          'please set the environment variable '
-                                                          '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to '
-                                                          'help debug the issue.',
-                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: ImportError: cannot import name '
-                                                             "'FusedMoEFactory' from "
-                                                             "'vllm.model_executor.layers.fused_moe.layer' "
-                                                             '(/root/.cache/moebake/engine-trees/vllm-0.26.0/vllm/model_executor/layers/fused_moe/layer.py)'}},
+                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: ValueError: Unsupported mxfp4_backend for '
+                                                              'Mxfp4MoEMethod: '
+                                                              'Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16. Expected '
+                                                              'TRTLLM, Triton, AITER, or XPU backend.'}},
           '0.27.0': {'flashinfer': '0.6.16.post3',
                      'flashinfer_layout': 'v1',
-                     'cells': {},
+                     'cells': {'sm100-trtllm/deepseek-v4': 'vllm-0.30.0',
+                               'sm100-trtllm/gpt-oss': 'vllm-0.30.0',
+                               'sm90-cutlass/gpt-oss': 'vllm-0.30.0',
+                               'sm90-marlin/deepseek-v4': 'vllm-0.30.0'},
                      'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: ImportError: cannot import name '
                                                             "'amax_for_moe_activation_quant' from "
                                                             "'vllm.model_executor.layers.quantization.utils.quant_utils' "
                                                             '(/root/.cache/moebake/engine-trees/vllm-0.27.0/vllm/model_executor/laye',
-                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: AttributeError: <class '
-                                                              "'vllm.model_executor.layers.quantization.mxfp4.Mxfp4MoEMethod'> "
-                                                              "does not have the attribute '_build_moe_kernel'",
-                                  'sm100-trtllm/gpt-oss': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
-                                                          'please set the environment variable '
-                                                          '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to '
-                                                          'help debug the issue.',
-                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
-                                                              'please set the environment variable '
-                                                              '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging '
-                                                              'to help debug the issue.',
-                                  'sm90-cutlass/gpt-oss': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
-                                                          'please set the environment variable '
-                                                          '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to '
-                                                          'help debug the issue.',
-                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
-                                                             'please set the environment variable '
-                                                             '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to '
-                                                             'help debug the issue.'}},
+                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: ValueError: Unsupported mxfp4_backend for '
+                                                              'Mxfp4MoEMethod: '
+                                                              'Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16. Expected '
+                                                              'TRTLLM, Triton, AITER, XPU, or emulation backend.'}},
           '0.27.1': {'flashinfer': '0.6.16.post3',
                      'flashinfer_layout': 'v1',
-                     'cells': {},
+                     'cells': {'sm100-trtllm/deepseek-v4': 'vllm-0.30.0',
+                               'sm100-trtllm/gpt-oss': 'vllm-0.30.0',
+                               'sm90-cutlass/gpt-oss': 'vllm-0.30.0',
+                               'sm90-marlin/deepseek-v4': 'vllm-0.30.0'},
                      'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: ImportError: cannot import name '
                                                             "'amax_for_moe_activation_quant' from "
                                                             "'vllm.model_executor.layers.quantization.utils.quant_utils' "
                                                             '(/root/.cache/moebake/engine-trees/vllm-0.27.1/vllm/model_executor/laye',
-                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: AttributeError: <class '
-                                                              "'vllm.model_executor.layers.quantization.mxfp4.Mxfp4MoEMethod'> "
-                                                              "does not have the attribute '_build_moe_kernel'",
-                                  'sm100-trtllm/gpt-oss': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
-                                                          'please set the environment variable '
-                                                          '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to '
-                                                          'help debug the issue.',
-                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
-                                                              'please set the environment variable '
-                                                              '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging '
-                                                              'to help debug the issue.',
-                                  'sm90-cutlass/gpt-oss': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
-                                                          'please set the environment variable '
-                                                          '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to '
-                                                          'help debug the issue.',
-                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
-                                                             'please set the environment variable '
-                                                             '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to '
-                                                             'help debug the issue.'}},
+                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: ValueError: Unsupported mxfp4_backend for '
+                                                              'Mxfp4MoEMethod: '
+                                                              'Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16. Expected '
+                                                              'TRTLLM, Triton, AITER, XPU, or emulation backend.'}},
           '0.28.0': {'flashinfer': '0.6.16.post3',
                      'flashinfer_layout': 'v1',
-                     'cells': {},
-                     'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: AttributeError: <class '
-                                                            "'vllm.model_executor.layers.quantization.modelopt.ModelOptNvFp4FusedMoE'> "
-                                                            "does not have the attribute '_build_moe_kernel'",
-                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: AttributeError: <class '
-                                                              "'vllm.model_executor.layers.quantization.mxfp4.Mxfp4MoEMethod'> "
-                                                              "does not have the attribute '_build_moe_kernel'",
-                                  'sm100-trtllm/gpt-oss': "vllm-0.33.0: KeyError: '_try_load_streamed_expert'",
-                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: IndexError: list index out of range',
-                                  'sm90-cutlass/gpt-oss': "vllm-0.33.0: KeyError: '_try_load_streamed_expert'",
-                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: TypeError: '
-                                                             '_marlin_repack_stand_in.<locals>.vllm_repack() got an '
-                                                             "unexpected keyword argument 'perm'"}},
+                     'cells': {'cutedsl/modelopt-nvfp4': 'vllm-0.30.0',
+                               'sm100-trtllm/deepseek-v4': 'vllm-0.30.0',
+                               'sm100-trtllm/gpt-oss': 'vllm-0.30.0',
+                               'sm90-cutlass/deepseek-v4': 'vllm-0.30.0',
+                               'sm90-cutlass/gpt-oss': 'vllm-0.30.0',
+                               'sm90-marlin/deepseek-v4': 'vllm-0.30.0'},
+                     'unproven': {}},
           '0.29.0': {'flashinfer': '0.6.18',
                      'flashinfer_layout': 'v2',
-                     'cells': {'sm100-trtllm/gpt-oss': 'vllm-0.33.0', 'sm90-cutlass/gpt-oss': 'vllm-0.33.0'},
-                     'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: AttributeError: <class '
-                                                            "'vllm.model_executor.layers.quantization.modelopt.ModelOptNvFp4FusedMoE'> "
-                                                            "does not have the attribute '_build_moe_kernel'",
-                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: AttributeError: <class '
-                                                              "'vllm.model_executor.layers.quantization.mxfp4.Mxfp4MoEMethod'> "
-                                                              "does not have the attribute '_build_moe_kernel'",
-                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: IndexError: list index out of range',
-                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: TypeError: '
-                                                             '_marlin_repack_stand_in.<locals>.vllm_repack() got an '
-                                                             "unexpected keyword argument 'perm'"}},
+                     'cells': {'cutedsl/modelopt-nvfp4': 'vllm-0.30.0',
+                               'sm100-trtllm/deepseek-v4': 'vllm-0.30.0',
+                               'sm100-trtllm/gpt-oss': 'vllm-0.30.0',
+                               'sm90-cutlass/deepseek-v4': 'vllm-0.30.0',
+                               'sm90-cutlass/gpt-oss': 'vllm-0.30.0',
+                               'sm90-marlin/deepseek-v4': 'vllm-0.30.0'},
+                     'unproven': {}},
           '0.30.0': {'flashinfer': '0.6.18.post1',
                      'flashinfer_layout': 'v2',
                      'cells': {'cutedsl/modelopt-nvfp4': 'vllm-0.30.0',
