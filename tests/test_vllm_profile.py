@@ -1,4 +1,7 @@
 """The vLLM engine profile against vLLM 0.33.0's own code: a bake equals vLLM's post-load parameters byte for byte.
+In a release-matrix run (``tests/engine_releases/prove.py``) the same tests run another release's code against bakes
+made for it (``MOEBAKE_ORACLE_ENGINE``): what differs between releases (padding multiples, the SM90 layout of the
+pinned FlashInfer) is read from that release's profile (``get_profile(VLLM)``) or from the engine's output.
 
 The oracle (``tests/engine_oracles/vllm_oracle.py``) builds vLLM's real MoE layers with the method vLLM
 picks for ``--moe-backend flashinfer_cutlass`` on SM90 (GPT-OSS, loaded by vLLM's GPT-OSS loader;
@@ -71,7 +74,8 @@ def test_gpt_oss_flashinfer_cutlass_equals_vllm(tmp_path, hidden, intermediate):
 def test_sglang_bake_of_an_unpadded_hidden_size_serves_vllm_too(tmp_path):
     """The other direction: the default (SGLang) profile's bake lists vLLM when its bytes are vLLM's."""
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=256, intermediate=96, vocab=32)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass"), progress=False).to_json()
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", flashinfer_layout=flashinfer_layout_here()),
+                       progress=False).to_json()
     assert manifest["engine"]["name"] == "sglang"
     assert [(e["name"], e["exact"], e["parameter_names"]) for e in manifest["serves"]] == [
         ("vllm", True, {"w13_weight_bias": "w13_bias", "w2_weight_bias": "w2_bias"})]
@@ -80,24 +84,28 @@ def test_sglang_bake_of_an_unpadded_hidden_size_serves_vllm_too(tmp_path):
 
 
 @pytest.mark.parametrize("hidden, intermediate", [
-    (160, 96),     # pads H 160 -> 256, I 96 -> 128 (zero scale padding, where SGLang leaves 127)
+    (160, 96),     # pads H 160 -> 256, I 96 -> 128 (256 before vLLM 0.27.0) (zero scale padding, where SGLang leaves 127)
     (2880, 128),   # GPT-OSS's H: 2880 -> 3072, as SGLang pads it
-    (256, 128),    # nothing padded: the same bytes as SGLang 0.5.23's, so the bake serves both
+    (256, 128),    # H not padded; I neither from vLLM 0.27.0 on: the same bytes as SGLang 0.5.23's, so the bake serves both
 ])
 def test_gpt_oss_sm100_trtllm_equals_vllm(tmp_path, hidden, intermediate):
     """GPT-OSS on SM100: vLLM's GptOssMxfp4MoEMethod with FLASHINFER_TRTLLM_MXFP4_BF16 holds the bake's six tensors byte
-    for byte (biases F32, under vLLM's names), H padded to 256 and I to 128 with zeros; the bake's gemm1_alpha/beta/
-    clamp_limit are not vLLM parameters. SGLang's bake differs in the scale padding (127) wherever H or I is padded."""
+    for byte (biases F32, under vLLM's names), H padded to 256 and I to 128 (256 before 0.27.0) with zeros, as vLLM's
+    own padded sizes say; the bake's gemm1_alpha/beta/clamp_limit are not vLLM parameters. SGLang's bake differs in the
+    scale padding (127) wherever H or I is padded."""
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
     manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm", engine=VLLM), progress=False).to_json()
     engine_record, record = manifest["engine"], manifest["layers"][0]
+    profile = get_profile(VLLM).target("sm100-trtllm", "gpt-oss")
     assert (engine_record["name"], engine_record["version"], engine_record["exact"], engine_record["runner_backend"]) == (
         "vllm", vllm_oracle.VLLM_VERSION, True, "flashinfer_trtllm")
-    assert (engine_record["hidden_multiple"], engine_record["hidden_scale_fill"], engine_record.get("intermediate_scale_fill", 0)) == (
-        256, 0, 0)
+    assert (engine_record["hidden_multiple"], engine_record["intermediate_multiple"], engine_record["hidden_scale_fill"],
+            engine_record.get("intermediate_scale_fill", 0)) == (profile.hidden_multiple, profile.intermediate_multiple, 0, 0)
     engine = vllm_oracle.gpt_oss_sm100_trtllm(source, 0)
     assert (engine.pop("hidden_dim"), engine.pop("intermediate_size_per_partition")) == (
-        record["hidden_padded"], record["intermediate_padded"]) == (-(-hidden // 256) * 256, -(-intermediate // 128) * 128)
+        record["hidden_padded"], record["intermediate_padded"]) == (
+        -(-hidden // profile.hidden_multiple) * profile.hidden_multiple,
+        -(-intermediate // profile.intermediate_multiple) * profile.intermediate_multiple)
     assert set(record["tensors"]) - {engine_record["parameter_names"].get(n, n) for n in record["tensors"]} == {
         "w13_weight_bias", "w2_weight_bias"}
     _assert_bake_equals_vllm(tmp_path / "out", "model.layers.0.mlp.experts.", engine, engine_record["parameter_names"])
@@ -106,7 +114,7 @@ def test_gpt_oss_sm100_trtllm_equals_vllm(tmp_path, hidden, intermediate):
     padded = (hidden, intermediate) != (record["hidden_padded"], record["intermediate_padded"])
     assert [(e["name"], e["version"]) for e in manifest["serves"]] == ([] if padded else [("sglang", "0.5.23")])
     sglang = convert(source, tmp_path / "sglang", ConvertOptions("sm100-trtllm"), progress=False).to_json()
-    assert [e["name"] for e in sglang["serves"]] == ([] if padded else ["vllm"])
+    assert [e["name"] for e in sglang["serves"] if vllm_oracle.VLLM_VERSION in e["releases"]] == ([] if padded else ["vllm"])
 
 
 NVFP4_WEIGHTS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale")
@@ -121,7 +129,8 @@ def test_deepseek_v4_flashinfer_cutlass_equals_vllm(tmp_path, hidden, intermedia
     either engine's bake lists the other in ``serves``."""
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate,
                                mtp_layers=0)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", engine=_spec(engine)), progress=False).to_json()
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", engine=_spec(engine),
+                                                                flashinfer_layout=flashinfer_layout_here()), progress=False).to_json()
     record = manifest["layers"][0]
     assert (manifest["engine"]["name"], manifest["engine"]["exact"]) == (engine, True)
     vllm = manifest["engine"] if engine == "vllm" else manifest["serves"][0]
@@ -148,12 +157,19 @@ def test_deepseek_v4_sm100_trtllm_equals_vllm(tmp_path, hidden, intermediate, en
     The bake's gemm1_clamp_limit is not a vLLM parameter (vLLM's trtllm-gen kernel takes config.json's swiglu_limit)."""
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate,
                                mtp_layers=0)
+    profile = get_profile(VLLM).target("sm100-trtllm", "deepseek-v4")
+    if intermediate % profile.intermediate_multiple:  # vLLM before 0.27.0 pads I to 256: the release refuses the model
+        _assert_vllm_pads_deepseek_v4_sm100(tmp_path, source, hidden, intermediate, profile)
+        return
+    if engine == "sglang" and profile != get_profile("vllm").target("sm100-trtllm", "deepseek-v4"):
+        pytest.skip(f"SGLang's bake lists the releases of the newest vLLM's rule in serves; vllm {vllm_oracle.VLLM_VERSION} "
+                    "has another rule (its own bake is tested by the vllm case)")
     manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm", engine=_spec(engine)), progress=False).to_json()
     record = manifest["layers"][0]
     vllm = manifest["engine"] if engine == "vllm" else manifest["serves"][0]
     assert [(e["name"], e["exact"]) for e in manifest["serves"]] == [({"vllm": "sglang", "sglang": "vllm"}[engine], True)]
     assert (vllm["name"], _release_of(vllm), vllm["runner_backend"], vllm["hidden_multiple"], vllm["exact"]) == (
-        "vllm", vllm_oracle.VLLM_VERSION, "flashinfer_trtllm", 256, True)
+        "vllm", vllm_oracle.VLLM_VERSION, "flashinfer_trtllm", profile.hidden_multiple, True)
     engine_params = vllm_oracle.deepseek_v4_sm100_trtllm(source, record["prefix"], 3, hidden, intermediate)
     assert (engine_params.pop("hidden_dim"), engine_params.pop("intermediate_size_per_partition")) == (hidden, intermediate)
     assert sorted(engine_params) == sorted(MXFP4_WEIGHTS) and set(record["tensors"]) == {*MXFP4_WEIGHTS, "gemm1_clamp_limit"}
@@ -165,19 +181,36 @@ def test_deepseek_v4_sm100_trtllm_equals_vllm(tmp_path, hidden, intermediate, en
         assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{name} differs from vLLM's"
 
 
+def _assert_vllm_pads_deepseek_v4_sm100(tmp_path, source, hidden, intermediate, profile):
+    """A DeepSeek-V4 model the release pads on SM100 (``profile``'s multiples): vLLM's own padded sizes are them,
+    ``--engine vllm`` refuses the model in one line, and SGLang's bake does not list the release."""
+    from moebake.errors import UnsupportedError
+
+    engine_params = vllm_oracle.deepseek_v4_sm100_trtllm(source, "layers.0.ffn.experts.", 3, hidden, intermediate)
+    padded = (-(-hidden // profile.hidden_multiple) * profile.hidden_multiple,
+              -(-intermediate // profile.intermediate_multiple) * profile.intermediate_multiple)
+    assert padded != (hidden, intermediate)
+    assert (engine_params["hidden_dim"], engine_params["intermediate_size_per_partition"]) == padded
+    assert tuple(engine_params["w2_weight"].shape[1:]) == (padded[0], padded[1] // 2)
+    with pytest.raises(UnsupportedError) as excinfo:
+        convert(source, tmp_path / "vllm", ConvertOptions("sm100-trtllm", engine=VLLM), progress=False)
+    assert "\n" not in str(excinfo.value)
+    manifest = convert(source, tmp_path / "sglang", ConvertOptions("sm100-trtllm"), progress=False).to_json()
+    assert not [e for e in manifest["serves"] if vllm_oracle.VLLM_VERSION in e["releases"]]
+
+
 def test_deepseek_v4_sm100_trtllm_with_a_hidden_size_vllm_pads(tmp_path):
-    """H = 384: vLLM 0.33.0's trtllm-gen path pads H to 512 (its oracle's parameters are 512 wide) and moebake pads no
-    DeepSeek-V4 expert, so --engine vllm refuses the model in one line and SGLang's bake does not list vLLM."""
+    """H = 384: vLLM's trtllm-gen path pads H to a multiple of 256 (its oracle's parameters are 512 wide) and moebake pads
+    no DeepSeek-V4 expert, so --engine vllm refuses the model in one line and SGLang's bake does not list vLLM."""
     from moebake.errors import UnsupportedError
 
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=384, intermediate=128, mtp_layers=0)
-    engine_params = vllm_oracle.deepseek_v4_sm100_trtllm(source, "layers.0.ffn.experts.", 3, 384, 128)
-    assert engine_params["hidden_dim"] == 512 and engine_params["w2_weight"].shape[1] == 512
+    profile = get_profile(VLLM).target("sm100-trtllm", "deepseek-v4")
+    _assert_vllm_pads_deepseek_v4_sm100(tmp_path, source, 384, 128, profile)
     with pytest.raises(UnsupportedError) as excinfo:
-        convert(source, tmp_path / "vllm", ConvertOptions("sm100-trtllm", engine=VLLM), progress=False)
-    assert "hidden size 384" in str(excinfo.value) and "multiples of 256" in str(excinfo.value)
-    assert "\n" not in str(excinfo.value)
-    manifest = convert(source, tmp_path / "sglang", ConvertOptions("sm100-trtllm"), progress=False).to_json()
+        convert(source, tmp_path / "vllm-again", ConvertOptions("sm100-trtllm", engine=VLLM), progress=False)
+    assert "hidden size 384" in str(excinfo.value) and f"multiples of {profile.hidden_multiple}" in str(excinfo.value)
+    manifest = convert(source, tmp_path / "sglang-again", ConvertOptions("sm100-trtllm"), progress=False).to_json()
     assert manifest["serves"] == []
 
 
@@ -316,7 +349,8 @@ def test_deepseek_v4_marlin_bake_that_vllm_would_pad_serves_sglang_only(tmp_path
 
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=2, hidden=256, intermediate=192, mtp_layers=0)
     assert convert(source, tmp_path / "out", ConvertOptions("sm90-marlin"), progress=False).to_json()["serves"] == []
-    with pytest.raises(UnsupportedError, match="must be multiples of 256 and 128"):
+    profile = get_profile(VLLM).target("sm90-marlin", "deepseek-v4")
+    with pytest.raises(UnsupportedError, match=f"must be multiples of {profile.hidden_multiple} and {profile.intermediate_multiple}"):
         convert(source, tmp_path / "out-vllm", ConvertOptions("sm90-marlin", engine=VLLM), progress=False)
 
 
@@ -359,4 +393,5 @@ def test_gpt_oss_marlin_is_refused_for_vllm_and_says_why(tmp_path):
     with pytest.raises(UnsupportedError) as refusal:
         convert(source, tmp_path / "out", ConvertOptions("sm90-marlin", engine=VLLM), progress=False)
     assert "\n" not in str(refusal.value)
-    assert f"vllm 0.33.0 cannot serve sm90-marlin bakes of gpt-oss checkpoints exactly ({why})" in str(refusal.value)
+    assert f"vllm {vllm_oracle.VLLM_VERSION} cannot serve sm90-marlin bakes of gpt-oss checkpoints exactly ({why})" in str(
+        refusal.value)

@@ -186,10 +186,25 @@ VLLM_0_30_0 = EngineProfile("vllm", "0.30.0", VLLM_0_33_0.targets | {
     ("cutedsl", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "none", _VLLM_NVFP4, intermediate_multiple=64),
 })
 
-RULES = {f"{p.engine}-{p.version}": p for p in (SGLANG_0_5_17, SGLANG_0_5_22, VLLM_0_30_0, VLLM_0_33_0)}
+VLLM_0_26_0 = EngineProfile("vllm", "0.26.0", {
+    # Only the entries 0.26.0 builds differently from VLLM_0_30_0 (its other cells name the later table that holds
+    # their entry: rule_name takes the oldest table holding an entry, so a full copy here would rename every shared cell
+    # of every release). Before 0.27.0, mxfp4_round_up_hidden_size_and_intermediate_size rounded I up to 256 for the
+    # trtllm-gen backends (TRTLLM_BACKENDS; 0.27.0 on: 128), H to 256 as later: GPT-OSS's I 2880 -> 3072 (0.27.0 on:
+    # 2944), zeros as later; DeepSeek-V4 (which moebake does not pad) needs I a multiple of 256.
+    ("sm100-trtllm", "gpt-oss"): TargetProfile("flashinfer_trtllm", "none", _VLLM_GPT_OSS_MXFP4, hidden_multiple=256,
+                                               intermediate_multiple=256,
+                                               parameter_names=(("w13_weight_bias", "w13_bias"),
+                                                                ("w2_weight_bias", "w2_bias"))),
+    ("sm100-trtllm", "deepseek-v4"): TargetProfile("flashinfer_trtllm", "none", _VLLM_MXFP4, hidden_multiple=256,
+                                                   intermediate_multiple=256),
+})
+
+RULES = {f"{p.engine}-{p.version}": p for p in (SGLANG_0_5_17, SGLANG_0_5_22, VLLM_0_26_0, VLLM_0_30_0, VLLM_0_33_0)}
 """Every rule table by name (``<engine>-<first release it was written for>``), oldest first: :mod:`moebake.schema.release_matrix`
 names, for each release and (target, source format), the oldest rule whose entry that release's own code was proven to
-build (a later table repeats the entries that did not change)."""
+build (a later table repeats the entries that did not change; a table for older releases, such as VLLM_0_26_0, holds only
+the entries those releases build differently)."""
 
 
 def rule_name(engine: str, cell: tuple[str, str], entry: TargetProfile) -> str:
@@ -289,9 +304,15 @@ RELEASE_GAPS = {
     ("sglang", "sm90-cutlass-w4a8"): (Version("0.5.19"), (
         "SGLang before 0.5.19 has no FlashInfer Humming W4A8 path: its pinned FlashInfer (0.6.15.post1, 0.6.17) has no "
         "preprocess_moe_weights_for_sm90_mixed_gemm_humming and its Mxfp4MoEMethod no _use_sm90_humming")),
+    ("vllm", "sm90-cutlass", "deepseek-v4"): (Version("0.28.0"), (
+        "vLLM before 0.28.0 has no FlashInfer CUTLASS path for DeepSeek-V4's generic Mxfp4MoEMethod: "
+        "select_deepseek_v4_mxfp4_moe_backend picks FLASHINFER_CUTLASS_MXFP4_BF16 on SM90, but "
+        "convert_weight_to_mxfp4_moe_kernel_format has no branch for it and raises ValueError (\"Unsupported mxfp4_backend "
+        "for Mxfp4MoEMethod\")")),
 }
-"""(engine, target) -> (first release with the path, why releases before it cannot serve such a bake): what a release
-lacks, from its code; the release matrix run confirms each (those releases' oracle runs fail on exactly this)."""
+"""(engine, target) or (engine, target, source format) -> (first release with the path, why releases before it cannot
+serve such a bake): what a release lacks, from its code; the release matrix run confirms each (those releases' oracle
+runs fail on exactly this)."""
 
 
 def refused_because(engine: str, release: str, target: str, source_format: str) -> str:
@@ -299,7 +320,7 @@ def refused_because(engine: str, release: str, target: str, source_format: str) 
     release's, or what its oracle run showed."""
     if why := not_servable_because(engine, target, source_format):
         return why
-    first, why = RELEASE_GAPS.get((engine, target), (None, None))
+    first, why = RELEASE_GAPS.get((engine, target, source_format)) or RELEASE_GAPS.get((engine, target), (None, None))
     if first is not None and Version(release) < first:
         return why
     unproven = release_matrix.MATRIX.get(engine, {}).get(release, {}).get("unproven", {})

@@ -1,4 +1,8 @@
-"""vLLM 0.33.0's own load-time code, run on CPU: the oracle a vLLM-profile bake must equal byte for byte.
+"""vLLM 0.33.0's own load-time code, run on CPU: the oracle a vLLM-profile bake must equal byte for byte. The same
+functions run any release from 0.26.0 on (``MOEBAKE_VLLM_RELEASE``, its tree first on ``PYTHONPATH``): where an older
+release lacks a name this module uses, the release's own older equivalent is found by feature (``FusedMoE`` for
+``FusedMoEFactory``, no ``_build_moe_kernel``, no streamed-expert loader helpers, ``gptq_marlin_repack`` still taking
+``perm``, a CPU platform detected only from a ``+cpu`` build), never by version string.
 
 GPT-OSS (:func:`gpt_oss_flashinfer_cutlass`): builds vLLM's real GPT-OSS ``MLPBlock`` (its
 ``FusedMoEFactory``, ``GptOssRoutedExperts`` and the MoE method vLLM's quantization config picks for
@@ -21,7 +25,8 @@ caller's (the GPU tests run it on the GPU: FlashInfer's own CUDA interleave, not
 
 Only these things are not vLLM's:
   * the platform's answers about the GPU (vLLM picks MoE kernels from them): :func:`vllm_engine`
-    makes the CPU platform answer as a CUDA GPU of the given compute capability;
+    makes the CPU platform answer as a CUDA GPU of the given compute capability (releases whose detection finds no
+    platform here get vLLM's ``CpuPlatform``, :func:`_cpu_platform_where_undetected`);
   * FlashInfer's CUDA-only ``interleave_moe_weights_for_sm90_mixed_gemm``, replaced by the CPU
     emulation of its kernel (``tests/kernel_emulation.py``); FlashInfer's CPU helpers (its SM90 scale
     interleave among them) are used as-is;
@@ -56,6 +61,24 @@ from conftest import load_all  # noqa: E402
 VLLM_VERSION = __import__("os").environ.get("MOEBAKE_VLLM_RELEASE", "0.33.0")
 ENGINE = next((e for e in [__import__("os").environ.get("MOEBAKE_ORACLE_ENGINE", "")] if e.startswith("vllm")), "vllm")
 """``--engine`` for bakes the vLLM here serves: ``vllm==0.32.0`` in a release-matrix run (``tests/engine_releases``)."""
+
+
+def _cpu_platform_where_undetected() -> None:
+    """vLLM's ``CpuPlatform`` as the platform where the release's detection finds none here: releases whose
+    ``cpu_platform_plugin`` takes the CPU only from a ``+cpu`` build (it does not read ``VLLM_TARGET_DEVICE``) answer None
+    and resolve ``UnspecifiedPlatform`` (no device type: ``VllmConfig()`` raises "Failed to infer device type").
+    :func:`vllm_engine` then makes the platform answer as a GPU, as on every release."""
+    try:
+        from vllm import platforms
+    except ImportError:
+        return
+    if not platforms.current_platform.device_type and platforms.cpu_platform_plugin() is None:
+        from vllm.platforms.cpu import CpuPlatform
+
+        platforms._current_platform = CpuPlatform()
+
+
+_cpu_platform_where_undetected()
 
 
 def vllm_installed() -> bool:
@@ -137,6 +160,35 @@ def vllm_engine(hf_config, quant_config, *, moe_backend: str = "flashinfer_cutla
         yield config
 
 
+_NO_KERNEL = SimpleNamespace(fused_experts=SimpleNamespace(process_weights_after_loading=lambda layer: None))
+"""What a stood-in kernel factory answers: a kernel whose own post-load step does nothing (it needs a CUDA device)."""
+
+
+@contextmanager
+def _without_kernel_set_up(method_cls, module, factory: str):
+    """The MoE kernel set-up after the weight conversion not run: ``method_cls._build_moe_kernel`` where the release has
+    it. Releases that set the kernel up inline, at the end of ``process_weights_after_loading`` (no such method), run
+    the same two steps there, after the last parameter is replaced: ``get_fused_moe_quant_config`` (views of the
+    converted scales for the kernel: CuteDSL's needs ``nvidia-cutlass-dsl``, a GPU package) is answered None and
+    ``module.<factory>`` (``make_mxfp4_moe_kernel``, ``make_nvfp4_moe_kernel``) a kernel whose post-load step does
+    nothing. Either way every weight conversion before it is the release's own."""
+    if hasattr(method_cls, "_build_moe_kernel"):
+        with mock.patch.object(method_cls, "_build_moe_kernel", lambda self, layer: None):
+            yield
+    else:
+        with mock.patch.object(method_cls, "get_fused_moe_quant_config", lambda self, layer: None), \
+                mock.patch.object(module, factory, lambda **kwargs: _NO_KERNEL):
+            yield
+
+
+def _fused_moe_factory():
+    """vLLM's MoE layer factory: ``FusedMoEFactory``, or where the release has no such name its older name
+    ``FusedMoE`` (the same factory function)."""
+    from vllm.model_executor.layers.fused_moe import layer
+
+    return getattr(layer, "FusedMoEFactory", None) or layer.FusedMoE
+
+
 def hf_config_of(source_dir: str | Path):
     from transformers import PretrainedConfig
 
@@ -158,8 +210,6 @@ def gpt_oss_holder(vllm_config, layers: list[int]) -> torch.nn.Module:
             self.mlp = gpt_oss.MLPBlock(vllm_config, index, prefix=f"model.layers.{index}.mlp")
 
     class Holder(torch.nn.Module):
-        _try_load_streamed_expert = gpt_oss.GptOssModel.__dict__["_try_load_streamed_expert"]
-        _get_streamed_expert_info = gpt_oss.GptOssModel.__dict__["_get_streamed_expert_info"]
         _load_weights_mxfp4 = gpt_oss.GptOssModel._load_weights_mxfp4
         _load_weights_other = gpt_oss.GptOssModel._load_weights_other
         load_weights = gpt_oss.GptOssModel.load_weights
@@ -171,6 +221,11 @@ def gpt_oss_holder(vllm_config, layers: list[int]) -> torch.nn.Module:
             self.layers = torch.nn.ModuleList([Block(i) if i in layers else torch.nn.Identity()
                                                for i in range(max(layers) + 1)])
 
+    # The loader's streamed-expert helpers, where the release's GptOssModel has them (releases before them load
+    # without): its own functions, as load_weights calls them.
+    for name in ("_try_load_streamed_expert", "_get_streamed_expert_info"):
+        if name in gpt_oss.GptOssModel.__dict__:
+            setattr(Holder, name, gpt_oss.GptOssModel.__dict__[name])
     return Holder()
 
 
@@ -283,7 +338,6 @@ def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int
     import vllm.model_executor.layers.fused_moe.experts.flashinfer_cutedsl_moe as cutedsl_experts
     import vllm.model_executor.layers.quantization.modelopt as modelopt
     from transformers import PretrainedConfig
-    from vllm.model_executor.layers.fused_moe.layer import FusedMoEFactory
     from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import NvFp4MoeBackend
     from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
 
@@ -294,8 +348,8 @@ def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int
     module = prefix.rstrip(".")
     with vllm_engine(PretrainedConfig(**config), quant_config, moe_backend="flashinfer_cutedsl", capability=100), \
             mock.patch.object(cutedsl_experts, "has_flashinfer_cutedsl_moe_nvfp4", lambda: True):
-        runner = FusedMoEFactory(num_experts=num_experts, top_k=2, hidden_size=hidden, intermediate_size=intermediate,
-                                 quant_config=quant_config, prefix=module, params_dtype=torch.bfloat16)
+        runner = _fused_moe_factory()(num_experts=num_experts, top_k=2, hidden_size=hidden, intermediate_size=intermediate,
+                                      quant_config=quant_config, prefix=module, params_dtype=torch.bfloat16)
         experts = runner.routed_experts
         method = experts.quant_method
         assert type(method) is modelopt.ModelOptNvFp4FusedMoE and method.nvfp4_backend == NvFp4MoeBackend.FLASHINFER_CUTEDSL
@@ -307,7 +361,7 @@ def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int
             assert params[param].weight_loader(params[param], tensor, param, shard_id=shard_id, expert_id=expert_id,
                                                return_success=True), name
         with mock.patch.object(torch.Tensor, "cuda", lambda tensor, *args, **kwargs: tensor), \
-                mock.patch.object(modelopt.ModelOptNvFp4FusedMoE, "_build_moe_kernel", lambda self, layer: None):
+                _without_kernel_set_up(modelopt.ModelOptNvFp4FusedMoE, modelopt, "make_nvfp4_moe_kernel"):
             method.process_weights_after_loading(experts)
         converted = {name: p.data.clone() for name, p in experts.named_parameters()}
         return converted | {"hidden_dim": experts.moe_config.hidden_dim,
@@ -325,12 +379,12 @@ def deepseek_v4_sm100_trtllm(source_dir: str | Path, prefix: str, num_experts: i
     experts ask for a CUDA device) is not run. Returns ``{RoutedExperts parameter name: tensor}`` and the layer's
     padded (hidden, intermediate) under ``"hidden_dim"`` / ``"intermediate_size_per_partition"`` (ints)."""
     import flashinfer.fp4_quantization as fp4_quantization
-    from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
+    import vllm.model_executor.layers.quantization.mxfp4 as mxfp4
 
     from kernel_emulation import block_scale_interleave_cpu
 
     with mock.patch.object(fp4_quantization, "nvfp4_block_scale_interleave", block_scale_interleave_cpu), \
-            mock.patch.object(Mxfp4MoEMethod, "_build_moe_kernel", lambda self, layer: None):
+            _without_kernel_set_up(mxfp4.Mxfp4MoEMethod, mxfp4, "make_mxfp4_moe_kernel"):
         experts = deepseek_v4_stock_experts(source_dir, prefix, num_experts, hidden, intermediate, "cpu",
                                             moe_backend="flashinfer_trtllm", capability=100,
                                             backend="FLASHINFER_TRTLLM_MXFP4_BF16")
@@ -354,14 +408,22 @@ def deepseek_v4_flashinfer_cutlass(source_dir: str | Path, prefix: str, num_expe
 
 
 def _marlin_repack_stand_in(repack):
-    """vLLM's CUDA ``gptq_marlin_repack`` (``b_q_weight, size_k, size_n, num_bits, is_a_8bit``) stood in for by ``repack``
-    (the CUDA op's arguments ``b_q_weight, perm, size_k, size_n, num_bits``), with no act-order permutation and BF16
-    activations (``is_a_8bit`` false, asserted)."""
+    """vLLM's CUDA ``gptq_marlin_repack`` (``b_q_weight, size_k, size_n, num_bits, is_a_8bit``; releases whose op has
+    ``perm`` after ``b_q_weight``: that too, passed on) stood in for by ``repack`` (the CUDA op's arguments ``b_q_weight,
+    perm, size_k, size_n, num_bits``), with no act-order permutation and BF16 activations (``is_a_8bit`` false,
+    asserted)."""
+    import inspect
+
     import vllm._custom_ops as ops
 
     def vllm_repack(b_q_weight, size_k, size_n, num_bits, is_a_8bit=False):
         assert not is_a_8bit
         return repack(b_q_weight, torch.empty(0, dtype=torch.int32), size_k, size_n, num_bits)
+
+    if "perm" in inspect.signature(ops.gptq_marlin_repack).parameters:  # releases whose op still takes act-order perm
+        def vllm_repack(b_q_weight, perm, size_k, size_n, num_bits, is_a_8bit=False):  # noqa: F811
+            assert not is_a_8bit
+            return repack(b_q_weight, perm, size_k, size_n, num_bits)
 
     return mock.patch.object(ops, "gptq_marlin_repack", vllm_repack)
 
@@ -402,7 +464,6 @@ def deepseek_v4_stock_experts(source_dir: str | Path, prefix: str, num_experts: 
     CPU, the layer moved to ``device``, then the whole ``process_weights_after_loading`` there (the weight conversion
     and the kernel set-up)."""
     from transformers import PretrainedConfig
-    from vllm.model_executor.layers.fused_moe.layer import FusedMoEFactory
     from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
     from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
     from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
@@ -413,10 +474,11 @@ def deepseek_v4_stock_experts(source_dir: str | Path, prefix: str, num_experts: 
               if name.startswith(prefix) and name[len(prefix):].split(".")[0].isdigit()}
     quant_config = DeepseekV4FP8Config.from_config(config["quantization_config"])
     with vllm_engine(PretrainedConfig(**config), quant_config, moe_backend=moe_backend, capability=capability):
-        runner = FusedMoEFactory(num_experts=num_experts, top_k=2, hidden_size=hidden, intermediate_size=intermediate,
-                                 quant_config=quant_config, prefix=prefix.rstrip("."), params_dtype=torch.bfloat16,
-                                 ckpt_names=("w1", "w2", "w3"), renormalize=True, scoring_func=config["scoring_func"],
-                                 routed_scaling_factor=config["routed_scaling_factor"], swiglu_limit=config.get("swiglu_limit"))
+        runner = _fused_moe_factory()(num_experts=num_experts, top_k=2, hidden_size=hidden, intermediate_size=intermediate,
+                                      quant_config=quant_config, prefix=prefix.rstrip("."), params_dtype=torch.bfloat16,
+                                      ckpt_names=("w1", "w2", "w3"), renormalize=True, scoring_func=config["scoring_func"],
+                                      routed_scaling_factor=config["routed_scaling_factor"],
+                                      swiglu_limit=config.get("swiglu_limit"))
         experts = runner.routed_experts
         method = experts.quant_method
         assert type(method) is Mxfp4MoEMethod and method.mxfp4_backend == Mxfp4MoeBackend[backend], method.mxfp4_backend
