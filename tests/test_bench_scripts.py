@@ -11,6 +11,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,7 +21,8 @@ REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
 RESULTS = BENCH / "results"
 PYTHON_SCRIPTS = ["convert_bench.py", "transform_bench.py", "serve_bench.py", "deepep_layer_bench.py", "deepgemm_masked_bench.py",
-                  "startup_bench.py", "sm90_paths_bench.py"]
+                  "startup_bench.py", "sm90_paths_bench.py", "real_server.py"]
+HELPER_MODULES = ["real_server_probe.py"]  # imported by a script's subprocesses, not run (tested below)
 SHELL_SCRIPTS = ["device_convert_scaling.sh", "device_wheels.sh"]
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal on a machine without a GPU")
 
@@ -33,7 +35,7 @@ def _load(name: str):
 
 
 def test_every_bench_script_has_a_smoke_test():
-    assert sorted(p.name for p in BENCH.iterdir() if p.is_file()) == sorted(PYTHON_SCRIPTS + SHELL_SCRIPTS)
+    assert sorted(p.name for p in BENCH.iterdir() if p.is_file()) == sorted(PYTHON_SCRIPTS + HELPER_MODULES + SHELL_SCRIPTS)
 
 
 @pytest.mark.parametrize("name", PYTHON_SCRIPTS)
@@ -393,3 +395,71 @@ def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):
     assert "| 1 | cold | 6.00 | 3.00 | 2.00x | 2.00 | 1.50 | 3.00 / 3.00 | 0.50 / 0.00 | 1.25 / 1.25 |" in text
     assert "| 2 | warm | - | 1.00 | - | 2.00 | 0.50 | - / 3.00 | - / 0.50 | - / 1.25 |" in text
     assert "Not measured: EP 1 warm, EP 2 cold." in text and "disk 1.00 GB/s with O_DIRECT (the only disk probe" in text
+
+
+# real_server.py: a real SGLang server (SGLang 0.5.17's stack, carried to the GPU machine), stock vs bake
+
+
+def test_real_server_compares_every_prompt_bit_for_bit():
+    bench = _load("real_server.py")
+    reference = [{"output_ids": [5, 6, 7], "logprobs": [-0.5, -1.25, -2.0]}, {"output_ids": [1], "logprobs": [-0.125]}]
+    same = json.loads(json.dumps(reference))  # what a second server's JSON gives for the same floats
+    assert bench.compare(same, reference) == (True, True)
+    one_ulp = json.loads(json.dumps(reference))
+    one_ulp[1]["logprobs"][0] = float(np.nextafter(-0.125, 0.0))
+    assert bench.compare(one_ulp, reference) == (True, False)
+    other_token = json.loads(json.dumps(reference))
+    other_token[0]["output_ids"][2] = 8
+    assert bench.compare(other_token, reference) == (False, True)
+    assert bench.compare(reference[:1], reference) == (False, False)
+
+
+def test_real_server_reads_sglangs_load_line():
+    line = ("[2026-11-27 21:40:01] Load weight end. elapsed=1.87 s, type=GptOssForCausalLM, quant=mxfp4, "
+            "avail mem=70.12 GB, mem usage=1.73 GB.")
+    assert _load("real_server.py").parse_log(f"noise\n{line}\nmore") == {"load_seconds": 1.87, "sglang_load_mem_usage_gib": 1.73}
+    assert _load("real_server.py").parse_log("no load line") == {"load_seconds": None, "sglang_load_mem_usage_gib": None}
+
+
+def test_real_server_command_and_prompts():
+    bench = _load("real_server.py")
+    stock = bench.server_command(Path("/m/src"), "marlin", False, 30000, [])
+    bake = bench.server_command(Path("/m/sm90-marlin"), "marlin", True, 30000, ["--x"])
+    for flag in ("--skip-tokenizer-init", "--attention-backend", "--moe-runner-backend"):
+        assert flag in stock
+    assert "--disable-cuda-graph" not in stock and "--quantization" not in stock  # CUDA graphs on, the source's mxfp4
+    assert bake[len(stock):] == ["--quantization", "moebake", "--x"]
+    asked = bench.prompts(2048)
+    assert [len(p) for p in asked] == list(bench.PROMPT_LENGTHS) and asked == bench.prompts(2048)
+    assert max(max(p) for p in asked) < 2046  # below the pad and eos ids
+
+
+def test_real_server_makes_a_gpt_oss_config_sglang_reads(tmp_path):
+    """The source config carries what SGLang's GptOssForCausalLM reads (layer types, sliding window, rope) and the
+    bake made from it keeps them."""
+    bench = _load("real_server.py")
+    bench.make(tmp_path, layers=2, experts=2, vocab=256, bakes=["sm90-marlin"], engine=None, extra_convert=[])
+    for model in ("src", "sm90-marlin"):
+        config = json.loads((tmp_path / model / "config.json").read_text())
+        assert config["layer_types"] == ["sliding_attention", "full_attention"] and config["sliding_window"] == 128
+        assert config["rope_scaling"]["rope_type"] == "yarn" and config["hidden_size"] == config["intermediate_size"] == 2880
+        assert (config["num_local_experts"], config["vocab_size"], config["eos_token_id"]) == (2, 256, 255)
+    assert json.loads((tmp_path / "sm90-marlin" / "config.json").read_text())["quantization_config"]["quant_method"] == "moebake"
+
+
+def test_real_server_probe_hooks_a_method_sglang_has():
+    """The probe's hook target is a method of the SGLang installed here (read from its source: importing SGLang's model
+    runner needs its server's dependencies), and SGLang's HookRegistry has the AROUND hooks it registers."""
+    import ast
+    import importlib.util
+
+    module, cls, method = _load("real_server_probe.py").TARGET.rsplit(".", 2)
+    spec = importlib.util.find_spec("sglang") and importlib.util.find_spec(module)
+    if spec is None:
+        pytest.skip("sglang is not installed")
+    tree = ast.parse(Path(spec.origin).read_text())
+    methods = {f.name for c in tree.body if isinstance(c, ast.ClassDef) and c.name == cls for f in c.body
+               if isinstance(f, ast.FunctionDef)}
+    assert method in methods
+    registry = ast.parse(Path(importlib.util.find_spec("sglang.srt.plugins.hook_registry").origin).read_text())
+    assert "AROUND" in {t.id for n in ast.walk(registry) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
