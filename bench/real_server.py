@@ -167,12 +167,17 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
     model = directory / (target if bake else "src")
     label = f"{path}-{backend}" + (f"-{target}" if bake else "")
     log_path, probe_path = log_dir / f"server-{label}.log", log_dir / f"probe-{label}.jsonl"
-    probe_path.unlink(missing_ok=True)
+    stacks_path = log_dir / f"stacks-{label}.txt"
+    for stale in (probe_path, stacks_path):
+        stale.unlink(missing_ok=True)
     meta = Path(f"/tmp/moebake-real-server-meta/{label}")
     _publish_plugins(meta, with_moebake=bake)
     cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")  # SGLang's and FlashInfer's JIT kernels need nvcc
+    caches = Path(os.environ.get("MOEBAKE_REAL_SERVER_CACHES", "/tmp/moebake-real-server-caches"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([S17_SITE, str(ROOT), str(ROOT / "bench"), str(meta)]),
-               MOEBAKE_REAL_SERVER_PROBE=str(probe_path), PYTHONUNBUFFERED="1", CUDA_HOME=cuda_home,
+               MOEBAKE_REAL_SERVER_PROBE=str(probe_path), MOEBAKE_REAL_SERVER_STACKS=str(stacks_path),
+               PYTHONUNBUFFERED="1", CUDA_HOME=cuda_home, TVM_FFI_CACHE_DIR=str(caches / "tvm-ffi"),
+               FLASHINFER_WORKSPACE_BASE=str(caches / "flashinfer"), TRITON_CACHE_DIR=str(caches / "triton"),
                PATH=f"{cuda_home}/bin{os.pathsep}{os.environ.get('PATH', '')}")
     port = _free_port()
     command = server_command(model, backend, bake, port, extra)
@@ -184,6 +189,8 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
     start = time.monotonic()
     with open(log_path, "w") as log:
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
+    compiling: list[str] = []
+    next_sample = 10.0
     try:
         while True:
             text = log_path.read_text(errors="replace")
@@ -193,9 +200,16 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
             if server.poll() is not None or time.monotonic() - start > ready_timeout:
                 why = f"exited with {server.returncode}" if server.poll() is not None else f"not ready after {ready_timeout:.0f} s"
                 record["error"] = why
-                record["log_tail"] = text.splitlines()[-40:]
-                print(f"   {label}: {why}; log tail:\n" + "\n".join(line[:300] for line in record["log_tail"]), flush=True)
+                record["log_tail"] = [line[:300] for line in text.splitlines()[-15:]]
+                record["compilers_seen"] = compiling[-20:]
+                if server.poll() is None:
+                    record["stacks"] = _stacks(server, stacks_path)
+                print(f"   {label}: {why}; log tail:\n" + "\n".join(record["log_tail"]), flush=True)
+                print("   compilers seen while waiting:\n" + "\n".join(compiling[-20:]), flush=True)
                 return record | parse_log(text) | _probe(probe_path)
+            if time.monotonic() - start >= next_sample:  # every 10 s: which compilers run (a JIT build)
+                compiling += [f"{next_sample:.0f} s: {line}" for line in compilers_running()]
+                next_sample += 10
             time.sleep(0.1)
         base = f"http://127.0.0.1:{port}/generate"
         sampling = {"temperature": 0.0, "max_new_tokens": new_tokens, "ignore_eos": True}
@@ -212,6 +226,39 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
         _stop(server)
     text = log_path.read_text(errors="replace")
     return record | parse_log(text) | _probe(probe_path)
+
+
+COMPILERS = ("nvcc", "cicc", "ptxas", "ninja", "fatbinary", "nvlink", "ld.lld", "c++", "g++")
+
+
+def compilers_running(ps_output: str | None = None) -> list[str]:
+    """Compiler processes running now (``ps``), shortened: which JIT build a server that is slow to start waits for."""
+    if ps_output is None:
+        ps_output = subprocess.run(["ps", "-eo", "etimes=,args="], capture_output=True, text=True).stdout
+    found = []
+    for line in ps_output.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and Path(fields[1]).name in COMPILERS:
+            outputs = [a for a in fields if a.endswith((".o", ".so", ".cubin", ".ptx")) or a.endswith(".cu")]
+            found.append(f"{Path(fields[1]).name} ({fields[0]} s) {' '.join(outputs[-2:])[:200]}")
+    return found
+
+
+def _stacks(server: subprocess.Popen, stacks_path: Path) -> list[str]:
+    """Every server process's Python stacks (SIGUSR2, armed by bench/real_server_probe.py), innermost frames kept."""
+    ps = subprocess.run(["ps", "-eo", "pid=,pgid="], capture_output=True, text=True).stdout.split("\n")
+    for line in ps:
+        pid, _, pgid = line.strip().partition(" ")
+        if pgid.strip() == str(server.pid):
+            try:
+                os.kill(int(pid), signal.SIGUSR2)
+            except (ProcessLookupError, ValueError):
+                pass
+    time.sleep(2)
+    if not stacks_path.is_file():
+        return []
+    lines = [line.strip()[:200] for line in stacks_path.read_text(errors="replace").splitlines()]
+    return [line for line in lines if line.startswith(("==", "Thread", "Current thread", 'File "'))][:400]
 
 
 def _probe(probe_path: Path) -> dict:
@@ -234,7 +281,12 @@ def _stop(server: subprocess.Popen) -> None:
 
 def _sglang_release() -> str | None:
     dist = next(Path(S17_SITE).glob("sglang-*.dist-info"), None) if Path(S17_SITE).is_dir() else None
-    return dist.name.split("-")[1].removesuffix(".dist-info") if dist else None
+    return release_of(dist.name) if dist else None
+
+
+def release_of(dist_info: str) -> str:
+    """``sglang-0.5.17.dist-info`` -> ``0.5.17``."""
+    return dist_info.removesuffix(".dist-info").split("-", 1)[1]
 
 
 def _model_name(config: dict) -> str:

@@ -6,11 +6,15 @@ bake runs alike. It registers an AROUND hook (SGLang's ``HookRegistry``) on ``Mo
 PyTorch's peak-memory counters before the load and, after it, appends one JSON line to ``$MOEBAKE_REAL_SERVER_PROBE``:
 the load's wall seconds, the peak GPU memory allocated and reserved by PyTorch's allocator during the load (weights,
 post-load step and its temporaries; no KV cache or CUDA graphs yet) and what is allocated once it returns. It changes
-nothing the load does.
+nothing the load does. It also arms :mod:`faulthandler` on SIGUSR2 (SGLang uses no SIGUSR signal), writing every
+thread's Python stack to ``$MOEBAKE_REAL_SERVER_STACKS``: bench/real_server.py sends SIGUSR2 to a server that is not
+ready in time, so its record says where each process was (a JIT build, a CUDA-graph capture, ...).
 """
 
+import faulthandler
 import json
 import os
+import signal
 import time
 
 TARGET = "sglang.srt.model_executor.model_runner.ModelRunner.load_model"
@@ -37,7 +41,18 @@ def _measured_load(original, *args, **kwargs):
     return result
 
 
+_stacks_file = None
+
+
 def register() -> None:
+    global _stacks_file
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    stacks = os.environ.get("MOEBAKE_REAL_SERVER_STACKS")
+    if stacks and _stacks_file is None:
+        _stacks_file = open(stacks, "a")  # kept open for faulthandler's lifetime
+        _stacks_file.write(f"== pid {os.getpid()}: {' '.join(os.sys.argv)[:200]}\n")
+        _stacks_file.flush()
+        faulthandler.register(signal.SIGUSR2, file=_stacks_file, all_threads=True)
 
     HookRegistry.register(TARGET, _measured_load, HookType.AROUND)

@@ -464,3 +464,12 @@ def test_real_server_probe_hooks_a_method_sglang_has():
     assert method in methods
     registry = ast.parse((root / "sglang/srt/plugins/hook_registry.py").read_text())
     assert "AROUND" in {t.id for n in ast.walk(registry) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+
+
+def test_real_server_names_the_release_and_the_compilers_it_waits_for():
+    bench = _load("real_server.py")
+    assert bench.release_of("sglang-0.5.17.dist-info") == "0.5.17"
+    ps = ("   12 /usr/local/cuda/bin/nvcc -c /c/moe_wna16_marlin.cu -o /b/moe_wna16_marlin.cuda.o\n"
+          "    3 /usr/bin/python3 -m sglang.launch_server --model-path m\n   40 /usr/bin/ninja -v -j 16\n")
+    assert bench.compilers_running(ps) == ["nvcc (12 s) /c/moe_wna16_marlin.cu /b/moe_wna16_marlin.cuda.o", "ninja (40 s) "]
+    assert bench.compilers_running("    3 /usr/bin/python3 x.py\n") == []
