@@ -20,9 +20,22 @@ import moebake
 from moebake.convert.io_mode import IO_ENV, IO_MODES, PLAIN_IO_CORES
 from moebake.convert.options import DEFAULT_CHUNK_BYTES, GATE_UP_GLOBALS, MAX_MULTIPLE, MAX_WORKERS, WRITERS_PER_DEVICE, ConvertOptions
 from moebake.errors import MoebakeError, OutputError, format_error
-from moebake.layouts.flashinfer_versions import LAYOUTS
+from moebake.layouts.flashinfer_versions import DESCRIPTIONS, LAYOUTS
 from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
-from moebake.schema.profiles import DEFAULT_ENGINE, PROFILES, serving_flags
+from moebake.schema.profiles import DEFAULT_ENGINE, parse_engine, serving_flags
+
+
+class EngineRelease(click.ParamType):
+    """``sglang``, ``vllm`` or ``ENGINE==RELEASE``: an engine release of the release matrix."""
+
+    name = "ENGINE[==RELEASE]"
+
+    def convert(self, value, param, ctx):
+        try:
+            parse_engine(value)
+        except MoebakeError as err:
+            self.fail(str(err).removeprefix(f"--engine {value}: "), param, ctx)
+        return value
 
 
 def reports_errors(command):
@@ -112,10 +125,12 @@ def _resolve(source: str, revision: str | None, token: str | None):
 @click.argument("source")
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--target", required=True, type=click.Choice(TARGET_NAMES), help="Kernel layout to bake for (see `moebake list`).")
-@click.option("--flashinfer-layout", default="v2", show_default=True, type=click.Choice(LAYOUTS),
-              help="SM90 fp4 interleave: v2 = FlashInfer 0.6.18+/0.7.x, v1 = 0.6.10-0.6.17.")
-@click.option("--engine", default=DEFAULT_ENGINE, show_default=True, type=click.Choice(sorted(PROFILES)),
-              help="Serving engine whose load-time bytes the bake equals (its profile: padding, fills, names).")
+@click.option("--flashinfer-layout", default=None, type=click.Choice(LAYOUTS),
+              help="SM90 fp4 layout (default: the one the --engine release's pinned FlashInfer reads): "
+                   + "; ".join(f"{layout} = {text}" for layout, text in DESCRIPTIONS.items()) + ".")
+@click.option("--engine", default=DEFAULT_ENGINE, show_default=True, type=EngineRelease(),
+              help="Serving engine release whose load-time bytes the bake equals: sglang or vllm (its newest proven "
+                   "release), or ENGINE==RELEASE (`moebake list` shows the proven releases).")
 @click.option("--hidden-multiple", type=int,
               help=f"Override the engine profile's H padding multiple (a multiple of 128, at most {MAX_MULTIPLE}); the bake "
                    "is then recorded as not engine-exact unless it equals the profile's.")
@@ -204,6 +219,8 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     engine = baked.engine
     exactness = "engine-exact" if engine.exact else f"NOT engine-exact: {engine.not_exact_because}"
     click.echo(f"engine {engine.name} {engine.version} ({serving_flags(engine)}): {exactness}")
+    if engine.releases:
+        click.echo(f"proven on {engine.name} {', '.join(engine.releases)} (each release's own load-time code builds these bytes)")
     for other in baked.serves:
         click.echo(f"also serves {other.name} {other.version} (the same bytes; {serving_flags(other)})")
     gate_up = gate_up_summary(baked)
@@ -262,12 +279,23 @@ def _verify(out: Path, source: str | None, revision: str | None, token: str | No
 
     report = verify_report(out, progress=progress)
     problems, checked = report.problems, report.summary()
+    if not problems:
+        checked += _proven_releases(out)
     if source is not None and not problems:
         from moebake.convert.source_check import compare_with_source, proof_summary
 
         problems = compare_with_source(out, _resolve(source, revision, token).path, progress=progress)
         checked += f"; {proof_summary(out, source)}"
     return problems, checked
+
+
+def _proven_releases(out: Path) -> str:
+    """``; proven on sglang 0.5.19, ...`` for a verified bake: the engine releases whose own code builds its bytes."""
+    from moebake.schema.manifest import Manifest, read_manifest
+
+    manifest = Manifest.from_json(read_manifest(out), out)
+    records = [r for r in (manifest.engine, *manifest.serves) if r is not None and r.serving_releases]
+    return "".join(f"; proven on {r.name} {', '.join(r.serving_releases)}" for r in records)
 
 
 @main.command()
@@ -296,6 +324,9 @@ def list_command():
               "", "targets"]
     lines += [f"  {name:<16}{kernel_description(name)}" for name in TARGETS]
     lines += ["", "Which of them fit one checkpoint, and why not: moebake inspect SOURCE"]
+    from moebake.schema.release_table import text
+
+    lines += ["", "engine releases x targets and sources (convert --engine ENGINE==RELEASE bakes for one):", text()]
     click.echo("\n".join(lines))
 
 

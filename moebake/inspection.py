@@ -113,7 +113,9 @@ def _engine_report(engine) -> dict | None:
 
 def _engine_line(engine: dict) -> str:
     exactness = "engine-exact" if engine["exact"] else f"NOT engine-exact: {engine['not_exact_because']}"
-    return f"{engine['name']} {engine['version']}: {exactness}; serve with {engine['serving_flags']}"
+    releases = engine["releases"] if "releases" in engine else [engine["version"]] if engine["exact"] else []
+    proven = f"; proven on {engine['name']} {', '.join(releases)}" if releases else ""
+    return f"{engine['name']} {engine['version']}: {exactness}{proven}; serve with {engine['serving_flags']}"
 
 
 

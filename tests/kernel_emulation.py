@@ -61,10 +61,18 @@ def kernel_interleave_v1(weight: torch.Tensor) -> torch.Tensor:
 def block_scale_interleave_cpu(scales: torch.Tensor) -> torch.Tensor:
     """FlashInfer's CUDA-only ``block_scale_interleave`` (``nvfp4_block_scale_interleave``; uint8 scales
     ``[rows, K/32]`` -> the flat 128x4-swizzled bytes), by FlashInfer's own CPU helper of the same layout,
-    ``_swizzle_cutile_fp4_scales`` (the GPU test ``test_block_scale_swizzle_gpu.py`` checks the CUDA kernel against
-    moebake's swizzle). Not an index re-expression like the rest of this module: FlashInfer's CPU code."""
-    from flashinfer.fused_moe.prepare import _swizzle_cutile_fp4_scales
-
+    ``_swizzle_cutile_fp4_scales`` (FlashInfer >= 0.7.1; the GPU test ``test_block_scale_swizzle_gpu.py`` checks the
+    CUDA kernel against moebake's swizzle). Where the importable FlashInfer is older (an engine release's pin, whose
+    CUDA kernel is the same), the 128x4 swizzle's index math, written out here: rows in 128-row tiles of 4 x 32,
+    K groups in fours, ``out[t, kq, r32, r4, k4] = s[128 t + 32 r4 + r32, 4 kq + k4]``, zero-padded."""
+    try:
+        from flashinfer.fused_moe.prepare import _swizzle_cutile_fp4_scales
+    except ImportError:
+        rows, groups = scales.shape
+        padded = scales.new_zeros((-(-rows // 128) * 128, -(-groups // 4) * 4), dtype=torch.uint8)
+        padded[:rows, :groups] = scales.view(torch.uint8)
+        tiles = padded.reshape(padded.shape[0] // 128, 4, 32, padded.shape[1] // 4, 4)
+        return tiles.permute(0, 3, 2, 1, 4).contiguous().reshape(-1)
     return _swizzle_cutile_fp4_scales(scales.view(torch.uint8)[None], scale_block_size=32).reshape(-1)
 
 

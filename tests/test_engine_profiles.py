@@ -6,6 +6,8 @@ SGLang's own loaders and runs its ``process_weights_after_loading`` on CPU. Ever
 entry is covered here; the test of the registry itself fails if a verified entry has no oracle.
 """
 
+import os
+
 import pytest
 import torch
 
@@ -14,8 +16,9 @@ from engine_oracles import standins  # noqa: E402
 from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_fp4_fp8, kernel_interleave_v1, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
+from moebake.errors import UnsupportedError
 from moebake.layouts.nvfp4_scalars import load_time_scales
-from moebake.schema.profiles import PROFILES, SGLANG_0_5_23
+from moebake.schema.profiles import RULES, get_profile
 from moebake.synthetic import MODELOPT_MISMATCHES, write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
 
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
@@ -46,10 +49,19 @@ ORACLE_TESTS = {
 }
 
 
+ENGINE = os.environ.get("MOEBAKE_ORACLE_ENGINE", "sglang")
+"""The engine release the bakes are made for: the one whose code runs here (``sglang==0.5.17`` in a release-matrix run,
+``tests/engine_releases/prove.py``); plain ``sglang``, the newest proven, in the suite."""
+
+
+def oracle_options(target: str, **options) -> ConvertOptions:
+    return ConvertOptions(target, engine=ENGINE, **options)
+
+
 def test_every_verified_profile_entry_has_an_oracle_test():
     from pathlib import Path
 
-    for profile in PROFILES.values():
+    for profile in RULES.values():
         for (target, source), entry in profile.targets.items():
             key = (profile.engine, target, source)
             if entry.verified:
@@ -68,14 +80,25 @@ def _assert_bake_equals_engine(out, layer_prefix, engine_params, derived):
         assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{name} differs from SGLang's"
 
 
-@pytest.mark.parametrize("hidden, intermediate, layout", [
-    (160, 96, "v2"),     # pads H 160 -> 256 (127 scales), I 96 -> 128 (zeros)
-    (2880, 128, "v2"),   # GPT-OSS's H: 2880 -> 3072
-    (256, 128, "v1"),    # no padding; FlashInfer's older interleave
+def _flashinfer_layout() -> str:
+    """The SM90 layout of the FlashInfer importable here (the release's pin, in a release-matrix run): its own scale
+    fold runs in the oracle, its weight interleave (CUDA) is emulated (``KERNELS``)."""
+    import flashinfer
+
+    from moebake.layouts.flashinfer_versions import layout_for_flashinfer
+
+    return layout_for_flashinfer(flashinfer.__version__)
+
+
+@pytest.mark.parametrize("hidden, intermediate", [
+    (160, 96),     # pads H 160 -> 256 (127 scales), I 96 -> 128 (zeros)
+    (2880, 128),   # GPT-OSS's H: 2880 -> 3072
+    (256, 128),    # no padding
 ])
-def test_gpt_oss_sm90_cutlass_equals_sglang(tmp_path, hidden, intermediate, layout):
+def test_gpt_oss_sm90_cutlass_equals_sglang(tmp_path, hidden, intermediate):
+    layout = _flashinfer_layout()
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", flashinfer_layout=layout), progress=False).to_json()
+    manifest = convert(source, tmp_path / "out", oracle_options("sm90-cutlass", flashinfer_layout=layout), progress=False).to_json()
     assert manifest["engine"]["exact"] is True
     engine = sglang_oracle.gpt_oss_sm90_cutlass(source, 0, KERNELS[layout])
     derived = {"swiglu_alpha", "swiglu_beta", "swiglu_limit"}
@@ -83,13 +106,13 @@ def test_gpt_oss_sm90_cutlass_equals_sglang(tmp_path, hidden, intermediate, layo
     activation = manifest["activation"]  # what a loader derives the per-expert SwiGLU constants from
     for name in derived:
         assert torch.equal(engine[name], torch.full((2,), activation[name.removeprefix("swiglu_")], dtype=torch.float32)), name
-    assert SGLANG_0_5_23.target("sm90-cutlass", "gpt-oss").hidden_multiple == 256
+    assert get_profile(ENGINE).target("sm90-cutlass", "gpt-oss").hidden_multiple == 256
 
 
 @pytest.mark.parametrize("style, names", [("qwen3", ("gate_proj", "up_proj", "down_proj")), ("mixtral", ("w1", "w3", "w2"))])
 def test_bf16_moe_deepep_bf16_equals_sglang(tmp_path, style, names):
     source = write_bf16_moe(tmp_path / "src", style=style, num_layers=1, num_experts=4, hidden=64, intermediate=32)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("deepep-bf16"), progress=False).to_json()
+    manifest = convert(source, tmp_path / "out", oracle_options("deepep-bf16"), progress=False).to_json()
     assert manifest["engine"]["exact"] is True
     record = manifest["layers"][0]
     engine = sglang_oracle.unquantized_deepep_bf16(source, record["prefix"], 4, 64, 32, names)
@@ -100,19 +123,19 @@ def test_bf16_moe_deepep_bf16_equals_sglang(tmp_path, style, names):
 def test_modelopt_bf16_mtp_experts_deepep_bf16_equal_sglang(tmp_path):
     """A ModelOpt NVFP4 checkpoint's BF16 MTP experts bake as source format bf16-moe (its profile, exact)."""
     source = write_modelopt_nvfp4(tmp_path / "src", num_layers=2, num_experts=4, hidden=256, intermediate=128)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("deepep-bf16"), progress=False).to_json()
+    manifest = convert(source, tmp_path / "out", oracle_options("deepep-bf16"), progress=False).to_json()
     assert (manifest["source"]["format"], manifest["engine"]["exact"]) == ("bf16-moe", True)
     record = manifest["layers"][0]
     engine = sglang_oracle.unquantized_deepep_bf16(source, record["prefix"], 4, 256, 128, ("gate_proj", "up_proj", "down_proj"))
     _assert_bake_equals_engine(tmp_path / "out", record["prefix"], engine, derived=set())
 
 
-@pytest.mark.parametrize("layout", ["v2", "v1"])
-def test_deepseek_v4_sm90_cutlass_equals_sglang(tmp_path, layout):
+def test_deepseek_v4_sm90_cutlass_equals_sglang(tmp_path):
     """SGLang names the scales ``w*_weight_scale_inv`` and types weights int8 / scales float8_e8m0fnu;
     the bake keeps U8 (the same bytes): a loader ``copy_``s bytes, so names map and bytes must match."""
+    layout = _flashinfer_layout()
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=256, intermediate=128, mtp_layers=0)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", flashinfer_layout=layout), progress=False).to_json()
+    manifest = convert(source, tmp_path / "out", oracle_options("sm90-cutlass", flashinfer_layout=layout), progress=False).to_json()
     assert manifest["engine"]["exact"] is True
     record = manifest["layers"][0]
     engine = sglang_oracle.deepseek_v4_sm90_cutlass(source, record["prefix"], 3, 256, 128, KERNELS[layout])
@@ -136,7 +159,7 @@ def test_gpt_oss_sm90_cutlass_w4a8_equals_sglang(tmp_path, hidden, intermediate)
 
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate, vocab=32)
     widen_mxfp4_scales(source, seed=hidden)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass-w4a8"), progress=False).to_json()
+    manifest = convert(source, tmp_path / "out", oracle_options("sm90-cutlass-w4a8"), progress=False).to_json()
     assert manifest["engine"]["exact"] is True and manifest["engine"]["engine_flags"] == "--flashinfer-mxfp4-moe-precision fp8"
     engine = sglang_oracle.gpt_oss_sm90_cutlass(source, 0, kernel_interleave_v2, kernel_interleave_fp4_fp8)
     derived = {"swiglu_alpha", "swiglu_beta", "swiglu_limit", "humming_fc2_act_scale"}  # made at load by the plugin
@@ -153,7 +176,7 @@ def test_deepseek_v4_sm90_cutlass_w4a8_equals_sglang(tmp_path):
 
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=256, intermediate=128, mtp_layers=0)
     widen_mxfp4_scales(source, seed=1)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass-w4a8"), progress=False).to_json()
+    manifest = convert(source, tmp_path / "out", oracle_options("sm90-cutlass-w4a8"), progress=False).to_json()
     assert manifest["engine"]["exact"] is True
     record = manifest["layers"][0]
     engine = sglang_oracle.deepseek_v4_sm90_cutlass(source, record["prefix"], 3, 256, 128, kernel_interleave_v2,
@@ -174,7 +197,7 @@ def test_deepseek_v4_sm90_cutlass_w4a8_equals_sglang(tmp_path):
 ])
 def test_gpt_oss_sm100_trtllm_equals_sglang(tmp_path, hidden, intermediate):
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm"), progress=False).to_json()
+    manifest = convert(source, tmp_path / "out", oracle_options("sm100-trtllm"), progress=False).to_json()
     assert manifest["engine"]["exact"] is True
     engine = sglang_oracle.gpt_oss_sm100_trtllm(source, 0)
     assert sorted(engine) == sorted(manifest["layers"][0]["tensors"])
@@ -185,7 +208,7 @@ def test_deepseek_v4_sm100_trtllm_equals_sglang(tmp_path):
     """SGLang holds the shuffled weights as uint8 (the bake keeps the source's int8: the same bytes) and passes
     the SwiGLU limit to its kernel at run time; the bake also stores it per expert (``gemm1_clamp_limit``)."""
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=256, intermediate=128, mtp_layers=0)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm"), progress=False).to_json()
+    manifest = convert(source, tmp_path / "out", oracle_options("sm100-trtllm"), progress=False).to_json()
     assert manifest["engine"]["exact"] is True
     record = manifest["layers"][0]
     engine = sglang_oracle.deepseek_v4_sm100_trtllm(source, record["prefix"], 3, 256, 128)
@@ -218,7 +241,7 @@ def test_modelopt_nvfp4_cutedsl_equals_sglang(tmp_path, target, a2a, hidden, int
     default, see the next test)."""
     source = write_modelopt_nvfp4(tmp_path / "src", num_layers=2, num_experts=4, hidden=hidden, intermediate=intermediate,
                                   mismatches=mismatches)
-    manifest = convert(source, tmp_path / "out", ConvertOptions(target, gate_up_globals=gate_up_globals), progress=False).to_json()
+    manifest = convert(source, tmp_path / "out", oracle_options(target, gate_up_globals=gate_up_globals), progress=False).to_json()
     assert manifest["engine"]["exact"] is True, manifest["engine"]
     baked = load_all(tmp_path / "out")
     record = manifest["layers"][0]
@@ -247,7 +270,7 @@ def test_modelopt_nvfp4_with_differing_gate_up_globals_is_not_engine_exact(tmp_p
     """Where an expert's gate and up globals differ, moebake shares them (the accurate choice for kernels taking
     one W13 alpha); SGLang keeps both, so the bake says it is not SGLang's bytes, and why."""
     source = write_modelopt_nvfp4(tmp_path / "src", num_layers=2, num_experts=4, hidden=256, intermediate=128)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("cutedsl"), progress=False).to_json()
+    manifest = convert(source, tmp_path / "out", oracle_options("cutedsl"), progress=False).to_json()
     assert manifest["engine"]["exact"] is False and manifest["serves"] == []
     assert manifest["engine"]["not_exact_because"].startswith("gate and up global scales shared in 2 experts")
     engine = sglang_oracle.modelopt_nvfp4_cutedsl(source, manifest["layers"][0]["prefix"], 4, 256, 128, "none")
@@ -278,7 +301,7 @@ def test_gpt_oss_sm90_marlin_equals_sglang(tmp_path, hidden, intermediate, repac
     vLLM's Python reference of Marlin packing (``tests/kernel_emulation.py``) or by moebake's repack: every parameter,
     byte for byte."""
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-marlin"), progress=False).to_json()
+    manifest = convert(source, tmp_path / "out", oracle_options("sm90-marlin"), progress=False).to_json()
     assert manifest["engine"]["exact"] is True
     engine = sglang_oracle.gpt_oss_marlin(source, 0, MARLIN_REPACKS[repack])
     assert sorted(engine) == sorted(manifest["layers"][0]["tensors"])
@@ -288,12 +311,36 @@ def test_gpt_oss_sm90_marlin_equals_sglang(tmp_path, hidden, intermediate, repac
 @pytest.mark.parametrize("repack", MARLIN_REPACKS)
 @pytest.mark.parametrize("hidden, intermediate", [(256, 128), (512, 192)])
 def test_deepseek_v4_sm90_marlin_equals_sglang(tmp_path, hidden, intermediate, repack):
-    """SGLang's ``Mxfp4MarlinMoEMethod`` on SM90 (the repack as above); its scales end as ``w*_weight_scale``."""
+    """SGLang's ``Mxfp4MarlinMoEMethod`` on SM90 (the repack as above); its scales end as ``w*_weight_scale``. Where the
+    release pads I (0.5.17-0.5.21 to 128; I = 192 here) moebake bakes no such model: refused, and the engine's own
+    W13 (Marlin ``[E, H/16, 4 * I_pad]``) shows the padding the profile names."""
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate,
                                mtp_layers=0)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-marlin"), progress=False).to_json()
+    multiple = get_profile(ENGINE).target("sm90-marlin", "deepseek-v4").intermediate_multiple
+    if intermediate % multiple:
+        with pytest.raises(UnsupportedError, match="experts are not padded"):
+            convert(source, tmp_path / "out", oracle_options("sm90-marlin"), progress=False)
+        engine = sglang_oracle.deepseek_v4_marlin(source, "layers.0.ffn.experts.", 3, hidden, intermediate,
+                                                  MARLIN_REPACKS[repack])
+        assert engine["w13_weight"].shape[-1] == 4 * (-(-intermediate // multiple) * multiple), engine["w13_weight"].shape
+        return
+    manifest = convert(source, tmp_path / "out", oracle_options("sm90-marlin"), progress=False).to_json()
     assert manifest["engine"]["exact"] is True
     record = manifest["layers"][0]
     engine = sglang_oracle.deepseek_v4_marlin(source, record["prefix"], 3, hidden, intermediate, MARLIN_REPACKS[repack])
     assert sorted(engine) == sorted(record["tensors"])
     _assert_bake_equals_engine(tmp_path / "out", record["prefix"], engine, derived=set())
+
+
+def test_a_changed_byte_is_caught(tmp_path):
+    """The comparison every oracle test makes fails on one flipped byte of one parameter (mutation check)."""
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=256, intermediate=128, vocab=32)
+    convert(source, tmp_path / "out", oracle_options("sm90-marlin"), progress=False)
+    engine = sglang_oracle.gpt_oss_marlin(source, 0, MARLIN_REPACKS["vllm-reference"])
+    _assert_bake_equals_engine(tmp_path / "out", "model.layers.0.mlp.experts.", engine, derived=set())
+    for name in ("w13_weight", "w2_weight_scale"):
+        mutated = dict(engine)
+        mutated[name] = engine[name].clone()
+        mutated[name].view(torch.uint8).view(-1)[7] ^= 0x10
+        with pytest.raises(AssertionError, match=name):
+            _assert_bake_equals_engine(tmp_path / "out", "model.layers.0.mlp.experts.", mutated, derived=set())

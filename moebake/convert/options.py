@@ -7,7 +7,7 @@ from typing import NamedTuple
 from moebake.errors import OptionError
 from moebake.layouts.flashinfer_versions import LAYOUTS
 from moebake.schema.enums import FlashInferLayout, GateUpGlobals
-from moebake.schema.profiles import DEFAULT_ENGINE, get_profile
+from moebake.schema.profiles import DEFAULT_ENGINE, default_flashinfer_layout, get_profile
 
 DEFAULT_CHUNK_BYTES = 64 << 20
 MIN_CHUNK_BYTES = 1 << 16
@@ -18,7 +18,8 @@ GATE_UP_GLOBALS = tuple(mode.value for mode in GateUpGlobals)
 
 @dataclass(frozen=True)
 class ConvertOptions:
-    """``engine``: the engine profile (:mod:`moebake.schema.profiles`) whose load-time bytes the bake equals.
+    """``engine``: the engine release (``sglang``: its newest proven; ``sglang==0.5.20``) whose load-time bytes the bake
+    equals (:mod:`moebake.schema.profiles`). ``flashinfer_layout`` None: the SM90 fp4 layout its pinned FlashInfer reads.
     ``hidden_multiple`` / ``intermediate_multiple``: None = the profile's; a value overrides it
     (multiples of 128), and the manifest then says the bake is not engine-exact.
     ``chunk_bytes``: source bytes read per step; bounds peak memory.
@@ -30,7 +31,7 @@ class ConvertOptions:
 
     target: str
     _: KW_ONLY
-    flashinfer_layout: FlashInferLayout = FlashInferLayout.V2
+    flashinfer_layout: FlashInferLayout | None = None
     hidden_multiple: int | None = None
     intermediate_multiple: int | None = None
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
@@ -38,6 +39,8 @@ class ConvertOptions:
     gate_up_globals: GateUpGlobals = GateUpGlobals.SHARE
 
     def __post_init__(self):
+        if self.flashinfer_layout is None:  # the layout the engine release's pinned FlashInfer reads
+            object.__setattr__(self, "flashinfer_layout", default_flashinfer_layout(self.engine))
         if self.flashinfer_layout not in LAYOUTS:
             raise OptionError(f"--flashinfer-layout {self.flashinfer_layout!r}: expected one of {', '.join(LAYOUTS)}")
         object.__setattr__(self, "flashinfer_layout", FlashInferLayout(self.flashinfer_layout))

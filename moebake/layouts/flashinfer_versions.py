@@ -24,7 +24,8 @@ LAYOUTS = tuple(layout.value for layout in FlashInferLayout)
 
 DESCRIPTIONS = {
     "v2": "FlashInfer 0.6.16, 0.6.16.post1/.post2 and >= 0.6.18 (incl. 0.7.x): bit-scrambled words, PR #3738",
-    "v1": "FlashInfer 0.6.10-0.6.15.post1, 0.6.16.post3/.post4, 0.6.17: nibble swap between rows r and r+8, PR #3084",
+    "v1": ("FlashInfer 0.6.10-0.6.15.post1, 0.6.16.post3/.post4, 0.6.17: nibble swap between rows r and r+8, PR #3084, "
+           "scales folded [E, K/128, 4*rows]"),
 }
 
 

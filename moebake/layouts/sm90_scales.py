@@ -9,6 +9,10 @@ For uint8 / group 32 the output is uint8 ``[E, rows/64, K/128, 16, 16]`` with
 i.e. each 16-byte line holds rows ``f, f+16, f+32, f+48`` of the block, four K-groups each.
 The kernel reads the bytes as ``.view(torch.int32)``; only the byte order matters to it.
 
+That is the fold of FlashInfer's layout ``v2`` releases. Its layout ``v1`` releases (the weight interleave of PR
+#3084: 0.6.10-0.6.15.post1, 0.6.16.post3/.post4, 0.6.17) fold the scales the older way, :func:`fold_scales_v1`:
+uint8 ``[E, K/128, 4*rows]`` with ``out[e, Kb, 4*r + g] = s[e, r, 4*Kb + g]`` (no row tiling).
+
 :func:`fold_scales_padded` folds zero-padded parts stacked along rows (a W13's up and gate halves)
 without building the stack; for 1-byte scales in groups of 32 it runs a compiled kernel when one is
 available (:func:`moebake.layouts.compiled.kernels`), with :func:`fold_scales` as its oracle and fallback.
@@ -59,6 +63,24 @@ def fold_scales(scales: torch.Tensor, group_size: int = 32) -> torch.Tensor:
     return tiles.contiguous().view(scales.dtype).reshape(E, rows // 64, groups // gpk, folded_m, m_slices * gpk)
 
 
+def fold_scales_v1(scales: torch.Tensor, group_size: int = 32) -> torch.Tensor:
+    """FlashInfer layout ``v1``'s fold: ``[E, rows, K/group]`` -> ``[E, K/128, rows * 128/group]``."""
+    E, rows, groups = scales.shape
+    per_k128 = 128 // group_size
+    if groups % per_k128:
+        raise InvalidArgumentError(f"scale fold needs K % 128 == 0, got K={groups * group_size}")
+    return scales.reshape(E, rows, groups // per_k128, per_k128).permute(0, 2, 1, 3).contiguous().reshape(
+        E, groups // per_k128, rows * per_k128)
+
+
+def unfold_scales_v1(folded: torch.Tensor, group_size: int = 32) -> torch.Tensor:
+    """Inverse of :func:`fold_scales_v1`: ``[E, K/128, rows * 128/group]`` -> ``[E, rows, K/group]``."""
+    E, k_blocks, line = folded.shape
+    per_k128 = 128 // group_size
+    return folded.reshape(E, k_blocks, line // per_k128, per_k128).permute(0, 2, 1, 3).contiguous().reshape(
+        E, line // per_k128, k_blocks * per_k128)
+
+
 def fold_scales_padded(parts, part_shape: tuple[int, int], group_size: int = 32) -> torch.Tensor:
     """``fold_scales(torch.cat([pad_to(p, part_shape) for p in parts], 1), group_size)``.
 
@@ -86,3 +108,15 @@ def unfold_scales(folded: torch.Tensor, group_size: int = 32) -> torch.Tensor:
     units, per_unit = _units(folded, gpk * folded.element_size())
     tiles = units.reshape(E, row_blocks, k_blocks, folded_m, m_slices, per_unit).permute(0, 1, 4, 3, 2, 5)
     return tiles.contiguous().view(folded.dtype).reshape(E, row_blocks * 64, k_blocks * gpk)
+
+
+FOLDS = {"v2": (fold_scales, unfold_scales), "v1": (fold_scales_v1, unfold_scales_v1)}
+"""FlashInfer SM90 layout id -> (fold, unfold) of its block scales."""
+
+
+def fold_scales_for(layout: str, parts, part_shape: tuple[int, int]) -> torch.Tensor:
+    """The scales of ``parts`` (stacked along rows, each zero-padded to ``part_shape``) folded as FlashInfer layout
+    ``layout`` reads them (uint8 E8M0, groups of 32)."""
+    if layout == "v2":
+        return fold_scales_padded(parts, part_shape)
+    return FOLDS[layout][0](torch.cat([pad_to(part, part_shape) for part in parts], 1))

@@ -28,9 +28,12 @@ fill and vLLM's zeros never show) lists that engine in the manifest's ``serves``
 against the engine's own code, run on CPU.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from packaging.version import InvalidVersion, Version
 
 from moebake.errors import OptionError, UnsupportedError
+from moebake.schema import release_matrix
 from moebake.schema.manifest import EngineRecord, LayerRecord
 from moebake.schema.sizes import round_up
 
@@ -53,6 +56,9 @@ class TargetProfile:
 
 @dataclass(frozen=True)
 class EngineProfile:
+    """What one engine release builds: ``version`` is the release (for a rule table, the first release it was
+    written for); ``targets`` the (target, source format) entries its own code reproduces."""
+
     engine: str
     version: str
     targets: dict[tuple[str, str], TargetProfile]
@@ -76,7 +82,7 @@ _SGLANG_UNQUANT = "sglang.srt.layers.quantization.unquant.UnquantizedFusedMoEMet
 HUMMING_FLAGS = "--flashinfer-mxfp4-moe-precision fp8"
 """SGLang's flag for FlashInfer's SM90 Humming W4A8 path (``sm90-cutlass-w4a8``)."""
 
-SGLANG_0_5_23 = EngineProfile("sglang", "0.5.23", {
+SGLANG_0_5_17 = EngineProfile("sglang", "0.5.17", {
     # FusedMoE rounds GPT-OSS's hidden size up to 256 for flashinfer_mxfp4 (2880 -> 3072) before
     # Mxfp4MoEMethod.create_weights; its cutlass_sm90 step pads I to 128 with zeros.
     ("sm90-cutlass", "gpt-oss"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_MXFP4, hidden_multiple=256,
@@ -94,10 +100,11 @@ SGLANG_0_5_23 = EngineProfile("sglang", "0.5.23", {
     # [gate; up] halves (deinterleave_moe_mxfp4_w13_for_marlin), gptq_marlin_repack and the Marlin scale and bias orders.
     ("sm90-marlin", "gpt-oss"): TargetProfile("marlin", "none", _SGLANG_MXFP4, hidden_multiple=256,
                                               hidden_scale_fill=127, intermediate_scale_fill=127),
-    # Mxfp4MarlinMoEMethod on SM90: H rounded up to 256 into uninitialised buffers and I padded to 64 by the Marlin
-    # preparation (zero scales): moebake bakes only H % 256 == 0 and I % 64 == 0 (nothing padded), [w1; w3] kept.
+    # Mxfp4MarlinMoEMethod on SM90: H rounded up to 256 into uninitialised buffers and I padded to 128 by the Marlin
+    # preparation (zero scales; 64 from 0.5.22): moebake bakes only H % 256 == 0 and I % 128 == 0 (nothing padded),
+    # [w1; w3] kept.
     ("sm90-marlin", "deepseek-v4"): TargetProfile("marlin", "none", _SGLANG_DSV4_MARLIN, hidden_multiple=256,
-                                                  intermediate_multiple=64),
+                                                  intermediate_multiple=128),
     # --flashinfer-mxfp4-moe-precision fp8 (_use_sm90_humming): the sm90-cutlass padding and [up; gate] stacking, its
     # scale padding filled with each expert's first scale (not 127), then FlashInfer's Humming preprocess.
     ("sm90-cutlass-w4a8", "gpt-oss"): TargetProfile("flashinfer_mxfp4", "none", _SGLANG_MXFP4, hidden_multiple=256,
@@ -114,6 +121,12 @@ SGLANG_0_5_23 = EngineProfile("sglang", "0.5.23", {
                                                         intermediate_multiple=64),
     # SGLang's unquantized DeepEP-LL + DeepGEMM post-load step transforms no weight.
     ("deepep-bf16", "bf16-moe"): TargetProfile("deep_gemm", "deepep", _SGLANG_UNQUANT),
+})
+
+SGLANG_0_5_22 = EngineProfile("sglang", "0.5.22", SGLANG_0_5_17.targets | {
+    # From 0.5.22, Mxfp4MarlinMoEMethod pads DeepSeek-V4's I to a multiple of 64.
+    ("sm90-marlin", "deepseek-v4"): TargetProfile("marlin", "none", _SGLANG_DSV4_MARLIN, hidden_multiple=256,
+                                                  intermediate_multiple=64),
 })
 
 _VLLM_GPT_OSS_MXFP4 = "vllm.model_executor.layers.quantization.mxfp4.GptOssMxfp4MoEMethod"
@@ -167,7 +180,36 @@ VLLM_0_33_0 = EngineProfile("vllm", "0.33.0", {
                                                  intermediate_multiple=64),
 })
 
-PROFILES = {"sglang": SGLANG_0_5_23, "vllm": VLLM_0_33_0}
+RULES = {f"{p.engine}-{p.version}": p for p in (SGLANG_0_5_17, SGLANG_0_5_22, VLLM_0_33_0)}
+"""Every rule table by name (``<engine>-<first release it was written for>``), oldest first: :mod:`moebake.schema.release_matrix`
+names, for each release and (target, source format), the oldest rule whose entry that release's own code was proven to
+build (a later table repeats the entries that did not change)."""
+
+
+def rule_name(engine: str, cell: tuple[str, str], entry: TargetProfile) -> str:
+    """The oldest rule of ``engine`` holding ``entry`` for ``cell``: the name the matrix gives that entry."""
+    return next(name for name, rule in RULES.items() if rule.engine == engine and rule.targets.get(cell) == entry)
+
+
+def release_profile(engine: str, release: str) -> EngineProfile:
+    """``engine`` ``release``'s profile: for each (target, source) its proven rule's entry; none where unproven."""
+    cells = release_matrix.MATRIX[engine][release]["cells"]
+    return EngineProfile(engine, release, {tuple(cell.split("/")): RULES[rule].targets[tuple(cell.split("/"))]
+                                           for cell, rule in cells.items()})
+
+
+def releases(engine: str) -> list[str]:
+    """The releases of ``engine`` the matrix holds, oldest first."""
+    return sorted(release_matrix.MATRIX[engine], key=Version)
+
+
+def pinned_flashinfer(engine: str, release: str) -> str | None:
+    """The FlashInfer release ``engine`` ``release`` pins (its SM90 fp4 layout is what that release's servers read)."""
+    return release_matrix.MATRIX[engine][release].get("flashinfer")
+
+
+PROFILES = {engine: release_profile(engine, releases(engine)[-1]) for engine in release_matrix.MATRIX}
+"""Each engine's newest proven release's profile: what ``--engine sglang`` bakes for."""
 
 _VLLM_HUMMING = ("vLLM 0.33.0's HUMMING MXFP4 MoE backend runs the humming package's own GEMM on weights laid out by its "
                  "own transform (humming.transform), not FlashInfer's SM90 cutlass_fused_moe Humming layout this bake holds; "
@@ -192,6 +234,28 @@ NOT_SERVABLE = {
 
 def not_servable_because(engine: str, target: str, source_format: str) -> str | None:
     return NOT_SERVABLE.get((engine, target, source_format))
+
+
+RELEASE_GAPS = {
+    ("sglang", "sm90-cutlass-w4a8"): (Version("0.5.19"), (
+        "SGLang before 0.5.19 has no FlashInfer Humming W4A8 path: its pinned FlashInfer (0.6.15.post1, 0.6.17) has no "
+        "preprocess_moe_weights_for_sm90_mixed_gemm_humming and its Mxfp4MoEMethod no _use_sm90_humming")),
+}
+"""(engine, target) -> (first release with the path, why releases before it cannot serve such a bake): what a release
+lacks, from its code; the release matrix run confirms each (those releases' oracle runs fail on exactly this)."""
+
+
+def refused_because(engine: str, release: str, target: str, source_format: str) -> str:
+    """Why ``engine`` ``release`` cannot serve (``target``, ``source_format``) bakes: the engine's missing path, the
+    release's, or what its oracle run showed."""
+    if why := not_servable_because(engine, target, source_format):
+        return why
+    first, why = RELEASE_GAPS.get((engine, target), (None, None))
+    if first is not None and Version(release) < first:
+        return why
+    unproven = release_matrix.MATRIX.get(engine, {}).get(release, {}).get("unproven", {})
+    found = unproven.get(f"{target}/{source_format}")
+    return f"not proven against its code ({found})" if found else "no verified profile"
 DEFAULT_ENGINE = "sglang"
 
 
@@ -204,15 +268,37 @@ def serving_flags(engine: EngineRecord) -> str:
     return flags + (f" {engine.engine_flags}" if engine.engine_flags else "")
 
 
-def get_profile(engine: str) -> EngineProfile:
+def parse_engine(spec: str) -> tuple[str, str]:
+    """``sglang`` or ``sglang==0.5.20`` -> (engine, release): no release means the newest proven one."""
+    engine, _, release = spec.partition("==")
     if engine not in PROFILES:
-        raise OptionError(f"unknown engine {engine!r}; expected one of {', '.join(PROFILES)}")
-    return PROFILES[engine]
+        raise OptionError(f"unknown engine {engine!r}; expected one of {', '.join(PROFILES)} (optionally ==RELEASE)")
+    known = releases(engine)
+    if not release:
+        return engine, known[-1]
+    try:
+        normal = str(Version(release))
+    except InvalidVersion:
+        normal = release
+    if normal not in known:
+        newer = all(Version(normal) > Version(r) for r in known) if _parses(normal) else False
+        why = "newer than any release moebake has proven" if newer else "not a release moebake has proven"
+        raise OptionError(f"--engine {spec}: {engine} {release} is {why}; proven: {', '.join(known)} "
+                          f"(docs/contributing.md says how to prove a new release)")
+    return engine, normal
 
 
-def exact_engines(target: str, source_format: str) -> list[EngineProfile]:
-    """The engines with a verified profile entry for (``target``, ``source_format``): those that can serve such a bake exactly."""
-    return [profile for profile in PROFILES.values() if profile.target(target, source_format).verified]
+def _parses(release: str) -> bool:
+    try:
+        Version(release)
+    except InvalidVersion:
+        return False
+    return True
+
+
+def get_profile(engine: str) -> EngineProfile:
+    """The profile of ``engine`` (``sglang``, ``sglang==0.5.20``): that release's, or the newest proven release's."""
+    return release_profile(*parse_engine(engine))
 
 
 ALLOW_INEXACT = "--allow-inexact"
@@ -227,10 +313,10 @@ def check_servable(engine: str, target: str, source_format: str) -> None:
     profile = get_profile(engine)
     if profile.target(target, source_format).verified:
         return
-    others = [p for p in exact_engines(target, source_format) if p.engine != engine]
-    can = ("; " + ", ".join(f"{p.engine} {p.version} can (--engine {p.engine})" for p in others) if others
-           else "; no other engine moebake knows can")
-    why = not_servable_because(engine, target, source_format) or "no verified profile"
+    proven = [f"{name}=={release}" for name in PROFILES for release in releases(name)
+              if release_profile(name, release).target(target, source_format).verified]
+    can = f"; these can (--engine): {', '.join(proven)}" if proven else "; no engine release moebake knows can"
+    why = refused_because(profile.engine, profile.version, target, source_format)
     raise UnsupportedError(f"--engine {engine}: {profile.engine} {profile.version} cannot serve {target} bakes of {source_format} "
                            f"checkpoints exactly ({why}){can}; pass {ALLOW_INEXACT} to bake it anyway, "
                            "recorded as NOT engine-exact")
@@ -242,7 +328,8 @@ SHARED_GLOBALS = "gate and up global scales shared"
 
 def manifest_engine(options, source_format: str, layers: list[LayerRecord]) -> EngineRecord:
     """The manifest's ``engine`` record for a conversion's ``ConvertOptions`` and its planned ``layers``:
-    name, version, the profile, and whether the bake is engine-exact (a verified profile used as is).
+    name, release, the profile, whether the bake is engine-exact (a verified profile used as is), and every
+    release whose own code was proven to build the same bytes (:func:`proven_releases`).
     Not exact: padding multiples overridden with other values, or NVFP4 experts whose gate and up
     global scales moebake shared (the engine keeps them apart)."""
     profile = get_profile(options.engine)
@@ -255,7 +342,35 @@ def manifest_engine(options, source_format: str, layers: list[LayerRecord]) -> E
         else "profile not verified against the engine's code") or (
         f"{SHARED_GLOBALS} in {shared} experts ({profile.engine} {profile.version} keeps both and "
         "applies the gate's to both halves)" if shared else None)
-    return _engine_record(profile, entry, reason)
+    same = () if reason else proven_releases(profile.engine, options.target, source_format, entry, options.flashinfer_layout)
+    return replace(_engine_record(profile, entry, reason), releases=tuple(same))
+
+
+def proven_releases(engine: str, target: str, source_format: str, entry: TargetProfile, flashinfer_layout) -> list[str]:
+    """The releases of ``engine`` whose own code was proven to build ``entry``'s bytes for (``target``,
+    ``source_format``): the same entry in the release matrix and, for targets in FlashInfer's SM90 fp4 layout, a
+    pinned FlashInfer that reads ``flashinfer_layout``."""
+    from moebake.layouts.flashinfer_versions import layout_for_flashinfer
+    from moebake.schema.targets import target_spec
+
+    uses_layout = target_spec(target).uses_flashinfer_layout
+    out = []
+    for release in releases(engine):
+        if release_profile(engine, release).targets.get((target, source_format)) != entry:
+            continue
+        pinned = pinned_flashinfer(engine, release)
+        if uses_layout and (pinned is None or layout_for_flashinfer(pinned) != flashinfer_layout):
+            continue
+        out.append(release)
+    return out
+
+
+def default_flashinfer_layout(engine: str) -> str:
+    """The SM90 fp4 layout that ``engine`` (``sglang``, ``sglang==0.5.17``)'s pinned FlashInfer reads (v2 without a pin)."""
+    from moebake.layouts.flashinfer_versions import layout_for_flashinfer
+
+    pinned = pinned_flashinfer(*parse_engine(engine))
+    return (layout_for_flashinfer(pinned) if pinned else None) or "v2"
 
 
 def _engine_record(profile: EngineProfile, entry: TargetProfile, not_exact_because: str | None) -> EngineRecord:
@@ -279,10 +394,11 @@ def engines_with_same_bytes(options, source_format: str, hidden: int, intermedia
     served = []
     for name, profile in PROFILES.items():
         entry = profile.targets.get((options.target, source_format))
-        if name == options.engine or entry is None or not entry.verified:
+        if name == parse_engine(options.engine)[0] or entry is None or not entry.verified:
             continue
         theirs = (round_up(hidden, entry.hidden_multiple), round_up(intermediate, entry.intermediate_multiple))
-        if theirs == padded and (entry.hidden_scale_fill == fill or padded[0] == hidden) and (
+        same = proven_releases(name, options.target, source_format, entry, options.flashinfer_layout)
+        if same and theirs == padded and (entry.hidden_scale_fill == fill or padded[0] == hidden) and (
                 entry.intermediate_scale_fill == intermediate_fill or padded[1] == intermediate):
-            served.append(_engine_record(profile, entry, None))
+            served.append(replace(_engine_record(profile, entry, None), releases=tuple(same)))
     return served

@@ -47,9 +47,12 @@ class TensorSpec:
     _: KW_ONLY
     gate_up_order: GateUpOrder | None = None
     optional: bool = False
+    v1_shape: str | None = None
+    """The shape under FlashInfer layout ``v1`` where it differs (its older scale fold)."""
 
-    def shape_for(self, dims: LayerDims) -> tuple[int, ...]:
-        value = eval(self.shape, {"__builtins__": {}}, dims.names())  # noqa: S307 - a formula of this table
+    def shape_for(self, dims: LayerDims, flashinfer_layout: str | None = None) -> tuple[int, ...]:
+        formula = self.v1_shape if flashinfer_layout == "v1" and self.v1_shape else self.shape
+        value = eval(formula, {"__builtins__": {}}, dims.names())  # noqa: S307 - a formula of this table
         return tuple(value) if isinstance(value, tuple) else (value,)
 
 
@@ -136,12 +139,13 @@ def _nvfp4_weights(order: GateUpOrder) -> tuple[TensorSpec, ...]:
 
 _SM90_W13 = (
     TensorSpec("w13_weight", DType.U8, "E, 2 * I_pad, H_pad // 2", gate_up_order=_W.UP_GATE),
-    TensorSpec("w13_weight_scale", DType.U8, "E, 2 * I_pad // 64, H_pad // 128, 16, 16", gate_up_order=_W.UP_GATE),
+    TensorSpec("w13_weight_scale", DType.U8, "E, 2 * I_pad // 64, H_pad // 128, 16, 16", gate_up_order=_W.UP_GATE,
+               v1_shape="E, H_pad // 128, 8 * I_pad"),
     TensorSpec("w13_weight_bias", DType.BF16, "E, 2 * I_pad", gate_up_order=_W.UP_GATE, optional=True),
 )
 _SM90_W2 = (
     TensorSpec("w2_weight", DType.U8, "E, H_pad, I_pad // 2"),
-    TensorSpec("w2_weight_scale", DType.U8, "E, H_pad // 64, I_pad // 128, 16, 16"),
+    TensorSpec("w2_weight_scale", DType.U8, "E, H_pad // 64, I_pad // 128, 16, 16", v1_shape="E, I_pad // 128, 4 * H_pad"),
     TensorSpec("w2_weight_bias", DType.BF16, "E, H_pad", optional=True),
 )
 """FlashInfer's SM90 mixed-input operands: interleaved MXFP4 weights, interleaved E8M0 scales, BF16 biases (the same

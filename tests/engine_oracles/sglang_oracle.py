@@ -27,8 +27,9 @@ from engine_oracles import standins
 from kernel_emulation import block_scale_interleave_cpu
 
 standins.install()
+standins.tolerate_config_reregistration()
 
-SGLANG_VERSION = "0.5.23"
+SGLANG_VERSION = __import__("os").environ.get("MOEBAKE_SGLANG_RELEASE", "0.5.23")
 
 
 def sglang_installed() -> bool:
@@ -75,25 +76,69 @@ def sglang_engine(*, moe_runner_backend: str = "auto", moe_a2a_backend: str = "n
     ``gpu`` is the platform SGLang is told it runs on (``sm90``, ``sm100``, or anything else for
     neither): its quantization methods pick their kernel from it.
     """
+    from sglang.srt import runtime_context
     from sglang.srt.distributed import parallel_state
     from sglang.srt.layers.moe.utils import initialize_moe_config
-    from sglang.srt.runtime_context import SpawnRanks, get_parallel, override_platform, publish, reset_context
     from sglang.srt.server_args import ServerArgs
 
     _init_process_group(ep, rank)
-    reset_context()
-    publish(ServerArgs(model_path="dummy", tp_size=ep, ep_size=ep, pp_size=1, moe_runner_backend=moe_runner_backend,
-                       moe_a2a_backend=moe_a2a_backend, **server_args), role=role, ranks=SpawnRanks(world_rank=rank))
-    get_parallel().override_permanently(world_group=parallel_state._WORLD)
+    runtime_context.reset_context()
+    args = ServerArgs(model_path="dummy", tp_size=ep, ep_size=ep, pp_size=1, moe_runner_backend=moe_runner_backend,
+                      moe_a2a_backend=moe_a2a_backend, **server_args)
+    # Releases before 0.5.21 know no SpawnRanks (their ranks come from the process group), before 0.5.20 no
+    # override_permanently (their parallel context reads parallel_state's groups directly).
+    ranks = {"ranks": runtime_context.SpawnRanks(world_rank=rank)} if hasattr(runtime_context, "SpawnRanks") else {}
+    runtime_context.publish(args, role=role, **ranks)
+    parallel = runtime_context.get_parallel()
+    if hasattr(parallel, "override_permanently"):
+        parallel.override_permanently(world_group=parallel_state._WORLD)
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(backend="gloo")
-    initialize_moe_config()
+    import inspect
+
+    initialize_moe_config(*([args] if inspect.signature(initialize_moe_config).parameters else []))  # 0.5.17, 0.5.18: args
     facts = {"is_sm90": gpu == "sm90", "is_sm100": gpu == "sm100", "is_blackwell": gpu == "sm100", "is_sm120": False}
+    platform = (runtime_context.override_platform(**facts) if hasattr(runtime_context, "override_platform")
+                else _platform_functions(facts))
     try:
-        with override_platform(**facts):
+        with platform:
             yield
     finally:
         standins.hide()
+
+
+_PLATFORM_FUNCTIONS = {"is_sm90_supported": "is_sm90", "is_sm100_supported": "is_sm100", "is_blackwell": "is_blackwell",
+                       "is_blackwell_supported": "is_blackwell", "is_sm120_supported": "is_sm120"}
+"""Releases before 0.5.19 (no ``override_platform``) ask ``sglang.srt.utils``' cached device checks, imported by name
+into each module: these names, and the platform fact each answers."""
+
+
+@contextmanager
+def _platform_functions(facts: dict):
+    """``override_platform`` for releases without it: every SGLang module's device-check function answers ``facts``
+    (modules imported meanwhile included), and the originals return at exit."""
+    import sys
+
+    from sglang.srt.utils import common
+
+    originals = {name: getattr(common, name) for name in _PLATFORM_FUNCTIONS if hasattr(common, name)}
+    answers = {name: (lambda value=facts[fact]: value) for name, fact in _PLATFORM_FUNCTIONS.items() if name in originals}
+    replaced = {id(f): name for name, f in originals.items()}
+
+    def swap(table, back: bool):
+        for module in [m for n, m in list(sys.modules.items()) if n.split(".")[0] == "sglang" and m is not None]:
+            for name in _PLATFORM_FUNCTIONS:
+                value = module.__dict__.get(name)
+                if back and value is not None and value is answers.get(name):
+                    setattr(module, name, originals[name])
+                elif not back and value is not None and id(value) in replaced:
+                    setattr(module, name, table[replaced[id(value)]])
+
+    swap(answers, back=False)
+    try:
+        yield
+    finally:
+        swap(originals, back=True)
 
 
 def read_tensors(source_dir: str | Path, names: list[str]) -> dict[str, torch.Tensor]:
@@ -198,7 +243,7 @@ def gpt_oss_sm90_cutlass(source_dir: str | Path, layer: int, interleave_weights,
 
                 stack.enter_context(mock.patch.object(fi_moe, "preprocess_moe_weights_for_sm90_mixed_gemm_humming", preprocess))
             return _parameters(_gpt_oss_layer(source_dir, layer, lambda method: method._fi_kernel == "cutlass_sm90"
-                                              and method._use_sm90_humming == (preprocess is not None)))
+                                              and getattr(method, "_use_sm90_humming", False) == (preprocess is not None)))
     finally:
         (mxfp4._FI_HAS_SM90_CUTLASS_MXFP4, mxfp4.interleave_moe_weights_for_sm90_mixed_gemm,
          mxfp4.interleave_moe_scales_for_sm90_mixed_gemm) = saved
@@ -334,7 +379,9 @@ def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int
     mapping = FusedMoE.make_expert_params_mapping(ckpt_gate_proj_name="gate_proj", ckpt_down_proj_name="down_proj",
                                                   ckpt_up_proj_name="up_proj", num_experts=num_experts)
     with (sglang_engine(moe_runner_backend="flashinfer_cutedsl", moe_a2a_backend=a2a, gpu="sm100"), standins.cutedsl_utils(),
-          mock.patch.object(fused_moe_layer, "create_moe_dispatcher", lambda *args, **kwargs: _DispatcherStandin())):
+          mock.patch.object(fused_moe_layer, "create_moe_dispatcher", lambda *args, **kwargs: _DispatcherStandin()),
+          # 0.5.17-0.5.19's create_weights swizzles the block scales onto the GPU (swizzle_blockscale's .cuda()): kept here
+          mock.patch.object(torch.Tensor, "cuda", lambda tensor, *args, **kwargs: tensor)):
         quant_config = modelopt.ModelOptFp4Config.from_config(config["quantization_config"])
         experts = FusedMoE(num_experts=num_experts, top_k=2, layer_id=0, hidden_size=hidden, intermediate_size=intermediate,
                            quant_config=quant_config, prefix=prefix.rstrip("."), params_dtype=torch.bfloat16)

@@ -26,6 +26,18 @@ import torch
 STANDIN_ROOTS = ("triton", "sgl_kernel", "sglang_kernel", "torchvision")
 
 
+NO_GPU = ("triton.runtime.driver.active",)
+"""Stand-in attributes that raise, as triton's own do on a machine without a GPU (asking for the active driver):
+SGLang's modules then take their CPU branch instead of reading a placeholder as a device name."""
+
+
+def _attribute(owner: str, name: str):
+    path = f"{owner}.{name}"
+    if path in NO_GPU:
+        raise RuntimeError(f"stand-in {path}: no GPU driver on this machine")
+    return _Placeholder(path)
+
+
 class _Placeholder:
     """What any attribute of a stand-in module is: callable (returns a placeholder, or the function
     it decorates), subscriptable, comparable, iterable as empty; usable as a base class."""
@@ -41,7 +53,7 @@ class _Placeholder:
     def __getattr__(self, name):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        return _Placeholder(f"{self._name}.{name}")
+        return _attribute(self._name, name)
 
     def __getitem__(self, item):
         return _Placeholder(f"{self._name}[]")
@@ -80,7 +92,7 @@ class _StandinModule(types.ModuleType):
         if name[:1].isupper():  # a class name (triton's JITFunction, Config...): a real, empty class
             value = _PermissiveClass(name, (), {"__init__": lambda self, *args, **kwargs: None, "__module__": self.__name__})
         else:
-            value = _Placeholder(f"{self.__name__}.{name}")
+            value = _attribute(self.__name__, name)
         setattr(self, name, value)
         return value
 
@@ -194,3 +206,21 @@ def cutedsl_utils():
             sys.modules.pop(module.__name__, None)
         return
     yield
+
+
+def tolerate_config_reregistration() -> None:
+    """Let an engine release register a model config that the installed transformers already has (an older SGLang
+    registers its own ``qwen3_asr``, which newer transformers ship): the later registration wins, as it would against
+    the transformers that release pins. Model configs decide nothing in the MoE load-time code the oracles run."""
+    from transformers.models.auto import configuration_auto
+
+    mapping = configuration_auto._LazyConfigMapping
+    if getattr(mapping.register, "__moebake_tolerant__", False):
+        return
+    register = mapping.register
+
+    def tolerant(self, key, value, exist_ok=False):
+        return register(self, key, value, exist_ok=True)
+
+    tolerant.__moebake_tolerant__ = True
+    mapping.register = tolerant

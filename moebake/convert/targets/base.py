@@ -87,6 +87,7 @@ class Target:
         beyond what :meth:`layer_facts` needs)."""
         self.check(model, options)
         dims = self.layer_dims(model, options)
+        layout = options.flashinfer_layout if self.spec.uses_flashinfer_layout else None
         tensors, records = [], []
         for layer in model.layers:
             planned = self.layer_tensors(model, layer, dims, options)
@@ -100,7 +101,7 @@ class Target:
                         continue
                     raise InternalError(f"target {self.spec.name} did not plan its tensor {entry.name}")
                 made = planned[entry.name]
-                dtype, shape = entry.dtype or made.dtype, entry.shape_for(dims)
+                dtype, shape = entry.dtype or made.dtype, entry.shape_for(dims, layout)
                 tensors.append(OutputTensor(name=layer.prefix + entry.name, dtype=dtype, shape=shape, sources=made.stored,
                                             produce=made.produce))
                 specs[entry.name] = TensorRecord(dtype=dtype, shape=shape, source=made.source, gate_up_order=entry.gate_up_order,

@@ -9,9 +9,11 @@ expert prefix, with ``E`` experts, padded sizes ``H_pad = round_up(H, hidden_mul
 
   ``w13_weight``        U8   ``[E, 2*I_pad, H_pad/2]``               halves [up; gate], zero-padded, SM90 fp4 interleave
   ``w13_weight_scale``  U8   ``[E, 2*I_pad/64, H_pad/128, 16, 16]``  E8M0, same halves, padded (below), SM90 scale fold
+                             (layout ``v1``: ``[E, H_pad/128, 8*I_pad]``, its older fold)
   ``w13_weight_bias``   BF16 ``[E, 2*I_pad]``                       [up | gate], zero-padded
   ``w2_weight``         U8   ``[E, H_pad, I_pad/2]``                 zero-padded, SM90 fp4 interleave
   ``w2_weight_scale``   U8   ``[E, H_pad/64, I_pad/128, 16, 16]``    padded (below), SM90 scale fold
+                             (layout ``v1``: ``[E, I_pad/128, 4*H_pad]``)
   ``w2_weight_bias``    BF16 ``[E, H_pad]``                         zero-padded
 
 The biases exist only for sources that have them (GPT-OSS; DeepSeek-V4 has none). Sources whose
@@ -30,7 +32,7 @@ from moebake.convert.targets.base import register
 from moebake.convert.targets.mxfp4_layers import Bake, Mxfp4Target, restore_layer
 from moebake.layouts.gate_up import pad_to, split_halves, stack_halves
 from moebake.layouts.sm90_fp4 import deinterleave_fp4, interleave_fp4_padded
-from moebake.layouts.sm90_scales import fold_scales_padded, unfold_scales
+from moebake.layouts.sm90_scales import FOLDS, fold_scales_for
 from moebake.schema.manifest import LayerRecord
 from moebake.schema.targets import SM90_CUTLASS, LayerDims
 
@@ -53,17 +55,18 @@ class Sm90Cutlass(Mxfp4Target):
 
         return {
             "w13_weight": Bake("w13_weight", lambda gate, up: interleave_fp4_padded((up, gate), (Ip, Hp // 2), layout)),
-            "w13_weight_scale": Bake("w13_scale", lambda gate, up: fold_scales_padded(
-                (w13_hidden_filled(up), w13_hidden_filled(gate)), (Ip, Hp // 32))),
+            "w13_weight_scale": Bake("w13_scale", lambda gate, up: fold_scales_for(
+                layout, (w13_hidden_filled(up), w13_hidden_filled(gate)), (Ip, Hp // 32))),
             "w13_weight_bias": Bake("w13_bias", lambda gate, up: stack_halves(up, gate, (Ip,))),
             "w2_weight": Bake("w2_weight", lambda down: interleave_fp4_padded((down,), (Hp, Ip // 2), layout)),
-            "w2_weight_scale": Bake("w2_scale", lambda down: fold_scales_padded((w2_hidden_filled(down),), (Hp, Ip // 32))),
+            "w2_weight_scale": Bake("w2_scale", lambda down: fold_scales_for(layout, (w2_hidden_filled(down),), (Hp, Ip // 32))),
             "w2_weight_bias": Bake("w2_bias", lambda down: pad_to(down, (Hp,))),
         }
 
     def restore(self, record: LayerRecord, baked: dict[str, torch.Tensor], layout: str | None) -> dict[str, torch.Tensor]:
         """Padding is dropped here (the forward re-bake checks it)."""
         H, I = record.hidden, record.intermediate
+        unfold_scales = FOLDS[layout][1]
         canonical = {}
         for name, unfold, row_bytes in (("w13_weight", lambda w: deinterleave_fp4(w, layout), H // 2),
                                         ("w13_weight_scale", unfold_scales, H // 32)):

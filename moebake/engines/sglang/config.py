@@ -105,6 +105,7 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
             manifest = read_served_manifest(manifest_path.parent, config)
         except MoebakeError as err:
             raise MoebakeRefusal(f"cannot use the bake's manifest: {err}") from None
+        internals.check_release(manifest)
         _check_parallelism(manifest)
         return cls(config, manifest, manifest_path, _original_config(config.get("original"), config.get("original_file")))
 

@@ -1,9 +1,10 @@
-"""Every private SGLang name the plugin relies on, in one place, behind the version the profiles are proven for.
+"""Every private SGLang name the plugin relies on, in one place, behind the releases the profiles are proven for.
 
 SGLang has no public API for what the plugin does beside its methods' post-load step, so these are the
-names of SGLang 0.5.23 (:data:`moebake.schema.profiles.PROFILES`'s ``sglang`` profile) that the plugin
-reads or sets. :func:`check_version` refuses, in one line, any other installed SGLang before the plugin
-builds a layer, so a release that moved one of them is never served with a guess.
+names of the SGLang releases of the release matrix (:mod:`moebake.schema.release_matrix`) that the plugin
+reads or sets. :func:`check_version` refuses, in one line, an installed SGLang the matrix does not hold before
+the plugin builds a layer, so a release that moved one of them is never served with a guess; :func:`check_release`
+refuses a bake whose bytes that release's own code was not proven to build.
 
 What the plugin relies on besides these, from SGLang's public behaviour (checked by the CPU tests in
 the real SGLang 0.5.23):
@@ -15,20 +16,26 @@ the real SGLang 0.5.23):
   and ``process_weights_after_loading`` runs once per layer after every weight was handed out.
 """
 
+from moebake.engines.release_check import release_refusal, unknown_release_refusal
 from moebake.engines.sglang.refusals import MoebakeRefusal
-from moebake.schema.profiles import PROFILES
 
-PROVEN_VERSION = PROFILES["sglang"].version
+
+def installed_release() -> str:
+    import sglang
+
+    return sglang.__version__
 
 
 def check_version() -> None:
-    """Refuse an installed SGLang other than :data:`PROVEN_VERSION`."""
-    import sglang
+    """Refuse an installed SGLang that the release matrix does not hold."""
+    if refusal := unknown_release_refusal("sglang", installed_release()):
+        raise MoebakeRefusal(refusal)
 
-    if sglang.__version__ != PROVEN_VERSION:
-        raise MoebakeRefusal(f"this moebake's SGLang plugin is proven against SGLang {PROVEN_VERSION} (its private names and "
-                             f"load-time bytes), and SGLang {sglang.__version__} is installed; install sglang=={PROVEN_VERSION} "
-                             f"(`pip install \".[sglang]\"` from a moebake clone pins it) or a moebake proven for {sglang.__version__}")
+
+def check_release(manifest) -> None:
+    """Refuse a bake (its manifest) that the installed SGLang's own code was not proven to build."""
+    if refusal := release_refusal("sglang", installed_release(), manifest):
+        raise MoebakeRefusal(refusal)
 
 
 def loader_reads_every_byte() -> str | None:

@@ -6,17 +6,16 @@ what the plugin uses to exist; these are the few private names of vLLM 0.33.0
 refuses, in one line, any other installed vLLM before a bake is served.
 """
 
-from moebake.engines.vllm.bake import VLLM_VERSION, refuse
+from moebake.engines.release_check import unknown_release_refusal
+from moebake.engines.vllm.bake import refuse
 
 
 def check_version() -> None:
-    """Refuse an installed vLLM other than :data:`~moebake.engines.vllm.bake.VLLM_VERSION`."""
+    """Refuse an installed vLLM that the release matrix does not hold."""
     import vllm
 
-    if vllm.__version__ != VLLM_VERSION:
-        raise refuse(f"this moebake's vLLM plugin is proven against vLLM {VLLM_VERSION} (its private names and load-time "
-                     f"bytes), and vLLM {vllm.__version__} is installed; install vllm=={VLLM_VERSION} or a moebake proven "
-                     f"for {vllm.__version__}")
+    if refusal := unknown_release_refusal("vllm", vllm.__version__):
+        raise refuse(refusal)
 
 
 def registered_quantization(name: str):

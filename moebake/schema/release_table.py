@@ -1,0 +1,72 @@
+"""The engine-release matrix as a table: releases x (target, source format), each cell its rule or refused, and why.
+
+``moebake list`` prints it and docs/engines.md holds it (``tests/test_release_matrix.py`` keeps the doc equal to
+:func:`markdown`). A cell names the rule (:data:`moebake.schema.profiles.RULES`) whose bytes that release's own code
+was proven to build; ``refused`` cells are explained below the table, one line per reason.
+"""
+
+from moebake.layouts.flashinfer_versions import layout_for_flashinfer
+from moebake.schema.profiles import PROFILES, RULES, pinned_flashinfer, refused_because, release_profile, releases, rule_name
+
+
+def cells() -> list[tuple[str, str]]:
+    """Every (target, source format) some rule of some engine holds, in rule order."""
+    seen: dict[tuple[str, str], None] = {}
+    for rule in RULES.values():
+        seen.update(dict.fromkeys(rule.targets))
+    return list(seen)
+
+
+def rows() -> tuple[list[str], list[list[str]], dict[str, list[str]]]:
+    """The header, one row per engine release (newest first within each engine), and each refusal reason -> the
+    ``engine release target/source`` cells it explains."""
+    header = ["engine", "release", "FlashInfer (SM90 layout)"] + [f"{target} {source}" for target, source in cells()]
+    table, reasons = [], {}
+    for engine in PROFILES:
+        for release in reversed(releases(engine)):
+            pinned = pinned_flashinfer(engine, release)
+            row = [engine, release, f"{pinned} ({layout_for_flashinfer(pinned)})" if pinned else "-"]
+            profile = release_profile(engine, release)
+            for target, source in cells():
+                if (target, source) in profile.targets:
+                    row.append(rule_name(engine, (target, source), profile.targets[(target, source)]).removeprefix(f"{engine}-"))
+                else:
+                    row.append("refused")
+                    reasons.setdefault(refused_because(engine, release, target, source), []).append(
+                        f"{engine} {release} {target}/{source}")
+            table.append(row)
+    return header, table, reasons
+
+
+def markdown() -> str:
+    header, table, reasons = rows()
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in table]
+    lines += ["", "Refused, and why:", ""]
+    lines += [f"- {_compress(where)}: {why}" for why, where in reasons.items()]
+    return "\n".join(lines)
+
+
+def _compress(where: list[str]) -> str:
+    """``sglang 0.5.17 a/b``, ``sglang 0.5.18 a/b`` -> ``sglang 0.5.17, 0.5.18: a/b`` (grouped by cell)."""
+    by_cell: dict[tuple[str, str], list[str]] = {}
+    for item in where:
+        engine, release, cell = item.split(" ")
+        by_cell.setdefault((engine, cell), []).append(release)
+    return "; ".join(f"{engine} {', '.join(sorted(rs))} `{cell}`" for (engine, cell), rs in by_cell.items())
+
+
+def text() -> str:
+    """The table for a terminal (``moebake list``): one line per engine release, one column per numbered cell."""
+    header, table, reasons = rows()
+    names = header[3:]
+    lines = [f"  [{i}] {name}" for i, name in enumerate(names, 1)]
+    widths = [max(len(f"[{i}]"), *(len(row[3 + i - 1]) for row in table)) for i in range(1, len(names) + 1)]
+    lead = max(len(f"{row[0]} {row[1]}  FlashInfer {row[2]}") for row in table)
+    lines.append("engine release".ljust(lead) + "  " + " ".join(f"[{i}]".ljust(w) for i, w in enumerate(widths, 1)))
+    for row in table:
+        lines.append(f"{row[0]} {row[1]}  FlashInfer {row[2]}".ljust(lead) + "  "
+                     + " ".join(cell.ljust(w) for cell, w in zip(row[3:], widths)))
+    lines += ["(a cell: the rule, named by its first release, whose bytes that release's own code builds)", "refused, and why:"]
+    lines += [f"  {_compress(where)}: {why}" for why, where in reasons.items()]
+    return "\n".join(lines)

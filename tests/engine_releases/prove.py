@@ -1,0 +1,167 @@
+"""Prove engine releases against moebake's bakes: each release's own load-time code, run on CPU, is the oracle.
+
+For each release of an engine, its Python tree and its pinned FlashInfer's (:mod:`trees`) go first on ``PYTHONPATH``
+and the engine's oracle tests (``tests/test_engine_profiles.py`` for SGLang, ``tests/test_vllm_profile.py`` for vLLM)
+run against bakes made for that release (``MOEBAKE_ORACLE_ENGINE=sglang==0.5.17``). A (target, source) cell is proven
+when every test of it (``ORACLE_TESTS``) passes.
+
+  python -m tests.engine_releases.prove                 check: every release of the matrix proves what it says
+  python -m tests.engine_releases.prove --write sglang==0.5.24
+                                                        discover: try each rule (newest first) on that release, write
+                                                        the cells it proves into moebake/schema/release_matrix.py, and
+                                                        print what differs where no rule matches
+
+Run from the repository root with the full ``.venv`` (``bin/prove-releases`` does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pprint
+import re
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+from packaging.version import Version
+
+REPO = Path(__file__).resolve().parents[2]
+ORACLE_FILES = {"sglang": "tests/test_engine_profiles.py", "vllm": "tests/test_vllm_profile.py"}
+RELEASE_ENV = {"sglang": "MOEBAKE_SGLANG_RELEASE", "vllm": "MOEBAKE_VLLM_RELEASE"}
+MATRIX_FILE = REPO / "moebake" / "schema" / "release_matrix.py"
+
+
+def pinned_flashinfer(tree: Path) -> str | None:
+    """The ``flashinfer-python`` release the engine tree's metadata pins (``==``), or None."""
+    for metadata in tree.glob("*.dist-info/METADATA"):
+        for line in metadata.read_text().splitlines():
+            found = re.match(r"Requires-Dist: flashinfer[_-]python(\[[^\]]*\])?\s*==\s*([^\s;,]+)", line)
+            if found:
+                return found.group(2)
+    return None
+
+
+def run_oracles(engine: str, release: str, rule: str | None = None) -> dict[str, list[tuple[str, str]]]:
+    """Run ``engine`` ``release``'s oracle tests; ``{test function: [(outcome, first message line)]}``."""
+    from tests.engine_releases.trees import release_tree
+
+    tree = release_tree(engine, release)
+    flashinfer = pinned_flashinfer(tree)
+    path = [str(tree)] + ([str(release_tree("flashinfer-python", flashinfer))] if flashinfer else [])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+               MOEBAKE_ORACLE_ENGINE=f"{engine}=={release}", HF_HUB_OFFLINE="1", **{RELEASE_ENV[engine]: release})
+    env.pop("MOEBAKE_REQUIRE_ENGINES", None)
+    if rule:
+        env.update(MOEBAKE_ORACLE_RULE=rule, MOEBAKE_ORACLE_FLASHINFER=flashinfer or "")
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "report.xml"
+        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", ORACLE_FILES[engine],
+                        f"--junitxml={report}"], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not report.is_file():
+            raise RuntimeError(f"{engine} {release}: the oracle run wrote no report")
+        results: dict[str, list[tuple[str, str]]] = {}
+        for case in ElementTree.parse(report).iter("testcase"):
+            function = case.get("name", "").split("[")[0]
+            problem = next(iter(case.findall("failure") + case.findall("error")), None)
+            skipped = case.find("skipped")
+            outcome = "failed" if problem is not None else "skipped" if skipped is not None else "passed"
+            message = (problem if problem is not None else skipped).get("message", "") if outcome != "passed" else ""
+            results.setdefault(function, []).append((outcome, message.splitlines()[0][:200] if message else ""))
+        if not results:
+            raise RuntimeError(f"{engine} {release}: no oracle test ran (collection failed)")
+        return results
+
+
+def cells_of(engine: str) -> dict[tuple[str, str], str]:
+    """(target, source) -> the oracle test function that proves it, for ``engine``."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_engine_profiles import ORACLE_TESTS
+
+    return {(target, source): test for (name, target, source), (_, test) in ORACLE_TESTS.items() if name == engine}
+
+
+def cell_outcome(results, test: str) -> tuple[bool, str]:
+    runs = results.get(test, [])
+    bad = [message for outcome, message in runs if outcome == "failed"]
+    return bool(runs) and not bad and any(o == "passed" for o, _ in runs), (bad[0] if bad else "no test ran")
+
+
+def discover(engine: str, release: str) -> dict:
+    """The matrix entry of ``engine`` ``release``: each cell's first rule (newest first) whose bytes its code builds."""
+    from moebake.schema.profiles import RULES, rule_name
+    from tests.engine_releases.trees import release_tree
+
+    rules = sorted((r for r in RULES.values() if r.engine == engine), key=lambda r: Version(r.version), reverse=True)
+    cells, unproven = {}, {}
+    for rule in rules:
+        name = f"{rule.engine}-{rule.version}"
+        wanted = [cell for cell in rule.targets if f"{cell[0]}/{cell[1]}" not in cells]
+        if not wanted:
+            break
+        results = run_oracles(engine, release, name)
+        for cell in wanted:
+            test = cells_of(engine).get(cell)
+            ok, why = cell_outcome(results, test) if test else (False, "no oracle test")
+            key = f"{cell[0]}/{cell[1]}"
+            if ok:
+                cells[key] = rule_name(engine, cell, rule.targets[cell])
+                unproven.pop(key, None)
+            else:
+                unproven.setdefault(key, f"{name}: {why}")
+    return {"flashinfer": pinned_flashinfer(release_tree(engine, release)), "cells": dict(sorted(cells.items())),
+            "unproven": dict(sorted(unproven.items()))}
+
+
+def check(engine: str, release: str, entry: dict) -> list[str]:
+    """What ``engine`` ``release``'s oracle run contradicts in its matrix ``entry`` (empty: proven as written)."""
+    results = run_oracles(engine, release)
+    problems = []
+    for (target, source), test in cells_of(engine).items():
+        key = f"{target}/{source}"
+        ok, why = cell_outcome(results, test)
+        if key in entry["cells"] and not ok:
+            problems.append(f"{engine} {release} {key}: the matrix says {entry['cells'][key]}, but {test}: {why}")
+    return problems
+
+
+def write_matrix(matrix: dict) -> None:
+    text = MATRIX_FILE.read_text()
+    head = text[:text.index("MATRIX = ")]
+    ordered = {engine: dict(sorted(matrix[engine].items(), key=lambda item: Version(item[0]))) for engine in sorted(matrix)}
+    MATRIX_FILE.write_text(head + "MATRIX = " + pprint.pformat(ordered, width=120, sort_dicts=False) + "\n")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--write", nargs="+", metavar="ENGINE==RELEASE", help="discover these releases and write the matrix")
+    parser.add_argument("--engine", choices=sorted(ORACLE_FILES), help="check only this engine's releases")
+    args = parser.parse_args(argv)
+    from moebake.schema import release_matrix
+
+    matrix = {engine: dict(entries) for engine, entries in release_matrix.MATRIX.items()}
+    if args.write:
+        for spec in args.write:
+            engine, release = spec.split("==")
+            entry = discover(engine, release)
+            matrix.setdefault(engine, {})[release] = entry
+            print(f"{engine} {release} (FlashInfer {entry['flashinfer']}): proven {len(entry['cells'])} cells; "
+                  f"unproven: {entry['unproven'] or 'none'}", flush=True)
+        write_matrix(matrix)
+        return 0
+    problems = []
+    for engine, entries in matrix.items():
+        if args.engine and engine != args.engine:
+            continue
+        for release, entry in entries.items():
+            found = check(engine, release, entry)
+            print(f"{engine} {release}: {len(entry['cells']) - len(found)}/{len(entry['cells'])} cells proven"
+                  + "".join(f"\n  {p}" for p in found), flush=True)
+            problems += found
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
