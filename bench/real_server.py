@@ -26,6 +26,7 @@ if the server did not become ready.
     python bench/real_server.py make --dir /tmp/rs --bake sm90-marlin --engine sglang==0.5.17
     python bench/real_server.py run --dir /tmp/rs --runs stock:marlin bake:marlin:sm90-marlin \\
         --out bench/results/real_server_h100.json
+    python bench/real_server.py all --dir /tmp/rs --runs stock:marlin bake:marlin:sm90-marlin --out r.json  # both
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # moebake from this checkout (the device has no installed moebake)
 S17_SITE = os.environ.get("S17_SITE", "/tmp/s17site")
 MODEL = {"layers": 4, "experts": 32, "hidden": 2880, "intermediate": 2880, "heads": 64, "kv_heads": 8, "head_dim": 64,
          "vocab": 2048}
@@ -319,31 +322,44 @@ def run(directory: Path, specs: list[str], new_tokens: int, ready_timeout: float
     return runs
 
 
+def _bakes_of(specs: list[str]) -> list[str]:
+    """The bake targets the run specs name (``bake:BACKEND:TARGET[:TIMEOUT]``), in order, once each."""
+    targets = [spec.split(":")[2] for spec in specs if spec.startswith("bake:")]
+    return list(dict.fromkeys(targets))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p_make = sub.add_parser("make", help="write the source and its bakes")
-    p_make.add_argument("--dir", type=Path, required=True)
-    p_make.add_argument("--layers", type=int, default=MODEL["layers"])
-    p_make.add_argument("--experts", type=int, default=MODEL["experts"])
-    p_make.add_argument("--vocab", type=int, default=MODEL["vocab"])
+    p_run = sub.add_parser("run", help="serve each run, send the requests, record")
+    p_all = sub.add_parser("all", help="make (the bakes the runs name, for the installed SGLang release), then run")
+    for p in (p_make, p_run, p_all):
+        p.add_argument("--dir", type=Path, required=True)
+    for p in (p_make, p_all):
+        p.add_argument("--layers", type=int, default=MODEL["layers"])
+        p.add_argument("--experts", type=int, default=MODEL["experts"])
+        p.add_argument("--vocab", type=int, default=MODEL["vocab"])
+        p.add_argument("--convert-arg", action="append", default=[], help="one more moebake convert argument")
     p_make.add_argument("--bake", nargs="*", default=[], help="targets to bake (sm90-cutlass, sm90-marlin)")
     p_make.add_argument("--engine", default=None, help="moebake convert --engine (e.g. sglang==0.5.17)")
-    p_make.add_argument("--convert-arg", action="append", default=[], help="one more moebake convert argument")
-    p_run = sub.add_parser("run", help="serve each run, send the requests, record")
-    p_run.add_argument("--dir", type=Path, required=True)
-    p_run.add_argument("--runs", nargs="+", required=True,
+    for p in (p_run, p_all):
+        p.add_argument("--runs", nargs="+", required=True,
                        help="stock:BACKEND[::TIMEOUT] or bake:BACKEND:TARGET[:TIMEOUT], e.g. stock:marlin bake:marlin:sm90-marlin")
-    p_run.add_argument("--new-tokens", type=int, default=48)
-    p_run.add_argument("--ready-timeout", type=float, default=420)
-    p_run.add_argument("--server-arg", action="append", default=[], help="one more launch_server argument")
-    p_run.add_argument("--out", type=Path, default=None)
-    p_run.add_argument("--log-dir", type=Path, default=Path(os.environ.get("OUT", "/tmp/moebake-real-server")))
+        p.add_argument("--new-tokens", type=int, default=48)
+        p.add_argument("--ready-timeout", type=float, default=420)
+        p.add_argument("--server-arg", action="append", default=[], help="one more launch_server argument")
+        p.add_argument("--out", type=Path, default=None)
+        p.add_argument("--log-dir", type=Path, default=Path(os.environ.get("OUT", "/tmp/moebake-real-server")))
     args = parser.parse_args(argv)
     if args.command == "make":
         make(args.dir, args.layers, args.experts, args.vocab, args.bake, args.engine, args.convert_arg)
-    else:
-        run(args.dir, args.runs, args.new_tokens, args.ready_timeout, args.server_arg, args.out, args.log_dir)
+        return
+    if args.command == "all":
+        release = _sglang_release()
+        make(args.dir, args.layers, args.experts, args.vocab, _bakes_of(args.runs),
+             f"sglang=={release}" if release else None, args.convert_arg)
+    run(args.dir, args.runs, args.new_tokens, args.ready_timeout, args.server_arg, args.out, args.log_dir)
 
 
 if __name__ == "__main__":
