@@ -164,11 +164,11 @@ def server_command(model: Path, backend: str, bake: bool, port: int, extra: list
 
 
 def run_one(directory: Path, path: str, backend: str, target: str | None, new_tokens: int, ready_timeout: float,
-            extra: list[str], log_dir: Path) -> dict:
+            extra: list[str], log_dir: Path, order: int = 1) -> dict:
     """Start one server, wait until it is ready, send the requests, stop it; the run's record."""
     bake = path == "bake"
     model = directory / (target if bake else "src")
-    label = f"{path}-{backend}" + (f"-{target}" if bake else "")
+    label = f"{order}-{path}-{backend}" + (f"-{target}" if bake else "")
     log_path, probe_path = log_dir / f"server-{label}.log", log_dir / f"probe-{label}.jsonl"
     stacks_path = log_dir / f"stacks-{label}.txt"
     for stale in (probe_path, stacks_path):
@@ -185,7 +185,7 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
     port = _free_port()
     command = server_command(model, backend, bake, port, extra)
     config = json.loads((directory / "src" / "config.json").read_text())
-    record = {"engine": "sglang", "release": _sglang_release(), "model": _model_name(config), "target": target,
+    record = {"order": order, "engine": "sglang", "release": _sglang_release(), "model": _model_name(config), "target": target,
               "path": path, "moe_runner_backend": backend, "server_flags": command[3:], "ready_seconds": None,
               "load_seconds": None, "peak_gpu_gib": None, "tokens_equal_to_stock": None, "logprobs_equal_to_stock": None}
     print(f"== {label}: {' '.join(command)}", flush=True)
@@ -299,22 +299,27 @@ def _model_name(config: dict) -> str:
 
 def run(directory: Path, specs: list[str], new_tokens: int, ready_timeout: float, extra: list[str], out: Path | None,
         log_dir: Path) -> list[dict]:
-    """Run ``specs`` (``stock:BACKEND`` or ``bake:BACKEND:TARGET``) in order; compare each bake with its backend's stock."""
+    """Run ``specs`` (``stock:BACKEND`` or ``bake:BACKEND:TARGET``) in order; compare each bake, and each stock run after
+    the first of its backend, with that backend's first stock run that answered. JIT builds (SGLang's Marlin MoE, Triton,
+    FlashInfer) are cached on the machine by the first server that needs them: a later run's ready_seconds has them
+    warm (``order`` says which ran first), so list a stock run again after the bake for a like-for-like start-up."""
     import torch
 
     log_dir.mkdir(parents=True, exist_ok=True)
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     runs = []
-    for spec in specs:
+    for order, spec in enumerate(specs, 1):
         path, backend, *rest = spec.split(":")
         timeout = float(rest[1]) if len(rest) > 1 else ready_timeout
-        record = run_one(directory, path, backend, rest[0] if rest and rest[0] else None, new_tokens, timeout, extra, log_dir)
+        record = run_one(directory, path, backend, rest[0] if rest and rest[0] else None, new_tokens, timeout, extra, log_dir,
+                         order)
         record["device"] = device
-        runs.append(record)
         stock = next((r for r in runs if r["path"] == "stock" and r["moe_runner_backend"] == backend and "outputs" in r), None)
-        if path == "bake" and stock is not None and "outputs" in record:
+        runs.append(record)
+        if stock is not None and "outputs" in record:
             record["tokens_equal_to_stock"], record["logprobs_equal_to_stock"] = compare(record["outputs"], stock["outputs"])
-            print(f"   bake vs stock ({backend}): tokens equal {record['tokens_equal_to_stock']}, "
+            record["stock_order"] = stock["order"]
+            print(f"   {path} vs stock run {stock['order']} ({backend}): tokens equal {record['tokens_equal_to_stock']}, "
                   f"logprobs equal {record['logprobs_equal_to_stock']}", flush=True)
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)

@@ -473,3 +473,24 @@ def test_real_server_names_the_release_and_the_compilers_it_waits_for():
           "    3 /usr/bin/python3 -m sglang.launch_server --model-path m\n   40 /usr/bin/ninja -v -j 16\n")
     assert bench.compilers_running(ps) == ["nvcc (12 s) /c/moe_wna16_marlin.cu /b/moe_wna16_marlin.cuda.o", "ninja (40 s) "]
     assert bench.compilers_running("    3 /usr/bin/python3 x.py\n") == []
+
+
+def test_real_server_compares_each_run_with_its_backends_first_stock_run(tmp_path, monkeypatch):
+    """Bakes and repeated stock runs against the first stock run of their backend that answered; the results file."""
+    bench = _load("real_server.py")
+    answers = {1: [[1, 2]], 2: [[1, 2]], 3: [[1, 3]], 4: None, 5: [[1, 2]]}
+
+    def fake_run_one(directory, path, backend, target, new_tokens, timeout, extra, log_dir, order):
+        record = {"order": order, "path": path, "moe_runner_backend": backend, "target": target,
+                  "tokens_equal_to_stock": None, "logprobs_equal_to_stock": None}
+        if answers[order] is not None:
+            record["outputs"] = [{"output_ids": ids, "logprobs": [-1.0] * len(ids)} for ids in answers[order]]
+        return record
+
+    monkeypatch.setattr(bench, "run_one", fake_run_one)
+    out = tmp_path / "r.json"
+    runs = bench.run(tmp_path, ["stock:marlin", "bake:marlin:sm90-marlin", "bake:marlin:sm90-marlin", "stock:flashinfer_mxfp4",
+                                "stock:marlin"], 48, 60, [], out, tmp_path)
+    assert [(r["tokens_equal_to_stock"], r.get("stock_order")) for r in runs] == [
+        (None, None), (True, 1), (False, 1), (None, None), (True, 1)]
+    assert json.loads(out.read_text())["runs"] == runs
