@@ -50,7 +50,9 @@ from pathlib import Path
 
 import psutil
 
-REPO = Path(__file__).resolve().parent.parent
+import benchkit
+
+REPO = benchkit.REPO
 CORES = len(os.sched_getaffinity(0))
 COMPLETE = ".complete"  # written last into a generated checkpoint
 
@@ -303,11 +305,7 @@ def plot(rows: list[dict], path: Path, cores: int = CORES) -> None:
     """Three panels: ratio of wall time to the copy's (per cache state; 1.3x target), throughput, peak PSS
     (peak RSS for results measured before PSS was; ``cores``: of the machine that measured ``rows``), against
     the model size; against ``--workers`` (the scaling curve) where one size was measured with several."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = benchkit.pyplot()
     if len({row["source_gb"] for row in rows}) == 1 and len({_workers(row["tool"]) for row in rows} - {None}) > 1:
         plot_scaling(rows, path, cores, plt)
         return
@@ -345,8 +343,7 @@ def _finish(figure, panels, ticks: list, labels: list[str], path: Path) -> None:
         axes.set_ylim(bottom=0)
         axes.grid(alpha=0.3)
         axes.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    benchkit.save(figure, path, dpi=110)
     print(f"wrote {path}")
 
 

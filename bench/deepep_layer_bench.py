@@ -30,10 +30,11 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
+
+import benchkit
 
 SHAPES = {
     "qwen3.5-35b-a3b": {"experts": 256, "hidden": 2048, "intermediate": 512, "top_k": 8},
@@ -48,10 +49,10 @@ def bench_worker(ctx, args: dict) -> dict:
     """One rank: every (shape, backend, tokens) step timed; returns ``{"rows": [...], ...}`` for this rank."""
     import torch.distributed as dist
 
+    from moebake.reference.moe_fp32 import decode_inputs
     from moebake.serve.deepep_bf16 import DeepEPBf16Experts
     from moebake.serve.deepep_ll import LowLatencyBuffer, LowLatencySpec
     from moebake.serve.dispatch import expected_m
-    from moebake.serve.moe_reference import decode_inputs
 
     specs = {name: LowLatencySpec(s["hidden"], s["experts"], MAX_TOKENS_PER_RANK, ctx.ranks, s["top_k"])
              for name, s in SHAPES.items() if name in args["shapes"]}
@@ -88,11 +89,7 @@ def bench_worker(ctx, args: dict) -> dict:
                         return out
 
                     dist.barrier()
-                    torch.cuda.synchronize()
-                    start = time.perf_counter()
-                    step()
-                    torch.cuda.synchronize()
-                    first_s = time.perf_counter() - start
+                    first_s = benchkit.synchronized_s(step)
                     for _ in range(args["warmup"]):
                         step()
                     torch.cuda.synchronize()
@@ -135,15 +132,7 @@ def _graph_step_ms(step, iters: int) -> float:
     graph, _ = capture(step)
     torch.cuda.synchronize()
     dist.barrier()
-    samples = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
-    return statistics.median(samples)
+    return benchkit.cuda_median_ms(graph.replay, iters, warmup=0)
 
 
 def run(args) -> dict:
@@ -198,13 +187,8 @@ def table(results: dict) -> str:
 
 
 def plot(all_results: list[dict], png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     shapes = list(dict.fromkeys(name for results in all_results for name in results["shapes"]))
-    fig, axes = plt.subplots(1, len(shapes), figsize=(6.5 * len(shapes), 4.8), squeeze=False)
+    fig, axes = benchkit.pyplot().subplots(1, len(shapes), figsize=(6.5 * len(shapes), 4.8), squeeze=False)
     colors = {"deep_gemm": "tab:blue", "torch": "tab:red"}
     for axis, shape in zip(axes[0], shapes):
         for results in all_results:
@@ -236,8 +220,7 @@ def plot(all_results: list[dict], png: Path) -> None:
     first = all_results[0]
     fig.suptitle(f"deepep-bf16 MoE layer on DeepEP low-latency (BF16 dispatch), {first['device']}: "
                  f"DeepGEMM masked GEMMs vs torch bmm", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
+    benchkit.save(fig, png, dpi=120)
     print(f"wrote {png}")
 
 

@@ -20,37 +20,13 @@ Prints a table with the speed-up (torch ms / DeepGEMM ms), writes ``--json`` and
 
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
 
 import torch
 
+import benchkit
+
 OPS = ("gemm1", "gemm2", "forward")
-
-
-def cuda_ms(fn, warmup: int, iters: int) -> float:
-    """Median milliseconds of ``fn()`` by CUDA events, after ``warmup`` untimed calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def first_call_s(fn) -> float:
-    """Wall seconds of the first call (DeepGEMM JIT-compiles its kernel for a new shape here)."""
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    return time.perf_counter() - start
 
 
 def run(args) -> dict:
@@ -82,8 +58,8 @@ def run(args) -> dict:
                 "gemm2": lambda b=backend: b.run(h, w2, masked_m, expected_m),
                 "forward": lambda b=backend: experts[b.name].forward_masked(x, masked_m, expected_m),
             }
-            row["jit_s"][backend.name] = {op: first_call_s(fn) for op, fn in calls.items()}
-            row["ms"][backend.name] = {op: cuda_ms(fn, args.warmup, args.iters) for op, fn in calls.items()}
+            row["jit_s"][backend.name] = {op: benchkit.synchronized_s(fn) for op, fn in calls.items()}  # DeepGEMM JIT-compiles here
+            row["ms"][backend.name] = {op: benchkit.cuda_median_ms(fn, args.iters, args.warmup) for op, fn in calls.items()}
         row["speedup"] = {op: row["ms"]["torch"][op] / row["ms"]["deep_gemm"][op] for op in OPS}
         rows.append(row)
         print_row(row)
@@ -118,14 +94,9 @@ def print_table(results: dict) -> None:
 
 
 def plot(results: dict, png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows, width = results["rows"], 0.25
     labels = [f"expected_m={r['expected_m']}" for r in rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (left, right) = benchkit.pyplot().subplots(1, 2, figsize=(12, 4.5))
     for k, op in enumerate(OPS):
         offsets = [i + (k - 1) * width for i in range(len(rows))]
         bars = left.bar(offsets, [r["speedup"][op] for r in rows], width, label=op)
@@ -144,8 +115,7 @@ def plot(results: dict, png: Path) -> None:
     s = results["shape"]
     fig.suptitle(f"BF16 masked grouped GEMM, {results['device']}: E_local={s['experts']}, H={s['hidden']}, "
                  f"I={s['intermediate']}, T_max={s['t_max']} (deep_gemm {results['deep_gemm']})", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
+    benchkit.save(fig, png, dpi=120)
     print(f"wrote {png}")
 
 

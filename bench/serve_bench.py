@@ -23,19 +23,17 @@ Prints a table with ratios, writes ``--json`` and a PNG plot (``--png``; needs m
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
+import benchkit
 
 
 def oracle():
-    """The SGLang way, a test oracle (``tests/engine_oracles/sglang_baseline.py``), imported as the tests import it."""
-    if str(REPO / "tests") not in sys.path:
-        sys.path.insert(0, str(REPO / "tests"))
+    """The SGLang way, a test oracle (``tests/engine_oracles/sglang_baseline.py``), imported as the tests import it
+    (:mod:`benchkit` puts ``tests/`` on the path)."""
     from engine_oracles import sglang_baseline
 
     return sglang_baseline
@@ -89,27 +87,6 @@ def measure_ready(load, repeats: int) -> dict:
             "peak_bytes": max(peaks), "resident_bytes": max(resident)}
 
 
-def time_cuda_interleaved(functions: dict, iterations: int, warmup: int = 10) -> dict[str, float]:
-    """Median milliseconds of each ``functions[name]()``, every call timed with CUDA events.
-
-    The calls are interleaved, each round in a rotated order, so clock and cache state affect all alike.
-    """
-    names = list(functions)
-    for _ in range(warmup):
-        for name in names:
-            functions[name]()
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for i in range(iterations):
-        for name in names[i % len(names):] + names[: i % len(names)]:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            functions[name]()
-            end.record()
-            end.synchronize()
-            times[name].append(start.elapsed_time(end))
-    return {name: statistics.median(values) for name, values in times.items()}
-
-
 def bench_forward(experts, prepared: dict, swiglu_limit: float, args) -> list[dict]:
     """Latency per token count of moebake's forward, SGLang's call (pad, kernel, trim) on its own
     prepared tensors, and the bare ``cutlass_fused_moe`` on moebake's tensors with a pre-padded input."""
@@ -152,7 +129,7 @@ def bench_forward(experts, prepared: dict, swiglu_limit: float, args) -> list[di
             step.capture(tokens)
             direct_graph, _ = capture(lambda: cutlass_fused_moe(x_padded, ids32, weights, output=out, **direct_args))
             calls.update(decode_graph=step.replay, direct_graph=direct_graph.replay)
-        ms = time_cuda_interleaved(calls, iterations)
+        ms = benchkit.cuda_medians_ms(calls, iterations, warmup=10)
         cutlass_fused_moe(x_padded, ids32, weights, output=out, **direct_args)
         ours = experts.forward(x, ids, weights)
         theirs = sglang_baseline.sglang_moe_forward(prepared, swiglu, x, ids, weights)
@@ -264,12 +241,7 @@ def table(results: dict) -> str:
 
 
 def plot(results: dict, png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right) = benchkit.pyplot().subplots(1, 2, figsize=(11, 4))
     ready = results["ready"]
     labels = ["moebake load", "SGLang way"]
     left.bar(labels, [ready["moebake"]["seconds"], ready["sglang"]["seconds"]], color=["tab:green", "tab:gray"])
@@ -293,8 +265,7 @@ def plot(results: dict, png: Path) -> None:
     right.set_ylabel("latency (ms)")
     right.legend()
     right.set_title(results["device"])
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
+    benchkit.save(fig, png, dpi=120)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

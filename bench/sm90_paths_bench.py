@@ -19,12 +19,11 @@ import argparse
 import importlib
 import json
 import os
-import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+import benchkit
+
 BASELINE = "sm90-cutlass"
 PATHS = {"sm90-cutlass": "CUTLASS W4A16", "sm90-cutlass-w4a8": "CUTLASS Humming W4A8", "sm90-marlin": "Marlin"}
 """Target -> its label; SGLang's server flags for each come from the target's engine profile (``server_flags``)."""
@@ -33,10 +32,8 @@ PATHS = {"sm90-cutlass": "CUTLASS W4A16", "sm90-cutlass-w4a8": "CUTLASS Humming 
 def _harness(experts: int):
     """The SGLang GPU test's helpers (server state, plugin layer, dispatch), for a layer of ``experts`` experts."""
     os.environ["MOEBAKE_GPU_SGLANG_EXPERTS"] = str(experts)
-    for path in (REPO / "tests", REPO / "tests" / "gpu"):
-        if str(path) not in sys.path:
-            sys.path.insert(0, str(path))
-    # first: the oracle stands in for compiled modules SGLang imports but these paths never call
+    # tests/ and tests/gpu/ are on the path (benchkit). First: the oracle stands in for compiled modules SGLang imports
+    # but these paths never call
     sglang_oracle = importlib.import_module("engine_oracles.sglang_oracle")
     import test_sglang_plugin_gpu as harness
 
@@ -52,20 +49,7 @@ def time_apply(layer, x, ids, weights, iters: int, warmup: int) -> float:
     logits = torch.zeros(x.shape[0], layer.num_experts, device=x.device)  # Marlin's runner checks their token count
     topk = StandardTopKOutput(topk_weights=weights, topk_ids=ids.to(torch.int32), router_logits=logits)
 
-    def call():
-        return layer.quant_method.apply(layer, StandardDispatchOutput(x, None, topk))
-
-    for _ in range(warmup):
-        call()
-    samples = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
-    return statistics.median(samples)
+    return benchkit.cuda_median_ms(lambda: layer.quant_method.apply(layer, StandardDispatchOutput(x, None, topk)), iters, warmup)
 
 
 def run(args) -> dict:
@@ -125,14 +109,9 @@ def table(results: dict) -> str:
 
 
 def plot(results: dict, png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows, targets = results["rows"], results["targets"]
     tokens = [r["tokens"] for r in rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right) = benchkit.pyplot().subplots(1, 2, figsize=(11, 4))
     for target, marker in zip(targets, "osd^"):
         left.plot(tokens, [r["ms"][target] for r in rows], marker + "-", label=f"{target} ({PATHS[target]})")
         if target != BASELINE:
@@ -142,8 +121,7 @@ def plot(results: dict, png: Path) -> None:
     right.axhline(1.0, color="k", lw=0.8, ls="--")
     right.set(xscale="log", xlabel="tokens", ylabel="time / CUTLASS W4A16", title="below 1: faster than W4A16")
     right.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
+    benchkit.save(fig, png, dpi=110)
 
 
 def parse_args(argv=None) -> argparse.Namespace:

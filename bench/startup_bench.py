@@ -12,7 +12,7 @@ own (one per GPU, ``--ep`` ranks, SGLang's expert parallelism over a gloo world)
   method's post-load step (FlashInfer's CUDA interleave, from moebake's reduced module);
 * ``bake``: the same iterator over the bake's shards, the same ``FusedMoE`` layers with the moebake
   plugin's method: the baked tensors' loaders read metadata only, and each layer's post-load step
-  reads this rank's rows with :class:`moebake.bake.rank_loader.RankLoader`.
+  reads this rank's rows with :class:`moebake.serving_core.rank_loader.RankLoader`.
 
 Every other tensor (attention, router, norms, embeddings) is copied by SGLang's ``default_weight_loader``
 into a GPU parameter of its shape in both paths. What is not SGLang's: the model object (a holder of
@@ -50,7 +50,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+import benchkit
+
+ROOT = benchkit.REPO
 MODELS = {"gpt-oss-20b": {"layers": 24, "experts": 32}, "gpt-oss-120b": {"layers": 36, "experts": 128},
           "tiny": {"layers": 2, "experts": 4}}
 SHAPES = {"hidden": 2880, "intermediate": 2880, "heads": 64, "kv_heads": 8, "head_dim": 64, "vocab": 201088}
@@ -162,8 +164,7 @@ def _sglang_world(ep: int, rank: int, device: str):
     from contextlib import ExitStack
     from unittest import mock
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    from engine_oracles import sglang_oracle, standins
+    from engine_oracles import sglang_oracle, standins  # tests/ is on the path: benchkit
 
     standins.install()
     import sglang.srt.layers.moe.moe_runner.flashinfer_cutlass as runner
@@ -496,11 +497,7 @@ def _spawn(args, path: str, ep: int, directory: Path) -> list[dict]:
 # ----------------------------------------------------------------------------------------------- plot
 def plot(results_path: Path, png: Path | None = None) -> Path:
     """A bar chart per model: seconds of each (path, ep, cache), the physical limit as a tick; the ratio on top."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = benchkit.pyplot()
     runs = json.loads(Path(results_path).read_text())["runs"]
     models = sorted({(r["model"], r["layers"]) for r in runs})
     fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.5), squeeze=False)
@@ -522,9 +519,8 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
         ax.set_ylabel("seconds to ready (lower is better)")
         ax.set_title(f"SGLang start-up, {model}-shaped, {layers} MoE layers")
         ax.legend(loc="upper right")
-    fig.tight_layout()
     png = Path(png) if png else Path(results_path).with_suffix(".png")
-    fig.savefig(png, dpi=110)
+    benchkit.save(fig, png, dpi=110)
     return png
 
 
@@ -675,5 +671,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     main()

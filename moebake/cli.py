@@ -174,7 +174,7 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     from moebake.convert.output_dir import check_output, finished_bake, output_paths
     from moebake.convert.run import convert as run_convert
     from moebake.inspection import gate_up_summary
-    from moebake.progress import rate_text, size_text
+    from moebake.progress_bars import rate_text, size_text
 
     options = ConvertOptions(target, flashinfer_layout=flashinfer_layout, hidden_multiple=hidden_multiple,
                              intermediate_multiple=intermediate_multiple, chunk_bytes=chunk_mb << 20, engine=engine,

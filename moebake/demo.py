@@ -16,7 +16,7 @@ from moebake.convert.run import convert
 from moebake.convert.source_check import compare_with_source
 from moebake.convert.verify import verify_output
 from moebake.errors import OutputError
-from moebake.progress import size_text
+from moebake.progress_bars import size_text
 from moebake.synthetic import write_gpt_oss
 
 DEMO_SHAPE = {"num_layers": 2, "num_experts": 4, "hidden": 2880, "intermediate": 2880}

@@ -19,7 +19,7 @@ from moebake.convert.targets import TARGETS, kernel_description, plan_target
 from moebake.errors import MoebakeError
 from moebake.formats import SOURCE_FORMATS, detect_format
 from moebake.formats.checkpoint import open_checkpoint
-from moebake.progress import size_text
+from moebake.progress_bars import size_text
 from moebake.schema.config_values import as_count, first_model_value, short_repr
 from moebake.schema.manifest import MANIFEST_NAME, Manifest, read_manifest_record
 from moebake.schema.profiles import serving_flags

@@ -19,7 +19,8 @@ import torch
 
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.synthetic import write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
+from moebake.reference.synthetic_sources import write_bf16_moe, write_deepseek_v4, write_modelopt_nvfp4
+from moebake.synthetic import write_gpt_oss
 
 FIXTURE = Path(__file__).parent / "fixtures" / "bake_hashes.json"
 

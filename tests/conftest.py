@@ -22,11 +22,40 @@ def _installed(package: str) -> str | None:
         return None
 
 
+class _HidingFinder:
+    """A ``sys.path`` entry's finder that does not find the ``hidden`` top-level packages (the rest as before)."""
+
+    def __init__(self, finder, hidden: set[str]):
+        self.finder, self.hidden = finder, hidden
+
+    def find_spec(self, name, target=None):
+        return None if name.split(".")[0] in self.hidden else self.finder.find_spec(name, target)
+
+    def invalidate_caches(self):
+        self.finder.invalidate_caches()
+
+
+def _hide_installed(names: str) -> None:
+    """In a release-matrix run, make installed top-level packages that the release's environment would lack (named by
+    ``tests/engine_releases/prove.py``) unimportable from site-packages."""
+    import importlib.machinery
+    import sys
+
+    hidden = {name for name in names.split(",") if name}
+    if not hidden:
+        return
+    for entry in [e for e in sys.path if e.endswith("site-packages")]:
+        finder = sys.path_importer_cache.get(entry) or importlib.machinery.FileFinder(
+            entry, *importlib.machinery._bootstrap_external._get_supported_file_loaders())
+        sys.path_importer_cache[entry] = _HidingFinder(finder, hidden)
+
+
 def pytest_configure(config):
     """A release-matrix discovery run (``tests/engine_releases/prove.py``) tries one rule for a release the matrix does
     not hold yet: every (target, source) of that rule is taken as that release's, so the oracles test the rule."""
     import os
 
+    _hide_installed(os.environ.get("MOEBAKE_ORACLE_HIDE", ""))
     rule, engine = os.environ.get("MOEBAKE_ORACLE_RULE"), os.environ.get("MOEBAKE_ORACLE_ENGINE", "")
     if rule and "==" in engine:
         from moebake.schema import release_matrix
@@ -82,6 +111,21 @@ def gpt_oss_copy(tmp_path, gpt_oss_tiny):
     import shutil
 
     return shutil.copytree(gpt_oss_tiny, tmp_path / "src")
+
+
+def load_bench(name: str):
+    """The script ``bench/NAME`` as a module, imported as ``python bench/NAME`` runs it (``bench/`` first on the path,
+    where its shared ``benchkit`` is)."""
+    import importlib.util
+    import sys
+
+    bench = Path(__file__).resolve().parent.parent / "bench"
+    if str(bench) not in sys.path:
+        sys.path.insert(0, str(bench))
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), bench / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def random_u8(*shape, seed=0):

@@ -1,7 +1,6 @@
 """The conversion benchmark's plots draw from its own CSV results: against model size, and against ``--workers``
 where one size was measured with several (the scaling curve). Uses the committed results as input."""
 
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -9,15 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import load_bench
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 pytest.importorskip("matplotlib")
 
 
 def _convert_bench():
-    spec = importlib.util.spec_from_file_location("convert_bench", BENCH / "convert_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("convert_bench.py")
 
 
 @pytest.mark.parametrize("name, scaling", [("convert_bench", False), ("convert_bench_16core", True)])

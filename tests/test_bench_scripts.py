@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import load_bench
 from moebake.convert.stages import NAMES as STAGES
 
 REPO = Path(__file__).resolve().parent.parent
@@ -22,27 +23,63 @@ BENCH = REPO / "bench"
 RESULTS = BENCH / "results"
 PYTHON_SCRIPTS = ["convert_bench.py", "transform_bench.py", "serve_bench.py", "deepep_layer_bench.py", "deepgemm_masked_bench.py",
                   "startup_bench.py", "sm90_paths_bench.py", "real_server.py"]
-HELPER_MODULES = ["real_server_probe.py"]  # imported by a script's subprocesses, not run (tested below)
 SHELL_SCRIPTS = ["device_convert_scaling.sh", "device_wheels.sh"]
+HELPERS = ["benchkit.py", "real_server_probe.py"]  # imported by the scripts (or their servers), not run
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal on a machine without a GPU")
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), BENCH / name)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_every_bench_script_has_a_smoke_test():
-    assert sorted(p.name for p in BENCH.iterdir() if p.is_file()) == sorted(PYTHON_SCRIPTS + HELPER_MODULES + SHELL_SCRIPTS)
+    assert sorted(p.name for p in BENCH.iterdir() if p.is_file()) == sorted(PYTHON_SCRIPTS + SHELL_SCRIPTS + HELPERS)
+
+
+@no_gpu
+def test_a_gpu_benchmark_run_as_documented_finds_moebake_and_the_oracles(tmp_path):
+    """``python bench/serve_bench.py`` from the repository root, with nothing on PYTHONPATH: the checkout's moebake
+    and the tests' SGLang oracle import (before the GPU check), and the run ends in the one-line refusal."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "bench/serve_bench.py", "--workdir", str(tmp_path / "work")], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert (result.returncode, result.stderr.splitlines()[-1:]) == (1, [
+        "serve_bench.py times GPU work: it needs a CUDA SM90 GPU (H100/H200) and FlashInfer; without one, only --plot-only runs"
+    ]), result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+
+
+def test_benchkit_times_each_call_alone_interleaved(monkeypatch):
+    """The calls run ``warmup`` untimed rounds, then each round in a rotated order, each call between its own pair of
+    CUDA events (stood in for here: each pair measures the call it brackets); the medians are per call."""
+    benchkit = load_bench("benchkit.py")
+    ran, costs = [], {"a": 1.0, "b": 2.0, "c": 3.0}
+
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
+
+        def record(self):
+            self.at = len(ran)
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):
+            assert end.at == self.at + 1
+            return costs[ran[self.at]]
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    calls = {name: (lambda name=name: ran.append(name)) for name in costs}
+    assert benchkit.cuda_medians_ms(calls, iters=3, warmup=2) == costs
+    assert ran == ["a", "b", "c"] * 2 + ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    ran.clear()
+    assert benchkit.cuda_median_ms(calls["b"], iters=2, warmup=1) == 2.0 and ran == ["b"] * 3
 
 
 @pytest.mark.parametrize("name", PYTHON_SCRIPTS)
 def test_the_script_explains_itself(name, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", [name, "--help"])
     with pytest.raises(SystemExit) as exit_:
-        _load(name).main()
+        load_bench(name).main()
     assert exit_.value.code == 0 and capsys.readouterr().out.startswith(f"usage: {name} [-h]")
 
 
@@ -56,7 +93,7 @@ def test_the_shell_script_parses(name):
 
 
 def test_serve_bench_arguments():
-    args = _load("serve_bench.py").parse_args(["--tokens", "1,64", "--experts", "4", "--plot-only", "r.json"])
+    args = load_bench("serve_bench.py").parse_args(["--tokens", "1,64", "--experts", "4", "--plot-only", "r.json"])
     assert (args.tokens, args.experts, args.top_k, args.plot_only) == ([1, 64], 4, 4, Path("r.json"))
 
 
@@ -64,7 +101,7 @@ def test_serve_bench_shape_of_a_cpu_bake(tmp_path):
     """The CPU half of a run: the synthetic source, its bake, and the shape reported from the typed layer records."""
     import moebake.serve
 
-    bench = _load("serve_bench.py")
+    bench = load_bench("serve_bench.py")
     args = bench.parse_args(["--layers", "2", "--experts", "4", "--hidden", "160", "--intermediate", "96", "--top-k", "2"])
     source, baked, timings = bench.make_checkpoints(tmp_path, args)
     assert sorted(timings) == ["bake_cpu_s", "synthesize_s"]
@@ -74,20 +111,20 @@ def test_serve_bench_shape_of_a_cpu_bake(tmp_path):
 
 
 def test_serve_bench_baseline_is_the_test_oracle():
-    assert Path(_load("serve_bench.py").oracle().__file__) == REPO / "tests" / "engine_oracles" / "sglang_baseline.py"
+    assert Path(load_bench("serve_bench.py").oracle().__file__) == REPO / "tests" / "engine_oracles" / "sglang_baseline.py"
 
 
 @no_gpu
 def test_serve_bench_refuses_without_a_gpu(tmp_path):
     with pytest.raises(SystemExit, match=r"^serve_bench.py times GPU work: it needs a CUDA SM90 GPU .* only --plot-only runs$"):
-        _load("serve_bench.py").main(["--workdir", str(tmp_path)])
+        load_bench("serve_bench.py").main(["--workdir", str(tmp_path)])
     assert list(tmp_path.iterdir()) == []  # refused before synthesizing anything
 
 
 def test_serve_bench_plot_only(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     saved = RESULTS / "serve_bench_h100.json"
-    _load("serve_bench.py").main(["--plot-only", str(saved), "--png", str(tmp_path / "serve.png"), "--json", str(tmp_path / "x.json")])
+    load_bench("serve_bench.py").main(["--plot-only", str(saved), "--png", str(tmp_path / "serve.png"), "--json", str(tmp_path / "x.json")])
     results = json.loads(saved.read_text())
     lines = capsys.readouterr().out.splitlines()
     m, g = results["ready"]["moebake"], results["ready"]["sglang"]
@@ -102,7 +139,7 @@ def test_serve_bench_plot_only(tmp_path, capsys):
 def test_serve_bench_table_and_plot_show_the_graph_captured_decode_step(tmp_path):
     """Rows with the CUDA-graph timings (made up here) get the decode table and two more lines in the plot."""
     pytest.importorskip("matplotlib")
-    bench = _load("serve_bench.py")
+    bench = load_bench("serve_bench.py")
     results = json.loads((RESULTS / "serve_bench_h100.json").read_text())
     results["forward"][0].update(decode_graph_ms=0.2, direct_graph_ms=0.2, ratio_graph=1.0, ratio_graph_vs_direct=0.5)
     lines = bench.table(results).splitlines()
@@ -119,20 +156,20 @@ def test_serve_bench_table_and_plot_show_the_graph_captured_decode_step(tmp_path
 
 
 def test_deepgemm_masked_bench_arguments():
-    args = _load("deepgemm_masked_bench.py").parse_args(["--expected-m", "8,64", "--t-max", "128"])
+    args = load_bench("deepgemm_masked_bench.py").parse_args(["--expected-m", "8,64", "--t-max", "128"])
     assert (args.expected_m, args.t_max, args.experts, args.plot_only) == ([8, 64], 128, 64, None)
 
 
 @no_gpu
 def test_deepgemm_masked_bench_refuses_without_a_gpu(capsys):
     with pytest.raises(SystemExit, match=r"^deepgemm_masked_bench.py times GPU kernels: it needs a CUDA GPU with DeepGEMM; "):
-        _load("deepgemm_masked_bench.py").main(["--expected-m", "8"])
+        load_bench("deepgemm_masked_bench.py").main(["--expected-m", "8"])
 
 
 def test_deepgemm_masked_bench_plot_only(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     saved = RESULTS / "deepgemm_masked_h100.json"
-    bench = _load("deepgemm_masked_bench.py")
+    bench = load_bench("deepgemm_masked_bench.py")
     bench.main(["--plot-only", str(saved), "--png", str(tmp_path / "dg.png")])
     results = json.loads(saved.read_text())
     out = capsys.readouterr().out
@@ -147,7 +184,7 @@ def test_deepgemm_masked_bench_plot_only(tmp_path, capsys):
 
 
 def test_deepep_layer_bench_arguments():
-    args = _load("deepep_layer_bench.py").parse_args(["--ranks", "2", "--shapes", "qwen3.5-35b-a3b", "--tokens", "1,8"])
+    args = load_bench("deepep_layer_bench.py").parse_args(["--ranks", "2", "--shapes", "qwen3.5-35b-a3b", "--tokens", "1,8"])
     assert (args.ranks, args.shapes, args.backends, args.tokens) == (2, ["qwen3.5-35b-a3b"], ["deep_gemm", "torch"], [1, 8])
 
 
@@ -155,19 +192,19 @@ def test_deepep_layer_bench_arguments():
 def test_deepep_layer_bench_refuses_what_it_cannot_run(argv):
     with pytest.raises(SystemExit, match=r"^shapes from \['qwen3.5-35b-a3b', 'qwen3.5-397b-a17b'\], backends from "
                                          r"\['deep_gemm', 'torch'\], tokens <= 128$"):
-        _load("deepep_layer_bench.py").main(argv)
+        load_bench("deepep_layer_bench.py").main(argv)
 
 
 @no_gpu
 def test_deepep_layer_bench_refuses_without_a_gpu():
     with pytest.raises(SystemExit, match=r"^deepep_layer_bench.py times GPU work: it needs CUDA GPUs with DeepEP and DeepGEMM; "):
-        _load("deepep_layer_bench.py").main(["--tokens", "1"])
+        load_bench("deepep_layer_bench.py").main(["--tokens", "1"])
 
 
 def test_deepep_layer_bench_plot_only(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     saved = [RESULTS / "deepep_layer_h200_ep1.json", RESULTS / "deepep_layer_h200_ep2.json"]
-    _load("deepep_layer_bench.py").main(["--plot-only", *map(str, saved), "--png", str(tmp_path / "ep.png")])
+    load_bench("deepep_layer_bench.py").main(["--plot-only", *map(str, saved), "--png", str(tmp_path / "ep.png")])
     lines = capsys.readouterr().out.splitlines()
     for results in map(json.loads, (path.read_text() for path in saved)):
         rank0 = {(r["shape"], r["tokens"], r["backend"]): r["ms"] for r in results["rows"] if r["rank"] == 0}
@@ -182,7 +219,7 @@ def test_deepep_layer_bench_plot_only(tmp_path, capsys):
 def test_deepep_layer_bench_shows_the_graph_step(tmp_path, capsys):
     """A DeepGEMM row with ``graph_step`` (added here) gets it in the table's last column and a line in the plot."""
     pytest.importorskip("matplotlib")
-    bench = _load("deepep_layer_bench.py")
+    bench = load_bench("deepep_layer_bench.py")
     assert bench.parse_args(["--graph"]).graph and not bench.parse_args([]).graph
     results = json.loads((RESULTS / "deepep_layer_h200_ep1.json").read_text())
     row = next(r for r in results["rows"] if r["rank"] == 0 and r["backend"] == "deep_gemm")
@@ -198,7 +235,7 @@ def test_deepep_layer_bench_shows_the_graph_step(tmp_path, capsys):
 
 
 def test_sm90_paths_bench_arguments():
-    bench = _load("sm90_paths_bench.py")
+    bench = load_bench("sm90_paths_bench.py")
     args = bench.parse_args(["--tokens", "1,64", "--experts", "8", "--targets", "sm90-marlin"])
     assert (args.tokens, args.experts, args.hidden, args.top_k) == ([1, 64], 8, 2880, 4)
     assert args.targets == ["sm90-cutlass", "sm90-marlin"]  # the baseline is always timed, first
@@ -210,7 +247,7 @@ def test_sm90_paths_bench_arguments():
 @no_gpu
 def test_sm90_paths_bench_refuses_without_a_gpu():
     with pytest.raises(SystemExit, match=r"^sm90_paths_bench.py times GPU work: it needs an SM90 GPU"):
-        _load("sm90_paths_bench.py").main(["--tokens", "1"])
+        load_bench("sm90_paths_bench.py").main(["--tokens", "1"])
 
 
 def test_sm90_paths_bench_table_and_plot(tmp_path, capsys):
@@ -222,7 +259,7 @@ def test_sm90_paths_bench_table_and_plot(tmp_path, capsys):
                "rows": [{"tokens": 1, "ms": dict(zip(targets, (0.2, 0.3, 0.1)))},
                         {"tokens": 8192, "ms": dict(zip(targets, (10.0, 8.0, 15.0)))}]}
     (tmp_path / "r.json").write_text(json.dumps(results))
-    _load("sm90_paths_bench.py").main(["--plot-only", str(tmp_path / "r.json"), "--png", str(tmp_path / "m.png")])
+    load_bench("sm90_paths_bench.py").main(["--plot-only", str(tmp_path / "r.json"), "--png", str(tmp_path / "m.png")])
     lines = capsys.readouterr().out.splitlines()
     assert "| 1 | 0.200 | 0.300 | 0.100 | 1.50 | 0.50 | Marlin |" in lines
     assert "| 8192 | 10.000 | 8.000 | 15.000 | 0.80 | 1.50 | CUTLASS Humming W4A8 |" in lines
@@ -239,7 +276,7 @@ def test_transform_bench_tiny(monkeypatch, capsys):
     threads = torch.get_num_threads()
     monkeypatch.setattr(sys, "argv", ["transform_bench.py", "--experts", "1", "--hidden", "128", "--repeat", "1"])
     try:
-        _load("transform_bench.py").main()
+        load_bench("transform_bench.py").main()
     finally:
         torch.set_num_threads(threads)
     lines = capsys.readouterr().out.splitlines()
@@ -283,7 +320,7 @@ def test_convert_bench_bakes_each_target_asked_for(tmp_path):
     """--targets: one more measured conversion per target besides sm90-cutlass, labelled with it."""
     from moebake.synthetic import write_gpt_oss
 
-    bench = _load("convert_bench.py")
+    bench = load_bench("convert_bench.py")
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=256, intermediate=128, vocab=32)
     (tmp_path / "scratch").mkdir()
     rows = bench.run_size(source, tmp_path / "scratch", [1], ["warm"], [""], [1], ("sm90-cutlass", "sm90-marlin"))
@@ -361,14 +398,14 @@ def test_startup_bench_on_the_cpu_loads_both_paths_to_the_same_parameters(tmp_pa
 
 
 def test_startup_bench_redraws_the_committed_results(tmp_path):
-    png = _load("startup_bench.py").plot(RESULTS / "startup_h200x2.json", tmp_path / "startup.png")
+    png = load_bench("startup_bench.py").plot(RESULTS / "startup_h200x2.json", tmp_path / "startup.png")
     assert png.stat().st_size > 10_000
 
 
 def test_startup_bench_table_is_the_committed_markdown(tmp_path):
     """bench/results/startup_h200x2.md is what ``startup_bench.py table`` makes of the JSON beside it (regenerate
     it with that command after the results change), and its numbers are the JSON's."""
-    bench = _load("startup_bench.py")
+    bench = load_bench("startup_bench.py")
     md = bench.table(RESULTS / "startup_h200x2.json", tmp_path / "startup.md")
     assert md.read_text() == (RESULTS / "startup_h200x2.md").read_text()
     text = md.read_text()
@@ -388,7 +425,7 @@ def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):
     results = tmp_path / "startup.json"
     results.write_text(json.dumps({"runs": runs, "limits": [{"model": "tiny", "layers": 2, "disk_gbps": 1.0,
                                                             "page_cache_gbps": 10.0}]}))
-    _load("startup_bench.py").main(["table", str(results)])
+    load_bench("startup_bench.py").main(["table", str(results)])
     md = Path(capsys.readouterr().out.strip())
     assert md == results.with_suffix(".md")
     text = md.read_text()
@@ -401,7 +438,7 @@ def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):
 
 
 def test_real_server_compares_every_prompt_bit_for_bit():
-    bench = _load("real_server.py")
+    bench = load_bench("real_server.py")
     reference = [{"output_ids": [5, 6, 7], "logprobs": [-0.5, -1.25, -2.0]}, {"output_ids": [1], "logprobs": [-0.125]}]
     same = json.loads(json.dumps(reference))  # what a second server's JSON gives for the same floats
     assert bench.compare(same, reference) == (True, True)
@@ -417,12 +454,12 @@ def test_real_server_compares_every_prompt_bit_for_bit():
 def test_real_server_reads_sglangs_load_line():
     line = ("[2026-11-27 21:40:01] Load weight end. elapsed=1.87 s, type=GptOssForCausalLM, quant=mxfp4, "
             "avail mem=70.12 GB, mem usage=1.73 GB.")
-    assert _load("real_server.py").parse_log(f"noise\n{line}\nmore") == {"load_seconds": 1.87, "sglang_load_mem_usage_gib": 1.73}
-    assert _load("real_server.py").parse_log("no load line") == {"load_seconds": None, "sglang_load_mem_usage_gib": None}
+    assert load_bench("real_server.py").parse_log(f"noise\n{line}\nmore") == {"load_seconds": 1.87, "sglang_load_mem_usage_gib": 1.73}
+    assert load_bench("real_server.py").parse_log("no load line") == {"load_seconds": None, "sglang_load_mem_usage_gib": None}
 
 
 def test_real_server_command_and_prompts():
-    bench = _load("real_server.py")
+    bench = load_bench("real_server.py")
     stock = bench.server_command(Path("/m/src"), "marlin", False, 30000, [])
     bake = bench.server_command(Path("/m/sm90-marlin"), "marlin", True, 30000, ["--x"])
     for flag in ("--skip-tokenizer-init", "--attention-backend", "--moe-runner-backend"):
@@ -437,7 +474,7 @@ def test_real_server_command_and_prompts():
 def test_real_server_makes_a_gpt_oss_config_sglang_reads(tmp_path):
     """The source config carries what SGLang's GptOssForCausalLM reads (layer types, sliding window, rope) and the
     bake made from it keeps them."""
-    bench = _load("real_server.py")
+    bench = load_bench("real_server.py")
     bench.make(tmp_path, layers=2, experts=2, vocab=256, bakes=["sm90-marlin"], engine=None, extra_convert=[])
     for model in ("src", "sm90-marlin"):
         config = json.loads((tmp_path / model / "config.json").read_text())
@@ -453,7 +490,7 @@ def test_real_server_probe_hooks_a_method_sglang_has():
     import ast
     import importlib.util
 
-    module, cls, method = _load("real_server_probe.py").TARGET.rsplit(".", 2)
+    module, cls, method = load_bench("real_server_probe.py").TARGET.rsplit(".", 2)
     sglang = importlib.util.find_spec("sglang")
     if sglang is None:
         pytest.skip("sglang is not installed")
@@ -467,7 +504,7 @@ def test_real_server_probe_hooks_a_method_sglang_has():
 
 
 def test_real_server_names_the_release_and_the_compilers_it_waits_for():
-    bench = _load("real_server.py")
+    bench = load_bench("real_server.py")
     assert bench.release_of("sglang-0.5.17.dist-info") == "0.5.17"
     ps = ("   12 /usr/local/cuda/bin/nvcc -c /c/moe_wna16_marlin.cu -o /b/moe_wna16_marlin.cuda.o\n"
           "    3 /usr/bin/python3 -m sglang.launch_server --model-path m\n   40 /usr/bin/ninja -v -j 16\n")
@@ -477,7 +514,7 @@ def test_real_server_names_the_release_and_the_compilers_it_waits_for():
 
 def test_real_server_compares_each_run_with_its_backends_first_stock_run(tmp_path, monkeypatch):
     """Bakes and repeated stock runs against the first stock run of their backend that answered; the results file."""
-    bench = _load("real_server.py")
+    bench = load_bench("real_server.py")
     answers = {1: [[1, 2]], 2: [[1, 2]], 3: [[1, 3]], 4: None, 5: [[1, 2]]}
 
     def fake_run_one(directory, path, backend, target, new_tokens, timeout, extra, log_dir, order):

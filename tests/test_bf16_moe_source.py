@@ -10,7 +10,8 @@ from safetensors.torch import load_file, save_file
 from moebake.errors import MoebakeError
 from moebake.formats import SOURCE_FORMATS, bf16_moe, detect_format, open_source
 from moebake.formats.checkpoint import open_checkpoint
-from moebake.synthetic import write_bf16_moe, write_gpt_oss
+from moebake.reference.synthetic_sources import write_bf16_moe
+from moebake.synthetic import write_gpt_oss
 
 SMALL = {"num_layers": 2, "num_experts": 3, "hidden": 32, "intermediate": 16}
 

@@ -2,7 +2,7 @@
 
 The fixture was recorded from ``main`` before the schema refactor (issue 14) by ``tests/bake_hashes.py``;
 it is the truth, not something the code under test computes at test time. Each case bakes a tiny
-synthetic checkpoint (:mod:`moebake.synthetic`) and compares the SHA-256 of every output file
+synthetic checkpoint (:mod:`moebake.synthetic`, :mod:`moebake.reference.synthetic_sources`) and compares the SHA-256 of every output file
 (shards, index, copied side files) and of every stable manifest field
 (:data:`bake_hashes.MANIFEST_FIELDS`: not ``created``, ``moebake_version`` or the source's location).
 

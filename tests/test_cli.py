@@ -14,7 +14,7 @@ from moebake.cli import main
 from moebake.convert.targets import TARGETS
 from moebake.formats import SOURCE_FORMATS
 from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
-from moebake.synthetic import write_deepseek_v4, write_modelopt_nvfp4
+from moebake.reference.synthetic_sources import write_deepseek_v4, write_modelopt_nvfp4
 
 
 def run(*args):
@@ -207,7 +207,7 @@ def test_progress_rate_starts_with_the_first_bytes():
     """Workers take seconds to start: that wait, and the first few bytes, must not make the ETA hours."""
     import io
 
-    from moebake.progress import _ByteBar
+    from moebake.progress_bars import _ByteBar
 
     bar = _ByteBar(total=10**9, initial=10**8, file=io.StringIO(), smoothing=0, unit_divisor=1000)
     bar.start_t -= 60  # the bar was made a minute before any worker reported

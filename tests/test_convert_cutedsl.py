@@ -21,8 +21,8 @@ from moebake.convert.targets import get_target
 from moebake.errors import MoebakeError
 from moebake.formats import open_source
 from moebake.formats.checkpoint import per_expert_names
+from moebake.reference.synthetic_sources import write_modelopt_nvfp4
 from moebake.schema.manifest import LayerRecord
-from moebake.synthetic import write_modelopt_nvfp4
 from test_convert_gpt_oss import load_all
 from test_nvfp4_gate_up import brute_force_e4m3
 

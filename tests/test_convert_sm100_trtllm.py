@@ -22,8 +22,8 @@ from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.convert.targets import get_target
 from moebake.formats import open_source
+from moebake.reference.synthetic_sources import write_deepseek_v4
 from moebake.schema.manifest import LayerRecord
-from moebake.synthetic import write_deepseek_v4
 
 EXPERT_TENSOR = re.compile(r"\.experts\.(\d+\.|gate_up_proj_|down_proj_)")  # routed-expert source tensors
 

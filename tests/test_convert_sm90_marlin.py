@@ -5,7 +5,8 @@ import pytest
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import UnsupportedError
-from moebake.synthetic import write_deepseek_v4, write_gpt_oss
+from moebake.reference.synthetic_sources import write_deepseek_v4
+from moebake.synthetic import write_gpt_oss
 
 
 def test_refuses_gpt_oss_whose_hidden_size_is_not_a_multiple_of_64(tmp_path):

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from moebake.bake.staged_reader import LoadStats
 from moebake.errors import InvalidArgumentError, PlatformError
 from moebake.serve.sm90_cutlass import Sm90CutlassExperts
+from moebake.serving_core.staged_reader import LoadStats
 
 E, H, H_PAD, I_PAD = 4, 2880, 3072, 2944
 

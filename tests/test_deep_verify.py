@@ -170,16 +170,16 @@ def test_deep_verify_reads_in_bounded_chunks(tmp_path, monkeypatch):
 def test_every_phase_shows_a_bar_and_a_line_per_step(baked, gpt_oss_tiny, monkeypatch):
     import logging
 
-    import moebake.progress
+    import moebake.progress_bars
 
     bars = []
 
-    class Recording(moebake.progress._ByteBar):
+    class Recording(moebake.progress_bars._ByteBar):
         def __init__(self, *args, **kwargs):
             bars.append(kwargs["desc"])
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(moebake.progress, "_ByteBar", Recording)
+    monkeypatch.setattr(moebake.progress_bars, "_ByteBar", Recording)
     result = CliRunner().invoke(main, ["-v", "verify", str(baked), "--source", str(gpt_oss_tiny)])
     logging.getLogger("moebake").setLevel(logging.INFO)
     assert result.exit_code == 0, result.output
@@ -194,7 +194,7 @@ def test_every_phase_shows_a_bar_and_a_line_per_step(baked, gpt_oss_tiny, monkey
 
 
 def test_a_bake_that_rescaled_gate_up_scales_is_not_called_bit_exact(tmp_path):
-    from moebake.synthetic import write_modelopt_nvfp4
+    from moebake.reference.synthetic_sources import write_modelopt_nvfp4
 
     source = write_modelopt_nvfp4(tmp_path / "nvfp4")  # gate/up globals differ in 4 of 8 experts
     for globals_, expected in (
@@ -237,7 +237,7 @@ def test_a_differing_tensor_is_one_line_with_its_count(damaged, gpt_oss_tiny):
 
 
 def test_a_source_of_another_supported_format_is_named_as_such(baked, tmp_path):
-    from moebake.synthetic import write_deepseek_v4
+    from moebake.reference.synthetic_sources import write_deepseek_v4
 
     dsv4 = write_deepseek_v4(tmp_path / "dsv4")
     result = CliRunner().invoke(main, ["verify", str(baked), "--source", str(dsv4), "--quiet"])

@@ -10,8 +10,8 @@ from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.formats import detect_format
 from moebake.formats.checkpoint import open_checkpoint
+from moebake.reference.synthetic_sources import write_modelopt_nvfp4
 from moebake.schema.manifest import read_manifest
-from moebake.synthetic import write_modelopt_nvfp4
 
 L, E, H, I = 3, 4, 128, 64
 

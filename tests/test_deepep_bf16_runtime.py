@@ -13,11 +13,11 @@ import moebake.serve
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import MoebakeError
+from moebake.reference.synthetic_sources import write_bf16_moe
 from moebake.schema.manifest import write_manifest
 from moebake.serve.deepep_bf16 import DeepEPBf16Experts
 from moebake.serve.dispatch import combine, dispatch, expected_m
 from moebake.serve.masked_gemm import TORCH, MaskedGemm, default_backend, get_backend
-from moebake.synthetic import write_bf16_moe
 
 BF16 = torch.bfloat16
 

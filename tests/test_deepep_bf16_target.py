@@ -15,8 +15,9 @@ from moebake.convert.run import convert
 from moebake.convert.source_check import inverse_problems
 from moebake.convert.targets import get_target
 from moebake.formats import open_source
+from moebake.reference.synthetic_sources import write_bf16_moe
 from moebake.schema.manifest import LayerRecord, read_manifest, read_manifest_record
-from moebake.synthetic import write_bf16_moe, write_gpt_oss
+from moebake.synthetic import write_gpt_oss
 
 # 8 experts of 32 KiB (gate + up, BF16): a 64 KiB chunk holds 2, so every tensor takes 4 chunks.
 SHAPE = {"num_layers": 2, "num_experts": 8, "hidden": 128, "intermediate": 64}

@@ -13,13 +13,13 @@ import moebake.serve
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import MoebakeError
+from moebake.reference.moe_fp32 import decode_inputs, moe_fp32, read_source_experts, relative_l2
+from moebake.reference.synthetic_sources import write_bf16_moe
 from moebake.serve import deepep_ll
 from moebake.serve.deepep_bf16 import DeepEPBf16Experts, make_dispatcher
 from moebake.serve.deepep_ll import LL_HIDDEN_SIZES, LowLatencyBuffer, LowLatencyRefusal, LowLatencySpec, rdma_bytes
 from moebake.serve.dispatch import StandInDispatcher, dispatch
 from moebake.serve.ep_launch import LaunchConfig, LayerJob, launch, main, plan
-from moebake.serve.moe_reference import decode_inputs, moe_fp32, read_source_experts, relative_l2
-from moebake.synthetic import write_bf16_moe
 
 BF16 = torch.bfloat16
 

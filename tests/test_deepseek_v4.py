@@ -20,7 +20,7 @@ from moebake.cli import main
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.formats import open_source
-from moebake.synthetic import write_deepseek_v4
+from moebake.reference.synthetic_sources import write_deepseek_v4
 
 DIMS = {"num_layers": 2, "num_experts": 3, "hidden": 256, "intermediate": 128, "mtp_layers": 1, "shard_bytes": 96 << 10}
 PREFIXES = ("layers.0.ffn.experts.", "layers.1.ffn.experts.", "mtp.0.ffn.experts.")

@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 README = REPO / "README.md"
 PAGES = sorted(DOCS.glob("*.md"))
+GPU_SESSIONS = REPO / "bench" / "results" / "gpu-sessions.md"  # the dated record the docs cite
 README_MAX_LINES = 260
 NO_ROUTE = re.compile(r"^- `(?P<target>[^`]+)`: no serving route \((?P<why>[^)]+)\)$", re.M)
 """How docs/engines.md says a target has no serving route: a line ``- `<target>`: no serving route (<why>)``."""
@@ -114,7 +115,7 @@ def _anchors(path: Path) -> set[str]:
     return {_slug(m.group(1)) for m in re.finditer(r"^#{1,6} (.+)$", text, re.M)}
 
 
-@pytest.mark.parametrize("page", [README, *PAGES], ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("page", [README, *PAGES, GPU_SESSIONS], ids=lambda p: str(p.relative_to(REPO)))
 def test_every_relative_link_resolves(page):
     text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
     broken = []

@@ -13,13 +13,15 @@ import torch
 
 from conftest import load_all
 from engine_oracles import standins  # noqa: E402
+from engine_releases.cells import ORACLE_TESTS
 from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_fp4_fp8, kernel_interleave_v1, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import UnsupportedError
 from moebake.layouts.nvfp4_scalars import load_time_scales
+from moebake.reference.synthetic_sources import MODELOPT_MISMATCHES, write_bf16_moe, write_deepseek_v4, write_modelopt_nvfp4
 from moebake.schema.profiles import RULES, get_profile
-from moebake.synthetic import MODELOPT_MISMATCHES, write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
+from moebake.synthetic import write_gpt_oss
 
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():
@@ -27,26 +29,6 @@ if not sglang_oracle.sglang_installed():
 standins_hidden_after_each_test = sglang_oracle.standins_hidden_after_each_test  # autouse fixture
 
 KERNELS = {"v2": kernel_interleave_v2, "v1": kernel_interleave_v1}
-# (engine, target, source format) -> (test file, test) that proves it against the engine's own code
-ORACLE_TESTS = {
-    ("sglang", "sm90-cutlass", "gpt-oss"): ("test_engine_profiles.py", "test_gpt_oss_sm90_cutlass_equals_sglang"),
-    ("vllm", "sm90-cutlass", "gpt-oss"): ("test_vllm_profile.py", "test_gpt_oss_flashinfer_cutlass_equals_vllm"),
-    ("sglang", "deepep-bf16", "bf16-moe"): ("test_engine_profiles.py", "test_bf16_moe_deepep_bf16_equals_sglang"),
-    ("sglang", "sm90-cutlass", "deepseek-v4"): ("test_engine_profiles.py", "test_deepseek_v4_sm90_cutlass_equals_sglang"),
-    ("sglang", "sm100-trtllm", "gpt-oss"): ("test_engine_profiles.py", "test_gpt_oss_sm100_trtllm_equals_sglang"),
-    ("sglang", "sm100-trtllm", "deepseek-v4"): ("test_engine_profiles.py", "test_deepseek_v4_sm100_trtllm_equals_sglang"),
-    ("sglang", "cutedsl", "modelopt-nvfp4"): ("test_engine_profiles.py", "test_modelopt_nvfp4_cutedsl_equals_sglang"),
-    ("sglang", "cutedsl-deepep", "modelopt-nvfp4"): ("test_engine_profiles.py", "test_modelopt_nvfp4_cutedsl_equals_sglang"),
-    ("vllm", "cutedsl", "modelopt-nvfp4"): ("test_vllm_profile.py", "test_modelopt_nvfp4_cutedsl_equals_vllm"),
-    ("vllm", "sm90-cutlass", "deepseek-v4"): ("test_vllm_profile.py", "test_deepseek_v4_flashinfer_cutlass_equals_vllm"),
-    ("vllm", "sm100-trtllm", "gpt-oss"): ("test_vllm_profile.py", "test_gpt_oss_sm100_trtllm_equals_vllm"),
-    ("vllm", "sm100-trtllm", "deepseek-v4"): ("test_vllm_profile.py", "test_deepseek_v4_sm100_trtllm_equals_vllm"),
-    ("sglang", "sm90-marlin", "gpt-oss"): ("test_engine_profiles.py", "test_gpt_oss_sm90_marlin_equals_sglang"),
-    ("sglang", "sm90-marlin", "deepseek-v4"): ("test_engine_profiles.py", "test_deepseek_v4_sm90_marlin_equals_sglang"),
-    ("vllm", "sm90-marlin", "deepseek-v4"): ("test_vllm_profile.py", "test_deepseek_v4_marlin_equals_vllm"),
-    ("sglang", "sm90-cutlass-w4a8", "gpt-oss"): ("test_engine_profiles.py", "test_gpt_oss_sm90_cutlass_w4a8_equals_sglang"),
-    ("sglang", "sm90-cutlass-w4a8", "deepseek-v4"): ("test_engine_profiles.py", "test_deepseek_v4_sm90_cutlass_w4a8_equals_sglang"),
-}
 
 
 ENGINE = os.environ.get("MOEBAKE_ORACLE_ENGINE", "sglang")

@@ -325,8 +325,8 @@ def test_cli_upload_old_argument_order_still_works_with_a_deprecation_line(baked
 
 
 def test_model_card_claims_bit_exactness_only_where_no_value_was_changed(baked, tmp_path):
+    from moebake.reference.synthetic_sources import write_modelopt_nvfp4
     from moebake.schema.manifest import read_manifest_record
-    from moebake.synthetic import write_modelopt_nvfp4
 
     exact = render_model_card(read_manifest_record(baked), "acme/tiny")
     assert "`moebake verify --source` proves them bit-exact" in exact

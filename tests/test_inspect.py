@@ -107,7 +107,7 @@ def test_baked_report_shows_the_engine_record(baked, tmp_path):
     assert ("  engine         sglang 0.5.23: engine-exact; serve with --quantization moebake "
             "--moe-runner-backend flashinfer_mxfp4\n") in text
     assert json.loads(CliRunner().invoke(main, ["inspect", str(baked), "--json"]).output)["engine"] == report["engine"]
-    from moebake.synthetic import write_modelopt_nvfp4
+    from moebake.reference.synthetic_sources import write_modelopt_nvfp4
 
     source = write_modelopt_nvfp4(tmp_path / "nvfp4")  # gate/up globals differ in 4 experts: shared by default
     assert CliRunner().invoke(main, ["convert", str(source), str(tmp_path / "nv"), "--target", "cutedsl", "--quiet"]).exit_code == 0
@@ -119,7 +119,7 @@ def test_baked_report_shows_the_engine_record(baked, tmp_path):
 
 
 def test_sizes_use_decimal_units_that_fit():
-    from moebake.progress import rate_text, size_text
+    from moebake.progress_bars import rate_text, size_text
 
     assert [size_text(n) for n in (0, 999, 1000, 868_352, 1_234_567, 999_999_999, 13_790_000_000, 2_500_000_000_000)] == [
         "0 B", "999 B", "1.0 kB", "868.4 kB", "1.2 MB", "1000.0 MB", "13.79 GB", "2.50 TB"]

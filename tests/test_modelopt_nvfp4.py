@@ -11,7 +11,7 @@ from moebake.cli import main
 from moebake.formats import detect_format, open_source
 from moebake.formats.checkpoint import open_checkpoint
 from moebake.formats.modelopt_nvfp4 import is_excluded
-from moebake.synthetic import write_modelopt_nvfp4
+from moebake.reference.synthetic_sources import write_modelopt_nvfp4
 
 EXPERT = "model.layers.1.mlp.experts.2."
 

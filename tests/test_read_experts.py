@@ -6,7 +6,7 @@ import torch
 from conftest import load_all as all_tensors
 from moebake.convert.targets.expert_chunks import experts_per_chunk, zip_expert_chunks
 from moebake.formats.checkpoint import open_checkpoint, per_expert_names
-from moebake.synthetic import write_bf16_moe
+from moebake.reference.synthetic_sources import write_bf16_moe
 
 
 @pytest.fixture(scope="module")

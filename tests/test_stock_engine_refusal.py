@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from moebake.cli import main
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
+from moebake.reference.synthetic_sources import write_modelopt_nvfp4
 from moebake.schema.config_json import manifest_digest
 from moebake.schema.manifest import write_manifest
-from moebake.synthetic import write_modelopt_nvfp4
 
 
 @pytest.fixture(scope="module")

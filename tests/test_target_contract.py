@@ -14,17 +14,19 @@ from moebake.convert.output_dir import output_paths
 from moebake.convert.run import convert
 from moebake.convert.source_check import compare_with_source, inverse_problems, proof_summary
 from moebake.convert.targets import TARGETS
-from moebake.convert.targets.base import Planned, Target, register, unregister
+from moebake.convert.targets.base import Planned, Target, register
 from moebake.convert.targets.expert_chunks import zip_expert_chunks
 from moebake.convert.verify import verify_output
 from moebake.errors import MoebakeError, UnsupportedError
 from moebake.formats import open_source
 from moebake.formats.checkpoint import stored_names
 from moebake.layouts.gate_up import split_halves
+from moebake.reference.registration import unregister
+from moebake.reference.synthetic_sources import write_bf16_moe, write_deepseek_v4, write_modelopt_nvfp4
 from moebake.schema.enums import DType, GateUpOrder, GpuFamily
 from moebake.schema.manifest import read_manifest, read_manifest_record
 from moebake.schema.targets import TARGET_SPECS, LayerDims, TargetSpec, TensorSpec
-from moebake.synthetic import write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
+from moebake.synthetic import write_gpt_oss
 
 
 class ToyBf16(Target):
@@ -178,7 +180,7 @@ def test_every_source_model_implements_the_protocol_fully(sources, source):
 
 
 def test_every_target_names_the_gpus_it_runs_on():
-    """The spec's ``gpus`` is what every server's GPU refusal reads (moebake/bake/refusals.py): none may be empty."""
+    """The spec's ``gpus`` is what every server's GPU refusal reads (moebake/serving_core/refusals.py): none may be empty."""
     from moebake.schema.targets import TARGET_SPECS
 
     for spec in TARGET_SPECS.values():

@@ -16,9 +16,9 @@ from conftest import load_all
 from moebake.cli import main
 from moebake.formats import open_source
 from moebake.formats.safetensors_file import DTYPES, encode_header
+from moebake.reference.synthetic_sources import write_modelopt_nvfp4
 from moebake.schema.config_values import ConfigValues
 from moebake.schema.manifest import MANIFEST_NAME
-from moebake.synthetic import write_modelopt_nvfp4
 
 INDEX = "model.safetensors.index.json"
 

@@ -17,9 +17,33 @@ from conftest import load_all
 from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_v1, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.synthetic import MODELOPT_MISMATCHES, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
+from moebake.reference.synthetic_sources import MODELOPT_MISMATCHES, write_deepseek_v4, write_modelopt_nvfp4
+from moebake.synthetic import write_gpt_oss
+
+VLLM = __import__("os").environ.get("MOEBAKE_ORACLE_ENGINE", "vllm")
+"""The vLLM release the bakes are made for: the one whose code runs here (``vllm==0.32.0`` in a release-matrix run)."""
 
 vllm_oracle = pytest.importorskip("engine_oracles.vllm_oracle")
+
+
+def _spec(engine: str) -> str:
+    """``--engine`` for a test parametrized by engine name: vLLM's is the release whose code runs here."""
+    return VLLM if engine == "vllm" else engine
+
+
+def _release_of(record: dict) -> str:
+    """The oracle's release where an engine record lists it among the releases that build its bytes, else its
+    ``version`` (another engine's bake names its newest release in ``serves``, and lists the others)."""
+    return vllm_oracle.VLLM_VERSION if vllm_oracle.VLLM_VERSION in record.get("releases", ()) else record["version"]
+
+
+def _flashinfer_layout() -> str:
+    """The SM90 layout of the FlashInfer importable here (a release's pin in a release-matrix run)."""
+    import flashinfer
+
+    from moebake.layouts.flashinfer_versions import layout_for_flashinfer
+
+    return layout_for_flashinfer(flashinfer.__version__)
 if not vllm_oracle.vllm_installed():
     pytest.skip(f"vllm {vllm_oracle.VLLM_VERSION} is not installed (bin/setup installs it)", allow_module_level=True)
 
@@ -41,11 +65,11 @@ def _assert_bake_equals_vllm(out, layer_prefix, engine_params, parameter_names):
 ])
 def test_gpt_oss_flashinfer_cutlass_equals_vllm(tmp_path, hidden, intermediate):
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", engine="vllm"), progress=False).to_json()
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", engine=VLLM), progress=False).to_json()
     engine_record = manifest["engine"]
-    assert (engine_record["name"], engine_record["version"], engine_record["exact"]) == ("vllm", "0.33.0", True)
+    assert (engine_record["name"], engine_record["version"], engine_record["exact"]) == ("vllm", vllm_oracle.VLLM_VERSION, True)
     assert engine_record["parameter_names"] == {"w13_weight_bias": "w13_bias", "w2_weight_bias": "w2_bias"}
-    engine = vllm_oracle.gpt_oss_flashinfer_cutlass(source, 0, KERNELS["v2"])
+    engine = vllm_oracle.gpt_oss_flashinfer_cutlass(source, 0, KERNELS[_flashinfer_layout()])
     _assert_bake_equals_vllm(tmp_path / "out", "model.layers.0.mlp.experts.", engine, engine_record["parameter_names"])
     served = [(e["name"], e["version"]) for e in manifest["serves"]]
     assert served == ([("sglang", "0.5.23")] if hidden % 256 == 0 else [])
@@ -58,7 +82,7 @@ def test_sglang_bake_of_an_unpadded_hidden_size_serves_vllm_too(tmp_path):
     assert manifest["engine"]["name"] == "sglang"
     assert [(e["name"], e["exact"], e["parameter_names"]) for e in manifest["serves"]] == [
         ("vllm", True, {"w13_weight_bias": "w13_bias", "w2_weight_bias": "w2_bias"})]
-    engine = vllm_oracle.gpt_oss_flashinfer_cutlass(source, 0, KERNELS["v2"])
+    engine = vllm_oracle.gpt_oss_flashinfer_cutlass(source, 0, KERNELS[_flashinfer_layout()])
     _assert_bake_equals_vllm(tmp_path / "out", "model.layers.0.mlp.experts.", engine, manifest["serves"][0]["parameter_names"])
 
 
@@ -72,10 +96,10 @@ def test_gpt_oss_sm100_trtllm_equals_vllm(tmp_path, hidden, intermediate):
     for byte (biases F32, under vLLM's names), H padded to 256 and I to 128 with zeros; the bake's gemm1_alpha/beta/
     clamp_limit are not vLLM parameters. SGLang's bake differs in the scale padding (127) wherever H or I is padded."""
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm", engine="vllm"), progress=False).to_json()
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm", engine=VLLM), progress=False).to_json()
     engine_record, record = manifest["engine"], manifest["layers"][0]
     assert (engine_record["name"], engine_record["version"], engine_record["exact"], engine_record["runner_backend"]) == (
-        "vllm", "0.33.0", True, "flashinfer_trtllm")
+        "vllm", vllm_oracle.VLLM_VERSION, True, "flashinfer_trtllm")
     assert (engine_record["hidden_multiple"], engine_record["hidden_scale_fill"], engine_record.get("intermediate_scale_fill", 0)) == (
         256, 0, 0)
     engine = vllm_oracle.gpt_oss_sm100_trtllm(source, 0)
@@ -104,16 +128,16 @@ def test_deepseek_v4_flashinfer_cutlass_equals_vllm(tmp_path, hidden, intermedia
     either engine's bake lists the other in ``serves``."""
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate,
                                mtp_layers=0)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", engine=engine), progress=False).to_json()
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", engine=_spec(engine)), progress=False).to_json()
     record = manifest["layers"][0]
     assert (manifest["engine"]["name"], manifest["engine"]["exact"]) == (engine, True)
     vllm = manifest["engine"] if engine == "vllm" else manifest["serves"][0]
     assert [(e["name"], e["exact"]) for e in manifest["serves"]] == [({"vllm": "sglang", "sglang": "vllm"}[engine], True)]
-    assert (vllm["name"], vllm["version"], vllm["runner_backend"], vllm["parameter_names"]) == (
-        "vllm", "0.33.0", "flashinfer_cutlass", {})
+    assert (vllm["name"], _release_of(vllm), vllm["runner_backend"], vllm["parameter_names"]) == (
+        "vllm", vllm_oracle.VLLM_VERSION, "flashinfer_cutlass", {})
     assert vllm["engine_method"] == "vllm.model_executor.layers.quantization.mxfp4.Mxfp4MoEMethod"
     engine_params = vllm_oracle.deepseek_v4_flashinfer_cutlass(source, record["prefix"], 3, hidden, intermediate,
-                                                               KERNELS["v2"])
+                                                               KERNELS[_flashinfer_layout()])
     assert sorted(engine_params) == sorted(record["tensors"]) == sorted(MXFP4_WEIGHTS)
     baked = load_all(tmp_path / "out")
     for name, expected in engine_params.items():
@@ -131,12 +155,12 @@ def test_deepseek_v4_sm100_trtllm_equals_vllm(tmp_path, hidden, intermediate, en
     The bake's gemm1_clamp_limit is not a vLLM parameter (vLLM's trtllm-gen kernel takes config.json's swiglu_limit)."""
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate,
                                mtp_layers=0)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm", engine=engine), progress=False).to_json()
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm", engine=_spec(engine)), progress=False).to_json()
     record = manifest["layers"][0]
     vllm = manifest["engine"] if engine == "vllm" else manifest["serves"][0]
     assert [(e["name"], e["exact"]) for e in manifest["serves"]] == [({"vllm": "sglang", "sglang": "vllm"}[engine], True)]
-    assert (vllm["name"], vllm["version"], vllm["runner_backend"], vllm["hidden_multiple"], vllm["exact"]) == (
-        "vllm", "0.33.0", "flashinfer_trtllm", 256, True)
+    assert (vllm["name"], _release_of(vllm), vllm["runner_backend"], vllm["hidden_multiple"], vllm["exact"]) == (
+        "vllm", vllm_oracle.VLLM_VERSION, "flashinfer_trtllm", 256, True)
     engine_params = vllm_oracle.deepseek_v4_sm100_trtllm(source, record["prefix"], 3, hidden, intermediate)
     assert (engine_params.pop("hidden_dim"), engine_params.pop("intermediate_size_per_partition")) == (hidden, intermediate)
     assert sorted(engine_params) == sorted(MXFP4_WEIGHTS) and set(record["tensors"]) == {*MXFP4_WEIGHTS, "gemm1_clamp_limit"}
@@ -157,7 +181,7 @@ def test_deepseek_v4_sm100_trtllm_with_a_hidden_size_vllm_pads(tmp_path):
     engine_params = vllm_oracle.deepseek_v4_sm100_trtllm(source, "layers.0.ffn.experts.", 3, 384, 128)
     assert engine_params["hidden_dim"] == 512 and engine_params["w2_weight"].shape[1] == 512
     with pytest.raises(UnsupportedError) as excinfo:
-        convert(source, tmp_path / "vllm", ConvertOptions("sm100-trtllm", engine="vllm"), progress=False)
+        convert(source, tmp_path / "vllm", ConvertOptions("sm100-trtllm", engine=VLLM), progress=False)
     assert "hidden size 384" in str(excinfo.value) and "multiples of 256" in str(excinfo.value)
     assert "\n" not in str(excinfo.value)
     manifest = convert(source, tmp_path / "sglang", ConvertOptions("sm100-trtllm"), progress=False).to_json()
@@ -177,7 +201,7 @@ def test_modelopt_nvfp4_cutedsl_equals_vllm(tmp_path, hidden, intermediate, mism
 
     source = write_modelopt_nvfp4(tmp_path / "src", num_layers=2, num_experts=4, hidden=hidden, intermediate=intermediate,
                                   mismatches=mismatches)
-    options = ConvertOptions("cutedsl", engine="vllm", gate_up_globals="keep" if mismatches else "share")
+    options = ConvertOptions("cutedsl", engine=VLLM, gate_up_globals="keep" if mismatches else "share")
     manifest = convert(source, tmp_path / "out", options, progress=False).to_json()
     engine_record, record = manifest["engine"], manifest["layers"][0]
     assert (engine_record["name"], engine_record["exact"], engine_record["hidden_multiple"]) == ("vllm", True, 256)
@@ -203,7 +227,7 @@ def test_modelopt_nvfp4_with_shared_gate_up_globals_is_not_vllm_exact(tmp_path):
     """moebake's default shares differing gate/up globals (rescaling block scales); vLLM takes the gate's for both
     halves and keeps the block scales, so such a bake says it is not vLLM's bytes."""
     source = write_modelopt_nvfp4(tmp_path / "src", num_layers=2, num_experts=4, hidden=256, intermediate=64)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("cutedsl", engine="vllm"), progress=False).to_json()
+    manifest = convert(source, tmp_path / "out", ConvertOptions("cutedsl", engine=VLLM), progress=False).to_json()
     assert manifest["engine"]["exact"] is False and manifest["serves"] == []
     assert manifest["engine"]["not_exact_because"].startswith("gate and up global scales shared in 2 experts")
 
@@ -225,8 +249,8 @@ def test_deepep_bf16_is_refused_for_vllm_with_the_reason_vllms_code_gives(tmp_pa
     from moebake.cli import main
     from moebake.engines.vllm.bake import PREFIX
     from moebake.errors import MoebakeError
+    from moebake.reference.synthetic_sources import write_bf16_moe
     from moebake.schema.profiles import NOT_SERVABLE
-    from moebake.synthetic import write_bf16_moe
 
     why = NOT_SERVABLE[("vllm", "deepep-bf16", "bf16-moe")]
     backends = ("triton", "batched_triton", "flashinfer_trtllm", "flashinfer_cutlass", "aiter")
@@ -276,7 +300,7 @@ def test_deepseek_v4_marlin_equals_vllm(tmp_path, hidden, intermediate, engine):
     bytes and either engine's bake lists the other in ``serves``."""
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate,
                                mtp_layers=0)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-marlin", engine=engine), progress=False).to_json()
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-marlin", engine=_spec(engine)), progress=False).to_json()
     record = manifest["layers"][0]
     assert (manifest["engine"]["name"], manifest["engine"]["exact"]) == (engine, True)
     assert [(e["name"], e["exact"]) for e in manifest["serves"]] == [({"vllm": "sglang", "sglang": "vllm"}[engine], True)]
@@ -299,7 +323,7 @@ def test_deepseek_v4_marlin_bake_that_vllm_would_pad_serves_sglang_only(tmp_path
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=2, hidden=256, intermediate=192, mtp_layers=0)
     assert convert(source, tmp_path / "out", ConvertOptions("sm90-marlin"), progress=False).to_json()["serves"] == []
     with pytest.raises(UnsupportedError, match="must be multiples of 256 and 128"):
-        convert(source, tmp_path / "out-vllm", ConvertOptions("sm90-marlin", engine="vllm"), progress=False)
+        convert(source, tmp_path / "out-vllm", ConvertOptions("sm90-marlin", engine=VLLM), progress=False)
 
 
 def test_gpt_oss_marlin_is_refused_for_vllm_and_says_why(tmp_path):
@@ -339,6 +363,6 @@ def test_gpt_oss_marlin_is_refused_for_vllm_and_says_why(tmp_path):
     assert all(fact in why for fact in ("GptOssMxfp4MoEMethod", "prepare_moe_mxfp4_layer_for_marlin", "(gate, up) row pairs",
                                         "zero scale padding", "SWIGLUOAI", "[gate; up] halves", "scale padding 127"))
     with pytest.raises(UnsupportedError) as refusal:
-        convert(source, tmp_path / "out", ConvertOptions("sm90-marlin", engine="vllm"), progress=False)
+        convert(source, tmp_path / "out", ConvertOptions("sm90-marlin", engine=VLLM), progress=False)
     assert "\n" not in str(refusal.value)
     assert f"vllm 0.33.0 cannot serve sm90-marlin bakes of gpt-oss checkpoints exactly ({why})" in str(refusal.value)

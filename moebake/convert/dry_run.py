@@ -1,7 +1,7 @@
 """``convert --dry-run``: what a conversion would write, from its plan alone (headers read, no weights, nothing written)."""
 
 from moebake.convert.conversion import Conversion
-from moebake.progress import size_text
+from moebake.progress_bars import size_text
 
 
 def plan_lines(conversion: Conversion, out) -> list[str]:

@@ -70,7 +70,7 @@ def finished_bake(paths: OutputPaths, options: dict, source: str) -> bool | None
     (a local path, or a Hub repo ``ORG/NAME[@REVISION]``) with these options (:meth:`ConvertOptions.as_dict`;
     the chunk size, which changes no byte, aside): then ``--resume`` has nothing to do. None when OUT is
     not such an output. Reads the manifest only; ``moebake verify`` checks the files."""
-    from moebake.convert.progress import MEMORY_ONLY_OPTIONS
+    from moebake.convert.resume_record import MEMORY_ONLY_OPTIONS
 
     if os.path.lexists(paths.staging) or not os.path.lexists(paths.out) or output_problem(paths.out) is not None:
         return None

@@ -19,7 +19,7 @@ from moebake.convert.plan import OutputShard, OutputTensor, assign_shards
 from moebake.convert.targets import get_target
 from moebake.errors import ManifestError, MoebakeError
 from moebake.formats.safetensors_file import SafetensorsFile, read_header
-from moebake.progress import byte_bar, shard_done
+from moebake.progress_bars import byte_bar, shard_done
 from moebake.schema.manifest import MANIFEST_NAME, Manifest
 
 

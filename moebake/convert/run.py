@@ -6,7 +6,7 @@ bad input is detected while planning, before anything is written. The staging di
 locked while the conversion runs (:mod:`moebake.convert.staging`). A MoebakeError, or an OSError
 (disk full, ...), which is reported as one, removes a staging directory this run made. After an
 interruption the staging directory stays, and ``resume=True`` re-uses the shards its progress
-record vouches for (:mod:`moebake.convert.progress`), when the source and options are unchanged.
+record vouches for (:mod:`moebake.convert.resume_record`), when the source and options are unchanged.
 
 Shards are baked one after another in this process, or by ``workers`` processes in parallel
 (:mod:`moebake.convert.workers`); either way each source shard is hashed from the bytes the
@@ -31,7 +31,7 @@ from moebake.convert.conversion import open_conversion, torch_threads, transform
 from moebake.convert.hashing import hub_blob_sha256
 from moebake.convert.options import WRITERS_PER_DEVICE, ConvertOptions
 from moebake.convert.output_dir import OutputPaths, check_destination, check_output, check_replaceable, output_paths, remove_output
-from moebake.convert.progress import Progress, identity_difference, load_progress, reusable_shards, run_identity
+from moebake.convert.resume_record import ResumeRecord, identity_difference, load_resume_record, reusable_shards, run_identity
 from moebake.convert.stages import STAGES
 from moebake.convert.staging import Staging
 from moebake.convert.workers import bake_in_workers, usable_workers
@@ -39,7 +39,7 @@ from moebake.convert.writer import write_shard
 from moebake.errors import MoebakeError, OutputError
 from moebake.formats.checkpoint import CONFIG_NAME
 from moebake.layouts.flashinfer_versions import DESCRIPTIONS
-from moebake.progress import byte_bar, shard_done
+from moebake.progress_bars import byte_bar, shard_done
 from moebake.schema.checksums import CHECKSUM, file_digest, file_record, tagged
 from moebake.schema.config_json import write_baked_config
 from moebake.schema.files import child, open_regular
@@ -74,7 +74,7 @@ def convert(
     (target, source format) that ``options.engine`` cannot serve exactly (no verified profile) is refused
     (UnsupportedError, nothing written) unless ``allow_inexact``: the bake is then recorded as not engine-exact.
     What may be replaced, re-used or deleted: :mod:`moebake.convert.output_dir`, :mod:`moebake.convert.staging`,
-    :mod:`moebake.convert.progress`.
+    :mod:`moebake.convert.resume_record`.
     """
     paths = output_paths(out)
     check_output(paths, overwrite=overwrite, resume=resume, source=source)
@@ -101,27 +101,27 @@ def convert(
     return manifest
 
 
-def _resumed(staging: Staging, identity: dict, shards, resume: bool) -> Progress:
-    """The progress of this run: empty in a fresh staging directory, else the recorded one's
+def _resumed(staging: Staging, identity: dict, shards, resume: bool) -> ResumeRecord:
+    """The resume record of this run: empty in a fresh staging directory, else the recorded one's
     re-usable shards (MoebakeError if it was made by another run identity)."""
-    record = None if staging.fresh else load_progress(staging.path)
+    record = None if staging.fresh else load_resume_record(staging.path)
     if record is None:
-        progress = Progress(staging.path, identity)
+        resumed = ResumeRecord(staging.path, identity)
     else:
         difference = identity_difference(record["identity"], identity)
         if difference is not None:
             raise OutputError(f"{staging.path}: cannot --resume this partial conversion: {difference}; "
                                f"pass the same options, or remove {staging.path} to start over")
         done = reusable_shards(staging.path, record, {s.file_name for s in shards})
-        progress = Progress(staging.path, identity, {name: record["shards"][name] for name in done}, record["sources"])
+        resumed = ResumeRecord(staging.path, identity, {name: record["shards"][name] for name in done}, record["sources"])
     if resume and record is not None:  # a fresh run has nothing to resume: no line
         LOG.info("resume: %d of %d shards reused (size, inode, ctime and checksum as recorded), %d to bake",
-                 len(progress.shards), len(shards), len(shards) - len(progress.shards))
-    progress.save()
-    return progress
+                 len(resumed.shards), len(shards), len(shards) - len(resumed.shards))
+    resumed.save()
+    return resumed
 
 
-def _bake(conversion, source, options: ConvertOptions, staging: Path, done: Progress, progress: bool,
+def _bake(conversion, source, options: ConvertOptions, staging: Path, done: ResumeRecord, progress: bool,
           workers: int, writers_per_device: int, location: str, revision: str | None) -> Manifest:
     """Bake every shard not ``done`` into ``staging``, then the index, side files and manifest."""
     model, target, checkpoint, shards = conversion.model, conversion.target, conversion.checkpoint, conversion.shards

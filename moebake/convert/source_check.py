@@ -36,7 +36,7 @@ from moebake.convert.targets import get_target
 from moebake.formats import SOURCE_FORMATS, detected_format, open_model
 from moebake.formats.checkpoint import EXPERT_INDEX, open_checkpoint
 from moebake.formats.safetensors_file import read_header, tensor_nbytes
-from moebake.progress import byte_bar, shard_done
+from moebake.progress_bars import byte_bar, shard_done
 from moebake.schema.index import read_index
 from moebake.schema.manifest import MANIFEST_NAME, Manifest, read_manifest_record, rescaled_gate_up
 

@@ -15,7 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-from moebake.convert.progress import finished_shard_count
+from moebake.convert.resume_record import finished_shard_count
 from moebake.errors import MoebakeError, OutputError
 from moebake.schema.files import file_kind, open_regular
 

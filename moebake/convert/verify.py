@@ -13,7 +13,7 @@ from pathlib import Path
 
 from moebake.errors import CheckpointError, MoebakeError
 from moebake.formats.safetensors_file import SafetensorsFile, read_header
-from moebake.progress import byte_bar, shard_done, size_text
+from moebake.progress_bars import byte_bar, shard_done, size_text
 from moebake.schema.checksums import checksum_problem
 from moebake.schema.config_json import config_problems
 from moebake.schema.files import file_kind, plain_name_problem

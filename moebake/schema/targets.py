@@ -108,11 +108,6 @@ def register_spec(spec: TargetSpec) -> TargetSpec:
     return spec
 
 
-def unregister_spec(name: str) -> None:
-    """Remove target ``name``'s spec (a test's toy target, when its tests are done)."""
-    TARGET_SPECS.pop(name, None)
-
-
 def target_spec(name: str) -> TargetSpec:
     """The spec of target ``name``; UnsupportedError naming the known ones otherwise."""
     if name not in TARGET_SPECS:

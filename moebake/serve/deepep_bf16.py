@@ -32,7 +32,6 @@ Expert parallelism: EP rank ``r`` of ``n`` holds experts ``[r*E/n, (r+1)*E/n)``,
 
 import torch
 
-from moebake.bake.staged_reader import LoadStats
 from moebake.errors import InvalidArgumentError, MoebakeError
 from moebake.formats.bf16_moe import ACTIVATION
 from moebake.layouts.gate_up import pad_to, split_halves, stack_halves
@@ -46,6 +45,7 @@ from moebake.serve.deepep_ll import LowLatencyBuffer, LowLatencyRefusal, LowLate
 from moebake.serve.dispatch import StandInDispatcher, combine, dispatch, expected_m
 from moebake.serve.masked_activation import silu_and_mul_masked, zero_rows_past
 from moebake.serve.masked_gemm import MaskedGemm, get_backend
+from moebake.serving_core.staged_reader import LoadStats
 
 TENSORS = DEEPEP_BF16.required_tensors  # w13_weight, w2_weight
 

@@ -4,7 +4,7 @@ One process per rank: on CUDA, rank ``r`` uses ``cuda:r`` and the group is NCCL;
 is gloo (CI runs the multi-rank logic this way, with the stand-in dispatcher). The group meets on
 loopback (``tcp://127.0.0.1:<free port>``). Each rank loads only its experts
 ``[r * E/n, (r + 1) * E/n)`` of each job's layer from the bake, makes its decode-step inputs
-(:func:`moebake.serve.moe_reference.decode_inputs`, seeded per rank), and runs
+(:func:`moebake.reference.moe_fp32.decode_inputs`, seeded per rank), and runs
 dispatch -> masked expert GEMMs -> combine with DeepEP LL or the stand-in
 (:func:`moebake.serve.deepep_bf16.make_dispatcher`). With a job's ``source``, each rank's output is
 compared with an fp32 MoE over all experts computed from the source checkpoint.
@@ -32,10 +32,10 @@ import torch
 import torch.distributed as dist
 
 from moebake.errors import MoebakeError, OptionError, PlatformError, UnsupportedError
+from moebake.reference.moe_fp32 import decode_inputs, relative_l2, source_moe_fp32
 from moebake.serve import deepep_ll
 from moebake.serve.cuda_graph import capture
 from moebake.serve.deepep_ll import LowLatencyBuffer, LowLatencyRefusal, LowLatencySpec
-from moebake.serve.moe_reference import decode_inputs, relative_l2, source_moe_fp32
 
 DEVICES = ("cuda", "cpu")
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from moebake.bake.refusals import flashinfer_layout_refusal, gpu_refusal
 from moebake.errors import PlatformError
 from moebake.schema.enums import GpuFamily
+from moebake.serving_core.refusals import flashinfer_layout_refusal, gpu_refusal
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,6 @@ import math
 import torch
 import torch.nn.functional as F
 
-from moebake.bake.staged_reader import LoadStats
 from moebake.errors import InvalidArgumentError, ManifestError, PlatformError, UnsupportedError
 from moebake.schema.manifest import Activation, LayerRecord
 from moebake.schema.targets import SM90_CUTLASS, SM90_CUTLASS_W4A8, TargetSpec
@@ -43,6 +42,7 @@ from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve.cuda_graph import capture
 from moebake.serve.flashinfer_ops import sm90_moe_ops
 from moebake.serve.platform import require_flashinfer_layout, require_gpu
+from moebake.serving_core.staged_reader import LoadStats
 
 BIAS_TENSORS = SM90_CUTLASS.optional_tensors      # w13/w2 biases: both or neither (both targets)
 HUMMING_RESIDUALS = tuple(n for n in SM90_CUTLASS_W4A8.required_tensors if n not in SM90_CUTLASS.required_tensors)

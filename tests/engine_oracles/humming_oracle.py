@@ -49,7 +49,7 @@ def cpu_helpers(interleave_weights=None) -> SimpleNamespace:
 def widen_mxfp4_scales(source_dir, seed: int = 0) -> None:
     """Rewrite, in place, a synthetic GPT-OSS / DeepSeek-V4 checkpoint's expert E8M0 scales (``*_proj_scales``,
     ``ffn.experts.*.w?.scale``) so that the Humming range clamp has work: most in [110, 128), 3% far below
-    (60..109: clamped groups, rewritten codes), same names, shapes and dtypes (``moebake.synthetic`` writes
+    (60..109: clamped groups, rewritten codes), same names, shapes and dtypes (``moebake.synthetic`` and its reference writers write
     [118, 123), a range of 4, which the clamp keeps whole)."""
     from pathlib import Path
 

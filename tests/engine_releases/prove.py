@@ -44,15 +44,38 @@ def pinned_flashinfer(tree: Path) -> str | None:
     return None
 
 
+def top_level_packages(distribution: str) -> set[str]:
+    """The top-level packages the installed ``distribution`` puts on ``sys.path`` (from its RECORD)."""
+    import importlib.metadata
+
+    try:
+        files = importlib.metadata.distribution(distribution).files or []
+    except importlib.metadata.PackageNotFoundError:
+        return set()
+    return {f.parts[0].removesuffix(".py") for f in files if len(f.parts) > 1 and not f.parts[0].endswith((".dist-info", ".data"))
+            and f.parts[0] != ".."}
+
+
+def shadowed_leftovers(trees: dict[str, Path]) -> set[str]:
+    """Top-level packages of the installed distributions the release trees replace, that those trees lack (FlashInfer
+    0.7.2.post1's ``b12x``): the oracle run hides them, as that release's own environment would not have them."""
+    hidden = set()
+    for distribution, tree in trees.items():
+        hidden |= {name for name in top_level_packages(distribution) if not (tree / name).exists()}
+    return hidden
+
+
 def run_oracles(engine: str, release: str, rule: str | None = None) -> dict[str, list[tuple[str, str]]]:
     """Run ``engine`` ``release``'s oracle tests; ``{test function: [(outcome, first message line)]}``."""
     from tests.engine_releases.trees import release_tree
 
     tree = release_tree(engine, release)
     flashinfer = pinned_flashinfer(tree)
-    path = [str(tree)] + ([str(release_tree("flashinfer-python", flashinfer))] if flashinfer else [])
+    trees = {engine: tree} | ({"flashinfer-python": release_tree("flashinfer-python", flashinfer)} if flashinfer else {})
+    path = [str(t) for t in trees.values()]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path + [p for p in [os.environ.get("PYTHONPATH")] if p]),
-               MOEBAKE_ORACLE_ENGINE=f"{engine}=={release}", HF_HUB_OFFLINE="1", **{RELEASE_ENV[engine]: release})
+               MOEBAKE_ORACLE_ENGINE=f"{engine}=={release}", HF_HUB_OFFLINE="1", **{RELEASE_ENV[engine]: release},
+               MOEBAKE_ORACLE_HIDE=",".join(sorted(shadowed_leftovers(trees))))
     env.pop("MOEBAKE_REQUIRE_ENGINES", None)
     if rule:
         env.update(MOEBAKE_ORACLE_RULE=rule, MOEBAKE_ORACLE_FLASHINFER=flashinfer or "")
@@ -77,8 +100,7 @@ def run_oracles(engine: str, release: str, rule: str | None = None) -> dict[str,
 
 def cells_of(engine: str) -> dict[tuple[str, str], str]:
     """(target, source) -> the oracle test function that proves it, for ``engine``."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from test_engine_profiles import ORACLE_TESTS
+    from tests.engine_releases.cells import ORACLE_TESTS
 
     return {(target, source): test for (name, target, source), (_, test) in ORACLE_TESTS.items() if name == engine}
 

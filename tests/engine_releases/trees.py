@@ -26,7 +26,7 @@ from pathlib import Path
 INDEX = os.environ.get("MOEBAKE_PYPI_JSON", "https://pypi.org/pypi")
 SKIPPED_SUFFIXES = (".so", ".cubin", ".fatbin", ".a", ".o", ".ptx", ".bin")
 LARGEST_MEMBER = 4 << 20
-"""Members larger than this (4 MiB) are binaries or data the oracles never read: skipped."""
+"""Members other than Python files larger than this (4 MiB) are binaries or data the oracles never read: skipped."""
 _MERGE_GAP = 1 << 20
 _TIMEOUT = 120
 
@@ -136,7 +136,7 @@ def _wanted(info: zipfile.ZipInfo) -> bool:
     name = info.filename
     if name.endswith("/") or ".so." in name or name.endswith(SKIPPED_SUFFIXES):
         return False
-    return ".dist-info/" in name or info.file_size <= LARGEST_MEMBER
+    return ".dist-info/" in name or name.endswith(".py") or info.file_size <= LARGEST_MEMBER
 
 
 def _extract_python_members(url: str, into: Path) -> int:

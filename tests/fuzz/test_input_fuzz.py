@@ -18,7 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from moebake.cli import main
-from moebake.synthetic import write_bf16_moe, write_deepseek_v4, write_gpt_oss, write_modelopt_nvfp4
+from moebake.reference.synthetic_sources import write_bf16_moe, write_deepseek_v4, write_modelopt_nvfp4
+from moebake.synthetic import write_gpt_oss
 
 DEEP = "[" * 100_000 + "]" * 100_000
 """A JSON value nested far deeper than Python's parser recurses."""

@@ -17,7 +17,7 @@ from safetensors.torch import load_file  # noqa: E402
 
 from moebake.convert.options import ConvertOptions  # noqa: E402
 from moebake.convert.run import convert  # noqa: E402
-from moebake.synthetic import write_modelopt_nvfp4  # noqa: E402
+from moebake.reference.synthetic_sources import write_modelopt_nvfp4  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

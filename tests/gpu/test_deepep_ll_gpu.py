@@ -27,11 +27,11 @@ import torch.distributed as dist
 import moebake.serve
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
+from moebake.reference.moe_fp32 import decode_inputs, moe_fp32, read_source_experts, relative_l2
+from moebake.reference.synthetic_sources import write_bf16_moe
 from moebake.serve.deepep_bf16 import make_dispatcher
 from moebake.serve.deepep_ll import LowLatencyBuffer, LowLatencySpec, deep_ep_status, rdma_bytes
 from moebake.serve.ep_launch import LaunchConfig, LayerJob, free_port, launch
-from moebake.serve.moe_reference import decode_inputs, moe_fp32, read_source_experts, relative_l2
-from moebake.synthetic import write_bf16_moe
 
 pytestmark = pytest.mark.gpu
 

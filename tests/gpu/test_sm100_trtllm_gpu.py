@@ -15,7 +15,8 @@ import torch
 from conftest import load_all
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.synthetic import write_deepseek_v4, write_gpt_oss
+from moebake.reference.synthetic_sources import write_deepseek_v4
+from moebake.synthetic import write_gpt_oss
 
 pytestmark = pytest.mark.gpu
 

@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.synthetic import write_deepseek_v4
+from moebake.reference.synthetic_sources import write_deepseek_v4
 from mxfp4_oracle import dequantize
 
 pytestmark = pytest.mark.gpu

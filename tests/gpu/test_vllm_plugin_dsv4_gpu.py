@@ -3,7 +3,7 @@ FlashInfer CUTLASS path.
 
 A DeepSeek-V4-sized expert layer (DeepSeek-V4-Pro's H = 7168, I = 3072, neither padded by vLLM; 8 experts, or
 ``MOEBAKE_GPU_VLLM_DSV4_EXPERTS``; the SwiGLU limit 10 of config.json) of a synthetic checkpoint
-(``moebake.synthetic.write_deepseek_v4``) is prepared two ways with vLLM 0.33.0's Python code
+(``moebake.reference.synthetic_sources.write_deepseek_v4``) is prepared two ways with vLLM 0.33.0's Python code
 (``--moe-backend flashinfer_cutlass``: ``DeepseekV4FP8Config`` gives the experts the generic ``Mxfp4MoEMethod`` with
 ``FLASHINFER_CUTLASS_MXFP4_BF16``):
 
@@ -11,7 +11,7 @@ A DeepSeek-V4-sized expert layer (DeepSeek-V4-Pro's H = 7168, I = 3072, neither 
   the parameters' weight loaders as vLLM's DeepSeek-V4 loader hands them, the layer moved to the GPU, vLLM's
   ``process_weights_after_loading`` there (``convert_weight_to_mxfp4_moe_kernel_format``: the ``[w3; w1]`` swap,
   FlashInfer's CUDA ``interleave_moe_weights_for_sm90_mixed_gemm`` and its scale interleave; then the kernel set-up);
-* plugin (``served_experts`` of ``tests/test_vllm_plugin_dsv4.py``): ``--quantization moebake --load-format moebake``:
+* plugin (``served_experts`` of ``tests/vllm_plugin/test_deepseek_v4.py``): ``--quantization moebake --load-format moebake``:
   vLLM's own DeepSeek-V4 MoE block (``DeepseekV4MoE``) with the plugin's method, the moebake loader copying the
   *bake*, the routed experts moved to the GPU, the method's post-load step there (kernel set-up only).
 
@@ -41,8 +41,8 @@ from vllm_gpu import DEVICE, assert_forwards_equal, prepared
 
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
-from moebake.synthetic import write_deepseek_v4
-from test_vllm_plugin_dsv4 import served_experts
+from moebake.reference.synthetic_sources import write_deepseek_v4
+from vllm_plugin.test_deepseek_v4 import served_experts
 
 pytestmark = pytest.mark.gpu
 

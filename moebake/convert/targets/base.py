@@ -32,7 +32,7 @@ from moebake.errors import InternalError, UnsupportedError
 from moebake.formats.source_model import SourceModel
 from moebake.schema.enums import DType, GateUpOrder
 from moebake.schema.manifest import LayerRecord, TensorRecord
-from moebake.schema.targets import LayerDims, TargetSpec, register_spec, unregister_spec
+from moebake.schema.targets import LayerDims, TargetSpec, register_spec
 
 
 @dataclass(frozen=True)
@@ -123,12 +123,6 @@ def register(cls: type[Target]) -> type[Target]:
     register_spec(cls.spec)
     TARGETS[cls.spec.name] = cls()
     return cls
-
-
-def unregister(name: str) -> None:
-    """Remove target ``name`` from :data:`TARGETS` and the schema (a test's toy target, when its tests are done)."""
-    TARGETS.pop(name, None)
-    unregister_spec(name)
 
 
 def constant(value: Callable[[], torch.Tensor]) -> Producer:

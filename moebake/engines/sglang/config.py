@@ -14,13 +14,13 @@ from typing import Any
 import torch
 from sglang.srt.layers.quantization.base_config import QuantizationConfig
 
-from moebake.bake.rank_loader import BakeFiles, RankLoader
-from moebake.bake.served_manifest import read_served_manifest
 from moebake.engines.quantization_identity import MoebakeQuantization
 from moebake.engines.sglang import internals
 from moebake.engines.sglang.refusals import MoebakeRefusal, check_parallelism
 from moebake.errors import MoebakeError
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
+from moebake.serving_core.rank_loader import BakeFiles, RankLoader
+from moebake.serving_core.served_manifest import read_served_manifest
 
 
 def model_directory() -> Path:

@@ -13,7 +13,7 @@ are SGLang's own; only three steps are moebake's:
   so the baked bytes are not read by SGLang at all;
 * ``process_weights_after_loading``: refuses if a baked parameter was never named, then reads this EP
   rank's rows of every baked tensor once, from the files, straight into the parameters
-  (:class:`moebake.bake.rank_loader.RankLoader`: pinned staging, overlapped host-to-device copies),
+  (:class:`moebake.serving_core.rank_loader.RankLoader`: pinned staging, overlapped host-to-device copies),
   and makes the per-expert scalars SGLang's runner takes (SwiGLU constants from the manifest's activation).
 
 Refusals (one line each, :mod:`moebake.engines.sglang.refusals`) run when the method is made,
@@ -24,17 +24,19 @@ import functools
 
 import torch
 
-from moebake.bake.rank_loader import rank_runs
 from moebake.engines.sglang import internals, refusals
 from moebake.engines.sglang.refusals import MoebakeRefusal
 from moebake.errors import MoebakeError
 from moebake.formats.safetensors_file import DTYPES
 from moebake.schema.enums import ActivationKind
 from moebake.schema.manifest import LayerRecord, TensorRecord
+from moebake.serving_core.rank_loader import rank_runs
 
 
-class BakedExperts:
-    """What every moebake MoE method does: manifest-shaped parameters, checked rank-slice loading.
+class SelfLoadingExperts:
+    """What every moebake MoE method in SGLang does: manifest-shaped parameters whose ``weight_loader`` only notes
+    that the checkpoint names them, and a post-load step that reads this EP rank's rows from the files itself
+    (SGLang's loader never reads a baked byte; contrast the vLLM plugin's loader-filled parameters).
 
     ``WHOLE_TENSORS``: per-expert tensors SGLang keeps for all experts on every rank (it slices them itself).
     """
@@ -109,7 +111,7 @@ def _sm90_cutlass_method(humming: bool = False):
     per-expert residual scales, and SGLang must run ``--flashinfer-mxfp4-moe-precision fp8``)."""
     from sglang.srt.layers.quantization.mxfp4 import Mxfp4MoEMethod
 
-    class MoebakeSm90CutlassMoEMethod(BakedExperts, Mxfp4MoEMethod):
+    class MoebakeSm90CutlassMoEMethod(SelfLoadingExperts, Mxfp4MoEMethod):
         """Baked ``sm90-cutlass`` experts through SGLang's ``flashinfer_mxfp4`` runner (FlashInfer
         ``cutlass_fused_moe`` W4A16), as ``Mxfp4MoEMethod``'s ``cutlass_sm90`` path runs them; with ``humming``,
         baked ``sm90-cutlass-w4a8`` experts as its ``_use_sm90_humming`` path (W4A8) runs them."""
@@ -151,7 +153,7 @@ def _sm90_cutlass_method(humming: bool = False):
 def _deepep_bf16_method():
     from sglang.srt.layers.quantization.unquant import UnquantizedFusedMoEMethod
 
-    class MoebakeDeepEPBf16MoEMethod(BakedExperts, UnquantizedFusedMoEMethod):
+    class MoebakeDeepEPBf16MoEMethod(SelfLoadingExperts, UnquantizedFusedMoEMethod):
         """Baked ``deepep-bf16`` experts (``[gate; up]`` W13) through SGLang's unquantized DeepEP
         low-latency + DeepGEMM path, whose own post-load step transforms nothing."""
 
@@ -169,7 +171,7 @@ def _deepep_bf16_method():
 def _sm100_trtllm_method():
     from sglang.srt.layers.quantization.mxfp4 import Mxfp4MoEMethod
 
-    class MoebakeSm100TrtllmMoEMethod(BakedExperts, Mxfp4MoEMethod):
+    class MoebakeSm100TrtllmMoEMethod(SelfLoadingExperts, Mxfp4MoEMethod):
         """Baked GPT-OSS ``sm100-trtllm`` experts through SGLang's ``flashinfer_mxfp4`` runner on Blackwell
         (``trtllm_fp4_block_scale_moe``), as ``Mxfp4MoEMethod``'s ``trtllm_sm100`` path runs them: the bake holds
         the shuffled weights, swizzled scales, F32 biases and the per-expert SwiGLU constants it makes."""
@@ -194,7 +196,7 @@ def _sm100_trtllm_method():
 def _sm100_deepseek_v4_method():
     from sglang.srt.layers.quantization.mxfp4_flashinfer_trtllm_moe import Mxfp4FlashinferTrtllmMoEMethod
 
-    class MoebakeSm100DeepseekV4MoEMethod(BakedExperts, Mxfp4FlashinferTrtllmMoEMethod):
+    class MoebakeSm100DeepseekV4MoEMethod(SelfLoadingExperts, Mxfp4FlashinferTrtllmMoEMethod):
         """Baked DeepSeek-V4 ``sm100-trtllm`` experts through SGLang's ``Mxfp4FlashinferTrtllmMoEMethod``
         (``trtllm_fp4_block_scale_moe``). SGLang names the scales ``w*_weight_scale_inv`` and holds the shuffled
         weights as uint8: the post-load step binds those names to the baked tensors (same storage)."""
@@ -216,7 +218,7 @@ def _sm100_deepseek_v4_method():
 def _sm90_marlin_method():
     from sglang.srt.layers.quantization.mxfp4 import Mxfp4MoEMethod
 
-    class MoebakeSm90MarlinMoEMethod(BakedExperts, Mxfp4MoEMethod):
+    class MoebakeSm90MarlinMoEMethod(SelfLoadingExperts, Mxfp4MoEMethod):
         """Baked GPT-OSS ``sm90-marlin`` experts through SGLang's ``marlin`` runner, as ``Mxfp4MoEMethod``'s Marlin
         path runs them (``_apply_marlin``: activations zero-padded to the baked H). The bake holds what
         ``prepare_moe_mxfp4_layer_for_marlin`` leaves (repacked int32 weights, E8M0 scales, BF16 biases); the
@@ -243,7 +245,7 @@ def _sm90_marlin_method():
 def _sm90_marlin_deepseek_v4_method():
     from sglang.srt.layers.quantization.mxfp4_marlin_moe import Mxfp4MarlinMoEMethod
 
-    class MoebakeSm90MarlinDeepseekV4MoEMethod(BakedExperts, Mxfp4MarlinMoEMethod):
+    class MoebakeSm90MarlinDeepseekV4MoEMethod(SelfLoadingExperts, Mxfp4MarlinMoEMethod):
         """Baked DeepSeek-V4 ``sm90-marlin`` experts through SGLang's ``Mxfp4MarlinMoEMethod`` (``marlin`` runner),
         whose Marlin preparation leaves ``w*_weight`` / ``w*_weight_scale`` as the bake holds them."""
 
@@ -261,7 +263,7 @@ def _sm90_marlin_deepseek_v4_method():
 def _cutedsl_method():
     from sglang.srt.layers.quantization.modelopt_quant import ModelOptNvFp4FusedMoEMethod
 
-    class MoebakeCuteDslMoEMethod(BakedExperts, ModelOptNvFp4FusedMoEMethod):
+    class MoebakeCuteDslMoEMethod(SelfLoadingExperts, ModelOptNvFp4FusedMoEMethod):
         """Baked ``cutedsl`` / ``cutedsl-deepep`` NVFP4 experts through SGLang's ``flashinfer_cutedsl`` runner
         (standard, or DeepEP low-latency with ``--moe-a2a-backend deepep``), as ``ModelOptNvFp4FusedMoEMethod``
         prepares them. The bake holds the interleaved weights and swizzled scales; at load only what SGLang

@@ -5,10 +5,10 @@ reports it like its own errors).
 Every check here is a pure function of the manifest and SGLang's state, tested on CPU.
 """
 
-from moebake.bake.refusals import flashinfer_layout_refusal, gpu_refusal, parallelism_refusal, unloaded_refusal
 from moebake.errors import EngineRefusal
 from moebake.schema.enums import GpuFamily
 from moebake.schema.manifest import EngineRecord, LayerRecord, Manifest
+from moebake.serving_core.refusals import flashinfer_layout_refusal, gpu_refusal, parallelism_refusal, unloaded_refusal
 
 
 class MoebakeRefusal(EngineRefusal):

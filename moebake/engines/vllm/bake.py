@@ -56,12 +56,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from moebake.bake.served_manifest import read_served_manifest
 from moebake.errors import EngineRefusal, MoebakeError
 from moebake.schema.enums import DType
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
 from moebake.schema.profiles import PROFILES, SHARED_GLOBALS, not_servable_because
 from moebake.schema.targets import target_spec
+from moebake.serving_core.served_manifest import read_served_manifest
 
 ENGINE = "vllm"
 PROFILE = PROFILES[ENGINE]

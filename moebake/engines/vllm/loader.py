@@ -1,13 +1,13 @@
 """vLLM's ``--load-format moebake``: reads the baked expert tensors into the ``moebake`` MoE layers itself
 (this EP rank's experts' rows only, once, straight from the files into the parameters through
-:class:`moebake.bake.rank_loader.RankLoader`), and hands every other tensor to the model's own
+:class:`moebake.serving_core.rank_loader.RankLoader`), and hands every other tensor to the model's own
 ``load_weights`` (GPT-OSS's attention, router, norms, embeddings load as they always do); the baked
 tensors never go through vLLM's iterator.
 
 vLLM's GPT-OSS loader cannot be given the baked experts: for a quantization it does not know it
 transposes ``*.w13_weight`` (``_load_weights_other``). Each baked tensor is checked against the
 manifest (dtype, shape) before a byte is copied, and every baked parameter must be filled: the moebake
-MoE methods (:class:`moebake.engines.vllm.baked_experts.BakedExperts`) refuse to set up a layer that was not.
+MoE methods (:class:`moebake.engines.vllm.loader_filled_experts.LoaderFilledExperts`) refuse to set up a layer that was not.
 Parameters vLLM derives from the baked tensors (NVFP4's per-expert scalars) are filled by the method's
 ``load_derived`` from the whole baked tensors.
 
@@ -24,11 +24,11 @@ import torch
 from safetensors import safe_open
 from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
-from moebake.bake.rank_loader import BakeFiles, ExpertRun, RankLoader, runs_from_slots
 from moebake.engines.vllm import internals
 from moebake.engines.vllm.bake import refuse
-from moebake.engines.vllm.baked_experts import BakedExperts
+from moebake.engines.vllm.loader_filled_experts import LoaderFilledExperts
 from moebake.errors import MoebakeError
+from moebake.serving_core.rank_loader import BakeFiles, ExpertRun, RankLoader, runs_from_slots
 
 _PATTERNS = ["*.safetensors", "*.json"]
 
@@ -46,7 +46,7 @@ def local_expert_runs(layer, experts: int) -> list[ExpertRun]:
     return runs_from_slots(internals.local_slot(layer, expert) for expert in range(experts))
 
 
-def copy_baked_experts(layer, method: BakedExperts, loader: RankLoader) -> None:
+def copy_baked_experts(layer, method: LoaderFilledExperts, loader: RankLoader) -> None:
     """Fill ``layer``'s baked parameters from the files: this rank's experts' rows of each tensor vLLM holds as
     it is (read by ``loader`` straight into the parameters), then what the method derives from whole baked tensors."""
     record = method.layer_record
@@ -102,7 +102,7 @@ class MoebakeModelLoader(BaseModelLoader):
     def load_weights(self, model: torch.nn.Module, model_config) -> None:
         directory = self.checkpoint_directory(model_config)
         layers = [(name, module) for name, module in model.named_modules()
-                  if isinstance(getattr(module, "quant_method", None), BakedExperts)]
+                  if isinstance(getattr(module, "quant_method", None), LoaderFilledExperts)]
         if not layers:
             raise refuse(f"{directory}: the model has no moebake MoE layer (config.json's quant_method must be "
                          f"'moebake'; was the checkpoint baked by moebake convert?)")

@@ -17,7 +17,7 @@ from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4FusedM
 from vllm.model_executor.layers.quantization.utils.quant_utils import amax_for_moe_activation_quant
 
 from moebake.engines.vllm.bake import MODELOPT_NVFP4, VllmBake, parameter_specs, refuse
-from moebake.engines.vllm.baked_experts import BakedExperts
+from moebake.engines.vllm.loader_filled_experts import LoaderFilledExperts
 from moebake.schema.enums import DType
 
 SCALARS = ("w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale", "w2_input_scale")
@@ -40,7 +40,7 @@ def cutedsl_scalars(baked: dict[str, torch.Tensor], local_experts: torch.Tensor,
     }
 
 
-class MoebakeNvfp4MoEMethod(BakedExperts, ModelOptNvFp4FusedMoE):
+class MoebakeNvfp4MoEMethod(LoaderFilledExperts, ModelOptNvFp4FusedMoE):
     """vLLM 0.33.0's ModelOpt NVFP4 MoE method over baked parameters (no weight transform at load).
 
     ``stock``: the method the source's own quantization config gives this layer (its ModelOpt NVFP4 config

@@ -28,7 +28,6 @@ from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend, m
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4Config, GptOssMxfp4MoEMethod, Mxfp4MoEMethod
 
-from moebake.bake.refusals import flashinfer_layout_refusal, gpu_refusal
 from moebake.engines.quantization_identity import MoebakeQuantization
 from moebake.engines.vllm import internals
 from moebake.engines.vllm.bake import (
@@ -43,8 +42,9 @@ from moebake.engines.vllm.bake import (
     read_bake,
     refuse,
 )
-from moebake.engines.vllm.baked_experts import BakedExperts
+from moebake.engines.vllm.loader_filled_experts import LoaderFilledExperts
 from moebake.schema.enums import GpuFamily
+from moebake.serving_core.refusals import flashinfer_layout_refusal, gpu_refusal
 
 LOAD_FORMAT = "moebake"
 
@@ -164,7 +164,7 @@ BACKENDS = {"sm90-cutlass": Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16,
 """The vLLM MXFP4 backend whose post-load bytes each MXFP4 target's bake is (vLLM 0.33.0's profiles)."""
 
 
-class BakedMxfp4(BakedExperts):
+class BakedMxfp4(LoaderFilledExperts):
     """What both MXFP4 methods share: vLLM's backend must be the target's (:data:`BACKENDS`), its padded sizes the
     bake's, its parameters are created at the bake's final shapes (placed before vLLM's method class)."""
 

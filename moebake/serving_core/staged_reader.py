@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from moebake.errors import MoebakeError
-from moebake.progress import rate_text, size_text
+from moebake.progress_bars import rate_text, size_text
 
 DEFAULT_CHUNK_BYTES = 16 << 20
 DEFAULT_SLOTS = 8

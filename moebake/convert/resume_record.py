@@ -1,4 +1,4 @@
-"""The progress record of a conversion in its staging directory, and what ``--resume`` re-uses.
+"""The resume record of a conversion (its progress record in the staging directory), and what ``--resume`` re-uses.
 
 ``.moebake-progress.json`` holds the run's identity (:func:`run_identity`: the moebake version and
 its checksum algorithm, the options that change output bytes, and the source: location, revision,
@@ -83,8 +83,8 @@ def identity_difference(recorded: dict, current: dict) -> str | None:
     return None
 
 
-class Progress:
-    """The progress record of one run in ``staging``: saved (atomically) after every finished shard."""
+class ResumeRecord:
+    """The resume record of one run in ``staging``: saved (atomically) after every finished shard."""
 
     def __init__(self, staging: Path, identity: dict, shards: dict | None = None, sources: dict | None = None):
         self.staging, self.identity = staging, identity
@@ -113,7 +113,7 @@ class Progress:
         os.unlink(self.staging / PROGRESS_NAME)
 
 
-def load_progress(staging: Path) -> dict | None:
+def load_resume_record(staging: Path) -> dict | None:
     """The sealed progress record in ``staging`` (None if there is none); OutputError if it is
     unreadable, of the wrong shape, or does not match its seal."""
     path = staging / PROGRESS_NAME
@@ -154,7 +154,7 @@ def reusable_shards(staging: Path, record: dict, planned: set[str]) -> dict[str,
 def finished_shard_count(staging: Path) -> int:
     """Finished shards a progress record in ``staging`` lists (0 if it has none, or a bad one)."""
     try:
-        record = load_progress(staging)
+        record = load_resume_record(staging)
     except (MoebakeError, OSError):
         return 0
     return len(record["shards"]) if record else 0

@@ -1,15 +1,15 @@
-"""The one bake loader (moebake/bake/rank_loader.py) on CPU: any runs of experts land in their rows, byte for byte
+"""The one bake loader (moebake/serving_core/rank_loader.py) on CPU: any runs of experts land in their rows, byte for byte
 against safetensors' own reader of the files; only the asked rows are read; wrong destinations are refused."""
 
 import pytest
 import torch
 from safetensors import safe_open
 
-from moebake.bake.rank_loader import BakeFiles, ExpertRun, RankLoader, rank_runs, runs_from_slots
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import IntegrityError, InvalidArgumentError
 from moebake.schema.index import read_index
+from moebake.serving_core.rank_loader import BakeFiles, ExpertRun, RankLoader, rank_runs, runs_from_slots
 from moebake.synthetic import write_gpt_oss
 
 EXPERTS = 8

@@ -1,22 +1,24 @@
 """What every moebake MoE method in vLLM shares: it holds one baked layer, refuses the parallel layouts a
 whole-expert bake cannot serve, and creates, lists and checks the parameters the moebake loader fills.
 
-A mixin placed before vLLM's own MoE method class (``class M(BakedExperts, VllmMethod)``); no vLLM import.
+A mixin placed before vLLM's own MoE method class (``class M(LoaderFilledExperts, VllmMethod)``); no vLLM import.
 """
 
 import torch
 
-from moebake.bake.refusals import parallelism_refusal, unloaded_refusal
 from moebake.engines.vllm.bake import VllmBake, refuse
 from moebake.schema.enums import DType
+from moebake.serving_core.refusals import parallelism_refusal, unloaded_refusal
 
 # The remedies in vLLM's own flags.
 USE_EXPERT_PARALLELISM = "add --enable-expert-parallel"
 CHOOSE_EP_SIZE = "use an EP size"
 
 
-class BakedExperts:
-    """Baked-layer bookkeeping of a vLLM MoE method (see the module docstring)."""
+class LoaderFilledExperts:
+    """Baked-layer bookkeeping of a vLLM MoE method whose parameters moebake's loader (``--load-format moebake``)
+    fills: the method registers them empty and checks them filled, and reads no file itself (see the module
+    docstring; contrast the SGLang plugin's self-loading methods)."""
 
     def adopt(self, bake: VllmBake, prefix: str, moe) -> None:
         """Take the layer of ``bake`` vLLM builds at ``prefix``; refuse MoE tensor parallelism (the experts are

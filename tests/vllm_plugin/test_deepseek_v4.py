@@ -17,7 +17,7 @@ plugin's alike (the shared experts' bytes are the source's, loaded by the model'
 
 import json
 import shutil
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
@@ -26,29 +26,18 @@ import pytest
 import torch
 
 from conftest import assert_parameters_equal, load_all
+from engine_oracles import vllm_oracle
 from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import MoebakeError
-from moebake.synthetic import write_deepseek_v4
-
-vllm_oracle = pytest.importorskip("engine_oracles.vllm_oracle")
-if not vllm_oracle.vllm_installed():
-    pytest.skip(f"vllm {vllm_oracle.VLLM_VERSION} is not installed (bin/setup installs it)", allow_module_level=True)
-
-from moebake.engines.vllm.bake import PREFIX  # noqa: E402
+from moebake.reference.synthetic_sources import write_deepseek_v4
+from vllm_plugin import conftest as plugin
+from vllm_plugin.conftest import baked_for_vllm, build_model, load, refusal
 
 EXPERTS, HIDDEN, INTERMEDIATE, LAYERS = 4, 256, 128, 2
 WEIGHTS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale")
-# What vLLM's post-load driver reads of the ModelConfig.
-MODEL_CONFIG = SimpleNamespace(quantization="moebake", dtype=torch.bfloat16, word_embeddings_untied_by_checkpoint=False)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def plugin_loaded():
-    from vllm.plugins import load_general_plugins
-
-    load_general_plugins()
+BAKE, SERVES = ConvertOptions("sm90-cutlass", engine="vllm"), ["sglang"]
 
 
 def write_source(directory: Path, ignored_layers=None) -> Path:
@@ -59,19 +48,6 @@ def write_source(directory: Path, ignored_layers=None) -> Path:
         config["quantization_config"]["ignored_layers"] = ignored_layers
         (source / "config.json").write_text(json.dumps(config, indent=2))
     return source
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    return write_source(tmp_path_factory.mktemp("dsv4") / "src")
-
-
-@pytest.fixture(scope="module")
-def bake(source):
-    out = source.parent / "out"
-    manifest = convert(source, out, ConvertOptions("sm90-cutlass", engine="vllm"), progress=False)
-    assert (manifest.engine.name, manifest.engine.exact) == ("vllm", True)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -92,13 +68,8 @@ def hf_config_of(directory: Path):
 
 
 def moebake_config(directory: Path, hf_config=None):
-    """vLLM's quantization config for ``directory`` as vLLM makes it: from config.json, then ``maybe_update_config``."""
-    from vllm.model_executor.layers.quantization import get_quantization_config
-
-    config = json.loads((directory / "config.json").read_text())
-    quant = get_quantization_config(config["quantization_config"]["quant_method"]).from_config(config["quantization_config"])
-    quant.maybe_update_config(str(directory), hf_config=hf_config_of(directory) if hf_config is None else hf_config)
-    return quant
+    """The plugin's quantization config (:func:`vllm_plugin.conftest.moebake_config`) with this module's hf_config."""
+    return plugin.moebake_config(directory, hf_config_of(directory) if hf_config is None else hf_config)
 
 
 NO_FP8_LINEAR_KERNEL = SimpleNamespace(process_weights_after_loading=lambda layer: None)
@@ -114,54 +85,32 @@ def engine(hf_config, **kwargs):
         yield vllm_config
 
 
-class Spy(torch.nn.Module):
-    """vLLM's DeepSeek-V4 MoE blocks at ``model.layers.N.ffn``, whose ``load_weights`` records what it is handed
-    (the model's own loader for everything but the baked experts)."""
+def deepseek_v4_blocks(vllm_config) -> torch.nn.Module:
+    """vLLM's DeepSeek-V4 MoE blocks at ``layers.N.ffn``, the quantization config first handed the model class's
+    mappings as vLLM's ``configure_quant_config`` hands them."""
+    from vllm.model_executor.model_loader.utils import configure_quant_config
+    from vllm.models.deepseek_v4.nvidia.model import DeepseekV4ForCausalLM, DeepseekV4MoE
 
-    def __init__(self, vllm_config):
-        from vllm.models.deepseek_v4.nvidia.model import DeepseekV4MoE
-
-        super().__init__()
-        config = vllm_config.model_config.hf_config
-        self.model = torch.nn.Module()
-        self.model.layers = torch.nn.ModuleList()
-        for index in range(config.num_hidden_layers):
-            block = torch.nn.Module()
-            block.ffn = DeepseekV4MoE(vllm_config, prefix=f"model.layers.{index}.ffn", num_hash_layers=config.num_hash_layers)
-            self.model.layers.append(block)
-        self.handed = {}
-
-    def load_weights(self, weights):
-        for name, tensor in weights:
-            self.handed[name] = tensor
-        return set(self.handed)
+    configure_quant_config(vllm_config.quant_config, DeepseekV4ForCausalLM)
+    config = vllm_config.model_config.hf_config
+    holder = torch.nn.Module()
+    holder.layers = torch.nn.ModuleList()
+    for index in range(config.num_hidden_layers):
+        block = torch.nn.Module()
+        block.ffn = DeepseekV4MoE(vllm_config, prefix=f"model.layers.{index}.ffn", num_hash_layers=config.num_hash_layers)
+        holder.layers.append(block)
+    return holder
 
 
 def build(directory: Path, *, quant_config=None, hf_config=None, load_format="moebake", **kwargs):
-    """vLLM's DeepSeek-V4 MoE blocks over ``directory`` (the plugin's config unless ``quant_config`` is given), the
-    config handed the model class's mappings as vLLM's ``configure_quant_config`` hands them."""
-    from vllm.config.load import LoadConfig
-    from vllm.model_executor.model_loader.utils import configure_quant_config
-    from vllm.models.deepseek_v4.nvidia.model import DeepseekV4ForCausalLM
-
+    """vLLM's DeepSeek-V4 MoE blocks over ``directory`` (the plugin's config unless ``quant_config`` is given)."""
     hf_config = hf_config_of(directory) if hf_config is None else hf_config
-    with engine(hf_config, **kwargs) as vllm_config:
-        vllm_config.quant_config = moebake_config(directory, hf_config) if quant_config is None else quant_config
-        vllm_config.load_config = LoadConfig(load_format=load_format)
-        configure_quant_config(vllm_config.quant_config, DeepseekV4ForCausalLM)
-        return Spy(vllm_config), vllm_config
-
-
-def load(directory: Path, model):
-    from vllm.config.load import LoadConfig
-    from vllm.model_executor.model_loader import get_model_loader
-
-    loader = get_model_loader(LoadConfig(load_format="moebake"))
-    loader.load_weights(model, SimpleNamespace(model=str(directory), revision=None))
+    return build_model(engine(hf_config, **kwargs), directory, deepseek_v4_blocks, load_format=load_format,
+                       quant_config=quant_config, hf_config=hf_config)
 
 
 def experts_of(model, layer):
-    return model.model.layers[layer].ffn.experts.routed_experts
+    return plugin.experts_of(model, layer, "ffn")
 
 
 def served_experts(directory: Path, layer: int, device: str):
@@ -178,17 +127,7 @@ def served_experts(directory: Path, layer: int, device: str):
 
 
 def post_load(model, vllm_config, pre_processed=False):
-    from vllm.model_executor.model_loader.utils import process_weights_after_loading
-    from vllm.model_executor.utils import weights_already_processed
-
-    with engine(vllm_config.model_config.hf_config), (weights_already_processed() if pre_processed else nullcontext()):
-        process_weights_after_loading(model, MODEL_CONFIG, torch.device("cpu"))
-
-
-def refusal(excinfo) -> str:
-    message = str(excinfo.value)
-    assert "\n" not in message and message.startswith(PREFIX), message
-    return message
+    plugin.post_load(model, engine(vllm_config.model_config.hf_config), pre_processed)
 
 
 @pytest.mark.parametrize("pre_processed", [False, True])
@@ -410,7 +349,7 @@ def test_refuses_another_flashinfer_layout(source, tmp_path):
 
 def test_refuses_a_target_it_does_not_serve(tmp_path):
     """A ModelOpt NVFP4 cutedsl-deepep bake (SGLang's bytes; vLLM 0.33.0 has no profile for it) is refused at start-up."""
-    from moebake.synthetic import write_modelopt_nvfp4
+    from moebake.reference.synthetic_sources import write_modelopt_nvfp4
 
     source = write_modelopt_nvfp4(tmp_path / "src")
     convert(source, tmp_path / "out", ConvertOptions("cutedsl-deepep", engine="sglang"), progress=False)
@@ -432,10 +371,7 @@ SM100 = {"capability": 100, "moe_backend": "flashinfer_trtllm"}
 
 @pytest.fixture(scope="module")
 def bake_sm100(source):
-    out = source.parent / "out-sm100"
-    manifest = convert(source, out, ConvertOptions("sm100-trtllm", engine="vllm"), progress=False)
-    assert (manifest.engine.name, manifest.engine.exact, [e.name for e in manifest.serves]) == ("vllm", True, ["sglang"])
-    return out
+    return baked_for_vllm(source, "out-sm100", ConvertOptions("sm100-trtllm", engine="vllm"), ["sglang"])
 
 
 @pytest.fixture(scope="module")
@@ -521,10 +457,7 @@ MARLIN = {"moe_backend": "marlin"}
 
 @pytest.fixture(scope="module")
 def bake_marlin(source):
-    out = source.parent / "out-marlin"
-    manifest = convert(source, out, ConvertOptions("sm90-marlin", engine="vllm"), progress=False)
-    assert (manifest.engine.name, manifest.engine.exact, [e.name for e in manifest.serves]) == ("vllm", True, ["sglang"])
-    return out
+    return baked_for_vllm(source, "out-marlin", ConvertOptions("sm90-marlin", engine="vllm"), ["sglang"])
 
 
 @contextmanager

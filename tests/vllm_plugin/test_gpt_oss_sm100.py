@@ -1,7 +1,7 @@
 """The vLLM plugin serving a GPT-OSS ``sm100-trtllm`` bake (``--moe-backend flashinfer_trtllm`` on Blackwell), run inside
 the real vLLM 0.33.0 package on CPU with the platform told it is an SM100 GPU.
 
-vLLM's GPT-OSS MoE blocks are built over the bake (``tests/test_vllm_plugin.py``'s helpers), loaded by the plugin and
+vLLM's GPT-OSS MoE blocks are built over the bake (``tests/vllm_plugin/conftest.py``'s helpers), loaded by the plugin and
 run through vLLM's post-load driver; every parameter then equals stock vLLM's conversion of the source
 (``vllm_oracle.gpt_oss_sm100_trtllm``: ``GptOssMxfp4MoEMethod``, ``FLASHINFER_TRTLLM_MXFP4_BF16``), on one GPU and per
 EP rank. vLLM's trtllm-gen kernel set-up (``make_mxfp4_moe_kernel``) asks for a CUDA device: it is recorded, not run
@@ -9,48 +9,30 @@ EP rank. vLLM's trtllm-gen kernel set-up (``make_mxfp4_moe_kernel``) asks for a 
 """
 
 from contextlib import contextmanager
+from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
 
 import pytest
 import torch
 
+from engine_oracles import vllm_oracle
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
+from moebake.engines.vllm.bake import GPT_OSS_SM100
 from moebake.errors import MoebakeError
 from moebake.synthetic import write_gpt_oss
-
-vllm_oracle = pytest.importorskip("engine_oracles.vllm_oracle")
-if not vllm_oracle.vllm_installed():
-    pytest.skip(f"vllm {vllm_oracle.VLLM_VERSION} is not installed (bin/setup installs it)", allow_module_level=True)
-
-from moebake.engines.vllm.bake import GPT_OSS_SM100  # noqa: E402
-from test_vllm_plugin import MODEL_CONFIG, build, experts_of, load, moebake_config, refusal  # noqa: E402
+from vllm_plugin.conftest import build_gpt_oss, experts_of, load, moebake_config, refusal
+from vllm_plugin.conftest import post_load as vllm_post_load
 
 EXPERTS, HIDDEN, INTERMEDIATE = 4, 160, 96  # pads to 256, 128
 SM100 = {"capability": 100, "moe_backend": "flashinfer_trtllm"}
 PARAMETER_NAMES = GPT_OSS_SM100.parameter_names
+BAKE, SERVES = ConvertOptions("sm100-trtllm", engine="vllm"), []
 
 
-@pytest.fixture(scope="module", autouse=True)
-def plugin_loaded():
-    from vllm.plugins import load_general_plugins
-
-    load_general_plugins()
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    return write_gpt_oss(tmp_path_factory.mktemp("gpt-oss-sm100") / "src", num_layers=2, num_experts=EXPERTS,
-                         hidden=HIDDEN, intermediate=INTERMEDIATE, vocab=32)
-
-
-@pytest.fixture(scope="module")
-def bake(source):
-    out = source.parent / "out"
-    manifest = convert(source, out, ConvertOptions("sm100-trtllm", engine="vllm"), progress=False)
-    assert (manifest.engine.name, manifest.engine.exact, list(manifest.serves)) == ("vllm", True, [])
-    return out
+def write_source(directory: Path) -> Path:
+    return write_gpt_oss(directory, num_layers=2, num_experts=EXPERTS, hidden=HIDDEN, intermediate=INTERMEDIATE, vocab=32)
 
 
 @pytest.fixture(scope="module")
@@ -73,20 +55,16 @@ def kernel_builds_recorded():
 
 
 def post_load(model, vllm_config, pre_processed=False):
-    from contextlib import nullcontext
-
-    from vllm.model_executor.model_loader.utils import process_weights_after_loading
-    from vllm.model_executor.utils import weights_already_processed
-
-    with vllm_oracle.vllm_engine(vllm_config.model_config.hf_config, vllm_config.quant_config, **SM100), \
-            (weights_already_processed() if pre_processed else nullcontext()), kernel_builds_recorded() as built:
-        process_weights_after_loading(model, MODEL_CONFIG, torch.device("cpu"))
+    """vLLM's post-load driver on SM100, the trtllm-gen kernel builds recorded; returns them."""
+    with kernel_builds_recorded() as built:
+        vllm_post_load(model, vllm_oracle.vllm_engine(vllm_config.model_config.hf_config, vllm_config.quant_config, **SM100),
+                       pre_processed)
     return built
 
 
 @pytest.mark.parametrize("pre_processed", [False, True])
 def test_served_parameters_equal_stock_vllms_conversion_of_the_source(bake, stock, pre_processed):
-    model, vllm_config = build(bake, **SM100)
+    model, vllm_config = build_gpt_oss(bake, **SM100)
     load(bake, model)
     built = post_load(model, vllm_config, pre_processed)
     assert len(built) == 2 and all(b["mxfp4_backend"].value == "FLASHINFER_TRTLLM_MXFP4_BF16" for b in built)
@@ -102,7 +80,7 @@ def test_served_parameters_equal_stock_vllms_conversion_of_the_source(bake, stoc
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_each_ep_rank_holds_stock_vllms_parameters_of_its_experts(bake, stock, rank):
-    model, vllm_config = build(bake, tensor_parallel=(2, rank), expert_parallel=True, **SM100)
+    model, vllm_config = build_gpt_oss(bake, tensor_parallel=(2, rank), expert_parallel=True, **SM100)
     load(bake, model)
     post_load(model, vllm_config)
     for layer in (0, 1):
@@ -112,7 +90,7 @@ def test_each_ep_rank_holds_stock_vllms_parameters_of_its_experts(bake, stock, r
 
 
 def test_the_swiglu_constants_are_not_handed_to_the_model(bake):
-    model, _ = build(bake, **SM100)
+    model, _ = build_gpt_oss(bake, **SM100)
     load(bake, model)
     assert not [name for name in model.handed if ".mlp.experts." in name]
 
@@ -121,7 +99,7 @@ def test_an_unpadded_sglang_bake_serves_vllm_too(tmp_path):
     source = write_gpt_oss(tmp_path / "src", num_layers=2, num_experts=EXPERTS, hidden=256, intermediate=128, vocab=32)
     manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm"), progress=False)
     assert manifest.engine.name == "sglang" and [e.name for e in manifest.serves] == ["vllm"]
-    model, vllm_config = build(tmp_path / "out", **SM100)
+    model, vllm_config = build_gpt_oss(tmp_path / "out", **SM100)
     load(tmp_path / "out", model)
     post_load(model, vllm_config)
     expected = vllm_oracle.gpt_oss_sm100_trtllm(source, 1)
@@ -140,11 +118,11 @@ def test_refuses_a_padded_sglang_bake(source, tmp_path):
 
 def test_refuses_a_hopper_gpu(bake):
     with pytest.raises(MoebakeError) as excinfo:
-        build(bake, capability=90, moe_backend="flashinfer_trtllm")
+        build_gpt_oss(bake, capability=90, moe_backend="flashinfer_trtllm")
     assert "compute capability 9.0" in refusal(excinfo) and "SM100" in refusal(excinfo)
 
 
 def test_refuses_another_moe_backend(bake):
     with pytest.raises(MoebakeError) as excinfo:
-        build(bake, capability=100, moe_backend="marlin")
+        build_gpt_oss(bake, capability=100, moe_backend="marlin")
     assert "FLASHINFER_TRTLLM_MXFP4_BF16" in refusal(excinfo) and "--moe-backend flashinfer_trtllm" in refusal(excinfo)

@@ -8,45 +8,28 @@ post-load step builds vLLM's CuteDSL kernel; each refusal is one line.
 """
 
 from contextlib import contextmanager
+from pathlib import Path
 from unittest import mock
 
 import pytest
 import torch
 
 from conftest import load_all
+from engine_oracles import standins, vllm_oracle
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import MoebakeError
-from moebake.synthetic import MODELOPT_MISMATCHES, write_modelopt_nvfp4
-
-vllm_oracle = pytest.importorskip("engine_oracles.vllm_oracle")
-if not vllm_oracle.vllm_installed():
-    pytest.skip(f"vllm {vllm_oracle.VLLM_VERSION} is not installed (bin/setup installs it)", allow_module_level=True)
-
-from engine_oracles import standins  # noqa: E402
-from test_vllm_plugin import MODEL_CONFIG, Spy, load, moebake_config, refusal  # noqa: E402
+from moebake.reference.synthetic_sources import MODELOPT_MISMATCHES, write_modelopt_nvfp4
+from vllm_plugin.conftest import build_model, experts_of, load, moebake_config, refusal
+from vllm_plugin.conftest import post_load as vllm_post_load
 
 EXPERTS, HIDDEN, INTERMEDIATE, MOE_LAYERS = 4, 384, 128, (1, 2)  # H pads to 512
+BAKE, SERVES = ConvertOptions("cutedsl", engine="vllm", gate_up_globals="keep"), []
 
 
-@pytest.fixture(scope="module", autouse=True)
-def plugin_loaded():
-    from vllm.plugins import load_general_plugins
-
-    load_general_plugins()
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    return write_modelopt_nvfp4(tmp_path_factory.mktemp("src") / "nvfp4", num_layers=3, num_experts=EXPERTS, hidden=HIDDEN,
-                                intermediate=INTERMEDIATE, mismatches=MODELOPT_MISMATCHES)
-
-
-@pytest.fixture(scope="module")
-def bake(source, tmp_path_factory):
-    out = tmp_path_factory.mktemp("bake") / "out"
-    convert(source, out, ConvertOptions("cutedsl", engine="vllm", gate_up_globals="keep"), progress=False)
-    return out
+def write_source(directory: Path) -> Path:
+    return write_modelopt_nvfp4(directory, num_layers=3, num_experts=EXPERTS, hidden=HIDDEN, intermediate=INTERMEDIATE,
+                                mismatches=MODELOPT_MISMATCHES)
 
 
 @pytest.fixture(scope="module")
@@ -68,39 +51,27 @@ def blackwell(directory, *, moe_backend="flashinfer_cutedsl", capability=100, te
 
 def build(directory, *, load_format="moebake", **engine):
     """vLLM's MoE layers (``model.layers.N.mlp.experts``) of the bake at ``directory`` in a Spy model."""
-    from vllm.config.load import LoadConfig
     from vllm.model_executor.layers.fused_moe.layer import FusedMoEFactory
 
-    with blackwell(directory, **engine) as vllm_config:
-        vllm_config.quant_config = moebake_config(directory)
-        vllm_config.load_config = LoadConfig(load_format=load_format)
+    class Block(torch.nn.Module):
+        def __init__(self, index, vllm_config):
+            super().__init__()
+            self.mlp = torch.nn.Module()
+            self.mlp.experts = FusedMoEFactory(num_experts=EXPERTS, top_k=2, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
+                                               quant_config=vllm_config.quant_config, prefix=f"model.layers.{index}.mlp.experts",
+                                               params_dtype=torch.bfloat16)
 
-        class Block(torch.nn.Module):
-            def __init__(self, index):
-                super().__init__()
-                self.mlp = torch.nn.Module()
-                self.mlp.experts = FusedMoEFactory(num_experts=EXPERTS, top_k=2, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
-                                                   quant_config=vllm_config.quant_config, prefix=f"model.layers.{index}.mlp.experts",
-                                                   params_dtype=torch.bfloat16)
-
+    def blocks(vllm_config):
         holder = torch.nn.Module()
-        holder.layers = torch.nn.ModuleList([Block(i) if i in MOE_LAYERS else torch.nn.Identity() for i in range(3)])
-        return Spy(holder), vllm_config
+        holder.layers = torch.nn.ModuleList([Block(i, vllm_config) if i in MOE_LAYERS else torch.nn.Identity() for i in range(3)])
+        return holder
 
-
-def experts_of(model, index):
-    return model.model.layers[index].mlp.experts.routed_experts
+    return build_model(blackwell(directory, **engine), directory, blocks, load_format=load_format)
 
 
 def post_load(model, directory, pre_processed=False):
-    """vLLM's own post-load driver over ``model`` (in pre-processed mode with ``pre_processed``)."""
-    from contextlib import nullcontext
-
-    from vllm.model_executor.model_loader.utils import process_weights_after_loading
-    from vllm.model_executor.utils import weights_already_processed
-
-    with blackwell(directory), (weights_already_processed() if pre_processed else nullcontext()):
-        process_weights_after_loading(model, MODEL_CONFIG, torch.device("cpu"))
+    """vLLM's own post-load driver over ``model`` on the Blackwell platform."""
+    vllm_post_load(model, blackwell(directory), pre_processed)
 
 
 def test_loaded_parameters_equal_stock_vllm(bake, stock):

@@ -10,114 +10,33 @@ the kernel; each refusal is one line.
 import json
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 from click.testing import CliRunner
 
 from conftest import load_all
+from engine_oracles import vllm_oracle
 from moebake.cli import main
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
+from moebake.engines.vllm.bake import GPT_OSS
 from moebake.errors import MoebakeError
 from moebake.synthetic import write_gpt_oss
-
-vllm_oracle = pytest.importorskip("engine_oracles.vllm_oracle")
-if not vllm_oracle.vllm_installed():
-    pytest.skip(f"vllm {vllm_oracle.VLLM_VERSION} is not installed (bin/setup installs it)", allow_module_level=True)
-
-from moebake.engines.vllm.bake import GPT_OSS, PREFIX  # noqa: E402
+from vllm_plugin.conftest import build_gpt_oss, experts_of, load, moebake_config, post_load, refusal
 
 PARAMETER_NAMES = GPT_OSS.parameter_names
 
 EXPERTS, HIDDEN, INTERMEDIATE = 4, 160, 96  # pads to 256, 128
+BAKE, SERVES = ConvertOptions("sm90-cutlass", engine="vllm"), []
 
 
-@pytest.fixture(scope="module", autouse=True)
-def plugin_loaded():
-    """vLLM loads its general plugins (moebake's, through the entry point) in every process it starts."""
-    from vllm.plugins import load_general_plugins
-
-    load_general_plugins()
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    return write_gpt_oss(tmp_path_factory.mktemp("src") / "gpt-oss", num_layers=2, num_experts=EXPERTS, hidden=HIDDEN,
-                         intermediate=INTERMEDIATE, vocab=32)
-
-
-@pytest.fixture(scope="module")
-def bake(source, tmp_path_factory):
-    out = tmp_path_factory.mktemp("bake") / "out"
-    convert(source, out, ConvertOptions("sm90-cutlass", engine="vllm"), progress=False)
-    return out
+def write_source(directory: Path) -> Path:
+    return write_gpt_oss(directory, num_layers=2, num_experts=EXPERTS, hidden=HIDDEN, intermediate=INTERMEDIATE, vocab=32)
 
 
 def _copy(bake, tmp_path) -> Path:
     return Path(shutil.copytree(bake, tmp_path / "bake"))
-
-
-def moebake_config(directory: Path, hf_config=None):
-    """vLLM's quantization config for ``directory`` as vLLM makes it: from config.json's
-    quantization_config, then ``maybe_update_config``."""
-    from vllm.model_executor.layers.quantization import get_quantization_config
-
-    config = json.loads((directory / "config.json").read_text())
-    quant = get_quantization_config(config["quantization_config"]["quant_method"]).from_config(config["quantization_config"])
-    quant.maybe_update_config(str(directory), hf_config=vllm_oracle.hf_config_of(directory) if hf_config is None else hf_config)
-    return quant
-
-
-class Spy(torch.nn.Module):
-    """A GPT-OSS model's MoE part (vLLM's MLPBlocks at ``model.layers.N.mlp``) whose ``load_weights``
-    records what it is handed (the model's own loader for everything but the experts)."""
-
-    def __init__(self, holder):
-        super().__init__()
-        self.model = holder
-        self.handed = {}
-
-    def load_weights(self, weights):
-        for name, tensor in weights:
-            self.handed[name] = tensor
-        return set(self.handed)
-
-
-def build(directory: Path, *, load_format="moebake", moe_backend="flashinfer_cutlass", capability=90,
-          tensor_parallel=(1, 0), expert_parallel=False):
-    """vLLM's GPT-OSS MoE blocks over the bake at ``directory`` (a Spy model), built inside vLLM's engine state."""
-    from vllm.config.load import LoadConfig
-
-    with vllm_oracle.vllm_engine(vllm_oracle.hf_config_of(directory), None, moe_backend=moe_backend, capability=capability,
-                                 tensor_parallel=tensor_parallel, expert_parallel=expert_parallel) as vllm_config:
-        vllm_config.quant_config = moebake_config(directory)
-        vllm_config.load_config = LoadConfig(load_format=load_format)
-        return Spy(vllm_oracle.gpt_oss_holder(vllm_config, [0, 1])), vllm_config
-
-
-def load(directory: Path, model):
-    from vllm.config.load import LoadConfig
-    from vllm.model_executor.model_loader import get_model_loader
-
-    loader = get_model_loader(LoadConfig(load_format="moebake"))
-    loader.load_weights(model, SimpleNamespace(model=str(directory), revision=None))
-    return loader
-
-
-def experts_of(model, layer):
-    return model.model.layers[layer].mlp.experts.routed_experts
-
-
-# What vLLM's post-load driver reads of the ModelConfig for a model like this one.
-MODEL_CONFIG = SimpleNamespace(quantization="moebake", dtype=torch.bfloat16, word_embeddings_untied_by_checkpoint=False)
-
-
-def refusal(excinfo) -> str:
-    message = str(excinfo.value)
-    assert "\n" not in message and message.startswith(PREFIX), message
-    return message
 
 
 def test_plugin_is_found_through_the_entry_point():
@@ -160,7 +79,7 @@ def test_vllm_config_parsing_selects_the_plugin(bake):
 
 
 def test_layer_parameters_equal_the_manifest(bake):
-    model, _ = build(bake)
+    model, _ = build_gpt_oss(bake)
     manifest = json.loads((bake / "moebake.json").read_text())
     dtypes = {"U8": torch.uint8, "BF16": torch.bfloat16}
     for index, record in enumerate(manifest["layers"]):
@@ -173,7 +92,7 @@ def test_layer_parameters_equal_the_manifest(bake):
 
 
 def test_loaded_bytes_equal_the_files_and_the_rest_goes_to_the_model(bake):
-    model, _ = build(bake)
+    model, _ = build_gpt_oss(bake)
     load(bake, model)
     files, manifest = load_all(bake), json.loads((bake / "moebake.json").read_text())
     baked = set()
@@ -194,7 +113,7 @@ def test_an_sglang_bake_that_serves_vllm_loads(tmp_path):
     source = write_gpt_oss(tmp_path / "src", num_layers=2, num_experts=EXPERTS, hidden=256, intermediate=INTERMEDIATE, vocab=32)
     manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass"), progress=False).to_json()
     assert manifest["engine"]["name"] == "sglang" and [e["name"] for e in manifest["serves"]] == ["vllm"]
-    model, _ = build(tmp_path / "out")
+    model, _ = build_gpt_oss(tmp_path / "out")
     load(tmp_path / "out", model)
     files = load_all(tmp_path / "out")
     for short, parameter in PARAMETER_NAMES.items():
@@ -205,17 +124,10 @@ def test_an_sglang_bake_that_serves_vllm_loads(tmp_path):
 @pytest.mark.parametrize("pre_processed", [False, True])
 def test_post_load_step_only_builds_the_kernel(bake, pre_processed):
     """vLLM's own post-load driver: every byte stays as loaded, the FlashInfer CUTLASS kernel is set up."""
-    from contextlib import nullcontext
-
-    from vllm.model_executor.model_loader.utils import process_weights_after_loading
-    from vllm.model_executor.utils import weights_already_processed
-
-    model, vllm_config = build(bake)
+    model, vllm_config = build_gpt_oss(bake)
     load(bake, model)
     before = {n: p.data.clone() for n, p in model.named_parameters() if ".experts." in n}
-    with vllm_oracle.vllm_engine(vllm_config.model_config.hf_config, vllm_config.quant_config), \
-            (weights_already_processed() if pre_processed else nullcontext()):
-        process_weights_after_loading(model, MODEL_CONFIG, torch.device("cpu"))
+    post_load(model, vllm_oracle.vllm_engine(vllm_config.model_config.hf_config, vllm_config.quant_config), pre_processed)
     after = dict(model.named_parameters())
     for name, tensor in before.items():
         assert torch.equal(after[name].data.view(torch.uint8), tensor.view(torch.uint8)), name
@@ -227,7 +139,7 @@ def test_post_load_step_only_builds_the_kernel(bake, pre_processed):
 def test_each_ep_rank_holds_its_slice(bake, rank):
     """EP 2 (``--enable-expert-parallel`` over 2 GPUs): vLLM's expert map gives rank r experts [2r, 2r+2);
     the loader copies exactly those rows of the files into its parameters."""
-    model, _ = build(bake, tensor_parallel=(2, rank), expert_parallel=True)
+    model, _ = build_gpt_oss(bake, tensor_parallel=(2, rank), expert_parallel=True)
     load(bake, model)
     files = load_all(bake)
     for index in (0, 1):
@@ -243,7 +155,7 @@ def test_each_ep_rank_holds_its_slice(bake, rank):
 
 def test_refuses_a_gpu_that_is_not_sm90(bake):
     with pytest.raises(MoebakeError) as excinfo:
-        build(bake, capability=100)
+        build_gpt_oss(bake, capability=100)
     assert "compute capability 10.0" in refusal(excinfo) and "SM90" in refusal(excinfo)
 
 
@@ -251,31 +163,31 @@ def test_refuses_another_flashinfer_layout(source, tmp_path):
     out = tmp_path / "v1"
     convert(source, out, ConvertOptions("sm90-cutlass", engine="vllm", flashinfer_layout="v1"), progress=False)
     with pytest.raises(MoebakeError) as excinfo:
-        build(out)
+        build_gpt_oss(out)
     assert "layout v1" in refusal(excinfo) and "reads fp4 layout v2" in refusal(excinfo)
 
 
 def test_refuses_moe_tensor_parallelism(bake):
     with pytest.raises(MoebakeError) as excinfo:
-        build(bake, tensor_parallel=(2, 0), expert_parallel=False)
+        build_gpt_oss(bake, tensor_parallel=(2, 0), expert_parallel=False)
     assert "MoE tensor parallelism (2)" in refusal(excinfo) and "--enable-expert-parallel" in refusal(excinfo)
 
 
 def test_refuses_experts_not_divisible_by_ep(bake):
     with pytest.raises(MoebakeError) as excinfo:
-        build(bake, tensor_parallel=(3, 0), expert_parallel=True)
+        build_gpt_oss(bake, tensor_parallel=(3, 0), expert_parallel=True)
     assert "4 experts do not split evenly over 3 EP ranks" in refusal(excinfo)
 
 
 def test_refuses_another_moe_backend(bake):
     with pytest.raises(MoebakeError) as excinfo:
-        build(bake, moe_backend="marlin")
+        build_gpt_oss(bake, moe_backend="marlin")
     assert "--moe-backend flashinfer_cutlass" in refusal(excinfo)
 
 
 def test_refuses_another_load_format(bake):
     with pytest.raises(MoebakeError) as excinfo:
-        build(bake, load_format="auto")
+        build_gpt_oss(bake, load_format="auto")
     assert "--load-format moebake" in refusal(excinfo)
 
 
@@ -327,11 +239,9 @@ def test_refuses_a_bake_for_another_engine(source, tmp_path):
 
 
 def test_refuses_unloaded_parameters(bake):
-    from vllm.model_executor.model_loader.utils import process_weights_after_loading
-
-    model, vllm_config = build(bake)
-    with vllm_oracle.vllm_engine(vllm_config.model_config.hf_config, vllm_config.quant_config), pytest.raises(MoebakeError) as excinfo:
-        process_weights_after_loading(model, MODEL_CONFIG, torch.device("cpu"))
+    model, vllm_config = build_gpt_oss(bake)
+    with pytest.raises(MoebakeError) as excinfo:
+        post_load(model, vllm_oracle.vllm_engine(vllm_config.model_config.hf_config, vllm_config.quant_config))
     assert "was never loaded" in refusal(excinfo)
 
 
@@ -344,7 +254,7 @@ def test_refuses_a_baked_tensor_whose_shape_differs_from_the_manifest(bake, tmp_
     tensors = load_file(directory / files[name])
     tensors[name] = tensors[name][:, :-1].contiguous()
     save_file(tensors, directory / files[name], metadata={"format": "pt"})
-    model, _ = build(directory)
+    model, _ = build_gpt_oss(directory)
     with pytest.raises(MoebakeError) as excinfo:
         load(directory, model)
     assert name in refusal(excinfo) and "the manifest says" in refusal(excinfo)
@@ -356,7 +266,7 @@ def test_refuses_another_vllm_version(bake, monkeypatch):
 
     monkeypatch.setattr(vllm, "__version__", "0.34.0")
     with pytest.raises(MoebakeError) as excinfo:
-        build(bake)
+        build_gpt_oss(bake)
     assert "proven against vLLM 0.33.0" in refusal(excinfo) and "vLLM 0.34.0 is installed" in refusal(excinfo)
 
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from moebake.bake.staged_reader import ByteRange, StagedReader
 from moebake.errors import MoebakeError
+from moebake.serving_core.staged_reader import ByteRange, StagedReader
 from tests.conftest import random_u8
 
 

@@ -1,0 +1,80 @@
+"""What the benchmark scripts share: the paths they import from, GPU timing, and plotting. Not a script.
+
+Every benchmark runs as ``python bench/NAME.py`` from a checkout; Python puts ``bench/`` first on ``sys.path``, so
+``import benchkit`` finds this file. Importing it puts the checkout first on ``sys.path`` (its ``moebake``, whether
+or not one is installed) and ``tests/`` and ``tests/gpu/`` last (the engine oracles and GPU-test harnesses some
+benchmarks compare with, imported as the tests import them).
+
+* :func:`cuda_medians_ms` / :func:`cuda_median_ms`: the median milliseconds of calls timed with CUDA events;
+* :func:`synchronized_s`: the wall seconds of one call, the GPU synchronised before and after;
+* :func:`pyplot` and :func:`save`: matplotlib's pyplot on its file-only Agg backend, and a figure written to a PNG.
+"""
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+for _folder in (REPO / "tests", REPO / "tests" / "gpu"):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
+
+
+def cuda_medians_ms(calls: dict[str, Callable[[], object]], iters: int, warmup: int) -> dict[str, float]:
+    """``{name: median milliseconds of calls[name]()}`` over ``iters`` timed rounds, after ``warmup`` untimed ones.
+
+    Each call is timed alone by a pair of CUDA events on the current stream, and waited for before the next. The
+    calls interleave, each round in a rotated order, so clock and cache state affect all alike."""
+    import torch
+
+    names = list(calls)
+    for _ in range(warmup):
+        for name in names:
+            calls[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(iters):
+        for name in names[i % len(names):] + names[: i % len(names)]:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            calls[name]()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def cuda_median_ms(call: Callable[[], object], iters: int, warmup: int) -> float:
+    """The median milliseconds of ``call()``, as :func:`cuda_medians_ms` times it."""
+    return cuda_medians_ms({"call": call}, iters, warmup)["call"]
+
+
+def synchronized_s(call: Callable[[], object]) -> float:
+    """The wall seconds of ``call()``, the GPU synchronised before and after (a first call's JIT compile included)."""
+    import torch
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    call()
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def pyplot():
+    """matplotlib's ``pyplot`` on the Agg backend (it writes files and needs no display). ImportError without
+    matplotlib (``pip install '.[bench]'``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save(figure, png: Path, dpi: int) -> None:
+    """Lay ``figure`` out tightly and write it to ``png`` at ``dpi``."""
+    figure.tight_layout()
+    figure.savefig(png, dpi=dpi)
