@@ -531,3 +531,73 @@ def test_real_server_compares_each_run_with_its_backends_first_stock_run(tmp_pat
     assert [(r["tokens_equal_to_stock"], r.get("stock_order")) for r in runs] == [
         (None, None), (True, 1), (False, 1), (None, None), (True, 1)]
     assert json.loads(out.read_text())["runs"] == runs
+
+
+FAKE_LAUNCH_SERVER = '''
+"""A stand-in for ``python -m sglang.launch_server``: SGLang's two log lines and its /generate answer format."""
+import faulthandler, json, os, signal, sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+args = sys.argv[1:]
+port, model = int(args[args.index("--port") + 1]), args[args.index("--model-path") + 1]
+faulthandler.register(signal.SIGUSR2, file=open(os.environ["MOEBAKE_REAL_SERVER_STACKS"], "a"), all_threads=True)
+if "hang" in model:
+    time.sleep(600)
+shift = 1 if "other" in model else 0  # a model that answers differently
+
+
+def answer(ids, new):
+    out = [(sum(ids) + i + shift) % 97 for i in range(new)]
+    return {"output_ids": out, "meta_info": {"output_token_logprobs": [[-1.0 / (t + 1), t, None] for t in out]}}
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        new, ids = body["sampling_params"]["max_new_tokens"], body["input_ids"]
+        reply = [answer(i, new) for i in ids] if isinstance(ids[0], list) else answer(ids, new)
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *a):
+        pass
+
+
+server = HTTPServer(("127.0.0.1", port), Handler)
+print("[t] Load weight end. elapsed=0.25 s, type=GptOssForCausalLM, avail mem=70.00 GB, mem usage=0.50 GB.", flush=True)
+print("[t] The server is fired up and ready to roll!", flush=True)
+server.serve_forever()
+'''
+
+
+def test_real_server_serves_compares_and_stops_each_server(tmp_path, monkeypatch):
+    """bench/real_server.py end to end against a stand-in server process: it waits for the ready line, asks /generate
+    for one prompt, a batch and the first prompt again, reads SGLang's answer format and load line, stops the server,
+    compares the bake with stock (equal, and a bake that answers otherwise), and a server that never gets ready is
+    stopped with its Python stacks recorded."""
+    bench = load_bench("real_server.py")
+    site = tmp_path / "site"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    (site / "sglang" / "launch_server.py").write_text(FAKE_LAUNCH_SERVER)
+    (site / "sglang-0.5.17.dist-info").mkdir()
+    monkeypatch.setattr(bench, "S17_SITE", str(site))
+    work = tmp_path / "work"
+    for model in ("src", "same", "other", "hang"):
+        (work / model).mkdir(parents=True)
+    (work / "src" / "config.json").write_text(json.dumps({"vocab_size": 2048, "num_hidden_layers": 4, "num_local_experts": 32,
+                                                          "hidden_size": 2880}))
+    runs = bench.run(work, ["stock:marlin", "bake:marlin:same", "bake:marlin:other", "bake:marlin:hang:3"], 8, 60, [],
+                     tmp_path / "r.json", tmp_path / "logs")
+    stock, same, other, hang = runs
+    assert stock["release"] == "0.5.17" and stock["ready_seconds"] > 0 and stock["new_tokens"] == [8] * 5
+    assert (stock["load_seconds"], stock["sglang_load_mem_usage_gib"], stock["repeat_equal"]) == (0.25, 0.5, True)
+    assert (same["tokens_equal_to_stock"], same["logprobs_equal_to_stock"]) == (True, True)
+    assert (other["tokens_equal_to_stock"], other["logprobs_equal_to_stock"]) == (False, False)
+    assert hang["error"] == "not ready after 3 s" and hang["ready_seconds"] is None
+    assert any("time.sleep(600)" in line or "launch_server.py" in line for line in hang["stacks"]), hang["stacks"]
+    assert "--quantization" in same["server_flags"] and "--quantization" not in stock["server_flags"]
+    assert json.loads((tmp_path / "r.json").read_text())["runs"] == runs
