@@ -22,7 +22,7 @@ from moebake.convert.options import DEFAULT_CHUNK_BYTES, GATE_UP_GLOBALS, MAX_MU
 from moebake.errors import MoebakeError, OutputError, format_error
 from moebake.layouts.flashinfer_versions import DESCRIPTIONS, LAYOUTS
 from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
-from moebake.schema.profiles import DEFAULT_ENGINE, parse_engine, serving_flags
+from moebake.schema.profiles import DEFAULT_ENGINE, parse_engine, release_span, serving_flags
 
 
 class EngineRelease(click.ParamType):
@@ -220,7 +220,8 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     exactness = "engine-exact" if engine.exact else f"NOT engine-exact: {engine.not_exact_because}"
     click.echo(f"engine {engine.name} {engine.version} ({serving_flags(engine)}): {exactness}")
     if engine.releases:
-        click.echo(f"proven on {engine.name} {', '.join(engine.releases)} (each release's own load-time code builds these bytes)")
+        click.echo(f"proven on {engine.name} {release_span(engine.name, engine.releases)} (each release's own load-time code "
+                   "builds these bytes)")
     for other in baked.serves:
         click.echo(f"also serves {other.name} {other.version} (the same bytes; {serving_flags(other)})")
     gate_up = gate_up_summary(baked)
@@ -295,7 +296,7 @@ def _proven_releases(out: Path) -> str:
 
     manifest = Manifest.from_json(read_manifest(out), out)
     records = [r for r in (manifest.engine, *manifest.serves) if r is not None and r.serving_releases]
-    return "".join(f"; proven on {r.name} {', '.join(r.serving_releases)}" for r in records)
+    return "".join(f"; proven on {r.name} {release_span(r.name, r.serving_releases)}" for r in records)
 
 
 @main.command()

@@ -22,7 +22,7 @@ from moebake.formats.checkpoint import open_checkpoint
 from moebake.progress_bars import size_text
 from moebake.schema.config_values import as_count, first_model_value, short_repr
 from moebake.schema.manifest import MANIFEST_NAME, Manifest, read_manifest_record
-from moebake.schema.profiles import serving_flags
+from moebake.schema.profiles import release_span, serving_flags
 
 
 def inspect_path(path: str | os.PathLike) -> dict:
@@ -114,7 +114,7 @@ def _engine_report(engine) -> dict | None:
 def _engine_line(engine: dict) -> str:
     exactness = "engine-exact" if engine["exact"] else f"NOT engine-exact: {engine['not_exact_because']}"
     releases = engine["releases"] if "releases" in engine else [engine["version"]] if engine["exact"] else []
-    proven = f"; proven on {engine['name']} {', '.join(releases)}" if releases else ""
+    proven = f"; proven on {engine['name']} {release_span(engine['name'], releases)}" if releases else ""
     return f"{engine['name']} {engine['version']}: {exactness}{proven}; serve with {engine['serving_flags']}"
 
 

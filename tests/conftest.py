@@ -62,8 +62,11 @@ def pytest_configure(config):
         from moebake.schema.profiles import RULES
 
         name, release = engine.split("==")
+        from moebake.layouts.flashinfer_versions import layout_for_flashinfer
+
+        flashinfer = os.environ.get("MOEBAKE_ORACLE_FLASHINFER") or None
         release_matrix.MATRIX[name][release] = {
-            "flashinfer": os.environ.get("MOEBAKE_ORACLE_FLASHINFER") or None,
+            "flashinfer": flashinfer, "flashinfer_layout": layout_for_flashinfer(flashinfer) if flashinfer else None,
             "cells": {f"{target}/{source}": rule for target, source in RULES[rule].targets}, "unproven": {}}
 
 

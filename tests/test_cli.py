@@ -44,7 +44,7 @@ def nvfp4_tiny(tmp_path_factory):
 
 
 ENGINE_REFUSAL = ("error: --engine vllm: vllm 0.33.0 cannot serve cutedsl-deepep bakes of modelopt-nvfp4 checkpoints exactly (no verified "
-                  "profile); sglang 0.5.23 can (--engine sglang); pass --allow-inexact to bake it anyway, recorded as NOT "
+                  "profile); sglang 0.5.17-0.5.23 can (--engine sglang==RELEASE); pass --allow-inexact to bake it anyway, recorded as NOT "
                   "engine-exact\n")
 
 
@@ -85,7 +85,7 @@ def test_the_api_refuses_as_the_cli_does_and_writes_nothing(nvfp4_tiny, tmp_path
         convert(nvfp4_tiny, tmp_path / "out", options, progress=False)
     assert f"error: {refusal.value}\n" == ENGINE_REFUSAL and list(tmp_path.iterdir()) == []
     assert convert(nvfp4_tiny, tmp_path / "out", options, progress=False, allow_inexact=True).engine.exact is False
-    with pytest.raises(UnsupportedError, match=r"; no other engine moebake knows can; pass --allow-inexact"):
+    with pytest.raises(UnsupportedError, match=r"; no engine release moebake knows can; pass --allow-inexact"):
         check_servable("sglang", "toy-target", "bf16-moe")
     check_servable("vllm", "sm90-cutlass", "gpt-oss")  # a verified pair: no refusal
 
@@ -152,7 +152,7 @@ def test_verify_says_what_it_checked_and_speaks_json(gpt_oss_tiny, tmp_path):
     result = run("verify", tmp_path / "out")
     assert result.exit_code == 0
     assert result.output.startswith(f"ok: {tmp_path / 'out'} (moebake.json intact; 6 files, ")
-    assert "index and 2 shard headers valid; 12 baked tensors as recorded)" in result.output
+    assert "index and 2 shard headers valid; 12 baked tensors as recorded; proven on sglang 0.5.19-0.5.23)" in result.output
     report = json.loads(run("verify", tmp_path / "out", "--json").output)
     assert report["ok"] is True and report["problems"] == [] and "moebake.json intact" in report["checked"]
     (tmp_path / "out" / "extra.txt").write_text("x")

@@ -104,7 +104,7 @@ def test_baked_report_shows_the_engine_record(baked, tmp_path):
         "serving_flags": "--quantization moebake --moe-runner-backend flashinfer_mxfp4"}
     assert report["engine"]["exact"] is True
     text = render_text(report)
-    assert ("  engine         sglang 0.5.23: engine-exact; serve with --quantization moebake "
+    assert ("  engine         sglang 0.5.18: engine-exact; proven on sglang 0.5.17-0.5.18; serve with --quantization moebake "
             "--moe-runner-backend flashinfer_mxfp4\n") in text
     assert json.loads(CliRunner().invoke(main, ["inspect", str(baked), "--json"]).output)["engine"] == report["engine"]
     from moebake.reference.synthetic_sources import write_modelopt_nvfp4

@@ -38,7 +38,7 @@ def test_every_cell_names_a_rule_that_holds_it():
 def test_install_extras_accept_exactly_the_proven_span():
     text = (REPO / "pyproject.toml").read_text()
     for engine in release_matrix.MATRIX:
-        known = releases(engine)
+        known = [r for r in releases(engine) if release_matrix.MATRIX[engine][r]["cells"]]  # serving anything
         spec = re.search(rf'^{engine} = \["{engine}([^"]*)"\]', text, re.M)
         assert spec, f"pyproject.toml has no {engine} extra"
         assert spec.group(1).split(",")[:2] == [f">={known[0]}", f"<={known[-1]}"], spec.group(1)

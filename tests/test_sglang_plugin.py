@@ -317,14 +317,28 @@ def test_sglang_gpt_oss_model_loader_routes_every_baked_tensor_to_the_plugin(gpt
             assert torch.equal(getattr(layer, name.removeprefix(PREFIX)).view(torch.uint8), tensor.view(torch.uint8)), name
 
 
-def test_refuses_another_sglang_version(gpt_oss_bake, monkeypatch):
-    """The plugin's private SGLang names are 0.5.23's: another installed version is refused in one line before a
-    layer is built."""
+def test_refuses_a_sglang_release_the_matrix_does_not_hold(gpt_oss_bake, monkeypatch):
+    """The plugin's private SGLang names are proven for the matrix's releases only: another installed release is refused
+    in one line before a layer is built, naming the proven span and how to prove a new one."""
     import sglang
 
     monkeypatch.setattr(sglang, "__version__", "0.5.24")
     message = _refusal(gpt_oss_bake)
-    assert "proven against SGLang 0.5.23" in message and "SGLang 0.5.24 is installed" in message
+    assert "proven on sglang 0.5.17-0.5.23" in message and "sglang 0.5.24 is installed" in message
+    assert "bin/prove-releases" in message
+
+
+def test_a_bake_is_refused_on_a_proven_release_that_does_not_build_its_bytes(gpt_oss_bake, monkeypatch):
+    """The v2 bake (the newest release's) lists 0.5.19-0.5.23; SGLang 0.5.17 (FlashInfer 0.6.15.post1, layout v1) is
+    in the matrix but builds other bytes: refused, naming the releases that can and the convert command for 0.5.17."""
+    import sglang
+
+    manifest = json.loads((gpt_oss_bake / "moebake.json").read_text())
+    assert manifest["engine"]["releases"] == ["0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]
+    monkeypatch.setattr(sglang, "__version__", "0.5.17")
+    message = _refusal(gpt_oss_bake)
+    assert "proven for sglang 0.5.19-0.5.23 can serve it, not sglang 0.5.17" in message, message
+    assert "moebake convert SRC OUT --target sm90-cutlass --engine sglang==0.5.17" in message
 
 
 @pytest.mark.parametrize("original, expected", [

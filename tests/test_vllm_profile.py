@@ -18,6 +18,7 @@ from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_v1,
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.reference.synthetic_sources import MODELOPT_MISMATCHES, write_deepseek_v4, write_modelopt_nvfp4
+from moebake.schema.profiles import get_profile
 from moebake.synthetic import write_gpt_oss
 
 VLLM = __import__("os").environ.get("MOEBAKE_ORACLE_ENGINE", "vllm")
@@ -204,11 +205,12 @@ def test_modelopt_nvfp4_cutedsl_equals_vllm(tmp_path, hidden, intermediate, mism
     options = ConvertOptions("cutedsl", engine=VLLM, gate_up_globals="keep" if mismatches else "share")
     manifest = convert(source, tmp_path / "out", options, progress=False).to_json()
     engine_record, record = manifest["engine"], manifest["layers"][0]
-    assert (engine_record["name"], engine_record["exact"], engine_record["hidden_multiple"]) == ("vllm", True, 256)
-    assert [(e["name"], e["version"]) for e in manifest["serves"]] == ([("sglang", "0.5.23")] if hidden % 256 == 0 else [])
+    multiple = get_profile(VLLM).target("cutedsl", "modelopt-nvfp4").hidden_multiple  # 256 from 0.32.0, 128 before
+    assert (engine_record["name"], engine_record["exact"], engine_record["hidden_multiple"]) == ("vllm", True, multiple)
+    assert [(e["name"], e["version"]) for e in manifest["serves"]] == ([("sglang", "0.5.23")] if hidden % multiple == 0 else [])
     engine = vllm_oracle.modelopt_nvfp4_cutedsl(source, record["prefix"], 4, hidden, intermediate)
     assert (engine.pop("hidden_dim"), engine.pop("intermediate_size_per_partition")) == (
-        record["hidden_padded"], record["intermediate_padded"]) == (-(-hidden // 256) * 256, intermediate)
+        record["hidden_padded"], record["intermediate_padded"]) == (-(-hidden // multiple) * multiple, intermediate)
     baked = {short: tensor for short, tensor in load_all(tmp_path / "out").items()}
     prefix = record["prefix"]
     for name in NVFP4_WEIGHTS:

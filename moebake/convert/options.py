@@ -7,7 +7,7 @@ from typing import NamedTuple
 from moebake.errors import OptionError
 from moebake.layouts.flashinfer_versions import LAYOUTS
 from moebake.schema.enums import FlashInferLayout, GateUpGlobals
-from moebake.schema.profiles import DEFAULT_ENGINE, default_flashinfer_layout, get_profile
+from moebake.schema.profiles import DEFAULT_ENGINE, default_flashinfer_layout, get_profile, release_for_layout
 
 DEFAULT_CHUNK_BYTES = 64 << 20
 MIN_CHUNK_BYTES = 1 << 16
@@ -41,6 +41,9 @@ class ConvertOptions:
     def __post_init__(self):
         if self.flashinfer_layout is None:  # the layout the engine release's pinned FlashInfer reads
             object.__setattr__(self, "flashinfer_layout", default_flashinfer_layout(self.engine))
+        elif self.flashinfer_layout in LAYOUTS:  # a layout asked for: the engine release whose FlashInfer reads it
+            object.__setattr__(self, "engine", release_for_layout(self.engine, self.target, str(FlashInferLayout(
+                self.flashinfer_layout).value)))
         if self.flashinfer_layout not in LAYOUTS:
             raise OptionError(f"--flashinfer-layout {self.flashinfer_layout!r}: expected one of {', '.join(LAYOUTS)}")
         object.__setattr__(self, "flashinfer_layout", FlashInferLayout(self.flashinfer_layout))

@@ -6,7 +6,7 @@ load-time code builds its bytes. A refusal names the releases that can serve the
 the running release.
 """
 
-from moebake.schema.profiles import releases
+from moebake.schema.profiles import release_span, releases
 
 
 def unknown_release_refusal(engine: str, installed: str) -> str | None:
@@ -14,7 +14,7 @@ def unknown_release_refusal(engine: str, installed: str) -> str | None:
     known = releases(engine)
     if installed in known:
         return None
-    return (f"this moebake's {engine} plugin is proven on {engine} {', '.join(known)} (their private names and load-time "
+    return (f"this moebake's {engine} plugin is proven on {engine} {release_span(engine, known)} (their private names and load-time "
             f"bytes), and {engine} {installed} is installed; install one of those (`pip install \".[{engine}]\"` from a "
             f"moebake clone takes the newest), or prove {installed} first (docs/contributing.md: bin/prove-releases)")
 
@@ -27,7 +27,7 @@ def release_refusal(engine: str, installed: str, manifest) -> str | None:
     record = next((r for r in (manifest.engine, *manifest.serves) if r is not None and r.name == engine), None)
     if record is None or installed in record.serving_releases:
         return None  # another engine's bake: the plugin's own engine check words that refusal
-    can = f"{engine} {', '.join(record.serving_releases)} can serve it" if record.serving_releases else \
+    can = f"{engine} {release_span(engine, record.serving_releases)} can serve it" if record.serving_releases else \
         "no release can serve it exactly"
     return (f"this bake's bytes are proven for {can}, not {engine} {installed}; install one of those, or bake for this "
             f"release: moebake convert SRC OUT --target {manifest.target} --engine {engine}=={installed}")

@@ -28,6 +28,7 @@ fill and vLLM's zeros never show) lists that engine in the manifest's ``serves``
 against the engine's own code, run on CPU.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from packaging.version import InvalidVersion, Version
@@ -180,7 +181,12 @@ VLLM_0_33_0 = EngineProfile("vllm", "0.33.0", {
                                                  intermediate_multiple=64),
 })
 
-RULES = {f"{p.engine}-{p.version}": p for p in (SGLANG_0_5_17, SGLANG_0_5_22, VLLM_0_33_0)}
+VLLM_0_30_0 = EngineProfile("vllm", "0.30.0", VLLM_0_33_0.targets | {
+    # Before 0.32.0, prepare_nvfp4_moe_layer_for_flashinfer_cutedsl padded H to 128 only (0.32.0: 256).
+    ("cutedsl", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "none", _VLLM_NVFP4, intermediate_multiple=64),
+})
+
+RULES = {f"{p.engine}-{p.version}": p for p in (SGLANG_0_5_17, SGLANG_0_5_22, VLLM_0_30_0, VLLM_0_33_0)}
 """Every rule table by name (``<engine>-<first release it was written for>``), oldest first: :mod:`moebake.schema.release_matrix`
 names, for each release and (target, source format), the oldest rule whose entry that release's own code was proven to
 build (a later table repeats the entries that did not change)."""
@@ -203,12 +209,47 @@ def releases(engine: str) -> list[str]:
     return sorted(release_matrix.MATRIX[engine], key=Version)
 
 
+def release_span(engine: str, chosen) -> str:
+    """``chosen`` releases of ``engine`` as runs of the matrix's consecutive releases: ``0.5.17-0.5.18, 0.5.20``."""
+    known, chosen = releases(engine), set(chosen)
+    runs, run = [], []
+    for release in known:
+        if release in chosen:
+            run.append(release)
+        elif run:
+            runs.append(run)
+            run = []
+    runs += [run] if run else []
+    runs += [[release] for release in sorted(chosen - set(known))]  # a release the matrix no longer holds
+    return ", ".join(r[0] if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
 def pinned_flashinfer(engine: str, release: str) -> str | None:
     """The FlashInfer release ``engine`` ``release`` pins (its SM90 fp4 layout is what that release's servers read)."""
     return release_matrix.MATRIX[engine][release].get("flashinfer")
 
 
-PROFILES = {engine: release_profile(engine, releases(engine)[-1]) for engine in release_matrix.MATRIX}
+def pinned_layout(engine: str, release: str) -> str | None:
+    """The SM90 fp4 layout (``v1``/``v2``) that ``engine`` ``release``'s pinned FlashInfer reads, or None."""
+    return release_matrix.MATRIX[engine][release].get("flashinfer_layout")
+
+
+class _NewestProfiles(Mapping):
+    """engine -> its newest proven release's profile, read from the release matrix at each lookup."""
+
+    def __getitem__(self, engine: str) -> EngineProfile:
+        if engine not in release_matrix.MATRIX:
+            raise KeyError(engine)
+        return release_profile(engine, releases(engine)[-1])
+
+    def __iter__(self):
+        return iter(release_matrix.MATRIX)
+
+    def __len__(self):
+        return len(release_matrix.MATRIX)
+
+
+PROFILES = _NewestProfiles()
 """Each engine's newest proven release's profile: what ``--engine sglang`` bakes for."""
 
 _VLLM_HUMMING = ("vLLM 0.33.0's HUMMING MXFP4 MoE backend runs the humming package's own GEMM on weights laid out by its "
@@ -313,9 +354,10 @@ def check_servable(engine: str, target: str, source_format: str) -> None:
     profile = get_profile(engine)
     if profile.target(target, source_format).verified:
         return
-    proven = [f"{name}=={release}" for name in PROFILES for release in releases(name)
-              if release_profile(name, release).target(target, source_format).verified]
-    can = f"; these can (--engine): {', '.join(proven)}" if proven else "; no engine release moebake knows can"
+    proven = {name: [r for r in releases(name) if release_profile(name, r).target(target, source_format).verified]
+              for name in PROFILES}
+    can = "; ".join(f"{name} {release_span(name, rs)} can (--engine {name}==RELEASE)" for name, rs in proven.items() if rs)
+    can = f"; {can}" if can else "; no engine release moebake knows can"
     why = refused_because(profile.engine, profile.version, target, source_format)
     raise UnsupportedError(f"--engine {engine}: {profile.engine} {profile.version} cannot serve {target} bakes of {source_format} "
                            f"checkpoints exactly ({why}){can}; pass {ALLOW_INEXACT} to bake it anyway, "
@@ -350,7 +392,6 @@ def proven_releases(engine: str, target: str, source_format: str, entry: TargetP
     """The releases of ``engine`` whose own code was proven to build ``entry``'s bytes for (``target``,
     ``source_format``): the same entry in the release matrix and, for targets in FlashInfer's SM90 fp4 layout, a
     pinned FlashInfer that reads ``flashinfer_layout``."""
-    from moebake.layouts.flashinfer_versions import layout_for_flashinfer
     from moebake.schema.targets import target_spec
 
     uses_layout = target_spec(target).uses_flashinfer_layout
@@ -358,19 +399,38 @@ def proven_releases(engine: str, target: str, source_format: str, entry: TargetP
     for release in releases(engine):
         if release_profile(engine, release).targets.get((target, source_format)) != entry:
             continue
-        pinned = pinned_flashinfer(engine, release)
-        if uses_layout and (pinned is None or layout_for_flashinfer(pinned) != flashinfer_layout):
+        if uses_layout and pinned_layout(engine, release) != flashinfer_layout:
             continue
         out.append(release)
     return out
 
 
+def release_for_layout(engine: str, target: str, layout: str) -> str:
+    """``engine`` (``sglang`` or ``sglang==0.5.20``) for a bake of ``target`` in FlashInfer SM90 layout ``layout``:
+    unchanged where the target does not use the layout or the release's pinned FlashInfer reads it; without a named
+    release, the newest release whose pinned FlashInfer reads it; a named release whose FlashInfer reads another
+    layout is an OptionError naming the releases that read ``layout``."""
+    from moebake.schema.targets import target_spec
+
+    name, release = parse_engine(engine)
+    try:
+        uses_layout = target_spec(target).uses_flashinfer_layout
+    except UnsupportedError:
+        return engine  # an unknown target: refused where targets are checked
+    if not uses_layout or pinned_layout(name, release) in (None, layout):
+        return engine
+    reading = [r for r in releases(name) if pinned_layout(name, r) == layout]
+    if "==" in engine or not reading:
+        where = f"{name} {release_span(name, reading)} pin a FlashInfer that reads it" if reading else \
+            f"no {name} release moebake has proven pins a FlashInfer that reads it"
+        raise OptionError(f"--flashinfer-layout {layout}: {name} {release} pins FlashInfer {pinned_flashinfer(name, release)}, "
+                          f"which reads {pinned_layout(name, release)}; {where} (--engine {name}==RELEASE)")
+    return f"{name}=={reading[-1]}"
+
+
 def default_flashinfer_layout(engine: str) -> str:
     """The SM90 fp4 layout that ``engine`` (``sglang``, ``sglang==0.5.17``)'s pinned FlashInfer reads (v2 without a pin)."""
-    from moebake.layouts.flashinfer_versions import layout_for_flashinfer
-
-    pinned = pinned_flashinfer(*parse_engine(engine))
-    return (layout_for_flashinfer(pinned) if pinned else None) or "v2"
+    return pinned_layout(*parse_engine(engine)) or "v2"
 
 
 def _engine_record(profile: EngineProfile, entry: TargetProfile, not_exact_because: str | None) -> EngineRecord:

@@ -3,13 +3,15 @@
 Written by ``bin/prove-releases --write`` (``tests/engine_releases/prove.py``), which runs each release's own
 preparation code on CPU (the oracle tests) against moebake's bakes. ``MATRIX[engine][release]``:
 
-* ``flashinfer``: the FlashInfer release that engine release pins (its SM90 fp4 layout is the one its servers read);
+* ``flashinfer``: the FlashInfer release that engine release pins, and ``flashinfer_layout`` the SM90 fp4 layout that
+  FlashInfer reads (:func:`moebake.layouts.flashinfer_versions.layout_for_flashinfer`): the one its servers read;
 * ``cells``: ``"target/source format"`` -> the rule (:data:`moebake.schema.profiles.RULES`) whose entry that release
   was proven to build, byte for byte; a cell absent here is refused for that release;
 * ``unproven``: ``"target/source format"`` -> what the oracle run printed where no rule's bytes matched.
 """
 
 MATRIX = {'sglang': {'0.5.17': {'flashinfer': '0.6.15.post1',
+                       'flashinfer_layout': 'v1',
                        'cells': {'cutedsl-deepep/modelopt-nvfp4': 'sglang-0.5.17',
                                  'cutedsl/modelopt-nvfp4': 'sglang-0.5.17',
                                  'deepep-bf16/bf16-moe': 'sglang-0.5.17',
@@ -26,6 +28,7 @@ MATRIX = {'sglang': {'0.5.17': {'flashinfer': '0.6.15.post1',
                                                                  "'flashinfer.fused_moe.prepare' has no attribute "
                                                                  "'_preprocess_humming_e8m0_weight_scale'"}},
             '0.5.18': {'flashinfer': '0.6.17',
+                       'flashinfer_layout': 'v1',
                        'cells': {'cutedsl-deepep/modelopt-nvfp4': 'sglang-0.5.17',
                                  'cutedsl/modelopt-nvfp4': 'sglang-0.5.17',
                                  'deepep-bf16/bf16-moe': 'sglang-0.5.17',
@@ -42,6 +45,7 @@ MATRIX = {'sglang': {'0.5.17': {'flashinfer': '0.6.15.post1',
                                                                  "'flashinfer.fused_moe.prepare' has no attribute "
                                                                  "'_preprocess_humming_e8m0_weight_scale'"}},
             '0.5.19': {'flashinfer': '0.6.18',
+                       'flashinfer_layout': 'v2',
                        'cells': {'cutedsl-deepep/modelopt-nvfp4': 'sglang-0.5.17',
                                  'cutedsl/modelopt-nvfp4': 'sglang-0.5.17',
                                  'deepep-bf16/bf16-moe': 'sglang-0.5.17',
@@ -55,6 +59,7 @@ MATRIX = {'sglang': {'0.5.17': {'flashinfer': '0.6.15.post1',
                                  'sm90-marlin/gpt-oss': 'sglang-0.5.17'},
                        'unproven': {}},
             '0.5.20': {'flashinfer': '0.6.18',
+                       'flashinfer_layout': 'v2',
                        'cells': {'cutedsl-deepep/modelopt-nvfp4': 'sglang-0.5.17',
                                  'cutedsl/modelopt-nvfp4': 'sglang-0.5.17',
                                  'deepep-bf16/bf16-moe': 'sglang-0.5.17',
@@ -68,6 +73,7 @@ MATRIX = {'sglang': {'0.5.17': {'flashinfer': '0.6.15.post1',
                                  'sm90-marlin/gpt-oss': 'sglang-0.5.17'},
                        'unproven': {}},
             '0.5.21': {'flashinfer': '0.6.18',
+                       'flashinfer_layout': 'v2',
                        'cells': {'cutedsl-deepep/modelopt-nvfp4': 'sglang-0.5.17',
                                  'cutedsl/modelopt-nvfp4': 'sglang-0.5.17',
                                  'deepep-bf16/bf16-moe': 'sglang-0.5.17',
@@ -81,6 +87,7 @@ MATRIX = {'sglang': {'0.5.17': {'flashinfer': '0.6.15.post1',
                                  'sm90-marlin/gpt-oss': 'sglang-0.5.17'},
                        'unproven': {}},
             '0.5.22': {'flashinfer': '0.7.1',
+                       'flashinfer_layout': 'v2',
                        'cells': {'cutedsl-deepep/modelopt-nvfp4': 'sglang-0.5.17',
                                  'cutedsl/modelopt-nvfp4': 'sglang-0.5.17',
                                  'deepep-bf16/bf16-moe': 'sglang-0.5.17',
@@ -94,6 +101,7 @@ MATRIX = {'sglang': {'0.5.17': {'flashinfer': '0.6.15.post1',
                                  'sm90-marlin/gpt-oss': 'sglang-0.5.17'},
                        'unproven': {}},
             '0.5.23': {'flashinfer': '0.7.2',
+                       'flashinfer_layout': 'v2',
                        'cells': {'cutedsl-deepep/modelopt-nvfp4': 'sglang-0.5.17',
                                  'cutedsl/modelopt-nvfp4': 'sglang-0.5.17',
                                  'deepep-bf16/bf16-moe': 'sglang-0.5.17',
@@ -106,11 +114,145 @@ MATRIX = {'sglang': {'0.5.17': {'flashinfer': '0.6.15.post1',
                                  'sm90-marlin/deepseek-v4': 'sglang-0.5.22',
                                  'sm90-marlin/gpt-oss': 'sglang-0.5.17'},
                        'unproven': {}}},
- 'vllm': {'0.33.0': {'flashinfer': '0.7.2.post1',
-                     'cells': {'sm90-cutlass/gpt-oss': 'vllm-0.33.0',
-                               'sm90-cutlass/deepseek-v4': 'vllm-0.33.0',
-                               'sm100-trtllm/gpt-oss': 'vllm-0.33.0',
+ 'vllm': {'0.26.0': {'flashinfer': '0.6.14',
+                     'flashinfer_layout': 'v1',
+                     'cells': {},
+                     'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: ImportError: cannot import name '
+                                                            "'amax_for_moe_activation_quant' from "
+                                                            "'vllm.model_executor.layers.quantization.utils.quant_utils' "
+                                                            '(/root/.cache/moebake/engine-trees/vllm-0.26.0/vllm/model_executor/laye',
+                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: AttributeError: <class '
+                                                              "'vllm.model_executor.layers.quantization.mxfp4.Mxfp4MoEMethod'> "
+                                                              "does not have the attribute '_build_moe_kernel'",
+                                  'sm100-trtllm/gpt-oss': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
+                                                          'please set the environment variable '
+                                                          '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to '
+                                                          'help debug the issue.',
+                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: ImportError: cannot import name '
+                                                              "'FusedMoEFactory' from "
+                                                              "'vllm.model_executor.layers.fused_moe.layer' "
+                                                              '(/root/.cache/moebake/engine-trees/vllm-0.26.0/vllm/model_executor/layers/fused_moe/layer.py)',
+                                  'sm90-cutlass/gpt-oss': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
+                                                          'please set the environment variable '
+                                                          '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to '
+                                                          'help debug the issue.',
+                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: ImportError: cannot import name '
+                                                             "'FusedMoEFactory' from "
+                                                             "'vllm.model_executor.layers.fused_moe.layer' "
+                                                             '(/root/.cache/moebake/engine-trees/vllm-0.26.0/vllm/model_executor/layers/fused_moe/layer.py)'}},
+          '0.27.0': {'flashinfer': '0.6.16.post3',
+                     'flashinfer_layout': 'v1',
+                     'cells': {},
+                     'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: ImportError: cannot import name '
+                                                            "'amax_for_moe_activation_quant' from "
+                                                            "'vllm.model_executor.layers.quantization.utils.quant_utils' "
+                                                            '(/root/.cache/moebake/engine-trees/vllm-0.27.0/vllm/model_executor/laye',
+                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: AttributeError: <class '
+                                                              "'vllm.model_executor.layers.quantization.mxfp4.Mxfp4MoEMethod'> "
+                                                              "does not have the attribute '_build_moe_kernel'",
+                                  'sm100-trtllm/gpt-oss': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
+                                                          'please set the environment variable '
+                                                          '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to '
+                                                          'help debug the issue.',
+                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
+                                                              'please set the environment variable '
+                                                              '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging '
+                                                              'to help debug the issue.',
+                                  'sm90-cutlass/gpt-oss': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
+                                                          'please set the environment variable '
+                                                          '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to '
+                                                          'help debug the issue.',
+                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
+                                                             'please set the environment variable '
+                                                             '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to '
+                                                             'help debug the issue.'}},
+          '0.27.1': {'flashinfer': '0.6.16.post3',
+                     'flashinfer_layout': 'v1',
+                     'cells': {},
+                     'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: ImportError: cannot import name '
+                                                            "'amax_for_moe_activation_quant' from "
+                                                            "'vllm.model_executor.layers.quantization.utils.quant_utils' "
+                                                            '(/root/.cache/moebake/engine-trees/vllm-0.27.1/vllm/model_executor/laye',
+                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: AttributeError: <class '
+                                                              "'vllm.model_executor.layers.quantization.mxfp4.Mxfp4MoEMethod'> "
+                                                              "does not have the attribute '_build_moe_kernel'",
+                                  'sm100-trtllm/gpt-oss': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
+                                                          'please set the environment variable '
+                                                          '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to '
+                                                          'help debug the issue.',
+                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
+                                                              'please set the environment variable '
+                                                              '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging '
+                                                              'to help debug the issue.',
+                                  'sm90-cutlass/gpt-oss': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
+                                                          'please set the environment variable '
+                                                          '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to '
+                                                          'help debug the issue.',
+                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: RuntimeError: Failed to infer device type, '
+                                                             'please set the environment variable '
+                                                             '`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to '
+                                                             'help debug the issue.'}},
+          '0.28.0': {'flashinfer': '0.6.16.post3',
+                     'flashinfer_layout': 'v1',
+                     'cells': {},
+                     'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: AttributeError: <class '
+                                                            "'vllm.model_executor.layers.quantization.modelopt.ModelOptNvFp4FusedMoE'> "
+                                                            "does not have the attribute '_build_moe_kernel'",
+                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: AttributeError: <class '
+                                                              "'vllm.model_executor.layers.quantization.mxfp4.Mxfp4MoEMethod'> "
+                                                              "does not have the attribute '_build_moe_kernel'",
+                                  'sm100-trtllm/gpt-oss': "vllm-0.33.0: KeyError: '_try_load_streamed_expert'",
+                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: IndexError: list index out of range',
+                                  'sm90-cutlass/gpt-oss': "vllm-0.33.0: KeyError: '_try_load_streamed_expert'",
+                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: TypeError: '
+                                                             '_marlin_repack_stand_in.<locals>.vllm_repack() got an '
+                                                             "unexpected keyword argument 'perm'"}},
+          '0.29.0': {'flashinfer': '0.6.18',
+                     'flashinfer_layout': 'v2',
+                     'cells': {'sm100-trtllm/gpt-oss': 'vllm-0.33.0', 'sm90-cutlass/gpt-oss': 'vllm-0.33.0'},
+                     'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: AttributeError: <class '
+                                                            "'vllm.model_executor.layers.quantization.modelopt.ModelOptNvFp4FusedMoE'> "
+                                                            "does not have the attribute '_build_moe_kernel'",
+                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: AttributeError: <class '
+                                                              "'vllm.model_executor.layers.quantization.mxfp4.Mxfp4MoEMethod'> "
+                                                              "does not have the attribute '_build_moe_kernel'",
+                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: IndexError: list index out of range',
+                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: TypeError: '
+                                                             '_marlin_repack_stand_in.<locals>.vllm_repack() got an '
+                                                             "unexpected keyword argument 'perm'"}},
+          '0.30.0': {'flashinfer': '0.6.18.post1',
+                     'flashinfer_layout': 'v2',
+                     'cells': {'cutedsl/modelopt-nvfp4': 'vllm-0.30.0',
+                               'sm100-trtllm/deepseek-v4': 'vllm-0.30.0',
+                               'sm100-trtllm/gpt-oss': 'vllm-0.30.0',
+                               'sm90-cutlass/deepseek-v4': 'vllm-0.30.0',
+                               'sm90-cutlass/gpt-oss': 'vllm-0.30.0',
+                               'sm90-marlin/deepseek-v4': 'vllm-0.30.0'},
+                     'unproven': {}},
+          '0.31.0': {'flashinfer': '0.7.0.post1',
+                     'flashinfer_layout': 'v2',
+                     'cells': {'cutedsl/modelopt-nvfp4': 'vllm-0.30.0',
+                               'sm100-trtllm/deepseek-v4': 'vllm-0.30.0',
+                               'sm100-trtllm/gpt-oss': 'vllm-0.30.0',
+                               'sm90-cutlass/deepseek-v4': 'vllm-0.30.0',
+                               'sm90-cutlass/gpt-oss': 'vllm-0.30.0',
+                               'sm90-marlin/deepseek-v4': 'vllm-0.30.0'},
+                     'unproven': {}},
+          '0.32.0': {'flashinfer': '0.7.0.post1',
+                     'flashinfer_layout': 'v2',
+                     'cells': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0',
                                'sm100-trtllm/deepseek-v4': 'vllm-0.33.0',
-                               'sm90-marlin/deepseek-v4': 'vllm-0.33.0',
-                               'cutedsl/modelopt-nvfp4': 'vllm-0.33.0'},
+                               'sm100-trtllm/gpt-oss': 'vllm-0.33.0',
+                               'sm90-cutlass/deepseek-v4': 'vllm-0.33.0',
+                               'sm90-cutlass/gpt-oss': 'vllm-0.33.0',
+                               'sm90-marlin/deepseek-v4': 'vllm-0.33.0'},
+                     'unproven': {}},
+          '0.33.0': {'flashinfer': '0.7.2.post1',
+                     'flashinfer_layout': 'v2',
+                     'cells': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0',
+                               'sm100-trtllm/deepseek-v4': 'vllm-0.33.0',
+                               'sm100-trtllm/gpt-oss': 'vllm-0.33.0',
+                               'sm90-cutlass/deepseek-v4': 'vllm-0.33.0',
+                               'sm90-cutlass/gpt-oss': 'vllm-0.33.0',
+                               'sm90-marlin/deepseek-v4': 'vllm-0.33.0'},
                      'unproven': {}}}}

@@ -5,8 +5,7 @@
 was proven to build; ``refused`` cells are explained below the table, one line per reason.
 """
 
-from moebake.layouts.flashinfer_versions import layout_for_flashinfer
-from moebake.schema.profiles import PROFILES, RULES, pinned_flashinfer, refused_because, release_profile, releases, rule_name
+from moebake.schema.profiles import PROFILES, RULES, pinned_flashinfer, pinned_layout, refused_because, release_profile, releases, rule_name
 
 
 def cells() -> list[tuple[str, str]]:
@@ -25,7 +24,7 @@ def rows() -> tuple[list[str], list[list[str]], dict[str, list[str]]]:
     for engine in PROFILES:
         for release in reversed(releases(engine)):
             pinned = pinned_flashinfer(engine, release)
-            row = [engine, release, f"{pinned} ({layout_for_flashinfer(pinned)})" if pinned else "-"]
+            row = [engine, release, f"{pinned} ({pinned_layout(engine, release)})" if pinned else "-"]
             profile = release_profile(engine, release)
             for target, source in cells():
                 if (target, source) in profile.targets:

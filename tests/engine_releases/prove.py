@@ -133,12 +133,17 @@ def discover(engine: str, release: str) -> dict:
                 unproven.pop(key, None)
             else:
                 unproven.setdefault(key, f"{name}: {why}")
-    return {"flashinfer": pinned_flashinfer(release_tree(engine, release)), "cells": dict(sorted(cells.items())),
-            "unproven": dict(sorted(unproven.items()))}
+    from moebake.layouts.flashinfer_versions import layout_for_flashinfer
+
+    flashinfer = pinned_flashinfer(release_tree(engine, release))
+    return {"flashinfer": flashinfer, "flashinfer_layout": layout_for_flashinfer(flashinfer) if flashinfer else None,
+            "cells": dict(sorted(cells.items())), "unproven": dict(sorted(unproven.items()))}
 
 
 def check(engine: str, release: str, entry: dict) -> list[str]:
     """What ``engine`` ``release``'s oracle run contradicts in its matrix ``entry`` (empty: proven as written)."""
+    if not entry["cells"]:
+        return []  # nothing claimed: every cell is refused
     results = run_oracles(engine, release)
     problems = []
     for (target, source), test in cells_of(engine).items():
