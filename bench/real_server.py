@@ -125,10 +125,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _post(url: str, payload: dict, timeout: float = 300) -> dict:
+def _post(url: str, payload: dict, timeout: float = 300, raw: bool = False):
     request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read())
+        body = response.read()
+        return body if raw else json.loads(body)
 
 
 def _outputs(response) -> list[dict]:
@@ -217,8 +218,11 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
         base = f"http://127.0.0.1:{port}/generate"
         sampling = {"temperature": 0.0, "max_new_tokens": new_tokens, "ignore_eos": True}
         ask = prompts(config["vocab_size"])
+        flush = f"http://127.0.0.1:{port}/flush_cache"  # each request from scratch: no prefix of it in the radix cache
         first = _outputs(_post(base, {"input_ids": ask[0], "sampling_params": sampling, "return_logprob": True}))
+        _post(flush, {}, raw=True)
         batch = _outputs(_post(base, {"input_ids": ask, "sampling_params": sampling, "return_logprob": True}))
+        _post(flush, {}, raw=True)
         again = _outputs(_post(base, {"input_ids": ask[0], "sampling_params": sampling, "return_logprob": True}))
         record["outputs"] = first + batch
         record["repeat_equal"] = compare(again, first) == (True, True)
