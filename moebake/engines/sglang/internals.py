@@ -52,10 +52,29 @@ def loader_reads_every_byte() -> str | None:
 
 
 def use_nvfp4_dispatch() -> bool:
-    """``modelopt_quant._use_nvfp4_dispatch()``: whether the dispatcher quantizes activations to NVFP4."""
-    from sglang.srt.layers.quantization.modelopt_quant import _use_nvfp4_dispatch
+    """``modelopt_quant._use_nvfp4_dispatch()``: whether the dispatcher quantizes activations to NVFP4. SGLang 0.5.17-0.5.19
+    have no such function: there the module's ``MOE_NVFP4_DISPATCH`` flag alone decides (0.5.20 added the FlashInfer
+    all-to-all's own dispatch type beside it)."""
+    from sglang.srt.layers.quantization import modelopt_quant
 
-    return _use_nvfp4_dispatch()
+    decide = getattr(modelopt_quant, "_use_nvfp4_dispatch", None)
+    return decide() if decide is not None else bool(modelopt_quant.MOE_NVFP4_DISPATCH)
+
+
+def platform():
+    """SGLang's platform facts the GPU refusal reads (``is_sm90``, ``is_sm100``): ``runtime_context.get_platform()`` from
+    0.5.19 on. SGLang 0.5.17 and 0.5.18 have no platform context: their ``sglang.srt.utils.common.is_sm90_supported`` and
+    ``is_sm100_supported``, which the later platform context probes under these names, answer instead. (A real SGLang
+    0.5.17 server refused every bake at ``ImportError: cannot import name 'get_platform'`` before this.)"""
+    from types import SimpleNamespace
+
+    from sglang.srt import runtime_context
+    from sglang.srt.utils.common import is_sm90_supported, is_sm100_supported
+
+    get_platform = getattr(runtime_context, "get_platform", None)
+    if get_platform is not None:
+        return get_platform()
+    return SimpleNamespace(is_sm90=is_sm90_supported(), is_sm100=is_sm100_supported())
 
 
 def fp4_scale_vector_size() -> int:

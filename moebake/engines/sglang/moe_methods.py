@@ -95,10 +95,9 @@ class SelfLoadingExperts:
 
 def _common_refusals(config, target: str) -> None:
     from sglang.srt.layers.moe.utils import get_moe_a2a_backend, get_moe_runner_backend
-    from sglang.srt.runtime_context import get_platform
 
     manifest = config.manifest
-    refusals.check_gpu(target, get_platform())
+    refusals.check_gpu(target, internals.platform())
     refusals.check_backends(manifest.engine, get_moe_runner_backend().value, get_moe_a2a_backend().value)
     if manifest.flashinfer_layout:
         import flashinfer

@@ -1,0 +1,88 @@
+"""Every SGLang name the plugin imports exists in every SGLang release of the matrix.
+
+A real SGLang 0.5.17 server (issue 35, ``bench/real_server.py``) refused bakes twice where the CPU oracles had passed:
+the plugin's ``register`` imported the ``--quantization`` choices from ``sglang.srt.arg_groups.choices`` (added in
+0.5.20), so argparse knew no ``moebake``; then its GPU refusal imported ``runtime_context.get_platform`` (added in
+0.5.19). Here each ``from sglang... import NAME`` in ``moebake/engines/sglang/`` must find NAME bound at the top of
+that module (or as its submodule) in each release's own tree, fetched from PyPI once (``tests/engine_releases/trees.py``).
+Names that differ between releases are read with ``getattr`` in :mod:`moebake.engines.sglang.internals`, with the
+older releases' equivalent beside them.
+"""
+
+import ast
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from moebake.schema import release_matrix
+
+REPO = Path(__file__).resolve().parents[1]
+PLUGIN = REPO / "moebake" / "engines" / "sglang"
+
+
+def plugin_imports() -> list[tuple[str, int, str, list[str]]]:
+    """``(file, line, module, names)`` of every ``from sglang... import`` in the plugin, function-level ones too."""
+    found = []
+    for path in sorted(PLUGIN.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "sglang":
+                found.append((path.name, node.lineno, node.module, [alias.name for alias in node.names]))
+    return found
+
+
+def top_level_names(path: Path) -> set[str]:
+    """Names a module binds at its top level (also inside top-level ``if``/``try``): imports, assignments, definitions."""
+    bound = set()
+    for item in ast.parse(path.read_text()).body:
+        for node in ast.walk(item) if isinstance(item, ast.If | ast.Try) else [item]:
+            if isinstance(node, ast.ImportFrom | ast.Import):
+                bound |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.Assign):
+                bound |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                bound.add(node.target.id)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                bound.add(node.name)
+    return bound
+
+
+def missing_names(tree: Path, module: str, names: list[str]) -> list[str]:
+    """Which of ``names`` ``from module import ...`` would not find in ``tree`` (the module's own file, or submodules)."""
+    base = tree / module.replace(".", "/")
+    source = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+    if not source.is_file() and not base.is_dir():
+        return list(names)
+    bound = top_level_names(source) if source.is_file() else set()
+    return [name for name in names if name not in bound and not (base / f"{name}.py").is_file() and not (base / name).is_dir()]
+
+
+def test_the_check_can_fail(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "x.py").write_text("from a import A\nif True:\n    B = 1\ndef f(): pass\n")
+    (tmp_path / "m" / "sub.py").write_text("")
+    assert missing_names(tmp_path, "m.x", ["A", "B", "f", "get_platform"]) == ["get_platform"]
+    assert missing_names(tmp_path, "m", ["sub", "other"]) == ["other"]
+    assert missing_names(tmp_path, "m.arg_groups.choices", ["QUANTIZATION_CHOICES"]) == ["QUANTIZATION_CHOICES"]
+
+
+def test_the_plugin_imports_what_the_scan_reads():
+    modules = {module for _, _, module, _ in plugin_imports()}
+    assert {"sglang.srt.server_args", "sglang.srt.layers.quantization.mxfp4"} <= modules
+
+
+@pytest.mark.parametrize("release", list(release_matrix.MATRIX["sglang"]))
+def test_every_plugin_import_exists_in_the_release(release):
+    sys.path.insert(0, str(REPO))
+    from tests.engine_releases import trees
+
+    try:
+        tree = trees.release_tree("sglang", release)
+    except OSError as err:  # no network: only where the engines are not required
+        if os.environ.get("MOEBAKE_REQUIRE_ENGINES") == "1":
+            raise
+        pytest.skip(f"cannot fetch sglang {release}'s tree: {err}")
+    problems = [f"{file}:{line} from {module} import {missing}" for file, line, module, names in plugin_imports()
+                if (missing := missing_names(tree, module, names))]
+    assert not problems, f"sglang {release} lacks:\n" + "\n".join(problems)
