@@ -86,3 +86,29 @@ def test_every_plugin_import_exists_in_the_release(release):
     problems = [f"{file}:{line} from {module} import {missing}" for file, line, module, names in plugin_imports()
                 if (missing := missing_names(tree, module, names))]
     assert not problems, f"sglang {release} lacks:\n" + "\n".join(problems)
+
+
+def test_the_plugin_serves_a_gpt_oss_marlin_bake_in_sglang_0_5_17():
+    """The release the real server runs (``bench/real_server.py``): the plugin's ``sm90-marlin`` GPT-OSS layer in
+    SGLang 0.5.17's own ``FusedMoE`` equals stock 0.5.17's Marlin preparation of the source, and refuses another GPU
+    (``tests/test_sglang_plugin_targets.py``, run with 0.5.17's tree and its FlashInfer's first on ``PYTHONPATH``, as
+    ``tests/engine_releases/prove.py`` runs the oracles)."""
+    import subprocess
+
+    sys.path.insert(0, str(REPO))
+    from tests.engine_releases import prove, trees
+
+    try:
+        tree = trees.release_tree("sglang", "0.5.17")
+        flashinfer = trees.release_tree("flashinfer-python", prove.pinned_flashinfer(tree))
+    except OSError as err:
+        if os.environ.get("MOEBAKE_REQUIRE_ENGINES") == "1":
+            raise
+        pytest.skip(f"cannot fetch sglang 0.5.17's tree: {err}")
+    hidden = prove.shadowed_leftovers({"sglang": tree, "flashinfer-python": flashinfer})
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(flashinfer), str(REPO)]), HF_HUB_OFFLINE="1",
+               MOEBAKE_SGLANG_RELEASE="0.5.17", MOEBAKE_ORACLE_ENGINE="sglang==0.5.17", MOEBAKE_ORACLE_HIDE=",".join(sorted(hidden)))
+    env.pop("MOEBAKE_REQUIRE_ENGINES", None)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_sglang_plugin_targets.py",
+                           "-k", "sm90-marlin/gpt-oss"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-3000:]
