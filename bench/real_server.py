@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # moebake from this checkout (the device has no installed moebake)
 S17_SITE = os.environ.get("S17_SITE", "/tmp/s17site")
-MODEL = {"layers": 4, "experts": 32, "hidden": 2880, "intermediate": 2880, "heads": 64, "kv_heads": 8, "head_dim": 64,
+MODEL = {"layers": 2, "experts": 32, "hidden": 2880, "intermediate": 2880, "heads": 64, "kv_heads": 8, "head_dim": 64,
          "vocab": 2048}
 # What GPT-OSS-20B's config.json says beyond what moebake.synthetic.write_gpt_oss writes (SGLang's GptOssForCausalLM
 # reads layer_types, sliding_window and the rope parameters).

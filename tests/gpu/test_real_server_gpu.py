@@ -2,7 +2,7 @@
 
 ``python -m sglang.launch_server`` runs as a user runs it (SGLang 0.5.17's own server, scheduler, ``GptOssForCausalLM``,
 loaders, post-load step, Triton attention, CUDA graphs), once per run, through ``bench/real_server.py``: a GPT-OSS-shaped
-model (4 layers, 32 experts, H = I = 2880, vocabulary 2048, random weights from ``moebake.synthetic``) served from the
+model (2 layers, 32 experts, H = I = 2880, vocabulary 2048, random weights from ``moebake.synthetic``) served from the
 source as stock SGLang, then from its bake through moebake's plugin, with the same backend. The same token ids go to
 ``/generate`` (greedy, 48 new tokens, logprobs, one prompt and a batch of four): the bake's output token ids and
 logprobs must equal stock's exactly, and each server must repeat itself.
