@@ -6,11 +6,14 @@ when they run), so ``--help`` and usage errors are fast. Messages go through Pyt
 (logger ``moebake``): warnings always, progress notes by default, per-shard lines with ``-v``.
 """
 
+import contextlib
 import functools
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -19,8 +22,8 @@ import click
 import moebake
 from moebake.convert.io_mode import IO_ENV, IO_MODES, PLAIN_IO_CORES
 from moebake.convert.options import DEFAULT_CHUNK_BYTES, GATE_UP_GLOBALS, MAX_MULTIPLE, MAX_WORKERS, WRITERS_PER_DEVICE, ConvertOptions
-from moebake.errors import MoebakeError, OutputError, format_error
-from moebake.layouts.flashinfer_versions import DESCRIPTIONS, LAYOUTS
+from moebake.errors import Interrupted, MoebakeError, OptionError, OutputError, format_error
+from moebake.layouts.flashinfer_versions import LAYOUTS, release_ranges
 from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
 from moebake.schema.profiles import DEFAULT_ENGINE, parse_engine, release_span, serving_flags
 
@@ -39,20 +42,41 @@ class EngineRelease(click.ParamType):
 
 
 def reports_errors(command):
-    """Turn MoebakeError into ``error: <message>`` and exit status 2."""
+    """Turn MoebakeError into ``error: <message>`` and exit status 2; Ctrl-C, and SIGTERM while the command runs,
+    into one line saying what was kept (:class:`Interrupted`) and exit status 130 (143 for SIGTERM)."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
-            return command(*args, **kwargs)
+            with _sigterm_interrupts():
+                return command(*args, **kwargs)
         except MoebakeError as err:
             click.echo(format_error(err), err=True)
             sys.exit(2)
-        except KeyboardInterrupt:
-            click.echo("interrupted: finished shards are kept; re-run with --resume to continue", err=True)
-            sys.exit(130)
+        except KeyboardInterrupt as err:
+            stopped = err if isinstance(err, Interrupted) else Interrupted()
+            click.echo(stopped.line(), err=True)
+            sys.exit(stopped.status)
 
     return wrapper
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """In the ``with`` body, SIGTERM raises :class:`Interrupted` (``terminated``), as Ctrl-C raises KeyboardInterrupt,
+    so that both stop a command the same way (the main thread only: elsewhere SIGTERM keeps its handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum, frame):
+        raise Interrupted(terminated=True)
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class _StderrHandler(logging.Handler):
@@ -71,9 +95,22 @@ def configure_logging(verbosity: int) -> None:
         logger.addHandler(_StderrHandler())
 
 
+VERBOSE_HELP = "More detail on stderr (a line per shard, decisions)."
+
+
+def verbose_option(command):
+    """``-v`` after the subcommand too (``moebake convert ... -v``), as before it (``moebake -v convert ...``)."""
+
+    def more_detail(context, parameter, value):
+        if value:
+            configure_logging(value)
+
+    return click.option("-v", "--verbose", count=True, expose_value=False, callback=more_detail, help=VERBOSE_HELP)(command)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(moebake.__version__, prog_name="moebake")
-@click.option("-v", "--verbose", count=True, help="More detail on stderr (a line per shard, decisions).")
+@click.option("-v", "--verbose", count=True, help=VERBOSE_HELP)
 def main(verbose):
     """Pre-bake MoE checkpoints into the byte layouts GPU MoE kernels consume.
 
@@ -122,12 +159,13 @@ def _resolve(source: str, revision: str | None, token: str | None):
 
 
 @main.command()
+@verbose_option
 @click.argument("source")
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--target", required=True, type=click.Choice(TARGET_NAMES), help="Kernel layout to bake for (see `moebake list`).")
 @click.option("--flashinfer-layout", default=None, type=click.Choice(LAYOUTS),
-              help="SM90 fp4 layout (default: the one the --engine release's pinned FlashInfer reads): "
-                   + "; ".join(f"{layout} = {text}" for layout, text in DESCRIPTIONS.items()) + ".")
+              help="SM90 fp4 layout, by the FlashInfer releases that read it (default: the one the --engine release's "
+                   "pinned FlashInfer reads): " + "; ".join(f"{layout} = {release_ranges(layout)}" for layout in LAYOUTS) + ".")
 @click.option("--engine", default=DEFAULT_ENGINE, show_default=True, type=EngineRelease(),
               help="Serving engine release whose load-time bytes the bake equals: sglang or vllm (its newest proven "
                    "release), or ENGINE==RELEASE (`moebake list` shows the proven releases).")
@@ -176,6 +214,7 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     from moebake.inspection import gate_up_summary
     from moebake.progress_bars import rate_text, size_text
 
+    _refuse_options_without_effect(target)
     options = ConvertOptions(target, flashinfer_layout=flashinfer_layout, hidden_multiple=hidden_multiple,
                              intermediate_multiple=intermediate_multiple, chunk_bytes=chunk_mb << 20, engine=engine,
                              gate_up_globals=gate_up_globals)
@@ -218,7 +257,12 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
                f"{len(baked.files)} files, {size_text(written)} in {seconds:.1f} s ({rate_text(written, seconds)})")
     engine = baked.engine
     exactness = "engine-exact" if engine.exact else f"NOT engine-exact: {engine.not_exact_because}"
-    click.echo(f"engine {engine.name} {engine.version} ({serving_flags(engine)}): {exactness}")
+    flags = serving_flags(engine)
+    if flags is None:
+        click.echo(f"engine {engine.name} {engine.version}: {exactness}, so no flags serve it: moebake's {engine.name} "
+                   "plugin refuses this bake")
+    else:
+        click.echo(f"engine {engine.name} {engine.version} ({flags}): {exactness}")
     if engine.releases:
         click.echo(f"proven on {engine.name} {release_span(engine.name, engine.releases)} (each release's own load-time code "
                    "builds these bytes)")
@@ -229,7 +273,27 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
         click.echo(gate_up)
 
 
+def _refuse_options_without_effect(target: str) -> None:
+    """OptionError for a convert option given on the command line that changes no byte of a ``target`` bake (it would
+    only be recorded in the manifest, as if it mattered): --flashinfer-layout where the target has no FlashInfer SM90
+    fp4 layout, --gate-up-globals where it bakes no NVFP4 experts."""
+    from click.core import ParameterSource
+
+    from moebake.formats.modelopt_nvfp4 import FORMAT_NAME as NVFP4
+    from moebake.schema.targets import TARGET_SPECS, target_spec
+
+    context, spec = click.get_current_context(), target_spec(target)
+    for name, flag, matters, what in (
+            ("flashinfer_layout", "--flashinfer-layout", lambda s: s.uses_flashinfer_layout, "FlashInfer SM90 fp4 layout"),
+            ("gate_up_globals", "--gate-up-globals", lambda s: NVFP4 in s.source_formats, "NVFP4 experts")):
+        if context.get_parameter_source(name) is ParameterSource.COMMANDLINE and not matters(spec):
+            users = [other.name for other in TARGET_SPECS.values() if matters(other)]
+            raise OptionError(f"{flag} {context.params[name]}: changes nothing for target {target}, which bakes no {what} "
+                              f"(only {', '.join(users)} {'does' if len(users) == 1 else 'do'}); drop the option")
+
+
 @main.command()
+@verbose_option
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--source", help="Also prove bit-exactness against SOURCE (a directory or ORG/NAME[@REVISION]): "
                                "invert every baked expert tensor, and re-bake every output byte.")
@@ -300,18 +364,29 @@ def _proven_releases(out: Path) -> str:
 
 
 @main.command()
+@verbose_option
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @reports_errors
 def inspect(path, as_json):
-    """Describe checkpoint PATH: a source (format, dims, quantization, convertible targets) or a baked output."""
+    """Describe checkpoint PATH: a source (format, dims, quantization, convertible targets) or a baked output (from its
+    manifest; a listed file missing or of another size exits with status 1: `moebake verify` checks the bytes)."""
+    from moebake.hub.download import parse_repo_spec
     from moebake.inspection import inspect_path, render_text
 
+    if not os.path.lexists(path) and (spec := parse_repo_spec(str(path))) is not None:
+        repo, revision = spec
+        download = f"hf download {repo}" + (f" --revision {revision}" if revision else "") + f" --local-dir {repo.split('/')[1]}"
+        raise OptionError(f"{path}: no such local directory; inspect reads a checkpoint on disk and downloads nothing: "
+                          f"download the Hub repo first ({download}) and inspect that folder")
     report = inspect_path(path)
     click.echo(json.dumps(report, indent=2) if as_json else render_text(report), nl=as_json)
+    if report.get("file_problems"):  # a bake with a listed file missing or of another size
+        sys.exit(1)
 
 
 @main.command("list")
+@verbose_option
 def list_command():
     """Supported source formats x targets, and the kernel each target bakes for."""
     from moebake.convert.targets import TARGETS, kernel_description
@@ -323,7 +398,7 @@ def list_command():
         lines.append(source_format.ljust(width) + "  ".join(c.ljust(len(name)) for c, name in zip(cells, TARGETS)))
     lines += ["", "(bf16-moe also covers the BF16 MTP/draft layers of a ModelOpt NVFP4 checkpoint: deepep-bf16 bakes them.)",
               "", "targets"]
-    lines += [f"  {name:<16}{kernel_description(name)}" for name in TARGETS]
+    lines += [f"  {name:<{max(map(len, TARGETS)) + 2}}{kernel_description(name)}" for name in TARGETS]
     lines += ["", "Which of them fit one checkpoint, and why not: moebake inspect SOURCE"]
     from moebake.schema.release_table import text
 
@@ -332,6 +407,7 @@ def list_command():
 
 
 @main.command()
+@verbose_option
 @click.argument("repo_id", required=False)
 @click.argument("path", required=False, type=click.Path(path_type=Path))
 @click.option("--repo-id", "old_repo_id", hidden=True, help="Deprecated: the old form `upload OUT --repo-id ORG/NAME`.")
@@ -355,14 +431,36 @@ def upload(repo_id, path, old_repo_id, private, revision, create_pr, source, tok
         click.echo("deprecated: `moebake upload OUT --repo-id REPO_ID` is now `moebake upload REPO_ID OUT`", err=True)
     if not repo_id:
         raise click.UsageError("missing REPO_ID (ORG/NAME): moebake upload REPO_ID [PATH]")
+    out = _upload_arguments(repo_id, path)
     require_token(token)  # before any network access
-    out = path or Path(".")
     commit = publish(out, repo_id, hub_client(token), private=private, revision=revision, create_pr=create_pr,
                      source=source, progress=True)
     click.echo(f"uploaded {out} to {repo_id}: {commit.pr_url or commit.commit_url}")
 
 
+def _upload_arguments(repo_id: str, path: Path | None) -> Path:
+    """The output to upload (PATH, or the current directory) once REPO_ID reads ORG/NAME and it is a moebake output;
+    OptionError or ManifestError otherwise (checked before the token, so the first error is the first mistake)."""
+    from moebake.hub.download import parse_repo_spec
+    from moebake.schema.manifest import load_manifest
+
+    spec = parse_repo_spec(repo_id)
+    if spec is None or spec[1] is not None:
+        order = f"; the repo comes first: moebake upload ORG/NAME {repo_id}" if path is None and Path(repo_id).exists() else ""
+        raise OptionError(f"{repo_id}: not a Hub repo id (expected ORG/NAME){order}")
+    out = path or Path(".")
+    try:
+        load_manifest(out)  # a moebake output at all (verify, before the upload, checks the rest)
+    except MoebakeError:
+        if path is not None:
+            raise
+        raise OutputError(f"no PATH given, and the current directory ({Path.cwd()}) is not a moebake output: "
+                          f"moebake upload {repo_id} PATH") from None
+    return out
+
+
 @main.command()
+@verbose_option
 @click.option("--workdir", type=click.Path(path_type=Path), default=Path("moebake-demo"), show_default=True,
               help="Where the example source and baked output are written.")
 @reports_errors

@@ -45,7 +45,9 @@ def run_demo(workdir: Path) -> None:
     claim_workdir(workdir)
     source, out = workdir / SOURCE_NAME, workdir / OUT_NAME
     if not (source / "config.json").is_file():
-        click.echo(f"writing example GPT-OSS checkpoint to {source} {DEMO_SHAPE}")
+        shape = DEMO_SHAPE
+        click.echo(f"writing example GPT-OSS checkpoint to {source} ({shape['num_layers']} layers, {shape['num_experts']} experts, "
+                   f"hidden {shape['hidden']}, intermediate {shape['intermediate']})")
         write_gpt_oss(source, **DEMO_SHAPE)
     started = time.perf_counter()
     baked = convert(source, out, ConvertOptions(target="sm90-cutlass"), overwrite=True, resume=True)
@@ -59,9 +61,15 @@ def run_demo(workdir: Path) -> None:
     click.echo(f"source        {source}  ({baked.source.format}, {len(baked.layers)} MoE layers, {layer.experts} experts)")
     click.echo(f"baked         {out}  (target {baked.target}, FlashInfer layout {baked.flashinfer_layout})")
     click.echo(f"padding       H {layer.hidden} -> {layer.hidden_padded}, I {layer.intermediate} -> {layer.intermediate_padded}")
-    click.echo(f"activation    {baked.activation.to_json()}")
+    click.echo(f"activation    {_activation_text(baked.activation.to_json())}")
     click.echo(f"output        {len(baked.files)} files, {size_text(out_bytes)} in {seconds:.2f} s")
     for short, spec in layer.tensors.items():
         click.echo(f"  {layer.prefix}{short:<18} {spec.dtype:<5} {list(spec.shape)}")
     click.echo("verify        checksums, index and headers ok; every expert tensor inverts bit-exactly to the source,")
     click.echo("              and re-baking the source reproduces every byte of the output (padding included)")
+
+
+def _activation_text(activation: dict) -> str:
+    """``swiglu_oai (alpha 1.702, beta 1.0, limit 7.0)``: a manifest's activation record in words."""
+    parameters = ", ".join(f"{key} {value}" for key, value in activation.items() if key != "kind")
+    return f"{activation['kind']} ({parameters})" if parameters else activation["kind"]

@@ -12,10 +12,14 @@ stderr and exits with status 2, without a traceback. Catch the subclass that say
   :class:`IntegrityError`    bytes differ from what the manifest records
   :class:`PlatformError`     the GPU or FlashInfer present is not the one a checkpoint was baked for
   :class:`HubError`          a Hugging Face Hub request failed
+  :class:`WorkerError`       a worker process of ``convert --workers`` died before finishing its shard
   :class:`EngineRefusal`     an engine plugin (SGLang, vLLM) refuses to serve a bake (also a ``RuntimeError``,
                              so the engine reports it as its own start-up errors)
   :class:`InvalidArgumentError`  an argument of the Python API (also a ``ValueError``)
   :class:`InternalError`     a broken invariant of moebake itself (a bug; also a ``RuntimeError``)
+
+Ctrl-C or SIGTERM is no error: it stops a command with :class:`Interrupted` (a ``KeyboardInterrupt``),
+whose message says what was kept and what to do next.
 """
 
 
@@ -55,6 +59,10 @@ class HubError(MoebakeError):
     """A Hugging Face Hub request failed (refused, missing repo or revision, offline)."""
 
 
+class WorkerError(MoebakeError):
+    """A worker process of ``convert --workers`` died before finishing its shard (killed, out of memory, crashed)."""
+
+
 class EngineRefusal(MoebakeError, RuntimeError):
     """An engine's moebake plugin refuses to serve a bake here: the GPU, the installed FlashInfer's layout, the
     parallelism, the runner backend, config.json and the manifest disagree, or a baked tensor is missing or wrong."""
@@ -66,6 +74,25 @@ class InvalidArgumentError(MoebakeError, ValueError):
 
 class InternalError(MoebakeError, RuntimeError):
     """An invariant of moebake itself failed: a bug, reported rather than written to disk."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) or, with ``terminated``, SIGTERM stopped a command; ``str(err)`` says what was kept and
+    what to do next (empty when there is nothing to say). The CLI prints :meth:`line` and exits with :attr:`status`."""
+
+    def __init__(self, message: str = "", *, terminated: bool = False):
+        super().__init__(message)
+        self.terminated = terminated
+
+    @property
+    def status(self) -> int:
+        """The shell's status for a process ended by the signal: 128 + its number (130 SIGINT, 143 SIGTERM)."""
+        return 143 if self.terminated else 130
+
+    def line(self) -> str:
+        """``interrupted: <message>``, or ``terminated (SIGTERM): <message>``."""
+        what = "terminated (SIGTERM)" if self.terminated else "interrupted"
+        return f"{what}: {self}" if str(self) else what
 
 
 def format_error(err: MoebakeError) -> str:

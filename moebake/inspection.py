@@ -12,6 +12,7 @@ Reads headers and JSON only, never weights.
 
 import json
 import os
+import stat
 from pathlib import Path
 
 from moebake.convert.options import ConvertOptions
@@ -99,9 +100,27 @@ def baked_report(path: Path) -> dict:
                 **{key: getattr(first, key) for key in ("experts", "hidden", "hidden_padded", "intermediate", "intermediate_padded")}},
         "expert_tensors": {short: {"dtype": spec.dtype, "shape": list(spec.shape)} for short, spec in first.tensors.items()},
         "files": len(manifest.files), "bytes": sum(record.bytes for record in manifest.files.values()),
+        "file_problems": _file_problems(path, manifest),
         "engine": _engine_report(manifest.engine),
         "serves": [_engine_report(other) for other in manifest.serves],
     }
+
+
+def _file_problems(path: Path, manifest: Manifest) -> list[str]:
+    """The listed files that are missing, not regular files, or not of their recorded size (``os.stat`` only:
+    ``inspect`` reads no file's bytes; ``verify`` checks their checksums)."""
+    problems = []
+    for name, record in manifest.files.items():
+        try:
+            st = os.stat(path / name)
+        except OSError:
+            problems.append(f"{name}: missing")
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            problems.append(f"{name}: not a regular file")
+        elif st.st_size != record.bytes:
+            problems.append(f"{name}: {st.st_size} bytes, {MANIFEST_NAME} says {record.bytes}")
+    return problems
 
 
 def _engine_report(engine) -> dict | None:
@@ -115,7 +134,8 @@ def _engine_line(engine: dict) -> str:
     exactness = "engine-exact" if engine["exact"] else f"NOT engine-exact: {engine['not_exact_because']}"
     releases = engine["releases"] if "releases" in engine else [engine["version"]] if engine["exact"] else []
     proven = f"; proven on {engine['name']} {release_span(engine['name'], releases)}" if releases else ""
-    return f"{engine['name']} {engine['version']}: {exactness}{proven}; serve with {engine['serving_flags']}"
+    serve = f"serve with {engine['serving_flags']}" if engine["serving_flags"] else "no flags serve it"
+    return f"{engine['name']} {engine['version']}: {exactness}{proven}; {serve}"
 
 
 
@@ -140,15 +160,25 @@ def _source_lines(r: dict) -> list[str]:
                   f"  dims           hidden {m['hidden']}, intermediate {m['intermediate']}",
                   f"  activation     {json.dumps(m['activation'])}"]
     lines.append("targets")
+    width = max(map(len, r["targets"])) + 1
     for name, answer in r["targets"].items():
         if answer["convertible"]:
             p = answer["default_padding"]
-            lines.append(f"  {name:<14} yes: {answer['kernel']}; default padding hidden {p['hidden']} -> "
+            lines.append(f"  {name:<{width}} yes: {answer['kernel']}; default padding hidden {p['hidden']} -> "
                          f"{p['hidden_padded']}, intermediate {p['intermediate']} -> {p['intermediate_padded']}; "
                          f"baked experts {size_text(answer['baked_expert_bytes'])}")
         else:
-            lines.append(f"  {name:<14} no: {answer['reason']}")
+            lines.append(f"  {name:<{width}} no: {_within(answer['reason'], r['path'])}")
     return lines
+
+
+def _within(reason: str, path: str) -> str:
+    """``reason`` without the checkpoint's path in front, which the report's first line already gives
+    (``/data/m: target ...`` -> ``target ...``; ``/data/m/config.json: ...`` -> ``config.json: ...``)."""
+    for prefix in (f"{path}: ", f"{path.rstrip('/')}/"):
+        if reason.startswith(prefix):
+            return reason[len(prefix):]
+    return reason
 
 
 def _baked_lines(r: dict) -> list[str]:
@@ -166,8 +196,11 @@ def _baked_lines(r: dict) -> list[str]:
              f"  engine         {_engine_line(r['engine']) if r['engine'] else 'not recorded (baked before engine profiles)'}",
              *(f"  also serves    {_engine_line(other)} (the same bytes)" for other in r["serves"]),
              f"  files          {r['files']} files, {size_text(r['bytes'])} (plus moebake.json)",
+             *(f"  problem        {problem}" for problem in r["file_problems"]),
              "  expert tensors (per MoE layer)"]
     lines += [f"    {short:<18} {spec['dtype']:<5} {spec['shape']}" for short, spec in r["expert_tensors"].items()]
+    lines.append(f"checked: the manifest, and each listed file's presence and size, not its bytes: `moebake verify {r['path']}` "
+                 "checks every file's checksum and header")
     return lines
 
 

@@ -1,8 +1,8 @@
 """A synthetic GPT-OSS checkpoint in its exact on-disk source format, for the demo, tests and benchmarks.
 
 Written with ``safetensors.torch.save_file`` (not moebake's writer), one shard per
-``layers_per_shard`` layers, with GPT-OSS's 0-based shard names ``model-0000k-of-0000N``
-(``N`` = number of shards - 1). Values are random: packed E2M1 bytes uniform in [0, 256), E8M0
+``layers_per_shard`` layers, with Hugging Face's shard names ``model-0000k-of-0000N`` (``k`` from 1 to
+``N``, the number of shards). Values are random: packed E2M1 bytes uniform in [0, 256), E8M0
 scales in [118, 123) (2^-9..2^-5, as in FlashInfer's tests), small BF16 biases.
 :func:`save_shards` writes the shards and index of every synthetic writer; those of the other source
 formats serve tests only (:mod:`moebake.reference.synthetic_sources`).
@@ -21,7 +21,7 @@ def save_shards(path: Path, shards: Iterable[dict[str, torch.Tensor]], num_shard
     path.mkdir(parents=True, exist_ok=True)
     weight_map, total_size = {}, 0
     for shard_id, tensors in enumerate(shards):
-        name = f"model-{shard_id:05d}-of-{num_shards - 1:05d}.safetensors"
+        name = f"model-{shard_id + 1:05d}-of-{num_shards:05d}.safetensors"
         save_file(tensors, path / name, metadata={"format": "pt"})
         weight_map.update({t: name for t in tensors})
         total_size += sum(t.numel() * t.element_size() for t in tensors.values())

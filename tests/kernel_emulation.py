@@ -121,3 +121,17 @@ def kernel_interleave_fp4_fp8(weight: torch.Tensor) -> torch.Tensor:
         out[e, dst_row, dst_col + 1] = (mixed >> 16).to(torch.int32)
     lo, hi = (out & 0xFF).to(torch.uint8), (out >> 8).to(torch.uint8)
     return torch.stack([lo, hi], -1).reshape(E, rows, row_bytes)
+
+
+def flashinfer_layout_here() -> str:
+    """The SM90 fp4 layout of the FlashInfer importable here (a release's pin in a release-matrix run)."""
+    import flashinfer
+
+    from moebake.layouts.flashinfer_versions import layout_for_flashinfer
+
+    return layout_for_flashinfer(flashinfer.__version__)
+
+
+def kernel_interleave_here(weight: torch.Tensor) -> torch.Tensor:
+    """The CUDA weight interleave of the FlashInfer importable here, emulated (:func:`flashinfer_layout_here`)."""
+    return {"v1": kernel_interleave_v1, "v2": kernel_interleave_v2}[flashinfer_layout_here()](weight)

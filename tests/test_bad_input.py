@@ -10,8 +10,8 @@ from safetensors.torch import load_file, save_file
 
 from moebake.cli import main
 
-SHARD0 = "model-00000-of-00001.safetensors"
-SHARD1 = "model-00001-of-00001.safetensors"
+SHARD0 = "model-00001-of-00002.safetensors"
+SHARD1 = "model-00002-of-00002.safetensors"
 
 
 def run_convert(source, out, *extra):
@@ -82,8 +82,8 @@ def test_tiny_file_is_not_safetensors(gpt_oss_copy, tmp_path):
 
 def test_index_names_missing_file(gpt_oss_copy, tmp_path):
     edit_json(gpt_oss_copy / "model.safetensors.index.json",
-              lambda index: index["weight_map"].update({"lm_head.weight": "model-00009-of-00009.safetensors"}))
-    assert_clean_failure(run_convert(gpt_oss_copy, tmp_path / "out"), tmp_path / "out", "model-00009-of-00009.safetensors", "missing")
+              lambda index: index["weight_map"].update({"lm_head.weight": "model-00010-of-00010.safetensors"}))
+    assert_clean_failure(run_convert(gpt_oss_copy, tmp_path / "out"), tmp_path / "out", "model-00010-of-00010.safetensors", "missing")
 
 
 def test_index_names_tensor_not_in_shard(gpt_oss_copy, tmp_path):

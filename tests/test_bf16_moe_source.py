@@ -86,7 +86,7 @@ def test_config_dims_may_live_in_text_config_or_at_the_top(sources, tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     (lambda c: c["text_config"].update(moe_intermediate_size=24),
-     r"model-00000-of-00001\.safetensors: tensor model\.language_model\.layers\.0\.mlp\.experts\.gate_up_proj "
+     r"model-00001-of-00002\.safetensors: tensor model\.language_model\.layers\.0\.mlp\.experts\.gate_up_proj "
      r"is BF16 \[3, 32, 32\], expected BF16 \[3, 48, 32\] from config\.json$"),
     (lambda c: c["text_config"].pop("num_experts"),
      r"config\.json: none of num_experts / num_local_experts / n_routed_experts is set"),

@@ -18,7 +18,7 @@ from moebake.convert.verify import verify_output
 from moebake.schema.checksums import CHECKSUM, parse_tagged, record_checksum, tagged
 from moebake.schema.manifest import write_manifest
 
-SHARD = "model-00001-of-00001.safetensors"
+SHARD = "model-00002-of-00002.safetensors"
 
 
 def test_new_manifests_name_xxh3_128(gpt_oss_tiny, tmp_path):

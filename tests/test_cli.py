@@ -60,7 +60,11 @@ def test_an_inexact_bake_asked_for_explicitly_is_written_and_says_not_engine_exa
     result = run("convert", nvfp4_tiny, tmp_path / "out", "--target", "cutedsl-deepep", "--engine", "vllm", "--quiet",
                  "--allow-inexact")
     assert result.exit_code == 0, result.output
-    assert ("NOT engine-exact: no profile of this engine for this target and source\n") in result.output
+    assert result.output.splitlines()[1] == ("engine vllm 0.33.0: NOT engine-exact: no profile of this engine for this target "
+                                             "and source, so no flags serve it: moebake's vllm plugin refuses this bake")
+    assert "unknown" not in result.output  # no runner backend to name (issue 37: it said --moe-backend unknown)
+    inspected = run("inspect", tmp_path / "out")
+    assert "unknown" not in inspected.output and "no flags serve it" in inspected.output, inspected.output
     manifest = json.loads((tmp_path / "out" / "moebake.json").read_text())
     assert manifest["engine"]["exact"] is False and manifest["serves"] == []
     assert "allow_inexact" not in manifest["options"]  # it changes no byte: not a recorded option
@@ -111,9 +115,25 @@ def test_verbose_logs_a_line_per_shard_and_warnings_are_prefixed(gpt_oss_copy, t
     assert f"warning: {gpt_oss_copy / 'moebake.json'}: not copied (moebake writes its own moebake.json)" in quiet.output
     verbose = run("-v", "convert", gpt_oss_copy, tmp_path / "b", "--target", "sm90-cutlass", "--quiet")
     assert verbose.exit_code == 0
-    assert "debug: baked shard 1/2: model-00000-of-00001.safetensors" in verbose.output
-    assert "debug: baked shard 2/2: model-00001-of-00001.safetensors" in verbose.output
+    assert "debug: baked shard 1/2: model-00001-of-00002.safetensors" in verbose.output
+    assert "debug: baked shard 2/2: model-00002-of-00002.safetensors" in verbose.output
     logging.getLogger("moebake").setLevel(logging.INFO)
+
+
+@pytest.mark.parametrize("command", [["convert", "{src}", "{out}", "--target", "sm90-cutlass", "--quiet"], ["verify", "{out}"],
+                                     ["inspect", "{out}"], ["list"]], ids=["convert", "verify", "inspect", "list"])
+def test_verbose_is_accepted_after_the_subcommand(gpt_oss_tiny, tmp_path, command):
+    """Issue 37: `moebake convert ... -v` said "No such option '-v'" (it worked only before the subcommand)."""
+    if command[0] != "convert":
+        assert run("convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm90-cutlass", "--quiet").exit_code == 0
+    try:
+        result = run(*(a.format(src=gpt_oss_tiny, out=tmp_path / "out") for a in command), "-v")
+        assert result.exit_code == 0, result.output
+        assert logging.getLogger("moebake").level == logging.DEBUG
+        if command[0] == "convert":
+            assert "debug: baked shard 1/2: model-00001-of-00002.safetensors" in result.output
+    finally:
+        logging.getLogger("moebake").setLevel(logging.INFO)
 
 
 def test_resume_of_a_fresh_run_says_nothing_and_of_a_finished_one_that_there_is_nothing_to_do(gpt_oss_tiny, tmp_path):
@@ -138,6 +158,49 @@ def test_resume_of_a_fresh_run_says_nothing_and_of_a_finished_one_that_there_is_
     assert (out / "moebake.json").read_bytes() == manifest
 
 
+def test_resume_of_a_bake_from_another_folder_of_the_same_name_is_not_nothing_to_do(gpt_oss_tiny, tmp_path):
+    """The manifest names a local source by its folder only (issue 37: never its path); a different model in a folder
+    of the same name (its config.json differs) is not "the same source"."""
+    import shutil
+
+    other = shutil.copytree(gpt_oss_tiny, tmp_path / "elsewhere" / gpt_oss_tiny.name)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "rope_theta": 1234.0}))
+    out = tmp_path / "out"
+    assert run("convert", gpt_oss_tiny, out, "--target", "sm90-cutlass", "--quiet").exit_code == 0
+    assert json.loads((out / "moebake.json").read_text())["source"]["location"] == gpt_oss_tiny.name
+    again = run("convert", other, out, "--target", "sm90-cutlass", "--quiet", "--resume")
+    assert again.exit_code == 2 and again.output.startswith(f"error: {out}: already a finished bake, from another source"), again.output
+
+
+def test_a_bake_given_as_the_source_is_named_a_bake(gpt_oss_tiny, tmp_path):
+    """Issue 37: it said "unsupported model (model_type="gpt_oss", quant_method="moebake")"."""
+    assert run("convert", gpt_oss_tiny, tmp_path / "baked", "--target", "sm90-cutlass", "--quiet").exit_code == 0
+    result = run("convert", tmp_path / "baked", tmp_path / "again", "--target", "sm90-marlin", "--quiet")
+    assert result.exit_code == 2 and result.output == (
+        f"error: {tmp_path / 'baked'}: is already a moebake bake for target sm90-cutlass, from source gpt-oss-tiny (config.json's "
+        f"quant_method is moebake); convert its source checkpoint instead (`moebake inspect {tmp_path / 'baked'}` describes "
+        "this bake)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["baked"]
+
+
+@pytest.mark.parametrize("target, option, line", [
+    ("sm100-trtllm", ["--flashinfer-layout", "v1"], "error: --flashinfer-layout v1: changes nothing for target sm100-trtllm, which "
+     "bakes no FlashInfer SM90 fp4 layout (only sm90-cutlass does); drop the option"),
+    ("sm90-marlin", ["--flashinfer-layout", "v2"], "error: --flashinfer-layout v2: changes nothing for target sm90-marlin, which "
+     "bakes no FlashInfer SM90 fp4 layout (only sm90-cutlass does); drop the option"),
+    ("sm90-cutlass", ["--gate-up-globals", "keep"], "error: --gate-up-globals keep: changes nothing for target sm90-cutlass, which "
+     "bakes no NVFP4 experts (only cutedsl, cutedsl-deepep do); drop the option"),
+])
+def test_an_option_that_changes_nothing_for_the_target_is_refused(gpt_oss_tiny, tmp_path, target, option, line):
+    """Issue 37: such options were accepted and recorded in the manifest, as if they mattered."""
+    result = run("convert", gpt_oss_tiny, tmp_path / "out", "--target", target, *option, "--quiet")
+    assert (result.exit_code, result.output) == (2, line + "\n")
+    assert list(tmp_path.iterdir()) == []
+    sm90 = run("convert", gpt_oss_tiny, tmp_path / "sm90", "--target", "sm90-cutlass", "--flashinfer-layout", "v1", "--quiet")
+    assert sm90.exit_code == 0 and json.loads((tmp_path / "sm90" / "moebake.json").read_text())["options"]["flashinfer_layout"] == "v1"
+
+
 def test_list_shows_sources_by_targets():
     result = run("list")
     assert result.exit_code == 0
@@ -145,6 +208,9 @@ def test_list_shows_sources_by_targets():
     assert lines[0].split()[2:] == list(TARGET_NAMES)
     assert lines[1].split() == ["gpt-oss", "yes", "yes", "-", "-", "-", "yes", "yes"]
     assert any(line.split()[:2] == ["deepep-bf16", "DeepGEMM"] for line in lines)
+    rows = lines[lines.index("targets") + 1:lines.index("targets") + 1 + len(TARGET_NAMES)]
+    assert [row.split()[0] for row in rows] == list(TARGET_NAMES), rows  # issue 37: "sm90-cutlass-w4a8FlashInfer ..."
+    assert len({len(row) - len(row[2:].split(" ", 1)[1].lstrip()) for row in rows}) == 1, rows  # descriptions in one column
 
 
 def test_verify_says_what_it_checked_and_speaks_json(gpt_oss_tiny, tmp_path):

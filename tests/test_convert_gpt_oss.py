@@ -22,8 +22,11 @@ KERNELS = {"v2": kernel_interleave_v2, "v1": kernel_interleave_v1}
 
 
 def sglang_style_layer(src, prefix, H, I, Hp, Ip, layout, fill=127):
-    """What SGLang's _process_weights_for_sm90_cutlass builds, written out the way SGLang does it."""
-    fold = pytest.importorskip("flashinfer.fused_moe").interleave_moe_scales_for_sm90_mixed_gemm
+    """What SGLang's _process_weights_for_sm90_cutlass builds, written out the way SGLang does it. The scale fold is the
+    installed FlashInfer's for layout v2; for v1, that of FlashInfer's v1 releases (0.6.15.post1's
+    ``interleave_moe_scales_for_sm90_mixed_gemm``, written out: the release-matrix run executes the real one)."""
+    fold = pytest.importorskip("flashinfer.fused_moe").interleave_moe_scales_for_sm90_mixed_gemm if layout == "v2" \
+        else _flashinfer_v1_scale_fold
     blocks = src[prefix + "gate_up_proj_blocks"]
     E = blocks.shape[0]
     blocks = blocks.reshape(E, 2 * I, H // 2)
@@ -48,6 +51,13 @@ def sglang_style_layer(src, prefix, H, I, Hp, Ip, layout, fill=127):
         "w13_weight": KERNELS[layout](w13), "w13_weight_scale": fold(s13, group_size=32), "w13_weight_bias": b13,
         "w2_weight": KERNELS[layout](w2), "w2_weight_scale": fold(s2, group_size=32), "w2_weight_bias": b2,
     }
+
+
+def _flashinfer_v1_scale_fold(scales, group_size=32):
+    """FlashInfer 0.6.15.post1 / 0.6.17: ``[E, rows, K/32]`` -> ``[E, K/128, rows * 4]`` (reshape, swap, reshape)."""
+    e, rows, groups = scales.shape
+    factor = 128 // group_size
+    return scales.reshape(e, rows, groups // factor, factor).permute(0, 2, 1, 3).contiguous().reshape(e, groups // factor, rows * factor)
 
 
 def _check_against_reference(source, out, H, I, Hp, Ip, layout):
@@ -115,11 +125,11 @@ def test_output_files_index_manifest(gpt_oss_tiny, tmp_path):
     out = tmp_path / "out"
     manifest = convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False).to_json()
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted(["model-00000-of-00001.safetensors", "model-00001-of-00001.safetensors",
+    assert names == sorted(["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
                             "model.safetensors.index.json", "moebake.json", "config.json",
                             "generation_config.json", "tokenizer_config.json"])
     assert not list(tmp_path.glob(".*"))  # no staging directory left
-    for shard in ("model-00000-of-00001.safetensors", "model-00001-of-00001.safetensors"):
+    for shard in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
         with safe_open(out / shard, framework="pt") as f:
             assert f.metadata() == {"format": "pt"}
     index = json.loads((out / "model.safetensors.index.json").read_text())
@@ -129,7 +139,7 @@ def test_output_files_index_manifest(gpt_oss_tiny, tmp_path):
     assert config == source_config  # the rest of config.json is the source's (see test_stock_engine_refusal.py)
     assert manifest["schema"] == "moebake.manifest/1" and manifest["target"] == "sm90-cutlass"
     assert manifest["activation"] == {"kind": "swiglu_oai", "alpha": 1.702, "beta": 1.0, "limit": 7.0}
-    assert set(manifest["source"]["files"]) >= {"model-00000-of-00001.safetensors", "config.json"}
+    assert set(manifest["source"]["files"]) >= {"model-00001-of-00002.safetensors", "config.json"}
     tensors = manifest["layers"][0]["tensors"]
     assert tensors["w13_weight"]["gate_up_order"] == "up_gate" and tensors["w13_weight"]["source_gate_up_order"] == "pairs"
     assert manifest["options"]["hidden_multiple"] is None and manifest["options"]["engine"] == "sglang"
@@ -137,7 +147,8 @@ def test_output_files_index_manifest(gpt_oss_tiny, tmp_path):
                                   "engine_method": "sglang.srt.layers.quantization.mxfp4.Mxfp4MoEMethod", "hidden_multiple": 256,
                                   "intermediate_multiple": 128, "hidden_scale_fill": 127, "verified": True,
                                   "parameter_names": {}, "exact": True, "not_exact_because": None,
-                                  "moe_parallelism": "expert-only"}
+                                  "moe_parallelism": "expert-only",
+                                  "releases": ["0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]}  # FlashInfer v2 pins
     assert manifest["serves"] == []  # H 160 is padded: vLLM 0.33.0's bytes differ (128 multiple, zero fill)
     import xxhash
     for name, record in manifest["files"].items():
@@ -174,7 +185,7 @@ def test_cli_convert_and_verify(gpt_oss_tiny, tmp_path):
 def test_verify_detects_a_flipped_byte(gpt_oss_tiny, tmp_path):
     out = tmp_path / "out"
     convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False)
-    shard = out / "model-00001-of-00001.safetensors"
+    shard = out / "model-00002-of-00002.safetensors"
     data = bytearray(shard.read_bytes())
     data[-100] ^= 0x01
     shard.write_bytes(bytes(data))
@@ -185,9 +196,12 @@ def test_verify_detects_a_flipped_byte(gpt_oss_tiny, tmp_path):
 def test_verify_detects_a_missing_file(gpt_oss_tiny, tmp_path):
     out = tmp_path / "out"
     convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False)
-    (out / "model-00000-of-00001.safetensors").unlink()
+    (out / "model-00001-of-00002.safetensors").unlink()
     result = CliRunner().invoke(main, ["verify", str(out)])
-    assert result.exit_code == 1 and "missing" in result.output
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [  # issue 37: one problem, one line (not a header and 6 tensor lines more)
+        f"mismatch: {out / 'model-00001-of-00002.safetensors'}: listed in moebake.json but missing",
+        f"failed: {out}: 1 mismatch in 1 file"]
 
 
 def interrupt_after_first_shard(source, out, monkeypatch) -> str:
@@ -227,7 +241,7 @@ def test_resume_reuses_finished_shards(gpt_oss_tiny, tmp_path, monkeypatch):
     assert finished not in rewritten and len(rewritten) == 1
     fresh = tmp_path / "fresh"
     convert(gpt_oss_tiny, fresh, ConvertOptions("sm90-cutlass"), progress=False)
-    for shard in ("model-00000-of-00001.safetensors", "model-00001-of-00001.safetensors"):
+    for shard in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
         assert (out / shard).read_bytes() == (fresh / shard).read_bytes()
 
 
@@ -249,3 +263,12 @@ def test_overwrite_replaces_a_previous_output(gpt_oss_tiny, tmp_path):
 
 def test_tiny_fixture_dims_are_the_padding_case():
     assert TINY["hidden"] % 128 and TINY["intermediate"] % 128
+
+
+def test_synthetic_shards_are_numbered_from_one_as_hugging_face_does(tmp_path):
+    """Issue 37: they were model-00000-of-00001 and model-00001-of-00001 (Hugging Face: 00001-of-00002, 00002-of-00002)."""
+    from moebake.synthetic import write_gpt_oss
+
+    source = write_gpt_oss(tmp_path / "src", **{**TINY, "num_layers": 3})
+    assert sorted(p.name for p in source.glob("*.safetensors")) == [
+        "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"]

@@ -28,7 +28,7 @@ from tests.conftest import TINY
 
 ELEMENT_BYTES = {"U8": 1, "BF16": 2, "F32": 4}
 LAYER1 = "model.layers.1.mlp.experts."
-SHARD1 = "model-00001-of-00001.safetensors"
+SHARD1 = "model-00002-of-00002.safetensors"
 
 
 @pytest.fixture(scope="module")
@@ -101,9 +101,9 @@ def test_a_flipped_bias_is_reported_in_both_index_spaces(damaged, gpt_oss_tiny):
 
 def test_a_flipped_pass_through_byte_is_caught(damaged, gpt_oss_tiny):
     name = "model.layers.0.self_attn.q_proj.weight"
-    flip(damaged / "model-00000-of-00001.safetensors", name, (7, 9), byte_in_element=1)
+    flip(damaged / "model-00001-of-00002.safetensors", name, (7, 9), byte_in_element=1)
     (problem,) = compare_with_source(damaged, gpt_oss_tiny)
-    assert problem.startswith(f"{damaged / 'model-00000-of-00001.safetensors'}: tensor {name}: first difference at index [7, 9]")
+    assert problem.startswith(f"{damaged / 'model-00001-of-00002.safetensors'}: tensor {name}: first difference at index [7, 9]")
 
 
 def test_another_source_fails_every_expert_tensor(baked, tmp_path):

@@ -10,6 +10,7 @@ methods (``METHODS``), the vLLM plugin's served kinds (``SERVED``) and ``moebake
 import re
 from pathlib import Path
 
+import click
 import pytest
 
 import moebake.serve
@@ -165,3 +166,66 @@ def test_the_contributing_checklists_name_the_registries():
 
 def test_the_readme_targets_table_names_every_target():
     assert set(table_rows(README.read_text(), "Targets")) == set(registered_targets())
+
+
+def test_the_inspect_example_is_what_the_command_prints(tmp_path, monkeypatch):
+    """docs/integrity-and-hub.md's `moebake inspect gpt-oss-tiny` is that command's output, every target included
+    (issue 37: the page showed 5 targets where the command printed 7)."""
+    from click.testing import CliRunner
+
+    from conftest import TINY
+    from moebake.cli import main
+    from moebake.synthetic import write_gpt_oss
+
+    text = (DOCS / "integrity-and-hub.md").read_text()
+    block = text.split("```\n$ moebake inspect gpt-oss-tiny\n", 1)[1].split("```\n", 1)[0]
+    write_gpt_oss(tmp_path / "gpt-oss-tiny", **TINY)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["inspect", "gpt-oss-tiny"])
+    assert result.exit_code == 0 and result.output == block
+
+
+@pytest.mark.parametrize("page", [README, DOCS / "command-line.md"], ids=["README", "command-line.md"])
+def test_the_command_summaries_name_every_option(page):
+    """The `moebake COMMAND ...` summary lines of the README and of docs/command-line.md give every option each command
+    takes (issue 37: --io and --writers-per-device were missing)."""
+    from moebake.cli import main
+
+    block = page.read_text().split("\nmoebake [-v] COMMAND", 1)[1].split("```", 1)[0]
+    entries: list[list[str]] = []  # a `moebake NAME ...` line and the indented lines that continue it
+    for line in block.splitlines()[1:]:
+        if line.startswith("moebake "):
+            entries.append([line])
+        elif line.startswith(" ") and entries:
+            entries[-1].append(line)
+    missing = []
+    for name, command in main.commands.items():
+        text = "\n".join(line for entry in entries if entry[0].split()[1] == name for line in entry)
+        assert text, f"{page.name}: no `moebake {name}` line"
+        for option in command.params:
+            if isinstance(option, click.Option) and not option.hidden:
+                flag = max(option.opts, key=len)
+                if flag not in ("--help", "--verbose") and flag not in text:
+                    missing.append(f"{name} {flag}")
+    assert missing == [], f"{page.name} lacks {missing}"
+
+
+def test_the_readme_tour_runs_on_the_demo_it_follows(tmp_path, monkeypatch):
+    """Issue 37: the tour began with `moebake inspect gpt-oss-20b`, a folder a newcomer does not have. Its first block
+    runs, command by command, where `bin/demo` left its example."""
+    import shlex
+
+    from click.testing import CliRunner
+
+    from moebake.cli import main
+    from moebake.demo import run_demo
+
+    readme = README.read_text()
+    block = readme.split("## 5-minute tour", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    run_demo(Path("moebake-demo"))  # bin/demo, from the clone's folder
+    for line in block.splitlines():
+        args = shlex.split(line.split("#", 1)[0])
+        assert args[0] == "moebake", line
+        result = CliRunner().invoke(main, args[1:])
+        assert result.exit_code == 0, (line, result.output)

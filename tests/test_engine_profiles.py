@@ -14,7 +14,13 @@ import torch
 from conftest import load_all
 from engine_oracles import standins  # noqa: E402
 from engine_releases.cells import ORACLE_TESTS
-from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_fp4_fp8, kernel_interleave_v1, kernel_interleave_v2
+from kernel_emulation import (
+    flashinfer_layout_here,
+    gptq_marlin_repack_reference,
+    kernel_interleave_fp4_fp8,
+    kernel_interleave_v1,
+    kernel_interleave_v2,
+)
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import UnsupportedError
@@ -62,23 +68,13 @@ def _assert_bake_equals_engine(out, layer_prefix, engine_params, derived):
         assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{name} differs from SGLang's"
 
 
-def _flashinfer_layout() -> str:
-    """The SM90 layout of the FlashInfer importable here (the release's pin, in a release-matrix run): its own scale
-    fold runs in the oracle, its weight interleave (CUDA) is emulated (``KERNELS``)."""
-    import flashinfer
-
-    from moebake.layouts.flashinfer_versions import layout_for_flashinfer
-
-    return layout_for_flashinfer(flashinfer.__version__)
-
-
 @pytest.mark.parametrize("hidden, intermediate", [
     (160, 96),     # pads H 160 -> 256 (127 scales), I 96 -> 128 (zeros)
     (2880, 128),   # GPT-OSS's H: 2880 -> 3072
     (256, 128),    # no padding
 ])
 def test_gpt_oss_sm90_cutlass_equals_sglang(tmp_path, hidden, intermediate):
-    layout = _flashinfer_layout()
+    layout = flashinfer_layout_here()
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
     manifest = convert(source, tmp_path / "out", oracle_options("sm90-cutlass", flashinfer_layout=layout), progress=False).to_json()
     assert manifest["engine"]["exact"] is True
@@ -115,7 +111,7 @@ def test_modelopt_bf16_mtp_experts_deepep_bf16_equal_sglang(tmp_path):
 def test_deepseek_v4_sm90_cutlass_equals_sglang(tmp_path):
     """SGLang names the scales ``w*_weight_scale_inv`` and types weights int8 / scales float8_e8m0fnu;
     the bake keeps U8 (the same bytes): a loader ``copy_``s bytes, so names map and bytes must match."""
-    layout = _flashinfer_layout()
+    layout = flashinfer_layout_here()
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=256, intermediate=128, mtp_layers=0)
     manifest = convert(source, tmp_path / "out", oracle_options("sm90-cutlass", flashinfer_layout=layout), progress=False).to_json()
     assert manifest["engine"]["exact"] is True

@@ -88,15 +88,15 @@ def test_parse_repo_spec(text, expected):
 def test_download_patterns_select_only_the_root_files_a_conversion_needs():
     gpt_oss_repo = [  # the file list of openai/gpt-oss-20b (checkpoint-formats-and-peers.md 1.1)
         ".gitattributes", "LICENSE", "README.md", "USAGE_POLICY", "chat_template.jinja", "config.json",
-        "generation_config.json", "model-00000-of-00002.safetensors", "model-00001-of-00002.safetensors",
-        "model-00002-of-00002.safetensors", "model.safetensors.index.json", "special_tokens_map.json",
+        "generation_config.json", "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+        "model-00003-of-00003.safetensors", "model.safetensors.index.json", "special_tokens_map.json",
         "tokenizer.json", "tokenizer_config.json", "original/config.json", "original/model.safetensors",
         "original/dtypes.json", "metal/model.bin",
     ]
     chosen = set(filter_repo_objects(gpt_oss_repo, allow_patterns=SOURCE_PATTERNS, ignore_patterns=SUBFOLDERS))
     assert chosen == {"LICENSE", "USAGE_POLICY", "chat_template.jinja", "config.json", "generation_config.json",
-                      "model-00000-of-00002.safetensors", "model-00001-of-00002.safetensors",
-                      "model-00002-of-00002.safetensors", "model.safetensors.index.json",
+                      "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                      "model-00003-of-00003.safetensors", "model.safetensors.index.json",
                       "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"}
 
 
@@ -243,7 +243,7 @@ def test_upload_to_a_branch_creates_it_but_not_a_pr_ref(baked):
 
 
 def test_upload_refuses_an_output_that_fails_verify(baked):
-    shard = baked / "model-00000-of-00001.safetensors"
+    shard = baked / "model-00001-of-00002.safetensors"
     data = bytearray(shard.read_bytes())
     data[-7] ^= 0x10
     shard.write_bytes(bytes(data))
@@ -337,3 +337,27 @@ def test_model_card_claims_bit_exactness_only_where_no_value_was_changed(baked, 
     assert ("the experts invert to the source's bytes except, by design (`--gate-up-globals share`), the gate/up block "
             "scales of 4 of 8 experts, which were rescaled to one shared gate/up global (largest relative change 75.00%) "
             "and are not bit-exact to the source.") in card
+
+
+@pytest.mark.parametrize("args, line", [
+    (["{out}"], "error: {out}: not a Hub repo id (expected ORG/NAME); the repo comes first: moebake upload ORG/NAME {out}"),
+    (["up1"], "error: up1: not a Hub repo id (expected ORG/NAME)"),
+    (["acme/tiny"], "error: no PATH given, and the current directory ({cwd}) is not a moebake output: moebake upload acme/tiny PATH"),
+    (["acme/tiny", "{cwd}/missing"], "error: {cwd}/missing: does not exist"),
+], ids=["output as the one argument", "not a repo id", "current directory", "missing PATH"])
+def test_cli_upload_argument_mistakes_come_before_the_token_and_say_what_to_run(baked, monkeypatch, tmp_path, args, line):
+    """Issue 37: `upload up1 --token x` said "error: .: not a moebake output" (the one argument taken as the repo, PATH
+    defaulted without saying so); without a token, the token error came before any argument check."""
+    import huggingface_hub.constants
+
+    hub = FakeHub()
+    monkeypatch.setattr(hub_client_module, "hub_client", lambda token=None: hub)
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    values = {"out": baked, "cwd": tmp_path / "cwd"}
+    result = CliRunner().invoke(main, ["upload", *(a.format(**values) for a in args)])  # no token anywhere
+    assert result.exit_code == 2 and result.output == line.format(**values) + "\n"
+    assert hub.calls == []

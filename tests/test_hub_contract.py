@@ -304,7 +304,7 @@ def source_repo_files(tmp_path) -> dict[str, bytes]:
     src = write_gpt_oss(tmp_path / "hub-src", **TINY)
     files = {p.name: p.read_bytes() for p in src.iterdir()}
     files.update({"README.md": b"---\nlicense: apache-2.0\n---\n# tiny\n", "LICENSE": b"Apache-2.0\n",
-                  "original/model.safetensors": files["model-00000-of-00001.safetensors"],
+                  "original/model.safetensors": files["model-00001-of-00002.safetensors"],
                   "original/config.json": b"{}", "metal/model.bin": b"\0" * 64})
     return files
 
@@ -346,3 +346,37 @@ def test_convert_from_the_hub_upload_download_and_verify(hub, api, tmp_path, mon
     assert (Path(downloaded) / ".gitattributes").is_file()  # added by the Hub; verify tolerates it
     result = runner.invoke(main, ["verify", downloaded, "--source", f"openai/gpt-oss-tiny@{sha}", "--quiet"])
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("manifest_has_path", [False, True], ids=["new bake", "bake whose manifest holds its source path"])
+def test_upload_sends_no_local_path_user_or_host_name(hub, api, gpt_oss_tiny, tmp_path, manifest_has_path):
+    """Issue 37: every file ``upload`` sends is free of the local paths (source, OUT, home), and of the user's and
+    the host's names; a manifest written by an older moebake, which held the source's absolute path, included."""
+    import getpass
+    import shutil
+    import socket
+
+    source = shutil.copytree(gpt_oss_tiny, tmp_path / "home" / "alice-private" / "models" / "gpt-oss-tiny")
+    out = tmp_path / "work" / "out"
+    out.parent.mkdir()
+    convert(source, out, ConvertOptions("sm90-cutlass"), progress=False)
+    if manifest_has_path:  # as moebake wrote it before (its self-checksum over the path)
+        from moebake.schema.manifest import SELF_CHECKSUM_KEY, render_manifest
+
+        manifest = json.loads((out / "moebake.json").read_text())
+        manifest["source"]["location"] = str(source)
+        del manifest[SELF_CHECKSUM_KEY]
+        (out / "moebake.json").write_text(render_manifest(manifest))
+    publish(out, "acme/tiny", api)
+    sent = hub.head("acme/tiny")
+    assert {"moebake.json", "README.md", "config.json"} <= set(sent)
+    private = [str(tmp_path), "alice-private", str(Path.home())]
+    words = [getpass.getuser(), socket.gethostname()]
+    for name, data in sent.items():
+        for text in private:
+            assert text.encode() not in data, (name, text)
+        if not name.endswith(".safetensors"):
+            for word in words:
+                assert not re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", data.decode()), (name, word)
+    assert json.loads(sent["moebake.json"])["source"]["location"] == "gpt-oss-tiny"
+    assert json.loads((out / "moebake.json").read_text()) == json.loads(sent["moebake.json"])  # OUT holds what was sent

@@ -1,6 +1,7 @@
 """`moebake inspect`: source and baked reports, target answers, text and JSON output."""
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -39,7 +40,7 @@ def test_source_report(gpt_oss_tiny):
     assert answer["default_padding"] == {"hidden": 160, "hidden_padded": 256, "intermediate": 96, "intermediate_padded": 128}
     assert answer["baked_expert_bytes"] == 2 * sm90_expert_bytes(3, 160, 96, 256, 128)
     text = render_text(report)
-    assert "format         gpt-oss" in text and "sm90-cutlass   yes:" in text and "hidden 160 -> 256" in text
+    assert "format         gpt-oss" in text and re.search(r"\n  sm90-cutlass +yes:", text) and "hidden 160 -> 256" in text
 
 
 def test_unsupported_source_says_why(gpt_oss_copy):
@@ -50,7 +51,20 @@ def test_unsupported_source_says_why(gpt_oss_copy):
     assert report["format"] is None and report["moe"] is None
     assert 'unsupported model (model_type="mixtral"' in report["problem"]
     assert not report["targets"]["sm90-cutlass"]["convertible"]
-    assert "sm90-cutlass   no: the source is not a supported checkpoint" in render_text(report)
+    assert re.search(r"\n  sm90-cutlass +no: the source is not a supported checkpoint", render_text(report))
+
+
+def test_target_answers_line_up_and_do_not_repeat_the_path(gpt_oss_tiny):
+    """Issue 37: the target column overflowed (sm90-cutlass-w4a8), and every "no:" reason began with the path
+    the report's first line gives."""
+    text = render_text(inspect_path(gpt_oss_tiny))
+    rows = text.split("\ntargets\n", 1)[1].splitlines()
+    assert [row.split()[0] for row in rows] == list(TARGETS)
+    answers = [re.search(r" (yes|no): ", row) for row in rows]
+    assert all(answers) and len({match.start() for match in answers}) == 1, rows  # one column, after a space
+    for row in rows:
+        assert str(gpt_oss_tiny) not in row, row
+    assert any(" no: target cutedsl bakes modelopt-nvfp4 checkpoints" in row for row in rows), rows
 
 
 def test_each_target_gives_its_own_reason(gpt_oss_tiny, monkeypatch):
@@ -69,7 +83,7 @@ def test_baked_report(baked, gpt_oss_tiny):
     report = inspect_path(baked)
     manifest = json.loads((baked / "moebake.json").read_text())
     assert report["kind"] == "baked" and report["target"] == "sm90-cutlass" and report["flashinfer_layout"]["id"] == "v1"
-    assert report["source"] == {"format": "gpt-oss", "location": str(gpt_oss_tiny.resolve()), "revision": None}
+    assert report["source"] == {"format": "gpt-oss", "location": "gpt-oss-tiny", "revision": None}  # the folder, never its path
     assert report["moe"] == {"layers": 2, "experts": 3, "hidden": 160, "hidden_padded": 256,
                              "intermediate": 96, "intermediate_padded": 128}
     assert report["options"] == manifest["options"] and report["files"] == len(manifest["files"])
@@ -77,6 +91,43 @@ def test_baked_report(baked, gpt_oss_tiny):
     assert report["expert_tensors"]["w2_weight"] == {"dtype": "U8", "shape": [3, 256, 64]}
     text = render_text(report)
     assert "baked checkpoint" in text and "layout v1" in text and "w13_weight_scale" in text
+
+
+@pytest.mark.parametrize("damage", ["missing shard", "flipped byte", "none"])
+def test_inspect_of_a_bake_says_what_it_did_not_check(baked, tmp_path, damage):
+    """Issue 37: inspect of a bake with a shard missing or flipped said nothing of it, and exited 0. It reads no file's
+    bytes: a missing or resized file is a problem line and exit status 1; every answer says where the bytes are checked."""
+    import shutil
+
+    out = shutil.copytree(baked, tmp_path / "out")
+    shard = out / "model-00001-of-00002.safetensors"
+    if damage == "missing shard":
+        shard.unlink()
+    elif damage == "flipped byte":
+        data = bytearray(shard.read_bytes())
+        data[-1] ^= 0xFF
+        shard.write_bytes(bytes(data))
+    result = CliRunner().invoke(main, ["inspect", str(out)])
+    lines = result.output.splitlines()
+    assert lines[-1] == (f"checked: the manifest, and each listed file's presence and size, not its bytes: `moebake verify {out}` "
+                         "checks every file's checksum and header")
+    problems = [line for line in lines if line.startswith("  problem ")]
+    if damage == "missing shard":
+        assert result.exit_code == 1 and problems == ["  problem        model-00001-of-00002.safetensors: missing"]
+    else:
+        assert result.exit_code == 0 and problems == []
+    assert (CliRunner().invoke(main, ["verify", str(out)]).exit_code == 0) == (damage == "none")
+
+
+@pytest.mark.parametrize("spec, download", [("openai/gpt-oss-20b", "hf download openai/gpt-oss-20b --local-dir gpt-oss-20b"),
+                                            ("acme/moe@v2", "hf download acme/moe --revision v2 --local-dir moe")])
+def test_inspect_of_a_hub_repo_says_to_download_it(tmp_path, monkeypatch, spec, download):
+    """Issue 37: `inspect openai/gpt-oss-20b` said only "not a checkpoint directory"."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["inspect", spec])
+    assert result.exit_code == 2 and result.output == (
+        f"error: {spec}: no such local directory; inspect reads a checkpoint on disk and downloads nothing: download the "
+        f"Hub repo first ({download}) and inspect that folder\n")
 
 
 def test_cli_text_json_and_errors(baked, tmp_path):

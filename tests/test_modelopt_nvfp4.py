@@ -79,7 +79,7 @@ def test_exclude_patterns_match_the_module_or_an_ancestor():
 def test_consumed_view_shares_one_global_and_leaves_other_tensors_alone(source):
     model = open_source(source)
     layer = model.layers[0]
-    stored = load_file(source / "model-00002-of-00005.safetensors")  # layer 1, experts 2 and 3
+    stored = load_file(source / "model-00003-of-00006.safetensors")  # layer 1, experts 2 and 3
     gate3, up3 = (stored[f"model.layers.1.mlp.experts.3.{p}_proj.weight_scale_2"] for p in ("gate", "up"))
     assert float(up3) > float(gate3)  # the generator makes expert 3's up global 4x its gate global
     for proj in ("gate", "up"):
@@ -144,7 +144,7 @@ def test_expert_beyond_the_config(source, tmp_path):
 
 def test_nan_block_scale_in_a_rescaled_half(source, tmp_path):
     name = "model.layers.1.mlp.experts.1.up_proj.weight_scale"  # expert 1's up half is rescaled
-    scales = load_file(source / "model-00001-of-00005.safetensors")[name].view(torch.uint8).clone()
+    scales = load_file(source / "model-00002-of-00006.safetensors")[name].view(torch.uint8).clone()
     scales[0, 0] = 0x7F
     rewrite(source, name, scales.view(torch.float8_e4m3fn))
     line = convert_error(source, tmp_path)

@@ -58,7 +58,7 @@ def plugin_loaded():
 def gpt_oss_bake(tmp_path_factory):
     root = tmp_path_factory.mktemp("plugin")
     source = write_gpt_oss(root / "src", num_layers=1, num_experts=4, hidden=160, intermediate=96, vocab=32)
-    convert(source, root / "out", ConvertOptions("sm90-cutlass"), progress=False)
+    convert(source, root / "out", ConvertOptions("sm90-cutlass", engine=sglang_oracle.ENGINE), progress=False)
     return root / "out"
 
 
@@ -83,10 +83,12 @@ def _gpt_oss_layer(out, quant_config=None):
 
 
 def test_plugin_is_found_through_the_entry_point():
-    from sglang.srt.arg_groups.choices import QUANTIZATION_CHOICES
     from sglang.srt.layers.quantization import QUANTIZATION_METHODS
 
     from moebake.engines.sglang.config import MoebakeConfig
+    from moebake.engines.sglang.internals import quantization_choices
+
+    QUANTIZATION_CHOICES = quantization_choices()[0]
 
     assert QUANTIZATION_METHODS["moebake"] is MoebakeConfig and "moebake" in QUANTIZATION_CHOICES
 
@@ -125,12 +127,10 @@ def test_layer_parameters_are_the_manifest_and_load_the_files_bytes_untransforme
 
 
 def test_each_expert_parallel_rank_loads_its_own_experts(gpt_oss_bake):
-    from sglang.srt.runtime_context import get_parallel
-
     baked = load_all(gpt_oss_bake)
     for rank in range(2):
         with serving(gpt_oss_bake, moe_runner_backend="flashinfer_mxfp4", gpu="sm90"):
-            get_parallel().override_permanently(tp_size=2, attn_tp_size=2, moe_ep_size=2, moe_ep_rank=rank)
+            sglang_oracle.override_parallel(tp_size=2, attn_tp_size=2, moe_ep_size=2, moe_ep_rank=rank)
             layer = _gpt_oss_layer(gpt_oss_bake)
             for name, param in layer.named_parameters():
                 param.weight_loader(param, baked[PREFIX + name].to("meta"))
@@ -165,26 +165,24 @@ def test_refuses_the_wrong_runner_backend(gpt_oss_bake):
 def test_refuses_another_flashinfer_layout(gpt_oss_bake, monkeypatch):
     import flashinfer
 
-    monkeypatch.setattr(flashinfer, "__version__", "0.6.17")
+    baked = json.loads((gpt_oss_bake / "moebake.json").read_text())["flashinfer_layout"]["id"]
+    other, reads = {"v2": ("0.6.17", "v1"), "v1": ("0.7.2", "v2")}[baked]  # a FlashInfer that reads the other layout
+    monkeypatch.setattr(flashinfer, "__version__", other)
     message = _refusal(gpt_oss_bake)
-    assert "baked for FlashInfer SM90 fp4 layout v2, but the installed FlashInfer 0.6.17 reads fp4 layout v1" in message
+    assert f"baked for FlashInfer SM90 fp4 layout {baked}, but the installed FlashInfer {other} reads fp4 layout {reads}" in message
 
 
 def test_refuses_moe_tensor_parallelism(gpt_oss_bake):
-    from sglang.srt.runtime_context import get_parallel
-
     def build(out):
-        get_parallel().override_permanently(tp_size=2, attn_tp_size=2, moe_tp_size=2, moe_tp_rank=0)
+        sglang_oracle.override_parallel(tp_size=2, attn_tp_size=2, moe_tp_size=2, moe_tp_rank=0)
         return _gpt_oss_layer(out)
 
     assert "MoE tensor parallelism (2) is not supported" in _refusal(gpt_oss_bake, build) and "--ep-size" in _refusal(gpt_oss_bake, build)
 
 
 def test_refuses_experts_not_divisible_by_the_ep_size(gpt_oss_bake):
-    from sglang.srt.runtime_context import get_parallel
-
     def build(out):
-        get_parallel().override_permanently(tp_size=3, attn_tp_size=3, moe_ep_size=3, moe_ep_rank=0)
+        sglang_oracle.override_parallel(tp_size=3, attn_tp_size=3, moe_ep_size=3, moe_ep_rank=0)
         return _gpt_oss_layer(out)  # refused when SGLang builds the quantization config, before FusedMoE asserts
 
     assert "4 experts do not split evenly over 3 EP ranks; choose an --ep-size" in _refusal(gpt_oss_bake, build)
@@ -241,11 +239,11 @@ def test_sglang_runner_calls_the_kernel_with_stock_sglangs_arguments(tmp_path):
     from sglang.srt.models.gpt_oss import GptOssForCausalLM
     from transformers import PretrainedConfig
 
-    from kernel_emulation import kernel_interleave_v2
+    from kernel_emulation import kernel_interleave_here
 
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=4, hidden=160, intermediate=96, vocab=32)
     out = tmp_path / "out"
-    convert(source, out, ConvertOptions("sm90-cutlass"), progress=False)
+    convert(source, out, ConvertOptions("sm90-cutlass", engine=sglang_oracle.ENGINE), progress=False)
     calls = []
 
     def recorded_kernel(**kwargs):
@@ -258,14 +256,13 @@ def test_sglang_runner_calls_the_kernel_with_stock_sglangs_arguments(tmp_path):
     weights, ids = torch.topk(torch.softmax(torch.randn(5, 4, generator=g), -1), 2)
     dispatch = StandardDispatchOutput(x, None, StandardTopKOutput(weights, ids.to(torch.int32), None))
     with (serving(out, moe_runner_backend="flashinfer_mxfp4", gpu="sm90"),
-          mock.patch.object(mxfp4, "interleave_moe_weights_for_sm90_mixed_gemm", lambda w, q: kernel_interleave_v2(w), create=True),
+          mock.patch.object(mxfp4, "interleave_moe_weights_for_sm90_mixed_gemm", lambda w, q: kernel_interleave_here(w), create=True),
           mock.patch.object(mxfp4, "interleave_moe_scales_for_sm90_mixed_gemm", interleave_moe_scales_for_sm90_mixed_gemm,
                             create=True),
           mock.patch.object(runner, "_flashinfer_cutlass_fused_moe", lambda: (recorded_kernel, ActivationType))):
         from sglang.srt.distributed import parallel_state
-        from sglang.srt.runtime_context import get_parallel
 
-        get_parallel().override_permanently(tp_group=parallel_state._TP)  # the runner's output allocation reads it
+        sglang_oracle.override_parallel(tp_group=parallel_state._TP)  # the runner's output allocation reads it
         config = json.loads((source / "config.json").read_text())
         stock = _gpt_oss_layer(source, quant_config=mxfp4.Mxfp4Config.from_config(config["quantization_config"]))
         names = [PREFIX + s for s in ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
@@ -328,11 +325,14 @@ def test_refuses_a_sglang_release_the_matrix_does_not_hold(gpt_oss_bake, monkeyp
     assert "bin/prove-releases" in message
 
 
-def test_a_bake_is_refused_on_a_proven_release_that_does_not_build_its_bytes(gpt_oss_bake, monkeypatch):
+def test_a_bake_is_refused_on_a_proven_release_that_does_not_build_its_bytes(tmp_path, monkeypatch):
     """The v2 bake (the newest release's) lists 0.5.19-0.5.23; SGLang 0.5.17 (FlashInfer 0.6.15.post1, layout v1) is
     in the matrix but builds other bytes: refused, naming the releases that can and the convert command for 0.5.17."""
     import sglang
 
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=4, hidden=160, intermediate=96, vocab=32)
+    gpt_oss_bake = tmp_path / "out"
+    convert(source, gpt_oss_bake, ConvertOptions("sm90-cutlass", engine="sglang"), progress=False)
     manifest = json.loads((gpt_oss_bake / "moebake.json").read_text())
     assert manifest["engine"]["releases"] == ["0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]
     monkeypatch.setattr(sglang, "__version__", "0.5.17")

@@ -81,7 +81,7 @@ EXTRA_DTYPES = ["F8_E4M3FNUZ", "F8_E5M2FNUZ", "F6_E2M3", "F6_E3M2", "F4", "C64",
 def test_every_safetensors_dtype_passes_through_as_bytes(gpt_oss_copy, tmp_path):
     """A shard holding one tensor of each dtype (written by moebake's own header encoder) bakes to the
     same bytes, and safetensors itself opens the output."""
-    shard = gpt_oss_copy / "model-00001-of-00001.safetensors"
+    shard = gpt_oss_copy / "model-00002-of-00002.safetensors"
     extra = [(f"extra.{dtype.lower()}", dtype, (4, 8)) for dtype in EXTRA_DTYPES]
     header, offsets = encode_header(extra, {"format": "pt"})
     sizes = [DTYPES[d][1] * 32 // 8 for _, d, _ in extra]
@@ -108,14 +108,14 @@ def test_a_tensor_left_out_of_the_index_is_carried_through(gpt_oss_copy, tmp_pat
         convert(gpt_oss_copy, tmp_path / "out", "sm90-cutlass")
     assert any("lm_head.weight" in r.getMessage() and "carried through" in r.getMessage() for r in caplog.records)
     baked = json.loads((tmp_path / "out" / INDEX).read_text())["weight_map"]
-    assert baked["lm_head.weight"] == "model-00001-of-00001.safetensors"
+    assert baked["lm_head.weight"] == "model-00002-of-00002.safetensors"
     assert torch.equal(load_all(tmp_path / "out")["lm_head.weight"], load_all(gpt_oss_copy)["lm_head.weight"])
 
 
 def test_a_tensor_stored_in_two_shards_is_refused(gpt_oss_copy, tmp_path):
     from safetensors.torch import load_file, save_file
 
-    first, second = (gpt_oss_copy / f"model-0000{i}-of-00001.safetensors" for i in (0, 1))
+    first, second = (gpt_oss_copy / f"model-0000{i}-of-00002.safetensors" for i in (1, 2))
     tensors = load_file(second)
     tensors["model.embed_tokens.weight"] = load_file(first)["model.embed_tokens.weight"]
     save_file(tensors, second, metadata={"format": "pt"})

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import load_all
-from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_v1, kernel_interleave_v2
+from kernel_emulation import flashinfer_layout_here, gptq_marlin_repack_reference, kernel_interleave_v1, kernel_interleave_v2
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.reference.synthetic_sources import MODELOPT_MISMATCHES, write_deepseek_v4, write_modelopt_nvfp4
@@ -37,14 +37,6 @@ def _release_of(record: dict) -> str:
     ``version`` (another engine's bake names its newest release in ``serves``, and lists the others)."""
     return vllm_oracle.VLLM_VERSION if vllm_oracle.VLLM_VERSION in record.get("releases", ()) else record["version"]
 
-
-def _flashinfer_layout() -> str:
-    """The SM90 layout of the FlashInfer importable here (a release's pin in a release-matrix run)."""
-    import flashinfer
-
-    from moebake.layouts.flashinfer_versions import layout_for_flashinfer
-
-    return layout_for_flashinfer(flashinfer.__version__)
 if not vllm_oracle.vllm_installed():
     pytest.skip(f"vllm {vllm_oracle.VLLM_VERSION} is not installed (bin/setup installs it)", allow_module_level=True)
 
@@ -70,7 +62,7 @@ def test_gpt_oss_flashinfer_cutlass_equals_vllm(tmp_path, hidden, intermediate):
     engine_record = manifest["engine"]
     assert (engine_record["name"], engine_record["version"], engine_record["exact"]) == ("vllm", vllm_oracle.VLLM_VERSION, True)
     assert engine_record["parameter_names"] == {"w13_weight_bias": "w13_bias", "w2_weight_bias": "w2_bias"}
-    engine = vllm_oracle.gpt_oss_flashinfer_cutlass(source, 0, KERNELS[_flashinfer_layout()])
+    engine = vllm_oracle.gpt_oss_flashinfer_cutlass(source, 0, KERNELS[flashinfer_layout_here()])
     _assert_bake_equals_vllm(tmp_path / "out", "model.layers.0.mlp.experts.", engine, engine_record["parameter_names"])
     served = [(e["name"], e["version"]) for e in manifest["serves"]]
     assert served == ([("sglang", "0.5.23")] if hidden % 256 == 0 else [])
@@ -83,7 +75,7 @@ def test_sglang_bake_of_an_unpadded_hidden_size_serves_vllm_too(tmp_path):
     assert manifest["engine"]["name"] == "sglang"
     assert [(e["name"], e["exact"], e["parameter_names"]) for e in manifest["serves"]] == [
         ("vllm", True, {"w13_weight_bias": "w13_bias", "w2_weight_bias": "w2_bias"})]
-    engine = vllm_oracle.gpt_oss_flashinfer_cutlass(source, 0, KERNELS[_flashinfer_layout()])
+    engine = vllm_oracle.gpt_oss_flashinfer_cutlass(source, 0, KERNELS[flashinfer_layout_here()])
     _assert_bake_equals_vllm(tmp_path / "out", "model.layers.0.mlp.experts.", engine, manifest["serves"][0]["parameter_names"])
 
 
@@ -138,7 +130,7 @@ def test_deepseek_v4_flashinfer_cutlass_equals_vllm(tmp_path, hidden, intermedia
         "vllm", vllm_oracle.VLLM_VERSION, "flashinfer_cutlass", {})
     assert vllm["engine_method"] == "vllm.model_executor.layers.quantization.mxfp4.Mxfp4MoEMethod"
     engine_params = vllm_oracle.deepseek_v4_flashinfer_cutlass(source, record["prefix"], 3, hidden, intermediate,
-                                                               KERNELS[_flashinfer_layout()])
+                                                               KERNELS[flashinfer_layout_here()])
     assert sorted(engine_params) == sorted(record["tensors"]) == sorted(MXFP4_WEIGHTS)
     baked = load_all(tmp_path / "out")
     for name, expected in engine_params.items():

@@ -23,6 +23,9 @@ from pathlib import Path
 
 from moebake.convert.staging import check_staging
 from moebake.errors import MoebakeError, OutputError
+from moebake.hub.download import public_location
+from moebake.progress_bars import size_text
+from moebake.schema.checksums import ALGORITHMS, file_digest, parse_tagged
 from moebake.schema.files import file_kind, plain_name_problem
 from moebake.schema.manifest import MANIFEST_NAME, read_manifest
 
@@ -83,8 +86,27 @@ def finished_bake(paths: OutputPaths, options: dict, source: str) -> bool | None
         return None
     same = {k: v for k, v in recorded.items() if k not in MEMORY_ONLY_OPTIONS} == \
         {k: v for k, v in options.items() if k not in MEMORY_ONLY_OPTIONS}
-    here = str(Path(source).resolve()) if os.path.lexists(source) else source.split("@", 1)[0]
-    return same and location == here
+    if not os.path.lexists(source):
+        return same and location == source.split("@", 1)[0]
+    local = Path(source).resolve()
+    # the manifest names a local source by its folder only (older ones: its path); its small files' checksums tell
+    # two folders of one name apart
+    return same and location in (public_location(local), str(local)) and _same_small_files(manifest, local)
+
+
+def _same_small_files(manifest: dict, source: Path) -> bool:
+    """Whether the source files other than the shards (config, index, tokenizer: small) that ``manifest`` records
+    checksums of are in ``source`` with those checksums."""
+    recorded = (manifest.get("source") or {}).get("files")
+    if not isinstance(recorded, dict):
+        return False
+    for name, value in recorded.items():
+        if not isinstance(value, str) or name.endswith(".safetensors"):
+            continue
+        algorithm, digest = parse_tagged(value)
+        if algorithm not in ALGORITHMS or not (source / name).is_file() or file_digest(source / name, algorithm) != digest:
+            return False
+    return True
 
 
 def check_destination(paths: OutputPaths, *, overwrite: bool) -> None:
@@ -100,11 +122,25 @@ def check_destination(paths: OutputPaths, *, overwrite: bool) -> None:
                            f"({'read-only file system' if _read_only(parent) else 'permission denied'})")
     if os.path.lexists(paths.out):
         if not overwrite:
-            raise OutputError(f"{paths.label}: already exists (pass --overwrite to replace it)")
+            if (problem := output_problem(paths.out)) is not None:  # --overwrite would refuse it too: say so now
+                raise OutputError(f"{paths.label}: already exists and is not a previous moebake output (it {problem}); "
+                                  "choose another OUT (--overwrite replaces only a previous moebake output)")
+            raise OutputError(f"{paths.label}: already exists (a previous moebake output; pass --overwrite to replace it)")
         check_replaceable(paths.out, f"{paths.label}: --overwrite replaces only a previous moebake output, but it")
     if os.path.lexists(paths.retired):
         check_replaceable(paths.retired, f"{paths.retired}: left by an interrupted --overwrite of {paths.label}, but it",
                           "; move it away")
+
+
+def check_free_space(paths: OutputPaths, staging: Path, nbytes: int) -> None:
+    """OutputError unless the file system holding ``staging`` (where OUT is built) has ``nbytes`` free for an
+    unprivileged writer (``statvfs``' ``f_bavail``), checked before the first shard is written."""
+    st = os.statvfs(staging)
+    free = st.f_bavail * st.f_frsize
+    if free < nbytes:
+        raise OutputError(f"{paths.label}: not enough free space: the bake writes {size_text(nbytes)}, and the file system "
+                          f"holding {staging} has {size_text(free)} free; free {size_text(nbytes - free)} there, "
+                          "or choose an OUT on another file system")
 
 
 def check_not_overlapping(paths: OutputPaths, source: Path) -> None:

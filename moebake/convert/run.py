@@ -3,10 +3,12 @@
 OUT is built in the sibling ``.OUT.partial`` and renamed into place only when complete. What
 OUT may be and what ``overwrite`` may replace is checked first (:mod:`moebake.convert.output_dir`);
 bad input is detected while planning, before anything is written. The staging directory is
-locked while the conversion runs (:mod:`moebake.convert.staging`). A MoebakeError, or an OSError
-(disk full, ...), which is reported as one, removes a staging directory this run made. After an
-interruption the staging directory stays, and ``resume=True`` re-uses the shards its progress
-record vouches for (:mod:`moebake.convert.resume_record`), when the source and options are unchanged.
+locked while the conversion runs (:mod:`moebake.convert.staging`). Before the first shard is written,
+the file system must have room for every byte the plan will write. A MoebakeError (bad input) removes
+a staging directory this run made; a fault (Ctrl-C, SIGTERM, an OSError such as a full disk, a dead
+worker) keeps the finished shards (:mod:`moebake.convert.stopped`), and ``resume=True`` re-uses the
+shards the progress record vouches for (:mod:`moebake.convert.resume_record`), when the source and options
+are unchanged.
 
 Shards are baked one after another in this process, or by ``workers`` processes in parallel
 (:mod:`moebake.convert.workers`); either way each source shard is hashed from the bytes the
@@ -30,14 +32,24 @@ from moebake.convert.allocator import reuse_freed_buffers
 from moebake.convert.conversion import open_conversion, torch_threads, transform_threads
 from moebake.convert.hashing import hub_blob_sha256
 from moebake.convert.options import WRITERS_PER_DEVICE, ConvertOptions
-from moebake.convert.output_dir import OutputPaths, check_destination, check_output, check_replaceable, output_paths, remove_output
+from moebake.convert.output_dir import (
+    OutputPaths,
+    check_destination,
+    check_free_space,
+    check_output,
+    check_replaceable,
+    output_paths,
+    remove_output,
+)
 from moebake.convert.resume_record import ResumeRecord, identity_difference, load_resume_record, reusable_shards, run_identity
 from moebake.convert.stages import STAGES
 from moebake.convert.staging import Staging
+from moebake.convert.stopped import after_stop
 from moebake.convert.workers import bake_in_workers, usable_workers
-from moebake.convert.writer import write_shard
-from moebake.errors import MoebakeError, OutputError
+from moebake.convert.writer import shard_file_bytes, write_shard
+from moebake.errors import OutputError
 from moebake.formats.checkpoint import CONFIG_NAME
+from moebake.hub.download import public_location
 from moebake.layouts.flashinfer_versions import DESCRIPTIONS
 from moebake.progress_bars import byte_bar, shard_done
 from moebake.schema.checksums import CHECKSUM, file_digest, file_record, tagged
@@ -83,22 +95,31 @@ def convert(
     conversion = open_conversion(source, options)
     if not allow_inexact:
         check_servable(options.engine, options.target, conversion.model.format_name)
-    location = source_location or str(Path(source).resolve())
+    location = source_location or public_location(Path(source).resolve())  # never a local path: it is published with OUT
     revision = source_revision or _revision_from_path(Path(source).resolve())
-    identity = run_identity(conversion.checkpoint, options, location, revision)
+    identity = run_identity(conversion.checkpoint, options, source_location or str(Path(source).resolve()), revision)
     with Staging.claim(paths, resume=resume) as staging:
         try:
             check_destination(paths, overwrite=overwrite)  # again, now that the lock is held
-            manifest = _bake(conversion, source, options, staging.path, _resumed(staging, identity, conversion.shards, resume),
+            done = _resumed(staging, identity, conversion.shards, resume)
+            check_free_space(paths, staging.path, _bytes_to_write(conversion, done))
+            manifest = _bake(conversion, source, options, staging.path, done,
                              progress, workers, writers_per_device, location, revision)
             _publish(staging, paths, overwrite)
-        except (MoebakeError, OSError) as err:
-            if staging.fresh:
-                staging.remove()
-            if isinstance(err, OSError):
-                raise OutputError(f"{err.filename or paths.label}: {err.strerror or err}") from None
-            raise
+        except BaseException as err:
+            replacement = after_stop(err, staging, [s.file_name for s in conversion.shards])
+            if replacement is None:
+                raise
+            raise replacement from None
     return manifest
+
+
+def _bytes_to_write(conversion, done: ResumeRecord) -> int:
+    """The bytes this run will write into the staging directory: the shards not ``done`` (headers included)
+    and the side files copied from the source (the index and manifest, a few kB, aside)."""
+    shards = sum(shard_file_bytes(s) for s in conversion.shards if s.file_name not in done.shards)
+    side_files = sum(os.stat(conversion.checkpoint.root / name).st_size for name in conversion.checkpoint.side_files)
+    return shards + side_files
 
 
 def _resumed(staging: Staging, identity: dict, shards, resume: bool) -> ResumeRecord:

@@ -6,11 +6,13 @@ to be named ``.OUT.partial`` has none, and is never written to or deleted). The 
 it holds an exclusive ``flock`` on that file for as long as it runs (the kernel drops the lock
 when the process dies, however it dies), so a second conversion into the same OUT, a ``--resume``
 included, is refused while the first runs. Removing it deletes only plain files, the lock file
-last, then the then empty directory.
+last, then the then empty directory. A partial conversion left with no finished shard (its process
+killed before the first) holds nothing to resume: a plain run empties it and starts over.
 """
 
 import errno
 import fcntl
+import logging
 import os
 import stat
 from pathlib import Path
@@ -19,6 +21,7 @@ from moebake.convert.resume_record import finished_shard_count
 from moebake.errors import MoebakeError, OutputError
 from moebake.schema.files import file_kind, open_regular
 
+LOG = logging.getLogger(__name__)
 LOCK_NAME = ".moebake-staging.lock"
 MARKER = "moebake staging directory (locked by the conversion that writes it)"
 
@@ -55,12 +58,13 @@ def check_staging(paths, *, resume: bool) -> None:
         _lock(fd, staging, paths.label)
     finally:
         os.close(fd)
-    if not resume:
+    if not resume and finished_shard_count(staging) > 0:  # none finished: a plain run starts it over (Staging.claim)
         raise OutputError(_partial_message(staging, paths.label))
 
 
 class Staging:
-    """A claimed staging directory: its path, whether this run made it, and the held lock."""
+    """A claimed staging directory: its path, whether it holds nothing of an earlier run (``fresh``: this run made it,
+    or emptied one whose conversion had finished no shard), and the held lock."""
 
     def __init__(self, path: Path, fresh: bool, fd: int):
         self.path, self.fresh, self._fd = path, fresh, fd
@@ -89,7 +93,12 @@ class Staging:
         try:
             _lock(fd, staging, paths.label)
             if not fresh and not resume:
-                raise OutputError(_partial_message(staging, paths.label))
+                if finished_shard_count(staging) > 0:
+                    raise OutputError(_partial_message(staging, paths.label))
+                # killed before its first shard was finished (SIGKILL, a power cut): nothing in it to keep
+                LOG.info("%s: a partial conversion with no finished shard; starting over", staging)
+                _remove_files(staging, keep_lock=True)
+                fresh = True
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{MARKER}\npid {os.getpid()}\n".encode(), 0)
         except BaseException:
@@ -141,12 +150,14 @@ def _partial_message(staging: Path, out_label: str) -> str:
             f"continue it with the same options, or remove {staging} to start over")
 
 
-def _remove_files(staging: Path) -> None:
-    """Delete our staging directory's plain files (the lock file last) and the directory; a
-    directory inside (which moebake never makes) is left, and so is the staging directory then."""
+def _remove_files(staging: Path, keep_lock: bool = False) -> None:
+    """Delete our staging directory's plain files (the lock file last) and the directory, or with ``keep_lock`` all
+    but the lock file; a directory inside (which moebake never makes) is left, and so is the staging directory then."""
     for entry in os.scandir(staging):
         if entry.name != LOCK_NAME and not entry.is_dir(follow_symlinks=False):
             os.unlink(entry.path)
+    if keep_lock:
+        return
     if os.path.lexists(staging / LOCK_NAME):
         os.unlink(staging / LOCK_NAME)
     try:

@@ -53,6 +53,7 @@ def verify_report(out: str | Path, progress: bool = False) -> VerifyReport:
         return report
     manifest = Manifest.from_json(raw, out / MANIFEST_NAME)  # intact: its typed records
     files = manifest.files
+    absent = set()  # listed files that are missing or not regular files: reported once, here, and not read again below
     with byte_bar(sum(r.bytes for r in files.values()), "verifying", enabled=progress, shards=len(files), what="file") as bar:
         for name, record in files.items():
             path = out / name
@@ -60,8 +61,10 @@ def verify_report(out: str | Path, progress: bool = False) -> VerifyReport:
                 problems.append(f"{out / MANIFEST_NAME}: lists {name!r}, which is not a plain file name ({problem})")
             elif not path.exists():
                 problems.append(f"{path}: listed in {MANIFEST_NAME} but missing")
+                absent.add(name)
             elif not path.is_file():
                 problems.append(f"{path}: is {file_kind(path.stat().st_mode)}, not a regular file")
+                absent.add(name)
             elif path.stat().st_size != record.bytes:
                 problems.append(f"{path}: {path.stat().st_size} bytes, manifest says {record.bytes}")
             elif problem := checksum_problem(path, record.to_json()):
@@ -71,10 +74,10 @@ def verify_report(out: str | Path, progress: bool = False) -> VerifyReport:
                 report.bytes += record.bytes
             bar.update(record.bytes)
             shard_done(bar, name, record.bytes, "checked", "file")
-    headers, index_problems = _check_index(out)
+    headers, unread, index_problems = _check_index(out, absent)
     problems += index_problems
     report.shards = len(headers)
-    problems += _check_layer_records(out, manifest, headers, report)
+    problems += _check_layer_records(out, manifest, headers, unread, report)
     if manifest.engine is not None:  # bakes from before engine profiles kept the source's config.json
         problems += config_problems(out, raw)
     listed = set(files) | {MANIFEST_NAME} | HUB_ADDED
@@ -82,13 +85,17 @@ def verify_report(out: str | Path, progress: bool = False) -> VerifyReport:
     return report
 
 
-def _check_layer_records(out: Path, manifest: Manifest, headers: dict[str, SafetensorsFile], report: VerifyReport) -> list[str]:
-    """Every baked tensor a layer record names is stored with the record's dtype and shape."""
+def _check_layer_records(out: Path, manifest: Manifest, headers: dict[str, SafetensorsFile], unread: set[str],
+                         report: VerifyReport) -> list[str]:
+    """Every baked tensor a layer record names is stored with the record's dtype and shape (those the index puts in
+    an ``unread`` shard, already reported missing, aside)."""
     stored = {name: (header, entry) for header in headers.values() for name, entry in header.tensors.items()}
     problems = []
     for layer in manifest.layers:
         for short, spec in layer.tensors.items():
             name = layer.prefix + short
+            if name in unread:
+                continue
             if name not in stored:
                 problems.append(f"{out / MANIFEST_NAME}: layer {layer.prefix} records tensor {name}, which no shard holds")
                 continue
@@ -101,17 +108,21 @@ def _check_layer_records(out: Path, manifest: Manifest, headers: dict[str, Safet
     return problems
 
 
-def _check_index(out: Path) -> tuple[dict[str, SafetensorsFile], list[str]]:
-    """The shard headers the index names, and problems with the index or them."""
+def _check_index(out: Path, absent: set[str]) -> tuple[dict[str, SafetensorsFile], set[str], list[str]]:
+    """The shard headers the index names, the tensors it maps to ``absent`` shards (already reported, not read),
+    and problems with the index or the headers."""
     try:
         index = read_index(out)
     except CheckpointError as err:
-        return {}, [str(err)]
+        return {}, set(), [str(err)]
     index_path, total_size = index.path, index.total_size
     if total_size is None:
-        return {}, [f"{index_path}: metadata.total_size is missing"]
-    problems, payload, headers = [], 0, {}
+        return {}, set(), [f"{index_path}: metadata.total_size is missing"]
+    problems, payload, headers, unread = [], 0, {}, set()
     for shard_name in index.shard_names:
+        if shard_name in absent:
+            unread |= index.tensors_of(shard_name)
+            continue
         try:
             header = headers[shard_name] = read_header(out / shard_name)
         except MoebakeError as err:
@@ -125,6 +136,6 @@ def _check_index(out: Path) -> tuple[dict[str, SafetensorsFile], list[str]]:
         for tensor in sorted(set(header.tensors) - expected):
             problems.append(f"{out / shard_name}: tensor {tensor} is not in the index")
         payload += sum(entry.nbytes for entry in header.tensors.values())
-    if payload != total_size and not problems:
+    if payload != total_size and not problems and not unread:
         problems.append(f"{index_path}: metadata.total_size is {total_size}, shards hold {payload} tensor bytes")
-    return headers, problems
+    return headers, unread, problems

@@ -16,9 +16,11 @@ and the worker's stage times.
 Workers never outlive the conversion: each watches the converting process (its sentinel pipe, which
 closes when that process dies, however it dies) and exits at once when it is gone
 (:func:`_exit_with_parent`); an error or Ctrl-C in the converting process kills the workers at once
-instead of waiting for the shards they are baking. Workers ignore SIGINT (the fork server is started
-with it ignored, and forks them so), so Ctrl-C at a terminal reaches only the converting process,
-which reports it in one line.
+instead of waiting for the shards they are baking. Workers ignore SIGINT and SIGTERM (the fork server
+is started with them ignored, and forks them so), so Ctrl-C at a terminal, or a SIGTERM to the whole
+process group (a service manager stopping it), reaches only the converting process, which reports it
+in one line. A worker that dies anyway (killed, out of memory) ends the conversion with a
+:class:`~moebake.errors.WorkerError` naming how it died.
 """
 
 import multiprocessing
@@ -29,17 +31,20 @@ import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
+import moebake
 from moebake.convert.allocator import reuse_freed_buffers
 from moebake.convert.conversion import Conversion, open_conversion, transform_threads
 from moebake.convert.options import MAX_WORKERS, MIN_CHUNK_BYTES, WRITERS_PER_DEVICE, ConvertOptions
 from moebake.convert.stages import STAGES
 from moebake.convert.writer import write_shard
+from moebake.errors import WorkerError
 from moebake.schema.files import child
 
 
@@ -80,9 +85,11 @@ def bake_in_workers(source: str | os.PathLike, options: ConvertOptions, names: l
     share = replace(options, chunk_bytes=worker_chunk_bytes(options.chunk_bytes, workers))
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
                                initargs=(str(source), share, progress, threads, dict(os.environ)))
+    processes = []
     try:
-        with _sigint_ignored():  # the workers start as the shards are submitted (in milliseconds), never half-way
+        with _signals_ignored():  # the workers start as the shards are submitted (in milliseconds), never half-way
             pending = {pool.submit(_bake, name, str(staging)) for name in names}
+        processes = list((getattr(pool, "_processes", None) or {}).values())
         while pending:
             finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
             _drain(progress, on_bytes)
@@ -90,6 +97,10 @@ def bake_in_workers(source: str | os.PathLike, options: ConvertOptions, names: l
                 name, digest, source_digest, stages = future.result()
                 STAGES.merge(stages)
                 on_shard(name, digest, source_digest)
+    except BrokenProcessPool:
+        how = _how_it_died(processes)  # before the others are killed here
+        _kill_workers(pool)
+        raise WorkerError(f"a worker process (--workers) {how} before finishing its shard") from None
     except BaseException:
         _kill_workers(pool)
         raise
@@ -109,28 +120,65 @@ def worker_chunk_bytes(chunk_bytes: int, workers: int) -> int:
 
 
 def _start_fork_server(context) -> None:
-    """Start the fork server, with SIGINT ignored (as every process it forks then starts), and wait
+    """Start the fork server, with SIGINT and SIGTERM ignored (as every process it forks then starts), and wait
     until it has loaded :mod:`moebake.convert.fork_server` (a second or two: it forks a process that
-    does nothing, joined here) with Ctrl-C still working here."""
+    does nothing, joined here) with Ctrl-C still working here.
+
+    The server is a new interpreter, ``python -c``, whose ``sys.path`` starts with its working directory
+    (Python 3.11's fork server ignores the ``sys.path`` it is handed). Started in a folder that holds a
+    ``moebake/`` directory (a clone, beside an editable install), it would import that folder as a namespace
+    package in place of the installed moebake, and every worker would fail. So it is started in the directory
+    that holds the installed package, where ``moebake`` is this one; each worker still runs in this process's
+    working directory (multiprocessing moves it there)."""
     context.set_forkserver_preload(["moebake.convert.fork_server"])
-    with _sigint_ignored():
+    with _signals_ignored(), _working_directory(INSTALL_PARENT):
         multiprocessing.forkserver.ensure_running()
     ready = context.Process(name="moebake-fork-server-ready")
     ready.start()
     ready.join()
 
 
+INSTALL_PARENT = Path(moebake.__file__).resolve().parent.parent
+"""The directory that holds the ``moebake`` package this process imported (site-packages, or a clone's root)."""
+
+
 @contextmanager
-def _sigint_ignored():
-    """Ignore SIGINT in the ``with`` body (when called from the main thread, which alone may)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _working_directory(directory: Path):
+    """Run the ``with`` body in ``directory`` (the process's working directory), then return to the one before."""
+    previous = os.getcwd()
+    os.chdir(directory)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        os.chdir(previous)
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def _signals_ignored():
+    """Ignore SIGINT and SIGTERM in the ``with`` body (when called from the main thread, which alone may)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.signal(number, signal.SIG_IGN) for number in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def _how_it_died(processes: list) -> str:
+    """How the worker among ``processes`` that has ended (the others, ignoring the pool's SIGTERM, still run) ended:
+    ``was killed by SIGKILL``, ``exited with status N``, or ``died`` when it cannot be told."""
+    codes = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
+    if not codes:
+        return "died"
+    if codes[0] < 0:
+        return f"was killed by {signal.Signals(-codes[0]).name}{' (the out-of-memory killer sends it too)' if codes[0] == -9 else ''}"
+    return f"exited with status {codes[0]}"
 
 
 def _kill_workers(pool: ProcessPoolExecutor) -> None:
@@ -151,7 +199,8 @@ def _drain(progress, on_bytes: Callable[[int], None]) -> None:
 
 
 def _start_worker(source: str, options: ConvertOptions, progress, threads: int, environment: dict[str, str]) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for number in _STOP_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
     _exit_with_parent()
     if os.environ != environment:  # forked with the server's (the converting process's when it started it)
         os.environ.clear()

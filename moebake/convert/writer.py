@@ -47,8 +47,18 @@ def write_shard(shard: OutputShard, path: str | os.PathLike, on_bytes: Callable[
         raise
 
 
-def _write_shard(shard: OutputShard, path: str | os.PathLike, on_bytes: Callable[[int], None]) -> str:
+def shard_file_bytes(shard: OutputShard) -> int:
+    """The size of ``shard``'s file as :func:`write_shard` writes it: its safetensors header, then its tensors' bytes."""
+    return len(_header(shard)) + shard.nbytes
+
+
+def _header(shard: OutputShard) -> bytes:
     header, _ = encode_header([(t.name, t.dtype, t.shape) for t in shard.tensors], SHARD_METADATA)
+    return header
+
+
+def _write_shard(shard: OutputShard, path: str | os.PathLike, on_bytes: Callable[[int], None]) -> str:
+    header = _header(shard)
     f = OutputFile(path)
     f.write(header)
     writer = _WriterThread(f, ALGORITHMS[CHECKSUM](header), on_bytes)

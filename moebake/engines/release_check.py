@@ -6,7 +6,7 @@ load-time code builds its bytes. A refusal names the releases that can serve the
 the running release.
 """
 
-from moebake.schema.profiles import release_span, releases
+from moebake.schema.profiles import release_span, releases, serving_releases
 
 
 def unknown_release_refusal(engine: str, installed: str) -> str | None:
@@ -14,7 +14,8 @@ def unknown_release_refusal(engine: str, installed: str) -> str | None:
     known = releases(engine)
     if installed in known:
         return None
-    return (f"this moebake's {engine} plugin is proven on {engine} {release_span(engine, known)} (their private names and load-time "
+    proven = release_span(engine, serving_releases(engine))
+    return (f"this moebake's {engine} plugin is proven on {engine} {proven} (their private names and load-time "
             f"bytes), and {engine} {installed} is installed; install one of those (`pip install \".[{engine}]\"` from a "
             f"moebake clone takes the newest), or prove {installed} first (docs/contributing.md: bin/prove-releases)")
 

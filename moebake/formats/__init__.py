@@ -9,10 +9,12 @@ whose MTP layers are BF16 is ``modelopt-nvfp4`` unless the caller asks for ``bf1
 ``deepep-bf16`` does, through ``formats``).
 """
 
-from moebake.errors import UnsupportedError
+from moebake.errors import MoebakeError, UnsupportedError
 from moebake.formats import bf16_moe, deepseek_v4, gpt_oss, modelopt_nvfp4
 from moebake.formats.checkpoint import SourceCheckpoint, open_checkpoint
+from moebake.schema.config_json import QUANT_METHOD
 from moebake.schema.config_values import short_repr
+from moebake.schema.manifest import read_manifest_record
 
 SOURCE_FORMATS = {  # detection order: see the module docstring
     gpt_oss.FORMAT_NAME: gpt_oss,
@@ -34,6 +36,8 @@ def detect_format(checkpoint: SourceCheckpoint, formats: tuple[str, ...] | None 
         return name
     config = checkpoint.values
     quant = config.section("quantization_config")
+    if quant and quant.raw("quant_method") == QUANT_METHOD:
+        raise UnsupportedError(_already_baked(checkpoint.root))
     model = (f"model_type={short_repr(config.raw('model_type'))}, "
              f"quant_method={short_repr(quant.raw('quant_method') if quant else None)}")
     candidates = [name for name in SOURCE_FORMATS if formats is None or name in formats]
@@ -44,6 +48,17 @@ def detect_format(checkpoint: SourceCheckpoint, formats: tuple[str, ...] | None 
     raise UnsupportedError(f"{config.file}: unsupported model ({model}); "
                            + (f"supported here: {', '.join(candidates)} (moebake reads {supported})"
                               if len(candidates) < len(SOURCE_FORMATS) else f"supported: {supported}"))
+
+
+def _already_baked(root) -> str:
+    """The refusal of a moebake bake given as a source: what it is, and what to convert instead."""
+    try:
+        manifest = read_manifest_record(root)
+        what = f" for target {manifest.target}, from source {manifest.source.location}"
+    except MoebakeError:
+        what = ""
+    return (f"{root}: is already a moebake bake{what} (config.json's quant_method is moebake); convert its source "
+            f"checkpoint instead (`moebake inspect {root}` describes this bake)")
 
 
 def open_model(checkpoint: SourceCheckpoint, formats: tuple[str, ...] | None = None):

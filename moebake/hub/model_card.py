@@ -15,14 +15,13 @@ the output.
 
 import json
 import os
-import re
 from pathlib import Path
 
 import yaml
 from huggingface_hub import ModelCardData
 from huggingface_hub.repocard import metadata_load
 
-from moebake.hub.download import parse_repo_spec
+from moebake.hub.download import hub_repo_of, public_location
 from moebake.schema.checksums import ALGORITHMS, CHECKSUM
 from moebake.schema.manifest import (
     MANIFEST_NAME,
@@ -38,7 +37,6 @@ from moebake.schema.profiles import serving_flags
 from moebake.schema.targets import target_spec
 
 CARD_NAME = "README.md"
-_CACHE_SNAPSHOT = re.compile(r"/models--([^/]+?)--([^/]+)/snapshots/[0-9a-f]{40}/?$")
 
 
 def _proof_sentence(manifest: Manifest) -> str:
@@ -53,22 +51,9 @@ def _proof_sentence(manifest: Manifest) -> str:
             f"{change:.2%}) and are not bit-exact to the source.")
 
 
-def hub_repo_of(location: str | None) -> str | None:
-    """The Hub repo id a manifest's source location names: ``org/name`` itself, or the repo of a
-    Hugging Face cache snapshot path ``.../models--org--name/snapshots/<sha>``; else None."""
-    if not location:
-        return None
-    spec = parse_repo_spec(location)
-    if spec and spec[1] is None:
-        return spec[0]
-    match = _CACHE_SNAPSHOT.search(location)
-    return f"{match[1]}/{match[2]}" if match else None
-
-
 def source_label(source: SourceRecord) -> str:
     """``org/name@sha`` for a Hub source, the folder name for a local one (local paths stay private)."""
-    label = hub_repo_of(source.location) or Path(source.location).name
-    return label + (f"@{source.revision}" if source.revision else "")
+    return public_location(source.location) + (f"@{source.revision}" if source.revision else "")
 
 
 def render_model_card(manifest: Manifest, repo_id: str, license_id: str | None = None) -> str:
@@ -148,7 +133,7 @@ def _engine_row(engine: EngineRecord | None) -> list[str]:
     """The table row naming the engine profile the bake follows (none for bakes from before profiles)."""
     if engine is None:
         return []
-    flags = f"`{serving_flags(engine)}`"
+    flags = f"`{serving_flags(engine)}`" if serving_flags(engine) else "no flags serve it"
     exact = ("byte for byte its post-load parameters (proven against its code)" if engine.exact
              else f"not engine-exact: {engine.not_exact_because}")
     return [f"| engine | {engine.name} {engine.version}, {flags}: {exact} |"]
@@ -192,6 +177,9 @@ def card_files(out: str | os.PathLike, repo_id: str) -> dict[str, bytes]:
     ``out``'s ``moebake.json`` recording it, as ``{file name: bytes}``; writes nothing."""
     out = Path(out)
     manifest = read_manifest(out)
+    if isinstance(manifest.get("source"), dict) and isinstance(manifest["source"].get("location"), str):
+        # a bake made before manifests recorded only this: its local path is not published (nor hashed into config.json)
+        manifest["source"]["location"] = public_location(manifest["source"]["location"])
     card = render_model_card(Manifest.from_json(manifest, out / MANIFEST_NAME), repo_id, _card_license(out / CARD_NAME)).encode("utf-8")
     record = {CHECKSUM: ALGORITHMS[CHECKSUM](card).hexdigest(), "bytes": len(card)}
     manifest["files"] = dict(sorted({**manifest["files"], CARD_NAME: record}.items()))

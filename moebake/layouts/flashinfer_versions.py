@@ -29,6 +29,12 @@ DESCRIPTIONS = {
 }
 
 
+def release_ranges(layout: str) -> str:
+    """The FlashInfer releases that read ``layout``, in words, from the table above (``0.6.10 to before 0.6.16, ...``)."""
+    return ", ".join(f"{first} and later" if following is None else f"{first} to before {following}"
+                     for first, following, read in _RANGES if read == layout)
+
+
 def _release(version: str) -> Version:
     """``version``'s release and post numbers (``0.7.2rc1+cu128`` -> ``0.7.2``); PlatformError if unparseable."""
     try:

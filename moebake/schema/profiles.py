@@ -205,8 +205,13 @@ def release_profile(engine: str, release: str) -> EngineProfile:
 
 
 def releases(engine: str) -> list[str]:
-    """The releases of ``engine`` the matrix holds, oldest first."""
-    return sorted(release_matrix.MATRIX[engine], key=Version)
+    """The releases of ``engine`` the matrix holds, oldest first (none for an engine it does not know)."""
+    return sorted(release_matrix.MATRIX.get(engine, {}), key=Version)
+
+
+def serving_releases(engine: str) -> list[str]:
+    """The releases of ``engine`` whose own code was proven to build some bake (the install extras' span)."""
+    return [release for release in releases(engine) if release_matrix.MATRIX[engine][release]["cells"]]
 
 
 def release_span(engine: str, chosen) -> str:
@@ -237,9 +242,12 @@ def pinned_layout(engine: str, release: str) -> str | None:
 class _NewestProfiles(Mapping):
     """engine -> its newest proven release's profile, read from the release matrix at each lookup."""
 
+    def __contains__(self, engine) -> bool:
+        return engine in release_matrix.MATRIX
+
     def __getitem__(self, engine: str) -> EngineProfile:
         if engine not in release_matrix.MATRIX:
-            raise KeyError(engine)
+            raise OptionError(f"unknown engine {engine!r}; expected one of {', '.join(release_matrix.MATRIX)}")
         return release_profile(engine, releases(engine)[-1])
 
     def __iter__(self):
@@ -300,8 +308,11 @@ def refused_because(engine: str, release: str, target: str, source_format: str) 
 DEFAULT_ENGINE = "sglang"
 
 
-def serving_flags(engine: EngineRecord) -> str:
-    """The command-line flags that start ``engine``'s record's engine on the path its bytes are for (with moebake's plugin)."""
+def serving_flags(engine: EngineRecord) -> str | None:
+    """The command-line flags that start ``engine``'s record's engine on the path its bytes are for (with moebake's plugin);
+    None when the engine has no profiled path for the bake's target and source (no flags serve it)."""
+    if engine.runner_backend == UNPROFILED.runner_backend:
+        return None
     if engine.name == "vllm":
         return f"--quantization moebake --load-format moebake --moe-backend {engine.runner_backend}"
     flags = f"--quantization moebake --moe-runner-backend {engine.runner_backend}"

@@ -92,7 +92,7 @@ _STOCK_SOURCES_KEPT = (
 """FlashInfer sources of the stock ``fused_moe_90`` module that the compiled paths still need."""
 
 
-def _check_flashinfer_version() -> str:
+def check_flashinfer_version() -> str:
     import flashinfer
 
     version = flashinfer.__version__
@@ -119,7 +119,7 @@ def gen_reduced_sm90_module(configs: ConfigChoice = None):
     """
     from flashinfer.jit import env as jit_env
 
-    _check_flashinfer_version()
+    check_flashinfer_version()
     stock = _stock_sm90_generator()(False)  # also (re)generates FlashInfer's kernel instantiation files
     generated = Path(jit_env.FLASHINFER_GEN_SRC_DIR) / "cutlass_instantiations" / "90"
     out_dir = Path(jit_env.FLASHINFER_GEN_SRC_DIR) / "moebake_90"

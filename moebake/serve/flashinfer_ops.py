@@ -50,9 +50,9 @@ def sm90_moe_ops() -> SimpleNamespace:
     and ``interleave_scales`` on the reduced module; ``get_module(arch)`` is the getter."""
     from flashinfer.fused_moe import interleave_moe_scales_for_sm90_mixed_gemm
 
-    from moebake.serve.flashinfer_build import _check_flashinfer_version, reduced_module_spec
+    from moebake.serve.flashinfer_build import check_flashinfer_version, reduced_module_spec
 
-    _check_flashinfer_version()
+    check_flashinfer_version()
     getter, cutlass_fused_moe = own_getter(reduced_module_spec)
 
     def interleave_weights(weight, quant_type: str = "fp4"):

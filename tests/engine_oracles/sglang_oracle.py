@@ -29,7 +29,9 @@ from kernel_emulation import block_scale_interleave_cpu
 standins.install()
 standins.tolerate_config_reregistration()
 
-SGLANG_VERSION = __import__("os").environ.get("MOEBAKE_SGLANG_RELEASE", "0.5.23")
+SGLANG_VERSION = os.environ.get("MOEBAKE_SGLANG_RELEASE", "0.5.23")
+ENGINE = next((e for e in [os.environ.get("MOEBAKE_ORACLE_ENGINE", "")] if e.startswith("sglang")), "sglang")
+"""``--engine`` for bakes the SGLang here serves: ``sglang==0.5.17`` in a release-matrix run (``tests/engine_releases``)."""
 
 
 def sglang_installed() -> bool:
@@ -92,6 +94,8 @@ def sglang_engine(*, moe_runner_backend: str = "auto", moe_a2a_backend: str = "n
     parallel = runtime_context.get_parallel()
     if hasattr(parallel, "override_permanently"):
         parallel.override_permanently(world_group=parallel_state._WORLD)
+    else:
+        parallel._overrides.clear()  # what override_parallel set for the previous use
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(backend="gloo")
     import inspect
@@ -105,6 +109,18 @@ def sglang_engine(*, moe_runner_backend: str = "auto", moe_a2a_backend: str = "n
             yield
     finally:
         standins.hide()
+
+
+def override_parallel(**values) -> None:
+    """Force parallel facts (``moe_ep_size=2``, ``tp_group=...``) until the next :func:`sglang_engine`, as a launcher with
+    those arguments would have them: ``override_permanently`` from 0.5.20, the context's overrides before."""
+    from sglang.srt.runtime_context import get_parallel
+
+    parallel = get_parallel()
+    if hasattr(parallel, "override_permanently"):
+        parallel.override_permanently(**values)
+    else:
+        parallel._overrides.update(values)
 
 
 _PLATFORM_FUNCTIONS = {"is_sm90_supported": "is_sm90", "is_sm100_supported": "is_sm100", "is_blackwell": "is_blackwell",

@@ -23,7 +23,7 @@ from moebake.synthetic import write_gpt_oss
 
 DEEP = "[" * 100_000 + "]" * 100_000
 """A JSON value nested far deeper than Python's parser recurses."""
-SHARD = "model-00000-of-00001.safetensors"
+SHARD = "model-00001-of-00002.safetensors"
 INDEX = "model.safetensors.index.json"
 TARGETS = {"gpt-oss": "sm90-cutlass", "modelopt": "cutedsl", "deepseek-v4": "sm90-cutlass", "qwen3": "deepep-bf16"}
 FAST_SECONDS = 20
@@ -197,7 +197,7 @@ INDEX_CASES = {
     "index-deep": lambda i: DEEP,
     "index-not-json": lambda i: "{",
     "index-not-utf8": lambda i: "\udcff",
-    "names-missing-shard": lambda i: set_raw(i, ("weight_map", "lm_head.weight"), '"model-00009-of-00009.safetensors"'),
+    "names-missing-shard": lambda i: set_raw(i, ("weight_map", "lm_head.weight"), '"model-00010-of-00010.safetensors"'),
     "names-wrong-shard": lambda i: set_raw(i, ("weight_map", "lm_head.weight"), f'"{SHARD}"'),
 }
 
@@ -207,7 +207,7 @@ def test_bad_index(pristine, tmp_path, case):
     source = copy_of(pristine, tmp_path, "gpt-oss")
     text = INDEX_CASES[case](json.loads((source / INDEX).read_text()))
     (source / INDEX).write_bytes(text.encode("utf-8", "surrogateescape"))
-    convert_fails(source, tmp_path, "sm90-cutlass", INDEX if case != "names-missing-shard" else "model-00009")
+    convert_fails(source, tmp_path, "sm90-cutlass", INDEX if case != "names-missing-shard" else "model-00010")
 
 
 # --- sizes are checked against the tensors before any per-expert name is made ----------------

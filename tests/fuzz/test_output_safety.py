@@ -18,7 +18,7 @@ from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from output_safety_helpers import TARGET, Watched, assert_refused, copy_checkpoint, invoke, run_cli, tree_state
 
-SHARD0 = "model-00000-of-00001.safetensors"
+SHARD0 = "model-00001-of-00002.safetensors"
 
 
 @pytest.fixture()
@@ -146,10 +146,21 @@ def test_overwrite_refuses_anything_but_a_previous_output(workspace, case):
 
 @pytest.mark.parametrize("case", ["user directory", "regular file", "output plus a user file"])
 def test_without_overwrite_an_existing_out_is_refused(workspace, case):
+    """Issue 37: a user's folder or file is not offered to --overwrite (which would refuse it too): choose another OUT."""
+    make, needle = NOT_OUTPUTS[case]
     out = workspace / "out"
-    NOT_OUTPUTS[case][0](out)
+    make(out)
     watched = Watched(workspace)
-    assert_refused(invoke("convert", workspace / "p" / "model", out, *TARGET), "already exists", "--overwrite")
+    line = assert_refused(invoke("convert", workspace / "p" / "model", out, *TARGET), "already exists", needle,
+                          "choose another OUT")
+    assert "pass --overwrite" not in line
+    watched.assert_unchanged()
+
+
+def test_without_overwrite_a_previous_output_is_refused_naming_overwrite(workspace):
+    out = baked(workspace / "p" / "model", workspace / "out")
+    watched = Watched(workspace)
+    assert_refused(invoke("convert", workspace / "p" / "model", out, *TARGET), "already exists", "pass --overwrite to replace it")
     watched.assert_unchanged()
 
 
@@ -201,17 +212,17 @@ def test_a_user_entry_named_like_the_retired_directory_is_left_alone(workspace, 
 TRAVERSALS = {
     "parent": "../evil.safetensors",
     "absolute": "{tmp}/evil.safetensors",
-    "subdirectory": "sub/model-00000-of-00001.safetensors",
+    "subdirectory": "sub/model-00001-of-00002.safetensors",
     "dot dot": "..",
     "backslash": "..\\evil.safetensors",
-    "nul": "model-00000-of-00001.safetensors\x00.txt",
-    "newline": "model-00000-of-00001\n.safetensors",
+    "nul": "model-00001-of-00002.safetensors\x00.txt",
+    "newline": "model-00001-of-00002\n.safetensors",
     "empty": "",
     "a number": 5,
     "null": None,
     "not safetensors": "config.json",
     "the manifest's name": "moebake.json",
-    "self then back": "model-00000-of-00001.safetensors/../model-00000-of-00001.safetensors",
+    "self then back": "model-00001-of-00002.safetensors/../model-00001-of-00002.safetensors",
 }
 
 
@@ -243,7 +254,7 @@ def test_output_paths_are_built_only_from_plain_names(tmp_path):
     for name in ("../x", "/etc/passwd", "a/b", "..", "", "a\\b", "a\x00b"):
         with pytest.raises(ValueError, match="not a plain file name"):
             child(tmp_path, name)
-    assert child(tmp_path, "model-00000-of-00001.safetensors") == tmp_path / "model-00000-of-00001.safetensors"
+    assert child(tmp_path, "model-00001-of-00002.safetensors") == tmp_path / "model-00001-of-00002.safetensors"
 
 
 # ---- FIFOs and other non-regular files never hang, and are named ---------------------------------
@@ -321,7 +332,7 @@ def _convert_on_a_tmpfs(workspace: Path, mount_options: str) -> subprocess.Compl
 
 
 @pytest.mark.skipif(not _namespace_available(), reason="cannot mount a tmpfs in a user namespace here")
-@pytest.mark.parametrize("mount_options, needle", [("size=256k", "No space left on device"),
+@pytest.mark.parametrize("mount_options, needle", [("size=256k", "not enough free space: the bake writes"),
                                                    ("ro,size=1m", "read-only file system")], ids=["disk full", "read-only"])
 def test_disk_full_and_read_only_on_a_real_tmpfs(workspace, mount_options, needle):
     source_before = tree_state(workspace / "p")

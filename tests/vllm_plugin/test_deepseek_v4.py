@@ -265,7 +265,7 @@ def test_refuses_another_vllm_version(bake, monkeypatch):
     monkeypatch.setattr(vllm, "__version__", "0.34.0")
     with pytest.raises(MoebakeError) as excinfo:
         build(bake)
-    assert "proven against vLLM 0.33.0" in refusal(excinfo) and "vLLM 0.34.0 is installed" in refusal(excinfo)
+    assert "proven on vllm 0.29.0-0.33.0" in refusal(excinfo) and "vllm 0.34.0 is installed" in refusal(excinfo)
 
 
 def test_refuses_another_moe_backend(bake):
@@ -339,12 +339,14 @@ def test_an_sglang_bake_that_serves_vllm_loads(source, stock, tmp_path):
         assert torch.equal(getattr(experts_of(model, 1), name).data, expected), name
 
 
-def test_refuses_another_flashinfer_layout(source, tmp_path):
-    out = tmp_path / "v1"
-    convert(source, out, ConvertOptions("sm90-cutlass", engine="vllm", flashinfer_layout="v1"), progress=False)
+def test_refuses_another_flashinfer_layout(bake, monkeypatch):
+    """A FlashInfer other than the release's pin, that reads the other SM90 layout (0.6.17: v1), is refused."""
+    import flashinfer
+
+    monkeypatch.setattr(flashinfer, "__version__", "0.6.17")
     with pytest.raises(MoebakeError) as excinfo:
-        build(out)
-    assert "layout v1" in refusal(excinfo) and "reads fp4 layout v2" in refusal(excinfo)
+        build(bake)
+    assert "layout v2" in refusal(excinfo) and "reads fp4 layout v1" in refusal(excinfo)
 
 
 def test_refuses_a_target_it_does_not_serve(tmp_path):

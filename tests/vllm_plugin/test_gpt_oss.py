@@ -159,12 +159,14 @@ def test_refuses_a_gpu_that_is_not_sm90(bake):
     assert "compute capability 10.0" in refusal(excinfo) and "SM90" in refusal(excinfo)
 
 
-def test_refuses_another_flashinfer_layout(source, tmp_path):
-    out = tmp_path / "v1"
-    convert(source, out, ConvertOptions("sm90-cutlass", engine="vllm", flashinfer_layout="v1"), progress=False)
+def test_refuses_another_flashinfer_layout(bake, monkeypatch):
+    """A FlashInfer other than the release's pin, that reads the other SM90 layout (0.6.17: v1), is refused."""
+    import flashinfer
+
+    monkeypatch.setattr(flashinfer, "__version__", "0.6.17")
     with pytest.raises(MoebakeError) as excinfo:
-        build_gpt_oss(out)
-    assert "layout v1" in refusal(excinfo) and "reads fp4 layout v2" in refusal(excinfo)
+        build_gpt_oss(bake)
+    assert "layout v2" in refusal(excinfo) and "reads fp4 layout v1" in refusal(excinfo)
 
 
 def test_refuses_moe_tensor_parallelism(bake):
@@ -267,7 +269,7 @@ def test_refuses_another_vllm_version(bake, monkeypatch):
     monkeypatch.setattr(vllm, "__version__", "0.34.0")
     with pytest.raises(MoebakeError) as excinfo:
         build_gpt_oss(bake)
-    assert "proven against vLLM 0.33.0" in refusal(excinfo) and "vLLM 0.34.0 is installed" in refusal(excinfo)
+    assert "proven on vllm 0.29.0-0.33.0" in refusal(excinfo) and "vllm 0.34.0 is installed" in refusal(excinfo)
 
 
 

@@ -155,7 +155,7 @@ def test_refuses_a_bake_with_shared_gate_up_globals(source, tmp_path):
     convert(source, out, ConvertOptions("cutedsl", engine="vllm"), progress=False)
     with pytest.raises(MoebakeError) as excinfo:
         moebake_config(out)
-    assert "global scales shared" in refusal(excinfo) and "--engine vllm --gate-up-globals keep" in refusal(excinfo)
+    assert "global scales shared" in refusal(excinfo) and "--engine vllm==0.33.0 --gate-up-globals keep" in refusal(excinfo)
 
 
 def test_refuses_a_config_that_disagrees_with_the_manifest(bake):

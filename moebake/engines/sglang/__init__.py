@@ -15,14 +15,12 @@ QUANT_NAME = "moebake"
 
 def register() -> None:
     """The ``sglang.srt.plugins`` entry point: make ``moebake`` a quantization method SGLang knows."""
-    # server_args binds both CLI names in every release of the matrix (0.5.20 moved their definitions to
-    # sglang.srt.arg_groups.choices, which 0.5.17-0.5.19 lack: there the plugin failed to register and
-    # `launch_server --quantization moebake` was refused by argparse).
     from sglang.srt.layers.quantization import QUANTIZATION_METHODS
-    from sglang.srt.server_args import QUANTIZATION_CHOICES, add_quantization_method_choices
 
+    from moebake.engines.sglang import internals
     from moebake.engines.sglang.config import MoebakeConfig
 
     QUANTIZATION_METHODS[QUANT_NAME] = MoebakeConfig
-    if QUANT_NAME not in QUANTIZATION_CHOICES:
-        add_quantization_method_choices([QUANT_NAME])
+    choices, add_choices = internals.quantization_choices()
+    if QUANT_NAME not in choices:
+        add_choices([QUANT_NAME])

@@ -16,8 +16,42 @@ the real SGLang 0.5.23):
   and ``process_weights_after_loading`` runs once per layer after every weight was handed out.
 """
 
+import torch
+
 from moebake.engines.release_check import release_refusal, unknown_release_refusal
 from moebake.engines.sglang.refusals import MoebakeRefusal
+
+
+def cutedsl_w4a16_requested() -> bool:
+    """``envs.SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16``: CuteDSL's W4A16 mode (from 0.5.19; False before, which lack it)."""
+    from sglang.srt.environ import envs
+
+    flag = getattr(envs, "SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16", None)
+    return bool(flag.get()) if flag is not None else False
+
+
+def platform():
+    """What SGLang says the GPU is (``is_sm90``, ``is_sm100``): ``runtime_context.get_platform()`` from 0.5.19, its
+    cached device checks in ``sglang.srt.utils`` before."""
+    try:
+        from sglang.srt.runtime_context import get_platform
+    except ImportError:
+        from types import SimpleNamespace
+
+        from sglang.srt import utils
+
+        return SimpleNamespace(is_sm90=bool(utils.is_sm90_supported()), is_sm100=bool(utils.is_sm100_supported()))
+    return get_platform()
+
+
+def quantization_choices():
+    """SGLang's ``--quantization`` choices and the function that extends them: ``sglang.srt.arg_groups.choices``
+    from 0.5.20, ``sglang.srt.server_args`` before."""
+    try:
+        from sglang.srt.arg_groups.choices import QUANTIZATION_CHOICES, add_quantization_method_choices
+    except ImportError:
+        from sglang.srt.server_args import QUANTIZATION_CHOICES, add_quantization_method_choices
+    return QUANTIZATION_CHOICES, add_quantization_method_choices
 
 
 def installed_release() -> str:
@@ -52,29 +86,13 @@ def loader_reads_every_byte() -> str | None:
 
 
 def use_nvfp4_dispatch() -> bool:
-    """``modelopt_quant._use_nvfp4_dispatch()``: whether the dispatcher quantizes activations to NVFP4. SGLang 0.5.17-0.5.19
-    have no such function: there the module's ``MOE_NVFP4_DISPATCH`` flag alone decides (0.5.20 added the FlashInfer
-    all-to-all's own dispatch type beside it)."""
+    """``modelopt_quant._use_nvfp4_dispatch()``: whether the dispatcher quantizes activations to NVFP4 (before 0.5.19,
+    the module's ``MOE_NVFP4_DISPATCH``)."""
     from sglang.srt.layers.quantization import modelopt_quant
 
-    decide = getattr(modelopt_quant, "_use_nvfp4_dispatch", None)
-    return decide() if decide is not None else bool(modelopt_quant.MOE_NVFP4_DISPATCH)
-
-
-def platform():
-    """SGLang's platform facts the GPU refusal reads (``is_sm90``, ``is_sm100``): ``runtime_context.get_platform()`` from
-    0.5.19 on. SGLang 0.5.17 and 0.5.18 have no platform context: their ``sglang.srt.utils.common.is_sm90_supported`` and
-    ``is_sm100_supported``, which the later platform context probes under these names, answer instead. (A real SGLang
-    0.5.17 server refused every bake at ``ImportError: cannot import name 'get_platform'`` before this.)"""
-    from types import SimpleNamespace
-
-    from sglang.srt import runtime_context
-    from sglang.srt.utils.common import is_sm90_supported, is_sm100_supported
-
-    get_platform = getattr(runtime_context, "get_platform", None)
-    if get_platform is not None:
-        return get_platform()
-    return SimpleNamespace(is_sm90=is_sm90_supported(), is_sm100=is_sm100_supported())
+    if hasattr(modelopt_quant, "_use_nvfp4_dispatch"):
+        return modelopt_quant._use_nvfp4_dispatch()
+    return bool(modelopt_quant.MOE_NVFP4_DISPATCH)
 
 
 def fp4_scale_vector_size() -> int:
@@ -97,3 +115,53 @@ def clear_routing_bias(layer) -> None:
 def register_static_scale_ones(method, layer) -> None:
     """``Mxfp4FlashinferTrtllmMoEMethod._register_static_scale_ones``: the unit activation scales it registers."""
     method._register_static_scale_ones(layer)
+
+
+def set_padded_hidden(method, hidden_padded: int) -> None:
+    """``Mxfp4MoEMethod._padded_hidden``: the hidden size its SM90 forward pads activations to (the bake's ``H_pad``)."""
+    method._padded_hidden = hidden_padded
+
+
+def uses_sm90_humming(method) -> bool:
+    """``Mxfp4MoEMethod._use_sm90_humming``: whether the server runs FlashInfer's Humming W4A8 path
+    (``--flashinfer-mxfp4-moe-precision fp8``); releases before 0.5.19 have no such path (False)."""
+    return bool(getattr(method, "_use_sm90_humming", False))
+
+
+def set_mxfp4_backend(layer, backend: str) -> None:
+    """``layer._mxfp4_backend``: the runner ``Mxfp4MoEMethod``'s forward dispatches on (its post-load step sets it)."""
+    layer._mxfp4_backend = backend
+
+
+def set_dsv4_mxfp4_backend(layer, backend: str) -> None:
+    """``layer._dsv4_mxfp4_backend``: the runner DeepSeek-V4's MXFP4 methods dispatch on (their post-load step sets it)."""
+    layer._dsv4_mxfp4_backend = backend
+
+
+def cutedsl_derived(method, layer) -> None:
+    """SGLang's CuteDSL post-load step (``ModelOptNvFp4FusedMoEMethod.process_weights_after_loading``) minus its
+    transforms (the bake holds their result): the
+    swizzled-scale aliases, on the standard path the load-time F32 scalars the bake does not store
+    (``g1_alphas``, ``g2_alphas``, ``w2_input_scale_quant``; per local expert, from the global input scales)
+    and the MMA-layout scale views, then the dispatcher's activation quantization."""
+    from sglang.srt.layers.quantization.modelopt_quant import should_use_flashinfer_cutlass_moe_fp4_allgather
+    from sglang.srt.layers.utils.common import copy_or_rebind_param
+
+    from moebake.layouts.nvfp4_scalars import load_time_scales
+
+    local = slice(layer.moe_ep_rank * layer.num_local_experts, (layer.moe_ep_rank + 1) * layer.num_local_experts)
+    layer.w13_blockscale_swizzled, layer.w2_blockscale_swizzled = layer.w13_weight_scale, layer.w2_weight_scale
+    if is_cutedsl_v2_standard(method):
+        from flashinfer.cute_dsl.utils import convert_sf_to_mma_layout
+
+        derived = load_time_scales({name: getattr(layer, name).data for name in
+                                    ("w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale", "w2_input_scale")}, local)
+        for name in ("g1_alphas", "g2_alphas", "w2_input_scale_quant"):
+            copy_or_rebind_param(layer, name, derived[name])
+        for weight, scales in (("w13_weight", "w13_weight_scale"), ("w2_weight", "w2_weight_scale")):
+            w, sf = getattr(layer, weight), getattr(layer, scales)
+            copy_or_rebind_param(layer, scales.replace("weight_scale", "blockscale_mma"), convert_sf_to_mma_layout(
+                sf.data.contiguous().view(torch.uint8).reshape(-1), m=w.shape[1], k=w.shape[2] * 2,
+                num_groups=w.shape[0], sf_vec_size=fp4_scale_vector_size()))
+    dispatch_fp4 = use_nvfp4_dispatch() or should_use_flashinfer_cutlass_moe_fp4_allgather()
+    layer.dispatcher.set_quant_config({"input_global_scale": layer.w13_input_scale_quant if dispatch_fp4 else None})

@@ -118,8 +118,8 @@ def _sm90_cutlass_method(humming: bool = False):
         def __init__(self, config, record: LayerRecord, prefix: str):
             Mxfp4MoEMethod.__init__(self, prefix)
             self._bake_init(config, record)
-            self._padded_hidden = record.hidden_padded
-            refusals.check_humming_precision(config.manifest.target, humming, self._use_sm90_humming)
+            internals.set_padded_hidden(self, record.hidden_padded)
+            refusals.check_humming_precision(config.manifest.target, humming, internals.uses_sm90_humming(self))
 
         def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
                            with_bias=False, **extra_weight_attrs):
@@ -236,7 +236,7 @@ def _sm90_marlin_method():
 
         def process_weights_after_loading(self, layer) -> None:
             self._load_baked_rows(layer)
-            layer._mxfp4_backend = "marlin"
+            internals.set_mxfp4_backend(layer, "marlin")
 
     return MoebakeSm90MarlinMoEMethod
 
@@ -254,7 +254,7 @@ def _sm90_marlin_deepseek_v4_method():
 
         def process_weights_after_loading(self, layer) -> None:
             self._load_baked_rows(layer)
-            layer._dsv4_mxfp4_backend = "marlin"
+            internals.set_dsv4_mxfp4_backend(layer, "marlin")
 
     return MoebakeSm90MarlinDeepseekV4MoEMethod
 
@@ -266,7 +266,7 @@ def _cutedsl_method():
         """Baked ``cutedsl`` / ``cutedsl-deepep`` NVFP4 experts through SGLang's ``flashinfer_cutedsl`` runner
         (standard, or DeepEP low-latency with ``--moe-a2a-backend deepep``), as ``ModelOptNvFp4FusedMoEMethod``
         prepares them. The bake holds the interleaved weights and swizzled scales; at load only what SGLang
-        derives from them is made (:func:`_cutedsl_derived`)."""
+        derives from them is made (:func:`moebake.engines.sglang.internals.cutedsl_derived`)."""
 
         WHOLE_TENSORS = frozenset({"w13_input_scale", "w2_input_scale"})  # SGLang keeps them for all experts
 
@@ -277,45 +277,15 @@ def _cutedsl_method():
 
         def process_weights_after_loading(self, layer) -> None:
             self._load_baked_rows(layer)
-            _cutedsl_derived(self, layer)
+            internals.cutedsl_derived(self, layer)
 
     return MoebakeCuteDslMoEMethod
 
 
-def _cutedsl_derived(method, layer) -> None:
-    """SGLang 0.5.23's CuteDSL post-load step minus its transforms (the bake holds their result): the
-    swizzled-scale aliases, on the standard path the load-time F32 scalars the bake does not store
-    (``g1_alphas``, ``g2_alphas``, ``w2_input_scale_quant``; per local expert, from the global input scales)
-    and the MMA-layout scale views, then the dispatcher's activation quantization."""
-    from sglang.srt.layers.quantization.modelopt_quant import should_use_flashinfer_cutlass_moe_fp4_allgather
-    from sglang.srt.layers.utils.common import copy_or_rebind_param
-
-    from moebake.layouts.nvfp4_scalars import load_time_scales
-
-    local = slice(layer.moe_ep_rank * layer.num_local_experts, (layer.moe_ep_rank + 1) * layer.num_local_experts)
-    layer.w13_blockscale_swizzled, layer.w2_blockscale_swizzled = layer.w13_weight_scale, layer.w2_weight_scale
-    if internals.is_cutedsl_v2_standard(method):
-        from flashinfer.cute_dsl.utils import convert_sf_to_mma_layout
-
-        derived = load_time_scales({name: getattr(layer, name).data for name in
-                                    ("w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale", "w2_input_scale")}, local)
-        for name in ("g1_alphas", "g2_alphas", "w2_input_scale_quant"):
-            copy_or_rebind_param(layer, name, derived[name])
-        for weight, scales in (("w13_weight", "w13_weight_scale"), ("w2_weight", "w2_weight_scale")):
-            w, sf = getattr(layer, weight), getattr(layer, scales)
-            copy_or_rebind_param(layer, scales.replace("weight_scale", "blockscale_mma"), convert_sf_to_mma_layout(
-                sf.data.contiguous().view(torch.uint8).reshape(-1), m=w.shape[1], k=w.shape[2] * 2,
-                num_groups=w.shape[0], sf_vec_size=internals.fp4_scale_vector_size()))
-    dispatch_fp4 = internals.use_nvfp4_dispatch() or should_use_flashinfer_cutlass_moe_fp4_allgather()
-    layer.dispatcher.set_quant_config({"input_global_scale": layer.w13_input_scale_quant if dispatch_fp4 else None})
-
-
 def _check_cutedsl_w4a4(method) -> None:
     """The bake's scalars are SGLang's for static W4A4 activation scales; refuse the modes that neutralise them."""
-    from sglang.srt.environ import envs
-
-    if method.quant_config.use_per_token_activation or (internals.is_cutedsl_v2_standard(method) and
-                                                        envs.SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16.get()):
+    if getattr(method.quant_config, "use_per_token_activation", False) or (
+            internals.is_cutedsl_v2_standard(method) and internals.cutedsl_w4a16_requested()):
         raise MoebakeRefusal("this cutedsl bake holds the checkpoint's static activation scales (W4A4); unset "
                              "SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16 / per-token activation scaling, or re-bake")
 

@@ -59,20 +59,32 @@ from pathlib import Path
 from moebake.errors import EngineRefusal, MoebakeError
 from moebake.schema.enums import DType
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
-from moebake.schema.profiles import PROFILES, SHARED_GLOBALS, not_servable_because
+from moebake.schema.profiles import PROFILES, SHARED_GLOBALS, get_profile, not_servable_because, releases
 from moebake.schema.targets import target_spec
 from moebake.serving_core.served_manifest import read_served_manifest
 
 ENGINE = "vllm"
-PROFILE = PROFILES[ENGINE]
-VLLM_VERSION = PROFILE.version
+
+
+def installed_release() -> str:
+    """The installed vLLM release (the plugin serves a bake only where the bake lists it: ``engine.releases``)."""
+    import vllm
+
+    return vllm.__version__
+
+
+def installed_profile():
+    """The installed vLLM release's profile (the release matrix's; its newest release's where it holds no such one,
+    which the plugin refuses before serving anything)."""
+    release = installed_release()
+    return get_profile(f"{ENGINE}=={release}") if release in releases(ENGINE) else PROFILES[ENGINE]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Served:
     """One kind of bake the plugin serves: (``target``, ``source_format``), the architecture it needs (None: the
     source's, whatever it is) and the baked tensors vLLM holds as they are (``held``; the others it derives at
-    load). The ``--moe-backend`` and parameter names are the engine profile's (:data:`PROFILE`), the GPUs the
+    load). The ``--moe-backend`` and parameter names are the engine profile's (:func:`installed_profile`), the GPUs the
     target spec's."""
 
     target: str
@@ -87,12 +99,12 @@ class Served:
 
     @property
     def moe_backend(self) -> str:
-        return PROFILE.target(self.target, self.source_format).runner_backend
+        return installed_profile().target(self.target, self.source_format).runner_backend
 
     @property
     def parameter_names(self) -> dict[str, str]:
         """Baked tensor short name -> vLLM parameter name, for the tensors vLLM holds as they are."""
-        renamed = dict(PROFILE.target(self.target, self.source_format).parameter_names)
+        renamed = dict(installed_profile().target(self.target, self.source_format).parameter_names)
         return {short: renamed.get(short, short) for short in self.held}
 
 
@@ -177,19 +189,19 @@ def check_manifest(manifest: Manifest, hf_config: dict, where: Path) -> None:
         raise refuse(f"{where}: target {manifest.target!r} of source format {manifest.source.format!r}; the vLLM plugin "
                      f"serves {kinds}{' (' + why + ')' if why else ''}")
     engines = ([manifest.engine] if manifest.engine is not None else []) + list(manifest.serves)  # same bytes
-    ours = [e for e in engines if e.name == ENGINE and e.version == VLLM_VERSION]
+    ours = [e for e in engines if e.name == ENGINE and installed_release() in e.serving_releases]
     if not ours or not ours[0].exact:
         engine = manifest.engine
         because = engine.not_exact_because if engine is not None else None
         keep = " --gate-up-globals keep" if because and because.startswith(SHARED_GLOBALS) else ""
         if served in DEEPSEEK_V4_KINDS and (unpadded := vllm_would_pad(manifest, served)):
-            raise refuse(f"{where}: baked for {engine and engine.name} {engine and engine.version}, not vLLM {VLLM_VERSION}'s "
+            raise refuse(f"{where}: baked for {engine and engine.name} {engine and engine.version}, not vLLM {installed_release()}'s "
                          f"bytes, and no vLLM bake of this model exists: {unpadded}; serve this bake with "
                          f"{engine and engine.name}")
         raise refuse(f"{where}: baked for {engine and engine.name} {engine and engine.version} "
                      f"({'engine-exact' if engine and engine.exact else 'not engine-exact'}{': ' + because if because else ''}), "
-                     f"not vLLM {VLLM_VERSION}'s bytes; re-bake with: moebake convert SRC OUT --target {served.target} "
-                     f"--engine {ENGINE}{keep}")
+                     f"not vLLM {installed_release()}'s bytes; re-bake with: moebake convert SRC OUT --target {served.target} "
+                     f"--engine {ENGINE}=={installed_release()}{keep}")
     architectures = hf_config.get("architectures") or []
     if served in DEEPSEEK_V4_KINDS and MTP_DRAFT in architectures:
         raise refuse(f"{where}: vLLM builds DeepSeek-V4's MTP draft model ({MTP_DRAFT}, --speculative-config); the vLLM "
@@ -211,10 +223,10 @@ def vllm_would_pad(manifest: Manifest, served: Served) -> str | None:
     """Why no vLLM bake of a DeepSeek-V4 ``manifest``'s model exists (None: one does): vLLM pads H or I that are not
     multiples of its profile's for ``served.target``, and moebake pads no DeepSeek-V4 expert (``convert --engine vllm``
     refuses such a model)."""
-    profile = PROFILE.target(served.target, served.source_format)
+    profile = installed_profile().target(served.target, served.source_format)
     for record in manifest.layers:
         if record.hidden % profile.hidden_multiple or record.intermediate % profile.intermediate_multiple:
-            return (f"vLLM {VLLM_VERSION} pads DeepSeek-V4's hidden size {record.hidden} and expert intermediate size "
+            return (f"vLLM {installed_release()} pads DeepSeek-V4's hidden size {record.hidden} and expert intermediate size "
                     f"{record.intermediate} to multiples of {profile.hidden_multiple} and {profile.intermediate_multiple} "
                     f"for --moe-backend {served.moe_backend}, and moebake pads no {served.source_format} expert")
     return None
@@ -224,7 +236,7 @@ def check_gpt_oss(manifest: Manifest, hf_config: dict, where: Path, served: Serv
     """Refuse a GPT-OSS bake whose activation or sizes disagree with config.json or with vLLM's kernel set-up."""
     activation = manifest.activation
     if {k: getattr(activation, k) for k in SWIGLU} != SWIGLU:
-        raise refuse(f"{where}: activation {activation.to_json()}; vLLM {VLLM_VERSION}'s GPT-OSS MXFP4 kernel set-up uses "
+        raise refuse(f"{where}: activation {activation.to_json()}; vLLM {installed_release()}'s GPT-OSS MXFP4 kernel set-up uses "
                      f"SwiGLU {SWIGLU} (config.json and the manifest disagree with vLLM)")
     expected = {"hidden": hf_config.get("hidden_size"), "intermediate": hf_config.get("intermediate_size"),
                 "experts": hf_config.get("num_local_experts")}
@@ -236,7 +248,7 @@ def check_gpt_oss(manifest: Manifest, hf_config: dict, where: Path, served: Serv
         unknown = set(record.tensors) - set(served.held) - set(served.not_held)
         if unknown:
             raise refuse(f"{where}: layer {record.prefix} has tensors {sorted(unknown)} that vLLM "
-                         f"{VLLM_VERSION}'s GptOssMxfp4MoEMethod does not hold")
+                         f"{installed_release()}'s GptOssMxfp4MoEMethod does not hold")
 
 
 def check_deepseek_v4(manifest: Manifest, hf_config: dict, where: Path, served: Served) -> None:
@@ -253,7 +265,7 @@ def check_deepseek_v4(manifest: Manifest, hf_config: dict, where: Path, served: 
             raise refuse(f"{where}: layer {record.prefix} has {got}, config.json says {expected} "
                          "(config.json and the manifest disagree)")
         if set(record.tensors) - set(served.not_held) != set(served.held):
-            raise refuse(f"{where}: layer {record.prefix} has tensors {sorted(record.tensors)}; vLLM {VLLM_VERSION}'s "
+            raise refuse(f"{where}: layer {record.prefix} has tensors {sorted(record.tensors)}; vLLM {installed_release()}'s "
                          f"Mxfp4MoEMethod holds {sorted(served.held)}")
 
 

@@ -43,6 +43,12 @@ def expert_routing_tables(layer):
     return layer._expert_routing_tables()
 
 
+def build_moe_kernel(method, layer) -> None:
+    """``method._build_moe_kernel(layer)``: the modular kernel a vLLM MoE method builds over weights already in its
+    format (what its ``process_weights_after_loading`` runs after the weight conversion)."""
+    method._build_moe_kernel(layer)
+
+
 def build_mxfp4_moe_kernel(method, layer) -> None:
     """``Mxfp4MoEMethod._build_moe_kernel(layer)``: the modular kernel over weights already in its format (what
     its ``process_weights_after_loading`` runs after the weight conversion)."""

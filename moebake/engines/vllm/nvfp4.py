@@ -16,6 +16,7 @@ from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import NvFp4MoeBackend
 from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4FusedMoE
 from vllm.model_executor.layers.quantization.utils.quant_utils import amax_for_moe_activation_quant
 
+from moebake.engines.vllm import internals
 from moebake.engines.vllm.bake import MODELOPT_NVFP4, VllmBake, parameter_specs, refuse
 from moebake.engines.vllm.loader_filled_experts import LoaderFilledExperts
 from moebake.schema.enums import DType
@@ -89,4 +90,4 @@ class MoebakeNvfp4MoEMethod(LoaderFilledExperts, ModelOptNvFp4FusedMoE):
         if config.hidden_dim_unpadded is None:
             config.hidden_dim_unpadded = config.hidden_dim
         config.hidden_dim = record.hidden_padded
-        self._build_moe_kernel(layer)
+        internals.build_moe_kernel(self, layer)

@@ -34,9 +34,9 @@ from moebake.engines.vllm.bake import (
     DEEPSEEK_V4_KINDS,
     GPT_OSS_KINDS,
     MODELOPT_NVFP4,
-    VLLM_VERSION,
     VllmBake,
     hf_config_dict,
+    installed_release,
     locate_checkpoint,
     parameter_specs,
     read_bake,
@@ -77,7 +77,7 @@ def source_quantization_config(bake: VllmBake, quantization_config: dict) -> Qua
         # What vLLM's config parsing does for config.json's quantization_config of a model_type deepseek_v4 model.
         if DeepseekV4FP8Config.override_quantization_method(original, None, SimpleNamespace(model_type="deepseek_v4")) is None:
             raise refuse(f"{bake.directory}: config.json's quantization_config.original is not DeepSeek-V4's FP8 config "
-                         f"(quant_method {original.get('quant_method')!r}; vLLM {VLLM_VERSION} reads "
+                         f"(quant_method {original.get('quant_method')!r}; vLLM {installed_release()} reads "
                          "'fp8' or 'deepseek_v4_fp8' with DeepseekV4FP8Config)")
         return DeepseekV4FP8Config.from_config(original)
     from vllm.model_executor.layers.quantization.modelopt import ModelOptMixedPrecisionConfig, ModelOptNvFp4Config
