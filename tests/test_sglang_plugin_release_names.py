@@ -4,9 +4,9 @@ A real SGLang 0.5.17 server (issue 35, ``bench/real_server.py``) refused bakes t
 the plugin's ``register`` imported the ``--quantization`` choices from ``sglang.srt.arg_groups.choices`` (added in
 0.5.20), so argparse knew no ``moebake``; then its GPU refusal imported ``runtime_context.get_platform`` (added in
 0.5.19). Here each ``from sglang... import NAME`` in ``moebake/engines/sglang/`` must find NAME bound at the top of
-that module (or as its submodule) in each release's own tree, fetched from PyPI once (``tests/engine_releases/trees.py``).
-Names that differ between releases are read with ``getattr`` in :mod:`moebake.engines.sglang.internals`, with the
-older releases' equivalent beside them.
+that module (or as its submodule) in each release's own tree, fetched from PyPI once (``tests/engine_releases/trees.py``);
+where :mod:`moebake.engines.sglang.internals` tries a newer release's name and falls back on ``ImportError``, one of
+the two must resolve.
 """
 
 import ast
@@ -22,14 +22,33 @@ REPO = Path(__file__).resolve().parents[1]
 PLUGIN = REPO / "moebake" / "engines" / "sglang"
 
 
-def plugin_imports() -> list[tuple[str, int, str, list[str]]]:
-    """``(file, line, module, names)`` of every ``from sglang... import`` in the plugin, function-level ones too."""
-    found = []
+Import = tuple[str, int, str, list[str]]
+"""``(file, line, module, names)`` of one ``from sglang... import``."""
+
+
+def _sglang_imports(nodes, file: str) -> list[Import]:
+    return [(file, node.lineno, node.module, [alias.name for alias in node.names]) for root in nodes for node in ast.walk(root)
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "sglang"]
+
+
+def plugin_imports() -> list[list[list[Import]]]:
+    """Every ``from sglang... import`` in the plugin (function-level ones too), as requirements: each a list of
+    alternatives, each alternative the imports that must all resolve. An import stands alone; a ``try:`` whose handler
+    catches ``ImportError`` offers its body's imports or else its handler's (where a release moved a name)."""
+    requirements = []
     for path in sorted(PLUGIN.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "sglang":
-                found.append((path.name, node.lineno, node.module, [alias.name for alias in node.names]))
-    return found
+        tree = ast.parse(path.read_text())
+        guarded = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Try) and any(isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError")
+                                                 for h in node.handlers):
+                body = _sglang_imports(node.body, path.name)
+                handlers = _sglang_imports(node.handlers, path.name)
+                if body:
+                    requirements.append([body, handlers])
+                    guarded |= {(i[1], i[2]) for i in body + handlers}
+        requirements += [[[i]] for i in _sglang_imports([tree], path.name) if (i[1], i[2]) not in guarded]
+    return requirements
 
 
 def top_level_names(path: Path) -> set[str]:
@@ -68,8 +87,8 @@ def test_the_check_can_fail(tmp_path):
 
 
 def test_the_plugin_imports_what_the_scan_reads():
-    modules = {module for _, _, module, _ in plugin_imports()}
-    assert {"sglang.srt.server_args", "sglang.srt.layers.quantization.mxfp4"} <= modules
+    modules = {i[2] for requirement in plugin_imports() for alternative in requirement for i in alternative}
+    assert {"sglang.srt.server_args", "sglang.srt.arg_groups.choices", "sglang.srt.layers.quantization.mxfp4"} <= modules
 
 
 @pytest.mark.parametrize("release", list(release_matrix.MATRIX["sglang"]))
@@ -83,8 +102,12 @@ def test_every_plugin_import_exists_in_the_release(release):
         if os.environ.get("MOEBAKE_REQUIRE_ENGINES") == "1":
             raise
         pytest.skip(f"cannot fetch sglang {release}'s tree: {err}")
-    problems = [f"{file}:{line} from {module} import {missing}" for file, line, module, names in plugin_imports()
-                if (missing := missing_names(tree, module, names))]
+    problems = []
+    for requirement in plugin_imports():
+        gaps = [[f"{file}:{line} from {module} import {missing}" for file, line, module, names in alternative
+                 if (missing := missing_names(tree, module, names))] for alternative in requirement]
+        if all(gaps):  # no alternative resolves in this release
+            problems += [" or ".join("; ".join(gap) for gap in gaps)]
     assert not problems, f"sglang {release} lacks:\n" + "\n".join(problems)
 
 
