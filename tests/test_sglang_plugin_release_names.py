@@ -131,7 +131,8 @@ def test_the_plugin_serves_a_gpt_oss_marlin_bake_in_sglang_0_5_17():
     hidden = prove.shadowed_leftovers({"sglang": tree, "flashinfer-python": flashinfer})
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(flashinfer), str(REPO)]), HF_HUB_OFFLINE="1",
                MOEBAKE_SGLANG_RELEASE="0.5.17", MOEBAKE_ORACLE_ENGINE="sglang==0.5.17", MOEBAKE_ORACLE_HIDE=",".join(sorted(hidden)))
-    env.pop("MOEBAKE_REQUIRE_ENGINES", None)
+    for name in ("MOEBAKE_REQUIRE_ENGINES", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(name, None)  # a process group this pytest process opened would hold the port the child's asks for
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_sglang_plugin_targets.py",
                            "-k", "sm90-marlin/gpt-oss"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-3000:]
