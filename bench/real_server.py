@@ -156,6 +156,19 @@ def compare(outputs: list[dict], reference: list[dict]) -> tuple[bool, bool]:
     return tokens, logprobs
 
 
+def differences(outputs: list[dict], reference: list[dict]) -> list[dict]:
+    """Per prompt: the first output position whose token id differs (None if none), and the largest logprob difference
+    over the positions before it (where both runs scored the same token)."""
+    found = []
+    for o, r in zip(outputs, reference):
+        first = next((i for i, (a, b) in enumerate(zip(o["output_ids"], r["output_ids"])) if a != b), None)
+        upto = first if first is not None else min(len(o["logprobs"]), len(r["logprobs"]))
+        found.append({"first_token_differing": first,
+                      "max_abs_logprob_difference": max((abs(a - b) for a, b in zip(o["logprobs"][:upto], r["logprobs"][:upto])),
+                                                        default=0.0)})
+    return found
+
+
 def server_command(model: Path, backend: str, bake: bool, port: int, extra: list[str]) -> list[str]:
     command = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--port", str(port),
                "--host", "127.0.0.1", "--skip-tokenizer-init", "--attention-backend", "triton",
@@ -323,6 +336,7 @@ def run(directory: Path, specs: list[str], new_tokens: int, ready_timeout: float
         if stock is not None and "outputs" in record:
             record["tokens_equal_to_stock"], record["logprobs_equal_to_stock"] = compare(record["outputs"], stock["outputs"])
             record["stock_order"] = stock["order"]
+            record["differences_per_prompt"] = differences(record["outputs"], stock["outputs"])
             print(f"   {path} vs stock run {stock['order']} ({backend}): tokens equal {record['tokens_equal_to_stock']}, "
                   f"logprobs equal {record['logprobs_equal_to_stock']}", flush=True)
         if out is not None:

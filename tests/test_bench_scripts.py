@@ -451,6 +451,14 @@ def test_real_server_compares_every_prompt_bit_for_bit():
     assert bench.compare(reference[:1], reference) == (False, False)
 
 
+def test_real_server_says_where_two_runs_part():
+    bench = load_bench("real_server.py")
+    reference = [{"output_ids": [5, 6, 7, 8], "logprobs": [-0.5, -1.25, -2.0, -3.0]}, {"output_ids": [1], "logprobs": [-0.125]}]
+    other = [{"output_ids": [5, 6, 9, 8], "logprobs": [-0.5, -1.0, -2.5, -3.0]}, {"output_ids": [1], "logprobs": [-0.125]}]
+    assert bench.differences(other, reference) == [{"first_token_differing": 2, "max_abs_logprob_difference": 0.25},
+                                                   {"first_token_differing": None, "max_abs_logprob_difference": 0.0}]
+
+
 def test_real_server_reads_sglangs_load_line():
     line = ("[2026-11-27 21:40:01] Load weight end. elapsed=1.87 s, type=GptOssForCausalLM, quant=mxfp4, "
             "avail mem=70.12 GB, mem usage=1.73 GB.")
