@@ -36,7 +36,7 @@ def test_convert_help_names_the_releases_each_layout_is_for():
     from packaging.version import Version
 
     text = " ".join(CliRunner().invoke(main, ["convert", "--help"], terminal_width=1000).output.split())
-    help_text = text[text.index("--flashinfer-layout"):text.index("[default: v2]")]
+    help_text = text[text.index("--flashinfer-layout"):text.index("--engine ENGINE")]
     ranges = {}
     for layout, spans in re.findall(r"(v\d) = ([^;]+?)(?:;|\.\s|\.$)", help_text):
         for span in spans.split(", "):

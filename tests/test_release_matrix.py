@@ -58,5 +58,6 @@ def test_a_wrong_rule_is_caught():
     from tests.engine_releases import prove
 
     results = prove.run_oracles("sglang", "0.5.23", rule="sglang-0.5.17")
-    failing = sorted(cell for cell, test in prove.cells_of("sglang").items() if not prove.cell_outcome(results, test)[0])
+    failing = sorted(cell for cell, test in prove.cells_of("sglang").items()
+                     if not prove.cell_outcome(results, test, cell, "sglang")[0])
     assert failing == [("sm90-marlin", "deepseek-v4")], failing

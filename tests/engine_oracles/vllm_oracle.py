@@ -54,6 +54,8 @@ import torch  # noqa: E402
 from conftest import load_all  # noqa: E402
 
 VLLM_VERSION = __import__("os").environ.get("MOEBAKE_VLLM_RELEASE", "0.33.0")
+ENGINE = next((e for e in [__import__("os").environ.get("MOEBAKE_ORACLE_ENGINE", "")] if e.startswith("vllm")), "vllm")
+"""``--engine`` for bakes the vLLM here serves: ``vllm==0.32.0`` in a release-matrix run (``tests/engine_releases``)."""
 
 
 def vllm_installed() -> bool:

@@ -2,8 +2,9 @@
 
 For each release of an engine, its Python tree and its pinned FlashInfer's (:mod:`trees`) go first on ``PYTHONPATH``
 and the engine's oracle tests (``tests/test_engine_profiles.py`` for SGLang, ``tests/test_vllm_profile.py`` for vLLM)
-run against bakes made for that release (``MOEBAKE_ORACLE_ENGINE=sglang==0.5.17``). A (target, source) cell is proven
-when every test of it (``ORACLE_TESTS``) passes.
+and the plugin's CPU tests (:data:`PLUGIN_FILES`) run against bakes made for that release
+(``MOEBAKE_ORACLE_ENGINE=sglang==0.5.17``). A (target, source) cell is proven when its oracle test (``ORACLE_TESTS``)
+passes and so does every plugin test about it (:func:`plugin_cells`).
 
   python -m tests.engine_releases.prove                 check: every release of the matrix proves what it says
   python -m tests.engine_releases.prove --write sglang==0.5.24
@@ -30,6 +31,8 @@ from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[2]
 ORACLE_FILES = {"sglang": "tests/test_engine_profiles.py", "vllm": "tests/test_vllm_profile.py"}
+PLUGIN_FILES = {"sglang": ("tests/test_sglang_plugin.py", "tests/test_sglang_plugin_targets.py"), "vllm": ("tests/vllm_plugin",)}
+"""The plugin's CPU tests, run against the same release: a cell is proven only where the plugin serves it there too."""
 RELEASE_ENV = {"sglang": "MOEBAKE_SGLANG_RELEASE", "vllm": "MOEBAKE_VLLM_RELEASE"}
 MATRIX_FILE = REPO / "moebake" / "schema" / "release_matrix.py"
 
@@ -82,12 +85,17 @@ def run_oracles(engine: str, release: str, rule: str | None = None) -> dict[str,
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.xml"
         subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", ORACLE_FILES[engine],
-                        f"--junitxml={report}"], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                        *PLUGIN_FILES[engine], f"--junitxml={report}"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
         if not report.is_file():
             raise RuntimeError(f"{engine} {release}: the oracle run wrote no report")
         results: dict[str, list[tuple[str, str]]] = {}
         for case in ElementTree.parse(report).iter("testcase"):
-            function = case.get("name", "").split("[")[0]
+            function = case.get("name", "")
+            if "plugin" not in case.get("classname", ""):
+                function = function.split("[")[0]  # an oracle test: its cell is its function's
+            else:
+                function = f"plugin:{case.get('classname').split('.')[-1]}::{function}"
             problem = next(iter(case.findall("failure") + case.findall("error")), None)
             skipped = case.find("skipped")
             outcome = "failed" if problem is not None else "skipped" if skipped is not None else "passed"
@@ -105,7 +113,30 @@ def cells_of(engine: str) -> dict[tuple[str, str], str]:
     return {(target, source): test for (name, target, source), (_, test) in ORACLE_TESTS.items() if name == engine}
 
 
-def cell_outcome(results, test: str) -> tuple[bool, str]:
+def plugin_cells(engine: str, test: str) -> list[tuple[str, str]] | None:
+    """The cells a plugin test (``plugin:<module>::<name[params]>``) is about; None: every cell of the engine (a test of
+    the plugin as a whole)."""
+    module, _, name = test.removeprefix("plugin:").partition("::")
+    mentioned = [cell for cell in cells_of(engine) if f"{cell[0]}/{cell[1]}" in name]
+    if mentioned:
+        return mentioned
+    by_module = {"test_sglang_plugin": [("sm90-cutlass", "gpt-oss")], "test_gpt_oss": [("sm90-cutlass", "gpt-oss")],
+                 "test_gpt_oss_sm100": [("sm100-trtllm", "gpt-oss")], "test_modelopt_nvfp4": [("cutedsl", "modelopt-nvfp4")]}
+    if module == "test_deepseek_v4":
+        target = "sm100-trtllm" if "sm100" in name else "sm90-marlin" if "marlin" in name else "sm90-cutlass"
+        return [(target, "deepseek-v4")]
+    return by_module.get(module)
+
+
+def cell_outcome(results, test: str, cell: tuple[str, str] | None = None, engine: str | None = None) -> tuple[bool, str]:
+    """Whether ``cell`` is proven in an oracle run's ``results``: its oracle ``test`` passed, and (with ``engine``) every
+    plugin test about it, or about the plugin as a whole, passed or was skipped."""
+    if cell is not None and engine is not None:
+        for name, runs in results.items():
+            if name.startswith("plugin:") and (plugin_cells(engine, name) is None or cell in plugin_cells(engine, name)):
+                bad = [message for outcome, message in runs if outcome == "failed"]
+                if bad:
+                    return False, f"{name.removeprefix('plugin:')}: {bad[0]}"
     runs = results.get(test, [])
     bad = [message for outcome, message in runs if outcome == "failed"]
     return bool(runs) and not bad and any(o == "passed" for o, _ in runs), (bad[0] if bad else "no test ran")
@@ -126,7 +157,7 @@ def discover(engine: str, release: str) -> dict:
         results = run_oracles(engine, release, name)
         for cell in wanted:
             test = cells_of(engine).get(cell)
-            ok, why = cell_outcome(results, test) if test else (False, "no oracle test")
+            ok, why = cell_outcome(results, test, cell, engine) if test else (False, "no oracle test")
             key = f"{cell[0]}/{cell[1]}"
             if ok:
                 cells[key] = rule_name(engine, cell, rule.targets[cell])
@@ -148,7 +179,7 @@ def check(engine: str, release: str, entry: dict) -> list[str]:
     problems = []
     for (target, source), test in cells_of(engine).items():
         key = f"{target}/{source}"
-        ok, why = cell_outcome(results, test)
+        ok, why = cell_outcome(results, test, (target, source), engine)
         if key in entry["cells"] and not ok:
             problems.append(f"{engine} {release} {key}: the matrix says {entry['cells'][key]}, but {test}: {why}")
     return problems

@@ -6,7 +6,7 @@ Fixtures:
 * every test skips without vLLM 0.33.0, and runs with moebake's plugin loaded as vLLM loads its general plugins
   (through the ``vllm.general_plugins`` entry point);
 * ``source``: the module's source checkpoint, written once by its ``write_source(directory)``;
-* ``bake``: that source baked with the module's ``BAKE`` options (``engine="vllm"``): an engine-exact vLLM bake
+* ``bake``: that source baked with the module's ``BAKE`` options (``engine=vllm_oracle.ENGINE``): an engine-exact vLLM bake
   that lists the module's ``SERVES`` (other engines' names) in ``serves``.
 
 Steps: :func:`moebake_config` (vLLM's quantization config of a bake, made as vLLM makes it), :func:`build_model`
@@ -52,7 +52,7 @@ def bake(source, request):
 
 
 def baked_for_vllm(source: Path, name: str, options, serves: list[str]) -> Path:
-    """``source`` baked with ``options`` (``ConvertOptions``, ``engine="vllm"``) into ``source.parent / name``, checked to
+    """``source`` baked with ``options`` (``ConvertOptions``, ``engine=vllm_oracle.ENGINE``) into ``source.parent / name``, checked to
     be an engine-exact vLLM bake whose ``serves`` names ``serves``."""
     out = source.parent / name
     manifest = convert(source, out, options, progress=False)

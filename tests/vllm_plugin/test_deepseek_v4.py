@@ -37,7 +37,7 @@ from vllm_plugin.conftest import baked_for_vllm, build_model, load, refusal
 
 EXPERTS, HIDDEN, INTERMEDIATE, LAYERS = 4, 256, 128, 2
 WEIGHTS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale")
-BAKE, SERVES = ConvertOptions("sm90-cutlass", engine="vllm"), ["sglang"]
+BAKE, SERVES = ConvertOptions("sm90-cutlass", engine=vllm_oracle.ENGINE), ["sglang"]
 
 
 def write_source(directory: Path, ignored_layers=None) -> Path:
@@ -233,7 +233,7 @@ def test_every_other_parameter_is_what_stock_vllm_creates_for_the_source(tmp_pat
     from vllm.models.deepseek_v4.quant_config import DeepseekV4FP8Config
 
     source = write_source(tmp_path / "src", ignored_layers=["layers.1.ffn.shared_experts.w1", "layers.1.ffn.shared_experts.w3"])
-    convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", engine="vllm"), progress=False)
+    convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", engine=vllm_oracle.ENGINE), progress=False)
     original = json.loads((source / "config.json").read_text())["quantization_config"]
     # DeepseekV4MLP pads the shared experts' intermediate to whole weight_block_size blocks per TP rank: as a worker
     # of TP 2 sizes it (128 -> 256), where the config has a block size.
@@ -373,7 +373,7 @@ SM100 = {"capability": 100, "moe_backend": "flashinfer_trtllm"}
 
 @pytest.fixture(scope="module")
 def bake_sm100(source):
-    return baked_for_vllm(source, "out-sm100", ConvertOptions("sm100-trtllm", engine="vllm"), ["sglang"])
+    return baked_for_vllm(source, "out-sm100", ConvertOptions("sm100-trtllm", engine=vllm_oracle.ENGINE), ["sglang"])
 
 
 @pytest.fixture(scope="module")
@@ -459,7 +459,7 @@ MARLIN = {"moe_backend": "marlin"}
 
 @pytest.fixture(scope="module")
 def bake_marlin(source):
-    return baked_for_vllm(source, "out-marlin", ConvertOptions("sm90-marlin", engine="vllm"), ["sglang"])
+    return baked_for_vllm(source, "out-marlin", ConvertOptions("sm90-marlin", engine=vllm_oracle.ENGINE), ["sglang"])
 
 
 @contextmanager
@@ -577,11 +577,14 @@ def test_marlin_refuses_an_sglang_bake_that_vllm_would_pad_saying_no_vllm_bake_e
     manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-marlin", engine="sglang"), progress=False)
     assert (manifest.engine.name, manifest.engine.exact, list(manifest.serves)) == ("sglang", True, [])
     with pytest.raises(UnsupportedError):  # the re-bake the generic refusal would suggest
-        convert(source, tmp_path / "out-vllm", ConvertOptions("sm90-marlin", engine="vllm"), progress=False)
+        convert(source, tmp_path / "out-vllm", ConvertOptions("sm90-marlin", engine=vllm_oracle.ENGINE), progress=False)
     with pytest.raises(MoebakeError) as excinfo:
         moebake_config(tmp_path / "out")
+    import vllm
+
     assert refusal(excinfo).endswith(
-        "baked for sglang 0.5.23, not vLLM 0.33.0's bytes, and no vLLM bake of this model exists: vLLM 0.33.0 pads "
+        f"baked for sglang 0.5.23, not vLLM {vllm.__version__}'s bytes, and no vLLM bake of this model exists: vLLM "
+        f"{vllm.__version__} pads "
         "DeepSeek-V4's hidden size 256 and expert intermediate size 192 to multiples of 256 and 128 for --moe-backend "
         "marlin, and moebake pads no deepseek-v4 expert; serve this bake with sglang")
     assert "re-bake" not in refusal(excinfo)

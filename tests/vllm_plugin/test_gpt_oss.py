@@ -28,7 +28,7 @@ from vllm_plugin.conftest import build_gpt_oss, experts_of, load, moebake_config
 PARAMETER_NAMES = GPT_OSS.parameter_names
 
 EXPERTS, HIDDEN, INTERMEDIATE = 4, 160, 96  # pads to 256, 128
-BAKE, SERVES = ConvertOptions("sm90-cutlass", engine="vllm"), []
+BAKE, SERVES = ConvertOptions("sm90-cutlass", engine=vllm_oracle.ENGINE), []
 
 
 def write_source(directory: Path) -> Path:
@@ -64,6 +64,8 @@ def test_stock_vllm_refuses_a_bake(bake):
     import subprocess
     import sys
 
+    if os.environ.get("MOEBAKE_ORACLE_HIDE"):
+        pytest.skip("a release-matrix run: stock vLLM's own refusal is checked on the installed release")
     script = ("from vllm.config import ModelConfig\n"
               "try:\n    ModelConfig(model=sys.argv[1])\nexcept ValueError as err:\n    print(err)\n")
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_PLUGINS": "none"}

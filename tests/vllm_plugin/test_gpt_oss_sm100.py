@@ -28,7 +28,7 @@ from vllm_plugin.conftest import post_load as vllm_post_load
 EXPERTS, HIDDEN, INTERMEDIATE = 4, 160, 96  # pads to 256, 128
 SM100 = {"capability": 100, "moe_backend": "flashinfer_trtllm"}
 PARAMETER_NAMES = GPT_OSS_SM100.parameter_names
-BAKE, SERVES = ConvertOptions("sm100-trtllm", engine="vllm"), []
+BAKE, SERVES = ConvertOptions("sm100-trtllm", engine=vllm_oracle.ENGINE), []
 
 
 def write_source(directory: Path) -> Path:

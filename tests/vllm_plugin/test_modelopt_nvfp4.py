@@ -24,7 +24,7 @@ from vllm_plugin.conftest import build_model, experts_of, load, moebake_config, 
 from vllm_plugin.conftest import post_load as vllm_post_load
 
 EXPERTS, HIDDEN, INTERMEDIATE, MOE_LAYERS = 4, 384, 128, (1, 2)  # H pads to 512
-BAKE, SERVES = ConvertOptions("cutedsl", engine="vllm", gate_up_globals="keep"), []
+BAKE, SERVES = ConvertOptions("cutedsl", engine=vllm_oracle.ENGINE, gate_up_globals="keep"), []
 
 
 def write_source(directory: Path) -> Path:
@@ -152,10 +152,11 @@ def test_refuses_moe_tensor_parallelism(bake):
 def test_refuses_a_bake_with_shared_gate_up_globals(source, tmp_path):
     """moebake's default shares differing gate/up globals: not vLLM's bytes, and the refusal says how to re-bake."""
     out = tmp_path / "shared"
-    convert(source, out, ConvertOptions("cutedsl", engine="vllm"), progress=False)
+    convert(source, out, ConvertOptions("cutedsl", engine=vllm_oracle.ENGINE), progress=False)
     with pytest.raises(MoebakeError) as excinfo:
         moebake_config(out)
-    assert "global scales shared" in refusal(excinfo) and "--engine vllm==0.33.0 --gate-up-globals keep" in refusal(excinfo)
+    installed = __import__("vllm").__version__
+    assert "global scales shared" in refusal(excinfo) and f"--engine vllm=={installed} --gate-up-globals keep" in refusal(excinfo)
 
 
 def test_refuses_a_config_that_disagrees_with_the_manifest(bake):
