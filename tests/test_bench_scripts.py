@@ -11,6 +11,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -21,9 +22,9 @@ REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
 RESULTS = BENCH / "results"
 PYTHON_SCRIPTS = ["convert_bench.py", "transform_bench.py", "serve_bench.py", "deepep_layer_bench.py", "deepgemm_masked_bench.py",
-                  "startup_bench.py", "sm90_paths_bench.py"]
+                  "startup_bench.py", "sm90_paths_bench.py", "real_server.py"]
 SHELL_SCRIPTS = ["device_convert_scaling.sh", "device_wheels.sh"]
-HELPERS = ["benchkit.py"]  # imported by the scripts, not run
+HELPERS = ["benchkit.py", "real_server_probe.py"]  # imported by the scripts (or their servers), not run
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal on a machine without a GPU")
 
 
@@ -431,3 +432,186 @@ def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):
     assert "| 1 | cold | 6.00 | 3.00 | 2.00x | 2.00 | 1.50 | 3.00 / 3.00 | 0.50 / 0.00 | 1.25 / 1.25 |" in text
     assert "| 2 | warm | - | 1.00 | - | 2.00 | 0.50 | - / 3.00 | - / 0.50 | - / 1.25 |" in text
     assert "Not measured: EP 1 warm, EP 2 cold." in text and "disk 1.00 GB/s with O_DIRECT (the only disk probe" in text
+
+
+# real_server.py: a real SGLang server (SGLang 0.5.17's stack, carried to the GPU machine), stock vs bake
+
+
+def test_real_server_compares_every_prompt_bit_for_bit():
+    bench = load_bench("real_server.py")
+    reference = [{"output_ids": [5, 6, 7], "logprobs": [-0.5, -1.25, -2.0]}, {"output_ids": [1], "logprobs": [-0.125]}]
+    same = json.loads(json.dumps(reference))  # what a second server's JSON gives for the same floats
+    assert bench.compare(same, reference) == (True, True)
+    one_ulp = json.loads(json.dumps(reference))
+    one_ulp[1]["logprobs"][0] = float(np.nextafter(-0.125, 0.0))
+    assert bench.compare(one_ulp, reference) == (True, False)
+    other_token = json.loads(json.dumps(reference))
+    other_token[0]["output_ids"][2] = 8
+    assert bench.compare(other_token, reference) == (False, True)
+    assert bench.compare(reference[:1], reference) == (False, False)
+
+
+def test_real_server_says_where_two_runs_part():
+    bench = load_bench("real_server.py")
+    reference = [{"output_ids": [5, 6, 7, 8], "logprobs": [-0.5, -1.25, -2.0, -3.0]}, {"output_ids": [1], "logprobs": [-0.125]}]
+    other = [{"output_ids": [5, 6, 9, 8], "logprobs": [-0.5, -1.0, -2.5, -3.0]}, {"output_ids": [1], "logprobs": [-0.125]}]
+    assert bench.differences(other, reference) == [{"first_token_differing": 2, "max_abs_logprob_difference": 0.25},
+                                                   {"first_token_differing": None, "max_abs_logprob_difference": 0.0}]
+
+
+def test_real_server_reads_sglangs_load_line():
+    line = ("[2026-11-27 21:40:01] Load weight end. elapsed=1.87 s, type=GptOssForCausalLM, quant=mxfp4, "
+            "avail mem=70.12 GB, mem usage=1.73 GB.")
+    assert load_bench("real_server.py").parse_log(f"noise\n{line}\nmore") == {"load_seconds": 1.87, "sglang_load_mem_usage_gib": 1.73}
+    assert load_bench("real_server.py").parse_log("no load line") == {"load_seconds": None, "sglang_load_mem_usage_gib": None}
+
+
+def test_real_server_command_and_prompts():
+    bench = load_bench("real_server.py")
+    stock = bench.server_command(Path("/m/src"), "marlin", False, 30000, [])
+    bake = bench.server_command(Path("/m/sm90-marlin"), "marlin", True, 30000, ["--x"])
+    for flag in ("--skip-tokenizer-init", "--attention-backend", "--moe-runner-backend"):
+        assert flag in stock
+    assert "--disable-cuda-graph" not in stock and "--quantization" not in stock  # CUDA graphs on, the source's mxfp4
+    assert bake[len(stock):] == ["--quantization", "moebake", "--x"]
+    asked = bench.prompts(2048)
+    assert [len(p) for p in asked] == list(bench.PROMPT_LENGTHS) and asked == bench.prompts(2048)
+    assert max(max(p) for p in asked) < 2046  # below the pad and eos ids
+
+
+def test_real_server_makes_a_gpt_oss_config_sglang_reads(tmp_path):
+    """The source config carries what SGLang's GptOssForCausalLM reads (layer types, sliding window, rope) and the
+    bake made from it keeps them."""
+    bench = load_bench("real_server.py")
+    bench.make(tmp_path, layers=2, experts=2, vocab=256, bakes=["sm90-marlin"], engine=None, extra_convert=[])
+    for model in ("src", "sm90-marlin"):
+        config = json.loads((tmp_path / model / "config.json").read_text())
+        assert config["layer_types"] == ["sliding_attention", "full_attention"] and config["sliding_window"] == 128
+        assert config["rope_scaling"]["rope_type"] == "yarn" and config["hidden_size"] == config["intermediate_size"] == 2880
+        assert (config["num_local_experts"], config["vocab_size"], config["eos_token_id"]) == (2, 256, 255)
+    assert json.loads((tmp_path / "sm90-marlin" / "config.json").read_text())["quantization_config"]["quant_method"] == "moebake"
+
+
+def test_real_server_probe_hooks_a_method_sglang_has():
+    """The probe's hook target is a method of the SGLang installed here (read from its source: importing SGLang's model
+    runner needs its server's dependencies), and SGLang's HookRegistry has the AROUND hooks it registers."""
+    import ast
+    import importlib.util
+
+    module, cls, method = load_bench("real_server_probe.py").TARGET.rsplit(".", 2)
+    sglang = importlib.util.find_spec("sglang")
+    if sglang is None:
+        pytest.skip("sglang is not installed")
+    root = Path(sglang.origin).parent.parent
+    tree = ast.parse((root / (module.replace(".", "/") + ".py")).read_text())
+    methods = {f.name for c in tree.body if isinstance(c, ast.ClassDef) and c.name == cls for f in c.body
+               if isinstance(f, ast.FunctionDef)}
+    assert method in methods
+    registry = ast.parse((root / "sglang/srt/plugins/hook_registry.py").read_text())
+    assert "AROUND" in {t.id for n in ast.walk(registry) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+
+
+def test_real_server_names_the_release_and_the_compilers_it_waits_for():
+    bench = load_bench("real_server.py")
+    assert bench.release_of("sglang-0.5.17.dist-info") == "0.5.17"
+    ps = ("   12 /usr/local/cuda/bin/nvcc -c /c/moe_wna16_marlin.cu -o /b/moe_wna16_marlin.cuda.o\n"
+          "    3 /usr/bin/python3 -m sglang.launch_server --model-path m\n   40 /usr/bin/ninja -v -j 16\n")
+    assert bench.compilers_running(ps) == ["nvcc (12 s) /c/moe_wna16_marlin.cu /b/moe_wna16_marlin.cuda.o", "ninja (40 s) "]
+    assert bench.compilers_running("    3 /usr/bin/python3 x.py\n") == []
+
+
+def test_real_server_compares_each_run_with_its_backends_first_stock_run(tmp_path, monkeypatch):
+    """Bakes and repeated stock runs against the first stock run of their backend that answered; the results file."""
+    bench = load_bench("real_server.py")
+    answers = {1: [[1, 2]], 2: [[1, 2]], 3: [[1, 3]], 4: None, 5: [[1, 2]]}
+
+    def fake_run_one(directory, path, backend, target, new_tokens, timeout, extra, log_dir, order):
+        record = {"order": order, "path": path, "moe_runner_backend": backend, "target": target,
+                  "tokens_equal_to_stock": None, "logprobs_equal_to_stock": None}
+        if answers[order] is not None:
+            record["outputs"] = [{"output_ids": ids, "logprobs": [-1.0] * len(ids)} for ids in answers[order]]
+        return record
+
+    monkeypatch.setattr(bench, "run_one", fake_run_one)
+    out = tmp_path / "r.json"
+    runs = bench.run(tmp_path, ["stock:marlin", "bake:marlin:sm90-marlin", "bake:marlin:sm90-marlin", "stock:flashinfer_mxfp4",
+                                "stock:marlin"], 48, 60, [], out, tmp_path)
+    assert [(r["tokens_equal_to_stock"], r.get("stock_order")) for r in runs] == [
+        (None, None), (True, 1), (False, 1), (None, None), (True, 1)]
+    assert json.loads(out.read_text())["runs"] == runs
+
+
+FAKE_LAUNCH_SERVER = '''
+"""A stand-in for ``python -m sglang.launch_server``: SGLang's two log lines and its /generate answer format."""
+import faulthandler, json, os, signal, sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+args = sys.argv[1:]
+port, model = int(args[args.index("--port") + 1]), args[args.index("--model-path") + 1]
+faulthandler.register(signal.SIGUSR2, file=open(os.environ["MOEBAKE_REAL_SERVER_STACKS"], "a"), all_threads=True)
+if "hang" in model:
+    time.sleep(600)
+shift = 1 if "other" in model else 0  # a model that answers differently
+flushes = []  # answered with one token too many when the radix cache was not flushed before the request
+
+
+def answer(ids, new):
+    out = [(sum(ids) + i + shift) % 97 for i in range(new)]
+    return {"output_ids": out, "meta_info": {"output_token_logprobs": [[-1.0 / (t + 1), t, None] for t in out]}}
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/flush_cache":
+            flushes.append(1)
+            reply = "Cache flushed."
+        else:
+            new, ids = body["sampling_params"]["max_new_tokens"], body["input_ids"]
+            cached = len(flushes) not in ((1,) if isinstance(ids[0], list) else (0, 2))  # a prefix left in the cache
+            reply = [answer(i, new + cached) for i in ids] if isinstance(ids[0], list) else answer(ids, new + cached)
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *a):
+        pass
+
+
+server = HTTPServer(("127.0.0.1", port), Handler)
+print("[t] Load weight end. elapsed=0.25 s, type=GptOssForCausalLM, avail mem=70.00 GB, mem usage=0.50 GB.", flush=True)
+print("[t] The server is fired up and ready to roll!", flush=True)
+server.serve_forever()
+'''
+
+
+def test_real_server_serves_compares_and_stops_each_server(tmp_path, monkeypatch):
+    """bench/real_server.py end to end against a stand-in server process: it waits for the ready line, asks /generate
+    for one prompt, a batch and the first prompt again, reads SGLang's answer format and load line, stops the server,
+    compares the bake with stock (equal, and a bake that answers otherwise), and a server that never gets ready is
+    stopped with its Python stacks recorded."""
+    bench = load_bench("real_server.py")
+    site = tmp_path / "site"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    (site / "sglang" / "launch_server.py").write_text(FAKE_LAUNCH_SERVER)
+    (site / "sglang-0.5.17.dist-info").mkdir()
+    monkeypatch.setattr(bench, "S17_SITE", str(site))
+    work = tmp_path / "work"
+    for model in ("src", "same", "other", "hang"):
+        (work / model).mkdir(parents=True)
+    (work / "src" / "config.json").write_text(json.dumps({"vocab_size": 2048, "num_hidden_layers": 4, "num_local_experts": 32,
+                                                          "hidden_size": 2880}))
+    runs = bench.run(work, ["stock:marlin", "bake:marlin:same", "bake:marlin:other", "bake:marlin:hang:3"], 8, 60, [],
+                     tmp_path / "r.json", tmp_path / "logs")
+    stock, same, other, hang = runs
+    assert stock["release"] == "0.5.17" and stock["ready_seconds"] > 0 and stock["new_tokens"] == [8] * 5
+    assert (stock["load_seconds"], stock["sglang_load_mem_usage_gib"], stock["repeat_equal"]) == (0.25, 0.5, True)
+    assert (same["tokens_equal_to_stock"], same["logprobs_equal_to_stock"]) == (True, True)
+    assert (other["tokens_equal_to_stock"], other["logprobs_equal_to_stock"]) == (False, False)
+    assert hang["error"] == "not ready after 3 s" and hang["ready_seconds"] is None
+    assert any("time.sleep(600)" in line or "launch_server.py" in line for line in hang["stacks"]), hang["stacks"]
+    assert "--quantization" in same["server_flags"] and "--quantization" not in stock["server_flags"]
+    assert json.loads((tmp_path / "r.json").read_text())["runs"] == runs
