@@ -10,6 +10,7 @@ preparation code on CPU (the oracle tests) against moebake's bakes. ``MATRIX[eng
 * ``unproven``: ``"target/source format"`` -> what the oracle run printed where no rule's bytes matched.
 """
 
+# ruff: noqa: E501  (generated: each oracle run's message is kept whole)
 MATRIX = {'sglang': {'0.5.17': {'flashinfer': '0.6.15.post1',
                        'flashinfer_layout': 'v1',
                        'cells': {'cutedsl-deepep/modelopt-nvfp4': 'sglang-0.5.17',

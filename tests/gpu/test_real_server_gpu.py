@@ -4,8 +4,9 @@
 loaders, post-load step, Triton attention, CUDA graphs), once per run, through ``bench/real_server.py``: a GPT-OSS-shaped
 model (2 layers, 32 experts, H = I = 2880, vocabulary 2048, random weights from ``moebake.synthetic``) served from the
 source as stock SGLang, then from its bake through moebake's plugin, with the same backend. The same token ids go to
-``/generate`` (greedy, 48 new tokens, logprobs, one prompt and a batch of four): the bake's output token ids and
-logprobs must equal stock's exactly, and each server must repeat itself.
+``/generate`` (greedy, 48 new tokens, logprobs, one prompt and a batch of four): for the one prompt the bake's output
+token ids and logprobs must equal stock's exactly, for the batch only where two stock servers agree with each other
+(they did not on the H100), and each server must repeat itself.
 
 Needs an SM90 GPU and SGLang 0.5.17's stack unpacked by ``bin/gpu-sglang-stack install`` into ``$S17_SITE``
 (default /tmp/s17site; docs/testing.md, "A real SGLang server"); skipped otherwise, and in CI (no GPU).
@@ -59,7 +60,13 @@ def test_a_real_sglang_server_serves_the_bake_token_for_token(tmp_path):
     for run in runs:
         assert run["new_tokens"] == [48] * (1 + len(bench.PROMPT_LENGTHS)) and run["repeat_equal"] is True
         assert run["ready_seconds"] > 0 and run["load_seconds"] > 0 and run["peak_gpu_gib"] > 0
-    compared = [r for r in runs if r.get("stock_order")]
-    assert {r["order"] for r in bakes} <= {r["order"] for r in compared}
-    for run in compared:
-        assert (run["tokens_equal_to_stock"], run["logprobs_equal_to_stock"]) == (True, True), (run["order"], run["target"])
+    stock = [r for r in runs if r["path"] == "stock"]
+    first = stock[0]
+    # One prompt alone: the bake's token ids and logprobs equal stock's, bit for bit (measured so on the H100).
+    for run in bakes:
+        assert run["outputs"][0] == first["outputs"][0], (run["order"], run["target"])
+    # The batched request: only where stock repeats itself across server processes (it did not on the H100: logprobs
+    # of three prompts differed between two stock servers) is the bake held to it too.
+    if len(stock) > 1 and all(r["outputs"] == first["outputs"] for r in stock[1:]):
+        for run in bakes:
+            assert run["outputs"] == first["outputs"], (run["order"], run["target"])
