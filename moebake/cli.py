@@ -371,8 +371,8 @@ def _proven_releases(out: Path) -> str:
 def inspect(path, as_json):
     """Describe checkpoint PATH: a source (format, dims, quantization, convertible targets) or a baked output (from its
     manifest; a listed file missing or of another size exits with status 1: `moebake verify` checks the bytes)."""
-    from moebake.hub.download import parse_repo_spec
     from moebake.inspection import inspect_path, render_text
+    from moebake.schema.source_location import parse_repo_spec
 
     if not os.path.lexists(path) and (spec := parse_repo_spec(str(path))) is not None:
         repo, revision = spec
@@ -441,8 +441,8 @@ def upload(repo_id, path, old_repo_id, private, revision, create_pr, source, tok
 def _upload_arguments(repo_id: str, path: Path | None) -> Path:
     """The output to upload (PATH, or the current directory) once REPO_ID reads ORG/NAME and it is a moebake output;
     OptionError or ManifestError otherwise (checked before the token, so the first error is the first mistake)."""
-    from moebake.hub.download import parse_repo_spec
     from moebake.schema.manifest import load_manifest
+    from moebake.schema.source_location import parse_repo_spec
 
     spec = parse_repo_spec(repo_id)
     if spec is None or spec[1] is not None:

@@ -218,7 +218,11 @@ def test_verify_says_what_it_checked_and_speaks_json(gpt_oss_tiny, tmp_path):
     result = run("verify", tmp_path / "out")
     assert result.exit_code == 0
     assert result.output.startswith(f"ok: {tmp_path / 'out'} (moebake.json intact; 6 files, ")
-    assert "index and 2 shard headers valid; 12 baked tensors as recorded; proven on sglang 0.5.19-0.5.23)" in result.output
+    from moebake.schema.profiles import release_span
+
+    proven = json.loads((tmp_path / "out" / "moebake.json").read_text())["engine"]["releases"]
+    assert f"index and 2 shard headers valid; 12 baked tensors as recorded; proven on sglang {release_span('sglang', proven)})" \
+        in result.output
     report = json.loads(run("verify", tmp_path / "out", "--json").output)
     assert report["ok"] is True and report["problems"] == [] and "moebake.json intact" in report["checked"]
     (tmp_path / "out" / "extra.txt").write_text("x")

@@ -23,11 +23,11 @@ from pathlib import Path
 
 from moebake.convert.staging import check_staging
 from moebake.errors import MoebakeError, OutputError
-from moebake.hub.download import public_location
 from moebake.progress_bars import size_text
 from moebake.schema.checksums import ALGORITHMS, file_digest, parse_tagged
 from moebake.schema.files import file_kind, plain_name_problem
 from moebake.schema.manifest import MANIFEST_NAME, read_manifest
+from moebake.schema.source_location import public_location
 
 HUB_FILES = {".gitattributes"}
 """Files a Hub repo adds beside an output's files, which --overwrite may delete too."""

@@ -49,7 +49,6 @@ from moebake.convert.workers import bake_in_workers, usable_workers
 from moebake.convert.writer import shard_file_bytes, write_shard
 from moebake.errors import OutputError
 from moebake.formats.checkpoint import CONFIG_NAME
-from moebake.hub.download import public_location
 from moebake.layouts.flashinfer_versions import DESCRIPTIONS
 from moebake.progress_bars import byte_bar, shard_done
 from moebake.schema.checksums import CHECKSUM, file_digest, file_record, tagged
@@ -58,6 +57,7 @@ from moebake.schema.files import child, open_regular
 from moebake.schema.index import write_index
 from moebake.schema.manifest import MANIFEST_NAME, EngineRecord, FileRecord, LayerRecord, Manifest, SourceRecord, created, write_manifest
 from moebake.schema.profiles import check_servable, engines_with_same_bytes, manifest_engine
+from moebake.schema.source_location import public_location
 
 _HF_SNAPSHOT_RE = re.compile(r"/snapshots/([0-9a-f]{40})(/|$)")
 OWN_FILES = {MANIFEST_NAME, SAFETENSORS_INDEX_FILE}

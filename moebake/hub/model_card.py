@@ -21,7 +21,6 @@ import yaml
 from huggingface_hub import ModelCardData
 from huggingface_hub.repocard import metadata_load
 
-from moebake.hub.download import hub_repo_of, public_location
 from moebake.schema.checksums import ALGORITHMS, CHECKSUM
 from moebake.schema.manifest import (
     MANIFEST_NAME,
@@ -34,6 +33,7 @@ from moebake.schema.manifest import (
     rescaled_gate_up,
 )
 from moebake.schema.profiles import serving_flags
+from moebake.schema.source_location import hub_repo_of, public_location
 from moebake.schema.targets import target_spec
 
 CARD_NAME = "README.md"

@@ -265,7 +265,10 @@ def test_refuses_another_vllm_version(bake, monkeypatch):
     monkeypatch.setattr(vllm, "__version__", "0.34.0")
     with pytest.raises(MoebakeError) as excinfo:
         build(bake)
-    assert "proven on vllm 0.26.0-0.33.0" in refusal(excinfo) and "vllm 0.34.0 is installed" in refusal(excinfo)
+    from moebake.schema.profiles import release_span, serving_releases
+
+    assert f"proven on vllm {release_span('vllm', serving_releases('vllm'))}" in refusal(excinfo)
+    assert "vllm 0.34.0 is installed" in refusal(excinfo)
 
 
 def test_refuses_another_moe_backend(bake):
