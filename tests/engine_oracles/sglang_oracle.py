@@ -94,8 +94,8 @@ def sglang_engine(*, moe_runner_backend: str = "auto", moe_a2a_backend: str = "n
     parallel = runtime_context.get_parallel()
     if hasattr(parallel, "override_permanently"):
         parallel.override_permanently(world_group=parallel_state._WORLD)
-    else:
-        parallel._overrides.clear()  # what override_parallel set for the previous use
+    if not hasattr(parallel, "clear_stamp") and isinstance(getattr(parallel, "_overrides", None), dict):
+        parallel._overrides.clear()  # what override_parallel set for the previous use (releases before stamps)
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(backend="gloo")
     import inspect
@@ -113,14 +113,19 @@ def sglang_engine(*, moe_runner_backend: str = "auto", moe_a2a_backend: str = "n
 
 def override_parallel(**values) -> None:
     """Force parallel facts (``moe_ep_size=2``, ``tp_group=...``) until the next :func:`sglang_engine`, as a launcher with
-    those arguments would have them: ``override_permanently`` from 0.5.20, the context's overrides before."""
+    those arguments would have them: ``override_permanently`` where it exists (from 0.5.20; in 0.5.20 it holds derived
+    widths only), and the context's live-value overrides where the release has them (``moe_ep_rank`` in 0.5.17-0.5.20)."""
     from sglang.srt.runtime_context import get_parallel
 
     parallel = get_parallel()
     if hasattr(parallel, "override_permanently"):
         parallel.override_permanently(**values)
-    else:
-        parallel._overrides.update(values)
+    if hasattr(parallel, "clear_stamp") or not isinstance(getattr(parallel, "_overrides", None), dict):
+        return  # releases with stamps (0.5.21+) hold every value override_permanently is given
+    for key, value in values.items():
+        current = getattr(parallel, key, None)
+        if current is not value and current != value:  # a live value override_permanently does not reach (0.5.20)
+            parallel._overrides[key] = value
 
 
 _PLATFORM_FUNCTIONS = {"is_sm90_supported": "is_sm90", "is_sm100_supported": "is_sm100", "is_blackwell": "is_blackwell",
