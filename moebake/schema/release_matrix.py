@@ -78,20 +78,17 @@ MATRIX = {'sglang': {'0.5.17': {'flashinfer': '0.6.15.post1',
             '0.5.20': {'flashinfer': '0.6.18',
                        'flashinfer_layout': 'v2',
                        'cells': {'cutedsl-deepep/modelopt-nvfp4': 'sglang-0.5.17',
+                                 'cutedsl/modelopt-nvfp4': 'sglang-0.5.17',
                                  'deepep-bf16/bf16-moe': 'sglang-0.5.17',
                                  'sm100-trtllm/deepseek-v4': 'sglang-0.5.17',
                                  'sm100-trtllm/gpt-oss': 'sglang-0.5.17',
                                  'sm90-cutlass-w4a8/deepseek-v4': 'sglang-0.5.17',
                                  'sm90-cutlass-w4a8/gpt-oss': 'sglang-0.5.17',
                                  'sm90-cutlass/deepseek-v4': 'sglang-0.5.17',
+                                 'sm90-cutlass/gpt-oss': 'sglang-0.5.17',
                                  'sm90-marlin/deepseek-v4': 'sglang-0.5.17',
                                  'sm90-marlin/gpt-oss': 'sglang-0.5.17'},
-                       'unproven': {'cutedsl/modelopt-nvfp4': 'sglang-0.5.22: '
-                                                              'test_sglang_plugin_targets::test_cutedsl_expert_parallel_rank_holds_its_experts_and_sglangs_global_input_scales: '
-                                                              'AssertionError: w13_weight',
-                                    'sm90-cutlass/gpt-oss': 'sglang-0.5.22: '
-                                                            'test_sglang_plugin::test_each_expert_parallel_rank_loads_its_own_experts: '
-                                                            'assert False'}},
+                       'unproven': {}},
             '0.5.21': {'flashinfer': '0.6.18',
                        'flashinfer_layout': 'v2',
                        'cells': {'cutedsl-deepep/modelopt-nvfp4': 'sglang-0.5.17',
