@@ -79,14 +79,15 @@ def run_oracles(engine: str, release: str, rule: str | None = None) -> dict[str,
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path + [p for p in [os.environ.get("PYTHONPATH")] if p]),
                MOEBAKE_ORACLE_ENGINE=f"{engine}=={release}", HF_HUB_OFFLINE="1", **{RELEASE_ENV[engine]: release},
                MOEBAKE_ORACLE_HIDE=",".join(sorted(shadowed_leftovers(trees))))
-    env.pop("MOEBAKE_REQUIRE_ENGINES", None)
+    for inherited in ("MOEBAKE_REQUIRE_ENGINES", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(inherited, None)  # a caller's torch.distributed rendezvous (its gloo group listens on that port)
     if rule:
         env.update(MOEBAKE_ORACLE_RULE=rule, MOEBAKE_ORACLE_FLASHINFER=flashinfer or "")
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.xml"
         subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", ORACLE_FILES[engine],
-                        *PLUGIN_FILES[engine], f"--junitxml={report}"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+                        *PLUGIN_FILES[engine], f"--junitxml={report}", f"--basetemp={scratch}/tmp"], cwd=REPO, env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if not report.is_file():
             raise RuntimeError(f"{engine} {release}: the oracle run wrote no report")
         results: dict[str, list[tuple[str, str]]] = {}
