@@ -138,3 +138,32 @@ def refusal(excinfo) -> str:
     message = str(excinfo.value)
     assert "\n" not in message and message.startswith(PREFIX), message
     return message
+
+
+def refusal_of_another_release(bake, build, monkeypatch) -> None:
+    """The one-line refusal ``build(bake)`` gives under a vLLM release the matrix does not hold (0.34.0), checked to name
+    the proven span and the installed release."""
+    import vllm
+
+    from moebake.errors import MoebakeError
+    from moebake.schema.profiles import release_span, serving_releases
+
+    monkeypatch.setattr(vllm, "__version__", "0.34.0")
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake)
+    message = refusal(excinfo)
+    assert f"proven on vllm {release_span('vllm', serving_releases('vllm'))}" in message and "vllm 0.34.0 is installed" in message
+
+
+def refusal_under_another_flashinfer_layout(bake, build, monkeypatch) -> None:
+    """The refusal ``build(bake)`` gives where the installed FlashInfer is not the release's pin and reads the other SM90
+    layout (0.6.17: v1), checked to name both layouts."""
+    import flashinfer
+
+    from moebake.errors import MoebakeError
+
+    monkeypatch.setattr(flashinfer, "__version__", "0.6.17")
+    with pytest.raises(MoebakeError) as excinfo:
+        build(bake)
+    message = refusal(excinfo)
+    assert "layout v2" in message and "reads fp4 layout v1" in message

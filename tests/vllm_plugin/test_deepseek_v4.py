@@ -33,7 +33,14 @@ from moebake.convert.run import convert
 from moebake.errors import MoebakeError
 from moebake.reference.synthetic_sources import write_deepseek_v4
 from vllm_plugin import conftest as plugin
-from vllm_plugin.conftest import baked_for_vllm, build_model, load, refusal
+from vllm_plugin.conftest import (
+    baked_for_vllm,
+    build_model,
+    load,
+    refusal,
+    refusal_of_another_release,
+    refusal_under_another_flashinfer_layout,
+)
 
 EXPERTS, HIDDEN, INTERMEDIATE, LAYERS = 4, 256, 128, 2
 WEIGHTS = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale")
@@ -260,15 +267,8 @@ def test_refuses_a_gpu_that_is_not_sm90(bake):
 
 
 def test_refuses_another_vllm_version(bake, monkeypatch):
-    import vllm
-
-    monkeypatch.setattr(vllm, "__version__", "0.34.0")
-    with pytest.raises(MoebakeError) as excinfo:
-        build(bake)
-    from moebake.schema.profiles import release_span, serving_releases
-
-    assert f"proven on vllm {release_span('vllm', serving_releases('vllm'))}" in refusal(excinfo)
-    assert "vllm 0.34.0 is installed" in refusal(excinfo)
+    """The plugin's private vLLM names are proven for the matrix's releases: another is refused in one line."""
+    refusal_of_another_release(bake, build, monkeypatch)
 
 
 def test_refuses_another_moe_backend(bake):
@@ -344,12 +344,7 @@ def test_an_sglang_bake_that_serves_vllm_loads(source, stock, tmp_path):
 
 def test_refuses_another_flashinfer_layout(bake, monkeypatch):
     """A FlashInfer other than the release's pin, that reads the other SM90 layout (0.6.17: v1), is refused."""
-    import flashinfer
-
-    monkeypatch.setattr(flashinfer, "__version__", "0.6.17")
-    with pytest.raises(MoebakeError) as excinfo:
-        build(bake)
-    assert "layout v2" in refusal(excinfo) and "reads fp4 layout v1" in refusal(excinfo)
+    refusal_under_another_flashinfer_layout(bake, build, monkeypatch)
 
 
 def test_refuses_a_target_it_does_not_serve(tmp_path):

@@ -23,7 +23,16 @@ from moebake.convert.run import convert
 from moebake.engines.vllm.bake import GPT_OSS
 from moebake.errors import MoebakeError
 from moebake.synthetic import write_gpt_oss
-from vllm_plugin.conftest import build_gpt_oss, experts_of, load, moebake_config, post_load, refusal
+from vllm_plugin.conftest import (
+    build_gpt_oss,
+    experts_of,
+    load,
+    moebake_config,
+    post_load,
+    refusal,
+    refusal_of_another_release,
+    refusal_under_another_flashinfer_layout,
+)
 
 PARAMETER_NAMES = GPT_OSS.parameter_names
 
@@ -163,12 +172,7 @@ def test_refuses_a_gpu_that_is_not_sm90(bake):
 
 def test_refuses_another_flashinfer_layout(bake, monkeypatch):
     """A FlashInfer other than the release's pin, that reads the other SM90 layout (0.6.17: v1), is refused."""
-    import flashinfer
-
-    monkeypatch.setattr(flashinfer, "__version__", "0.6.17")
-    with pytest.raises(MoebakeError) as excinfo:
-        build_gpt_oss(bake)
-    assert "layout v2" in refusal(excinfo) and "reads fp4 layout v1" in refusal(excinfo)
+    refusal_under_another_flashinfer_layout(bake, build_gpt_oss, monkeypatch)
 
 
 def test_refuses_moe_tensor_parallelism(bake):
@@ -265,16 +269,8 @@ def test_refuses_a_baked_tensor_whose_shape_differs_from_the_manifest(bake, tmp_
 
 
 def test_refuses_another_vllm_version(bake, monkeypatch):
-    """The plugin's private vLLM names are 0.33.0's: another installed version is refused in one line."""
-    import vllm
-
-    monkeypatch.setattr(vllm, "__version__", "0.34.0")
-    with pytest.raises(MoebakeError) as excinfo:
-        build_gpt_oss(bake)
-    from moebake.schema.profiles import release_span, serving_releases
-
-    assert f"proven on vllm {release_span('vllm', serving_releases('vllm'))}" in refusal(excinfo)
-    assert "vllm 0.34.0 is installed" in refusal(excinfo)
+    """The plugin's private vLLM names are proven for the matrix's releases: another is refused in one line."""
+    refusal_of_another_release(bake, build_gpt_oss, monkeypatch)
 
 
 
