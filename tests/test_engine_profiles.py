@@ -6,7 +6,6 @@ SGLang's own loaders and runs its ``process_weights_after_loading`` on CPU. Ever
 entry is covered here; the test of the registry itself fails if a verified entry has no oracle.
 """
 
-import os
 
 import pytest
 import torch
@@ -37,7 +36,7 @@ standins_hidden_after_each_test = sglang_oracle.standins_hidden_after_each_test 
 KERNELS = {"v2": kernel_interleave_v2, "v1": kernel_interleave_v1}
 
 
-ENGINE = os.environ.get("MOEBAKE_ORACLE_ENGINE", "sglang")
+ENGINE = sglang_oracle.ENGINE
 """The engine release the bakes are made for: the one whose code runs here (``sglang==0.5.17`` in a release-matrix run,
 ``tests/engine_releases/prove.py``); plain ``sglang``, the newest proven, in the suite."""
 

@@ -119,20 +119,14 @@ def test_the_plugin_serves_a_gpt_oss_marlin_bake_in_sglang_0_5_17():
     import subprocess
 
     sys.path.insert(0, str(REPO))
-    from tests.engine_releases import prove, trees
+    from tests.engine_releases import prove
 
     try:
-        tree = trees.release_tree("sglang", "0.5.17")
-        flashinfer = trees.release_tree("flashinfer-python", prove.pinned_flashinfer(tree))
+        env = prove.release_env("sglang", "0.5.17")
     except OSError as err:
         if os.environ.get("MOEBAKE_REQUIRE_ENGINES") == "1":
             raise
         pytest.skip(f"cannot fetch sglang 0.5.17's tree: {err}")
-    hidden = prove.shadowed_leftovers({"sglang": tree, "flashinfer-python": flashinfer})
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(flashinfer), str(REPO)]), HF_HUB_OFFLINE="1",
-               MOEBAKE_SGLANG_RELEASE="0.5.17", MOEBAKE_ORACLE_ENGINE="sglang==0.5.17", MOEBAKE_ORACLE_HIDE=",".join(sorted(hidden)))
-    for name in ("MOEBAKE_REQUIRE_ENGINES", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
-        env.pop(name, None)  # a process group this pytest process opened would hold the port the child's asks for
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_sglang_plugin_targets.py",
                            "-k", "sm90-marlin/gpt-oss"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-3000:]

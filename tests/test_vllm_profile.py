@@ -24,10 +24,9 @@ from moebake.reference.synthetic_sources import MODELOPT_MISMATCHES, write_deeps
 from moebake.schema.profiles import get_profile
 from moebake.synthetic import write_gpt_oss
 
-VLLM = __import__("os").environ.get("MOEBAKE_ORACLE_ENGINE", "vllm")
-"""The vLLM release the bakes are made for: the one whose code runs here (``vllm==0.32.0`` in a release-matrix run)."""
-
 vllm_oracle = pytest.importorskip("engine_oracles.vllm_oracle")
+VLLM = vllm_oracle.ENGINE
+"""The vLLM release the bakes are made for: the one whose code runs here (``vllm==0.32.0`` in a release-matrix run)."""
 
 
 def _spec(engine: str) -> str:

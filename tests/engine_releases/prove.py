@@ -68,8 +68,10 @@ def shadowed_leftovers(trees: dict[str, Path]) -> set[str]:
     return hidden
 
 
-def run_oracles(engine: str, release: str, rule: str | None = None) -> dict[str, list[tuple[str, str]]]:
-    """Run ``engine`` ``release``'s oracle tests; ``{test function: [(outcome, first message line)]}``."""
+def release_env(engine: str, release: str, rule: str | None = None) -> dict[str, str]:
+    """The environment a pytest process runs ``engine`` ``release``'s code in: its tree and its pinned FlashInfer's
+    first on ``PYTHONPATH`` (fetched once, :mod:`trees`), bakes made for it, installed packages it would lack hidden,
+    and none of the caller's torch.distributed rendezvous; with ``rule``, that rule taken as the release's (discovery)."""
     from tests.engine_releases.trees import release_tree
 
     tree = release_tree(engine, release)
@@ -83,6 +85,12 @@ def run_oracles(engine: str, release: str, rule: str | None = None) -> dict[str,
         env.pop(inherited, None)  # a caller's torch.distributed rendezvous (its gloo group listens on that port)
     if rule:
         env.update(MOEBAKE_ORACLE_RULE=rule, MOEBAKE_ORACLE_FLASHINFER=flashinfer or "")
+    return env
+
+
+def run_oracles(engine: str, release: str, rule: str | None = None) -> dict[str, list[tuple[str, str]]]:
+    """Run ``engine`` ``release``'s oracle tests; ``{test function: [(outcome, first message line)]}``."""
+    env = release_env(engine, release, rule)
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.xml"
         subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", ORACLE_FILES[engine],
