@@ -53,13 +53,21 @@ import numpy as np
 import benchkit
 
 ROOT = benchkit.REPO
-MODELS = {"gpt-oss-20b": {"layers": 24, "experts": 32}, "gpt-oss-120b": {"layers": 36, "experts": 128},
-          "tiny": {"layers": 2, "experts": 4}}
-SHAPES = {"hidden": 2880, "intermediate": 2880, "heads": 64, "kv_heads": 8, "head_dim": 64, "vocab": 201088}
-TINY_SHAPES = {"hidden": 256, "intermediate": 128, "heads": 4, "kv_heads": 2, "head_dim": 32, "vocab": 64}
-EXPERT_NAMES = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias", "down_proj_blocks",
-                "down_proj_scales", "down_proj_bias")
+MODELS = {"gpt-oss-20b": {"layers": 24, "experts": 32, "shapes": "gpt-oss"},
+          "gpt-oss-120b": {"layers": 36, "experts": 128, "shapes": "gpt-oss"},
+          "deepseek-v4-flash": {"layers": 43, "experts": 256, "shapes": "deepseek-v4-flash"},
+          "tiny": {"layers": 2, "experts": 4, "shapes": "tiny"}}
+SHAPES = {"gpt-oss": {"hidden": 2880, "intermediate": 2880, "heads": 64, "kv_heads": 8, "head_dim": 64,
+                      "vocab": 201088, "top_k": 4},
+          # DeepSeek-V4-Flash's experts (config.json: hidden 4096, moe_intermediate 2048, 256 routed, top-6) and
+          # vocabulary; attention of GPT-OSS's kind at that width (its MLA tensors differ, and weigh little)
+          "deepseek-v4-flash": {"hidden": 4096, "intermediate": 2048, "heads": 64, "kv_heads": 8, "head_dim": 64,
+                                "vocab": 129280, "top_k": 6},
+          "tiny": {"hidden": 256, "intermediate": 128, "heads": 4, "kv_heads": 2, "head_dim": 32, "vocab": 64,
+                   "top_k": 2}}
+PATHS = ("stock", "presharded", "bake")
 GIB = 2**30
+_GPUS_SEEN = False  # set by run_all on a machine with GPUs: there a cold run that cannot drop the page cache fails
 
 
 # ----------------------------------------------------------------------------------------------- make
@@ -75,7 +83,7 @@ def write_source(path: Path, model: str, layers: int) -> Path:
     from safetensors.torch import save_file
 
     experts = MODELS[model]["experts"]
-    s = TINY_SHAPES if model == "tiny" else SHAPES
+    s = SHAPES[MODELS[model]["shapes"]]
     H, I, q, kv = s["hidden"], s["intermediate"], s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
 
     def bf16(seed, *shape):
@@ -116,7 +124,7 @@ def write_source(path: Path, model: str, layers: int) -> Path:
     config = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": H,
               "intermediate_size": I, "head_dim": s["head_dim"], "num_attention_heads": s["heads"],
               "num_key_value_heads": s["kv_heads"], "num_hidden_layers": layers, "num_local_experts": experts,
-              "num_experts_per_tok": 4, "experts_per_token": 4, "hidden_act": "silu", "swiglu_limit": 7.0,
+              "num_experts_per_tok": s["top_k"], "experts_per_token": s["top_k"], "hidden_act": "silu", "swiglu_limit": 7.0,
               "vocab_size": s["vocab"], "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
                   "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}}
     (path / "config.json").write_text(json.dumps(config, indent=2))
@@ -201,8 +209,23 @@ def _sglang_world(ep: int, rank: int, device: str):
     return stack
 
 
-def _build_model(config: dict, quant_config):
-    """The MoE layers (SGLang ``FusedMoE``) at the checkpoint's module names, and ``{name: parameter}`` of the rest."""
+def _other_tensors(directory: Path) -> dict:
+    """``{name: (shape, torch dtype)}`` of every tensor in ``directory``'s shards that is not an expert's (from the
+    headers; SGLang's GPT-OSS loader tells experts apart by ``.experts`` in the name, as here)."""
+    from moebake.formats.safetensors_file import DTYPES, read_header
+
+    found = {}
+    for shard in sorted(directory.glob("*.safetensors")):
+        for name, entry in read_header(shard).tensors.items():
+            if ".experts" not in name:
+                found[name] = (entry.shape, DTYPES[entry.dtype][0])
+    return found
+
+
+def _build_model(config: dict, quant_config, others: dict):
+    """The holder: the MoE layers (SGLang ``FusedMoE``) at the checkpoint's module names, and an uninitialised
+    parameter of its name, shape and dtype for every other tensor (``others``, from :func:`_other_tensors`), as
+    SGLang's model classes make them, on the current default device."""
     import torch
     from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
 
@@ -219,6 +242,14 @@ def _build_model(config: dict, quant_config):
             prefix=f"model.layers.{i}.mlp.experts", use_weight_loader_fused=quant_config.get_name() != "mxfp4"))
         block.add_module("mlp", mlp)
         model.layers.append(block)
+    for name, (shape, dtype) in others.items():
+        *path, leaf = name.split(".")
+        module = root
+        for part in path:
+            if part not in module._modules:
+                module.add_module(part, torch.nn.Module())
+            module = module._modules[part]
+        module.register_parameter(leaf, torch.nn.Parameter(torch.empty(shape, dtype=dtype), requires_grad=False))
     return root
 
 
@@ -228,43 +259,37 @@ def _holder_config(directory: Path):
     return PretrainedConfig(**json.loads((directory / "config.json").read_text()))
 
 
-def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> dict:
-    """Load the model of ``directory`` as EP rank ``rank`` of ``ep`` the ``path`` way; the rank's measurements."""
+def _quant_config(path: str, config: dict):
+    """The quantization config each path's server would build: SGLang's ``Mxfp4Config`` for the source (stock and
+    presharded), moebake's for the bake."""
+    if path == "bake":
+        from moebake.engines.sglang.config import MoebakeConfig
+
+        return MoebakeConfig.from_config(config["quantization_config"])
+    from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
+
+    return Mxfp4Config.from_config(config["quantization_config"])
+
+
+def _load_from_checkpoint(path: str, root, files: list[str], directory: Path, device: str) -> int:
+    """Load ``root`` from the checkpoint's shards through SGLang's iterator and loaders, then run every MoE layer's
+    post-load step; the bytes of tensor data the path consumed."""
     import torch
     from sglang.srt.model_loader.loader import DefaultModelLoader
     from sglang.srt.model_loader.weight_utils import buffered_multi_thread_safetensors_weights_iterator, default_weight_loader
     from sglang.srt.models.gpt_oss import GptOssForCausalLM
 
-    config = json.loads((directory / "config.json").read_text())
-    files = sorted(str(p) for p in directory.glob("*.safetensors"))
-    cuda = device.startswith("cuda")
-    if cuda:
-        torch.cuda.set_device(device)
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    io_before, requested = _io_read_bytes(), 0
-    rss_before = _rss_gib()  # the process (torch, CUDA context, the engine's imports) before its first byte
-    began = time.perf_counter()
-    with torch.device(device):
-        if path == "stock":
-            from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
-
-            quant = Mxfp4Config.from_config(config["quantization_config"])
-        else:
-            from moebake.engines.sglang.config import MoebakeConfig
-
-            quant = MoebakeConfig.from_config(config["quantization_config"])
-        root = _build_model(config, quant)
-    others = {}
+    params = dict(root.named_parameters())
     weights = buffered_multi_thread_safetensors_weights_iterator(files, max_workers=DefaultModelLoader.DEFAULT_NUM_THREADS)
+    requested = 0
 
-    def load_other(name, tensor):
+    def load(name, tensor):
         nonlocal requested
-        target = others[name] = torch.empty(tensor.shape, dtype=tensor.dtype, device=device)
-        default_weight_loader(target, tensor)
+        param = params[name]
+        getattr(param, "weight_loader", default_weight_loader)(param, tensor)
         requested += tensor.numel() * tensor.element_size()
 
-    if path == "stock":  # as GptOssForCausalLM._load_weights_mxfp4: experts loaded as they come, the rest after
+    if path != "bake":  # as GptOssForCausalLM._load_weights_mxfp4: experts loaded as they come, the rest after
         held = []
 
         def experts():
@@ -279,41 +304,105 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
         root.config = _holder_config(directory)
         GptOssForCausalLM._load_mxfp4_experts_weights(root, experts())
         for name, tensor in held:
-            load_other(name, tensor)
+            load(name, tensor)
         held.clear()  # SGLang drops its held views once they are loaded
     else:  # as its generic load_weights: every tensor in the iterator's order (the post-load step replaces no parameter)
-        params = dict(root.named_parameters())
-        for name, tensor in weights:
-            if name in params:
+        direct = _direct_loader(root, directory, device)
+        for name, tensor in (direct.filter(weights) if direct else weights):
+            if ".experts" in name:
                 params[name].weight_loader(params[name], tensor)  # the plugin's loader: metadata only
             else:
-                load_other(name, tensor)
-    layers = [block.mlp.experts for block in root.model.layers]
-    for layer in layers:
+                load(name, tensor)
+        requested += direct.stats.bytes if direct else 0
+    for layer in _moe_layers(root):
         layer.quant_method.process_weights_after_loading(layer)
         stats = getattr(layer.quant_method, "load_stats", None)
         requested += stats.bytes if stats is not None else 0
-    if cuda:
+    if device.startswith("cuda"):
         torch.cuda.synchronize()
+    return requested
+
+
+def _direct_loader(root, directory: Path, device: str):
+    """moebake's loader of the bake's other tensors (straight into their parameters), where this checkout has it."""
+    try:
+        from moebake.engines.sglang.whole_model import DirectParameterLoader
+    except ImportError:
+        return None
+    return DirectParameterLoader(root, directory, device)
+
+
+def _moe_layers(root) -> list:
+    return [block.mlp.experts for block in root.model.layers]
+
+
+def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> dict:
+    """Load the model of ``directory`` as EP rank ``rank`` of ``ep`` the ``path`` way; the rank's measurements.
+
+    ``presharded-dump`` is the stock load followed by SGLang's presharded dump (timed apart); ``presharded`` reloads
+    that dump (its directory from :data:`startup_presharded.READY_RECORD` beside the source)."""
+    import torch
+
+    import startup_presharded
+
+    config = json.loads((directory / "config.json").read_text())
+    files = sorted(str(p) for p in directory.glob("*.safetensors"))
+    others = _other_tensors(directory)
+    quant = _quant_config(path, config)
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.set_device(device)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    io_before = _io_read_bytes()
+    rss_before = _rss_gib()  # the process (torch, CUDA context, the engine's imports) before its first byte
+    began = time.perf_counter()
+
+    def build():
+        return _build_model(config, quant, others)
+
+    result = {}
+    if path == "presharded":
+        dump = Path(json.loads((directory.parent / startup_presharded.READY_RECORD.format(ep=ep)).read_text())["directory"])
+        root = startup_presharded.reload(build, quant, directory, dump, device)
+        if cuda:
+            torch.cuda.synchronize()
+        requested = startup_presharded.rank_bytes(dump, rank)
+    else:
+        with torch.device(device):
+            root = build()
+        requested = _load_from_checkpoint(path, root, files, directory, device)
     seconds = time.perf_counter() - began
     rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB  # before the digest's own copies
     rss_after = _rss_gib()
     resident = torch.cuda.memory_allocated() if cuda else 0
     peak = torch.cuda.max_memory_allocated() if cuda else 0
-    return {"seconds": seconds, "layer0_xxh3": _digest(layers[0]), "peak_host_rss_gib": rss_gib,
+    bytes_read = _io_read_bytes() - io_before
+    if path == "presharded-dump":
+        began = time.perf_counter()
+        dump = startup_presharded.dump(root, build, quant, directory)
+        result["dump_seconds"] = time.perf_counter() - began
+        if rank == 0:
+            (directory.parent / startup_presharded.READY_RECORD.format(ep=ep)).write_text(json.dumps(
+                {"directory": str(dump)}))
+    layers = _moe_layers(root)
+    moe = {id(p) for layer in layers for p in layer.parameters()}
+    return {**result, "seconds": seconds, "layer0_xxh3": _digest(layers[0].named_parameters()),
+            "others_xxh3": _digest((n, p) for n, p in root.named_parameters() if id(p) not in moe),
+            "peak_host_rss_gib": rss_gib,
             "rss_before_load_gib": rss_before.get("rss", 0.0), "rss_anon_after_gib": rss_after.get("anon", 0.0),
             "rss_file_after_gib": rss_after.get("file", 0.0),
-            "bytes_read": _io_read_bytes() - io_before, "bytes_requested": requested,
+            "bytes_read": bytes_read, "bytes_requested": requested,
             "peak_gpu_extra_gib": (peak - resident) / GIB, "resident_gib": resident / GIB}
 
 
-def _digest(layer) -> str:
-    """xxh3-128 over the layer's parameters (name order; each one's bytes), after the timed load."""
+def _digest(named_parameters) -> str:
+    """xxh3-128 over parameters (name order; each one's name and bytes), after the timed load."""
     import torch
     import xxhash
 
     digest = xxhash.xxh3_128()
-    for name, parameter in sorted(layer.named_parameters()):
+    for name, parameter in sorted(named_parameters, key=lambda item: item[0]):
         digest.update(name.encode())
         flat = parameter.data.contiguous().view(-1).view(torch.uint8)
         for start in range(0, flat.numel(), 64 << 20):
@@ -321,13 +410,25 @@ def _digest(layer) -> str:
     return digest.hexdigest()
 
 
+def _barrier(ep: int) -> None:
+    """Every rank of the world meets here (the gloo world SGLang's state was built on)."""
+    import torch.distributed as dist
+
+    if ep > 1 and dist.is_initialized():
+        dist.barrier()
+
+
 def run_rank(args) -> None:
-    """One rank in a process of its own (``all`` starts ``--ep`` of them at once)."""
-    directory = Path(args.dir) / ("src" if args.path == "stock" else "out")
+    """One rank in a process of its own (``all`` starts ``--ep`` of them at once). An ``--idle`` rank stands for a
+    rank of another (simulated) node: it joins the world and waits, loading nothing."""
+    directory = Path(args.dir) / ("out" if args.path == "bake" else "src")
     stack = _sglang_world(args.ep, args.rank, args.device)
     with stack, _model_directory(directory):
-        result = load_rank(args.path, directory, args.ep, args.rank, args.device)
-    Path(args.result).write_text(json.dumps(result))
+        _barrier(args.ep)  # every rank set up before any starts its clock
+        result = None if args.idle else load_rank(args.path, directory, args.ep, args.rank, args.device)
+        _barrier(args.ep)
+    if result is not None:
+        Path(args.result).write_text(json.dumps(result))
 
 
 def _model_directory(directory: Path):
@@ -338,8 +439,14 @@ def _model_directory(directory: Path):
 
 # ----------------------------------------------------------------------------------------- the limits
 def _drop_page_cache() -> None:
+    """Empty the page cache (root only). Where that is refused on a CPU smoke run, say so and go on warm."""
     os.sync()
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError as err:
+        if _GPUS_SEEN:
+            raise SystemExit(f"error: cannot drop the page cache ({err.strerror}): cold runs need root") from None
+        print(f"note: the page cache was not dropped ({err.strerror}); this CPU smoke run is warm", flush=True)
 
 
 def _dd_direct_gbps(files: list[Path], streams: int = 8) -> float:
@@ -417,81 +524,192 @@ def limit_seconds(bytes_per_rank: int, ep: int, cache: str, limits: dict) -> flo
     return max(source, h2d)
 
 
-def rank_bytes(directory: Path, ep: int) -> int:
-    """The bake's bytes one EP rank needs: its share of every baked tensor, and every other tensor whole."""
+def _bake_bytes(directory: Path) -> tuple[int, int]:
+    """The bake's baked (expert) bytes, and the bytes of every other tensor, from its manifest and shards."""
     from moebake.formats.safetensors_file import tensor_nbytes
     from moebake.schema.manifest import Manifest, read_manifest
 
     out = directory / "out"
     manifest = Manifest.from_json(read_manifest(out), out / "moebake.json")
     baked = sum(tensor_nbytes(t.dtype.value, t.shape) for layer in manifest.layers for t in layer.tensors.values())
-    total = sum(f.stat().st_size for f in out.glob("*.safetensors"))
-    return (total - baked) + baked // ep
+    return baked, sum(f.stat().st_size for f in out.glob("*.safetensors")) - baked
+
+
+def rank_bytes(directory: Path, ep: int) -> int:
+    """The bake's bytes one EP rank needs: its share of every baked tensor, and every other tensor whole."""
+    baked, others = _bake_bytes(directory)
+    return others + baked // ep
+
+
+def node_bytes_needed(directory: Path, ep: int, gpus_per_node: int) -> int:
+    """The bake's bytes one node of ``gpus_per_node`` EP ranks (of ``ep``) needs from its disk: its ranks' shares of
+    the baked tensors, and every other tensor once (the node's ranks share its page cache)."""
+    baked, others = _bake_bytes(directory)
+    return others + baked // ep * gpus_per_node
 
 
 # ------------------------------------------------------------------------------------------------ all
 def run_all(args) -> None:
+    """Measure the limits, then every (ep, cache, path) on one node, then every (nodes, path) cold, node by node."""
     import torch
 
     directory = Path(args.dir)
     about = json.loads((directory / "model.json").read_text())
     results_path = Path(args.out)
     results = json.loads(results_path.read_text()) if results_path.is_file() else {"runs": []}
-    gpus = torch.cuda.device_count()
+    global _GPUS_SEEN
+    gpus = _GPUS_SEEN = torch.cuda.device_count()
     limits = measure_limits(directory) if gpus else {"disk_gbps": 1.0, "page_cache_gbps": 1.0}
     results.setdefault("limits", []).append({"model": about["model"], "layers": about["layers"], **limits})
     print("limits:", json.dumps(limits), flush=True)
     if gpus:  # the CUDA context, module and page tables once, so the first timed run is not a warm-up
         _spawn(args, "bake", 1, directory)
+    differ = []
+
+    def record(run: dict) -> None:
+        run = {"engine": "sglang", "model": about["model"], "layers": about["layers"], "experts": about["experts"], **run}
+        if run["path"] != "presharded-dump":
+            differ.extend(_compare_with_earlier(run, results["runs"]))
+        results["runs"].append(run)
+        print(json.dumps(run), flush=True)
+        results_path.write_text(json.dumps(results, indent=1) + "\n")
+
     for ep in args.ep:
         if gpus and ep > gpus:
             print(f"skip ep={ep}: {gpus} GPU(s)", flush=True)
             continue
         for cache in args.cache:
             for path in args.paths:
-                if cache == "cold":
-                    _drop_page_cache()
-                else:
-                    _page_cache_gbps(sorted((directory / ("src" if path == "stock" else "out")).glob("*.safetensors")))
+                if path == "presharded":
+                    _ensure_dump(args, directory, ep, record)
+                _drop_page_cache() if cache == "cold" else _read_into_cache(_files_of(path, directory, ep))
                 ranks = _spawn(args, path, ep, directory)
-                run = {"engine": "sglang", "path": path, "model": about["model"], "layers": about["layers"],
-                       "experts": about["experts"], "ep": ep, "cache": cache,
-                       "seconds": max(r["seconds"] for r in ranks), "layer0_xxh3": [r["layer0_xxh3"] for r in ranks],
-                       "bytes_read": sum(r["bytes_read"] for r in ranks),
-                       "bytes_requested": sum(r["bytes_requested"] for r in ranks),
-                       "limit_seconds": limit_seconds(rank_bytes(directory, ep), ep, cache, limits),
-                       "peak_gpu_extra_gib": max(r["peak_gpu_extra_gib"] for r in ranks),
-                       "resident_gib": max(r["resident_gib"] for r in ranks),
-                       "peak_host_rss_gib": max(r["peak_host_rss_gib"] for r in ranks),
-                       **{key: max(r[key] for r in ranks)
-                          for key in ("rss_before_load_gib", "rss_anon_after_gib", "rss_file_after_gib")}}
-                twin = [r for r in results["runs"] if r["path"] != path and r["ep"] == ep and r["model"] == about["model"]
-                        and r["layers"] == about["layers"]]
-                if twin and twin[-1]["layer0_xxh3"] != run["layer0_xxh3"]:
-                    raise SystemExit(f"error: ep={ep}: layer 0's parameters differ between stock and bake "
-                                     f"({twin[-1]['layer0_xxh3']} vs {run['layer0_xxh3']})")
-                run["layer0_equal_to_stock"] = bool(twin) or None
-                results["runs"].append(run)
-                print(json.dumps(run), flush=True)
-                results_path.write_text(json.dumps(results, indent=1) + "\n")
+                record({**_ranks_record(path, ep, 1, ep, cache, [ranks]),
+                        "limit_seconds": limit_seconds(rank_bytes(directory, ep), ep, cache, limits)})
+        if args.drop_dumps:
+            _drop_dump(directory, ep)
+    for nodes in args.nodes:
+        g = args.gpus_per_node
+        ep = nodes * g
+        needed = node_bytes_needed(directory, ep, g)
+        for path in args.paths:
+            if path == "presharded":
+                _ensure_dump(args, directory, ep, record)
+            per_node = []
+            for node in range(nodes):
+                _drop_page_cache()
+                per_node.append(_spawn(args, path, ep, directory, active=range(node * g, node * g + g)))
+            record({**_ranks_record(path, ep, nodes, g, "cold", per_node), "node_bytes_needed": needed,
+                    "limit_seconds": max(needed / (limits["disk_gbps"] * 1e9),
+                                         rank_bytes(directory, ep) / (limits.get("h2d_pinned_gbps", float("inf")) * 1e9))})
+        if args.drop_dumps:
+            _drop_dump(directory, ep)
+    if differ:
+        raise SystemExit("error: parameters differ between paths: " + "; ".join(differ))
 
 
-def _spawn(args, path: str, ep: int, directory: Path) -> list[dict]:
-    """``ep`` rank processes of ``path`` at once (rank r on GPU r); their results."""
+def _ranks_record(path: str, ep: int, nodes: int, gpus_per_node: int, cache: str, per_node: list[list[dict]]) -> dict:
+    """One run's record from its ranks' results, node by node (``per_node[n]``: node n's ranks, in rank order)."""
+    ranks = [r for node in per_node for r in node]
+    return {"path": path, "ep": ep, "nodes": nodes, "gpus_per_node": gpus_per_node, "cache": cache,
+            "seconds": max(r["seconds"] for r in ranks),
+            "node_seconds": [max(r["seconds"] for r in node) for node in per_node],
+            "node_bytes_read": [sum(r["bytes_read"] for r in node) for node in per_node],
+            "layer0_xxh3": [r["layer0_xxh3"] for r in ranks], "others_xxh3": [r["others_xxh3"] for r in ranks],
+            "bytes_read": sum(r["bytes_read"] for r in ranks), "bytes_requested": sum(r["bytes_requested"] for r in ranks),
+            "peak_gpu_extra_gib": max(r["peak_gpu_extra_gib"] for r in ranks),
+            "resident_gib": max(r["resident_gib"] for r in ranks),
+            "peak_host_rss_gib": max(r["peak_host_rss_gib"] for r in ranks),
+            **{key: max(r[key] for r in ranks) for key in ("rss_before_load_gib", "rss_anon_after_gib", "rss_file_after_gib")}}
+
+
+def _compare_with_earlier(run: dict, earlier: list[dict]) -> list[str]:
+    """Set ``run["layer0_equal_to_stock"]`` (and ``others_equal_to_stock``) from the earlier runs of the same model and
+    EP size on another path; what differs, in words."""
+    twins = [r for r in earlier if r["path"] not in (run["path"], "presharded-dump") and r["ep"] == run["ep"]
+             and (r["model"], r["layers"]) == (run["model"], run["layers"])]
+    found = []
+    for key in ("layer0_xxh3", "others_xxh3"):
+        mine = [r[key] for r in twins if key in r]
+        run[key.replace("xxh3", "equal_to_stock")] = all(m == run[key] for m in mine) if mine else None
+        found += [f"ep={run['ep']} {key}: {run['path']} {run[key]} vs {r['path']} {r[key]}"
+                  for r in twins if key in r and r[key] != run[key]]
+    return found
+
+
+def _files_of(path: str, directory: Path, ep: int) -> list[Path]:
+    """The files a path reads: the source's shards, the dump's files, or the bake's shards."""
+    import startup_presharded
+
+    if path == "presharded":
+        record = json.loads((directory / startup_presharded.READY_RECORD.format(ep=ep)).read_text())
+        return sorted(p for p in Path(record["directory"]).iterdir() if p.is_file())
+    return sorted((directory / ("out" if path == "bake" else "src")).glob("*.safetensors"))
+
+
+def _read_into_cache(files: list[Path]) -> None:
+    """Read ``files`` once (a warm page cache for the run after)."""
+    for path in files:
+        with open(path, "rb") as f:
+            while f.read(64 << 20):
+                pass
+
+
+def _ensure_dump(args, directory: Path, ep: int, record) -> None:
+    """SGLang's presharded dump for EP ``ep`` (every rank at once, GPUs shared round-robin), unless one is there;
+    its time and size recorded as a ``presharded-dump`` run."""
+    import startup_presharded
+
+    if (directory / startup_presharded.READY_RECORD.format(ep=ep)).is_file():
+        return
+    ranks = _spawn(args, "presharded-dump", ep, directory)
+    dump = Path(json.loads((directory / startup_presharded.READY_RECORD.format(ep=ep)).read_text())["directory"])
+    record({"path": "presharded-dump", "ep": ep, "nodes": 1, "gpus_per_node": ep, "cache": "-",
+            "seconds": max(r["dump_seconds"] for r in ranks), "load_seconds": max(r["seconds"] for r in ranks),
+            "dump_bytes": startup_presharded.dump_bytes(dump), "layer0_xxh3": [r["layer0_xxh3"] for r in ranks],
+            "others_xxh3": [r["others_xxh3"] for r in ranks]})
+
+
+def _drop_dump(directory: Path, ep: int) -> None:
+    """Delete the presharded dump this benchmark made for EP ``ep`` (``--drop-dumps``: the disk holds one at a time)."""
+    import shutil
+
+    import startup_presharded
+
+    marker = directory / startup_presharded.READY_RECORD.format(ep=ep)
+    if marker.is_file():
+        shutil.rmtree(json.loads(marker.read_text())["directory"], ignore_errors=True)
+        marker.unlink()
+
+
+def _spawn(args, path: str, ep: int, directory: Path, active=None) -> list[dict]:
+    """A world of ``ep`` rank processes of ``path`` at once; the results of the ``active`` ranks (default: all), which
+    load on GPUs 0, 1, ... (round-robin when there are more ranks than GPUs); the others join the world and wait
+    (ranks of other, simulated, nodes)."""
     import socket
 
+    import torch
+
+    active = list(range(ep) if active is None else active)
+    gpus = max(torch.cuda.device_count(), 1)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-    outs = [directory / f".rank{r}.json" for r in range(ep)]
-    procs = [subprocess.Popen([sys.executable, __file__, "rank", "--dir", str(directory), "--path", path, "--ep", str(ep),
-                               "--rank", str(r), "--device", f"cuda:{r}" if args.device == "cuda" else "cpu",
-                               "--result", str(outs[r])], env=env) for r in range(ep)]
+    outs = {r: directory / f".rank{r}.json" for r in active}
+    for out in outs.values():
+        out.unlink(missing_ok=True)
+    procs = []
+    for r in range(ep):
+        device = f"cuda:{active.index(r) % gpus}" if r in active and args.device == "cuda" else "cpu"
+        procs.append(subprocess.Popen([sys.executable, __file__, "rank", "--dir", str(directory), "--path", path,
+                                       "--ep", str(ep), "--rank", str(r), "--device", device,
+                                       "--result", str(outs.get(r, directory / ".idle.json"))]
+                                      + ([] if r in active else ["--idle"]), env=env))
     codes = [p.wait() for p in procs]
     if any(codes):
         raise SystemExit(f"error: {path} ep={ep}: rank exit codes {codes}")
-    return [json.loads(o.read_text()) for o in outs]
+    return [json.loads(outs[r].read_text()) for r in active]
 
 
 # ----------------------------------------------------------------------------------------------- plot
@@ -639,14 +857,20 @@ def main(argv=None) -> None:
     p.add_argument("--dir", required=True)
     p = sub.add_parser("all", help="measure the limits, then every (ep, cache, path)")
     p.add_argument("--dir", required=True)
-    p.add_argument("--ep", type=int, nargs="+", default=[1])
+    p.add_argument("--ep", type=int, nargs="*", default=[1], help="EP sizes on one node (none: only --nodes)")
     p.add_argument("--cache", nargs="+", choices=["cold", "warm"], default=["warm"])
-    p.add_argument("--paths", nargs="+", choices=["stock", "bake"], default=["stock", "bake"])
+    p.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+    p.add_argument("--nodes", type=int, nargs="*", default=[],
+                   help="simulated deployments of N nodes x --gpus-per-node GPUs, cold, one node at a time")
+    p.add_argument("--gpus-per-node", type=int, default=1)
+    p.add_argument("--drop-dumps", action="store_true",
+                   help="delete each presharded dump once its EP size is measured (a disk that holds one)")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--out", required=True)
     p = sub.add_parser("rank", help="(internal) one rank's load")
     p.add_argument("--dir", required=True)
-    p.add_argument("--path", choices=["stock", "bake"], required=True)
+    p.add_argument("--path", choices=[*PATHS, "presharded-dump"], required=True)
+    p.add_argument("--idle", action="store_true", help="a rank of another node: join the world, load nothing")
     p.add_argument("--ep", type=int, default=1)
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--device", default="cuda:0")
