@@ -366,10 +366,12 @@ else:
 # startup_bench.py: whole-model start-up through SGLang, stock vs the bake (GPU; the same code runs on the CPU here)
 
 
-def test_startup_bench_on_the_cpu_loads_both_paths_to_the_same_parameters(tmp_path):
-    """A tiny GPT-OSS model made, baked and loaded both ways through SGLang's own code on the CPU, as EP 1 and as
-    two EP ranks in processes of their own: layer 0's parameters hash the same in both paths, the bake path asks
-    for each rank's share of the baked bytes only, and the plot redraws from the results."""
+def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_path):
+    """A tiny GPT-OSS model made, baked and loaded three ways through SGLang's own code on the CPU (stock, SGLang's
+    presharded dump and reload, the bake), as EP 1 on one node and as two simulated nodes of one rank each (the
+    other node's rank idle in the world): every parameter hashes the same in every path, the bake path asks for each
+    rank's share of the baked bytes only, the dumps are SGLang's own (its READY and plan files) and are deleted
+    with ``--drop-dumps``, and the table and plot redraw from the results."""
     from engine_oracles import sglang_oracle
 
     if not sglang_oracle.sglang_installed():
@@ -378,23 +380,36 @@ def test_startup_bench_on_the_cpu_loads_both_paths_to_the_same_parameters(tmp_pa
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     subprocess.run([*script, "make", "--model", "tiny", "--dir", str(tmp_path)], check=True, env=env, capture_output=True)
     results = tmp_path / "results.json"
-    done = subprocess.run([*script, "all", "--dir", str(tmp_path), "--ep", "1", "2", "--cache", "warm", "--device", "cpu",
-                           "--out", str(results)], env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([*script, "all", "--dir", str(tmp_path), "--ep", "1", "--nodes", "2", "--cache", "warm",
+                           "--device", "cpu", "--drop-dumps", "--out", str(results)],
+                          env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
-    runs = {(r["path"], r["ep"]): r for r in json.loads(results.read_text())["runs"]}
-    assert set(runs) == {("stock", 1), ("bake", 1), ("stock", 2), ("bake", 2)}
-    for ep in (1, 2):
-        assert runs["stock", ep]["layer0_xxh3"] == runs["bake", ep]["layer0_xxh3"] and len(runs["bake", ep]["layer0_xxh3"]) == ep
-        assert runs["bake", ep]["layer0_equal_to_stock"] is True
+    runs = {(r["path"], r["ep"], r["nodes"]): r for r in json.loads(results.read_text())["runs"]}
+    loads = {("stock", 1, 1), ("presharded", 1, 1), ("bake", 1, 1), ("stock", 2, 2), ("presharded", 2, 2), ("bake", 2, 2)}
+    assert set(runs) == loads | {("presharded-dump", 1, 1), ("presharded-dump", 2, 1)}
+    for ep, nodes in ((1, 1), (2, 2)):
+        stock = runs["stock", ep, nodes]
+        assert len(stock["layer0_xxh3"]) == len(stock["others_xxh3"]) == ep
+        assert len(set(stock["layer0_xxh3"])) == ep  # each rank holds other experts
+        for path in ("presharded", "bake", "presharded-dump"):
+            twin = runs[path, ep, nodes if path != "presharded-dump" else 1]
+            assert (twin["layer0_xxh3"], twin["others_xxh3"]) == (stock["layer0_xxh3"], stock["others_xxh3"]), path
+        assert runs["bake", ep, nodes]["layer0_equal_to_stock"] is True and runs["bake", ep, nodes]["others_equal_to_stock"]
+    assert len(runs["bake", 2, 2]["node_seconds"]) == 2 and runs["bake", 2, 2]["gpus_per_node"] == 1
+    assert runs["presharded-dump", 2, 1]["dump_bytes"] > 0
+    assert not list(tmp_path.glob("presharded-ep*.json")) and not any((tmp_path / "src" / "presharded").iterdir())
     from moebake.schema.manifest import Manifest, read_manifest
 
     manifest = Manifest.from_json(read_manifest(tmp_path / "out"), tmp_path / "out" / "moebake.json")
     baked = sum(int(torch.Size(t.shape).numel()) * torch.empty(0, dtype=t.dtype.torch).element_size()
                 for layer in manifest.layers for t in layer.tensors.values())
-    others = runs["bake", 1]["bytes_requested"] - baked  # EP 1 reads every baked byte once, then the other tensors
-    assert others > 0 and runs["bake", 2]["bytes_requested"] == baked + 2 * others  # each rank: its half, all the others
+    others = runs["bake", 1, 1]["bytes_requested"] - baked  # EP 1 reads every baked byte once, then the other tensors
+    assert others > 0 and runs["bake", 2, 2]["bytes_requested"] == baked + 2 * others  # each rank: its half, all the others
     png = subprocess.run([*script, "plot", str(results)], check=True, capture_output=True, text=True).stdout.strip()
     assert Path(png).stat().st_size > 10_000
+    md = Path(subprocess.run([*script, "table", str(results)], check=True, capture_output=True, text=True).stdout.strip())
+    text = md.read_text()
+    assert "| 2 x 1 | bake |" in text and "| 2 x 1 | presharded |" in text and "presharded dumps" in text
 
 
 def test_startup_bench_redraws_the_committed_results(tmp_path):
@@ -409,19 +424,27 @@ def test_startup_bench_table_is_the_committed_markdown(tmp_path):
     md = bench.table(RESULTS / "startup_h200x2.json", tmp_path / "startup.md")
     assert md.read_text() == (RESULTS / "startup_h200x2.md").read_text()
     text = md.read_text()
-    assert "| 1 | warm | 4.41 | 1.48 | 2.97x | 1.37 | 1.08 |" in text  # 120B-shaped, EP 1 warm
-    assert "| 2 | warm | 4.89 | 1.52 | 3.22x | 0.75 | 2.03 |" in text  # 120B-shaped, EP 2 warm
+    assert "| 1 | warm | 4.41 | - | 1.48 | 2.97x | - | 1.37 | 1.08 |" in text  # 120B-shaped, EP 1 warm (no presharded)
+    assert "| 2 | warm | 4.89 | - | 1.52 | 3.22x | - | 0.75 | 2.03 |" in text  # 120B-shaped, EP 2 warm
     assert "| 1 | warm | bake | 1.09 | 2.35 | 0.65 | 1.57 |" in text  # its host-memory split
     assert "Not measured" not in text and "2 x H200, 32 cores" in text
 
 
 def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):
-    """Ratios, the limit, GB and the missing (ep, cache) of a results file made up here; the ``table`` subcommand."""
+    """Ratios, the limit, GB and the missing (ep, cache) of a results file made up here, one node and simulated
+    nodes; the ``table`` subcommand."""
     run = {"engine": "sglang", "model": "tiny", "layers": 2, "experts": 4, "bytes_read": 3e9, "peak_gpu_extra_gib": 0.5,
            "peak_host_rss_gib": 1.25, "limit_seconds": 2.0}
+    node = {**run, "ep": 2, "nodes": 2, "gpus_per_node": 1, "cache": "cold", "node_bytes_needed": 2e9}
     runs = [{**run, "path": "stock", "ep": 1, "cache": "cold", "seconds": 6.0},
+            {**run, "path": "presharded", "ep": 1, "cache": "cold", "seconds": 4.0, "peak_gpu_extra_gib": 1.0},
             {**run, "path": "bake", "ep": 1, "cache": "cold", "seconds": 3.0, "peak_gpu_extra_gib": 0.0},
-            {**run, "path": "bake", "ep": 2, "cache": "warm", "seconds": 1.0}]
+            {**run, "path": "bake", "ep": 2, "cache": "warm", "seconds": 1.0},
+            {**node, "path": "stock", "seconds": 8.0, "node_seconds": [8.0, 7.5], "node_bytes_read": [4e9, 3.9e9]},
+            {**node, "path": "bake", "seconds": 2.5, "node_seconds": [2.5, 2.4], "node_bytes_read": [2.1e9, 2e9],
+             "peak_gpu_extra_gib": 0.0},
+            {"engine": "sglang", "model": "tiny", "layers": 2, "experts": 4, "path": "presharded-dump", "ep": 2,
+             "nodes": 1, "gpus_per_node": 2, "cache": "-", "seconds": 1.5, "load_seconds": 6.5, "dump_bytes": 3.25e9}]
     results = tmp_path / "startup.json"
     results.write_text(json.dumps({"runs": runs, "limits": [{"model": "tiny", "layers": 2, "disk_gbps": 1.0,
                                                             "page_cache_gbps": 10.0}]}))
@@ -429,8 +452,12 @@ def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):
     md = Path(capsys.readouterr().out.strip())
     assert md == results.with_suffix(".md")
     text = md.read_text()
-    assert "| 1 | cold | 6.00 | 3.00 | 2.00x | 2.00 | 1.50 | 3.00 / 3.00 | 0.50 / 0.00 | 1.25 / 1.25 |" in text
-    assert "| 2 | warm | - | 1.00 | - | 2.00 | 0.50 | - / 3.00 | - / 0.50 | - / 1.25 |" in text
+    assert ("| 1 | cold | 6.00 | 4.00 | 3.00 | 2.00x | 1.33x | 2.00 | 1.50 | 3.00 / 3.00 / 3.00 | 0.50 / 1.00 / 0.00 "
+            "| 1.25 / 1.25 / 1.25 |") in text
+    assert "| 2 | warm | - | - | 1.00 | - | - | 2.00 | 0.50 | - / - / 3.00 | - / - / 0.50 | - / - / 1.25 |" in text
+    assert "| 2 x 1 | stock | 8.00 | 8.00, 7.50 | 4.00 | 2.00 | 2.00 | 4.00 | 1.00x | 0.50 |" in text
+    assert "| 2 x 1 | bake | 2.50 | 2.50, 2.40 | 2.10 | 2.00 | 2.00 | 1.25 | 3.20x | 0.00 |" in text
+    assert "| 2 | 6.50 | 1.50 | 3.25 |" in text  # the dump: stock load, dump, GB
     assert "Not measured: EP 1 warm, EP 2 cold." in text and "disk 1.00 GB/s with O_DIRECT (the only disk probe" in text
 
 
