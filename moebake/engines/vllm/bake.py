@@ -1,52 +1,16 @@
 """What the vLLM plugin knows about a bake before vLLM builds a layer: the manifest, checked against the
 checkpoint's config.json and against what vLLM 0.33.0 builds (no vLLM import here).
 
-Six kinds of bake are served (:data:`SERVED`), each held by a ``RoutedExperts`` module with ``E_local``
-experts (this EP rank's), ``model.layers.N.mlp.experts.routed_experts`` (GPT-OSS, ModelOpt NVFP4) or
-``model.layers.N.ffn.experts.routed_experts`` (DeepSeek-V4, whose bake names the layer ``layers.N.ffn.experts.``
-as the checkpoint does: vLLM's ``DeepseekV4ForCausalLM.hf_to_vllm_mapper`` adds ``model.``):
-
-GPT-OSS, target ``sm90-cutlass`` (vLLM's ``GptOssMxfp4MoEMethod``, ``--moe-backend flashinfer_cutlass`` on
-SM90, ``FLASHINFER_CUTLASS_MXFP4_BF16``): after ``process_weights_after_loading`` vLLM holds exactly the
-bake's tensors (H and I padded to multiples of 128, zero padding, SM90 fp4 interleave and scale fold, W13
-halves ``[up; gate]``), under vLLM's names:
-
-  bake (file, manifest)   vLLM parameter        dtype  shape
-  ``w13_weight``          ``w13_weight``        U8     ``[E_local, 2*I_pad, H_pad/2]``
-  ``w13_weight_scale``    ``w13_weight_scale``  U8     ``[E_local, 2*I_pad/64, H_pad/128, 16, 16]``
-  ``w13_weight_bias``     ``w13_bias``          BF16   ``[E_local, 2*I_pad]``
-  ``w2_weight``           ``w2_weight``         U8     ``[E_local, H_pad, I_pad/2]``
-  ``w2_weight_scale``     ``w2_weight_scale``   U8     ``[E_local, H_pad/64, I_pad/128, 16, 16]``
-  ``w2_weight_bias``      ``w2_bias``           BF16   ``[E_local, H_pad]``
-
-DeepSeek-V4 MXFP4, target ``sm90-cutlass`` (``DeepseekV4FP8Config`` -> vLLM's generic ``Mxfp4MoEMethod``,
-``--moe-backend flashinfer_cutlass`` on SM90, ``FLASHINFER_CUTLASS_MXFP4_BF16``): ``w13_weight`` U8
-``[E_local, 2*I, H/2]`` (halves ``[w3; w1]``, SM90 fp4 interleave), ``w13_weight_scale`` U8
-``[E_local, 2*I/64, H/128, 16, 16]``, ``w2_weight`` U8 ``[E_local, H, I/2]`` and ``w2_weight_scale`` U8
-``[E_local, H/64, I/128, 16, 16]`` are vLLM's parameters after ``process_weights_after_loading``, under the
-bake's names (H and I multiples of 128: nothing is padded). Target ``sm100-trtllm`` (``--moe-backend
-flashinfer_trtllm`` on Blackwell, ``FLASHINFER_TRTLLM_MXFP4_BF16``): the same four tensors in trtllm-gen's layout
-(``w13_weight`` ``[E_local, 2*I, H/2]``, scales F8_E4M3 ``[E_local, 2*I, H/32]``, ``w2_*`` likewise; H a multiple of
-256, vLLM's rounding), held as vLLM holds them (the weights viewed as uint8: the bake keeps the checkpoint's int8);
-the bake's ``gemm1_clamp_limit`` is not a vLLM parameter (vLLM's kernel takes config.json's ``swiglu_limit``).
-Target ``sm90-marlin`` (``--moe-backend marlin`` on SM90, ``Mxfp4MoeBackend.MARLIN``): the same four tensors in
-Marlin's layout, what ``prepare_moe_mxfp4_layer_for_marlin`` gives vLLM's parameters (``w13_weight`` I32
-``[E_local, H/16, 4*I]``, halves ``[w1; w3]``, ``w13_weight_scale`` F8_E8M0 ``[E_local, H/32, 2*I]``, ``w2_weight``
-I32 ``[E_local, I/16, 2*H]``, ``w2_weight_scale`` F8_E8M0 ``[E_local, I/32, H]``; H a multiple of 256 and I of 128,
-vLLM's rounding: nothing is padded). vLLM's Marlin preparation puts nothing else on the layer (the Marlin kernel
-takes its workspace from ``get_marlin_workspace`` at run time).
-
-GPT-OSS, target ``sm100-trtllm`` (``GptOssMxfp4MoEMethod``, ``--moe-backend flashinfer_trtllm`` on Blackwell,
-``FLASHINFER_TRTLLM_MXFP4_BF16``): the same six tensors under the same vLLM names, in trtllm-gen's layout (H padded
-to 256, I to 128, zero padding; scales F8_E4M3 ``[E_local, rows, K/32]``, biases F32); the bake's ``gemm1_alpha``,
-``gemm1_beta``, ``gemm1_clamp_limit`` are not vLLM parameters (its kernel takes GPT-OSS's SwiGLU constants).
-
-ModelOpt NVFP4, target ``cutedsl`` (vLLM's ``ModelOptNvFp4FusedMoE``, ``--moe-backend flashinfer_cutedsl``
-on Blackwell, ``FLASHINFER_CUTEDSL``): ``w13_weight`` U8 ``[E_local, 2*I_pad, H_pad/2]``, ``w13_weight_scale``
-F8_E4M3 ``[E_local, 2*I_pad, H_pad/16]``, ``w2_weight`` U8 ``[E_local, H_pad, I_pad/2]`` and ``w2_weight_scale``
-F8_E4M3 ``[E_local, H_pad, I_pad/16]`` are the bake's bytes (H padded to 256); vLLM's four F32 ``[E_local]``
-scalars (``w13_weight_scale_2``, ``w2_weight_scale_2``, ``w13_input_scale``, ``w2_input_scale``) are reduced
-at load from the bake's per-expert ones (:mod:`moebake.engines.vllm.nvfp4`).
+The kinds of bake it serves are the vLLM routes of the serving records (:mod:`moebake.schema.serving`; :data:`SERVED`
+is their view here), each held by a ``RoutedExperts`` module with ``E_local`` experts (this EP rank's),
+``model.layers.N.mlp.experts.routed_experts`` (GPT-OSS, ModelOpt NVFP4) or ``model.layers.N.ffn.experts.routed_experts``
+(DeepSeek-V4, whose bake names the layer ``layers.N.ffn.experts.`` as the checkpoint does: vLLM's
+``DeepseekV4ForCausalLM.hf_to_vllm_mapper`` adds ``model.``). After ``process_weights_after_loading`` vLLM holds the
+baked tensors its kind lists (:data:`HOLDINGS`, ``held``) byte for byte: the target spec's dtypes and shapes
+(:mod:`moebake.schema.targets`) with ``E_local`` experts first, under the engine profile's parameter names. The
+tensors in ``not_held`` are no vLLM parameter (its kernel takes those constants from config.json or its own code);
+ModelOpt NVFP4's F32 ``[E_local]`` scalars are reduced at load from the bake's per-expert ones
+(:mod:`moebake.engines.vllm.nvfp4`).
 
 Every problem is a :class:`moebake.errors.MoebakeError` whose message is one line starting with
 ``moebake (vLLM plugin):``, saying what disagrees and what to do.
