@@ -88,8 +88,8 @@ RECORDS = (
     ServingRecord(server=SERVE, target="sm90-cutlass-w4a8", route="Sm90CutlassW4A8Checkpoint"),
     ServingRecord(server=SERVE, target="deepep-bf16", route="DeepEPBf16Checkpoint"),
 )
-"""Every serving record; ``tests/vllm_plugin/`` and ``tests/test_vllm_profile.py`` check each vLLM ``why_not`` against
-vLLM's own functions."""
+"""Every serving record (``tests/test_vllm_profile.py`` checks the vLLM ``why_not`` of ``deepep-bf16`` and of GPT-OSS
+``sm90-marlin`` against vLLM's own functions)."""
 
 
 def record(server: str, target: str, source_format: str | None = None) -> ServingRecord | None:
