@@ -36,7 +36,6 @@ def _routes(server: str) -> set[str]:
 
 
 def test_the_sglang_plugin_implements_its_routes():
-    pytest.importorskip("sglang")
     from moebake.engines.sglang.moe_methods import FACTORIES
 
     assert set(FACTORIES) == _routes(serving.SGLANG)
