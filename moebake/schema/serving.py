@@ -5,13 +5,14 @@ Servers: ``sglang`` (the SGLang plugin, ``moebake/engines/sglang/``), ``vllm`` (
 holds for every source format of its target; a record for one source format takes precedence over it. A (server,
 target, source format) without a record is not served, for no reason moebake knows.
 
-:data:`RECORDS` is the one table of these facts; every other is a view of it: the SGLang plugin's ``METHODS`` and
-``SOURCE_METHODS``, the vLLM plugin's ``SERVED`` and ``NOT_SERVED_FOR_ANY_SOURCE`` and the backend it checks for,
-``moebake.serve``'s ``RUNTIMES``, :data:`NOT_SERVABLE` (the reason ``convert --engine`` and the plugins' refusals
-give), and docs/engines.md's serving-routes table (:func:`routes_markdown`; ``tests/test_docs.py`` keeps the page
-equal to it). A route is named here and implemented by the server's code under that name (``tests/test_serving.py``
-checks that each named route exists and that no other does). What an engine builds per release (its flags, padding,
-parameter names) is the engine profile's (:mod:`moebake.schema.profiles`); the GPUs a target runs on, its
+:data:`RECORDS` is the one table of these facts; every other is a view of it: the SGLang plugin's ``METHODS`` (and the
+method it picks per source format), the vLLM plugin's ``SERVED`` and the kernel backend it checks for,
+``moebake.serve``'s ``RUNTIMES``, the refusal of a bake a server does not serve (:func:`unserved`),
+:data:`NOT_SERVABLE` (the reason ``convert --engine`` gives too) and docs/engines.md's serving-routes table
+(:func:`routes_markdown`; ``tests/test_docs.py`` keeps the page equal to it). A route is named here and implemented
+by the server's code under that name (``tests/test_serving.py`` checks that each named route exists and that no other
+does). What an engine builds per release (its flags, padding, parameter names) is the engine profile's
+(:mod:`moebake.schema.profiles`); the GPUs a target runs on, its
 :class:`~moebake.schema.targets.TargetSpec`'s.
 """
 
