@@ -123,7 +123,7 @@ def _common_refusals(config, target: str) -> None:
 @route("sm90-cutlass")
 def _sm90_cutlass_method(humming: bool = False):
     """``humming``: the ``sm90-cutlass-w4a8`` method (FlashInfer's Humming W4A8: the bake also holds the
-    per-expert residual scales, and SGLang must run ``--flashinfer-mxfp4-moe-precision fp8``)."""
+    per-expert residual scales, and SGLang must run the profile's ``HUMMING_FLAGS``)."""
     from sglang.srt.layers.quantization.mxfp4 import Mxfp4MoEMethod
 
     class MoebakeSm90CutlassMoEMethod(SelfLoadingExperts, Mxfp4MoEMethod):
