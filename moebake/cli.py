@@ -25,7 +25,7 @@ from moebake.convert.options import DEFAULT_CHUNK_BYTES, GATE_UP_GLOBALS, MAX_MU
 from moebake.errors import Interrupted, MoebakeError, OptionError, OutputError, format_error
 from moebake.layouts.flashinfer_versions import LAYOUTS, release_ranges
 from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
-from moebake.schema.profiles import DEFAULT_ENGINE, parse_engine, release_span, serving_flags
+from moebake.schema.profiles import DEFAULT_ENGINE, PROFILES, parse_engine, release_span, serving_flags
 
 
 class EngineRelease(click.ParamType):
@@ -167,8 +167,8 @@ def _resolve(source: str, revision: str | None, token: str | None):
               help="SM90 fp4 layout, by the FlashInfer releases that read it (default: the one the --engine release's "
                    "pinned FlashInfer reads): " + "; ".join(f"{layout} = {release_ranges(layout)}" for layout in LAYOUTS) + ".")
 @click.option("--engine", default=DEFAULT_ENGINE, show_default=True, type=EngineRelease(),
-              help="Serving engine release whose load-time bytes the bake equals: sglang or vllm (its newest proven "
-                   "release), or ENGINE==RELEASE (`moebake list` shows the proven releases).")
+              help="Serving engine release whose load-time bytes the bake equals: " + " or ".join(PROFILES) + " (its newest "
+                   "proven release), or ENGINE==RELEASE (`moebake list` shows the proven releases).")
 @click.option("--hidden-multiple", type=int,
               help=f"Override the engine profile's H padding multiple (a multiple of 128, at most {MAX_MULTIPLE}); the bake "
                    "is then recorded as not engine-exact unless it equals the profile's.")

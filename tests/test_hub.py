@@ -196,13 +196,12 @@ def test_card_names_several_or_no_source_tensors(baked):
 
 
 def test_card_shows_moebake_serve_only_for_targets_it_runs(baked, monkeypatch):
-    from dataclasses import replace
-
-    from moebake.schema.targets import TARGET_SPECS
+    from moebake.schema import serving
 
     manifest = json.loads((baked / "moebake.json").read_text())
     assert "moebake.serve.open(" in render_model_card(Manifest.from_json(manifest, "m"), "acme/tiny")
-    monkeypatch.setitem(TARGET_SPECS, "sm90-cutlass", replace(TARGET_SPECS["sm90-cutlass"], runtime=False))
+    monkeypatch.setattr(serving, "RECORDS", tuple(r for r in serving.RECORDS
+                                                  if (r.server, r.target) != (serving.SERVE, "sm90-cutlass")))
     card = render_model_card(Manifest.from_json(manifest, "m"), "acme/tiny")
     assert "moebake.serve" not in card and "## Load it in an engine" in card
 

@@ -164,8 +164,11 @@ def test_refuses_sources_it_does_not_bake(sources, tmp_path, target, source):
     assert not (tmp_path / "out").exists() and not output_paths(tmp_path / "out").staging.exists()
 
 
-def test_the_runtimes_are_the_specs_that_say_so():
-    assert set(moebake.serve.RUNTIMES) == {name for name, spec in TARGET_SPECS.items() if spec.runtime}
+def test_each_runtime_is_for_the_target_it_serves():
+    """``moebake.serve.RUNTIMES`` (the serving records' ``moebake.serve`` routes) gives each target a runtime class
+    made for that target."""
+    assert moebake.serve.RUNTIMES and {name: runtime.target for name, runtime in moebake.serve.RUNTIMES.items()} == {
+        name: name for name in moebake.serve.RUNTIMES}
 
 
 @pytest.mark.parametrize("source", list(SOURCES))

@@ -276,7 +276,7 @@ def test_deepep_bf16_is_refused_for_vllm_with_the_reason_vllms_code_gives(tmp_pa
     from moebake.engines.vllm.bake import PREFIX
     from moebake.errors import MoebakeError
     from moebake.reference.synthetic_sources import write_bf16_moe
-    from moebake.schema.profiles import NOT_SERVABLE
+    from moebake.schema.serving import NOT_SERVABLE
 
     why = NOT_SERVABLE[("vllm", "deepep-bf16", "bf16-moe")]
     backends = ("triton", "batched_triton", "flashinfer_trtllm", "flashinfer_cutlass", "aiter")
@@ -363,7 +363,7 @@ def test_gpt_oss_marlin_is_refused_for_vllm_and_says_why(tmp_path):
     from moebake.errors import UnsupportedError
     from moebake.layouts import marlin
     from moebake.layouts.gate_up import pad_to
-    from moebake.schema.profiles import NOT_SERVABLE
+    from moebake.schema.serving import NOT_SERVABLE
 
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=192, intermediate=96, vocab=32)
     engine = vllm_oracle.gpt_oss_marlin(source, 0, gptq_marlin_repack_reference)

@@ -21,6 +21,7 @@ import yaml
 from huggingface_hub import ModelCardData
 from huggingface_hub.repocard import metadata_load
 
+from moebake.schema import serving
 from moebake.schema.checksums import ALGORITHMS, CHECKSUM
 from moebake.schema.manifest import (
     MANIFEST_NAME,
@@ -146,7 +147,7 @@ def _source_cell(spec: TensorRecord, prefix: str) -> str:
 
 def _serve_section(target: str, repo_id: str, layer: int) -> list[str]:
     """How to load it with moebake's GPU runtime, when ``moebake.serve`` has one for ``target``."""
-    if not target_spec(target).runtime:
+    if target not in serving.served_targets(serving.SERVE):
         return []
     return [
         "## Load it with moebake", "",

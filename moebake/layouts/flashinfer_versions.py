@@ -35,6 +35,14 @@ def release_ranges(layout: str) -> str:
                      for first, following, read in _RANGES if read == layout)
 
 
+def markdown() -> str:
+    """docs/targets-and-layouts.md's table of the layouts and the releases that read them (``tests/test_docs.py``
+    keeps the page equal to it)."""
+    lines = ["| `--flashinfer-layout` | FlashInfer releases that read it |", "|---|---|"]
+    lines += [f"| `{layout}` | {release_ranges(layout)} |" for layout in LAYOUTS]
+    return "\n".join(lines)
+
+
 def _release(version: str) -> Version:
     """``version``'s release and post numbers (``0.7.2rc1+cu128`` -> ``0.7.2``); PlatformError if unparseable."""
     try:

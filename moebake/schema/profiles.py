@@ -36,6 +36,7 @@ from packaging.version import InvalidVersion, Version
 from moebake.errors import OptionError, UnsupportedError
 from moebake.schema import release_matrix
 from moebake.schema.manifest import EngineRecord, LayerRecord
+from moebake.schema.serving import not_servable_because
 from moebake.schema.sizes import round_up
 
 
@@ -174,7 +175,7 @@ VLLM_0_33_0 = EngineProfile("vllm", "0.33.0", {
     # DeepSeek-V4, --moe-backend marlin (Mxfp4MoeBackend.MARLIN): H rounded up to 256 and I to 128
     # (mxfp4_round_up_hidden_size_and_intermediate_size; moebake bakes DeepSeek-V4 only at those multiples, so nothing is
     # padded), then prepare_moe_mxfp4_layer_for_marlin on [w1; w3]: SGLang 0.5.23's bytes wherever I % 128 == 0, so one
-    # bake serves both. (GPT-OSS is not profiled: NOT_SERVABLE says why; test_vllm_profile.py proves it on vLLM's own
+    # bake serves both. (GPT-OSS is not profiled: its serving record says why; test_vllm_profile.py proves it on vLLM's own
     # preparation.)
     ("sm90-marlin", "deepseek-v4"): TargetProfile("marlin", "none", _VLLM_MXFP4, hidden_multiple=256),
     ("cutedsl", "modelopt-nvfp4"): TargetProfile("flashinfer_cutedsl", "none", _VLLM_NVFP4, hidden_multiple=256,
@@ -274,31 +275,6 @@ class _NewestProfiles(Mapping):
 
 PROFILES = _NewestProfiles()
 """Each engine's newest proven release's profile: what ``--engine sglang`` bakes for."""
-
-_VLLM_HUMMING = ("vLLM 0.33.0's HUMMING MXFP4 MoE backend runs the humming package's own GEMM on weights laid out by its "
-                 "own transform (humming.transform), not FlashInfer's SM90 cutlass_fused_moe Humming layout this bake holds; "
-                 "serve it with SGLang --flashinfer-mxfp4-moe-precision fp8")
-
-NOT_SERVABLE = {
-    ("vllm", "sm90-cutlass-w4a8", "gpt-oss"): _VLLM_HUMMING,
-    ("vllm", "sm90-cutlass-w4a8", "deepseek-v4"): _VLLM_HUMMING,
-    ("vllm", "deepep-bf16", "bf16-moe"): (
-        "vLLM 0.33.0's unquantized MoE has no DeepGEMM kernel (map_unquantized_backend offers triton, batched_triton, "
-        "flashinfer_trtllm, flashinfer_cutlass, aiter; behind deepep_low_latency select_unquantized_moe_backend takes "
-        "BATCHED_TRITON), so this target's DeepGEMM m_grouped_bf16_gemm_nt_masked path does not exist there"),
-    ("vllm", "sm90-marlin", "gpt-oss"): (
-        "vLLM 0.33.0's GptOssMxfp4MoEMethod hands prepare_moe_mxfp4_layer_for_marlin W13 as its GPT-OSS loader leaves it, "
-        "the checkpoint's interleaved (gate, up) row pairs with the padding rows after them and zero scale padding, for "
-        "its SWIGLUOAI activation, which reads gate and up interleaved; this target holds SGLang's [gate; up] halves, "
-        "each padded, with scale padding 127"),
-}
-"""(engine, target, source format) -> why that engine cannot serve such a bake at all (one clause, from its code;
-``tests/test_vllm_profile.py`` checks the vLLM one against vLLM's functions). ``convert --engine`` and the plugin say it."""
-
-
-def not_servable_because(engine: str, target: str, source_format: str) -> str | None:
-    return NOT_SERVABLE.get((engine, target, source_format))
-
 
 RELEASE_GAPS = {
     ("sglang", "sm90-cutlass-w4a8"): (Version("0.5.19"), (

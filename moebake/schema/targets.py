@@ -1,7 +1,7 @@
 """What each target is, as data: its name, layout version, sources, kernel, GPU, help text and tensor table.
 
-The converter (:mod:`moebake.convert.targets`, which adds ``bake`` and ``restore``), the runtime
-(:mod:`moebake.serve`), ``inspect``, the CLI and the model card all read these specs; none of them
+The converter (:mod:`moebake.convert.targets`, which adds ``bake`` and ``restore``), the servers (which
+serves what: :mod:`moebake.schema.serving`), ``inspect``, the CLI and the model card all read these specs; none of them
 lists a target's tensor names again. :func:`register_spec` adds one (a target registered in the
 converter registers its spec here too).
 
@@ -61,8 +61,8 @@ class TargetSpec:
     """A target: see the module docstring. ``kernel`` and ``arch`` are Markdown (code spans allowed);
     :attr:`description` made of them is the text the CLI (``moebake list``), ``inspect`` and model
     cards show; ``uses_flashinfer_layout``: ``--flashinfer-layout`` (the
-    FlashInfer SM90 fp4 era) changes its bytes, so the manifest records it; ``runtime``:
-    :mod:`moebake.serve` runs it; ``gpus``: the GPU families its kernel runs on (every server refuses others)."""
+    FlashInfer SM90 fp4 era) changes its bytes, so the manifest records it; ``gpus``: the GPU families its kernel runs on
+    (every server refuses others). Which servers serve it: :mod:`moebake.schema.serving`."""
 
     name: str
     layout_version: int
@@ -71,7 +71,6 @@ class TargetSpec:
     arch: str
     tensors: tuple[TensorSpec, ...]
     uses_flashinfer_layout: bool = False
-    runtime: bool = False
     gpus: tuple[GpuFamily, ...] = ()
     lossy: str | None = None
     """Why this target's bytes do not invert to the source (None: they do, exactly). A lossy target's
@@ -150,7 +149,7 @@ SM90_CUTLASS = register_spec(TargetSpec(
     name="sm90-cutlass", layout_version=1, source_formats=_MXFP4_SOURCES,
     kernel="FlashInfer `cutlass_fused_moe` W4A16 (BF16 x MXFP4)", arch="Hopper (SM90)",
     tensors=(*_SM90_W13, *_SM90_W2),
-    uses_flashinfer_layout=True, runtime=True, gpus=(GpuFamily.SM90,),
+    uses_flashinfer_layout=True, gpus=(GpuFamily.SM90,),
 ))
 
 SM90_CUTLASS_W4A8 = register_spec(TargetSpec(
@@ -159,7 +158,7 @@ SM90_CUTLASS_W4A8 = register_spec(TargetSpec(
     arch="Hopper (SM90)",
     tensors=(*_SM90_W13, TensorSpec("w13_humming_residual_scale", DType.F32, "E"),
              *_SM90_W2, TensorSpec("w2_humming_residual_scale", DType.F32, "E")),
-    runtime=True, gpus=(GpuFamily.SM90,),
+    gpus=(GpuFamily.SM90,),
     lossy=("FlashInfer's Humming preprocess clamps each expert's E8M0 scales to a range of 11 and rewrites the FP4 "
            "codes of clamped groups (and -0 to 0), so the source's bytes cannot be recovered"),
 ))
@@ -187,7 +186,7 @@ DEEPEP_BF16 = register_spec(TargetSpec(
     name="deepep-bf16", layout_version=1, source_formats=("bf16-moe",),
     kernel="DeepGEMM `m_grouped_bf16_gemm_nt_masked` behind DeepEP low-latency BF16 dispatch", arch="Hopper (SM90)",
     tensors=(TensorSpec("w13_weight", DType.BF16, "E, 2 * I, H", gate_up_order=_W.GATE_UP), TensorSpec("w2_weight", DType.BF16, "E, H, I")),
-    runtime=True, gpus=(GpuFamily.SM90, GpuFamily.SM100),
+    gpus=(GpuFamily.SM90, GpuFamily.SM100),
 ))
 
 SM100_TRTLLM = register_spec(TargetSpec(

@@ -9,24 +9,24 @@
     experts.parameters()                                     # {"w13_weight": ..., ...} SGLang names
     experts.load_stats                                       # bytes, seconds, GiB/s
 
-:func:`open` dispatches on the manifest's ``target``; each target registers its runtime class
-(a :class:`~moebake.serve.baked_checkpoint.BakedCheckpoint` subclass) in :data:`RUNTIMES`.
+:func:`open` dispatches on the manifest's ``target`` through :data:`RUNTIMES`, the ``moebake.serve`` routes of the
+serving records (:mod:`moebake.schema.serving`), each a :class:`~moebake.serve.baked_checkpoint.BakedCheckpoint`
+subclass named by its route.
 """
 
 from pathlib import Path
 
 from moebake.errors import UnsupportedError
+from moebake.schema import serving
 from moebake.schema.manifest import MANIFEST_NAME, read_manifest_record
 from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve.deepep_bf16 import DeepEPBf16Checkpoint
 from moebake.serve.platform import Platform
 from moebake.serve.sm90_cutlass import Sm90CutlassCheckpoint, Sm90CutlassW4A8Checkpoint
 
-RUNTIMES: dict[str, type[BakedCheckpoint]] = {
-    Sm90CutlassCheckpoint.target: Sm90CutlassCheckpoint,
-    Sm90CutlassW4A8Checkpoint.target: Sm90CutlassW4A8Checkpoint,
-    DeepEPBf16Checkpoint.target: DeepEPBf16Checkpoint,
-}
+_CLASSES = {runtime.__name__: runtime for runtime in (Sm90CutlassCheckpoint, Sm90CutlassW4A8Checkpoint, DeepEPBf16Checkpoint)}
+RUNTIMES: dict[str, type[BakedCheckpoint]] = {r.target: _CLASSES[r.route] for r in serving.routes(serving.SERVE)}
+"""Target -> its runtime class (a view of the serving records)."""
 
 
 def open(path, *, platform: Platform | None = None) -> BakedCheckpoint:  # noqa: A001 - moebake.serve.open

@@ -593,7 +593,7 @@ def test_marlin_refuses_a_gpt_oss_sm90_marlin_bake(tmp_path):
     kinds it serves (DeepSeek-V4 only for sm90-marlin) and why (``NOT_SERVABLE``), before any expert is read."""
     from vllm.model_executor.layers.quantization import get_quantization_config
 
-    from moebake.schema.profiles import NOT_SERVABLE
+    from moebake.schema.serving import NOT_SERVABLE
     from moebake.synthetic import write_gpt_oss
 
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=3, hidden=256, intermediate=128, vocab=32)

@@ -7,13 +7,14 @@ per layer are those of :mod:`moebake.convert.targets.nvfp4_experts`, with:
     for the weights and for the linear block scales, before the scales are 128x4-swizzled. The
     kernel's ``w1_weight_sf`` / ``w2_weight_sf`` (SGLang's ``w*_blockscale_mma``) are
     ``convert_sf_to_mma_layout`` views of the swizzled ``w*_weight_scale`` bytes, made at load time.
-  * derived F32 scalars, as SGLang computes them on the first forward (for one rank holding all experts):
+  * derived scalars (dtypes and shapes: the target spec's), as SGLang computes them on the first forward (for one
+    rank holding all experts):
 
-    ``w1_alpha``               ``[E]``  ``w13_weight_scale_2[:, 0] / min(w13_input_scale_quant)``
-    ``w2_alpha``               ``[E]``  ``w2_weight_scale_2 / fc2_input_scale``
-    ``fc2_input_scale``        ``[1]``  ``min(1 / w2_input_scale)``
-    ``g1_alphas_up``           ``[E]``  ``max(w13_input_scale) * w13_weight_scale_2[:, 1]`` (SGLang 0.5.23 derives it at load)
-    ``w13_input_scale_quant``  ``[E]``  ``1 / max(w13_input_scale)``: the scale activations are FP4-quantized with
+    ``w1_alpha``               ``w13_weight_scale_2[:, 0] / min(w13_input_scale_quant)``
+    ``w2_alpha``               ``w2_weight_scale_2 / fc2_input_scale``
+    ``fc2_input_scale``        ``min(1 / w2_input_scale)``
+    ``g1_alphas_up``           ``max(w13_input_scale) * w13_weight_scale_2[:, 1]`` (SGLang 0.5.23 derives it at load)
+    ``w13_input_scale_quant``  ``1 / max(w13_input_scale)``: the scale activations are FP4-quantized with
 """
 
 import torch

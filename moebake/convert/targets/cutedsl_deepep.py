@@ -6,14 +6,14 @@ SGLang's ``--moe-runner-backend flashinfer_cutedsl --moe-a2a-backend deepep`` pa
 
   * W13 rows ``[gate; up]`` (halves, not interleaved), weights and block scales; the kernel reads
     the 128x4-swizzled ``w*_weight_scale`` bytes directly (SGLang's ``w*_blockscale_swizzled``).
-  * derived F32 scalars of SGLang's ``process_weights_after_loading``, per expert, so any contiguous
-    expert-parallel split of them is a rank's share:
+  * derived scalars of SGLang's ``process_weights_after_loading`` (dtypes and shapes: the target spec's), per expert,
+    so any contiguous expert-parallel split of them is a rank's share:
 
-    ``g1_alphas``              ``[E]``  ``max(w13_input_scale) * w13_weight_scale_2[:, 0]``  (``w1_alpha``)
-    ``g1_alphas_up``           ``[E]``  ``max(w13_input_scale) * w13_weight_scale_2[:, 1]``  (SGLang 0.5.23 derives it too)
-    ``g2_alphas``              ``[E]``  ``w2_input_scale * w2_weight_scale_2``                (``w2_alpha``)
-    ``w13_input_scale_quant``  ``[E]``  ``1 / max(w13_input_scale)``                          (``input_global_scale``)
-    ``w2_input_scale_quant``   ``[E]``  ``1 / w2_input_scale``                                (``a2_global_scale``)
+    ``g1_alphas``              ``max(w13_input_scale) * w13_weight_scale_2[:, 0]``  (``w1_alpha``)
+    ``g1_alphas_up``           ``max(w13_input_scale) * w13_weight_scale_2[:, 1]``  (SGLang 0.5.23 derives it too)
+    ``g2_alphas``              ``w2_input_scale * w2_weight_scale_2``                (``w2_alpha``)
+    ``w13_input_scale_quant``  ``1 / max(w13_input_scale)``                          (``input_global_scale``)
+    ``w2_input_scale_quant``   ``1 / w2_input_scale``                                (``a2_global_scale``)
 """
 
 import torch

@@ -1,11 +1,11 @@
 """Target ``deepep-bf16``: DeepGEMM ``m_grouped_bf16_gemm_nt_masked`` behind DeepEP low-latency BF16 dispatch on Hopper (SM90).
 
 What SGLang's ``UnquantizedFusedMoEMethod`` holds for an unquantized MoE layer served with DeepEP
-low-latency dispatch and the DeepGEMM runner (SGLang PR 25540), per MoE layer under the layer's
-expert prefix, with ``E`` experts, hidden ``H`` and intermediate ``I``:
+low-latency dispatch and the DeepGEMM runner (SGLang PR 25540), per MoE layer under the layer's expert prefix; each
+tensor's dtype and shape is the target spec's (:data:`moebake.schema.targets.DEEPEP_BF16`):
 
-  ``w13_weight``  BF16 ``[E, 2I, H]``  halves ``[gate; up]``, each ``[out, in]`` (K-major "NT" operand)
-  ``w2_weight``   BF16 ``[E, H, I]``   ``down_proj``, ``[out, in]``
+  ``w13_weight``  halves ``[gate; up]``, each ``[out, in]`` (K-major "NT" operand)
+  ``w2_weight``   ``down_proj``, ``[out, in]``
 
 No padding and no byte transform: the BF16 values are the source's, bit for bit, only stacked
 (per-expert sources) and renamed. Each layer record carries ``dispatcher_output_dtype: bf16``:

@@ -1,23 +1,24 @@
 """Shared plan/restore of the targets that bake ModelOpt NVFP4 experts for FlashInfer's CuteDSL kernels.
 
 Per quantized MoE layer, under the layer's expert prefix (``....layers.N.mlp.experts.``), with the
-names of SGLang's ``ModelOptNvFp4FusedMoEMethod`` parameters and ``E`` experts:
+names of SGLang's ``ModelOptNvFp4FusedMoEMethod`` parameters; each tensor's dtype and shape is the target spec's
+(:data:`moebake.schema.targets.CUTEDSL`, :data:`~moebake.schema.targets.CUTEDSL_DEEPEP`):
 
-  ``w13_weight``          U8       ``[E, 2I_pad, H_pad/2]``   gate and up weights, rows in the target's W13 order
-  ``w13_weight_scale``    F8_E4M3  ``[E, 2I_pad, H_pad/16]``  their block scales in the same row order, then
-                                                              128x4-swizzled per expert (``block_scale_interleave``)
-  ``w2_weight``           U8       ``[E, H_pad, I_pad/2]``    down weights, as in the source
-  ``w2_weight_scale``     F8_E4M3  ``[E, H_pad, I_pad/16]``   down block scales, 128x4-swizzled per expert
-  ``w13_weight_scale_2``  F32      ``[E, 2]``         (gate, up) weight globals: the expert's one shared global, twice
-                                                      (``--gate-up-globals keep``: the source's two)
-  ``w2_weight_scale_2``   F32      ``[E]``
-  ``w13_input_scale``     F32      ``[E, 2]``         (gate, up) activation globals, as in the source
-  ``w2_input_scale``      F32      ``[E]``
-  and the target's derived F32 scalars (:mod:`moebake.layouts.nvfp4_scalars`).
+  ``w13_weight``          gate and up weights, rows in the target's W13 order
+  ``w13_weight_scale``    their block scales in the same row order, then 128x4-swizzled per expert
+                          (``block_scale_interleave``)
+  ``w2_weight``           down weights, as in the source
+  ``w2_weight_scale``     down block scales, 128x4-swizzled per expert
+  ``w13_weight_scale_2``  (gate, up) weight globals: the expert's one shared global, twice
+                          (``--gate-up-globals keep``: the source's two)
+  ``w2_weight_scale_2``   the down weight global
+  ``w13_input_scale``     (gate, up) activation globals, as in the source
+  ``w2_input_scale``      the down activation global
+  and the target's derived scalars (:mod:`moebake.layouts.nvfp4_scalars`).
 
 ``H % 128 == 0`` and ``I % 64 == 0`` are required (the CuteDSL tiles need them). H and I are padded to
-the engine profile's multiples (SGLang 0.5.23: none, 128 and 64; vLLM 0.33.0: H to 256 for its 256-wide
-K tiles, as ``align_fp4_moe_hidden_dim_for_fi`` does): zero weights and zero block scales, each of gate
+the engine profile's multiples (vLLM's: H to 256 for its 256-wide K tiles, as ``align_fp4_moe_hidden_dim_for_fi``
+does): zero weights and zero block scales, each of gate
 and up padded on its own before the rows are ordered (``align_fp4_moe_weights_for_fi``), so the padding
 never changes a real value. The swizzled scale tensors keep the linear shape (``2I_pad`` and ``H_pad``
 are multiples of 128, ``H_pad/16`` and ``I_pad/16`` of 4), so SGLang's ``w*_blockscale_swizzled`` alias

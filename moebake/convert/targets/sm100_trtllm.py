@@ -4,24 +4,24 @@ Reproduces, on CPU, what SGLang builds for its SM100 ``flashinfer_mxfp4`` path: 
 (``Mxfp4MoEMethod`` with ``_fi_kernel == "trtllm_sm100"``) and DeepSeek-V4
 (``Mxfp4FlashinferTrtllmMoEMethod``), i.e. FlashInfer's ``_maybe_get_cached_w3_w1_permute_indices`` /
 ``get_w2_permute_indices_with_cache`` row permutations (``epilogue_tile_m = 128``) and
-``block_scale_interleave``. Per MoE layer, under the layer's expert prefix, with ``E`` experts and
-``H_pad``/``I_pad`` as for ``sm90-cutlass``:
+``block_scale_interleave``. Per MoE layer, under the layer's expert prefix, with ``H_pad``/``I_pad`` as for
+``sm90-cutlass``; each tensor's dtype and shape is the target spec's (:data:`moebake.schema.targets.SM100_TRTLLM`):
 
-  ``w13_weight``         U8/I8 ``[E, 2*I_pad, H_pad/2]``  rows ``(up_i, gate_i)`` pairs, then ``shuffle_matrix_a``
-  ``w13_weight_scale``   F8_E4M3 ``[E, 2*I_pad, H_pad/32]``  E8M0 bytes: same rows, then the 128x4 swizzle
-  ``w13_weight_bias``    F32 ``[E, 2*I_pad]``  same rows (sources with biases: GPT-OSS)
-  ``w2_weight``          U8/I8 ``[E, H_pad, I_pad/2]``  ``shuffle_matrix_a`` rows
-  ``w2_weight_scale``    F8_E4M3 ``[E, H_pad, I_pad/32]``  same rows, then the 128x4 swizzle
-  ``w2_weight_bias``     F32 ``[E, H_pad]``  same rows (GPT-OSS)
-  ``gemm1_alpha``, ``gemm1_beta``  F32 ``[E]``  GPT-OSS's SwiGLU 1.702 and 1.0 (absent for plain SwiGLU)
-  ``gemm1_clamp_limit``  F32 ``[E]``  the SwiGLU limit (absent when the model has none)
+  ``w13_weight``         rows ``(up_i, gate_i)`` pairs, then ``shuffle_matrix_a``
+  ``w13_weight_scale``   E8M0 bytes: same rows, then the 128x4 swizzle
+  ``w13_weight_bias``    same rows (sources with biases: GPT-OSS)
+  ``w2_weight``          ``shuffle_matrix_a`` rows
+  ``w2_weight_scale``    same rows, then the 128x4 swizzle
+  ``w2_weight_bias``     same rows (GPT-OSS)
+  ``gemm1_alpha``, ``gemm1_beta``  GPT-OSS's SwiGLU 1.702 and 1.0 (absent for plain SwiGLU)
+  ``gemm1_clamp_limit``  the SwiGLU limit (absent when the model has none)
 
 Weights keep the source's dtype (GPT-OSS U8, DeepSeek-V4 I8) and scales are the E8M0 bytes in a
 float8_e4m3fn container, as SGLang's parameters are, so an engine can ``copy_`` them byte for byte.
 Each expert's 128x4-swizzled scales have exactly ``rows * K/32`` bytes (rows % 128 == 0 and
-``K/32 % 4 == 0``), stored ``[E, rows, K/32]`` as SGLang reshapes them. Padding: weights and biases
-zero (SGLang's zero-initialised GPT-OSS buffers), block scales the engine profile's fills (SGLang 0.5.23:
-127 = E8M0 2^0 in H and I padding, what its scale buffers start at); sources whose engine path does not
+``K/32 % 4 == 0``), stored in the linear shape SGLang reshapes them to. Padding: weights and biases
+zero (SGLang's zero-initialised GPT-OSS buffers), block scales the engine profile's fills (SGLang's GPT-OSS
+profile: 127 = E8M0 2^0 in H and I padding, what its scale buffers start at); sources whose engine path does not
 pad (DeepSeek-V4) must have H and I multiples of the padding multiples. ``--flashinfer-layout`` (the SM90 interleave)
 does not apply.
 """

@@ -3,23 +3,21 @@
 Reproduces, on CPU, what SGLang builds on the GPU for GPT-OSS (``Mxfp4MoEMethod.
 _process_weights_for_sm90_cutlass``) and DeepSeek-V4 (``Mxfp4FlashinferCutlassMoEMethod``), from the
 canonical expert tensors of :mod:`moebake.formats.expert_source`. Per MoE layer, under the layer's
-expert prefix, with ``E`` experts, padded sizes ``H_pad = round_up(H, hidden_multiple)`` and
-``I_pad = round_up(I, intermediate_multiple)`` (the engine profile's multiples, see
-:mod:`moebake.schema.profiles`; SGLang 0.5.23: GPT-OSS 256 and 128, DeepSeek-V4 not padded):
+expert prefix, with ``H_pad = round_up(H, hidden_multiple)`` and ``I_pad = round_up(I, intermediate_multiple)`` (the
+engine profile's multiples, :mod:`moebake.schema.profiles`); each tensor's dtype and shape, for either FlashInfer
+layout, is the target spec's (:data:`moebake.schema.targets.SM90_CUTLASS`):
 
-  ``w13_weight``        U8   ``[E, 2*I_pad, H_pad/2]``               halves [up; gate], zero-padded, SM90 fp4 interleave
-  ``w13_weight_scale``  U8   ``[E, 2*I_pad/64, H_pad/128, 16, 16]``  E8M0, same halves, padded (below), SM90 scale fold
-                             (layout ``v1``: ``[E, H_pad/128, 8*I_pad]``, its older fold)
-  ``w13_weight_bias``   BF16 ``[E, 2*I_pad]``                       [up | gate], zero-padded
-  ``w2_weight``         U8   ``[E, H_pad, I_pad/2]``                 zero-padded, SM90 fp4 interleave
-  ``w2_weight_scale``   U8   ``[E, H_pad/64, I_pad/128, 16, 16]``    padded (below), SM90 scale fold
-                             (layout ``v1``: ``[E, I_pad/128, 4*H_pad]``)
-  ``w2_weight_bias``    BF16 ``[E, H_pad]``                         zero-padded
+  ``w13_weight``        halves [up; gate], zero-padded, SM90 fp4 interleave
+  ``w13_weight_scale``  E8M0, same halves, padded (below), SM90 scale fold (layout ``v1``: its older fold)
+  ``w13_weight_bias``   [up | gate], zero-padded
+  ``w2_weight``         zero-padded, SM90 fp4 interleave
+  ``w2_weight_scale``   padded (below), SM90 scale fold
+  ``w2_weight_bias``    zero-padded
 
 The biases exist only for sources that have them (GPT-OSS; DeepSeek-V4 has none). Sources whose
 engine path does not pad (DeepSeek-V4) must have H and I multiples of the padding multiples.
 Padding bytes are zero, except the block scales' hidden padding next to real data, which holds the
-profile's ``hidden_scale_fill`` (SGLang 0.5.23, GPT-OSS: 127 = E8M0 2^0, what its scale buffers are
+profile's ``hidden_scale_fill`` (SGLang's GPT-OSS profile: 127 = E8M0 2^0, what its scale buffers are
 created with: W13 scale columns ``H/32 .. H_pad/32`` of real rows, W2 scale rows ``H .. H_pad`` of
 real columns). Either way the padded weights are zero, so the padding contributes nothing (padded
 intermediate lanes have gate = 0). The kernel reads the scales as ``.view(torch.int32)``.

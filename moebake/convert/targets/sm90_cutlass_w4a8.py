@@ -6,17 +6,17 @@ Reproduces, on CPU, what SGLang 0.5.23 builds on the GPU when started with
 ``Mxfp4FlashinferCutlassMoEMethod`` with ``_use_sm90_humming``. Both pad (GPT-OSS only) and stack
 ``[up; gate]`` as ``sm90-cutlass`` does, then run FlashInfer's
 ``preprocess_moe_weights_for_sm90_mixed_gemm_humming`` on each of W13 and W2
-(:mod:`moebake.layouts.sm90_humming`). Per MoE layer, with ``E`` experts and the padded sizes of
-``sm90-cutlass`` (GPT-OSS: ``H_pad = round_up(H, 256)``, ``I_pad = round_up(I, 128)``; DeepSeek-V4 not padded):
+(:mod:`moebake.layouts.sm90_humming`). Per MoE layer, with the padded sizes of ``sm90-cutlass``; each tensor's
+dtype and shape is the target spec's (:data:`moebake.schema.targets.SM90_CUTLASS_W4A8`):
 
-  ``w13_weight``                 U8   ``[E, 2*I_pad, H_pad/2]``               [up; gate], zero-padded, rewritten, ``fp4_fp8``
-  ``w13_weight_scale``           U8   ``[E, 2*I_pad/64, H_pad/128, 16, 16]``  per-group exponent offsets 1..12, SM90 fold
-  ``w13_weight_bias``            BF16 ``[E, 2*I_pad]``                       [up | gate], zero-padded (GPT-OSS only)
-  ``w13_humming_residual_scale`` F32  ``[E]``                                ``2^(lo - 127) / 2 * 64``, ``lo``: kept minimum
-  ``w2_weight``                  U8   ``[E, H_pad, I_pad/2]``                 zero-padded, rewritten, ``fp4_fp8`` interleave
-  ``w2_weight_scale``            U8   ``[E, H_pad/64, I_pad/128, 16, 16]``    offsets, SM90 scale fold
-  ``w2_weight_bias``             BF16 ``[E, H_pad]``                         zero-padded (GPT-OSS only)
-  ``w2_humming_residual_scale``  F32  ``[E]``                                as W13's, of W2's scales
+  ``w13_weight``                 [up; gate], zero-padded, rewritten, ``fp4_fp8`` interleave
+  ``w13_weight_scale``           per-group exponent offsets 1..12, SM90 fold
+  ``w13_weight_bias``            [up | gate], zero-padded (GPT-OSS only)
+  ``w13_humming_residual_scale`` ``2^(lo - 127) / 2 * 64``, ``lo``: kept minimum
+  ``w2_weight``                  zero-padded, rewritten, ``fp4_fp8`` interleave
+  ``w2_weight_scale``            offsets, SM90 scale fold
+  ``w2_weight_bias``             zero-padded (GPT-OSS only)
+  ``w2_humming_residual_scale``  as W13's, of W2's scales
 
 The range clamp runs over every scale of an expert's W13 (both halves) or W2, padding included.
 SGLang fills the *scale* padding of this path with the expert's first scale (W13: gate row 0,

@@ -3,19 +3,19 @@
 Reproduces, on CPU, what SGLang builds with ``--moe-runner-backend marlin`` for GPT-OSS
 (``Mxfp4MoEMethod``) and DeepSeek-V4 (``Mxfp4MarlinMoEMethod``): ``prepare_moe_mxfp4_layer_for_marlin``
 after ``deinterleave_moe_mxfp4_w13_for_marlin``, with the CUDA op ``gptq_marlin_repack`` done by
-:mod:`moebake.layouts.marlin`. Per MoE layer, under the layer's expert prefix, with ``E`` experts and
-``H_pad``/``I_pad`` the engine profile's padded sizes (SGLang 0.5.23: GPT-OSS H to 256, I to 128;
-DeepSeek-V4 not padded, H % 256 == 0 and I % 64 == 0 required; H % 64 == 0 for every source):
+:mod:`moebake.layouts.marlin`. Per MoE layer, under the layer's expert prefix, with ``H_pad``/``I_pad`` the engine
+profile's padded sizes (H % 64 == 0 for every source; a source the engine does not pad must meet its multiples); each
+tensor's dtype and shape is the target spec's (:data:`moebake.schema.targets.SM90_MARLIN`):
 
-  ``w13_weight``        I32     ``[E, H_pad/16, 4*I_pad]``  halves [gate; up] each zero-padded to ``I_pad`` rows
-                                                           (``[2*I_pad, H_pad/2]`` per expert), Marlin-repacked
-  ``w13_weight_scale``  F8_E8M0 ``[E, H_pad/32, 2*I_pad]``  the same halves' scales ``[2*I_pad, H_pad/32]``, transposed, Marlin order
-  ``w13_weight_bias``   BF16    ``[E, 2*I_pad]``            [gate | up], zero-padded, Marlin bias order (GPT-OSS)
-  ``w2_weight``         I32     ``[E, I_pad/16, 2*H_pad]``  ``[H_pad, I_pad/2]`` zero-padded, Marlin-repacked
-  ``w2_weight_scale``   F8_E8M0 ``[E, I_pad/32, H_pad]``    ``[H_pad, I_pad/32]``, transposed, Marlin scale order
-  ``w2_weight_bias``    BF16    ``[E, H_pad]``              zero-padded, Marlin bias order (GPT-OSS)
+  ``w13_weight``        halves [gate; up] each zero-padded to ``I_pad`` rows (``[2*I_pad, H_pad/2]`` per expert),
+                        Marlin-repacked
+  ``w13_weight_scale``  the same halves' scales ``[2*I_pad, H_pad/32]``, transposed, Marlin order
+  ``w13_weight_bias``   [gate | up], zero-padded, Marlin bias order (GPT-OSS)
+  ``w2_weight``         ``[H_pad, I_pad/2]`` zero-padded, Marlin-repacked
+  ``w2_weight_scale``   ``[H_pad, I_pad/32]``, transposed, Marlin scale order
+  ``w2_weight_bias``    zero-padded, Marlin bias order (GPT-OSS)
 
-Scale padding holds the profile's fills (SGLang 0.5.23, GPT-OSS: 127 = E8M0 1.0 in H and I padding,
+Scale padding holds the profile's fills (SGLang's GPT-OSS profile: 127 = E8M0 1.0 in H and I padding,
 what its scale buffers are created with); padded weights are zero, so padding contributes nothing.
 """
 

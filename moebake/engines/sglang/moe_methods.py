@@ -16,8 +16,9 @@ are SGLang's own; only three steps are moebake's:
   (:class:`moebake.serving_core.rank_loader.RankLoader`: pinned staging, overlapped host-to-device copies),
   and makes the per-expert scalars SGLang's runner takes (SwiGLU constants from the manifest's activation).
 
-Refusals (one line each, :mod:`moebake.engines.sglang.refusals`) run when the method is made,
-before any weight is read.
+Which method serves which (target, source format) is the serving records' (:mod:`moebake.schema.serving`): each
+factory here registers under its route's name (:func:`route`). Refusals (one line each,
+:mod:`moebake.engines.sglang.refusals`) run when the method is made, before any weight is read.
 """
 
 import functools
@@ -28,9 +29,23 @@ from moebake.engines.sglang import internals, refusals
 from moebake.engines.sglang.refusals import MoebakeRefusal
 from moebake.errors import MoebakeError
 from moebake.formats.safetensors_file import DTYPES
+from moebake.schema import serving
 from moebake.schema.enums import ActivationKind
 from moebake.schema.manifest import LayerRecord, TensorRecord
 from moebake.serving_core.rank_loader import rank_runs
+
+FACTORIES: dict = {}
+"""Route name (:attr:`moebake.schema.serving.ServingRecord.route`) -> the factory of the MoE method class it makes."""
+
+
+def route(name: str):
+    """Register the decorated method factory as the SGLang route ``name``."""
+
+    def register(factory):
+        FACTORIES[name] = factory
+        return factory
+
+    return register
 
 
 class SelfLoadingExperts:
@@ -105,9 +120,10 @@ def _common_refusals(config, target: str) -> None:
         refusals.check_flashinfer_layout(manifest, flashinfer.__version__)
 
 
+@route("sm90-cutlass")
 def _sm90_cutlass_method(humming: bool = False):
     """``humming``: the ``sm90-cutlass-w4a8`` method (FlashInfer's Humming W4A8: the bake also holds the
-    per-expert residual scales, and SGLang must run ``--flashinfer-mxfp4-moe-precision fp8``)."""
+    per-expert residual scales, and SGLang must run the profile's ``HUMMING_FLAGS``)."""
     from sglang.srt.layers.quantization.mxfp4 import Mxfp4MoEMethod
 
     class MoebakeSm90CutlassMoEMethod(SelfLoadingExperts, Mxfp4MoEMethod):
@@ -149,6 +165,7 @@ def _sm90_cutlass_method(humming: bool = False):
     return MoebakeSm90CutlassMoEMethod
 
 
+@route("deepep-bf16")
 def _deepep_bf16_method():
     from sglang.srt.layers.quantization.unquant import UnquantizedFusedMoEMethod
 
@@ -167,6 +184,7 @@ def _deepep_bf16_method():
     return MoebakeDeepEPBf16MoEMethod
 
 
+@route("sm100-trtllm")
 def _sm100_trtllm_method():
     from sglang.srt.layers.quantization.mxfp4 import Mxfp4MoEMethod
 
@@ -192,6 +210,7 @@ def _sm100_trtllm_method():
     return MoebakeSm100TrtllmMoEMethod
 
 
+@route("sm100-trtllm-deepseek-v4")
 def _sm100_deepseek_v4_method():
     from sglang.srt.layers.quantization.mxfp4_flashinfer_trtllm_moe import Mxfp4FlashinferTrtllmMoEMethod
 
@@ -214,6 +233,7 @@ def _sm100_deepseek_v4_method():
     return MoebakeSm100DeepseekV4MoEMethod
 
 
+@route("sm90-marlin")
 def _sm90_marlin_method():
     from sglang.srt.layers.quantization.mxfp4 import Mxfp4MoEMethod
 
@@ -241,6 +261,7 @@ def _sm90_marlin_method():
     return MoebakeSm90MarlinMoEMethod
 
 
+@route("sm90-marlin-deepseek-v4")
 def _sm90_marlin_deepseek_v4_method():
     from sglang.srt.layers.quantization.mxfp4_marlin_moe import Mxfp4MarlinMoEMethod
 
@@ -259,6 +280,7 @@ def _sm90_marlin_deepseek_v4_method():
     return MoebakeSm90MarlinDeepseekV4MoEMethod
 
 
+@route("cutedsl")
 def _cutedsl_method():
     from sglang.srt.layers.quantization.modelopt_quant import ModelOptNvFp4FusedMoEMethod
 
@@ -290,20 +312,21 @@ def _check_cutedsl_w4a4(method) -> None:
                              "SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16 / per-token activation scaling, or re-bake")
 
 
-METHODS = {"sm90-cutlass": _sm90_cutlass_method, "sm90-cutlass-w4a8": functools.partial(_sm90_cutlass_method, humming=True),
-           "deepep-bf16": _deepep_bf16_method, "sm100-trtllm": _sm100_trtllm_method,
-           "cutedsl": _cutedsl_method, "cutedsl-deepep": _cutedsl_method, "sm90-marlin": _sm90_marlin_method}
-SOURCE_METHODS = {("sm100-trtllm", "deepseek-v4"): _sm100_deepseek_v4_method,
-                  ("sm90-marlin", "deepseek-v4"): _sm90_marlin_deepseek_v4_method}
-"""Where SGLang prepares a target with another method for some source format: (target, source format) -> method."""
+@route("sm90-cutlass-w4a8")
+def _sm90_cutlass_w4a8_method():
+    return _sm90_cutlass_method(humming=True)
+
+
+METHODS = {r.target: FACTORIES[r.route] for r in serving.routes(serving.SGLANG) if r.source_format is None}
+"""Target -> its method factory, for every source format of the target (a view of the serving records)."""
 
 
 def moe_method(config, record: LayerRecord, prefix: str):
-    """The moebake MoE method for ``config``'s target and the layer ``record`` (refusing first if it must)."""
-    target = config.manifest.target
-    if target not in METHODS:
-        raise MoebakeRefusal(f"target {target}: this moebake's SGLang plugin serves {', '.join(sorted(METHODS))} only; "
-                             f"serve this bake with moebake.serve")
-    _common_refusals(config, target)
-    method = SOURCE_METHODS.get((target, config.manifest.source.format), METHODS[target])
-    return method()(config, record, prefix)
+    """The moebake MoE method for ``config``'s target and source format and the layer ``record`` (refusing first if
+    it must)."""
+    manifest = config.manifest
+    found = serving.record(serving.SGLANG, manifest.target, manifest.source.format)
+    if found is None or not found.served:
+        raise MoebakeRefusal(serving.unserved(serving.SGLANG, manifest.target, manifest.source.format))
+    _common_refusals(config, manifest.target)
+    return FACTORIES[found.route]()(config, record, prefix)

@@ -8,6 +8,7 @@ Every check here is a pure function of the manifest and SGLang's state, tested o
 from moebake.errors import EngineRefusal
 from moebake.schema.enums import GpuFamily
 from moebake.schema.manifest import EngineRecord, LayerRecord, Manifest
+from moebake.schema.profiles import HUMMING_FLAGS
 from moebake.serving_core.refusals import flashinfer_layout_refusal, gpu_refusal, parallelism_refusal, unloaded_refusal
 
 
@@ -46,17 +47,15 @@ def check_backends(engine: EngineRecord, runner_backend: str, a2a_backend: str) 
             raise MoebakeRefusal(f"this bake is for {flag} {wanted}, the server runs {flag} {got}; start it with {flag} {wanted}")
 
 
-PRECISION_FLAG = "--flashinfer-mxfp4-moe-precision fp8"
-
-
 def check_humming_precision(target: str, baked_for_humming: bool, server_runs_humming: bool) -> None:
-    """``sm90-cutlass-w4a8`` bytes are for SGLang's SM90 Humming W4A8 path (:data:`PRECISION_FLAG`), ``sm90-cutlass``
-    bytes for its W4A16 path: refuse a server started on the other one (it would run the bytes as the wrong format)."""
+    """``sm90-cutlass-w4a8`` bytes are for SGLang's SM90 Humming W4A8 path
+    (:data:`~moebake.schema.profiles.HUMMING_FLAGS`), ``sm90-cutlass`` bytes for its W4A16 path: refuse a server
+    started on the other one (it would run the bytes as the wrong format)."""
     if baked_for_humming and not server_runs_humming:
         raise MoebakeRefusal(f"this {target} bake holds FlashInfer's Humming W4A8 weights, the server runs SM90 MXFP4 "
-                             f"MoE in W4A16; start it with {PRECISION_FLAG}")
+                             f"MoE in W4A16; start it with {HUMMING_FLAGS}")
     if server_runs_humming and not baked_for_humming:
-        raise MoebakeRefusal(f"the server runs {PRECISION_FLAG} (Humming W4A8), this {target} bake holds W4A16 weights; "
+        raise MoebakeRefusal(f"the server runs {HUMMING_FLAGS} (Humming W4A8), this {target} bake holds W4A16 weights; "
                              f"drop that flag, or bake target sm90-cutlass-w4a8")
 
 

@@ -1,15 +1,15 @@
-"""The vLLM plugin: serves bakes made for vLLM 0.33.0 (``--engine vllm``): ``sm90-cutlass`` GPT-OSS and DeepSeek-V4
-on Hopper, ``cutedsl`` ModelOpt NVFP4 and ``sm100-trtllm`` GPT-OSS and DeepSeek-V4 on Blackwell.
+"""The vLLM plugin: serves bakes made for vLLM (``--engine vllm``) of the kinds the serving records give vLLM
+(:mod:`moebake.schema.serving`; docs/engines.md's serving-routes table lists them).
 
 vLLM loads it in every process through the ``vllm.general_plugins`` entry point (``pyproject.toml``);
 :func:`register` adds the ``moebake`` quantization (:mod:`moebake.engines.vllm.quantization`) and the
 ``moebake`` load format (:mod:`moebake.engines.vllm.loader`). Serve with::
 
-  vllm serve BAKED_DIR --quantization moebake --load-format moebake --moe-backend flashinfer_cutlass   # sm90-cutlass
-  vllm serve BAKED_DIR --quantization moebake --load-format moebake --moe-backend flashinfer_cutedsl   # cutedsl
-  vllm serve BAKED_DIR --quantization moebake --load-format moebake --moe-backend flashinfer_trtllm   # sm100-trtllm
+  vllm serve BAKED_DIR --quantization moebake --load-format moebake --moe-backend BACKEND
 
-(``--enable-expert-parallel`` for more than one GPU). Importing this package does not import vLLM.
+where ``BACKEND`` is the bake's (the manifest's ``engine.runner_backend``; ``moebake convert`` prints the whole
+flags, :func:`moebake.schema.profiles.serving_flags`), and ``--enable-expert-parallel`` for more than one GPU.
+Importing this package does not import vLLM.
 """
 
 

@@ -1,52 +1,16 @@
 """What the vLLM plugin knows about a bake before vLLM builds a layer: the manifest, checked against the
 checkpoint's config.json and against what vLLM 0.33.0 builds (no vLLM import here).
 
-Six kinds of bake are served (:data:`SERVED`), each held by a ``RoutedExperts`` module with ``E_local``
-experts (this EP rank's), ``model.layers.N.mlp.experts.routed_experts`` (GPT-OSS, ModelOpt NVFP4) or
-``model.layers.N.ffn.experts.routed_experts`` (DeepSeek-V4, whose bake names the layer ``layers.N.ffn.experts.``
-as the checkpoint does: vLLM's ``DeepseekV4ForCausalLM.hf_to_vllm_mapper`` adds ``model.``):
-
-GPT-OSS, target ``sm90-cutlass`` (vLLM's ``GptOssMxfp4MoEMethod``, ``--moe-backend flashinfer_cutlass`` on
-SM90, ``FLASHINFER_CUTLASS_MXFP4_BF16``): after ``process_weights_after_loading`` vLLM holds exactly the
-bake's tensors (H and I padded to multiples of 128, zero padding, SM90 fp4 interleave and scale fold, W13
-halves ``[up; gate]``), under vLLM's names:
-
-  bake (file, manifest)   vLLM parameter        dtype  shape
-  ``w13_weight``          ``w13_weight``        U8     ``[E_local, 2*I_pad, H_pad/2]``
-  ``w13_weight_scale``    ``w13_weight_scale``  U8     ``[E_local, 2*I_pad/64, H_pad/128, 16, 16]``
-  ``w13_weight_bias``     ``w13_bias``          BF16   ``[E_local, 2*I_pad]``
-  ``w2_weight``           ``w2_weight``         U8     ``[E_local, H_pad, I_pad/2]``
-  ``w2_weight_scale``     ``w2_weight_scale``   U8     ``[E_local, H_pad/64, I_pad/128, 16, 16]``
-  ``w2_weight_bias``      ``w2_bias``           BF16   ``[E_local, H_pad]``
-
-DeepSeek-V4 MXFP4, target ``sm90-cutlass`` (``DeepseekV4FP8Config`` -> vLLM's generic ``Mxfp4MoEMethod``,
-``--moe-backend flashinfer_cutlass`` on SM90, ``FLASHINFER_CUTLASS_MXFP4_BF16``): ``w13_weight`` U8
-``[E_local, 2*I, H/2]`` (halves ``[w3; w1]``, SM90 fp4 interleave), ``w13_weight_scale`` U8
-``[E_local, 2*I/64, H/128, 16, 16]``, ``w2_weight`` U8 ``[E_local, H, I/2]`` and ``w2_weight_scale`` U8
-``[E_local, H/64, I/128, 16, 16]`` are vLLM's parameters after ``process_weights_after_loading``, under the
-bake's names (H and I multiples of 128: nothing is padded). Target ``sm100-trtllm`` (``--moe-backend
-flashinfer_trtllm`` on Blackwell, ``FLASHINFER_TRTLLM_MXFP4_BF16``): the same four tensors in trtllm-gen's layout
-(``w13_weight`` ``[E_local, 2*I, H/2]``, scales F8_E4M3 ``[E_local, 2*I, H/32]``, ``w2_*`` likewise; H a multiple of
-256, vLLM's rounding), held as vLLM holds them (the weights viewed as uint8: the bake keeps the checkpoint's int8);
-the bake's ``gemm1_clamp_limit`` is not a vLLM parameter (vLLM's kernel takes config.json's ``swiglu_limit``).
-Target ``sm90-marlin`` (``--moe-backend marlin`` on SM90, ``Mxfp4MoeBackend.MARLIN``): the same four tensors in
-Marlin's layout, what ``prepare_moe_mxfp4_layer_for_marlin`` gives vLLM's parameters (``w13_weight`` I32
-``[E_local, H/16, 4*I]``, halves ``[w1; w3]``, ``w13_weight_scale`` F8_E8M0 ``[E_local, H/32, 2*I]``, ``w2_weight``
-I32 ``[E_local, I/16, 2*H]``, ``w2_weight_scale`` F8_E8M0 ``[E_local, I/32, H]``; H a multiple of 256 and I of 128,
-vLLM's rounding: nothing is padded). vLLM's Marlin preparation puts nothing else on the layer (the Marlin kernel
-takes its workspace from ``get_marlin_workspace`` at run time).
-
-GPT-OSS, target ``sm100-trtllm`` (``GptOssMxfp4MoEMethod``, ``--moe-backend flashinfer_trtllm`` on Blackwell,
-``FLASHINFER_TRTLLM_MXFP4_BF16``): the same six tensors under the same vLLM names, in trtllm-gen's layout (H padded
-to 256, I to 128, zero padding; scales F8_E4M3 ``[E_local, rows, K/32]``, biases F32); the bake's ``gemm1_alpha``,
-``gemm1_beta``, ``gemm1_clamp_limit`` are not vLLM parameters (its kernel takes GPT-OSS's SwiGLU constants).
-
-ModelOpt NVFP4, target ``cutedsl`` (vLLM's ``ModelOptNvFp4FusedMoE``, ``--moe-backend flashinfer_cutedsl``
-on Blackwell, ``FLASHINFER_CUTEDSL``): ``w13_weight`` U8 ``[E_local, 2*I_pad, H_pad/2]``, ``w13_weight_scale``
-F8_E4M3 ``[E_local, 2*I_pad, H_pad/16]``, ``w2_weight`` U8 ``[E_local, H_pad, I_pad/2]`` and ``w2_weight_scale``
-F8_E4M3 ``[E_local, H_pad, I_pad/16]`` are the bake's bytes (H padded to 256); vLLM's four F32 ``[E_local]``
-scalars (``w13_weight_scale_2``, ``w2_weight_scale_2``, ``w13_input_scale``, ``w2_input_scale``) are reduced
-at load from the bake's per-expert ones (:mod:`moebake.engines.vllm.nvfp4`).
+The kinds of bake it serves are the vLLM routes of the serving records (:mod:`moebake.schema.serving`; :data:`SERVED`
+is their view here), each held by a ``RoutedExperts`` module with ``E_local`` experts (this EP rank's),
+``model.layers.N.mlp.experts.routed_experts`` (GPT-OSS, ModelOpt NVFP4) or ``model.layers.N.ffn.experts.routed_experts``
+(DeepSeek-V4, whose bake names the layer ``layers.N.ffn.experts.`` as the checkpoint does: vLLM's
+``DeepseekV4ForCausalLM.hf_to_vllm_mapper`` adds ``model.``). After ``process_weights_after_loading`` vLLM holds the
+baked tensors its kind lists (:data:`HOLDINGS`, ``held``) byte for byte: the target spec's dtypes and shapes
+(:mod:`moebake.schema.targets`) with ``E_local`` experts first, under the engine profile's parameter names. The
+tensors in ``not_held`` are no vLLM parameter (its kernel takes those constants from config.json or its own code);
+ModelOpt NVFP4's F32 ``[E_local]`` scalars are reduced at load from the bake's per-expert ones
+(:mod:`moebake.engines.vllm.nvfp4`).
 
 Every problem is a :class:`moebake.errors.MoebakeError` whose message is one line starting with
 ``moebake (vLLM plugin):``, saying what disagrees and what to do.
@@ -57,9 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moebake.errors import EngineRefusal, MoebakeError
+from moebake.schema import serving
 from moebake.schema.enums import DType
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
-from moebake.schema.profiles import PROFILES, SHARED_GLOBALS, get_profile, not_servable_because, releases
+from moebake.schema.profiles import PROFILES, SHARED_GLOBALS, get_profile, releases
+from moebake.schema.serving import ServingRecord
 from moebake.schema.targets import target_spec
 from moebake.serving_core.served_manifest import read_served_manifest
 
@@ -81,14 +47,10 @@ def installed_profile():
 
 
 @dataclass(frozen=True, kw_only=True)
-class Served:
-    """One kind of bake the plugin serves: (``target``, ``source_format``), the architecture it needs (None: the
-    source's, whatever it is) and the baked tensors vLLM holds as they are (``held``; the others it derives at
-    load). The ``--moe-backend`` and parameter names are the engine profile's (:func:`installed_profile`), the GPUs the
-    target spec's."""
+class Holding:
+    """How vLLM holds one served kind of bake: the architecture it needs (None: the source's, whatever it is) and the
+    baked tensors it holds as they are (``held``; the others it derives at load)."""
 
-    target: str
-    source_format: str
     architecture: str | None
     held: tuple[str, ...]
     vllm_prefix: str = ""
@@ -96,6 +58,41 @@ class Served:
     ``layers.`` -> ``model.layers.``)."""
     not_held: tuple[str, ...] = ()
     """Baked tensors vLLM does not hold (it takes the value from config.json); the plugin reads none of them."""
+
+
+_GPT_OSS = "GptOssForCausalLM"
+_DEEPSEEK_V4 = "DeepseekV4ForCausalLM"
+_MXFP4_HELD = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale")
+_GPT_OSS_HELD = tuple(t.name for t in target_spec("sm90-cutlass").tensors)
+HOLDINGS = {
+    "gpt-oss": Holding(architecture=_GPT_OSS, held=_GPT_OSS_HELD),
+    "gpt-oss-sm100": Holding(architecture=_GPT_OSS, held=_GPT_OSS_HELD,
+                             not_held=("gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit")),
+    "modelopt-nvfp4": Holding(architecture=None, held=_MXFP4_HELD),
+    "deepseek-v4": Holding(architecture=_DEEPSEEK_V4, held=_MXFP4_HELD, vllm_prefix="model."),
+    "deepseek-v4-sm100": Holding(architecture=_DEEPSEEK_V4, held=_MXFP4_HELD, vllm_prefix="model.",
+                                 not_held=("gemm1_clamp_limit",)),
+    "deepseek-v4-marlin": Holding(architecture=_DEEPSEEK_V4, held=_MXFP4_HELD, vllm_prefix="model."),
+}
+"""The vLLM routes of the serving records (:mod:`moebake.schema.serving`), each with how vLLM holds its bakes."""
+
+
+@dataclass(frozen=True)
+class Served:
+    """One kind of bake the plugin serves: its serving record (target, source format, vLLM's kernel backend) and how
+    vLLM holds it. The ``--moe-backend`` and parameter names are the engine profile's (:func:`installed_profile`),
+    the GPUs the target spec's."""
+
+    record: ServingRecord
+    holding: Holding
+
+    @property
+    def target(self) -> str:
+        return self.record.target
+
+    @property
+    def source_format(self) -> str:
+        return self.record.source_format
 
     @property
     def moe_backend(self) -> str:
@@ -105,25 +102,16 @@ class Served:
     def parameter_names(self) -> dict[str, str]:
         """Baked tensor short name -> vLLM parameter name, for the tensors vLLM holds as they are."""
         renamed = dict(installed_profile().target(self.target, self.source_format).parameter_names)
-        return {short: renamed.get(short, short) for short in self.held}
+        return {short: renamed.get(short, short) for short in self.holding.held}
 
 
-GPT_OSS = Served(target="sm90-cutlass", source_format="gpt-oss", architecture="GptOssForCausalLM",
-                 held=tuple(t.name for t in target_spec("sm90-cutlass").tensors))
-GPT_OSS_SM100 = Served(target="sm100-trtllm", source_format="gpt-oss", architecture="GptOssForCausalLM",
-                       held=GPT_OSS.held, not_held=("gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit"))
-GPT_OSS_KINDS = (GPT_OSS, GPT_OSS_SM100)
-MODELOPT_NVFP4 = Served(target="cutedsl", source_format="modelopt-nvfp4", architecture=None,
-                        held=("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"))
-DEEPSEEK_V4 = Served(target="sm90-cutlass", source_format="deepseek-v4", architecture="DeepseekV4ForCausalLM",
-                     held=("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"), vllm_prefix="model.")
-DEEPSEEK_V4_SM100 = Served(target="sm100-trtllm", source_format="deepseek-v4", architecture="DeepseekV4ForCausalLM",
-                           held=DEEPSEEK_V4.held, vllm_prefix="model.", not_held=("gemm1_clamp_limit",))
-DEEPSEEK_V4_MARLIN = Served(target="sm90-marlin", source_format="deepseek-v4", architecture="DeepseekV4ForCausalLM",
-                            held=DEEPSEEK_V4.held, vllm_prefix="model.")
-SERVED = {(s.target, s.source_format): s for s in (GPT_OSS, MODELOPT_NVFP4, DEEPSEEK_V4, GPT_OSS_SM100, DEEPSEEK_V4_SM100,
-                                                   DEEPSEEK_V4_MARLIN)}
-DEEPSEEK_V4_KINDS = (DEEPSEEK_V4, DEEPSEEK_V4_SM100, DEEPSEEK_V4_MARLIN)
+SERVED = {(r.target, r.source_format): Served(r, HOLDINGS[r.route]) for r in serving.routes(serving.VLLM)}
+"""(target, source format) -> the kind of bake the plugin serves (a view of the serving records)."""
+GPT_OSS = SERVED[("sm90-cutlass", "gpt-oss")]
+GPT_OSS_SM100 = SERVED[("sm100-trtllm", "gpt-oss")]
+MODELOPT_NVFP4 = SERVED[("cutedsl", "modelopt-nvfp4")]
+GPT_OSS_KINDS = tuple(s for s in SERVED.values() if s.holding.architecture == _GPT_OSS)
+DEEPSEEK_V4_KINDS = tuple(s for s in SERVED.values() if s.holding.architecture == _DEEPSEEK_V4)
 MTP_DRAFT = "DeepSeekV4MTPModel"
 """The architecture vLLM 0.33.0's speculative config gives DeepSeek-V4's MTP draft model (not served)."""
 SWIGLU = {"alpha": 1.702, "beta": 1.0, "limit": 7.0}
@@ -162,7 +150,7 @@ class VllmBake:
         """The layer whose experts vLLM builds at ``module_prefix`` (``model.layers.N.mlp.experts``;
         DeepSeek-V4: ``model.layers.N.ffn.experts``, the bake's ``layers.N.ffn.experts.``)."""
         prefix = module_prefix.rstrip(".") + "."
-        prefix = prefix.removeprefix(self.served.vllm_prefix)
+        prefix = prefix.removeprefix(self.served.holding.vllm_prefix)
         if prefix not in self.layers:
             raise refuse(f"vLLM builds MoE layer {module_prefix} but {self.directory / MANIFEST_NAME} has no layer with "
                          f"prefix {prefix} (config.json and the manifest disagree)")
@@ -172,22 +160,12 @@ class VllmBake:
         return {layer.prefix + short for layer in self.layers.values() for short in layer.tensors}
 
 
-NOT_SERVED_FOR_ANY_SOURCE = ("sm90-cutlass-w4a8",)
-"""Targets whose bytes no vLLM 0.33.0 path consumes, from any source format: refused with the reason alone
-(``NOT_SERVABLE`` in :mod:`moebake.schema.profiles`, which ``convert --engine vllm`` gives too)."""
-
-
 def check_manifest(manifest: Manifest, hf_config: dict, where: Path) -> None:
     """Refuse unless ``manifest`` (checked against config.json by :func:`read_served_manifest`) is a bake vLLM
     0.33.0 serves bit-identically for this ``config.json``."""
     served = SERVED.get((manifest.target, manifest.source.format))
-    why = not_servable_because(ENGINE, manifest.target, manifest.source.format)
-    if manifest.target in NOT_SERVED_FOR_ANY_SOURCE:
-        raise refuse(f"{where}: target {manifest.target!r}: the vLLM plugin cannot serve it: {why}")
     if served is None:
-        kinds = "; ".join(f"{s.target} bakes of {s.source_format}" for s in SERVED.values())
-        raise refuse(f"{where}: target {manifest.target!r} of source format {manifest.source.format!r}; the vLLM plugin "
-                     f"serves {kinds}{' (' + why + ')' if why else ''}")
+        raise refuse(f"{where}: {serving.unserved(serving.VLLM, manifest.target, manifest.source.format)}")
     engines = ([manifest.engine] if manifest.engine is not None else []) + list(manifest.serves)  # same bytes
     ours = [e for e in engines if e.name == ENGINE and installed_release() in e.serving_releases]
     if not ours or not ours[0].exact:
@@ -206,9 +184,9 @@ def check_manifest(manifest: Manifest, hf_config: dict, where: Path) -> None:
     if served in DEEPSEEK_V4_KINDS and MTP_DRAFT in architectures:
         raise refuse(f"{where}: vLLM builds DeepSeek-V4's MTP draft model ({MTP_DRAFT}, --speculative-config); the vLLM "
                      f"plugin serves the main model only: start vLLM without MTP speculative decoding")
-    if served.architecture is not None and served.architecture not in architectures:
+    if served.holding.architecture is not None and served.holding.architecture not in architectures:
         raise refuse(f"{where}: config.json architectures {architectures}; the vLLM plugin serves {served.target} bakes "
-                     f"of {served.architecture}")
+                     f"of {served.holding.architecture}")
     if served in GPT_OSS_KINDS:
         check_gpt_oss(manifest, hf_config, where, served)
     if served in DEEPSEEK_V4_KINDS:
@@ -245,7 +223,7 @@ def check_gpt_oss(manifest: Manifest, hf_config: dict, where: Path, served: Serv
         if got != expected:
             raise refuse(f"{where}: layer {record.prefix} has {got}, config.json says {expected} "
                          "(config.json and the manifest disagree)")
-        unknown = set(record.tensors) - set(served.held) - set(served.not_held)
+        unknown = set(record.tensors) - set(served.holding.held) - set(served.holding.not_held)
         if unknown:
             raise refuse(f"{where}: layer {record.prefix} has tensors {sorted(unknown)} that vLLM "
                          f"{installed_release()}'s GptOssMxfp4MoEMethod does not hold")
@@ -264,9 +242,9 @@ def check_deepseek_v4(manifest: Manifest, hf_config: dict, where: Path, served: 
         if got != expected:
             raise refuse(f"{where}: layer {record.prefix} has {got}, config.json says {expected} "
                          "(config.json and the manifest disagree)")
-        if set(record.tensors) - set(served.not_held) != set(served.held):
+        if set(record.tensors) - set(served.holding.not_held) != set(served.holding.held):
             raise refuse(f"{where}: layer {record.prefix} has tensors {sorted(record.tensors)}; vLLM {installed_release()}'s "
-                         f"Mxfp4MoEMethod holds {sorted(served.held)}")
+                         f"Mxfp4MoEMethod holds {sorted(served.holding.held)}")
 
 
 def read_bake(directory: str | Path, quantization_config: dict, hf_config: dict) -> VllmBake:

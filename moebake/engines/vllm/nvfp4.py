@@ -55,9 +55,10 @@ class MoebakeNvfp4MoEMethod(LoaderFilledExperts, ModelOptNvFp4FusedMoE):
                          "not ModelOpt NVFP4 experts (config.json and the manifest disagree)")
         super().__init__(stock.quant_config, moe)  # vLLM's own backend selection
         self.adopt(bake, prefix, moe)
-        if self.nvfp4_backend != NvFp4MoeBackend.FLASHINFER_CUTEDSL:
+        expected = NvFp4MoeBackend[MODELOPT_NVFP4.record.kernel_backend]
+        if self.nvfp4_backend != expected:
             raise refuse(f"{prefix}: vLLM selected MoE backend {self.nvfp4_backend.value}; the bake is for FlashInfer "
-                         f"CuteDSL (FLASHINFER_CUTEDSL): start vLLM with --moe-backend {MODELOPT_NVFP4.moe_backend}")
+                         f"CuteDSL ({expected.name}): start vLLM with --moe-backend {MODELOPT_NVFP4.moe_backend}")
 
     def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
                        **extra_weight_attrs):

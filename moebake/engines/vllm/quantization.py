@@ -158,18 +158,12 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
         return MoebakeMxfp4MoEMethod(layer.moe_config, self.bake, prefix)
 
 
-BACKENDS = {"sm90-cutlass": Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16,
-            "sm100-trtllm": Mxfp4MoeBackend.FLASHINFER_TRTLLM_MXFP4_BF16,
-            "sm90-marlin": Mxfp4MoeBackend.MARLIN}
-"""The vLLM MXFP4 backend whose post-load bytes each MXFP4 target's bake is (vLLM 0.33.0's profiles)."""
-
-
 class BakedMxfp4(LoaderFilledExperts):
-    """What both MXFP4 methods share: vLLM's backend must be the target's (:data:`BACKENDS`), its padded sizes the
-    bake's, its parameters are created at the bake's final shapes (placed before vLLM's method class)."""
+    """What both MXFP4 methods share: vLLM's backend must be the bake's (its serving record's ``kernel_backend``), its
+    padded sizes the bake's, its parameters are created at the bake's final shapes (placed before vLLM's method class)."""
 
     def check_backend(self, served) -> None:
-        expected = BACKENDS[served.target]
+        expected = Mxfp4MoeBackend[served.record.kernel_backend]
         if self.mxfp4_backend != expected:
             raise refuse(f"{self.prefix}: vLLM selected MoE backend {self.mxfp4_backend.value}; the bake is for "
                          f"{expected.value}: start vLLM with --moe-backend {served.moe_backend}")
