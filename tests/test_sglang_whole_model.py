@@ -205,26 +205,36 @@ def test_the_tensors_moebake_reads_are_never_read_through_sglangs_views(bake):
     assert "model.norm.weight" in Watched.touched  # the watch sees a copy SGLang makes
 
 
-def _groups_written() -> None:
-    """The process's model-parallel groups stated in SGLang's parallel context: :func:`sglang_oracle.sglang_engine` builds
-    them once per process, so after an earlier use reset the context they are only in ``parallel_state``."""
+def _groups_written(monkeypatch) -> None:
+    """The process's model-parallel groups stated in SGLang's parallel context, as a one-rank server without DP attention
+    has them: :func:`sglang_oracle.sglang_engine` builds the groups once per process, so after an earlier use reset the
+    context they are only in ``parallel_state``; releases before 0.5.20 keep the attention-DP rank and size in
+    ``dp_attention``'s globals (``initialize_dp_attention``, which a server runs and the oracle does not)."""
     from sglang.srt.distributed import parallel_state
+    from sglang.srt.layers import dp_attention
     from sglang.srt.runtime_context import get_parallel
 
     try:
         get_parallel().pp_group
     except RuntimeError:
         sglang_oracle.override_parallel(pp_group=parallel_state._PP)
+    if getattr(dp_attention, "_ATTN_DP_SIZE", 1) is None:
+        monkeypatch.setattr(dp_attention, "_ATTN_DP_SIZE", 1)
+        monkeypatch.setattr(dp_attention, "_ATTN_DP_RANK", 0)
+        try:
+            get_parallel().attn_dp_size
+        except RuntimeError:
+            sglang_oracle.override_parallel(attn_dp_size=1, attn_dp_rank=0)
 
 
-def _gpt_oss_model(out):
+def _gpt_oss_model(out, monkeypatch):
     """SGLang's whole ``GptOssForCausalLM`` of the bake, as its loader builds it (bf16 default dtype), on CPU."""
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.layers.quantization import QUANTIZATION_METHODS
     from sglang.srt.model_loader.utils import set_default_torch_dtype
     from sglang.srt.models.gpt_oss import GptOssForCausalLM
 
-    _groups_written()
+    _groups_written(monkeypatch)
     quant = QUANTIZATION_METHODS["moebake"].from_config(json.loads((out / "config.json").read_text())["quantization_config"])
     with set_default_torch_dtype(torch.bfloat16), CPU:
         model = GptOssForCausalLM(ModelConfig(str(out)).hf_config, quant_config=quant)
@@ -233,7 +243,7 @@ def _gpt_oss_model(out):
     return model
 
 
-def test_sglangs_gpt_oss_loader_intercepted_equals_sglangs_own(bake):
+def test_sglangs_gpt_oss_loader_intercepted_equals_sglangs_own(bake, monkeypatch):
     """``DefaultModelLoader.load_weights_and_postprocess`` (moebake's wrapper, installed by the plugin's entry point)
     loads SGLang's GPT-OSS model byte for byte as SGLang's own function does; the embeddings, head, router and sinks
     are read by moebake; a second call (``update_weights_from_disk``) keeps SGLang's path."""
@@ -242,7 +252,7 @@ def test_sglangs_gpt_oss_loader_intercepted_equals_sglangs_own(bake):
     intercepted = DefaultModelLoader.load_weights_and_postprocess
     original = intercepted.moebake_original
     with serving(bake):
-        stock, ours = _gpt_oss_model(bake), _gpt_oss_model(bake)
+        stock, ours = _gpt_oss_model(bake, monkeypatch), _gpt_oss_model(bake, monkeypatch)
         original(stock, sglang_weights(bake), CPU)
         intercepted(ours, sglang_weights(bake), CPU)
         assert_parameters_equal(ours, stock, "SGLang's own load_weights_and_postprocess")
