@@ -7,7 +7,8 @@ no SGLang file is patched. The method (:mod:`moebake.engines.sglang.config`) del
 layers to the source's quantization config (the ``original`` kept in config.json) and gives every
 fused-MoE layer a moebake method (:mod:`moebake.engines.sglang.moe_methods`) that creates the
 layer's parameters at the manifest's shapes, loads the rank's slice of each baked tensor with shape
-and dtype checks, runs no transform, and executes through SGLang's own runner.
+and dtype checks, runs no transform, and executes through SGLang's own runner. The bake's other tensors
+that SGLang would copy whole are read by moebake too (:mod:`moebake.engines.sglang.whole_model`).
 """
 
 QUANT_NAME = "moebake"
@@ -17,10 +18,11 @@ def register() -> None:
     """The ``sglang.srt.plugins`` entry point: make ``moebake`` a quantization method SGLang knows."""
     from sglang.srt.layers.quantization import QUANTIZATION_METHODS
 
-    from moebake.engines.sglang import internals
+    from moebake.engines.sglang import internals, whole_model
     from moebake.engines.sglang.config import MoebakeConfig
 
     QUANTIZATION_METHODS[QUANT_NAME] = MoebakeConfig
     choices, add_choices = internals.quantization_choices()
     if QUANT_NAME not in choices:
         add_choices([QUANT_NAME])
+    whole_model.install()  # a bake's non-expert tensors through moebake's loader (whole_model's docstring)

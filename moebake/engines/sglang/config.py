@@ -97,6 +97,9 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "MoebakeConfig":
         internals.check_version()
+        from moebake.engines.sglang import whole_model
+
+        whole_model.check_installed()
         if flag := internals.loader_reads_every_byte():
             logger.warning("moebake: %s makes SGLang read every shard whole, so the baked experts are read twice (the "
                            "plugin reads each rank's rows itself); start without it for the fastest start-up", flag)

@@ -165,3 +165,38 @@ def cutedsl_derived(method, layer) -> None:
                 num_groups=w.shape[0], sf_vec_size=fp4_scale_vector_size()))
     dispatch_fp4 = use_nvfp4_dispatch() or should_use_flashinfer_cutlass_moe_fp4_allgather()
     layer.dispatcher.set_quant_config({"input_global_scale": layer.w13_input_scale_quant if dispatch_fp4 else None})
+
+
+LOAD_WEIGHTS_AND_POSTPROCESS = "sglang.srt.model_loader.loader.DefaultModelLoader.load_weights_and_postprocess"
+LOAD_WEIGHTS_AND_POSTPROCESS_PARAMETERS = ("model", "weights", "target_device")
+
+
+def wrap_load_weights_and_postprocess(wrap) -> None:
+    """Replace ``DefaultModelLoader.load_weights_and_postprocess(model, weights, target_device)`` (a staticmethod in
+    0.5.17-0.5.23: every model SGLang's default, sharded-state-free loaders build gets its weights through it) by
+    ``wrap(original)``, once per process. MoebakeRefusal, in one line, where the function is missing or is not a
+    staticmethod of those parameters (a release that moved it): the plugin never guesses another entry point."""
+    import inspect
+
+    from sglang.srt.model_loader import loader
+
+    cls = getattr(loader, "DefaultModelLoader", None)
+    found = inspect.getattr_static(cls, "load_weights_and_postprocess", None) if cls is not None else None
+    function = found.__func__ if isinstance(found, staticmethod) else None
+    try:
+        parameters = tuple(inspect.signature(function).parameters) if function is not None else None
+    except (TypeError, ValueError):
+        parameters = None
+    if parameters != LOAD_WEIGHTS_AND_POSTPROCESS_PARAMETERS:
+        what = ("missing" if found is None else f"a staticmethod{parameters}" if function is not None
+                else f"a {type(found).__name__}, not a staticmethod")
+        raise MoebakeRefusal(
+            f"SGLang {installed_release()} changed {LOAD_WEIGHTS_AND_POSTPROCESS} (expected a staticmethod"
+            f"{LOAD_WEIGHTS_AND_POSTPROCESS_PARAMETERS}, found {what}), through which the plugin reads a bake's "
+            f"non-expert tensors; install an SGLang of the release matrix (pip install 'moebake[sglang]') or "
+            f"update moebake/engines/sglang/internals.py for this release")
+    if getattr(function, "moebake_original", None) is not None:
+        return  # installed already (plugins load once per process, but twice must not wrap twice)
+    wrapped = wrap(function)
+    wrapped.moebake_original = function
+    cls.load_weights_and_postprocess = staticmethod(wrapped)

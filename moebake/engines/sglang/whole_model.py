@@ -1,0 +1,154 @@
+"""The whole model through moebake's loader: a bake's non-expert tensors read once per rank, straight into their parameters.
+
+What is intercepted: SGLang's ``DefaultModelLoader.load_weights_and_postprocess(model, weights, target_device)``
+(a staticmethod, the same in 0.5.17-0.5.23; :func:`moebake.engines.sglang.internals.wrap_load_weights_and_postprocess`
+replaces it once per process, from the plugin's entry point). When ``model.quant_config`` is the plugin's
+:class:`~moebake.engines.sglang.config.MoebakeConfig` (the model serves a bake), its class is one of
+:data:`VERIFIED_MODELS`, and the model was not loaded through it before (a later ``update_weights_from_disk``
+keeps SGLang's path), ``weights`` is replaced by :meth:`DirectParameterLoader.filter`, then SGLang's own function
+runs: ``load_weights`` gets every pair the filter yields, and the kept-back tensors are on the device when the
+iterator ends, before SGLang's post-load step.
+
+Which tensors go direct: those whose parameter SGLang fills by a plain full copy (:func:`plain_copy`): the
+parameter's ``weight_loader`` is ``default_weight_loader`` or absent, or is ``ReplicatedLinear.weight_loader`` or
+``VocabParallelEmbedding.weight_loader`` (``ParallelLMHead``'s too) where that loader copies the whole tensor
+(not sharded: the shard is the whole vocabulary; not GGUF), with the shape and dtype of the stored tensor
+(:mod:`moebake.serving_core.direct_loader`). The baked expert tensors, and every TP-sharded, stacked (q/k/v,
+gate/up), converted or renamed tensor keep SGLang's path.
+"""
+
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+from moebake.engines.sglang import internals
+from moebake.engines.sglang.refusals import MoebakeRefusal
+from moebake.serving_core.direct_loader import DirectLoadStats
+from moebake.serving_core.direct_loader import DirectParameterLoader as _EngineNeutralLoader
+
+__all__ = ["DirectLoadStats", "DirectParameterLoader", "VERIFIED_MODELS", "plain_copy"]
+
+logger = logging.getLogger(__name__)
+
+VERIFIED_MODELS = frozenset({"GptOssForCausalLM"})
+"""Model classes whose ``load_weights`` (read in 0.5.17-0.5.23) hands a checkpoint tensor whose name is a parameter's
+name to that parameter's loader, unchanged: no other model is intercepted. ``GptOssForCausalLM``: its name mapping
+only renames the original-format names (``block.N...``, ``embedding.weight``), which are no parameter's; it checks no
+parameter was left unloaded."""
+
+DISABLE_ENV = "MOEBAKE_SGLANG_DIRECT_LOAD"
+"""Set to ``0`` to keep SGLang's path for every non-expert tensor."""
+
+
+def plain_copy(name: str, param: torch.nn.Parameter) -> bool:
+    """Whether SGLang's loader for ``param`` copies the whole checkpoint tensor into it unchanged (the caller has
+    checked that shapes and dtypes are equal)."""
+    from sglang.srt.layers.linear import ReplicatedLinear
+    from sglang.srt.layers.vocab_parallel_embedding import VocabParallelEmbedding
+    from sglang.srt.model_loader.weight_utils import default_weight_loader
+
+    loader = getattr(param, "weight_loader", None)
+    if loader is None or loader is default_weight_loader:
+        return True
+    if isinstance(param, torch.nn.parameter.UninitializedParameter) or getattr(param, "is_gguf_weight", False) \
+            or getattr(param, "is_gguf_weight_type", False):
+        return False
+    function, owner = getattr(loader, "__func__", None), getattr(loader, "__self__", None)
+    if function is ReplicatedLinear.weight_loader and isinstance(owner, ReplicatedLinear):
+        return True
+    if function is VocabParallelEmbedding.weight_loader and isinstance(owner, VocabParallelEmbedding):
+        output_dim = getattr(param, "output_dim", None)
+        if output_dim is None:
+            return True
+        shard = owner.shard_indices
+        return (output_dim == 0 and getattr(param, "packed_dim", None) is None and not owner.use_presharded_weights
+                and shard.org_vocab_start_index == 0 and shard.org_vocab_end_index == owner.org_vocab_size == param.shape[0])
+    return False
+
+
+def _bake_config(model: torch.nn.Module):
+    from moebake.engines.sglang.config import MoebakeConfig
+
+    config = getattr(model, "quant_config", None)
+    return config if isinstance(config, MoebakeConfig) else None
+
+
+class DirectParameterLoader(_EngineNeutralLoader):
+    """``DirectParameterLoader(model, directory, device)``: SGLang's rule (:func:`plain_copy`) on the engine-neutral
+    loader; when ``model.quant_config`` is a bake's, its baked expert tensors are always yielded unchanged.
+
+    ``weights = loader.filter(weights)`` (SGLang's ``(name, tensor)`` iterator in, the pairs SGLang must still load
+    out), ``model.load_weights(weights)``, then ``loader.stats`` (:class:`DirectLoadStats`)."""
+
+    def __init__(self, model: torch.nn.Module, directory: str | Path, device: torch.device | str, **options):
+        config = _bake_config(model)
+        baked = {record.prefix + short for record in config.manifest.layers for short in record.tensors} if config else set()
+        super().__init__(model, directory, device, plain_copy=plain_copy,
+                         exclude=baked | set(options.pop("exclude", ())), **options)
+
+    @classmethod
+    def for_served_model(cls, model: torch.nn.Module, device: torch.device | str, **options) -> "DirectParameterLoader":
+        """The loader of the bake SGLang serves: its directory is the one ``model.quant_config``'s manifest is in,
+        else :func:`moebake.engines.sglang.config.model_directory` (``--model-path``)."""
+        config = _bake_config(model)
+        if config is not None:
+            directory = config.manifest_path.parent
+        else:
+            from moebake.engines.sglang.config import model_directory
+
+            directory = model_directory()
+        return cls(model, directory, device, **options)
+
+
+def _loader_for(model: torch.nn.Module, target_device: torch.device) -> DirectParameterLoader | None:
+    """The loader for this ``load_weights_and_postprocess`` call, or None where SGLang's path is kept."""
+    if _bake_config(model) is None or getattr(model, "moebake_direct_load", None) is not None:
+        return None
+    if os.environ.get(DISABLE_ENV, "1") == "0":
+        return None
+    if type(model).__name__ not in VERIFIED_MODELS:
+        logger.info("moebake: %s is not a model class whose load_weights moebake has checked (%s); its non-expert "
+                    "tensors keep SGLang's loader", type(model).__name__, ", ".join(sorted(VERIFIED_MODELS)))
+        return None
+    loader = DirectParameterLoader.for_served_model(model, target_device)
+    model.moebake_direct_load = loader
+    return loader
+
+
+def intercept(original):
+    """``original`` (SGLang's ``load_weights_and_postprocess``) with a bake's plain-copy tensors read by moebake."""
+
+    def load_weights_and_postprocess(model, weights, target_device):
+        loader = _loader_for(model, target_device)
+        if loader is None:
+            return original(model, weights, target_device)
+        result = original(model, loader.filter(weights), target_device)
+        if not loader.stats.finished:
+            raise MoebakeRefusal(f"{type(model).__name__}.load_weights stopped before the end of the weights, so "
+                                 f"moebake never read the tensors it kept back; start SGLang with {DISABLE_ENV}=0")
+        logger.info("moebake: %s", loader.stats)
+        return result
+
+    return load_weights_and_postprocess
+
+
+_install_problem: MoebakeRefusal | None = None
+
+
+def install() -> None:
+    """Intercept SGLang's loader in this process (from the plugin's entry point). When SGLang moved the function,
+    the refusal is kept and raised by :func:`check_installed` when a bake is served (other models start as usual)."""
+    global _install_problem
+    try:
+        internals.wrap_load_weights_and_postprocess(intercept)
+        _install_problem = None
+    except MoebakeRefusal as err:
+        _install_problem = err
+
+
+def check_installed() -> None:
+    """Raise the one-line refusal :func:`install` met, if any (called before a bake is served)."""
+    if _install_problem is not None:
+        raise _install_problem

@@ -1,0 +1,195 @@
+"""A model's plain full-copy parameters read from a checkpoint's files straight into their storage.
+
+An engine hands its model ``(name, tensor)`` pairs from lazy (mmap'd) safetensors views, and the model's
+``load_weights`` copies each into its parameter. :class:`DirectParameterLoader` sits between them: its
+:meth:`~DirectParameterLoader.filter` keeps back every tensor whose parameter a plain full copy would fill,
+and reads those bytes itself with a :class:`~moebake.serving_core.staged_reader.StagedReader` (for a CUDA
+device: ``preadv`` into a small pinned ring, asynchronous host-to-device copies into the parameter; no
+pageable copy). Every other pair is yielded unchanged, for the engine's own path.
+
+A name is kept back (read directly) only when all of these hold:
+
+* ``name`` is a parameter of the model (``dict(model.named_parameters())``) and not in ``exclude``;
+* the checkpoint stores ``name`` (its index, or its one ``model.safetensors``) with a dtype torch has
+  at 8 bits or more per element;
+* the stored tensor, the tensor the engine hands, and the parameter have the same shape and dtype; the
+  parameter is contiguous and on the loader's device;
+* ``plain_copy(name, param)`` (the engine's rule: its loader for this parameter copies the whole tensor
+  unchanged, no sharding, no stacking, no conversion).
+
+Bytes: a safetensors tensor is C order, little-endian, at ``data_start + begin`` of its shard; a contiguous
+parameter's storage has the same byte order, so the stored bytes are the parameter's bytes. The handed
+tensor of a kept-back name is never read (only its ``shape`` and ``dtype``): its mmap'd pages stay unread.
+
+Reads are collected and issued in batches of at most ``batch_bytes`` (one ``StagedReader.read`` each, so
+reads and copies overlap); the last batch is read when the engine's iterator is exhausted, before the
+filter's generator ends. Host memory: the reader's ring (``slots * chunk_bytes``), whatever the sizes.
+"""
+
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from moebake.errors import InternalError
+from moebake.formats.safetensors_file import DTYPES, SafetensorsFile, TensorEntry, read_header
+from moebake.schema.index import read_index
+from moebake.serving_core.staged_reader import ByteRange, StagedReader
+
+DEFAULT_BATCH_BYTES = 1 << 30
+SINGLE_FILE = "model.safetensors"
+
+PlainCopy = Callable[[str, torch.nn.Parameter], bool]
+"""``(name, param) -> bool``: the engine loads the whole checkpoint tensor into ``param`` by a plain copy."""
+
+
+@dataclass(frozen=True)
+class DirectLoadStats:
+    """What one :meth:`DirectParameterLoader.filter` pass did.
+
+    ``loaded``: names read by moebake into their parameters (``loaded_bytes`` in all); ``passed``: names yielded
+    to the engine (``passed_bytes``: their ``numel * element_size``, from metadata); ``seconds``: wall clock of
+    moebake's reads (until the bytes are on the device); ``finished``: the engine's iterator was exhausted and
+    every kept-back tensor has been read.
+    """
+
+    loaded: tuple[str, ...]
+    loaded_bytes: int
+    passed: tuple[str, ...]
+    passed_bytes: int
+    seconds: float
+    finished: bool
+
+    def __str__(self) -> str:
+        return (f"{len(self.loaded)} tensors ({self.loaded_bytes} bytes) read directly in {self.seconds:.3f} s, "
+                f"{len(self.passed)} ({self.passed_bytes} bytes) through the engine")
+
+
+def _tensor_bytes(tensor) -> int:
+    return tensor.numel() * tensor.element_size() if isinstance(tensor, torch.Tensor) else 0
+
+
+class CheckpointTensors:
+    """Where a checkpoint directory's tensors lie: ``model.safetensors.index.json`` (or its one
+    ``model.safetensors``), and each shard's header, parsed once when first needed. Never reads tensor data."""
+
+    def __init__(self, directory: str | Path):
+        self.root = Path(directory)
+        self._weight_map: dict[str, str] | None = None
+        self._headers: dict[str, SafetensorsFile] = {}
+
+    @property
+    def weight_map(self) -> dict[str, str]:
+        if self._weight_map is None:
+            if (self.root / SINGLE_FILE).is_file() and not (self.root / "model.safetensors.index.json").exists():
+                self._weight_map = {name: SINGLE_FILE for name in self._header(SINGLE_FILE).tensors}
+            else:
+                self._weight_map = read_index(self.root).weight_map
+        return self._weight_map
+
+    def _header(self, shard_name: str) -> SafetensorsFile:
+        if shard_name not in self._headers:
+            self._headers[shard_name] = read_header(self.root / shard_name)
+        return self._headers[shard_name]
+
+    def find(self, name: str) -> tuple[SafetensorsFile, TensorEntry] | None:
+        """The shard header and entry of tensor ``name``, or None where the checkpoint does not store it."""
+        shard_name = self.weight_map.get(name)
+        if shard_name is None:
+            return None
+        shard = self._header(shard_name)
+        entry = shard.tensors.get(name)
+        return None if entry is None else (shard, entry)
+
+
+class DirectParameterLoader:
+    """Reads ``model``'s plain full-copy parameters from checkpoint ``directory`` onto ``device`` (see the module
+    docstring). Use once per load: ``weights = loader.filter(weights)``, hand ``weights`` to the model's
+    ``load_weights``, then read :attr:`stats`.
+
+    ``plain_copy``: the engine's rule (default: every parameter counts as a plain copy; engines pass theirs);
+    ``exclude``: names always yielded unchanged (e.g. baked expert tensors); ``staged``, ``chunk_bytes``,
+    ``slots``: the :class:`StagedReader`'s (``staged=True`` runs the pinned pipeline on a CPU device).
+    """
+
+    def __init__(self, model: torch.nn.Module, directory: str | Path, device: torch.device | str, *,
+                 plain_copy: PlainCopy | None = None, exclude: Collection[str] = (),
+                 batch_bytes: int = DEFAULT_BATCH_BYTES, staged: bool | None = None,
+                 chunk_bytes: int | None = None, slots: int | None = None):
+        self.params = dict(model.named_parameters())
+        self.files = CheckpointTensors(directory)
+        self.device = torch.device(device)
+        self.plain_copy = plain_copy or (lambda name, param: True)
+        self.exclude = frozenset(exclude)
+        self.batch_bytes = batch_bytes
+        options = {k: v for k, v in (("chunk_bytes", chunk_bytes), ("slots", slots)) if v is not None}
+        self.reader = StagedReader(self.device, staged=staged, **options)
+        self._loaded: list[str] = []
+        self._passed: list[str] = []
+        self._loaded_bytes = self._passed_bytes = 0
+        self._seconds = 0.0
+        self._pending: list[ByteRange] = []
+        self._pending_bytes = 0
+        self._finished = False
+
+    @property
+    def stats(self) -> DirectLoadStats:
+        return DirectLoadStats(tuple(self._loaded), self._loaded_bytes, tuple(self._passed), self._passed_bytes,
+                               self._seconds, self._finished)
+
+    def _same_device(self, param: torch.Tensor) -> bool:
+        if param.device.type != self.device.type:
+            return False
+        return self.device.index is None or param.device.index == self.device.index
+
+    def direct_range(self, name: str, tensor) -> ByteRange | None:
+        """The file range that fills parameter ``name`` with the stored tensor, or None when ``name`` keeps the
+        engine's path (see the module docstring). Reads metadata only: of ``tensor``, its shape and dtype."""
+        param = self.params.get(name)
+        if param is None or name in self.exclude or not isinstance(tensor, torch.Tensor):
+            return None
+        found = self.files.find(name)
+        if found is None:
+            return None
+        shard, entry = found
+        torch_dtype, bits = DTYPES[entry.dtype]
+        if torch_dtype is None or bits < 8 or not (torch_dtype == tensor.dtype == param.dtype):
+            return None
+        if not (tuple(entry.shape) == tuple(tensor.shape) == tuple(param.shape)):
+            return None
+        if not param.is_contiguous() or not self._same_device(param) or not self.plain_copy(name, param):
+            return None
+        dest = param.data.reshape(-1).view(torch.uint8)
+        if dest.numel() != entry.nbytes:
+            raise InternalError(f"{name}: parameter holds {dest.numel()} bytes, its stored tensor {entry.nbytes}")
+        return ByteRange(shard.path, shard.data_start + entry.begin, dest, name)
+
+    def filter(self, weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+        """The pairs of ``weights`` the engine must still load; reads the others (see the class docstring)."""
+        for name, tensor in weights:
+            piece = self.direct_range(name, tensor)
+            if piece is None:
+                self._passed.append(name)
+                self._passed_bytes += _tensor_bytes(tensor)
+                yield name, tensor
+                continue
+            del tensor  # never read: its pages stay unmapped
+            self._loaded.append(name)
+            self._loaded_bytes += piece.dest.numel()
+            self._pending.append(piece)
+            self._pending_bytes += piece.dest.numel()
+            if self._pending_bytes >= self.batch_bytes:
+                self.flush()
+        self.flush()
+        self._finished = True
+
+    def flush(self) -> None:
+        """Read every kept-back tensor not yet read; returns when the bytes are on the device."""
+        pending = [piece for piece in self._pending if piece.dest.numel()]
+        self._pending, self._pending_bytes = [], 0
+        if pending:
+            begin = time.perf_counter()
+            self.reader.read(pending)
+            self._seconds += time.perf_counter() - begin
