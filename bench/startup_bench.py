@@ -186,6 +186,13 @@ def _sglang_world(ep: int, rank: int, device: str):
 
     QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
     load_plugins()
+    # No NCCL communicators: loading needs no GPU collective, and ranks that share a GPU (simulated nodes, dumps of
+    # more ranks than GPUs) cannot each open one on it ("NCCL error: invalid usage").
+    original_group = parallel_state.init_model_parallel_group
+    parallel_state.init_model_parallel_group = lambda *a, **k: original_group(*a, **{**k, "use_pynccl": False})
+    if parallel_state._WORLD is None:  # local rank = this process's GPU (ranks may share one), not its world rank
+        parallel_state.init_distributed_environment(world_size=ep, rank=rank, backend="gloo",
+                                                    local_rank=int(device.split(":")[1]) if ":" in device else 0)
     stack = ExitStack()
     stack.enter_context(sglang_oracle.sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90", ep=ep, rank=rank,
                                                     role="bench"))
@@ -313,7 +320,8 @@ def _load_from_checkpoint(path: str, root, files: list[str], directory: Path, de
                 params[name].weight_loader(params[name], tensor)  # the plugin's loader: metadata only
             else:
                 load(name, tensor)
-        requested += direct.stats.bytes if direct else 0
+        requested += direct.stats.loaded_bytes if direct else 0
+    params.clear()  # SGLang's load_weights drops its name -> parameter map before the post-load step replaces them
     for layer in _moe_layers(root):
         layer.quant_method.process_weights_after_loading(layer)
         stats = getattr(layer.quant_method, "load_stats", None)
