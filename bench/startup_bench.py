@@ -1,39 +1,51 @@
-"""Benchmark (not a test): whole-model start-up through SGLang, stock vs a bake through moebake's plugin.
+"""Benchmark (not a test): whole-model start-up through SGLang: stock, SGLang's presharded reload, and a bake.
 
-A GPT-OSS-shaped model (synthetic bytes, the real shapes: H = I = 2880, 64 query and 8 KV heads of
-64, vocabulary 201088; ``gpt-oss-20b``: 24 MoE layers of 32 experts, ``gpt-oss-120b``: 36 of 128, or
-as many layers as ``--layers`` says) is loaded onto the GPU two ways, each rank in a process of its
-own (one per GPU, ``--ep`` ranks, SGLang's expert parallelism over a gloo world):
+A GPT-OSS-format model (synthetic bytes, real shapes: ``gpt-oss-20b``: H = I = 2880, 24 MoE layers of 32 experts,
+``gpt-oss-120b``: 36 of 128, vocabulary 201088; ``deepseek-v4-flash``: DeepSeek-V4-Flash's experts, H 4096,
+I 2048, 43 layers of 256, top-6, vocabulary 129280, with attention tensors of GPT-OSS's kind at that width; or as
+many layers as ``--layers`` says) is loaded onto the GPU three ways, each rank in a process of its own (SGLang's
+expert parallelism over a gloo world):
 
 * ``stock``: SGLang 0.5.23 end to end for the source: its default weight iterator
   (``buffered_multi_thread_safetensors_weights_iterator``, 8 threads) over the source's shards, its
   ``FusedMoE`` layers with ``Mxfp4MoEMethod`` (``--moe-runner-backend flashinfer_mxfp4``, SM90),
   GPT-OSS's own MXFP4 expert loader (``GptOssForCausalLM._load_mxfp4_experts_weights``) and the
   method's post-load step (FlashInfer's CUDA interleave, from moebake's reduced module);
+* ``presharded``: SGLang's ``--load-format presharded`` (``bench/startup_presharded.py``): a first load
+  (stock's) dumps each rank's post-processed tensors (recorded as ``presharded-dump``: its seconds and bytes);
+  the timed reload builds the model, runs the post-load step on the uninitialised parameters, and copies the
+  rank's dumped tensors in;
 * ``bake``: the same iterator over the bake's shards, the same ``FusedMoE`` layers with the moebake
-  plugin's method: the baked tensors' loaders read metadata only, and each layer's post-load step
-  reads this rank's rows with :class:`moebake.serving_core.rank_loader.RankLoader`.
+  plugin's method: the baked tensors' loaders read metadata only, each layer's post-load step reads this
+  rank's rows with :class:`moebake.serving_core.rank_loader.RankLoader`, and every other tensor that is one
+  parameter whole is read by :class:`moebake.engines.sglang.whole_model.DirectParameterLoader` straight into
+  its parameter.
 
-Every other tensor (attention, router, norms, embeddings) is copied by SGLang's ``default_weight_loader``
-into a GPU parameter of its shape in both paths. What is not SGLang's: the model object (a holder of
-the MoE layers and plain parameters, not ``GptOssForCausalLM``, whose attention needs SGLang's CUDA
-kernels), and the dispatch of names to parameters (SGLang's GPT-OSS ``load_weights`` does the same
-``weight_loader(param, tensor)`` calls). Time is from the start of building the layers to the last
-layer's post-load step, synchronised (imports, CUDA context and the gloo world are before it).
+Every other tensor (attention, router, norms, embeddings) is a parameter of the holder, of its name, shape and
+dtype; stock copies each with SGLang's ``default_weight_loader``. What is not SGLang's: the model object (a holder
+of the MoE layers and plain parameters, not ``GptOssForCausalLM``, whose attention needs SGLang's CUDA kernels),
+and the dispatch of names to parameters (SGLang's GPT-OSS ``load_weights`` does the same ``weight_loader(param,
+tensor)`` calls). Time is from the start of building the model to the last layer's post-load step, synchronised
+(imports, CUDA context and the gloo world are before it).
 
-Per run it records (``--out``, ``{"runs": [...]}``): engine, path, model, layers, experts, ep,
-cache, seconds (slowest rank), bytes_read (bytes the ranks read from the block device, from
-``/proc/self/io``; near 0 with a warm page cache), bytes_requested (bytes of tensor data the path
-consumed: the rank rows it read plus every other tensor it copied; for stock, every tensor the
-iterator handed out), limit_seconds (see :func:`limit_seconds`), peak_gpu_extra_gib (peak GPU memory
-beyond the parameters resident at the end, largest rank) and peak_host_rss_gib (largest rank's peak
-RSS, mapped file pages included; with rss_before_load_gib, the process before its first byte, and
-rss_anon_after_gib / rss_file_after_gib, its anonymous and file-backed resident memory after the load).
-The machine's limits are measured in the same run
-(:func:`measure_limits`).
+``--ep`` sizes run on one node. ``--nodes N`` simulates a deployment of N nodes x ``--gpus-per-node`` G GPUs
+(EP = N x G), cold: for each node in turn the page cache is dropped and that node's G ranks load while the other
+nodes' ranks join the same world and wait; the node's seconds are its slowest rank's, its bytes what its ranks
+read from the block device.
 
-    python bench/startup_bench.py make --model gpt-oss-20b --dir /data/b20         # source + bake
-    python bench/startup_bench.py all --dir /data/b20 --model gpt-oss-20b --ep 1 2 --cache cold warm \\
+Per run it records (``--out``, ``{"runs": [...]}``): engine, path, model, layers, experts, ep, nodes,
+gpus_per_node, cache, seconds (slowest rank), node_seconds and node_bytes_read, layer0_xxh3 and others_xxh3 (per
+rank: layer 0's parameters, and every non-expert parameter; equal across paths or the run fails), bytes_read
+(bytes the ranks read from the block device, from ``/proc/self/io``; near 0 with a warm page cache),
+bytes_requested (bytes of tensor data the path consumed), limit_seconds (see :func:`limit_seconds`;
+simulated nodes: :func:`node_bytes_needed` at the disk's speed), peak_gpu_extra_gib (peak GPU memory beyond the
+parameters resident at the end, largest rank) and peak_host_rss_gib (largest rank's peak RSS, mapped file pages
+included; with rss_before_load_gib, the process before its first byte, and rss_anon_after_gib /
+rss_file_after_gib, its anonymous and file-backed resident memory after the load). The machine's limits are
+measured in the same run (:func:`measure_limits`). Cold runs drop the page cache (root).
+
+    python bench/startup_bench.py make --model gpt-oss-120b --layers 18 --dir /data/b120    # source + bake
+    python bench/startup_bench.py all --dir /data/b120 --ep 1 2 --cache cold warm --nodes 2 4 --drop-dumps \\
         --out bench/results/startup_h100x2.json
     python bench/startup_bench.py plot bench/results/startup_h100x2.json          # the PNG beside it
     python bench/startup_bench.py table bench/results/startup_h100x2.json         # the .md tables beside it
@@ -750,7 +762,10 @@ def _bars(ax, groups: list, pick, label) -> None:
             ratio = chosen["stock"]["seconds"] / chosen["bake"]["seconds"]
             ax.text(j, max(r["seconds"] for r in chosen.values()) * 1.02, f"{ratio:.1f}x", ha="center")
     ax.set_xticks(range(len(groups)), [label(g) for g in groups])
-    ax.legend(loc="upper left", fontsize=8)
+    if groups:
+        ax.legend(loc="best", fontsize=7, framealpha=0.7)
+    else:
+        ax.text(0.5, 0.5, "not measured", ha="center", transform=ax.transAxes)
 
 
 def plot(results_path: Path, png: Path | None = None) -> Path:
