@@ -31,7 +31,8 @@ from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[2]
 ORACLE_FILES = {"sglang": "tests/test_engine_profiles.py", "vllm": "tests/test_vllm_profile.py"}
-PLUGIN_FILES = {"sglang": ("tests/test_sglang_plugin.py", "tests/test_sglang_plugin_targets.py"), "vllm": ("tests/vllm_plugin",)}
+PLUGIN_FILES = {"sglang": ("tests/test_sglang_plugin.py", "tests/test_sglang_plugin_targets.py", "tests/test_sglang_whole_model.py"),
+                "vllm": ("tests/vllm_plugin",)}
 """The plugin's CPU tests, run against the same release: a cell is proven only where the plugin serves it there too."""
 RELEASE_ENV = {"sglang": "MOEBAKE_SGLANG_RELEASE", "vllm": "MOEBAKE_VLLM_RELEASE"}
 MATRIX_FILE = REPO / "moebake" / "schema" / "release_matrix.py"
@@ -134,6 +135,7 @@ def plugin_cells(engine: str, test: str) -> list[tuple[str, str]] | None:
     if "cutedsl" in name:
         return [("cutedsl", "modelopt-nvfp4")]
     by_module = {"test_sglang_plugin": [("sm90-cutlass", "gpt-oss")], "test_gpt_oss": [("sm90-cutlass", "gpt-oss")],
+                 "test_sglang_whole_model": [("sm90-cutlass", "gpt-oss")],
                  "test_gpt_oss_sm100": [("sm100-trtllm", "gpt-oss")], "test_modelopt_nvfp4": [("cutedsl", "modelopt-nvfp4")]}
     if module == "test_deepseek_v4":
         target = "sm100-trtllm" if "sm100" in name else "sm90-marlin" if "marlin" in name else "sm90-cutlass"
