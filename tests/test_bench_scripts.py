@@ -412,8 +412,9 @@ def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_pa
     assert "| 2 x 1 | bake |" in text and "| 2 x 1 | presharded |" in text and "presharded dumps" in text
 
 
-def test_startup_bench_redraws_the_committed_results(tmp_path):
-    png = load_bench("startup_bench.py").plot(RESULTS / "startup_h200x2.json", tmp_path / "startup.png")
+@pytest.mark.parametrize("name", ["startup_h200x2", "startup_h100"])
+def test_startup_bench_redraws_the_committed_results(tmp_path, name):
+    png = load_bench("startup_bench.py").plot(RESULTS / f"{name}.json", tmp_path / "startup.png")
     assert png.stat().st_size > 10_000
 
 
@@ -428,6 +429,20 @@ def test_startup_bench_table_is_the_committed_markdown(tmp_path):
     assert "| 2 | warm | 4.89 | - | 1.52 | 3.22x | - | 0.75 | 2.03 |" in text  # 120B-shaped, EP 2 warm
     assert "| 1 | warm | bake | 1.09 | 2.35 | 0.65 | 1.57 |" in text  # its host-memory split
     assert "Not measured" not in text and "2 x H200, 32 cores" in text
+
+
+def test_startup_bench_h100_table_is_the_committed_markdown(tmp_path):
+    """bench/results/startup_h100.md is what ``startup_bench.py table`` makes of the JSON beside it, and its rows are
+    the JSON's numbers: the three paths at EP 1, and stock's two simulated nodes."""
+    bench = load_bench("startup_bench.py")
+    md = bench.table(RESULTS / "startup_h100.json", tmp_path / "startup.md")
+    assert md.read_text() == (RESULTS / "startup_h100.md").read_text()
+    text = md.read_text()
+    assert "| 1 | cold | 9.78 | 9.53 | 9.25 | 1.06x | 1.03x | 8.34 | 1.11 |" in text
+    assert "| 1 | warm | 2.15 | 2.40 | 1.71 | 1.26x | 1.41x | 0.89 | 1.91 |" in text
+    assert "| 2 x 1 | stock | 5.02 | 5.02, 4.72 | 5.85 |" in text
+    runs = json.loads((RESULTS / "startup_h100.json").read_text())["runs"]
+    assert all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in runs if r["path"] in ("presharded", "bake"))
 
 
 def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):
