@@ -268,7 +268,7 @@ def test_sglangs_gpt_oss_loader_intercepted_equals_sglangs_own(bake, monkeypatch
 def test_the_interception_refuses_in_one_line_when_sglang_moved_the_function(bake, monkeypatch, moved):
     from sglang.srt.model_loader.loader import DefaultModelLoader
 
-    from moebake.engines.sglang import internals, whole_model
+    from moebake.engines.sglang import internals, loader_hook, whole_model
     from moebake.engines.sglang.refusals import MoebakeRefusal
 
     if moved == "missing":
@@ -281,12 +281,12 @@ def test_the_interception_refuses_in_one_line_when_sglang_moved_the_function(bak
         internals.wrap_load_weights_and_postprocess(whole_model.intercept)
     message = str(refused.value)
     assert "\n" not in message and "DefaultModelLoader.load_weights_and_postprocess" in message
-    monkeypatch.setattr(whole_model, "_install_problem", None)
-    whole_model.install()
+    monkeypatch.setattr(loader_hook, "_install_problem", None)
+    loader_hook.install(whole_model.intercept)
     with serving(bake), pytest.raises(MoebakeRefusal, match="load_weights_and_postprocess"):
         from sglang.srt.layers.quantization import QUANTIZATION_METHODS
 
         QUANTIZATION_METHODS["moebake"].from_config(json.loads((bake / "config.json").read_text())["quantization_config"])
     monkeypatch.undo()
-    whole_model.install()
-    whole_model.check_installed()  # back to SGLang's function: installed (once), nothing refused
+    loader_hook.install(whole_model.intercept)
+    loader_hook.check_installed()  # back to SGLang's function: installed (once), nothing refused

@@ -15,7 +15,7 @@ import torch
 from sglang.srt.layers.quantization.base_config import QuantizationConfig
 
 from moebake.engines.quantization_identity import MoebakeQuantization
-from moebake.engines.sglang import internals
+from moebake.engines.sglang import internals, loader_hook
 from moebake.engines.sglang.refusals import MoebakeRefusal, check_parallelism
 from moebake.errors import MoebakeError
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
@@ -97,9 +97,7 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "MoebakeConfig":
         internals.check_version()
-        from moebake.engines.sglang import whole_model
-
-        whole_model.check_installed()
+        loader_hook.check_installed()
         if flag := internals.loader_reads_every_byte():
             logger.warning("moebake: %s makes SGLang read every shard whole, so the baked experts are read twice (the "
                            "plugin reads each rank's rows itself); start without it for the fastest start-up", flag)

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import torch
 
-from moebake.engines.sglang import internals
 from moebake.engines.sglang.refusals import MoebakeRefusal
 from moebake.serving_core.direct_loader import DirectLoadStats
 from moebake.serving_core.direct_loader import DirectParameterLoader as _EngineNeutralLoader
@@ -132,23 +131,3 @@ def intercept(original):
         return result
 
     return load_weights_and_postprocess
-
-
-_install_problem: MoebakeRefusal | None = None
-
-
-def install() -> None:
-    """Intercept SGLang's loader in this process (from the plugin's entry point). When SGLang moved the function,
-    the refusal is kept and raised by :func:`check_installed` when a bake is served (other models start as usual)."""
-    global _install_problem
-    try:
-        internals.wrap_load_weights_and_postprocess(intercept)
-        _install_problem = None
-    except MoebakeRefusal as err:
-        _install_problem = err
-
-
-def check_installed() -> None:
-    """Raise the one-line refusal :func:`install` met, if any (called before a bake is served)."""
-    if _install_problem is not None:
-        raise _install_problem
