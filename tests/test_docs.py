@@ -250,3 +250,53 @@ def test_the_readme_tour_runs_on_the_demo_it_follows(tmp_path, monkeypatch):
         assert args[0] == "moebake", line
         result = CliRunner().invoke(main, args[1:])
         assert result.exit_code == 0, (line, result.output)
+
+
+PROFILE_TABLE_HEADER = "| engine | target | source | padding (H, I) | scale fill | serving flags | proven in CI against |"
+
+
+def _profile_rows() -> list[list[str]]:
+    """The rows of docs/engines.md's engine-profile table, as cells."""
+    lines = (DOCS / "engines.md").read_text().splitlines()
+    start = lines.index(PROFILE_TABLE_HEADER) + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("| "):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split(" | ")])
+    return rows
+
+
+def _documented_multiples(padding: str) -> tuple[int, int]:
+    """(H, I) multiples as the padding cell words them: ``256, 128``, ``none (multiples of 128 required)``, ``none (H
+    multiple of 256, I of 64 required)``, or a bare ``none`` (no padding: moebake's 128 defaults)."""
+    numbers = [int(n) for n in re.findall(r"\d+", padding.split(";")[0].split(":")[0])]
+    if padding.startswith("none"):
+        return (numbers[0], numbers[0]) if len(numbers) == 1 else tuple(numbers[:2]) if numbers else (128, 128)
+    return numbers[0], numbers[1]
+
+
+def test_the_engine_profile_table_holds_the_newest_profiles_numbers():
+    """Each row of the engine-profile table is a (target, source) of the newest release's profile of its engine, and
+    its padding multiples, scale fill and runner backend are that profile's (``moebake/schema/profiles.py``); every
+    verified (target, source) of each engine has a row. The prose column is the table's own."""
+    from moebake.schema.profiles import get_profile
+
+    seen = set()
+    for engine_cell, targets, source, padding, fill, flags, _proof in _profile_rows():
+        engine_name, release = engine_cell.split()
+        profile = get_profile(engine_name.lower())
+        assert release == profile.version, f"{engine_cell}: the newest {engine_name} release is {profile.version}"
+        for target in re.findall(r"`([^`]+)`", targets):
+            entry = profile.targets[target, source.strip("`")]
+            seen.add((engine_name.lower(), target, source.strip("`")))
+            assert _documented_multiples(padding) == (entry.hidden_multiple, entry.intermediate_multiple), \
+                f"{engine_cell} {target} {source}: padding {padding!r}"
+            if fill[:1].isdigit():
+                assert int(fill.split()[0]) == entry.hidden_scale_fill, f"{engine_cell} {target} {source}: fill {fill!r}"
+                if "H and I" in fill:
+                    assert entry.intermediate_scale_fill == entry.hidden_scale_fill
+            assert entry.runner_backend in flags or flags == "as above", f"{engine_cell} {target}: flags {flags!r}"
+    for engine in ("sglang", "vllm"):
+        verified = {(engine, *key) for key, entry in get_profile(engine).targets.items() if entry.verified}
+        assert verified <= seen, f"no engine-profile row for {sorted(verified - seen)}"
