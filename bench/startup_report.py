@@ -1,0 +1,241 @@
+"""The start-up benchmark's report: the plot and the Markdown tables of a results JSON written by
+``bench/startup_bench.py`` (``{"runs": [...], "limits": [...], "notes": [...]}``; its docstring says what each
+run's fields are). Not a script: ``python bench/startup_bench.py plot|table RESULTS`` calls it.
+"""
+
+import json
+from pathlib import Path
+
+import benchkit
+
+ROOT = benchkit.REPO
+PATHS = ("stock", "presharded", "bake")
+"""The ways a model is loaded, in the order every table and plot shows them."""
+
+
+# ----------------------------------------------------------------------------------------------- plot
+COLORS = {"stock": "tab:gray", "presharded": "tab:orange", "bake": "tab:blue"}
+
+
+def _one_node(runs: list[dict]) -> list[dict]:
+    """The runs on one node (every rank on one machine; older files have no ``nodes``)."""
+    return [r for r in runs if r.get("nodes", 1) == 1 and r["path"] != "presharded-dump"]
+
+
+def _multi_node(runs: list[dict]) -> list[dict]:
+    return [r for r in runs if r.get("nodes", 1) > 1]
+
+
+def _bars(ax, groups: list, pick, label) -> None:
+    """Bars of each path's seconds per group (``pick(group)``: ``{path: run}``), the bake's limit as a tick and
+    stock/bake on top."""
+    width = 0.8 / len(PATHS)
+    for j, group in enumerate(groups):
+        chosen = pick(group)
+        for k, path in enumerate(PATHS):
+            if path in chosen:
+                ax.bar(j + (k - (len(PATHS) - 1) / 2) * width, chosen[path]["seconds"], width * 0.95, color=COLORS[path],
+                       label=path if path not in ax.get_legend_handles_labels()[1] else None)
+        if "bake" in chosen:
+            ax.plot([j - 0.4, j + 0.4], [chosen["bake"]["limit_seconds"]] * 2, "k--", lw=1,
+                    label="bake's physical limit" if j == 0 else None)
+        if {"stock", "bake"} <= set(chosen):
+            ratio = chosen["stock"]["seconds"] / chosen["bake"]["seconds"]
+            ax.text(j, max(r["seconds"] for r in chosen.values()) * 1.02, f"{ratio:.1f}x", ha="center")
+    ax.set_xticks(range(len(groups)), [label(g) for g in groups])
+    if groups:
+        ax.legend(loc="best", fontsize=7, framealpha=0.7)
+    else:
+        ax.text(0.5, 0.5, "not measured", ha="center", transform=ax.transAxes)
+
+
+def plot(results_path: Path, png: Path | None = None) -> Path:
+    """Per model: seconds of each path per (ep, cache) on one node, and per simulated deployment (slowest node, cold);
+    the bake's physical limit as a tick; stock/bake on top."""
+    plt = benchkit.pyplot()
+    runs = json.loads(Path(results_path).read_text())["runs"]
+    models = sorted({(r["model"], r["layers"]) for r in runs})
+    rows = 2 if _multi_node(runs) else 1
+    fig, axes = plt.subplots(rows, len(models), figsize=(6.5 * len(models), 4.5 * rows), squeeze=False)
+    for col, (model, layers) in enumerate(models):
+        mine = [r for r in runs if (r["model"], r["layers"]) == (model, layers)]
+        single = _one_node(mine)
+        groups = sorted({(r["ep"], r["cache"]) for r in single}, key=lambda g: (g[1], g[0]))
+        ax = axes[0][col]
+        _bars(ax, groups, lambda g: {r["path"]: r for r in single if (r["ep"], r["cache"]) == g},
+              lambda g: f"EP {g[0]}\n{g[1]}")
+        ax.set_ylabel("seconds to ready (lower is better)")
+        ax.set_title(f"SGLang start-up, {model}-shaped, {layers} MoE layers: one node")
+        if rows == 2:
+            multi = [r for r in mine if r["path"] != "presharded-dump" and r["cache"] == "cold"
+                     and (r.get("nodes", 1) > 1 or r.get("gpus_per_node") == r["ep"])]
+            deployments = sorted({(r.get("nodes", 1), r.get("gpus_per_node", r["ep"])) for r in multi})
+            ax = axes[1][col]
+            _bars(ax, deployments, lambda d: {r["path"]: r for r in multi
+                                             if (r.get("nodes", 1), r.get("gpus_per_node", r["ep"])) == d},
+                  lambda d: f"{d[0]} node(s)\nx {d[1]} GPU")
+            ax.set_ylabel("seconds, slowest node (cold page cache)")
+            ax.set_title(f"{model}-shaped: scale-out, each node cold")
+    png = Path(png) if png else Path(results_path).with_suffix(".png")
+    benchkit.save(fig, png, dpi=110)
+    return png
+
+
+# ---------------------------------------------------------------------------------------------- table
+def _limits_line(limits: dict) -> str:
+    """The machine's limits as measured in one session, in words."""
+    disk = f"disk {limits['disk_direct_gbps' if 'disk_direct_gbps' in limits else 'disk_gbps']:.2f} GB/s with O_DIRECT"
+    if "disk_buffered_gbps" in limits:
+        disk += f", {limits['disk_buffered_gbps']:.2f} GB/s buffered (cold page cache, kernel readahead)"
+    else:
+        disk += " (the only disk probe of that session: it underestimates the disk, whose buffered reads are faster)"
+    line = f"{disk}; page cache {limits['page_cache_gbps']:.1f} GB/s"
+    if "h2d_pinned_gbps" in limits:
+        line += f"; host-to-device {limits['h2d_pinned_gbps']:.1f} GB/s pinned, {limits['h2d_pageable_gbps']:.1f} GB/s pageable"
+    return line
+
+
+def _each(chosen: dict, key: str, scale: float = 1.0, digits: int = 2) -> str:
+    """``key`` of each path's run (stock / presharded / bake), ``-`` where a path did not run."""
+    return " / ".join(f"{chosen[p][key] / scale:.{digits}f}" if p in chosen else "-" for p in PATHS)
+
+
+def _ratio(chosen: dict, top: str, bottom: str) -> str:
+    return f"{chosen[top]['seconds'] / chosen[bottom]['seconds']:.2f}x" if {top, bottom} <= set(chosen) else "-"
+
+
+def _one_node_row(ep: int, cache: str, chosen: dict) -> str:
+    seconds = " | ".join(f"{chosen[p]['seconds']:.2f}" if p in chosen else "-" for p in PATHS)
+    limit = next(chosen[p]["limit_seconds"] for p in ("bake", "stock", "presharded") if p in chosen)
+    over = f"{chosen['bake']['seconds'] / limit:.2f}" if "bake" in chosen else "-"
+    return (f"| {ep} | {cache} | {seconds} | {_ratio(chosen, 'stock', 'bake')} | {_ratio(chosen, 'presharded', 'bake')} | "
+            f"{limit:.2f} | {over} | {_each(chosen, 'bytes_read', 1e9)} | {_each(chosen, 'peak_gpu_extra_gib')} | "
+            f"{_each(chosen, 'peak_host_rss_gib')} |")
+
+
+def _node_rows(runs: list[dict], stock_by_deployment: dict) -> list[str]:
+    """One row per (deployment, path) of the simulated multi-node runs."""
+    rows = []
+    for r in sorted(runs, key=lambda r: (r["nodes"], PATHS.index(r["path"]))):
+        stock = stock_by_deployment.get((r["nodes"], r["gpus_per_node"]))
+        each = ", ".join(f"{s:.2f}" for s in r["node_seconds"])
+        read = max(r["node_bytes_read"]) / 1e9
+        speedup = f"{stock['seconds'] / r['seconds']:.2f}x" if stock else "-"
+        rows.append(f"| {r['nodes']} x {r['gpus_per_node']} | {r['path']} | {r['seconds']:.2f} | {each} | {read:.2f} | "
+                    f"{r['node_bytes_needed'] / 1e9:.2f} | {r['limit_seconds']:.2f} | {r['seconds'] / r['limit_seconds']:.2f} | "
+                    f"{speedup} | {r['peak_gpu_extra_gib']:.2f} |")
+    return rows
+
+
+def _rss_split(runs: list[dict]) -> list[str]:
+    """Where each run's host memory is (runs that recorded it): the process before the load, the peak, and the
+    anonymous and file-backed (mmap'd shards) resident memory after it, GiB, largest rank."""
+    split = [r for r in runs if "rss_before_load_gib" in r]
+    if not split:
+        return []
+    lines = ["", "Host memory, GiB (largest rank): the process before its first byte (torch, CUDA context, SGLang's "
+             "imports), its peak, and its anonymous and file-backed (mapped shard pages) resident memory after the load.",
+             "", "| ep | cache | path | before load | peak RSS | anonymous after | file-backed after |", "|" + "---|" * 7]
+    for r in sorted(split, key=lambda r: (r["cache"], r["ep"], PATHS.index(r["path"]))):
+        lines.append(f"| {r['ep']} | {r['cache']} | {r['path']} | {r['rss_before_load_gib']:.2f} | "
+                     f"{r['peak_host_rss_gib']:.2f} | {r['rss_anon_after_gib']:.2f} | {r['rss_file_after_gib']:.2f} |")
+    return lines
+
+
+def _dump_rows(dumps: list[dict]) -> list[str]:
+    if not dumps:
+        return []
+    lines = ["", "SGLang's presharded dumps (its first-time load: every rank at once, then each rank's post-processed "
+             "tensors written; valid for that EP/TP configuration only):", "",
+             "| ep | stock load s | dump s | dump GB on disk |", "|---|---|---|---|"]
+    return lines + [f"| {d['ep']} | {d['load_seconds']:.2f} | {d['seconds']:.2f} | {d['dump_bytes'] / 1e9:.2f} |" for d in dumps]
+
+
+ONE_NODE_HEADER = ("| ep | cache | stock s | presharded s | bake s | stock/bake | presharded/bake | limit s | bake/limit "
+                   "| read from disk GB stock / presharded / bake | peak GPU extra GiB stock / presharded / bake "
+                   "| peak host RSS GiB stock / presharded / bake |")
+NODES_HEADER = ("| nodes x GPUs | path | slowest node s | each node s | read per node GB (largest) | bake's need per node GB "
+                "| limit s | path/limit | stock/path | peak GPU extra GiB |")
+
+
+def table(results_path: Path, md: Path | None = None) -> Path:
+    """The Markdown summary of a results JSON (tables per model, the limits, the notes), beside it as ``.md``."""
+    results_path = Path(results_path)
+    results = json.loads(results_path.read_text())
+    runs = results["runs"]
+    shown = results_path.relative_to(ROOT) if results_path.is_relative_to(ROOT) else results_path
+    lines = [f"# Whole-model start-up through SGLang: stock, presharded and a bake ({results_path.name})", "",
+             f"Generated by `python bench/startup_bench.py table {shown}`"
+             f" from the JSON beside it (do not edit by hand); plot: `{results_path.with_suffix('.png').name}`; "
+             "script and method: `bench/startup_bench.py` (its docstring).", ""]
+    if "machine" in results:
+        lines += [f"Machine: {results['machine']}; measured {results.get('date', '(no date)')}.", ""]
+    lines += ["One node: seconds to ready (slowest rank; from building the model to the last layer's post-load step) "
+              "of stock SGLang from the source, SGLang's presharded reload of its own dump, and the bake through "
+              "moebake's plugin; the physical limit (the fastest the bake's bytes can reach the GPUs: cold, every "
+              "rank's bytes through the one disk at the faster of the session's disk probes; warm, a rank's bytes out "
+              "of the page cache; never faster than pinned host-to-device copies); bytes read from the block device "
+              "(all ranks); peak GPU memory beyond the parameters resident at the end (largest rank); peak host RSS "
+              "(largest rank, mapped file pages included).", ""]
+    experts = {(r["model"], r["layers"]): r["experts"] for r in runs}
+    for model, layers in sorted(experts, key=lambda m: (experts[m], m)):
+        mine = [r for r in runs if (r["model"], r["layers"]) == (model, layers)]
+        lines += [f"## {model}-shaped, {layers} MoE layers of {mine[0]['experts']} experts", ""]
+        for limits in results.get("limits", []):
+            if (limits.get("model"), limits.get("layers")) == (model, layers):
+                session = f" ({limits['session']})" if "session" in limits else ""
+                lines += [f"Limits measured in its session{session}: {_limits_line(limits)}.", ""]
+        single = _one_node(mine)
+        groups = sorted({(r["ep"], r["cache"]) for r in single}, key=lambda g: (g[1], g[0]))
+        lines += [ONE_NODE_HEADER, "|" + "---|" * 12]
+        for ep, cache in groups:
+            lines.append(_one_node_row(ep, cache, {r["path"]: r for r in single if (r["ep"], r["cache"]) == (ep, cache)}))
+        eps, caches = sorted({r["ep"] for r in single}), sorted({r["cache"] for r in single})
+        missing = [f"EP {ep} {cache}" for ep in eps for cache in caches if (ep, cache) not in groups]
+        if missing:
+            lines += ["", f"Not measured: {', '.join(missing)}."]
+        multi = [r for r in mine if r["path"] != "presharded-dump" and r["cache"] == "cold" and "node_seconds" in r
+                 and (r["nodes"] > 1 or r["gpus_per_node"] == r["ep"] == 1)]
+        if _multi_node(mine):
+            stock = {(r["nodes"], r["gpus_per_node"]): r for r in multi if r["path"] == "stock"}
+            lines += ["", "Simulated nodes, cold: a deployment of N nodes x G GPUs (EP = N x G) measured one node at a "
+                      "time, the page cache dropped before each, the node's G ranks loading while the other nodes' "
+                      "ranks sit idle in the same world. Seconds of the slowest node and of each; bytes the node read "
+                      "from the block device; the bake's need (the other tensors once, and the node's ranks' experts); "
+                      "the limit (that need at the disk's speed).", "", NODES_HEADER, "|" + "---|" * 10]
+            lines += _node_rows(multi, stock)
+        lines += _dump_rows([r for r in mine if r["path"] == "presharded-dump"])
+        lines += _rss_split(single)
+        notes = sorted({r["note"] for r in mine if r.get("note")})
+        notes += [n["text"] for n in results.get("notes", []) if (n.get("model"), n.get("layers")) == (model, layers)]
+        lines += [""] + [f"Note: {n}" for n in notes] + ([""] if notes else [])
+    lines += ["## What limits each number", "",
+              "Cold: the disk. Every path reads the bytes it needs from it once; the bake reads more bytes than "
+              "stock (its padding, SGLang's profile: H 2880 -> 3072, I 2880 -> 2944), so bake/limit near 1 means "
+              "it runs at the disk's speed. A session that probed the disk with O_DIRECT only underestimates it "
+              "(buffered reads with the kernel's readahead are faster on this machine), so its limit lies above "
+              "the measured times (bake/limit below 1).", "",
+              "Warm: the page cache and the host-to-device copies. The source's bytes are in memory; the limit is "
+              "a rank's bytes at the page-cache probe's speed (8 threads over 4 files), an estimate that the "
+              "loader can beat (bake/limit below 1). Where bake/limit is well above 1, the time goes to the "
+              "tensors the engine itself loads (the embeddings and `lm_head`, 2 x 201088 x 2880 BF16 = 2.3 GB, "
+              "copied by SGLang's `default_weight_loader` in both paths), which weigh more in a smaller model.", "",
+              "Simulated nodes: each node reads from its own (here: the one) disk with an empty page cache. A real "
+              "node has its own disk and its own page cache, so the nodes' times do not add up: a deployment is "
+              "ready when its slowest node is.", "",
+              "Presharded: SGLang's reload builds the model, runs the post-load step on the uninitialised "
+              "parameters (with that step's GPU memory), then reads its rank's files whole into host memory and "
+              "copies each tensor into its parameter. Its dump is made on the GPUs by a first-time load, and is "
+              "valid for that EP/TP configuration only.", "",
+              "Memory: peak GPU memory beyond the parameters is what a path needs on top of the loaded model "
+              "(stock: the source's tensors, their padded copies and the interleaved results at once; the bake "
+              "writes each rank's rows straight into the final parameters). Peak host RSS counts the mmap'd "
+              "source pages stock reads through SGLang's iterator; the bake path reads through a bounded "
+              "pinned ring.", ""]
+    import startup_bench  # its docstring says what in the benchmark is SGLang's
+
+    not_sglang = next(p for p in startup_bench.__doc__.split("\n\n") if p.startswith("Every other tensor"))
+    lines += ["## What is SGLang's and what is not", "", " ".join(not_sglang.split()).replace("``", "`"), ""]
+    md = Path(md) if md else results_path.with_suffix(".md")
+    md.write_text("\n".join(lines).rstrip("\n") + "\n")
+    return md
