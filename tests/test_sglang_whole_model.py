@@ -125,12 +125,13 @@ def holder(files: dict[str, torch.Tensor]) -> torch.nn.Module:
     return root
 
 
-DIRECT = {"model.embed_tokens.weight", "model.layers.0.mlp.router.weight", "model.layers.0.mlp.router.bias",
+DIRECT = {"model.embed_tokens.weight", "lm_head.weight", "model.layers.0.mlp.router.weight", "model.layers.0.mlp.router.bias",
           "model.layers.0.self_attn.sinks", "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.k_proj.bias",
           "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.v_proj.bias",
           "model.layers.0.self_attn.q_proj.bias", "model.layers.0.self_attn.o_proj.weight",
           "model.layers.0.self_attn.o_proj.bias"}
-"""The holder's parameters SGLang fills by a plain full copy of a tensor of their own shape and dtype."""
+"""The holder's parameters SGLang fills by a plain full copy of a tensor of their own shape and dtype, and the head
+(its 64 rows into the first 64 of 128, the other 64 zeroed)."""
 
 
 def test_filtered_parameters_equal_sglangs_own_loading_byte_for_byte(bake):
@@ -148,12 +149,13 @@ def test_filtered_parameters_equal_sglangs_own_loading_byte_for_byte(bake):
     assert stats.finished and set(stats.loaded) == DIRECT
     assert set(stats.passed) == set(files) - DIRECT
     assert stats.loaded_bytes == sum(files[n].numel() * files[n].element_size() for n in DIRECT)
+    assert stats.zeroed_bytes == 64 * files["lm_head.weight"].shape[1] * 2  # the head's 64 padding rows, bf16
     assert stats.passed_bytes == sum(t.numel() * t.element_size() for n, t in files.items() if n not in DIRECT)
 
 
 def test_other_loaders_shapes_and_dtypes_pass_through_untouched(bake):
-    """The padded head (128 rows for 64), the q projection's own loader, the bf16 norms of float32 tensors and every
-    baked expert tensor are yielded as SGLang's iterator gave them (the same objects)."""
+    """The q projection's own loader, the bf16 norms of float32 tensors and every baked expert tensor are yielded as
+    SGLang's iterator gave them (the same objects)."""
     from moebake.engines.sglang.whole_model import DirectParameterLoader
 
     files = load_all(bake)
@@ -161,7 +163,7 @@ def test_other_loaders_shapes_and_dtypes_pass_through_untouched(bake):
         ours = holder(files)
         given = dict(sglang_weights(bake))
         yielded = dict(DirectParameterLoader(ours, bake, CPU).filter(iter(given.items())))
-    kept = {"lm_head.weight", "model.layers.0.self_attn.q_proj.weight", "model.norm.weight",
+    kept = {"model.layers.0.self_attn.q_proj.weight", "model.norm.weight",
             "model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight"}
     assert kept | {n for n in files if n.startswith(EXPERTS)} == set(yielded)
     assert all(yielded[name] is given[name] for name in yielded)
