@@ -292,3 +292,98 @@ def test_the_interception_refuses_in_one_line_when_sglang_moved_the_function(bak
     monkeypatch.undo()
     whole_model.install()
     whole_model.check_installed()  # back to SGLang's function: installed (once), nothing refused
+
+
+VOCAB, HIDDEN = 130, 48
+"""A vocabulary no padding divides: padded to 192 (SGLang's default 64) or 256 (the head's 128), so at TP 2 and 4
+every rank's shard ends in padding rows, and at TP 4 the head's rank 3 holds padding only (rows 128..130 are
+rank 2's)."""
+VOCAB_NAMES = ("model.embed_tokens.weight", "lm_head.weight", "lm_head.bias")
+
+
+@pytest.fixture(scope="module")
+def vocab_checkpoint(tmp_path_factory):
+    """``model.safetensors`` of bf16 ``[130, 48]`` embeddings and head and a ``[130]`` head bias, no value zero."""
+    from safetensors.torch import save_file
+
+    root = tmp_path_factory.mktemp("vocab")
+    generator = torch.Generator().manual_seed(7)
+    tensors = {name: (torch.rand((VOCAB, HIDDEN)[:2 if name.endswith("weight") else 1], generator=generator) + 0.5)
+               .to(torch.bfloat16) for name in VOCAB_NAMES}
+    save_file(tensors, str(root / "model.safetensors"))
+    return root
+
+
+def vocab_holder(tp: int, rank: int) -> torch.nn.Module:
+    """SGLang's ``VocabParallelEmbedding`` and ``ParallelLMHead`` (with a bias, padded to 128) as TP rank ``rank`` of
+    ``tp`` builds them, every byte of their parameters 0xA5."""
+    from sglang.srt.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+
+    sglang_oracle.override_parallel(tp_size=tp, tp_rank=rank, attn_tp_size=tp, attn_tp_rank=rank, moe_ep_size=tp,
+                                    moe_ep_rank=rank)
+    root = _Module()
+    with torch.device(CPU):
+        _place(root, "model.embed_tokens", VocabParallelEmbedding(VOCAB, HIDDEN, params_dtype=torch.bfloat16))
+        _place(root, "lm_head", ParallelLMHead(VOCAB, HIDDEN, bias=True, params_dtype=torch.bfloat16, padding_size=128))
+    for param in root.parameters():
+        param.data.reshape(-1).view(torch.uint8).fill_(0xA5)
+    return root
+
+
+def rank_rows(padding: int, tp: int, rank: int) -> tuple[int, int, int]:
+    """``(first, end, parameter rows)``: the vocabulary rows TP rank ``rank`` of ``tp`` holds, by the layout SGLang's
+    class docstring draws (the padded vocabulary cut into ``tp`` equal parts, the rows past the vocabulary padding)."""
+    per_rank = -(-VOCAB // padding) * padding // tp
+    first = min(rank * per_rank, VOCAB)
+    return first, min(first + per_rank, VOCAB), per_rank
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_each_tensor_parallel_ranks_vocabulary_rows_equal_sglangs_own_loading(vocab_checkpoint, tp):
+    """At TP 2 and 4, every rank: SGLang's own loader and the filter give the same bytes (the rank's rows, then
+    zeroed padding rows); moebake read exactly the rank's rows of each tensor and never touched SGLang's views."""
+    from moebake.engines.sglang.whole_model import DirectParameterLoader
+
+    stored = load_all(vocab_checkpoint)
+    padding = {"model.embed_tokens.weight": 64, "lm_head.weight": 128, "lm_head.bias": 128}
+    for rank in range(tp):
+        Watched.touched = []
+        with sglang_oracle.sglang_engine():
+            stock = vocab_holder(tp, rank)
+            sglang_load(stock, sglang_weights(vocab_checkpoint))
+            ours = vocab_holder(tp, rank)
+            loader = DirectParameterLoader(ours, vocab_checkpoint, CPU, staged=True, chunk_bytes=1000, slots=2)
+            sglang_load(ours, loader.filter(watched(sglang_weights(vocab_checkpoint))))
+        read = 0
+        for name, param in dict(stock.named_parameters()).items():  # the oracle is the layout it should be
+            first, end, rows = rank_rows(padding[name], tp, rank)
+            assert param.shape[0] == rows and (rank < tp - 1 or end - first < rows), (name, rank)  # last: padding
+            assert torch.equal(param[:end - first].view(torch.uint8), stored[name][first:end].view(torch.uint8))
+            assert not param[end - first:].view(torch.uint8).any(), (name, rank)
+            read += stored[name][first:end].numel() * 2
+        assert_parameters_equal(ours, stock, f"SGLang's own loading at TP rank {rank} of {tp}")
+        stats = loader.stats
+        assert stats.finished and set(stats.loaded) == set(VOCAB_NAMES) and not stats.passed
+        assert stats.loaded_bytes == read
+        assert stats.zeroed_bytes == sum(p.numel() * 2 for p in ours.parameters()) - read
+        assert not set(VOCAB_NAMES) & set(Watched.touched)
+
+
+def test_added_vocabulary_and_presharded_weights_keep_sglangs_path(vocab_checkpoint):
+    """LoRA-added rows (``org_num_embeddings`` below ``num_embeddings``) and presharded weights lay the rows out
+    otherwise: those tensors are yielded unchanged, even where shapes would let a read through."""
+    from sglang.srt.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+
+    from moebake.engines.sglang.whole_model import DirectParameterLoader
+
+    with sglang_oracle.sglang_engine():
+        sglang_oracle.override_parallel(tp_size=2, tp_rank=1, attn_tp_size=2, attn_tp_rank=1, moe_ep_size=2, moe_ep_rank=1)
+        root = _Module()
+        with torch.device(CPU):
+            _place(root, "model.embed_tokens", VocabParallelEmbedding(VOCAB + 16, HIDDEN, org_num_embeddings=VOCAB,
+                                                                      params_dtype=torch.bfloat16))
+            _place(root, "lm_head", ParallelLMHead(VOCAB, HIDDEN, bias=True, params_dtype=torch.bfloat16,
+                                                   use_presharded_weights=True))
+        given = dict(sglang_weights(vocab_checkpoint))
+        yielded = dict(DirectParameterLoader(root, vocab_checkpoint, CPU).filter(iter(given.items())))
+    assert set(yielded) == set(VOCAB_NAMES) and all(yielded[name] is given[name] for name in yielded)
