@@ -48,6 +48,4 @@ def vocab_rows(name: str, param: torch.nn.Parameter) -> RowShard | None:
             or param.shape[0] != layer.num_embeddings_per_partition:
         return None
     shard = layer.shard_indices
-    if shard.num_added_elements or shard.num_added_elements_padded:
-        return None
     return RowShard(shard.org_vocab_start_index, shard.org_vocab_end_index, layer.org_vocab_size)
