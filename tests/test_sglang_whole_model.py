@@ -369,9 +369,12 @@ def test_each_tensor_parallel_ranks_vocabulary_rows_equal_sglangs_own_loading(vo
         assert not set(VOCAB_NAMES) & set(Watched.touched)
 
 
-def test_added_vocabulary_and_presharded_weights_keep_sglangs_path(vocab_checkpoint):
-    """LoRA-added rows (``org_num_embeddings`` below ``num_embeddings``) and presharded weights lay the rows out
-    otherwise: those tensors are yielded unchanged, even where shapes would let a read through."""
+@pytest.mark.parametrize("layout", ["added vocabulary", "presharded", "packed"])
+def test_other_vocabulary_layouts_keep_sglangs_path(vocab_checkpoint, layout):
+    """LoRA-added rows (``org_num_embeddings`` below ``num_embeddings``), presharded weights and a head whose method
+    is not SGLang's unquantized one (AMX's ``PackWeightMethod``, which SGLang's CPU server sets) lay the rows out
+    otherwise or change them after loading: those tensors are yielded unchanged, the embeddings beside them read."""
+    from sglang.srt.layers.amx_utils import PackWeightMethod
     from sglang.srt.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 
     from moebake.engines.sglang.whole_model import DirectParameterLoader
@@ -380,10 +383,16 @@ def test_added_vocabulary_and_presharded_weights_keep_sglangs_path(vocab_checkpo
         sglang_oracle.override_parallel(tp_size=2, tp_rank=1, attn_tp_size=2, attn_tp_rank=1, moe_ep_size=2, moe_ep_rank=1)
         root = _Module()
         with torch.device(CPU):
-            _place(root, "model.embed_tokens", VocabParallelEmbedding(VOCAB + 16, HIDDEN, org_num_embeddings=VOCAB,
-                                                                      params_dtype=torch.bfloat16))
+            added = {"org_num_embeddings": VOCAB} if layout == "added vocabulary" else {}
+            _place(root, "model.embed_tokens", VocabParallelEmbedding(VOCAB + (16 if added else 0), HIDDEN,
+                                                                      params_dtype=torch.bfloat16, **added))
             _place(root, "lm_head", ParallelLMHead(VOCAB, HIDDEN, bias=True, params_dtype=torch.bfloat16,
-                                                   use_presharded_weights=True))
+                                                   use_presharded_weights=layout == "presharded"))
+        if layout == "packed":
+            root.lm_head.quant_method = PackWeightMethod(weight_names=["weight"])
         given = dict(sglang_weights(vocab_checkpoint))
-        yielded = dict(DirectParameterLoader(root, vocab_checkpoint, CPU).filter(iter(given.items())))
-    assert set(yielded) == set(VOCAB_NAMES) and all(yielded[name] is given[name] for name in yielded)
+        loader = DirectParameterLoader(root, vocab_checkpoint, CPU)
+        yielded = dict(loader.filter(iter(given.items())))
+    kept = {"added vocabulary": {"model.embed_tokens.weight"}}.get(layout, {"lm_head.weight", "lm_head.bias"})
+    assert set(yielded) == kept and all(yielded[name] is given[name] for name in yielded)
+    assert set(loader.stats.loaded) == set(VOCAB_NAMES) - kept
