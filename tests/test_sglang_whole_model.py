@@ -3,7 +3,8 @@
 The oracle is SGLang's own path: its safetensors iterator (lazy mmap'd views) and its parameters' loaders
 (``default_weight_loader``, ``VocabParallelEmbedding``'s, ``ReplicatedLinear``'s) or its GPT-OSS ``load_weights``
 and ``DefaultModelLoader.load_weights_and_postprocess``. Every parameter loaded with the filter must equal, byte for
-byte, what SGLang's path alone gives; the tensors moebake reads must never be read through SGLang's views.
+byte, what SGLang's path alone gives; the tensors moebake reads must never be read through SGLang's views. The
+vocabulary layers also at every rank of TP 2 and 4 (each rank's rows and zeroed padding rows).
 """
 
 import json
