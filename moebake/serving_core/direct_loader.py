@@ -78,11 +78,11 @@ ShardRule = Callable[[str, torch.nn.Parameter], "RowShard | None"]
 class DirectLoadStats:
     """What one :meth:`DirectParameterLoader.filter` pass did.
 
-    ``loaded``: names read by moebake into their parameters (``loaded_bytes``: the bytes read from the files, a row
-    shard's rows only; ``zeroed_bytes``: the parameters' bytes set to zero after a row shard's rows); ``passed``: names yielded
-    to the engine (``passed_bytes``: their ``numel * element_size``, from metadata); ``seconds``: wall clock of
-    moebake's reads (until the bytes are on the device); ``finished``: the engine's iterator was exhausted and
-    every kept-back tensor has been read.
+    ``loaded``: names read by moebake into their parameters (``loaded_bytes``: the bytes read from the files, of a
+    row shard its rows only; ``zeroed_bytes``: the parameters' bytes set to zero after a row shard's rows);
+    ``passed``: names yielded to the engine (``passed_bytes``: their ``numel * element_size``, from metadata);
+    ``seconds``: wall clock of moebake's reads (until the bytes are on the device); ``finished``: the engine's
+    iterator was exhausted and every kept-back tensor has been read.
     """
 
     loaded: tuple[str, ...]
