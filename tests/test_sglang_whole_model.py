@@ -315,13 +315,23 @@ def vocab_checkpoint(tmp_path_factory):
     return root
 
 
+def tensor_parallel(tp: int, rank: int) -> None:
+    """SGLang's parallel context as TP (= EP) rank ``rank`` of ``tp`` has it. The oracle's world is one process, so
+    the TP, attention-TP and EP groups are stand-ins of ``tp`` ranks (releases from 0.5.21 check the groups' widths
+    where they can read them); building and loading the vocabulary layers never communicates."""
+    from types import SimpleNamespace
+
+    group = SimpleNamespace(world_size=tp, rank_in_group=rank)
+    sglang_oracle.override_parallel(tp_size=tp, tp_rank=rank, attn_tp_size=tp, attn_tp_rank=rank, moe_ep_size=tp,
+                                    moe_ep_rank=rank, tp_group=group, attn_tp_group=group, moe_ep_group=group)
+
+
 def vocab_holder(tp: int, rank: int) -> torch.nn.Module:
     """SGLang's ``VocabParallelEmbedding`` and ``ParallelLMHead`` (with a bias, padded to 128) as TP rank ``rank`` of
     ``tp`` builds them, every byte of their parameters 0xA5."""
     from sglang.srt.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 
-    sglang_oracle.override_parallel(tp_size=tp, tp_rank=rank, attn_tp_size=tp, attn_tp_rank=rank, moe_ep_size=tp,
-                                    moe_ep_rank=rank)
+    tensor_parallel(tp, rank)
     root = _Module()
     with torch.device(CPU):
         _place(root, "model.embed_tokens", VocabParallelEmbedding(VOCAB, HIDDEN, params_dtype=torch.bfloat16))
@@ -381,7 +391,7 @@ def test_other_vocabulary_layouts_keep_sglangs_path(vocab_checkpoint, layout):
     from moebake.engines.sglang.whole_model import DirectParameterLoader
 
     with sglang_oracle.sglang_engine():
-        sglang_oracle.override_parallel(tp_size=2, tp_rank=1, attn_tp_size=2, attn_tp_rank=1, moe_ep_size=2, moe_ep_rank=1)
+        tensor_parallel(2, 1)
         root = _Module()
         with torch.device(CPU):
             added = {"org_num_embeddings": VOCAB} if layout == "added vocabulary" else {}
