@@ -24,7 +24,8 @@ RESULTS = BENCH / "results"
 PYTHON_SCRIPTS = ["convert_bench.py", "transform_bench.py", "serve_bench.py", "deepep_layer_bench.py", "deepgemm_masked_bench.py",
                   "startup_bench.py", "sm90_paths_bench.py", "real_server.py"]
 SHELL_SCRIPTS = ["device_convert_scaling.sh", "device_wheels.sh"]
-HELPERS = ["benchkit.py", "real_server_probe.py", "startup_presharded.py", "startup_report.py"]  # imported by the scripts (or their servers), not run
+HELPERS = ["benchkit.py", "real_server_probe.py", "startup_presharded.py",  # imported by the scripts (or their servers),
+           "startup_report.py"]  # not run
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal on a machine without a GPU")
 
 

@@ -3,7 +3,8 @@
 The oracle is SGLang's own path: its safetensors iterator (lazy mmap'd views) and its parameters' loaders
 (``default_weight_loader``, ``VocabParallelEmbedding``'s, ``ReplicatedLinear``'s) or its GPT-OSS ``load_weights``
 and ``DefaultModelLoader.load_weights_and_postprocess``. Every parameter loaded with the filter must equal, byte for
-byte, what SGLang's path alone gives; the tensors moebake reads must never be read through SGLang's views.
+byte, what SGLang's path alone gives; the tensors moebake reads must never be read through SGLang's views. The
+vocabulary layers also at every rank of TP 2 and 4 (each rank's rows and zeroed padding rows).
 """
 
 import json
@@ -125,12 +126,13 @@ def holder(files: dict[str, torch.Tensor]) -> torch.nn.Module:
     return root
 
 
-DIRECT = {"model.embed_tokens.weight", "model.layers.0.mlp.router.weight", "model.layers.0.mlp.router.bias",
+DIRECT = {"model.embed_tokens.weight", "lm_head.weight", "model.layers.0.mlp.router.weight", "model.layers.0.mlp.router.bias",
           "model.layers.0.self_attn.sinks", "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.k_proj.bias",
           "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.v_proj.bias",
           "model.layers.0.self_attn.q_proj.bias", "model.layers.0.self_attn.o_proj.weight",
           "model.layers.0.self_attn.o_proj.bias"}
-"""The holder's parameters SGLang fills by a plain full copy of a tensor of their own shape and dtype."""
+"""The holder's parameters SGLang fills by a plain full copy of a tensor of their own shape and dtype, and the head
+(its 64 rows into the first 64 of 128, the other 64 zeroed)."""
 
 
 def test_filtered_parameters_equal_sglangs_own_loading_byte_for_byte(bake):
@@ -148,12 +150,13 @@ def test_filtered_parameters_equal_sglangs_own_loading_byte_for_byte(bake):
     assert stats.finished and set(stats.loaded) == DIRECT
     assert set(stats.passed) == set(files) - DIRECT
     assert stats.loaded_bytes == sum(files[n].numel() * files[n].element_size() for n in DIRECT)
+    assert stats.zeroed_bytes == 64 * files["lm_head.weight"].shape[1] * 2  # the head's 64 padding rows, bf16
     assert stats.passed_bytes == sum(t.numel() * t.element_size() for n, t in files.items() if n not in DIRECT)
 
 
 def test_other_loaders_shapes_and_dtypes_pass_through_untouched(bake):
-    """The padded head (128 rows for 64), the q projection's own loader, the bf16 norms of float32 tensors and every
-    baked expert tensor are yielded as SGLang's iterator gave them (the same objects)."""
+    """The q projection's own loader, the bf16 norms of float32 tensors and every baked expert tensor are yielded as
+    SGLang's iterator gave them (the same objects)."""
     from moebake.engines.sglang.whole_model import DirectParameterLoader
 
     files = load_all(bake)
@@ -161,7 +164,7 @@ def test_other_loaders_shapes_and_dtypes_pass_through_untouched(bake):
         ours = holder(files)
         given = dict(sglang_weights(bake))
         yielded = dict(DirectParameterLoader(ours, bake, CPU).filter(iter(given.items())))
-    kept = {"lm_head.weight", "model.layers.0.self_attn.q_proj.weight", "model.norm.weight",
+    kept = {"model.layers.0.self_attn.q_proj.weight", "model.norm.weight",
             "model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight"}
     assert kept | {n for n in files if n.startswith(EXPERTS)} == set(yielded)
     assert all(yielded[name] is given[name] for name in yielded)
@@ -290,3 +293,117 @@ def test_the_interception_refuses_in_one_line_when_sglang_moved_the_function(bak
     monkeypatch.undo()
     loader_hook.install(whole_model.intercept)
     loader_hook.check_installed()  # back to SGLang's function: installed (once), nothing refused
+
+
+VOCAB, HIDDEN = 130, 48
+"""A vocabulary no padding divides: padded to 192 (SGLang's default 64) or 256 (the head's 128), so at TP 2 and 4
+every rank's shard ends in padding rows, and at TP 4 the head's rank 3 holds padding only (rows 128..130 are
+rank 2's)."""
+VOCAB_NAMES = ("model.embed_tokens.weight", "lm_head.weight", "lm_head.bias")
+
+
+@pytest.fixture(scope="module")
+def vocab_checkpoint(tmp_path_factory):
+    """``model.safetensors`` of bf16 ``[130, 48]`` embeddings and head and a ``[130]`` head bias, no value zero."""
+    from safetensors.torch import save_file
+
+    root = tmp_path_factory.mktemp("vocab")
+    generator = torch.Generator().manual_seed(7)
+    tensors = {name: (torch.rand((VOCAB, HIDDEN)[:2 if name.endswith("weight") else 1], generator=generator) + 0.5)
+               .to(torch.bfloat16) for name in VOCAB_NAMES}
+    save_file(tensors, str(root / "model.safetensors"))
+    return root
+
+
+def tensor_parallel(tp: int, rank: int) -> None:
+    """SGLang's parallel context as TP (= EP) rank ``rank`` of ``tp`` has it. The oracle's world is one process, so
+    the TP, attention-TP and EP groups are stand-ins of ``tp`` ranks (releases from 0.5.21 check the groups' widths
+    where they can read them); building and loading the vocabulary layers never communicates."""
+    from types import SimpleNamespace
+
+    group = SimpleNamespace(world_size=tp, rank_in_group=rank)
+    sglang_oracle.override_parallel(tp_size=tp, tp_rank=rank, attn_tp_size=tp, attn_tp_rank=rank, moe_ep_size=tp,
+                                    moe_ep_rank=rank, tp_group=group, attn_tp_group=group, moe_ep_group=group)
+
+
+def vocab_holder(tp: int, rank: int) -> torch.nn.Module:
+    """SGLang's ``VocabParallelEmbedding`` and ``ParallelLMHead`` (with a bias, padded to 128) as TP rank ``rank`` of
+    ``tp`` builds them, every byte of their parameters 0xA5."""
+    from sglang.srt.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+
+    tensor_parallel(tp, rank)
+    root = _Module()
+    with torch.device(CPU):
+        _place(root, "model.embed_tokens", VocabParallelEmbedding(VOCAB, HIDDEN, params_dtype=torch.bfloat16))
+        _place(root, "lm_head", ParallelLMHead(VOCAB, HIDDEN, bias=True, params_dtype=torch.bfloat16, padding_size=128))
+    for param in root.parameters():
+        param.data.reshape(-1).view(torch.uint8).fill_(0xA5)
+    return root
+
+
+def rank_rows(padding: int, tp: int, rank: int) -> tuple[int, int, int]:
+    """``(first, end, parameter rows)``: the vocabulary rows TP rank ``rank`` of ``tp`` holds, by the layout SGLang's
+    class docstring draws (the padded vocabulary cut into ``tp`` equal parts, the rows past the vocabulary padding)."""
+    per_rank = -(-VOCAB // padding) * padding // tp
+    first = min(rank * per_rank, VOCAB)
+    return first, min(first + per_rank, VOCAB), per_rank
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_each_tensor_parallel_ranks_vocabulary_rows_equal_sglangs_own_loading(vocab_checkpoint, tp):
+    """At TP 2 and 4, every rank: SGLang's own loader and the filter give the same bytes (the rank's rows, then
+    zeroed padding rows); moebake read exactly the rank's rows of each tensor and never touched SGLang's views."""
+    from moebake.engines.sglang.whole_model import DirectParameterLoader
+
+    stored = load_all(vocab_checkpoint)
+    padding = {"model.embed_tokens.weight": 64, "lm_head.weight": 128, "lm_head.bias": 128}
+    for rank in range(tp):
+        Watched.touched = []
+        with sglang_oracle.sglang_engine():
+            stock = vocab_holder(tp, rank)
+            sglang_load(stock, sglang_weights(vocab_checkpoint))
+            ours = vocab_holder(tp, rank)
+            loader = DirectParameterLoader(ours, vocab_checkpoint, CPU, staged=True, chunk_bytes=1000, slots=2)
+            sglang_load(ours, loader.filter(watched(sglang_weights(vocab_checkpoint))))
+        read = 0
+        for name, param in dict(stock.named_parameters()).items():  # the oracle is the layout it should be
+            first, end, rows = rank_rows(padding[name], tp, rank)
+            assert param.shape[0] == rows and (rank < tp - 1 or end - first < rows), (name, rank)  # last: padding
+            assert torch.equal(param[:end - first].view(torch.uint8), stored[name][first:end].view(torch.uint8))
+            assert not param[end - first:].view(torch.uint8).any(), (name, rank)
+            read += stored[name][first:end].numel() * 2
+        assert_parameters_equal(ours, stock, f"SGLang's own loading at TP rank {rank} of {tp}")
+        stats = loader.stats
+        assert stats.finished and set(stats.loaded) == set(VOCAB_NAMES) and not stats.passed
+        assert stats.loaded_bytes == read
+        assert stats.zeroed_bytes == sum(p.numel() * 2 for p in ours.parameters()) - read
+        assert not set(VOCAB_NAMES) & set(Watched.touched)
+
+
+@pytest.mark.parametrize("layout", ["added vocabulary", "presharded", "packed"])
+def test_other_vocabulary_layouts_keep_sglangs_path(vocab_checkpoint, layout):
+    """LoRA-added rows (``org_num_embeddings`` below ``num_embeddings``), presharded weights and a head whose method
+    is not SGLang's unquantized one (AMX's ``PackWeightMethod``, which SGLang's CPU server sets) lay the rows out
+    otherwise or change them after loading: those tensors are yielded unchanged, the embeddings beside them read."""
+    from sglang.srt.layers.amx_utils import PackWeightMethod
+    from sglang.srt.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+
+    from moebake.engines.sglang.whole_model import DirectParameterLoader
+
+    with sglang_oracle.sglang_engine():
+        tensor_parallel(2, 1)
+        root = _Module()
+        with torch.device(CPU):
+            added = {"org_num_embeddings": VOCAB} if layout == "added vocabulary" else {}
+            _place(root, "model.embed_tokens", VocabParallelEmbedding(VOCAB + (16 if added else 0), HIDDEN,
+                                                                      params_dtype=torch.bfloat16, **added))
+            _place(root, "lm_head", ParallelLMHead(VOCAB, HIDDEN, bias=True, params_dtype=torch.bfloat16,
+                                                   use_presharded_weights=layout == "presharded"))
+        if layout == "packed":
+            root.lm_head.quant_method = PackWeightMethod(weight_names=["weight"])
+        given = dict(sglang_weights(vocab_checkpoint))
+        loader = DirectParameterLoader(root, vocab_checkpoint, CPU)
+        yielded = dict(loader.filter(iter(given.items())))
+    kept = {"added vocabulary": {"model.embed_tokens.weight"}}.get(layout, {"lm_head.weight", "lm_head.bias"})
+    assert set(yielded) == kept and all(yielded[name] is given[name] for name in yielded)
+    assert set(loader.stats.loaded) == set(VOCAB_NAMES) - kept

@@ -17,15 +17,30 @@ A name is kept back (read directly) only when all of these hold:
 * ``plain_copy(name, param)`` (the engine's rule: its loader for this parameter copies the whole tensor
   unchanged, no sharding, no stacking, no conversion).
 
+Or, for a parameter that holds one contiguous range of the stored tensor's rows (a vocabulary shard of a
+tensor-parallel rank), all of these:
+
+* ``name`` is a parameter, not excluded, stored with such a dtype, as above; the stored tensor and the handed
+  one have the same shape and dtype, the parameter has that dtype, is contiguous and on the loader's device;
+* ``row_shard(name, param)`` is a :class:`RowShard` (the engine's rule: its loader copies stored rows
+  ``[start, stop)`` into the parameter's first ``stop - start`` rows and zero-fills every later row);
+* the stored tensor has ``RowShard.rows`` rows along dim 0 and each of its rows has the parameter's row shape
+  (``shape[1:]``), and ``stop - start`` is at most the parameter's row count.
+
 Bytes: a safetensors tensor is C order, little-endian, at ``data_start + begin`` of its shard; a contiguous
-parameter's storage has the same byte order, so the stored bytes are the parameter's bytes. The handed
-tensor of a kept-back name is never read (only its ``shape`` and ``dtype``): its mmap'd pages stay unread.
+parameter's storage has the same byte order, so the stored bytes are the parameter's bytes. In C order the
+rows ``[start, stop)`` of a ``[rows, *row]`` tensor are the one byte range ``[start * row_bytes, stop *
+row_bytes)`` (``row_bytes = prod(row) * element size``): it is read into the parameter's first bytes, and the
+parameter's remaining bytes are set to 0 (all-zero bytes are ``0`` in every torch dtype: what ``fill_(0)``
+writes). The handed tensor of a kept-back name is never read (only its ``shape`` and ``dtype``): its mmap'd
+pages stay unread.
 
 Reads are collected and issued in batches of at most ``batch_bytes`` (one ``StagedReader.read`` each, so
 reads and copies overlap); the last batch is read when the engine's iterator is exhausted, before the
 filter's generator ends. Host memory: the reader's ring (``slots * chunk_bytes``), whatever the sizes.
 """
 
+import math
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
@@ -46,13 +61,28 @@ PlainCopy = Callable[[str, torch.nn.Parameter], bool]
 
 
 @dataclass(frozen=True)
+class RowShard:
+    """The engine fills a parameter from stored rows ``[start, stop)`` of a tensor of ``rows`` rows (dim 0): they go,
+    unchanged, to the parameter's first ``stop - start`` rows; every later row of the parameter is set to zero."""
+
+    start: int
+    stop: int
+    rows: int
+
+
+ShardRule = Callable[[str, torch.nn.Parameter], "RowShard | None"]
+"""``(name, param) -> RowShard | None``: the stored rows the engine's loader copies into ``param``, or None."""
+
+
+@dataclass(frozen=True)
 class DirectLoadStats:
     """What one :meth:`DirectParameterLoader.filter` pass did.
 
-    ``loaded``: names read by moebake into their parameters (``loaded_bytes`` in all); ``passed``: names yielded
-    to the engine (``passed_bytes``: their ``numel * element_size``, from metadata); ``seconds``: wall clock of
-    moebake's reads (until the bytes are on the device); ``finished``: the engine's iterator was exhausted and
-    every kept-back tensor has been read.
+    ``loaded``: names read by moebake into their parameters (``loaded_bytes``: the bytes read from the files, of a
+    row shard its rows only; ``zeroed_bytes``: the parameters' bytes set to zero after a row shard's rows);
+    ``passed``: names yielded to the engine (``passed_bytes``: their ``numel * element_size``, from metadata);
+    ``seconds``: wall clock of moebake's reads (until the bytes are on the device); ``finished``: the engine's
+    iterator was exhausted and every kept-back tensor has been read.
     """
 
     loaded: tuple[str, ...]
@@ -61,6 +91,7 @@ class DirectLoadStats:
     passed_bytes: int
     seconds: float
     finished: bool
+    zeroed_bytes: int = 0
 
     def __str__(self) -> str:
         return (f"{len(self.loaded)} tensors ({self.loaded_bytes} bytes) read directly in {self.seconds:.3f} s, "
@@ -110,25 +141,27 @@ class DirectParameterLoader:
     ``load_weights``, then read :attr:`stats`.
 
     ``plain_copy``: the engine's rule (default: every parameter counts as a plain copy; engines pass theirs);
+    ``row_shard``: the engine's rule for parameters that hold a range of the stored rows (default: none do);
     ``exclude``: names always yielded unchanged (e.g. baked expert tensors); ``staged``, ``chunk_bytes``,
     ``slots``: the :class:`StagedReader`'s (``staged=True`` runs the pinned pipeline on a CPU device).
     """
 
     def __init__(self, model: torch.nn.Module, directory: str | Path, device: torch.device | str, *,
-                 plain_copy: PlainCopy | None = None, exclude: Collection[str] = (),
+                 plain_copy: PlainCopy | None = None, row_shard: ShardRule | None = None, exclude: Collection[str] = (),
                  batch_bytes: int = DEFAULT_BATCH_BYTES, staged: bool | None = None,
                  chunk_bytes: int | None = None, slots: int | None = None):
         self.params = dict(model.named_parameters())
         self.files = CheckpointTensors(directory)
         self.device = torch.device(device)
         self.plain_copy = plain_copy or (lambda name, param: True)
+        self.row_shard = row_shard or (lambda name, param: None)
         self.exclude = frozenset(exclude)
         self.batch_bytes = batch_bytes
         options = {k: v for k, v in (("chunk_bytes", chunk_bytes), ("slots", slots)) if v is not None}
         self.reader = StagedReader(self.device, staged=staged, **options)
         self._loaded: list[str] = []
         self._passed: list[str] = []
-        self._loaded_bytes = self._passed_bytes = 0
+        self._loaded_bytes = self._passed_bytes = self._zeroed_bytes = 0
         self._seconds = 0.0
         self._pending: list[ByteRange] = []
         self._pending_bytes = 0
@@ -137,7 +170,7 @@ class DirectParameterLoader:
     @property
     def stats(self) -> DirectLoadStats:
         return DirectLoadStats(tuple(self._loaded), self._loaded_bytes, tuple(self._passed), self._passed_bytes,
-                               self._seconds, self._finished)
+                               self._seconds, self._finished, self._zeroed_bytes)
 
     def _same_device(self, param: torch.Tensor) -> bool:
         if param.device.type != self.device.type:
@@ -146,7 +179,32 @@ class DirectParameterLoader:
 
     def direct_range(self, name: str, tensor) -> ByteRange | None:
         """The file range that fills parameter ``name`` with the stored tensor, or None when ``name`` keeps the
-        engine's path (see the module docstring). Reads metadata only: of ``tensor``, its shape and dtype."""
+        engine's path (see the module docstring). Reads metadata only: of ``tensor``, its shape and dtype. For a
+        row shard, the range fills the parameter's first bytes (:meth:`filter` sets the rest to zero)."""
+        found = self._stored(name, tensor)
+        if found is None:
+            return None
+        shard, entry, param = found
+        dest = param.data.reshape(-1).view(torch.uint8)
+        if tuple(entry.shape) == tuple(param.shape) and self.plain_copy(name, param):
+            if dest.numel() != entry.nbytes:
+                raise InternalError(f"{name}: parameter holds {dest.numel()} bytes, its stored tensor {entry.nbytes}")
+            return ByteRange(shard.path, shard.data_start + entry.begin, dest, name)
+        rows = self.row_shard(name, param)
+        if rows is None or not entry.shape or param.dim() != len(entry.shape) or entry.shape[0] != rows.rows:
+            return None
+        if tuple(entry.shape[1:]) != tuple(param.shape[1:]) or not 0 <= rows.start <= rows.stop <= rows.rows \
+                or rows.stop - rows.start > param.shape[0]:
+            return None
+        row_bytes = math.prod(param.shape[1:]) * param.element_size()
+        if row_bytes * rows.rows != entry.nbytes:
+            raise InternalError(f"{name}: {rows.rows} rows of {row_bytes} bytes, its stored tensor {entry.nbytes}")
+        offset = shard.data_start + entry.begin + rows.start * row_bytes
+        return ByteRange(shard.path, offset, dest[:(rows.stop - rows.start) * row_bytes], name)
+
+    def _stored(self, name: str, tensor):
+        """``(shard, entry, param)`` where ``name`` is a parameter (not excluded) stored with the dtype and shape of
+        the handed ``tensor`` and the parameter's dtype, the parameter contiguous on the loader's device; else None."""
         param = self.params.get(name)
         if param is None or name in self.exclude or not isinstance(tensor, torch.Tensor):
             return None
@@ -157,14 +215,9 @@ class DirectParameterLoader:
         torch_dtype, bits = DTYPES[entry.dtype]
         if torch_dtype is None or bits < 8 or not (torch_dtype == tensor.dtype == param.dtype):
             return None
-        if not (tuple(entry.shape) == tuple(tensor.shape) == tuple(param.shape)):
+        if tuple(entry.shape) != tuple(tensor.shape) or not param.is_contiguous() or not self._same_device(param):
             return None
-        if not param.is_contiguous() or not self._same_device(param) or not self.plain_copy(name, param):
-            return None
-        dest = param.data.reshape(-1).view(torch.uint8)
-        if dest.numel() != entry.nbytes:
-            raise InternalError(f"{name}: parameter holds {dest.numel()} bytes, its stored tensor {entry.nbytes}")
-        return ByteRange(shard.path, shard.data_start + entry.begin, dest, name)
+        return shard, entry, param
 
     def filter(self, weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
         """The pairs of ``weights`` the engine must still load; reads the others (see the class docstring)."""
@@ -176,6 +229,9 @@ class DirectParameterLoader:
                 yield name, tensor
                 continue
             del tensor  # never read: its pages stay unmapped
+            tail = self.params[name].data.reshape(-1).view(torch.uint8)[piece.dest.numel():]
+            tail.zero_()  # a row shard's later rows, as the engine's loader leaves them (none for a full copy)
+            self._zeroed_bytes += tail.numel()
             self._loaded.append(name)
             self._loaded_bytes += piece.dest.numel()
             self._pending.append(piece)

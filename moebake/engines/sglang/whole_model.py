@@ -10,11 +10,13 @@ runs: ``load_weights`` gets every pair the filter yields, and the kept-back tens
 iterator ends, before SGLang's post-load step.
 
 Which tensors go direct: those whose parameter SGLang fills by a plain full copy (:func:`plain_copy`): the
-parameter's ``weight_loader`` is ``default_weight_loader`` or absent, or is ``ReplicatedLinear.weight_loader`` or
-``VocabParallelEmbedding.weight_loader`` (``ParallelLMHead``'s too) where that loader copies the whole tensor
-(not sharded: the shard is the whole vocabulary; not GGUF), with the shape and dtype of the stored tensor
-(:mod:`moebake.serving_core.direct_loader`). The baked expert tensors, and every TP-sharded, stacked (q/k/v,
-gate/up), converted or renamed tensor keep SGLang's path.
+parameter's ``weight_loader`` is ``default_weight_loader`` or absent, or is ``ReplicatedLinear.weight_loader``,
+with the shape and dtype of the stored tensor (:mod:`moebake.serving_core.direct_loader`); and the vocabulary
+parameters of ``VocabParallelEmbedding`` / ``ParallelLMHead`` (:func:`~moebake.engines.sglang.vocab_rows.vocab_rows`):
+this rank's contiguous range of the stored ``[vocab, hidden]`` rows into the parameter's first rows, its padding
+rows zeroed, as SGLang's loader leaves them, at any tensor-parallel size (not with added/LoRA vocabulary,
+quantized, packed, presharded or GGUF weights). The baked expert tensors, and every other TP-sharded, stacked
+(q/k/v, gate/up), converted or renamed tensor keep SGLang's path.
 """
 
 import logging
@@ -24,6 +26,7 @@ from pathlib import Path
 import torch
 
 from moebake.engines.sglang.refusals import MoebakeRefusal
+from moebake.engines.sglang.vocab_rows import owning_vocab_layer, vocab_rows
 from moebake.serving_core.direct_loader import DirectLoadStats
 from moebake.serving_core.direct_loader import DirectParameterLoader as _EngineNeutralLoader
 
@@ -43,9 +46,9 @@ DISABLE_ENV = "MOEBAKE_SGLANG_DIRECT_LOAD"
 
 def plain_copy(name: str, param: torch.nn.Parameter) -> bool:
     """Whether SGLang's loader for ``param`` copies the whole checkpoint tensor into it unchanged (the caller has
-    checked that shapes and dtypes are equal)."""
+    checked that shapes and dtypes are equal). A vocabulary layer's ``output_dim == 0`` parameters are row shards
+    (:func:`~moebake.engines.sglang.vocab_rows.vocab_rows`), not plain copies."""
     from sglang.srt.layers.linear import ReplicatedLinear
-    from sglang.srt.layers.vocab_parallel_embedding import VocabParallelEmbedding
     from sglang.srt.model_loader.weight_utils import default_weight_loader
 
     loader = getattr(param, "weight_loader", None)
@@ -57,14 +60,7 @@ def plain_copy(name: str, param: torch.nn.Parameter) -> bool:
     function, owner = getattr(loader, "__func__", None), getattr(loader, "__self__", None)
     if function is ReplicatedLinear.weight_loader and isinstance(owner, ReplicatedLinear):
         return True
-    if function is VocabParallelEmbedding.weight_loader and isinstance(owner, VocabParallelEmbedding):
-        output_dim = getattr(param, "output_dim", None)
-        if output_dim is None:
-            return True
-        shard = owner.shard_indices
-        return (output_dim == 0 and getattr(param, "packed_dim", None) is None and not owner.use_presharded_weights
-                and shard.org_vocab_start_index == 0 and shard.org_vocab_end_index == owner.org_vocab_size == param.shape[0])
-    return False
+    return owning_vocab_layer(param) is not None and getattr(param, "output_dim", None) is None
 
 
 def _bake_config(model: torch.nn.Module):
@@ -75,8 +71,8 @@ def _bake_config(model: torch.nn.Module):
 
 
 class DirectParameterLoader(_EngineNeutralLoader):
-    """``DirectParameterLoader(model, directory, device)``: SGLang's rule (:func:`plain_copy`) on the engine-neutral
-    loader; when ``model.quant_config`` is a bake's, its baked expert tensors are always yielded unchanged.
+    """``DirectParameterLoader(model, directory, device)``: SGLang's rules (:func:`plain_copy`, :func:`vocab_rows`) on
+    the engine-neutral loader; when ``model.quant_config`` is a bake's, its baked expert tensors are always yielded unchanged.
 
     ``weights = loader.filter(weights)`` (SGLang's ``(name, tensor)`` iterator in, the pairs SGLang must still load
     out), ``model.load_weights(weights)``, then ``loader.stats`` (:class:`DirectLoadStats`)."""
@@ -84,7 +80,7 @@ class DirectParameterLoader(_EngineNeutralLoader):
     def __init__(self, model: torch.nn.Module, directory: str | Path, device: torch.device | str, **options):
         config = _bake_config(model)
         baked = {record.prefix + short for record in config.manifest.layers for short in record.tensors} if config else set()
-        super().__init__(model, directory, device, plain_copy=plain_copy,
+        super().__init__(model, directory, device, plain_copy=plain_copy, row_shard=vocab_rows,
                          exclude=baked | set(options.pop("exclude", ())), **options)
 
     @classmethod
