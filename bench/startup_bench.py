@@ -63,7 +63,8 @@ from pathlib import Path
 import numpy as np
 
 import benchkit  # noqa: F401  (the checkout and tests/ on sys.path: the engine oracles)
-from startup_report import PATHS, plot, table
+import startup_report
+from startup_report import PATHS, plot
 
 MODELS = {"gpt-oss-20b": {"layers": 24, "experts": 32, "shapes": "gpt-oss"},
           "gpt-oss-120b": {"layers": 36, "experts": 128, "shapes": "gpt-oss"},
@@ -729,6 +730,13 @@ def _spawn(args, path: str, ep: int, directory: Path, active=None) -> list[dict]
     if any(codes):
         raise SystemExit(f"error: {path} ep={ep}: rank exit codes {codes}")
     return [json.loads(outs[r].read_text()) for r in active]
+
+
+def table(results_path: Path, md: Path | None = None) -> Path:
+    """The Markdown tables of a results JSON, beside it as ``.md`` (:func:`startup_report.table`), with what in the
+    benchmark is SGLang's from this docstring."""
+    method = next(p for p in __doc__.split("\n\n") if p.startswith("Every other tensor"))
+    return startup_report.table(results_path, md, method=method)
 
 
 def main(argv=None) -> None:

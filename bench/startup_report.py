@@ -158,8 +158,9 @@ NODES_HEADER = ("| nodes x GPUs | path | slowest node s | each node s | read per
                 "| limit s | path/limit | stock/path | peak GPU extra GiB |")
 
 
-def table(results_path: Path, md: Path | None = None) -> Path:
-    """The Markdown summary of a results JSON (tables per model, the limits, the notes), beside it as ``.md``."""
+def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
+    """The Markdown summary of a results JSON (tables per model, the limits, the notes), beside it as ``.md``;
+    ``method`` says what in the benchmark is SGLang's and what is not."""
     results_path = Path(results_path)
     results = json.loads(results_path.read_text())
     runs = results["runs"]
@@ -232,10 +233,7 @@ def table(results_path: Path, md: Path | None = None) -> Path:
               "writes each rank's rows straight into the final parameters). Peak host RSS counts the mmap'd "
               "source pages stock reads through SGLang's iterator; the bake path reads through a bounded "
               "pinned ring.", ""]
-    import startup_bench  # its docstring says what in the benchmark is SGLang's
-
-    not_sglang = next(p for p in startup_bench.__doc__.split("\n\n") if p.startswith("Every other tensor"))
-    lines += ["## What is SGLang's and what is not", "", " ".join(not_sglang.split()).replace("``", "`"), ""]
+    lines += ["## What is SGLang's and what is not", "", " ".join(method.split()).replace("``", "`"), ""]
     md = Path(md) if md else results_path.with_suffix(".md")
     md.write_text("\n".join(lines).rstrip("\n") + "\n")
     return md
