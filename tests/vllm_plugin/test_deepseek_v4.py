@@ -15,6 +15,7 @@ after the parameters are created, so a kernel whose set-up does nothing stands i
 plugin's alike (the shared experts' bytes are the source's, loaded by the model's own loader, not the plugin's).
 """
 
+import inspect
 import json
 import shutil
 from contextlib import contextmanager
@@ -100,11 +101,14 @@ def deepseek_v4_blocks(vllm_config) -> torch.nn.Module:
 
     configure_quant_config(vllm_config.quant_config, DeepseekV4ForCausalLM)
     config = vllm_config.model_config.hf_config
+    # From 0.30.0 the block is told the model's hash-routed layers (num_hash_layers); before, it reads them from config.
+    takes = inspect.signature(DeepseekV4MoE.__init__).parameters
+    hash_layers = {"num_hash_layers": config.num_hash_layers} if "num_hash_layers" in takes else {}
     holder = torch.nn.Module()
     holder.layers = torch.nn.ModuleList()
     for index in range(config.num_hidden_layers):
         block = torch.nn.Module()
-        block.ffn = DeepseekV4MoE(vllm_config, prefix=f"model.layers.{index}.ffn", num_hash_layers=config.num_hash_layers)
+        block.ffn = DeepseekV4MoE(vllm_config, prefix=f"model.layers.{index}.ffn", **hash_layers)
         holder.layers.append(block)
     return holder
 
@@ -330,10 +334,11 @@ def test_refuses_a_manifest_changed_after_baking(bake, tmp_path):
 
 
 def test_an_sglang_bake_that_serves_vllm_loads(source, stock, tmp_path):
-    """One bake for both engines: SGLang 0.5.23's bake of the source lists vLLM 0.33.0 in ``serves`` and the plugin
-    serves it, stock vLLM's bytes."""
+    """One bake for both engines: SGLang's bake of the source (in the layout the vLLM under test reads) lists vLLM in
+    ``serves`` and the plugin serves it, stock vLLM's bytes."""
     out = tmp_path / "sglang"
-    manifest = convert(source, out, ConvertOptions("sm90-cutlass", engine="sglang"), progress=False)
+    options = ConvertOptions("sm90-cutlass", engine="sglang", flashinfer_layout=plugin.vllm_layout())
+    manifest = convert(source, out, options, progress=False)
     assert manifest.engine.name == "sglang" and [e.name for e in manifest.serves] == ["vllm"]
     model, vllm_config = build(out)
     load(out, model)
