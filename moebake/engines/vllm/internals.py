@@ -51,10 +51,22 @@ def expert_routing_tables(layer):
     return layer._expert_routing_tables()
 
 
-def build_moe_kernel(method, layer) -> None:
-    """``method._build_moe_kernel(layer)``: the modular kernel a vLLM MoE method builds over weights already in its
-    format (what its ``process_weights_after_loading`` runs after the weight conversion)."""
-    method._build_moe_kernel(layer)
+def build_nvfp4_moe_kernel(method, layer) -> None:
+    """``ModelOptNvFp4FusedMoE._build_moe_kernel(layer)``: the modular kernel over weights already in its format (what
+    its ``process_weights_after_loading`` runs after the weight conversion). Before 0.30.0 the method has no such
+    function: its ``process_weights_after_loading`` runs the same steps inline after the conversion
+    (``get_fused_moe_quant_config``, ``make_nvfp4_moe_kernel`` over the layer's routing tables, the experts' own
+    ``process_weights_after_loading``)."""
+    if since("0.30.0"):
+        method._build_moe_kernel(layer)
+        return
+    from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import make_nvfp4_moe_kernel
+
+    method.moe_quant_config = method.get_fused_moe_quant_config(layer)
+    method.moe_kernel = make_nvfp4_moe_kernel(
+        moe_quant_config=method.moe_quant_config, moe_config=method.moe, experts_cls=method.experts_cls,
+        backend=method.nvfp4_backend, routing_tables=expert_routing_tables(layer))
+    method.moe_kernel.fused_experts.process_weights_after_loading(layer)
 
 
 def build_mxfp4_moe_kernel(method, layer) -> None:
