@@ -133,190 +133,88 @@ MATRIX = {'sglang': {'0.5.17': {'flashinfer': '0.6.15.post1',
                        'unproven': {}}},
  'vllm': {'0.26.0': {'flashinfer': '0.6.14',
                      'flashinfer_layout': 'v1',
-                     'cells': {},
+                     'cells': {'sm100-trtllm/deepseek-v4': 'vllm-0.26.0',
+                               'sm100-trtllm/gpt-oss': 'vllm-0.26.0',
+                               'sm90-cutlass/gpt-oss': 'vllm-0.30.0',
+                               'sm90-marlin/deepseek-v4': 'vllm-0.30.0'},
                      'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: '
                                                             'test_modelopt_nvfp4::test_loaded_parameters_equal_stock_vllm: '
                                                             'failed on setup with "ModuleNotFoundError: No module '
                                                             'named \'cutlass\'"',
-                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: '
-                                                              'test_deepseek_v4::test_sm100_served_parameters_equal_stock_vllms_conversion_of_the_source[False]: '
-                                                              'failed on setup with "assert (256, 256) == (256, 128)',
-                                  'sm100-trtllm/gpt-oss': 'vllm-0.33.0: '
-                                                          'test_gpt_oss_sm100::test_served_parameters_equal_stock_vllms_conversion_of_the_source[False]: '
-                                                          'failed on setup with "assert (256, 256) == (256, 128)',
                                   'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: '
                                                               'test_deepseek_v4::test_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
                                                               'failed on setup with "ValueError: Unsupported '
                                                               'mxfp4_backend for Mxfp4MoEMethod: '
                                                               'Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16. Expected '
-                                                              'TRTLLM, Triton, AITER, or XPU backend."',
-                                  'sm90-cutlass/gpt-oss': 'vllm-0.33.0: '
-                                                          'test_gpt_oss::test_an_sglang_bake_that_serves_vllm_loads: '
-                                                          'moebake.errors.EngineRefusal: moebake (vLLM plugin): '
-                                                          '/tmp/pytest-of-root/pytest-442/test_an_sglang_bake_that_serve0/out/moebake.json: '
-                                                          "baked for sglang 0.5.23 (engine-exact), not vLLM 0.26.0's "
-                                                          'bytes; r',
-                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: '
-                                                             'test_deepseek_v4::test_marlin_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
-                                                             'TypeError: DeepseekV4MoE.__init__() got an unexpected '
-                                                             "keyword argument 'num_hash_layers'"}},
+                                                              'TRTLLM, Triton, AITER, or XPU backend."'}},
           '0.27.0': {'flashinfer': '0.6.16.post3',
                      'flashinfer_layout': 'v1',
-                     'cells': {},
+                     'cells': {'sm100-trtllm/deepseek-v4': 'vllm-0.30.0',
+                               'sm100-trtllm/gpt-oss': 'vllm-0.30.0',
+                               'sm90-cutlass/gpt-oss': 'vllm-0.30.0',
+                               'sm90-marlin/deepseek-v4': 'vllm-0.30.0'},
                      'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: '
                                                             'test_modelopt_nvfp4::test_loaded_parameters_equal_stock_vllm: '
                                                             'failed on setup with "ModuleNotFoundError: No module '
                                                             'named \'cutlass\'"',
-                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: '
-                                                              'test_deepseek_v4::test_sm100_served_parameters_equal_stock_vllms_conversion_of_the_source[False]: '
-                                                              'TypeError: DeepseekV4MoE.__init__() got an unexpected '
-                                                              "keyword argument 'num_hash_layers'",
-                                  'sm100-trtllm/gpt-oss': 'vllm-0.33.0: '
-                                                          'test_gpt_oss_sm100::test_served_parameters_equal_stock_vllms_conversion_of_the_source[False]: '
-                                                          "ImportError: cannot import name 'weights_already_processed' "
-                                                          "from 'vllm.model_executor.utils' "
-                                                          '(/root/.cache/moebake/engine-trees/vllm-0.27.0/vllm/model_executor/utils.py)',
                                   'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: '
                                                               'test_deepseek_v4::test_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
                                                               'failed on setup with "ValueError: Unsupported '
                                                               'mxfp4_backend for Mxfp4MoEMethod: '
                                                               'Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16. Expected '
-                                                              'TRTLLM, Triton, AITER, XPU, or emulation backend."',
-                                  'sm90-cutlass/gpt-oss': 'vllm-0.33.0: '
-                                                          'test_gpt_oss::test_an_sglang_bake_that_serves_vllm_loads: '
-                                                          'moebake.errors.EngineRefusal: moebake (vLLM plugin): '
-                                                          '/tmp/pytest-of-root/pytest-439/test_an_sglang_bake_that_serve0/out/moebake.json: '
-                                                          "baked for sglang 0.5.23 (engine-exact), not vLLM 0.27.0's "
-                                                          'bytes; r',
-                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: '
-                                                             'test_deepseek_v4::test_marlin_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
-                                                             'TypeError: DeepseekV4MoE.__init__() got an unexpected '
-                                                             "keyword argument 'num_hash_layers'"}},
+                                                              'TRTLLM, Triton, AITER, XPU, or emulation backend."'}},
           '0.27.1': {'flashinfer': '0.6.16.post3',
                      'flashinfer_layout': 'v1',
-                     'cells': {},
+                     'cells': {'sm100-trtllm/deepseek-v4': 'vllm-0.30.0',
+                               'sm100-trtllm/gpt-oss': 'vllm-0.30.0',
+                               'sm90-cutlass/gpt-oss': 'vllm-0.30.0',
+                               'sm90-marlin/deepseek-v4': 'vllm-0.30.0'},
                      'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: '
                                                             'test_modelopt_nvfp4::test_loaded_parameters_equal_stock_vllm: '
                                                             'failed on setup with "ModuleNotFoundError: No module '
                                                             'named \'cutlass\'"',
-                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: '
-                                                              'test_deepseek_v4::test_sm100_served_parameters_equal_stock_vllms_conversion_of_the_source[False]: '
-                                                              'TypeError: DeepseekV4MoE.__init__() got an unexpected '
-                                                              "keyword argument 'num_hash_layers'",
-                                  'sm100-trtllm/gpt-oss': 'vllm-0.33.0: '
-                                                          'test_gpt_oss_sm100::test_served_parameters_equal_stock_vllms_conversion_of_the_source[False]: '
-                                                          "ImportError: cannot import name 'weights_already_processed' "
-                                                          "from 'vllm.model_executor.utils' "
-                                                          '(/root/.cache/moebake/engine-trees/vllm-0.27.1/vllm/model_executor/utils.py)',
                                   'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: '
                                                               'test_deepseek_v4::test_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
                                                               'failed on setup with "ValueError: Unsupported '
                                                               'mxfp4_backend for Mxfp4MoEMethod: '
                                                               'Mxfp4MoeBackend.FLASHINFER_CUTLASS_MXFP4_BF16. Expected '
-                                                              'TRTLLM, Triton, AITER, XPU, or emulation backend."',
-                                  'sm90-cutlass/gpt-oss': 'vllm-0.33.0: '
-                                                          'test_gpt_oss::test_an_sglang_bake_that_serves_vllm_loads: '
-                                                          'moebake.errors.EngineRefusal: moebake (vLLM plugin): '
-                                                          '/tmp/pytest-of-root/pytest-432/test_an_sglang_bake_that_serve0/out/moebake.json: '
-                                                          "baked for sglang 0.5.23 (engine-exact), not vLLM 0.27.1's "
-                                                          'bytes; r',
-                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: '
-                                                             'test_deepseek_v4::test_marlin_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
-                                                             'TypeError: DeepseekV4MoE.__init__() got an unexpected '
-                                                             "keyword argument 'num_hash_layers'"}},
+                                                              'TRTLLM, Triton, AITER, XPU, or emulation backend."'}},
           '0.28.0': {'flashinfer': '0.6.16.post3',
                      'flashinfer_layout': 'v1',
-                     'cells': {},
-                     'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: '
-                                                            'test_modelopt_nvfp4::test_loaded_parameters_equal_stock_vllm: '
-                                                            'AssertionError: w13_weight',
-                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: '
-                                                              'test_deepseek_v4::test_sm100_served_parameters_equal_stock_vllms_conversion_of_the_source[False]: '
-                                                              'TypeError: DeepseekV4MoE.__init__() got an unexpected '
-                                                              "keyword argument 'num_hash_layers'",
-                                  'sm100-trtllm/gpt-oss': 'vllm-0.33.0: '
-                                                          'test_gpt_oss_sm100::test_served_parameters_equal_stock_vllms_conversion_of_the_source[False]: '
-                                                          "ImportError: cannot import name 'weights_already_processed' "
-                                                          "from 'vllm.model_executor.utils' "
-                                                          '(/root/.cache/moebake/engine-trees/vllm-0.28.0/vllm/model_executor/utils.py)',
-                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: '
-                                                              'test_deepseek_v4::test_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
-                                                              'TypeError: DeepseekV4MoE.__init__() got an unexpected '
-                                                              "keyword argument 'num_hash_layers'",
-                                  'sm90-cutlass/gpt-oss': 'vllm-0.33.0: '
-                                                          'test_gpt_oss::test_an_sglang_bake_that_serves_vllm_loads: '
-                                                          'moebake.errors.EngineRefusal: moebake (vLLM plugin): '
-                                                          '/tmp/pytest-of-root/pytest-425/test_an_sglang_bake_that_serve1/out/moebake.json: '
-                                                          "baked for sglang 0.5.23 (engine-exact), not vLLM 0.28.0's "
-                                                          'bytes; r',
-                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: '
-                                                             'test_deepseek_v4::test_marlin_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
-                                                             'TypeError: DeepseekV4MoE.__init__() got an unexpected '
-                                                             "keyword argument 'num_hash_layers'"}},
+                     'cells': {'cutedsl/modelopt-nvfp4': 'vllm-0.30.0',
+                               'sm100-trtllm/deepseek-v4': 'vllm-0.30.0',
+                               'sm100-trtllm/gpt-oss': 'vllm-0.30.0',
+                               'sm90-cutlass/deepseek-v4': 'vllm-0.30.0',
+                               'sm90-cutlass/gpt-oss': 'vllm-0.30.0',
+                               'sm90-marlin/deepseek-v4': 'vllm-0.30.0'},
+                     'unproven': {}},
           '0.29.0': {'flashinfer': '0.6.18',
                      'flashinfer_layout': 'v2',
-                     'cells': {},
-                     'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: '
-                                                            'test_modelopt_nvfp4::test_loaded_parameters_equal_stock_vllm: '
-                                                            'AssertionError: w13_weight',
-                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: '
-                                                              'test_deepseek_v4::test_sm100_served_parameters_equal_stock_vllms_conversion_of_the_source[False]: '
-                                                              'TypeError: DeepseekV4MoE.__init__() got an unexpected '
-                                                              "keyword argument 'num_hash_layers'",
-                                  'sm100-trtllm/gpt-oss': 'vllm-0.33.0: '
-                                                          'test_gpt_oss_sm100::test_served_parameters_equal_stock_vllms_conversion_of_the_source[False]: '
-                                                          "ImportError: cannot import name 'weights_already_processed' "
-                                                          "from 'vllm.model_executor.utils' "
-                                                          '(/root/.cache/moebake/engine-trees/vllm-0.29.0/vllm/model_executor/utils.py)',
-                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: '
-                                                              'test_deepseek_v4::test_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
-                                                              'TypeError: DeepseekV4MoE.__init__() got an unexpected '
-                                                              "keyword argument 'num_hash_layers'",
-                                  'sm90-cutlass/gpt-oss': 'vllm-0.33.0: '
-                                                          'test_gpt_oss::test_post_load_step_only_builds_the_kernel[False]: '
-                                                          "ImportError: cannot import name 'weights_already_processed' "
-                                                          "from 'vllm.model_executor.utils' "
-                                                          '(/root/.cache/moebake/engine-trees/vllm-0.29.0/vllm/model_executor/utils.py)',
-                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: '
-                                                             'test_deepseek_v4::test_marlin_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
-                                                             'TypeError: DeepseekV4MoE.__init__() got an unexpected '
-                                                             "keyword argument 'num_hash_layers'"}},
+                     'cells': {'cutedsl/modelopt-nvfp4': 'vllm-0.30.0',
+                               'sm100-trtllm/deepseek-v4': 'vllm-0.30.0',
+                               'sm100-trtllm/gpt-oss': 'vllm-0.30.0',
+                               'sm90-cutlass/deepseek-v4': 'vllm-0.30.0',
+                               'sm90-cutlass/gpt-oss': 'vllm-0.30.0',
+                               'sm90-marlin/deepseek-v4': 'vllm-0.30.0'},
+                     'unproven': {}},
           '0.30.0': {'flashinfer': '0.6.18.post1',
                      'flashinfer_layout': 'v2',
-                     'cells': {'sm100-trtllm/gpt-oss': 'vllm-0.30.0', 'sm90-cutlass/gpt-oss': 'vllm-0.30.0'},
-                     'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: '
-                                                            'test_modelopt_nvfp4::test_loaded_parameters_equal_stock_vllm: '
-                                                            'AssertionError: w13_weight',
-                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: '
-                                                              'test_deepseek_v4::test_sm100_served_parameters_equal_stock_vllms_conversion_of_the_source[False]: '
-                                                              "AttributeError: 'Mxfp4MoEMethod' object has no "
-                                                              "attribute 'activation_key'",
-                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: '
-                                                              'test_deepseek_v4::test_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
-                                                              "AttributeError: 'Mxfp4MoEMethod' object has no "
-                                                              "attribute 'activation_key'",
-                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: '
-                                                             'test_deepseek_v4::test_marlin_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
-                                                             "AttributeError: 'Mxfp4MoEMethod' object has no attribute "
-                                                             "'activation_key'"}},
+                     'cells': {'cutedsl/modelopt-nvfp4': 'vllm-0.30.0',
+                               'sm100-trtllm/deepseek-v4': 'vllm-0.30.0',
+                               'sm100-trtllm/gpt-oss': 'vllm-0.30.0',
+                               'sm90-cutlass/deepseek-v4': 'vllm-0.30.0',
+                               'sm90-cutlass/gpt-oss': 'vllm-0.30.0',
+                               'sm90-marlin/deepseek-v4': 'vllm-0.30.0'},
+                     'unproven': {}},
           '0.31.0': {'flashinfer': '0.7.0.post1',
                      'flashinfer_layout': 'v2',
-                     'cells': {'sm100-trtllm/gpt-oss': 'vllm-0.30.0', 'sm90-cutlass/gpt-oss': 'vllm-0.30.0'},
-                     'unproven': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0: '
-                                                            'test_modelopt_nvfp4::test_loaded_parameters_equal_stock_vllm: '
-                                                            'AssertionError: w13_weight',
-                                  'sm100-trtllm/deepseek-v4': 'vllm-0.33.0: '
-                                                              'test_deepseek_v4::test_sm100_served_parameters_equal_stock_vllms_conversion_of_the_source[False]: '
-                                                              "AttributeError: 'Mxfp4MoEMethod' object has no "
-                                                              "attribute 'activation_key'",
-                                  'sm90-cutlass/deepseek-v4': 'vllm-0.33.0: '
-                                                              'test_deepseek_v4::test_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
-                                                              "AttributeError: 'Mxfp4MoEMethod' object has no "
-                                                              "attribute 'activation_key'",
-                                  'sm90-marlin/deepseek-v4': 'vllm-0.33.0: '
-                                                             'test_deepseek_v4::test_marlin_served_parameters_equal_stock_vllms_preparation_of_the_source[False]: '
-                                                             "AttributeError: 'Mxfp4MoEMethod' object has no attribute "
-                                                             "'activation_key'"}},
+                     'cells': {'cutedsl/modelopt-nvfp4': 'vllm-0.30.0',
+                               'sm100-trtllm/deepseek-v4': 'vllm-0.30.0',
+                               'sm100-trtllm/gpt-oss': 'vllm-0.30.0',
+                               'sm90-cutlass/deepseek-v4': 'vllm-0.30.0',
+                               'sm90-cutlass/gpt-oss': 'vllm-0.30.0',
+                               'sm90-marlin/deepseek-v4': 'vllm-0.30.0'},
+                     'unproven': {}},
           '0.32.0': {'flashinfer': '0.7.0.post1',
                      'flashinfer_layout': 'v2',
                      'cells': {'cutedsl/modelopt-nvfp4': 'vllm-0.33.0',

@@ -60,6 +60,14 @@ def baked_for_vllm(source: Path, name: str, options, serves: list[str]) -> Path:
     return out
 
 
+def vllm_layout() -> str:
+    """The SM90 fp4 layout the vLLM under test's pinned FlashInfer reads: what an SGLang bake it is to serve is made in
+    (``ConvertOptions(..., flashinfer_layout=vllm_layout())``: the newest SGLang release whose FlashInfer reads it)."""
+    from moebake.schema.profiles import pinned_layout
+
+    return pinned_layout("vllm", vllm_oracle.VLLM_VERSION)
+
+
 def moebake_config(directory: Path, hf_config=None):
     """vLLM's quantization config for ``directory`` as vLLM makes it: from config.json's quantization_config, then
     ``maybe_update_config`` with ``hf_config`` (None: ``vllm_oracle.hf_config_of(directory)``)."""
@@ -120,9 +128,14 @@ def load(directory: Path, model):
 
 def post_load(model, engine, pre_processed=False) -> None:
     """vLLM's own post-load driver over ``model`` inside ``engine`` (vLLM's engine state, a context manager), in
-    pre-processed mode with ``pre_processed``."""
+    pre-processed mode with ``pre_processed`` (skipped on a release without that mode: no
+    ``vllm.model_executor.utils.weights_already_processed``, before 0.30.0)."""
+    from vllm.model_executor import utils
     from vllm.model_executor.model_loader.utils import process_weights_after_loading
-    from vllm.model_executor.utils import weights_already_processed
+
+    if pre_processed and not hasattr(utils, "weights_already_processed"):
+        pytest.skip(f"vLLM {vllm_oracle.VLLM_VERSION} has no pre-processed mode (weights_already_processed)")
+    weights_already_processed = utils.weights_already_processed if pre_processed else None
 
     with engine, (weights_already_processed() if pre_processed else nullcontext()):
         process_weights_after_loading(model, MODEL_CONFIG, torch.device("cpu"))
@@ -157,13 +170,15 @@ def refusal_of_another_release(bake, build, monkeypatch) -> None:
 
 def refusal_under_another_flashinfer_layout(bake, build, monkeypatch) -> None:
     """The refusal ``build(bake)`` gives where the installed FlashInfer is not the release's pin and reads the other SM90
-    layout (0.6.17: v1), checked to name both layouts."""
+    layout than the bake's (the release's: 0.6.17 reads v1, 0.6.18 v2), checked to name both layouts."""
     import flashinfer
 
     from moebake.errors import MoebakeError
 
-    monkeypatch.setattr(flashinfer, "__version__", "0.6.17")
+    baked = vllm_layout()
+    other, version = ("v1", "0.6.17") if baked == "v2" else ("v2", "0.6.18")
+    monkeypatch.setattr(flashinfer, "__version__", version)
     with pytest.raises(MoebakeError) as excinfo:
         build(bake)
     message = refusal(excinfo)
-    assert "layout v2" in message and "reads fp4 layout v1" in message
+    assert f"layout {baked}" in message and f"reads fp4 layout {other}" in message

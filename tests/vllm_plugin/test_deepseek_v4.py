@@ -15,9 +15,10 @@ after the parameters are created, so a kernel whose set-up does nothing stands i
 plugin's alike (the shared experts' bytes are the source's, loaded by the model's own loader, not the plugin's).
 """
 
+import inspect
 import json
 import shutil
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
@@ -27,7 +28,7 @@ import torch
 
 from conftest import assert_parameters_equal, load_all
 from engine_oracles import vllm_oracle
-from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_v2
+from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_here
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import MoebakeError
@@ -61,7 +62,7 @@ def write_source(directory: Path, ignored_layers=None) -> Path:
 def stock(source):
     """Stock vLLM's post-load routed-expert parameters of each layer of the source (the oracle)."""
     return {layer: vllm_oracle.deepseek_v4_flashinfer_cutlass(source, f"layers.{layer}.ffn.experts.", EXPERTS, HIDDEN,
-                                                              INTERMEDIATE, kernel_interleave_v2)
+                                                              INTERMEDIATE, kernel_interleave_here)
             for layer in range(LAYERS)}
 
 
@@ -85,10 +86,14 @@ NO_FP8_LINEAR_KERNEL = SimpleNamespace(process_weights_after_loading=lambda laye
 
 @contextmanager
 def engine(hf_config, **kwargs):
+    """vLLM's engine state (``vllm_oracle.vllm_engine``) with the FP8 linear kernel stood in for; before 0.29.0 vLLM's FP8
+    linear method also asks a CUDA op whether CUTLASS block FP8 runs (``cutlass_block_fp8_supported``), answered no."""
     import vllm.model_executor.layers.quantization.fp8 as fp8
 
     with vllm_oracle.vllm_engine(hf_config, None, **kwargs) as vllm_config, \
-            mock.patch.object(fp8, "init_fp8_linear_kernel", lambda **_: NO_FP8_LINEAR_KERNEL):
+            mock.patch.object(fp8, "init_fp8_linear_kernel", lambda **_: NO_FP8_LINEAR_KERNEL), \
+            (mock.patch.object(fp8, "cutlass_block_fp8_supported", lambda: False)
+             if hasattr(fp8, "cutlass_block_fp8_supported") else nullcontext()):
         yield vllm_config
 
 
@@ -100,11 +105,14 @@ def deepseek_v4_blocks(vllm_config) -> torch.nn.Module:
 
     configure_quant_config(vllm_config.quant_config, DeepseekV4ForCausalLM)
     config = vllm_config.model_config.hf_config
+    # From 0.30.0 the block is told the model's hash-routed layers (num_hash_layers); before, it reads them from config.
+    takes = inspect.signature(DeepseekV4MoE.__init__).parameters
+    hash_layers = {"num_hash_layers": config.num_hash_layers} if "num_hash_layers" in takes else {}
     holder = torch.nn.Module()
     holder.layers = torch.nn.ModuleList()
     for index in range(config.num_hidden_layers):
         block = torch.nn.Module()
-        block.ffn = DeepseekV4MoE(vllm_config, prefix=f"model.layers.{index}.ffn", num_hash_layers=config.num_hash_layers)
+        block.ffn = DeepseekV4MoE(vllm_config, prefix=f"model.layers.{index}.ffn", **hash_layers)
         holder.layers.append(block)
     return holder
 
@@ -183,7 +191,7 @@ def test_vllms_experts_hand_flashinfer_the_same_call_for_the_plugins_layer(sourc
     recorder for FlashInfer's ``cutlass_fused_moe``): vLLM's ``FlashInferExperts.apply`` of the plugin's layer hands
     the kernel the same call as stock vLLM's, every tensor byte for byte (the output buffer aside), and the call is
     DeepSeek-V4's: W4A16 group scaling, BF16 activations, no biases, SwiGLU with config.json's limit per expert."""
-    with vllm_oracle.flashinfer_sm90_interleave(kernel_interleave_v2):
+    with vllm_oracle.flashinfer_sm90_interleave(kernel_interleave_here):
         stock_experts = vllm_oracle.deepseek_v4_stock_experts(source, "layers.0.ffn.experts.", EXPERTS, HIDDEN,
                                                               INTERMEDIATE, "cpu")
     g = torch.Generator().manual_seed(0)
@@ -254,7 +262,11 @@ def test_every_other_parameter_is_what_stock_vllm_creates_for_the_source(tmp_pat
     assert others(plugin) == others(stock_model)
     shared = "model.layers.{}.ffn.shared_experts.gate_up_proj.weight"
     assert others(plugin)[shared.format(0)][0] == torch.float8_e4m3fn and shared.format(0) + "_scale_inv" in others(plugin)
-    assert others(plugin)[shared.format(1)][0] != torch.float8_e4m3fn and shared.format(1) + "_scale_inv" not in others(plugin)
+    from vllm.models.deepseek_v4.nvidia.model import DeepseekV4ForCausalLM
+
+    if "gate_up_proj" in getattr(DeepseekV4ForCausalLM, "packed_modules_mapping", {}):  # (before 0.29.0 vLLM maps no fused
+        # projection to its parts: the source's ignore does not reach gate_up_proj, in stock vLLM as in the plugin)
+        assert others(plugin)[shared.format(1)][0] != torch.float8_e4m3fn and shared.format(1) + "_scale_inv" not in others(plugin)
     assert plugin.model.layers[0].ffn.shared_experts.down_proj.weight.shape == (HIDDEN, 2 * INTERMEDIATE)
 
 
@@ -330,10 +342,11 @@ def test_refuses_a_manifest_changed_after_baking(bake, tmp_path):
 
 
 def test_an_sglang_bake_that_serves_vllm_loads(source, stock, tmp_path):
-    """One bake for both engines: SGLang 0.5.23's bake of the source lists vLLM 0.33.0 in ``serves`` and the plugin
-    serves it, stock vLLM's bytes."""
+    """One bake for both engines: SGLang's bake of the source (in the layout the vLLM under test reads) lists vLLM in
+    ``serves`` and the plugin serves it, stock vLLM's bytes."""
     out = tmp_path / "sglang"
-    manifest = convert(source, out, ConvertOptions("sm90-cutlass", engine="sglang"), progress=False)
+    options = ConvertOptions("sm90-cutlass", engine="sglang", flashinfer_layout=plugin.vllm_layout())
+    manifest = convert(source, out, options, progress=False)
     assert manifest.engine.name == "sglang" and [e.name for e in manifest.serves] == ["vllm"]
     model, vllm_config = build(out)
     load(out, model)
@@ -369,29 +382,42 @@ def test_refuses_a_target_it_does_not_serve(tmp_path):
 SM100 = {"capability": 100, "moe_backend": "flashinfer_trtllm"}
 
 
-@pytest.fixture(scope="module")
-def bake_sm100(source):
-    return baked_for_vllm(source, "out-sm100", ConvertOptions("sm100-trtllm", engine=vllm_oracle.ENGINE), ["sglang"])
+SM100_INTERMEDIATE = 256
+"""The SM100 source's expert I: a multiple of what every release's trtllm-gen path pads I to (128; 256 before vLLM
+0.27.0), so no release pads it (moebake pads no DeepSeek-V4 expert)."""
 
 
 @pytest.fixture(scope="module")
-def stock_sm100(source):
+def source_sm100(tmp_path_factory):
+    return write_deepseek_v4(tmp_path_factory.mktemp("vllm-plugin-sm100") / "src", num_layers=LAYERS, num_experts=EXPERTS,
+                             hidden=HIDDEN, intermediate=SM100_INTERMEDIATE, mtp_layers=1)
+
+
+@pytest.fixture(scope="module")
+def bake_sm100(source_sm100):
+    return baked_for_vllm(source_sm100, "out-sm100", ConvertOptions("sm100-trtllm", engine=vllm_oracle.ENGINE), ["sglang"])
+
+
+@pytest.fixture(scope="module")
+def stock_sm100(source_sm100):
     """Stock vLLM's converted routed-expert parameters of each layer of the source on SM100 (the oracle)."""
-    params = {layer: vllm_oracle.deepseek_v4_sm100_trtllm(source, f"layers.{layer}.ffn.experts.", EXPERTS, HIDDEN,
-                                                          INTERMEDIATE) for layer in range(LAYERS)}
+    params = {layer: vllm_oracle.deepseek_v4_sm100_trtllm(source_sm100, f"layers.{layer}.ffn.experts.", EXPERTS, HIDDEN,
+                                                          SM100_INTERMEDIATE) for layer in range(LAYERS)}
     for layer in params.values():
-        assert (layer.pop("hidden_dim"), layer.pop("intermediate_size_per_partition")) == (HIDDEN, INTERMEDIATE)
+        assert (layer.pop("hidden_dim"), layer.pop("intermediate_size_per_partition")) == (HIDDEN, SM100_INTERMEDIATE)
     return params
 
 
 @contextmanager
 def kernel_builds_recorded():
     """vLLM's trtllm-gen kernel set-up (``Mxfp4MoEMethod._build_moe_kernel``) asks for a CUDA device: record the calls
-    instead (the oracle does not run it either)."""
+    instead (the oracle does not run it either). Releases without that function (before 0.30.0) set the kernel up
+    inline: its first step (``get_fused_moe_quant_config``) is recorded and answered None, so no kernel is built."""
     from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
 
     built = []
-    with mock.patch.object(Mxfp4MoEMethod, "_build_moe_kernel", lambda self, layer: built.append(layer)):
+    step = "_build_moe_kernel" if hasattr(Mxfp4MoEMethod, "_build_moe_kernel") else "get_fused_moe_quant_config"
+    with mock.patch.object(Mxfp4MoEMethod, step, lambda self, layer: built.append(layer)):
         yield built
 
 

@@ -32,6 +32,7 @@ from vllm_plugin.conftest import (
     refusal,
     refusal_of_another_release,
     refusal_under_another_flashinfer_layout,
+    vllm_layout,
 )
 
 PARAMETER_NAMES = GPT_OSS.parameter_names
@@ -119,10 +120,11 @@ def test_loaded_bytes_equal_the_files_and_the_rest_goes_to_the_model(bake):
 
 
 def test_an_sglang_bake_that_serves_vllm_loads(tmp_path):
-    """One bake for both engines: the default (SGLang 0.5.23) bake of a model whose H needs no padding
-    lists vLLM 0.33.0 in ``serves``, and the plugin loads it byte for byte."""
+    """One bake for both engines: the default SGLang bake (in the layout the vLLM under test reads) of a model whose H
+    needs no padding lists vLLM in ``serves``, and the plugin loads it byte for byte."""
     source = write_gpt_oss(tmp_path / "src", num_layers=2, num_experts=EXPERTS, hidden=256, intermediate=INTERMEDIATE, vocab=32)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass"), progress=False).to_json()
+    options = ConvertOptions("sm90-cutlass", flashinfer_layout=vllm_layout())
+    manifest = convert(source, tmp_path / "out", options, progress=False).to_json()
     assert manifest["engine"]["name"] == "sglang" and [e["name"] for e in manifest["serves"]] == ["vllm"]
     model, _ = build_gpt_oss(tmp_path / "out")
     load(tmp_path / "out", model)

@@ -20,11 +20,11 @@ from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import MoebakeError
 from moebake.reference.synthetic_sources import MODELOPT_MISMATCHES, write_modelopt_nvfp4
-from vllm_plugin.conftest import build_model, experts_of, load, moebake_config, refusal
+from vllm_plugin.conftest import baked_for_vllm, build_model, experts_of, load, moebake_config, refusal
 from vllm_plugin.conftest import post_load as vllm_post_load
 
-EXPERTS, HIDDEN, INTERMEDIATE, MOE_LAYERS = 4, 384, 128, (1, 2)  # H pads to 512
-BAKE, SERVES = ConvertOptions("cutedsl", engine=vllm_oracle.ENGINE, gate_up_globals="keep"), []
+EXPERTS, HIDDEN, INTERMEDIATE, MOE_LAYERS = 4, 384, 128, (1, 2)  # H pads to 512 (from vLLM 0.32.0; before, not at all)
+BAKE = ConvertOptions("cutedsl", engine=vllm_oracle.ENGINE, gate_up_globals="keep")
 
 
 def write_source(directory: Path) -> Path:
@@ -37,6 +37,14 @@ def stock(source):
     """Stock vLLM's converted parameters of each MoE layer of the source."""
     return {index: vllm_oracle.modelopt_nvfp4_cutedsl(source, f"model.layers.{index}.mlp.experts.", EXPERTS, HIDDEN,
                                                       INTERMEDIATE) for index in MOE_LAYERS}
+
+
+@pytest.fixture(scope="module")
+def bake(source, stock):
+    """The source baked for the vLLM under test: its ``serves`` names SGLang (which pads no NVFP4 H) exactly where stock
+    vLLM's own conversion pads no H either."""
+    unpadded = all(stock[index]["hidden_dim"] == HIDDEN for index in MOE_LAYERS)
+    return baked_for_vllm(source, "out", BAKE, ["sglang"] if unpadded else [])
 
 
 @contextmanager
@@ -101,7 +109,8 @@ def test_post_load_step_only_builds_the_kernel(bake, stock, pre_processed):
     for index in MOE_LAYERS:
         experts = experts_of(model, index)
         assert type(experts.quant_method.moe_kernel.fused_experts).__name__ == "FlashInferCuteDSLExperts"
-        assert (experts.moe_config.hidden_dim, experts.moe_config.intermediate_size_per_partition) == (512, INTERMEDIATE)
+        padded = (stock[index]["hidden_dim"], stock[index]["intermediate_size_per_partition"])
+        assert (experts.moe_config.hidden_dim, experts.moe_config.intermediate_size_per_partition) == padded
         assert experts.moe_config.hidden_dim_unpadded == HIDDEN
         for name in ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale", "w13_input_scale"):
             assert torch.equal(getattr(experts, name).data.view(torch.uint8), stock[index][name].view(torch.uint8)), name

@@ -1,13 +1,21 @@
 """Every private vLLM name the plugin relies on, in one place, behind the version the profiles are proven for.
 
 vLLM's documented extension points (``register_quantization_config``, ``register_model_loader``) are
-what the plugin uses to exist; these are the few private names of vLLM 0.33.0
-(:data:`moebake.schema.profiles.PROFILES`'s ``vllm`` profile) it reads beside them. :func:`check_version`
-refuses, in one line, any other installed vLLM before a bake is served.
+what the plugin uses to exist; these are the few private names it reads beside them, and the steps whose names or
+arguments moved between the releases of the release matrix (:mod:`moebake.schema.release_matrix`), each gated by the
+installed release (:func:`since`). :func:`check_version` refuses, in one line, an installed vLLM the matrix does not
+hold before a bake is served.
 """
 
+from packaging.version import Version
+
 from moebake.engines.release_check import unknown_release_refusal
-from moebake.engines.vllm.bake import refuse
+from moebake.engines.vllm.bake import installed_release, refuse
+
+
+def since(release: str) -> bool:
+    """Whether the installed vLLM is ``release`` or later."""
+    return Version(installed_release()) >= Version(release)
 
 
 def check_version() -> None:
@@ -43,15 +51,55 @@ def expert_routing_tables(layer):
     return layer._expert_routing_tables()
 
 
-def build_moe_kernel(method, layer) -> None:
-    """``method._build_moe_kernel(layer)``: the modular kernel a vLLM MoE method builds over weights already in its
-    format (what its ``process_weights_after_loading`` runs after the weight conversion)."""
-    method._build_moe_kernel(layer)
+def build_nvfp4_moe_kernel(method, layer) -> None:
+    """``ModelOptNvFp4FusedMoE._build_moe_kernel(layer)``: the modular kernel over weights already in its format (what
+    its ``process_weights_after_loading`` runs after the weight conversion). Before 0.30.0 the method has no such
+    function: its ``process_weights_after_loading`` runs the same steps inline after the conversion
+    (``get_fused_moe_quant_config``, ``make_nvfp4_moe_kernel`` over the layer's routing tables, the experts' own
+    ``process_weights_after_loading``)."""
+    if since("0.30.0"):
+        method._build_moe_kernel(layer)
+        return
+    from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import make_nvfp4_moe_kernel
+
+    method.moe_quant_config = method.get_fused_moe_quant_config(layer)
+    method.moe_kernel = make_nvfp4_moe_kernel(
+        moe_quant_config=method.moe_quant_config, moe_config=method.moe, experts_cls=method.experts_cls,
+        backend=method.nvfp4_backend, routing_tables=expert_routing_tables(layer))
+    method.moe_kernel.fused_experts.process_weights_after_loading(layer)
 
 
 def build_mxfp4_moe_kernel(method, layer) -> None:
     """``Mxfp4MoEMethod._build_moe_kernel(layer)``: the modular kernel over weights already in its format (what
-    its ``process_weights_after_loading`` runs after the weight conversion)."""
+    its ``process_weights_after_loading`` runs after the weight conversion). Before 0.30.0 the method has no such
+    function: its ``_setup_kernel`` builds the kernel inline after the conversion (:func:`build_mxfp4_kernel_inline`)."""
     from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
 
+    if not since("0.30.0"):
+        build_mxfp4_kernel_inline(method, layer)
+        return
     Mxfp4MoEMethod._build_moe_kernel(method, layer)
+
+
+def build_mxfp4_kernel_inline(method, layer) -> None:
+    """The kernel set-up the MXFP4 methods' ``_setup_kernel`` runs after its weight conversion where the release has
+    no function of its own for it (``GptOssMxfp4MoEMethod`` in every release, ``Mxfp4MoEMethod`` before 0.30.0):
+    ``get_fused_moe_quant_config``, then ``make_mxfp4_moe_kernel`` over the layer's routing tables (before 0.28.0 also
+    handed the layer), then (from 0.29.0) the experts' own ``process_weights_after_loading``."""
+    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import make_mxfp4_moe_kernel
+
+    method.moe_quant_config = method.get_fused_moe_quant_config(layer)
+    if method.moe_quant_config is None or method.experts_cls is None:
+        return
+    with_layer = {} if since("0.28.0") else {"layer": layer}
+    method.moe_kernel = make_mxfp4_moe_kernel(
+        moe_quant_config=method.moe_quant_config, moe_config=method.moe, mxfp4_backend=method.mxfp4_backend,
+        experts_cls=method.experts_cls, routing_tables=expert_routing_tables(layer), **with_layer)
+    if since("0.29.0"):
+        method.moe_kernel.fused_experts.process_weights_after_loading(layer)
+
+
+def mxfp4_method_options(stock) -> dict:
+    """What ``Mxfp4MoEMethod(moe, **options)`` takes besides the MoE config, from the ``stock`` method vLLM's config
+    gives the layer: its ``activation_key`` from 0.32.0 (releases before take the MoE config only)."""
+    return {"activation_key": stock.activation_key} if since("0.32.0") else {}

@@ -91,4 +91,4 @@ class MoebakeNvfp4MoEMethod(LoaderFilledExperts, ModelOptNvFp4FusedMoE):
         if config.hidden_dim_unpadded is None:
             config.hidden_dim_unpadded = config.hidden_dim
         config.hidden_dim = record.hidden_padded
-        internals.build_moe_kernel(self, layer)
+        internals.build_nvfp4_moe_kernel(self, layer)

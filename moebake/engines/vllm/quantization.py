@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 import torch
 from vllm.model_executor.layers.fused_moe import RoutedExperts
-from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend, make_mxfp4_moe_kernel
+from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4Config, GptOssMxfp4MoEMethod, Mxfp4MoEMethod
 
@@ -154,7 +154,7 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
                 raise refuse(f"{prefix}: vLLM's DeepseekV4FP8Config gives these experts {type(stock).__name__} "
                              f"(config.json's expert_dtype, moe_quant_algo or ignored layers), not the Mxfp4MoEMethod "
                              "the bake's bytes are for")
-            return MoebakeDeepseekV4Mxfp4MoEMethod(layer.moe_config, self.bake, prefix, stock.activation_key)
+            return MoebakeDeepseekV4Mxfp4MoEMethod(layer.moe_config, self.bake, prefix, internals.mxfp4_method_options(stock))
         return MoebakeMxfp4MoEMethod(layer.moe_config, self.bake, prefix)
 
 
@@ -202,13 +202,7 @@ class MoebakeMxfp4MoEMethod(BakedMxfp4, GptOssMxfp4MoEMethod):
     def process_weights_after_loading(self, layer) -> None:
         """No transform: check every baked parameter was loaded, then build vLLM's kernel over them."""
         self.check_loaded(layer)
-        # What GptOssMxfp4MoEMethod._setup_kernel does after its weight conversion.
-        self.moe_quant_config = self.get_fused_moe_quant_config(layer)
-        if self.moe_quant_config is not None and self.experts_cls is not None:
-            self.moe_kernel = make_mxfp4_moe_kernel(
-                moe_quant_config=self.moe_quant_config, moe_config=self.moe, mxfp4_backend=self.mxfp4_backend,
-                experts_cls=self.experts_cls, routing_tables=internals.expert_routing_tables(layer))
-            self.moe_kernel.fused_experts.process_weights_after_loading(layer)
+        internals.build_mxfp4_kernel_inline(self, layer)
 
 
 class MoebakeDeepseekV4Mxfp4MoEMethod(BakedMxfp4, Mxfp4MoEMethod):
@@ -223,8 +217,8 @@ class MoebakeDeepseekV4Mxfp4MoEMethod(BakedMxfp4, Mxfp4MoEMethod):
 
     supports_pre_processed_weights = True
 
-    def __init__(self, moe, bake: VllmBake, prefix: str, activation_key):
-        super().__init__(moe, activation_key=activation_key)  # vLLM's own backend selection
+    def __init__(self, moe, bake: VllmBake, prefix: str, options: dict):
+        super().__init__(moe, **options)  # vLLM's own backend selection (options: internals.mxfp4_method_options)
         self.adopt(bake, prefix, moe)
         self.check_backend(bake.served)
 
