@@ -1,5 +1,5 @@
 """What the vLLM plugin knows about a bake before vLLM builds a layer: the manifest, checked against the
-checkpoint's config.json and against what vLLM 0.33.0 builds (no vLLM import here).
+checkpoint's config.json and against what the vLLM releases of the release matrix build (no vLLM import here).
 
 The kinds of bake it serves are the vLLM routes of the serving records (:mod:`moebake.schema.serving`; :data:`SERVED`
 is their view here), each held by a ``RoutedExperts`` module with ``E_local`` experts (this EP rank's),

@@ -1,8 +1,8 @@
 """vLLM's ModelOpt NVFP4 MoE method over a ``cutedsl`` bake (``--moe-backend flashinfer_cutedsl``, Blackwell).
 
-vLLM 0.33.0's ``ModelOptNvFp4FusedMoE`` converts, at every start-up, each layer's NVFP4 experts with
-``prepare_nvfp4_moe_layer_for_flashinfer_cutedsl``: W13 to ``[up; gate]``, I padded to 64 and H to 256
-(zeros), 64-row gate/up interleave, 128x4-swizzled block scales. A ``cutedsl`` bake made with
+vLLM's ``ModelOptNvFp4FusedMoE`` (each release of the matrix) converts, at every start-up, each layer's NVFP4 experts with
+``prepare_nvfp4_moe_layer_for_flashinfer_cutedsl``: W13 to ``[up; gate]``, I padded to 64 and H to 256 (128 before
+0.32.0; zeros), 64-row gate/up interleave, 128x4-swizzled block scales. A ``cutedsl`` bake made with
 ``--engine vllm`` holds exactly those four tensors (U8 weights, F8_E4M3 block scales, shapes in
 :mod:`moebake.engines.vllm.bake`); :class:`MoebakeNvfp4MoEMethod` creates them at those shapes for this EP
 rank's experts and the moebake loader copies them. vLLM's four F32 ``[E_local]`` scalars come from the
@@ -42,7 +42,7 @@ def cutedsl_scalars(baked: dict[str, torch.Tensor], local_experts: torch.Tensor,
 
 
 class MoebakeNvfp4MoEMethod(LoaderFilledExperts, ModelOptNvFp4FusedMoE):
-    """vLLM 0.33.0's ModelOpt NVFP4 MoE method over baked parameters (no weight transform at load).
+    """vLLM's ModelOpt NVFP4 MoE method over baked parameters (no weight transform at load).
 
     ``stock``: the method the source's own quantization config gives this layer (its ModelOpt NVFP4 config
     is reused, so activation and group size are the source's)."""

@@ -1,10 +1,10 @@
 """vLLM's ``moebake`` quantization: the config a baked checkpoint's ``quant_method: "moebake"`` selects,
-and the MoE methods that hold its experts exactly as vLLM 0.33.0's own methods hold them after
+and the MoE methods that hold its experts exactly as each vLLM release of the matrix's own methods hold them after
 ``process_weights_after_loading`` (see :mod:`moebake.engines.vllm.bake`).
 
 :class:`MoebakeConfig` reads ``moebake.json`` once vLLM knows the model (``maybe_update_config``) and
 refuses, in one line, a GPU of another family than the bake's, a FlashInfer that reads another SM90 fp4
-layout, a bake that is not vLLM 0.33.0's bytes, and a config.json that disagrees with the manifest. Every
+layout, a bake that is not the running release's bytes, and a config.json that disagrees with the manifest. Every
 layer that is not a baked MoE layer gets what the source's own quantization config gives it (GPT-OSS:
 ``gpt_oss_mxfp4``; ModelOpt NVFP4: ``modelopt_fp4`` or ``modelopt_mixed``; DeepSeek-V4: ``deepseek_v4_fp8``,
 from config.json's ``quantization_config.original``), exactly as in stock vLLM; what vLLM's models read of
@@ -189,7 +189,7 @@ class BakedMxfp4(LoaderFilledExperts):
 
 
 class MoebakeMxfp4MoEMethod(BakedMxfp4, GptOssMxfp4MoEMethod):
-    """vLLM 0.33.0's GPT-OSS MXFP4 MoE method over baked parameters (no transform at load), ``sm90-cutlass`` or
+    """vLLM's GPT-OSS MXFP4 MoE method over baked parameters (no transform at load), ``sm90-cutlass`` or
     ``sm100-trtllm``."""
 
     supports_pre_processed_weights = True
@@ -206,7 +206,7 @@ class MoebakeMxfp4MoEMethod(BakedMxfp4, GptOssMxfp4MoEMethod):
 
 
 class MoebakeDeepseekV4Mxfp4MoEMethod(BakedMxfp4, Mxfp4MoEMethod):
-    """vLLM 0.33.0's generic MXFP4 MoE method (what ``DeepseekV4FP8Config`` gives DeepSeek-V4's experts) over baked
+    """vLLM's generic MXFP4 MoE method (what ``DeepseekV4FP8Config`` gives DeepSeek-V4's experts) over baked
     parameters: its ``process_weights_after_loading`` would convert the checkpoint's tensors
     (``convert_weight_to_mxfp4_moe_kernel_format``) and then build the kernel; the baked ones are already
     converted, so only the kernel is built (``_build_moe_kernel``). With ``MARLIN`` (``sm90-marlin``) the conversion is
