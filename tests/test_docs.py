@@ -300,3 +300,60 @@ def test_the_engine_profile_table_holds_the_newest_profiles_numbers():
     for engine in ("sglang", "vllm"):
         verified = {(engine, *key) for key, entry in get_profile(engine).targets.items() if entry.verified}
         assert verified <= seen, f"no engine-profile row for {sorted(verified - seen)}"
+
+
+TENSOR_TABLE_HEADER = "| tensor | dtype | shape | content |"
+SCALAR_TABLE_HEADER = "| target | tensor | shape | value |"
+"""docs/targets-and-layouts.md's tables of a target's tensors: every tensor's row, and (CuteDSL) the derived
+scalars' rows, whose target cell names the targets (or ``both``)."""
+
+
+def _tensor_tables() -> dict[str, list[tuple[list[str], str | None, str]]]:
+    """docs/targets-and-layouts.md's tensor rows by target: (tensor names, dtype or None, shape cell). A tensor table
+    belongs to the targets named in the heading above it (``## `a` and `b` — ...``)."""
+    tables, targets = {}, []
+    lines = (DOCS / "targets-and-layouts.md").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("## "):
+            targets = re.findall(r"`([^`]+)`", line.split("—")[0])
+        if line not in (TENSOR_TABLE_HEADER, SCALAR_TABLE_HEADER):
+            continue
+        for row in lines[i + 2:]:
+            if not row.startswith("| "):
+                break
+            cells = [cell.strip() for cell in row.strip("|").split(" | ")]
+            if line == TENSOR_TABLE_HEADER:
+                owners, names, dtype, shape = targets, cells[0], cells[1], cells[2]
+            else:
+                owners = targets if cells[0] == "both" else re.findall(r"`([^`]+)`", cells[0])
+                names, dtype, shape = cells[1], "F32", cells[2]
+            for target in owners:
+                tables.setdefault(target, []).append((re.findall(r"`([^`]+)`", names), dtype, shape))
+    return tables
+
+
+def _formula(text: str) -> str:
+    """A shape formula without brackets, spaces, backticks and products' stars (the docs write ``[E, 2I_pad]`` or
+    ``[E, 2*I_pad]``, the spec ``E, 2 * I_pad``), ``//`` read as ``/``."""
+    return re.sub(r"[\s`\[\]*]", "", text).replace("//", "/")
+
+
+def test_the_tensor_tables_are_the_target_specs():
+    """Each target's tensor rows in docs/targets-and-layouts.md name exactly its spec's tensors (the schema's
+    ``TargetSpec``), with the spec's dtype (where the spec fixes one) and shape formula (or its FlashInfer-v1 shape).
+    A row naming several tensors gives each its shape in order, or one shape for all."""
+    tables = _tensor_tables()
+    assert set(tables) == set(TARGET_SPECS), f"tensor tables for {sorted(tables)}, specs for {sorted(TARGET_SPECS)}"
+    for target, rows in tables.items():
+        specs = {t.name: t for t in TARGET_SPECS[target].tensors}
+        documented = [name for names, _, _ in rows for name in names]
+        assert sorted(documented) == sorted(specs), f"{target}: the tables name {sorted(documented)}, the spec {sorted(specs)}"
+        for names, dtype, shape in rows:
+            shapes = [_formula(s) for s in re.findall(r"`([^`]+)`", shape)] or [_formula(shape)]
+            for k, name in enumerate(names):
+                spec = specs[name]
+                if spec.dtype is not None:
+                    assert dtype.split()[0] == spec.dtype.value, f"{target} {name}: dtype {dtype!r}, the spec's {spec.dtype.value}"
+                formulas = {_formula(spec.shape)} | ({_formula(spec.v1_shape)} if spec.v1_shape else set())
+                mine = shapes[k] if len(shapes) == len(names) else shapes[0]
+                assert mine in formulas or set(shapes) <= formulas, f"{target} {name}: shape {shape!r}, the spec's {sorted(formulas)}"
