@@ -49,12 +49,11 @@ from pathlib import Path
 import torch
 
 from moebake.errors import InternalError
-from moebake.formats.safetensors_file import DTYPES, SafetensorsFile, TensorEntry, read_header
-from moebake.schema.index import read_index
+from moebake.formats.safetensors_file import DTYPES
+from moebake.serving_core.checkpoint_tensors import CheckpointTensors
 from moebake.serving_core.staged_reader import ByteRange, StagedReader
 
 DEFAULT_BATCH_BYTES = 1 << 30
-SINGLE_FILE = "model.safetensors"
 
 PlainCopy = Callable[[str, torch.nn.Parameter], bool]
 """``(name, param) -> bool``: the engine loads the whole checkpoint tensor into ``param`` by a plain copy."""
@@ -102,39 +101,6 @@ def _tensor_bytes(tensor) -> int:
     return tensor.numel() * tensor.element_size() if isinstance(tensor, torch.Tensor) else 0
 
 
-class CheckpointTensors:
-    """Where a checkpoint directory's tensors lie: ``model.safetensors.index.json`` (or its one
-    ``model.safetensors``), and each shard's header, parsed once when first needed. Never reads tensor data."""
-
-    def __init__(self, directory: str | Path):
-        self.root = Path(directory)
-        self._weight_map: dict[str, str] | None = None
-        self._headers: dict[str, SafetensorsFile] = {}
-
-    @property
-    def weight_map(self) -> dict[str, str]:
-        if self._weight_map is None:
-            if (self.root / SINGLE_FILE).is_file() and not (self.root / "model.safetensors.index.json").exists():
-                self._weight_map = {name: SINGLE_FILE for name in self._header(SINGLE_FILE).tensors}
-            else:
-                self._weight_map = read_index(self.root).weight_map
-        return self._weight_map
-
-    def _header(self, shard_name: str) -> SafetensorsFile:
-        if shard_name not in self._headers:
-            self._headers[shard_name] = read_header(self.root / shard_name)
-        return self._headers[shard_name]
-
-    def find(self, name: str) -> tuple[SafetensorsFile, TensorEntry] | None:
-        """The shard header and entry of tensor ``name``, or None where the checkpoint does not store it."""
-        shard_name = self.weight_map.get(name)
-        if shard_name is None:
-            return None
-        shard = self._header(shard_name)
-        entry = shard.tensors.get(name)
-        return None if entry is None else (shard, entry)
-
-
 class DirectParameterLoader:
     """Reads ``model``'s plain full-copy parameters from checkpoint ``directory`` onto ``device`` (see the module
     docstring). Use once per load: ``weights = loader.filter(weights)``, hand ``weights`` to the model's
@@ -142,16 +108,17 @@ class DirectParameterLoader:
 
     ``plain_copy``: the engine's rule (default: every parameter counts as a plain copy; engines pass theirs);
     ``row_shard``: the engine's rule for parameters that hold a range of the stored rows (default: none do);
-    ``exclude``: names always yielded unchanged (e.g. baked expert tensors); ``staged``, ``chunk_bytes``,
-    ``slots``: the :class:`StagedReader`'s (``staged=True`` runs the pinned pipeline on a CPU device).
+    ``exclude``: names always yielded unchanged (e.g. baked expert tensors); ``files``: ``directory``'s
+    :class:`CheckpointTensors` where the caller has parsed them already; ``staged``, ``chunk_bytes``, ``slots``: the
+    :class:`StagedReader`'s (``staged=True`` runs the pinned pipeline on a CPU device).
     """
 
     def __init__(self, model: torch.nn.Module, directory: str | Path, device: torch.device | str, *,
                  plain_copy: PlainCopy | None = None, row_shard: ShardRule | None = None, exclude: Collection[str] = (),
-                 batch_bytes: int = DEFAULT_BATCH_BYTES, staged: bool | None = None,
+                 files: CheckpointTensors | None = None, batch_bytes: int = DEFAULT_BATCH_BYTES, staged: bool | None = None,
                  chunk_bytes: int | None = None, slots: int | None = None):
         self.params = dict(model.named_parameters())
-        self.files = CheckpointTensors(directory)
+        self.files = files or CheckpointTensors(directory)
         self.device = torch.device(device)
         self.plain_copy = plain_copy or (lambda name, param: True)
         self.row_shard = row_shard or (lambda name, param: None)

@@ -21,10 +21,11 @@ from pathlib import Path
 import torch
 
 from moebake.errors import CheckpointError, IntegrityError, InvalidArgumentError
-from moebake.formats.safetensors_file import SafetensorsFile, TensorEntry, read_header
+from moebake.formats.safetensors_file import SafetensorsFile, TensorEntry
 from moebake.schema.enums import DType
 from moebake.schema.index import read_index
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
+from moebake.serving_core.checkpoint_tensors import CheckpointTensors
 from moebake.serving_core.staged_reader import ByteRange, LoadStats, StagedReader
 
 
@@ -69,19 +70,16 @@ def all_experts(experts: int) -> list[ExpertRun]:
     return [ExpertRun(first=0, slot=0, count=experts)]
 
 
-class BakeFiles:
-    """Where a bake's tensors lie: its index, and each shard's header, parsed once when first needed."""
+class BakeFiles(CheckpointTensors):
+    """Where a bake's tensors lie: its index (a bake always has one), and each shard's header, parsed once when
+    first needed."""
 
     def __init__(self, root: str | Path, manifest: Manifest):
-        self.root, self.manifest = Path(root), manifest
-        self._weight_map: dict[str, str] | None = None
-        self._headers: dict[str, SafetensorsFile] = {}
+        super().__init__(root)
+        self.manifest = manifest
 
-    @property
-    def weight_map(self) -> dict[str, str]:
-        if self._weight_map is None:
-            self._weight_map = read_index(self.root).weight_map
-        return self._weight_map
+    def _read_weight_map(self) -> dict[str, str]:
+        return read_index(self.root).weight_map
 
     def shard_of(self, name: str) -> SafetensorsFile:
         """The parsed header of the shard holding tensor ``name``; CheckpointError if the index lacks it."""
@@ -89,9 +87,7 @@ class BakeFiles:
         if shard_name is None:
             raise CheckpointError(f"{self.root}: baked tensor {name} is not in the index (the manifest lists it); "
                                   f"run `moebake verify {self.root}`")
-        if shard_name not in self._headers:
-            self._headers[shard_name] = read_header(self.root / shard_name)
-        return self._headers[shard_name]
+        return self.header(shard_name)
 
     def stored(self, record: LayerRecord, short: str) -> tuple[SafetensorsFile, TensorEntry]:
         """Shard and header entry of ``record.prefix + short``, checked against the manifest's dtype and shape."""

@@ -19,15 +19,24 @@ import torch
 from moebake.serving_core.direct_loader import RowShard
 
 
+def loader_owner(param: torch.nn.Parameter, layer_class: type):
+    """The ``layer_class`` instance whose own ``layer_class.weight_loader`` is ``param``'s weight loader, or None."""
+    loader = getattr(param, "weight_loader", None)
+    function, owner = getattr(loader, "__func__", None), getattr(loader, "__self__", None)
+    return owner if function is layer_class.weight_loader and isinstance(owner, layer_class) else None
+
+
+def materialized_plain(param: torch.nn.Parameter) -> bool:
+    """``param`` is materialized and not a GGUF weight (whose loaders do more than copy)."""
+    return not (isinstance(param, torch.nn.parameter.UninitializedParameter) or getattr(param, "is_gguf_weight", False)
+                or getattr(param, "is_gguf_weight_type", False))
+
+
 def owning_vocab_layer(param: torch.nn.Parameter):
     """The ``VocabParallelEmbedding`` (or ``ParallelLMHead``) whose ``weight_loader`` is ``param``'s, or None."""
     from sglang.srt.layers.vocab_parallel_embedding import VocabParallelEmbedding
 
-    loader = getattr(param, "weight_loader", None)
-    function, owner = getattr(loader, "__func__", None), getattr(loader, "__self__", None)
-    if function is VocabParallelEmbedding.weight_loader and isinstance(owner, VocabParallelEmbedding):
-        return owner
-    return None
+    return loader_owner(param, VocabParallelEmbedding)
 
 
 def vocab_rows(name: str, param: torch.nn.Parameter) -> RowShard | None:
@@ -36,9 +45,7 @@ def vocab_rows(name: str, param: torch.nn.Parameter) -> RowShard | None:
     from sglang.srt.layers.quantization.unquant import UnquantizedEmbeddingMethod
 
     layer = owning_vocab_layer(param)
-    if layer is None or isinstance(param, torch.nn.parameter.UninitializedParameter):
-        return None
-    if getattr(param, "is_gguf_weight", False) or getattr(param, "is_gguf_weight_type", False):
+    if layer is None or not materialized_plain(param):
         return None
     if getattr(param, "output_dim", None) != 0 or getattr(param, "packed_dim", None) is not None:
         return None

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from moebake.engines.sglang.refusals import MoebakeRefusal
-from moebake.engines.sglang.vocab_rows import owning_vocab_layer, vocab_rows
+from moebake.engines.sglang.vocab_rows import loader_owner, materialized_plain, owning_vocab_layer, vocab_rows
 from moebake.serving_core.direct_loader import DirectLoadStats
 from moebake.serving_core.direct_loader import DirectParameterLoader as _EngineNeutralLoader
 
@@ -54,11 +54,9 @@ def plain_copy(name: str, param: torch.nn.Parameter) -> bool:
     loader = getattr(param, "weight_loader", None)
     if loader is None or loader is default_weight_loader:
         return True
-    if isinstance(param, torch.nn.parameter.UninitializedParameter) or getattr(param, "is_gguf_weight", False) \
-            or getattr(param, "is_gguf_weight_type", False):
+    if not materialized_plain(param):
         return False
-    function, owner = getattr(loader, "__func__", None), getattr(loader, "__self__", None)
-    if function is ReplicatedLinear.weight_loader and isinstance(owner, ReplicatedLinear):
+    if loader_owner(param, ReplicatedLinear) is not None:
         return True
     return owning_vocab_layer(param) is not None and getattr(param, "output_dim", None) is None
 
@@ -88,13 +86,11 @@ class DirectParameterLoader(_EngineNeutralLoader):
         """The loader of the bake SGLang serves: its directory is the one ``model.quant_config``'s manifest is in,
         else :func:`moebake.engines.sglang.config.model_directory` (``--model-path``)."""
         config = _bake_config(model)
-        if config is not None:
-            directory = config.manifest_path.parent
-        else:
-            from moebake.engines.sglang.config import model_directory
+        if config is not None:  # the index and shard headers the bake's config has parsed already
+            return cls(model, config.files.root, device, files=config.files, **options)
+        from moebake.engines.sglang.config import model_directory
 
-            directory = model_directory()
-        return cls(model, directory, device, **options)
+        return cls(model, model_directory(), device, **options)
 
 
 def _loader_for(model: torch.nn.Module, target_device: torch.device) -> DirectParameterLoader | None:
