@@ -63,6 +63,7 @@ from pathlib import Path
 import numpy as np
 
 import benchkit  # noqa: F401  (the checkout and tests/ on sys.path: the engine oracles)
+import startup_presharded
 import startup_report
 from startup_report import PATHS, plot
 
@@ -191,21 +192,18 @@ def _sglang_world(ep: int, rank: int, device: str):
     import sglang.srt.layers.quantization.mxfp4 as mxfp4
     from flashinfer.fused_moe.core import ActivationType
     from sglang.srt.distributed import parallel_state
-    from sglang.srt.layers.quantization import QUANTIZATION_METHODS
-    from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
-    from sglang.srt.plugins import load_plugins
     from sglang.srt.runtime_context import get_parallel
 
-    QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
-    load_plugins()
+    sglang_oracle.load_plugins_as_a_server_does()
     # No NCCL communicators: loading needs no GPU collective, and ranks that share a GPU (simulated nodes, dumps of
     # more ranks than GPUs) cannot each open one on it ("NCCL error: invalid usage").
+    stack = ExitStack()
     original_group = parallel_state.init_model_parallel_group
-    parallel_state.init_model_parallel_group = lambda *a, **k: original_group(*a, **{**k, "use_pynccl": False})
+    stack.enter_context(mock.patch.object(parallel_state, "init_model_parallel_group",
+                                          lambda *a, **k: original_group(*a, **{**k, "use_pynccl": False})))
     if parallel_state._WORLD is None:  # local rank = this process's GPU (ranks may share one), not its world rank
         parallel_state.init_distributed_environment(world_size=ep, rank=rank, backend="gloo",
                                                     local_rank=int(device.split(":")[1]) if ":" in device else 0)
-    stack = ExitStack()
     stack.enter_context(sglang_oracle.sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90", ep=ep, rank=rank,
                                                     role="bench"))
     stack.enter_context(mock.patch.object(mxfp4, "_FI_HAS_SM90_CUTLASS_MXFP4", True))
@@ -360,10 +358,8 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
     """Load the model of ``directory`` as EP rank ``rank`` of ``ep`` the ``path`` way; the rank's measurements.
 
     ``presharded-dump`` is the stock load followed by SGLang's presharded dump (timed apart); ``presharded`` reloads
-    that dump (its directory from :data:`startup_presharded.READY_RECORD` beside the source)."""
+    that dump (:func:`startup_presharded.recorded_dump`)."""
     import torch
-
-    import startup_presharded
 
     config = json.loads((directory / "config.json").read_text())
     files = sorted(str(p) for p in directory.glob("*.safetensors"))
@@ -383,7 +379,7 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
 
     result = {}
     if path == "presharded":
-        dump = Path(json.loads((directory.parent / startup_presharded.READY_RECORD.format(ep=ep)).read_text())["directory"])
+        dump = startup_presharded.recorded_dump(directory.parent, ep)
         root = startup_presharded.reload(build, quant, directory, dump, device)
         if cuda:
             torch.cuda.synchronize()
@@ -403,8 +399,7 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
         dump = startup_presharded.dump(root, build, quant, directory)
         result["dump_seconds"] = time.perf_counter() - began
         if rank == 0:
-            (directory.parent / startup_presharded.READY_RECORD.format(ep=ep)).write_text(json.dumps(
-                {"directory": str(dump)}))
+            startup_presharded.record_dump(directory.parent, ep, dump)
     layers = _moe_layers(root)
     moe = {id(p) for layer in layers for p in layer.parameters()}
     return {**result, "seconds": seconds, "layer0_xxh3": _digest(layers[0].named_parameters()),
@@ -607,7 +602,7 @@ def run_all(args) -> None:
                 record({**_ranks_record(path, ep, 1, ep, cache, [ranks]),
                         "limit_seconds": limit_seconds(rank_bytes(directory, ep), ep, cache, limits)})
         if args.drop_dumps:
-            _drop_dump(directory, ep)
+            startup_presharded.drop_dump(directory, ep)  # --drop-dumps: the disk holds one at a time
     for nodes in args.nodes:
         g = args.gpus_per_node
         ep = nodes * g
@@ -623,7 +618,7 @@ def run_all(args) -> None:
                     "limit_seconds": max(needed / (limits["disk_gbps"] * 1e9),
                                          rank_bytes(directory, ep) / (limits.get("h2d_pinned_gbps", float("inf")) * 1e9))})
         if args.drop_dumps:
-            _drop_dump(directory, ep)
+            startup_presharded.drop_dump(directory, ep)  # --drop-dumps: the disk holds one at a time
     if differ:
         raise SystemExit("error: parameters differ between paths: " + "; ".join(differ))
 
@@ -659,11 +654,8 @@ def _compare_with_earlier(run: dict, earlier: list[dict]) -> list[str]:
 
 def _files_of(path: str, directory: Path, ep: int) -> list[Path]:
     """The files a path reads: the source's shards, the dump's files, or the bake's shards."""
-    import startup_presharded
-
     if path == "presharded":
-        record = json.loads((directory / startup_presharded.READY_RECORD.format(ep=ep)).read_text())
-        return sorted(p for p in Path(record["directory"]).iterdir() if p.is_file())
+        return sorted(p for p in startup_presharded.recorded_dump(directory, ep).iterdir() if p.is_file())
     return sorted((directory / ("out" if path == "bake" else "src")).glob("*.safetensors"))
 
 
@@ -678,28 +670,14 @@ def _read_into_cache(files: list[Path]) -> None:
 def _ensure_dump(args, directory: Path, ep: int, record) -> None:
     """SGLang's presharded dump for EP ``ep`` (every rank at once, GPUs shared round-robin), unless one is there;
     its time and size recorded as a ``presharded-dump`` run."""
-    import startup_presharded
-
-    if (directory / startup_presharded.READY_RECORD.format(ep=ep)).is_file():
+    if startup_presharded.recorded_dump(directory, ep) is not None:
         return
     ranks = _spawn(args, "presharded-dump", ep, directory)
-    dump = Path(json.loads((directory / startup_presharded.READY_RECORD.format(ep=ep)).read_text())["directory"])
+    dump = startup_presharded.recorded_dump(directory, ep)
     record({"path": "presharded-dump", "ep": ep, "nodes": 1, "gpus_per_node": ep, "cache": "-",
             "seconds": max(r["dump_seconds"] for r in ranks), "load_seconds": max(r["seconds"] for r in ranks),
             "dump_bytes": startup_presharded.dump_bytes(dump), "layer0_xxh3": [r["layer0_xxh3"] for r in ranks],
             "others_xxh3": [r["others_xxh3"] for r in ranks]})
-
-
-def _drop_dump(directory: Path, ep: int) -> None:
-    """Delete the presharded dump this benchmark made for EP ``ep`` (``--drop-dumps``: the disk holds one at a time)."""
-    import shutil
-
-    import startup_presharded
-
-    marker = directory / startup_presharded.READY_RECORD.format(ep=ep)
-    if marker.is_file():
-        shutil.rmtree(json.loads(marker.read_text())["directory"], ignore_errors=True)
-        marker.unlink()
 
 
 def _spawn(args, path: str, ep: int, directory: Path, active=None) -> list[dict]:

@@ -23,7 +23,32 @@ from types import SimpleNamespace
 from unittest import mock
 
 READY_RECORD = "presharded-ep{ep}.json"
-"""Beside the source: where the dump of EP ``ep`` is (written by rank 0 once SGLang has written ``READY``)."""
+"""In the benchmark's directory: where the dump of EP ``ep`` is (written by rank 0 once SGLang has written ``READY``)."""
+
+
+def record_dump(directory: Path, ep: int, dump: Path) -> None:
+    """Record, in the benchmark's ``directory``, that EP ``ep``'s dump is at ``dump``."""
+    import json
+
+    (Path(directory) / READY_RECORD.format(ep=ep)).write_text(json.dumps({"directory": str(dump)}))
+
+
+def recorded_dump(directory: Path, ep: int) -> Path | None:
+    """The dump of EP ``ep`` recorded in the benchmark's ``directory``, or None."""
+    import json
+
+    record = Path(directory) / READY_RECORD.format(ep=ep)
+    return Path(json.loads(record.read_text())["directory"]) if record.is_file() else None
+
+
+def drop_dump(directory: Path, ep: int) -> None:
+    """Delete EP ``ep``'s recorded dump and its record (only what the benchmark made)."""
+    import shutil
+
+    dump = recorded_dump(directory, ep)
+    if dump is not None:
+        shutil.rmtree(dump, ignore_errors=True)
+        (Path(directory) / READY_RECORD.format(ep=ep)).unlink()
 
 
 def _loader():

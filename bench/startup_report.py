@@ -26,6 +26,12 @@ def _multi_node(runs: list[dict]) -> list[dict]:
     return [r for r in runs if r.get("nodes", 1) > 1]
 
 
+def _deployment_runs(runs: list[dict]) -> list[dict]:
+    """The scale-out view's runs: every simulated multi-node run, and the cold one-node one-GPU runs beside them."""
+    return [r for r in runs if r["path"] != "presharded-dump" and r["cache"] == "cold" and "node_seconds" in r
+            and (r["nodes"] > 1 or r["gpus_per_node"] == r["ep"] == 1)]
+
+
 def _bars(ax, groups: list, pick, label) -> None:
     """Bars of each path's seconds per group (``pick(group)``: ``{path: run}``), the bake's limit as a tick and
     stock/bake on top."""
@@ -67,12 +73,10 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
         ax.set_ylabel("seconds to ready (lower is better)")
         ax.set_title(f"SGLang start-up, {model}-shaped, {layers} MoE layers: one node")
         if rows == 2:
-            multi = [r for r in mine if r["path"] != "presharded-dump" and r["cache"] == "cold"
-                     and (r.get("nodes", 1) > 1 or r.get("gpus_per_node") == r["ep"])]
-            deployments = sorted({(r.get("nodes", 1), r.get("gpus_per_node", r["ep"])) for r in multi})
+            multi = _deployment_runs(mine)
+            deployments = sorted({(r["nodes"], r["gpus_per_node"]) for r in multi})
             ax = axes[1][col]
-            _bars(ax, deployments, lambda d: {r["path"]: r for r in multi
-                                             if (r.get("nodes", 1), r.get("gpus_per_node", r["ep"])) == d},
+            _bars(ax, deployments, lambda d: {r["path"]: r for r in multi if (r["nodes"], r["gpus_per_node"]) == d},
                   lambda d: f"{d[0]} node(s)\nx {d[1]} GPU")
             ax.set_ylabel("seconds, slowest node (cold page cache)")
             ax.set_title(f"{model}-shaped: scale-out, each node cold")
@@ -195,8 +199,7 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
         missing = [f"EP {ep} {cache}" for ep in eps for cache in caches if (ep, cache) not in groups]
         if missing:
             lines += ["", f"Not measured: {', '.join(missing)}."]
-        multi = [r for r in mine if r["path"] != "presharded-dump" and r["cache"] == "cold" and "node_seconds" in r
-                 and (r["nodes"] > 1 or r["gpus_per_node"] == r["ep"] == 1)]
+        multi = _deployment_runs(mine)
         if _multi_node(mine):
             stock = {(r["nodes"], r["gpus_per_node"]): r for r in multi if r["path"] == "stock"}
             lines += ["", "Simulated nodes, cold: a deployment of N nodes x G GPUs (EP = N x G) measured one node at a "

@@ -25,7 +25,6 @@ sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():
     pytest.skip("sglang 0.5.23 is not installed (bin/setup installs it)", allow_module_level=True)
 
-from sglang.srt.plugins import load_plugins  # noqa: E402  (after the stand-ins are installed)
 
 from engine_oracles.sglang_oracle import standins, standins_hidden_after_each_test  # noqa: E402,F401  (autouse)
 
@@ -46,11 +45,7 @@ def serving(out, **engine):
 
 @pytest.fixture(scope="module", autouse=True)
 def plugin_loaded():
-    from sglang.srt.layers.quantization import QUANTIZATION_METHODS
-    from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
-
-    QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)  # as SGLang registers it on a CUDA (or CPU-engine) machine
-    load_plugins()
+    sglang_oracle.load_plugins_as_a_server_does()
     standins.hide()
 
 

@@ -44,6 +44,18 @@ def sglang_installed() -> bool:
     return sglang.__version__ == SGLANG_VERSION
 
 
+def load_plugins_as_a_server_does() -> None:
+    """What a server does before it builds a model: SGLang's ``mxfp4`` quantization registered (as SGLang registers it
+    on a CUDA machine; its CPU import leaves it out), then its plugins loaded (moebake's ``moebake`` quantization,
+    through the ``sglang.srt.plugins`` entry point)."""
+    from sglang.srt.layers.quantization import QUANTIZATION_METHODS
+    from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
+    from sglang.srt.plugins import load_plugins
+
+    QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
+    load_plugins()
+
+
 @pytest.fixture(autouse=True)
 def standins_hidden_after_each_test():
     """Autouse in the modules that import it: after each test, the stand-ins leave ``sys.modules``

@@ -47,12 +47,7 @@ DEVICE = "cuda"
 
 def with_plugins(sglang_oracle):
     """``sglang_oracle`` once SGLang knows ``mxfp4`` and has loaded its plugins (moebake's ``moebake`` quantization)."""
-    from sglang.srt.layers.quantization import QUANTIZATION_METHODS
-    from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
-    from sglang.srt.plugins import load_plugins
-
-    QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
-    load_plugins()
+    sglang_oracle.load_plugins_as_a_server_does()
     return sglang_oracle
 
 
