@@ -202,6 +202,8 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
     record = {"order": order, "engine": "sglang", "release": _sglang_release(), "model": _model_name(config), "target": target,
               "path": path, "moe_runner_backend": backend, "server_flags": command[3:], "ready_seconds": None,
               "load_seconds": None, "peak_gpu_gib": None, "tokens_equal_to_stock": None, "logprobs_equal_to_stock": None}
+    if os.environ.get("MOEBAKE_FLASHINFER_MOE_SO"):  # bench/real_server_probe.py installs it in the server
+        record["flashinfer_moe_module"] = reduced_module_of(Path(os.environ["MOEBAKE_FLASHINFER_MOE_SO"]))
     print(f"== {label}: {' '.join(command)}", flush=True)
     start = time.monotonic()
     with open(log_path, "w") as log:
@@ -246,6 +248,14 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
         _stop(server)
     text = log_path.read_text(errors="replace")
     return record | parse_log(text) | _probe(probe_path)
+
+
+def reduced_module_of(so_path: Path) -> dict:
+    """What a run's prebuilt reduced FlashInfer MoE module is: its sidecar (FlashInfer release, GEMM configurations
+    compiled, sha256) and its path."""
+    sidecar = so_path.with_suffix(".json")
+    meta = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
+    return {"path": str(so_path), **{k: meta[k] for k in ("module", "flashinfer", "tvm_ffi", "configs", "sha256") if k in meta}}
 
 
 COMPILERS = ("nvcc", "cicc", "ptxas", "ninja", "fatbinary", "nvlink", "ld.lld", "c++", "g++")

@@ -9,6 +9,13 @@ post-load step and its temporaries; no KV cache or CUDA graphs yet) and what is 
 nothing the load does. It also arms :mod:`faulthandler` on SIGUSR2 (SGLang uses no SIGUSR signal), writing every
 thread's Python stack to ``$MOEBAKE_REAL_SERVER_STACKS``: bench/real_server.py sends SIGUSR2 to a server that is not
 ready in time, so its record says where each process was (a JIT build, a CUDA-graph capture, ...).
+
+Where ``$MOEBAKE_FLASHINFER_MOE_SO`` names a prebuilt reduced FlashInfer SM90 MoE module (moebake.serve.flashinfer_build:
+FlashInfer's own W4A16 kernels for the installed FlashInfer, compiled for fewer GEMM tiles), :func:`register` also
+makes FlashInfer's ``cutlass_fused_moe`` and SM90 weight interleave use it in that process
+(``ensure_flashinfer_sm90_moe``), in the stock and the bake servers alike: FlashInfer's whole ``fused_moe_90`` JIT
+build does not fit one device hold. Only the module FlashInfer's getter returns changes; every call into it is
+FlashInfer's and SGLang's own.
 """
 
 import faulthandler
@@ -56,3 +63,7 @@ def register() -> None:
         faulthandler.register(signal.SIGUSR2, file=_stacks_file, all_threads=True)
 
     HookRegistry.register(TARGET, _measured_load, HookType.AROUND)
+    if os.environ.get("MOEBAKE_FLASHINFER_MOE_SO"):
+        from moebake.serve.flashinfer_build import ensure_flashinfer_sm90_moe
+
+        ensure_flashinfer_sm90_moe()  # reads $MOEBAKE_FLASHINFER_MOE_SO, checks its sidecar against this FlashInfer

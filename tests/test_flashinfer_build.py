@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from moebake.errors import InvalidArgumentError
+from moebake.errors import InvalidArgumentError, PlatformError
 from moebake.serve import flashinfer_paths as fp
 
 fb = pytest.importorskip("moebake.serve.flashinfer_build")
@@ -82,3 +82,73 @@ def test_configurations_parse_and_refuse_an_unknown_schedule(monkeypatch):
                       "w4a8": (("128x8x128", "1x1x1", "SingleWarpgroupPrefill"),)}
     with pytest.raises(InvalidArgumentError, match="unknown mainloop schedule 'Rolling'"):
         fp.parse_configs("128x16x128/1x1x1/Rolling")
+
+
+def test_each_flashinfer_release_has_one_source_revision_and_an_unknown_one_is_refused():
+    releases = [release for revision in fp.REVISIONS for release in revision.releases]
+    assert len(releases) == len(set(releases))
+    assert fp.revision_for("0.6.15.post1").paths == (fp.W4A16_E2M1,)
+    assert fp.revision_for("0.7.2.post1").paths == fp.PATHS
+    assert fb.TESTED_FLASHINFER_VERSIONS == fp.REVISIONS[0].releases  # the runtime: the newest revision's release
+    with pytest.raises(PlatformError, match=r"written for FlashInfer 0\.7\.2\.post1, 0\.6\.15\.post1, found 0\.6\.9"):
+        fp.revision_for("0.6.9")
+    assert fp.revision_for("0.6.9", any_version=True) is fp.REVISIONS[0]
+
+
+FLASHINFER_0_6_15 = "0.6.15.post1"  # SGLang 0.5.17's pin
+
+
+@pytest.fixture(scope="module")
+def generated_0_6_15(tmp_path_factory):
+    """The reduced module's sources generated in a subprocess from FlashInfer 0.6.15.post1's own released tree (its
+    Python, its kernel generator and its csrc, fetched from PyPI like the release matrix's trees): ``{name: text}``."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.engine_releases.trees import release_tree
+
+    try:
+        tree = release_tree("flashinfer-python", FLASHINFER_0_6_15)
+    except OSError as err:
+        pytest.skip(f"cannot fetch FlashInfer {FLASHINFER_0_6_15}'s tree: {err}")
+    workspace = tmp_path_factory.mktemp("fi0615")
+    env = dict(os.environ, FLASHINFER_WORKSPACE_BASE=str(workspace), FLASHINFER_CUDA_ARCH_LIST="9.0a",
+               PYTHONPATH=os.pathsep.join([str(tree), str(Path(__file__).parents[1])]))
+    env.pop(fp.W4A16.configs_env, None)
+    script = ("import json, flashinfer; from moebake.serve import flashinfer_build as fb; "
+              "spec = fb.gen_reduced_sm90_module(); "
+              "print(json.dumps({'version': flashinfer.__version__, "
+              "'sources': {p.name: p.read_text() for p in spec.sources if p.parent.name == 'moebake_90'}}))")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["version"] == FLASHINFER_0_6_15
+    return result["sources"]
+
+
+def test_flashinfer_0_6_15s_generator_has_the_w4a16_configurations_compiled_with_its_fp4_type(generated_0_6_15):
+    """FlashInfer 0.6.15 spells the FP4 weight ``__nv_fp4_e2m1`` and has no Humming path: each default configuration
+    is one of its own generator's instantiations, copied as it wrote it; every other one of the path is stubbed."""
+    sources = generated_0_6_15
+    for tile, cluster, schedule in fp.W4A16_E2M1.default_configs:
+        kernel = sources[f"moebake_w4a16_gemm_{tile}_c{cluster}_{schedule.lower()}.cu"]
+        m, n, k = tile.split("x")
+        assert ("sm90_generic_mixed_moe_gemm_kernelLauncher<__nv_bfloat16, __nv_fp4_e2m1, __nv_bfloat16,"
+                in kernel), tile
+        assert f"cute::Shape<cute::Int<{m}>, cute::Int<{n}>, cute::Int<{k}>>" in kernel
+        assert f"KernelTmaWarpSpecialized{schedule}," in kernel
+    assert not any("w4a8" in name for name in sources)
+    stubs = sources["moebake_gemm_stubs.cu"]
+    assert "MixedInputScaleMode" not in stubs and "SafeFP4" not in stubs and "small_k" not in stubs
+    assert stubs.count("template void sm90_generic_mixed_moe_gemm_kernelLauncher<__nv_bfloat16, __nv_fp4_e2m1,") > 50
+    assert "template void sm90_generic_mixed_moe_gemm_kernelLauncher<half," not in stubs  # FP16 is not a path here
+    binding = sources["moebake_binding.cu"]
+    constructor = binding[binding.index("// moebake reduced module"):binding.index("if (!mKernelRunner)")]
+    runners = re.findall(r"make_(?:shared|unique)<\s*kernels::CutlassMoeFCRunner<([^;]*)>>\(\)", constructor)
+    assert runners == ["__nv_bfloat16, __nv_fp4_e2m1"]
+    assert "template class CutlassMoeFCRunner<__nv_bfloat16, __nv_fp4_e2m1>;" in sources["moebake_runners.cu"]
+    assert "template class MoeGemmRunner<__nv_bfloat16, __nv_fp4_e2m1, __nv_bfloat16>;" in sources[
+        "moebake_w4a16_gemm_runner.cu"]

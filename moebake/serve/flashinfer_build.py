@@ -48,8 +48,9 @@ tests and benchmarks that run an engine's own code. With a prebuilt library (``M
 or ``prebuilt=``), nothing is compiled: the ``.so`` is loaded with ``tvm_ffi.load_module`` after its
 sidecar JSON is checked against the installed FlashInfer and apache-tvm-ffi versions and the file's sha256.
 
-Only FlashInfer 0.7.2.post1 was checked; the source patches assert their anchors, so another
-version fails loudly instead of building something wrong. A prebuilt ``.so`` is tied to the
+The sources are written for the FlashInfer releases of :data:`moebake.serve.flashinfer_paths.REVISIONS` (0.7.2.post1,
+and 0.6.15.post1 with the W4A16 path only, for SGLang 0.5.17's own server); the source patches assert their anchors,
+so another version fails loudly instead of building something wrong. A prebuilt ``.so`` is tied to the
 FlashInfer and apache-tvm-ffi versions it was built with (checked from its sidecar). Build time, size
 and what the GPU tests check: docs/benchmarks.md and docs/testing.md.
 """
@@ -66,12 +67,22 @@ from pathlib import Path
 from typing import Any, Optional
 
 from moebake.errors import PlatformError
-from moebake.serve.flashinfer_paths import ConfigChoice, selected_configs, write_reduced_sources
+from moebake.serve.flashinfer_paths import (
+    REVISIONS,
+    ConfigChoice,
+    SourceRevision,
+    revision_for,
+    selected_configs,
+    write_reduced_sources,
+)
 
 MODULE_NAME = "fused_moe_90_moebake"
 """Name of the reduced JIT module (its cache directory and ``.so`` are named after it)."""
 
-TESTED_FLASHINFER_VERSIONS = ("0.7.2.post1",)
+TESTED_FLASHINFER_VERSIONS = REVISIONS[0].releases
+"""The FlashInfer releases moebake's runtime (``moebake.serve``) is proven with: the ``gpu`` extra's pin. The reduced
+module's sources are written for every release of :data:`moebake.serve.flashinfer_paths.REVISIONS` (older ones for
+engines' own code that pins an older FlashInfer, such as SGLang 0.5.17's server)."""
 
 PREBUILT_ENV = "MOEBAKE_FLASHINFER_MOE_SO"
 """Environment variable naming a prebuilt reduced ``.so`` to load instead of building."""
@@ -93,15 +104,25 @@ _STOCK_SOURCES_KEPT = (
 
 
 def check_flashinfer_version() -> str:
+    """The installed FlashInfer's version, if moebake's runtime is proven with it (:data:`TESTED_FLASHINFER_VERSIONS`);
+    else ``PlatformError``, unless ``MOEBAKE_FLASHINFER_ANY_VERSION`` is set."""
     import flashinfer
 
     version = flashinfer.__version__
     if version not in TESTED_FLASHINFER_VERSIONS and not os.environ.get("MOEBAKE_FLASHINFER_ANY_VERSION"):
         raise PlatformError(
-            f"moebake's reduced FlashInfer MoE module was written for FlashInfer {TESTED_FLASHINFER_VERSIONS}, "
-            f"found {version}; set MOEBAKE_FLASHINFER_ANY_VERSION=1 to try anyway"
+            f"moebake's runtime is proven with FlashInfer {', '.join(TESTED_FLASHINFER_VERSIONS)}, found {version}; "
+            f"install that (pip install 'moebake[gpu]'), or set MOEBAKE_FLASHINFER_ANY_VERSION=1 to try anyway"
         )
     return version
+
+
+def installed_revision() -> SourceRevision:
+    """The reduced module's :class:`SourceRevision` for the installed FlashInfer (``PlatformError`` for one it is not
+    written for, unless ``MOEBAKE_FLASHINFER_ANY_VERSION`` is set)."""
+    import flashinfer
+
+    return revision_for(flashinfer.__version__, any_version=bool(os.environ.get("MOEBAKE_FLASHINFER_ANY_VERSION")))
 
 
 def _stock_sm90_generator():
@@ -119,14 +140,14 @@ def gen_reduced_sm90_module(configs: ConfigChoice = None):
     """
     from flashinfer.jit import env as jit_env
 
-    check_flashinfer_version()
+    revision = installed_revision()
     stock = _stock_sm90_generator()(False)  # also (re)generates FlashInfer's kernel instantiation files
     generated = Path(jit_env.FLASHINFER_GEN_SRC_DIR) / "cutlass_instantiations" / "90"
     out_dir = Path(jit_env.FLASHINFER_GEN_SRC_DIR) / "moebake_90"
     csrc = Path(jit_env.FLASHINFER_CSRC_DIR)
     sources = [csrc / rel for rel in _STOCK_SOURCES_KEPT]
 
-    sources += write_reduced_sources(out_dir, csrc, generated, MODULE_NAME, configs)
+    sources += write_reduced_sources(out_dir, csrc, generated, MODULE_NAME, configs, revision)
     for source in sources:
         if not source.exists():
             raise FileNotFoundError(f"FlashInfer source missing (trimmed wheel?): {source}")
@@ -146,7 +167,8 @@ def describe_build(configs: ConfigChoice = None) -> dict[str, Any]:
         "module": MODULE_NAME,
         "flashinfer": flashinfer.__version__,
         "tvm_ffi": tvm_ffi.__version__,
-        "configs": {name: ["/".join(c) for c in chosen] for name, chosen in selected_configs(configs).items()},
+        "configs": {name: ["/".join(c) for c in chosen]
+                    for name, chosen in selected_configs(configs, installed_revision().paths).items()},
         "arch": "sm_90a",
     }
 
@@ -225,7 +247,8 @@ def ensure_flashinfer_sm90_moe(prebuilt: Optional[os.PathLike | str] = None, con
     import flashinfer.fused_moe.core as core
 
     prebuilt = prebuilt or os.environ.get(PREBUILT_ENV) or None
-    key = (str(Path(prebuilt).resolve()) if prebuilt else None, tuple(selected_configs(configs).items()))
+    key = (str(Path(prebuilt).resolve()) if prebuilt else None,
+           tuple(selected_configs(configs, installed_revision().paths).items()))
     if _installed is not None and _installed_key == key and getattr(core.gen_cutlass_fused_moe_sm90_module, "_moebake", False):
         return _installed
     spec = reduced_module_spec(prebuilt, configs)
