@@ -145,7 +145,7 @@ def gen_reduced_sm90_module(configs: ConfigChoice = None):
     generated = Path(jit_env.FLASHINFER_GEN_SRC_DIR) / "cutlass_instantiations" / "90"
     out_dir = Path(jit_env.FLASHINFER_GEN_SRC_DIR) / "moebake_90"
     csrc = Path(jit_env.FLASHINFER_CSRC_DIR)
-    sources = [csrc / rel for rel in _STOCK_SOURCES_KEPT]
+    sources = [csrc / rel for rel in _STOCK_SOURCES_KEPT + revision.stock_sources]
 
     sources += write_reduced_sources(out_dir, csrc, generated, MODULE_NAME, configs, revision)
     for source in sources:

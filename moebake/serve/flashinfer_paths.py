@@ -265,19 +265,23 @@ class SourceRevision:
 
     ``paths`` are compiled in the binding constructor's order; ``stub_prelude`` is C++ the generated launcher
     statements need in ``cutlass_kernels_oss`` (a type alias), ``stub_launchers`` the throwing definitions of the
-    release's launcher templates, with the release's template parameters.
+    release's launcher templates, with the release's template parameters. ``stock_sources`` are more of FlashInfer's own
+    sources (relative to its ``csrc``) that the release's runners link against.
     """
 
     releases: tuple[str, ...]
     paths: tuple[MixedInputPath, ...]
     stub_prelude: str
     stub_launchers: str
+    stock_sources: tuple[str, ...] = ()
 
 
 REVISIONS = (
     SourceRevision(("0.7.2.post1",), PATHS,
                    "using SafeFP4 = tensorrt_llm::kernels::cutlass_kernels::Fp4Type;\n", _LAUNCHER_STUBS_SCALE_MODE),
-    SourceRevision(("0.6.15.post1",), (W4A16_E2M1,), "", _LAUNCHER_STUBS_PLAIN),
+    # 0.6.15's MoE runner holds a DeepSeek FP8 block-scale GEMM runner: its code links into every runner.
+    SourceRevision(("0.6.15.post1",), (W4A16_E2M1,), "", _LAUNCHER_STUBS_PLAIN,
+                   ("nv_internal/tensorrt_llm/kernels/cutlass_kernels/fp8_blockscale_gemm/fp8_blockscale_gemm.cu",)),
 )
 """Every FlashInfer release the reduced module's sources are written for, newest first."""
 
