@@ -42,7 +42,11 @@ simulated nodes: :func:`node_bytes_needed` at the disk's speed), peak_gpu_extra_
 parameters resident at the end, largest rank) and peak_host_rss_gib (largest rank's peak RSS, mapped file pages
 included; with rss_before_load_gib, the process before its first byte, and rss_anon_after_gib /
 rss_file_after_gib, its anonymous and file-backed resident memory after the load). The machine's limits are
-measured in the same run (:func:`measure_limits`). Cold runs drop the page cache (root).
+measured in the same run (:func:`measure_limits`). Cold runs drop the page cache (root). ``phases`` (the slowest
+rank's; absent from older files): seconds of the timed region's parts, wall clock: ``build`` (the model's
+construction), ``iterate`` (the weight iteration with every loader it calls; of it, ``iterate_reads``: moebake's reads
+of the other tensors), ``post_load`` (every MoE layer's post-load step; of it, ``post_load_reads``: moebake's reads of
+the experts), ``sync`` (the final CUDA synchronize) and ``other`` (the rest; presharded: its reload but the build).
 
     python bench/startup_bench.py make --model gpt-oss-120b --layers 18 --dir /data/b120    # source + bake
     python bench/startup_bench.py all --dir /data/b120 --ep 1 2 --cache cold warm --nodes 2 4 --drop-dumps \\
@@ -58,6 +62,7 @@ import resource
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -288,9 +293,19 @@ def _quant_config(path: str, config: dict):
     return Mxfp4Config.from_config(config["quantization_config"])
 
 
-def _load_from_checkpoint(path: str, root, files: list[str], directory: Path, device: str) -> int:
+@contextmanager
+def _timed(phases: dict, name: str):
+    """Add the seconds of the ``with`` block to ``phases[name]``."""
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases[name] = phases.get(name, 0.0) + time.perf_counter() - began
+
+
+def _load_from_checkpoint(path: str, root, quant, files: list[str], directory: Path, device: str, phases: dict) -> int:
     """Load ``root`` from the checkpoint's shards through SGLang's iterator and loaders, then run every MoE layer's
-    post-load step; the bytes of tensor data the path consumed."""
+    post-load step; the bytes of tensor data the path consumed. Adds the seconds of its parts to ``phases``."""
     import torch
     from sglang.srt.model_loader.loader import DefaultModelLoader
     from sglang.srt.model_loader.weight_utils import buffered_multi_thread_safetensors_weights_iterator, default_weight_loader
@@ -306,48 +321,60 @@ def _load_from_checkpoint(path: str, root, files: list[str], directory: Path, de
         getattr(param, "weight_loader", default_weight_loader)(param, tensor)
         requested += tensor.numel() * tensor.element_size()
 
-    if path != "bake":  # as GptOssForCausalLM._load_weights_mxfp4: experts loaded as they come, the rest after
-        held = []
+    with _timed(phases, "iterate"):
+        if path != "bake":  # as GptOssForCausalLM._load_weights_mxfp4: experts loaded as they come, the rest after
+            held = []
 
-        def experts():
-            nonlocal requested
-            for name, tensor in weights:
-                if ".experts" in name:
-                    requested += tensor.numel() * tensor.element_size()
-                    yield name, tensor
-                else:
-                    held.append((name, tensor))  # lazy mmap views until loaded below
+            def experts():
+                nonlocal requested
+                for name, tensor in weights:
+                    if ".experts" in name:
+                        requested += tensor.numel() * tensor.element_size()
+                        yield name, tensor
+                    else:
+                        held.append((name, tensor))  # lazy mmap views until loaded below
 
-        root.config = _holder_config(directory)
-        GptOssForCausalLM._load_mxfp4_experts_weights(root, experts())
-        for name, tensor in held:
-            load(name, tensor)
-        held.clear()  # SGLang drops its held views once they are loaded
-    else:  # as its generic load_weights: every tensor in the iterator's order (the post-load step replaces no parameter)
-        direct = _direct_loader(root, directory, device)
-        for name, tensor in (direct.filter(weights) if direct else weights):
-            if ".experts" in name:
-                params[name].weight_loader(params[name], tensor)  # the plugin's loader: metadata only
-            else:
+            root.config = _holder_config(directory)
+            GptOssForCausalLM._load_mxfp4_experts_weights(root, experts())
+            for name, tensor in held:
                 load(name, tensor)
-        requested += direct.stats.loaded_bytes if direct else 0
+            held.clear()  # SGLang drops its held views once they are loaded
+        else:  # as its generic load_weights: every tensor in the iterator's order (the post-load step replaces no parameter)
+            direct = _direct_loader(root, quant, directory, device)
+            for name, tensor in (direct.filter(weights) if direct else weights):
+                if ".experts" in name:
+                    params[name].weight_loader(params[name], tensor)  # the plugin's loader: metadata only
+                else:
+                    load(name, tensor)
+            requested += direct.stats.loaded_bytes if direct else 0
+            phases["iterate_reads"] = direct.stats.seconds if direct else 0.0
     params.clear()  # SGLang's load_weights drops its name -> parameter map before the post-load step replaces them
-    for layer in _moe_layers(root):
-        layer.quant_method.process_weights_after_loading(layer)
-        stats = getattr(layer.quant_method, "load_stats", None)
-        requested += stats.bytes if stats is not None else 0
+    with _timed(phases, "post_load"):
+        for layer in _moe_layers(root):
+            layer.quant_method.process_weights_after_loading(layer)
+            stats = getattr(layer.quant_method, "load_stats", None)
+            if stats is not None:
+                requested += stats.bytes
+                phases["post_load_reads"] = phases.get("post_load_reads", 0.0) + stats.seconds
     if device.startswith("cuda"):
-        torch.cuda.synchronize()
+        with _timed(phases, "sync"):
+            torch.cuda.synchronize()
     return requested
 
 
-def _direct_loader(root, directory: Path, device: str):
-    """moebake's loader of the bake's other tensors (straight into their parameters), where this checkout has it."""
+def _direct_loader(root, quant, directory: Path, device: str):
+    """moebake's loader of the bake's other tensors (straight into their parameters), where this checkout has it; as
+    the plugin makes it where it can (the model holds the bake's config, whose reader the experts' loads share)."""
+    import torch
+
     try:
         from moebake.engines.sglang.whole_model import DirectParameterLoader
     except ImportError:
         return None
-    return DirectParameterLoader(root, directory, device)
+    if not hasattr(DirectParameterLoader, "for_served_model"):
+        return DirectParameterLoader(root, directory, device)
+    root.quant_config = quant  # as SGLang's model classes hold it
+    return DirectParameterLoader.for_served_model(root, torch.device(device))
 
 
 def _moe_layers(root) -> list:
@@ -374,21 +401,26 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
     rss_before = _rss_gib()  # the process (torch, CUDA context, the engine's imports) before its first byte
     began = time.perf_counter()
 
+    phases = {}
+
     def build():
-        return _build_model(config, quant, others)
+        with _timed(phases, "build"):
+            return _build_model(config, quant, others)
 
     result = {}
     if path == "presharded":
         dump = startup_presharded.recorded_dump(directory.parent, ep)
         root = startup_presharded.reload(build, quant, directory, dump, device)
         if cuda:
-            torch.cuda.synchronize()
+            with _timed(phases, "sync"):
+                torch.cuda.synchronize()
         requested = startup_presharded.rank_bytes(dump, rank)
     else:
         with torch.device(device):
             root = build()
-        requested = _load_from_checkpoint(path, root, files, directory, device)
+        requested = _load_from_checkpoint(path, root, quant, files, directory, device, phases)
     seconds = time.perf_counter() - began
+    phases["other"] = seconds - sum(v for k, v in phases.items() if not k.endswith("_reads"))
     rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB  # before the digest's own copies
     rss_after = _rss_gib()
     resident = torch.cuda.memory_allocated() if cuda else 0
@@ -402,7 +434,7 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
             startup_presharded.record_dump(directory.parent, ep, dump)
     layers = _moe_layers(root)
     moe = {id(p) for layer in layers for p in layer.parameters()}
-    return {**result, "seconds": seconds, "layer0_xxh3": _digest(layers[0].named_parameters()),
+    return {**result, "seconds": seconds, "phases": phases, "layer0_xxh3": _digest(layers[0].named_parameters()),
             "others_xxh3": _digest((n, p) for n, p in root.named_parameters() if id(p) not in moe),
             "peak_host_rss_gib": rss_gib,
             "rss_before_load_gib": rss_before.get("rss", 0.0), "rss_anon_after_gib": rss_after.get("anon", 0.0),
@@ -626,6 +658,7 @@ def run_all(args) -> None:
 def _ranks_record(path: str, ep: int, nodes: int, gpus_per_node: int, cache: str, per_node: list[list[dict]]) -> dict:
     """One run's record from its ranks' results, node by node (``per_node[n]``: node n's ranks, in rank order)."""
     ranks = [r for node in per_node for r in node]
+    slowest = max(ranks, key=lambda r: r["seconds"])
     return {"path": path, "ep": ep, "nodes": nodes, "gpus_per_node": gpus_per_node, "cache": cache,
             "seconds": max(r["seconds"] for r in ranks),
             "node_seconds": [max(r["seconds"] for r in node) for node in per_node],
@@ -635,7 +668,8 @@ def _ranks_record(path: str, ep: int, nodes: int, gpus_per_node: int, cache: str
             "peak_gpu_extra_gib": max(r["peak_gpu_extra_gib"] for r in ranks),
             "resident_gib": max(r["resident_gib"] for r in ranks),
             "peak_host_rss_gib": max(r["peak_host_rss_gib"] for r in ranks),
-            **{key: max(r[key] for r in ranks) for key in ("rss_before_load_gib", "rss_anon_after_gib", "rss_file_after_gib")}}
+            **{key: max(r[key] for r in ranks) for key in ("rss_before_load_gib", "rss_anon_after_gib", "rss_file_after_gib")},
+            **({"phases": slowest["phases"]} if "phases" in slowest else {})}
 
 
 def _compare_with_earlier(run: dict, earlier: list[dict]) -> list[str]:

@@ -146,6 +146,33 @@ def _rss_split(runs: list[dict]) -> list[str]:
     return lines
 
 
+def _phase(phases: dict, name: str, reads: str | None = None) -> str:
+    """``phases[name]`` seconds (with ``phases[reads]``, the moebake reads inside it, in brackets), ``-`` if absent."""
+    if name not in phases:
+        return "-"
+    inside = f" ({phases[reads]:.2f})" if reads in phases else ""
+    return f"{phases[name]:.2f}{inside}"
+
+
+def _phase_rows(runs: list[dict]) -> list[str]:
+    """Where each run's seconds went (runs that recorded ``phases``: the slowest rank's)."""
+    timed = [r for r in runs if "phases" in r]
+    if not timed:
+        return []
+    lines = ["", "Where the time goes, seconds (slowest rank, wall clock): the model's construction; the weight iteration "
+             "with every loader it calls (in brackets: moebake's reads of the other tensors); every MoE layer's "
+             "post-load step (in brackets: moebake's reads of the experts); the final CUDA synchronize; the rest "
+             "(presharded: its reload but the build).", "",
+             "| ep | cache | path | total | build | iterate (moebake reads) | post-load (moebake reads) | sync | other |",
+             "|" + "---|" * 9]
+    for r in sorted(timed, key=lambda r: (r["cache"], r["ep"], r.get("nodes", 1), PATHS.index(r["path"]))):
+        p = r["phases"]
+        lines.append(f"| {r['ep']} | {r['cache']} | {r['path']} | {r['seconds']:.2f} | {_phase(p, 'build')} | "
+                     f"{_phase(p, 'iterate', 'iterate_reads')} | {_phase(p, 'post_load', 'post_load_reads')} | "
+                     f"{_phase(p, 'sync')} | {_phase(p, 'other')} |")
+    return lines
+
+
 def _dump_rows(dumps: list[dict]) -> list[str]:
     if not dumps:
         return []
@@ -210,6 +237,7 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
             lines += _node_rows(multi, stock)
         lines += _dump_rows([r for r in mine if r["path"] == "presharded-dump"])
         lines += _rss_split(single)
+        lines += _phase_rows(single)
         notes = sorted({r["note"] for r in mine if r.get("note")})
         notes += [n["text"] for n in results.get("notes", []) if (n.get("model"), n.get("layers")) == (model, layers)]
         lines += [""] + [f"Note: {n}" for n in notes] + ([""] if notes else [])

@@ -398,6 +398,14 @@ def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_pa
         assert runs["bake", ep, nodes]["layer0_equal_to_stock"] is True and runs["bake", ep, nodes]["others_equal_to_stock"]
     assert len(runs["bake", 2, 2]["node_seconds"]) == 2 and runs["bake", 2, 2]["gpus_per_node"] == 1
     assert runs["presharded-dump", 2, 1]["dump_bytes"] > 0
+    for (path, ep, nodes), run in runs.items():  # the slowest rank's phases: what ran in the timed region, no more
+        if path != "presharded-dump":
+            parts = {"build", "other"} | ({"iterate", "post_load"} if path != "presharded" else set())
+            assert parts | ({"iterate_reads", "post_load_reads"} if path == "bake" else set()) == set(run["phases"])
+            whole = sum(v for k, v in run["phases"].items() if not k.endswith("_reads"))
+            assert abs(whole - run["seconds"]) < 1e-6 and run["phases"]["build"] > 0
+    bake = runs["bake", 1, 1]["phases"]
+    assert 0 < bake["iterate_reads"] <= bake["iterate"] and 0 < bake["post_load_reads"] <= bake["post_load"]
     assert not list(tmp_path.glob("presharded-ep*.json")) and not any((tmp_path / "src" / "presharded").iterdir())
     from moebake.schema.manifest import Manifest, read_manifest
 
@@ -411,6 +419,7 @@ def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_pa
     md = Path(subprocess.run([*script, "table", str(results)], check=True, capture_output=True, text=True).stdout.strip())
     text = md.read_text()
     assert "| 2 x 1 | bake |" in text and "| 2 x 1 | presharded |" in text and "presharded dumps" in text
+    assert "| 1 | warm | bake |" in text and "Where the time goes" in text
 
 
 @pytest.mark.parametrize("name", ["startup_h200x2", "startup_h100"])
@@ -455,7 +464,9 @@ def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):
     runs = [{**run, "path": "stock", "ep": 1, "cache": "cold", "seconds": 6.0},
             {**run, "path": "presharded", "ep": 1, "cache": "cold", "seconds": 4.0, "peak_gpu_extra_gib": 1.0},
             {**run, "path": "bake", "ep": 1, "cache": "cold", "seconds": 3.0, "peak_gpu_extra_gib": 0.0},
-            {**run, "path": "bake", "ep": 2, "cache": "warm", "seconds": 1.0},
+            {**run, "path": "bake", "ep": 2, "cache": "warm", "seconds": 1.0,
+             "phases": {"build": 0.1, "iterate": 0.3, "iterate_reads": 0.2, "post_load": 0.5, "post_load_reads": 0.4,
+                        "sync": 0.05, "other": 0.05}},
             {**node, "path": "stock", "seconds": 8.0, "node_seconds": [8.0, 7.5], "node_bytes_read": [4e9, 3.9e9]},
             {**node, "path": "bake", "seconds": 2.5, "node_seconds": [2.5, 2.4], "node_bytes_read": [2.1e9, 2e9],
              "peak_gpu_extra_gib": 0.0},
@@ -474,6 +485,8 @@ def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):
     assert "| 2 x 1 | stock | 8.00 | 8.00, 7.50 | 4.00 | 2.00 | 2.00 | 4.00 | 1.00x | 0.50 |" in text
     assert "| 2 x 1 | bake | 2.50 | 2.50, 2.40 | 2.10 | 2.00 | 2.00 | 1.25 | 3.20x | 0.00 |" in text
     assert "| 2 | 6.50 | 1.50 | 3.25 |" in text  # the dump: stock load, dump, GB
+    assert "| 2 | warm | bake | 1.00 | 0.10 | 0.30 (0.20) | 0.50 (0.40) | 0.05 | 0.05 |" in text  # its phases alone
+    assert "| 1 | cold | stock | 6.00 |" not in text
     assert "Not measured: EP 1 warm, EP 2 cold." in text and "disk 1.00 GB/s with O_DIRECT (the only disk probe" in text
 
 

@@ -258,6 +258,7 @@ def test_sglangs_gpt_oss_loader_intercepted_equals_sglangs_own(bake, monkeypatch
             "model.embed_tokens.weight", "lm_head.weight", "model.layers.0.mlp.router.weight",
             "model.layers.0.mlp.router.bias", "model.layers.0.self_attn.sinks"}
         first = ours.moebake_direct_load
+        assert first.reader is ours.quant_config.rank_loader(torch.device("cpu")).reader  # one ring, one thread pool
         intercepted(ours, sglang_weights(bake), CPU)
         assert ours.moebake_direct_load is first
 

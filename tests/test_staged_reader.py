@@ -1,9 +1,14 @@
-"""StagedReader on CPU: the chunked, ring-buffered pipeline (staged) and direct reads land every byte."""
+"""StagedReader on CPU: the chunked, ring-buffered pipeline (staged) and direct reads land every byte; its threads
+and ring are kept between reads; a failed read waits for the others."""
+
+import threading
+import time
 
 import pytest
 import torch
 
 from moebake.errors import MoebakeError
+from moebake.serving_core import staged_reader
 from moebake.serving_core.staged_reader import ByteRange, StagedReader
 from tests.conftest import random_u8
 
@@ -41,3 +46,78 @@ def test_a_file_ending_early_names_the_tensor(data_file, staged):
     with pytest.raises(MoebakeError,
                        match=r"blob.bin: tensor model.layers.0.mlp.experts.w2_weight is truncated \(file ends at byte 50000\)"):
         reader.read(ranges)
+
+
+def _ranges(path, dests):
+    return [ByteRange(str(path), offset, dest, f"t{i}") for i, ((offset, _), dest) in enumerate(zip(PIECES, dests))]
+
+
+def test_the_reading_threads_and_the_ring_are_kept_between_reads_until_closed(data_file):
+    path, data = data_file
+    reader = StagedReader(torch.device("cpu"), chunk_bytes=1024, slots=3, staged=True)
+    dests = [torch.empty(n, dtype=torch.uint8) for _, n in PIECES]
+
+    def readers():
+        return {t for t in threading.enumerate() if t.name.startswith("moebake-read")}
+
+    before = readers()
+    reader.read(_ranges(path, dests))
+    first, ring = readers() - before, [b.data_ptr() for b in reader._buffers]
+    reader.read(_ranges(path, dests))
+    assert readers() - before == first and 0 < len(first) <= 3
+    assert [b.data_ptr() for b in reader._buffers] == ring
+    reader.close()
+    assert not any(t.is_alive() for t in first) and reader._buffers == []
+    reader.read(_ranges(path, dests))  # starts again after close
+    assert all(torch.equal(dest, data[offset:offset + n]) for (offset, n), dest in zip(PIECES, dests))
+    reader.close()
+
+
+@pytest.mark.parametrize("staged", [True, False])
+def test_a_failed_read_returns_only_after_every_other_read_has_ended(data_file, monkeypatch, staged):
+    """The reading threads outlive a call: a call that fails must still wait for its other reads, which would
+    otherwise go on into a closed (or re-used) file descriptor and a staging buffer the next call refills."""
+    path, _ = data_file
+    running, lock, real = [0], threading.Lock(), staged_reader._pread_into
+
+    def slow_or_failing(fd, buffer, offset, piece):
+        with lock:
+            running[0] += 1
+        try:
+            if offset == 1000:
+                raise MoebakeError(f"{piece.path}: tensor {piece.name} planted failure")
+            time.sleep(0.05)
+            real(fd, buffer, offset, piece)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(staged_reader, "_pread_into", slow_or_failing)
+    reader = StagedReader(torch.device("cpu"), chunk_bytes=1024, slots=4, staged=staged)
+    dests = [torch.empty(n, dtype=torch.uint8) for _, n in PIECES]
+    with pytest.raises(MoebakeError, match=r"blob.bin: tensor t1 planted failure"):
+        reader.read(_ranges(path, dests))
+    assert running[0] == 0
+    reader.close()
+
+
+def test_staged_reads_go_through_the_ring_only(data_file, monkeypatch):
+    """Host memory of a staged read is the ring (``slots`` buffers of ``chunk_bytes``), whatever the sizes: every
+    read lands in one of its buffers."""
+    path, data = data_file
+    seen, real = [], staged_reader._pread_into
+
+    def recording(fd, buffer, offset, piece):
+        seen.append((buffer.data_ptr(), buffer.numel()))
+        real(fd, buffer, offset, piece)
+
+    monkeypatch.setattr(staged_reader, "_pread_into", recording)
+    reader = StagedReader(torch.device("cpu"), chunk_bytes=1024, slots=3, staged=True)
+    dests = [torch.empty(n, dtype=torch.uint8) for _, n in PIECES]
+    reader.read(_ranges(path, dests))
+    ring = [(b.data_ptr(), b.numel()) for b in reader._buffers]
+    assert len(ring) == 3 and all(size == 1024 for _, size in ring)
+    assert len(seen) == sum(-(-n // 1024) for _, n in PIECES)
+    assert all(any(start <= ptr and ptr + n <= start + size for start, size in ring) for ptr, n in seen)
+    assert all(torch.equal(dest, data[offset:offset + n]) for (offset, n), dest in zip(PIECES, dests))
+    reader.close()

@@ -51,7 +51,7 @@ import torch
 from moebake.errors import InternalError
 from moebake.formats.safetensors_file import DTYPES
 from moebake.serving_core.checkpoint_tensors import CheckpointTensors
-from moebake.serving_core.staged_reader import ByteRange, StagedReader
+from moebake.serving_core.staged_reader import ByteRange, StagedReader, own_reader
 
 DEFAULT_BATCH_BYTES = 1 << 30
 
@@ -110,13 +110,14 @@ class DirectParameterLoader:
     ``row_shard``: the engine's rule for parameters that hold a range of the stored rows (default: none do);
     ``exclude``: names always yielded unchanged (e.g. baked expert tensors); ``files``: ``directory``'s
     :class:`CheckpointTensors` where the caller has parsed them already; ``staged``, ``chunk_bytes``, ``slots``: the
-    :class:`StagedReader`'s (``staged=True`` runs the pinned pipeline on a CPU device).
+    :class:`StagedReader`'s (``staged=True`` runs the pinned pipeline on a CPU device), or ``reader``: one onto
+    ``device`` shared with the process's other loads.
     """
 
     def __init__(self, model: torch.nn.Module, directory: str | Path, device: torch.device | str, *,
                  plain_copy: PlainCopy | None = None, row_shard: ShardRule | None = None, exclude: Collection[str] = (),
                  files: CheckpointTensors | None = None, batch_bytes: int = DEFAULT_BATCH_BYTES, staged: bool | None = None,
-                 chunk_bytes: int | None = None, slots: int | None = None):
+                 chunk_bytes: int | None = None, slots: int | None = None, reader: StagedReader | None = None):
         self.params = dict(model.named_parameters())
         self.files = files or CheckpointTensors(directory)
         self.device = torch.device(device)
@@ -124,8 +125,7 @@ class DirectParameterLoader:
         self.row_shard = row_shard or (lambda name, param: None)
         self.exclude = frozenset(exclude)
         self.batch_bytes = batch_bytes
-        options = {k: v for k, v in (("chunk_bytes", chunk_bytes), ("slots", slots)) if v is not None}
-        self.reader = StagedReader(self.device, staged=staged, **options)
+        self.reader = reader or own_reader(self.device, chunk_bytes=chunk_bytes, slots=slots, staged=staged)
         self._loaded: list[str] = []
         self._passed: list[str] = []
         self._loaded_bytes = self._passed_bytes = self._zeroed_bytes = 0

@@ -26,7 +26,7 @@ from moebake.schema.enums import DType
 from moebake.schema.index import read_index
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
 from moebake.serving_core.checkpoint_tensors import CheckpointTensors
-from moebake.serving_core.staged_reader import ByteRange, LoadStats, StagedReader
+from moebake.serving_core.staged_reader import ByteRange, LoadStats, StagedReader, own_reader
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,14 +107,15 @@ class RankLoader:
     """Reads rows of a bake's expert tensors into destination tensors on one device (see the module docstring).
 
     ``files``: the bake's index and headers, shared with whoever else reads them (parsed once). Re-usable
-    across layers (its pinned ring is allocated once); ``total`` sums every load's bytes and time.
+    across layers (its pinned ring is allocated once); ``total`` sums every load's bytes and time. ``reader``: a
+    :class:`StagedReader` onto ``device`` shared with the process's other loads (one ring, one set of threads);
+    else one of its own, of ``chunk_bytes``, ``slots`` and ``staged``.
     """
 
-    def __init__(self, files: BakeFiles, device: torch.device | str, *,
-                 chunk_bytes: int | None = None, slots: int | None = None, staged: bool | None = None):
+    def __init__(self, files: BakeFiles, device: torch.device | str, *, chunk_bytes: int | None = None,
+                 slots: int | None = None, staged: bool | None = None, reader: StagedReader | None = None):
         self.files = files
-        options = {k: v for k, v in (("chunk_bytes", chunk_bytes), ("slots", slots)) if v is not None}
-        self.reader = StagedReader(torch.device(device), staged=staged, **options)
+        self.reader = reader or own_reader(device, chunk_bytes=chunk_bytes, slots=slots, staged=staged)
         self.total = LoadStats(0, 0.0, 0, str(self.reader.device))
 
     def byte_ranges(self, record: LayerRecord, destinations: dict[str, torch.Tensor],

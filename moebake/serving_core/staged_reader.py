@@ -8,12 +8,16 @@ copy has finished. Disk (or page cache) reads, H2D copies and the next reads ove
 is bounded by ``slots * chunk_bytes`` whatever the tensor sizes. For a CPU destination the
 threads read directly into the destination (no staging at all), unless ``staged=True`` is asked
 for (tests use that to run the staged pipeline without a GPU).
+
+A reader keeps its ``slots`` reading threads and its ring between calls (one reader per device can serve every
+load of a process: the experts' and the other tensors'); :meth:`StagedReader.close` ends the threads and frees
+the ring. Every read a call started has ended before the call returns or raises.
 """
 
 import os
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import torch
@@ -61,6 +65,13 @@ def _pread_into(fd: int, buffer: torch.Tensor, offset: int, piece: ByteRange) ->
         done += got
 
 
+def _settle(futures: list[Future]) -> None:
+    """Wait for every one of ``futures``, then raise the first one's error (in list order) if any failed."""
+    wait(futures)
+    for future in futures:
+        future.result()
+
+
 @dataclass(frozen=True)
 class _Chunk:
     piece: ByteRange
@@ -78,6 +89,19 @@ class StagedReader:
         self.staged = self.device.type != "cpu" if staged is None else staged
         self._buffers: list[torch.Tensor] = []
         self._events: list = []
+        self._executor: ThreadPoolExecutor | None = None
+
+    def _pool(self) -> ThreadPoolExecutor:
+        """The reading threads (``slots`` of them), started on the first read and kept for the next."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="moebake-read")
+        return self._executor
+
+    def close(self) -> None:
+        """End the reading threads and free the staging ring; a later :meth:`read` starts them again."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        self._executor, self._buffers, self._events = None, [], []
 
     def _ring(self) -> tuple[list[torch.Tensor], list]:
         if not self._buffers:
@@ -103,12 +127,10 @@ class StagedReader:
             for piece in ranges:
                 if piece.path not in fds:
                     fds[piece.path] = os.open(piece.path, os.O_RDONLY)
-            with ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="moebake-read") as pool:
-                if self.staged:
-                    self._read_staged(chunks, fds, pool)
-                else:
-                    for future in [pool.submit(_pread_into, fds[c.piece.path], c.dest, c.offset, c.piece) for c in chunks]:
-                        future.result()
+            if self.staged:
+                self._read_staged(chunks, fds, self._pool())
+            else:
+                _settle([self._pool().submit(_pread_into, fds[c.piece.path], c.dest, c.offset, c.piece) for c in chunks])
         finally:
             for fd in fds.values():
                 os.close(fd)
@@ -140,6 +162,12 @@ class StagedReader:
                 in_flight.append((chunk, slot, staging, read))
             while in_flight:
                 finish_oldest()
-        finally:
-            for _, _, _, future in in_flight:  # after an error: let running reads end before buffers are reused
-                future.exception()
+        finally:  # after an error: let running reads end before their file is closed or their buffer reused
+            wait([future for _, _, _, future in in_flight])
+
+
+def own_reader(device: torch.device | str, *, chunk_bytes: int | None = None, slots: int | None = None,
+               staged: bool | None = None) -> StagedReader:
+    """A :class:`StagedReader` onto ``device``, with the defaults where an option is None."""
+    options = {k: v for k, v in (("chunk_bytes", chunk_bytes), ("slots", slots)) if v is not None}
+    return StagedReader(torch.device(device), staged=staged, **options)

@@ -21,6 +21,7 @@ from moebake.errors import MoebakeError
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
 from moebake.serving_core.rank_loader import BakeFiles, RankLoader
 from moebake.serving_core.served_manifest import read_served_manifest
+from moebake.serving_core.staged_reader import StagedReader, own_reader
 
 
 def model_directory() -> Path:
@@ -87,11 +88,23 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
         self.records = {record.prefix: record for record in manifest.layers}
         self.files = BakeFiles(manifest_path.parent, manifest)  # index and shard headers, parsed once for every layer
         self._rank_loaders: dict[torch.device, RankLoader] = {}
+        self._readers: dict[torch.device, StagedReader] = {}
+
+    def reader(self, device: torch.device) -> StagedReader:
+        """The one :class:`StagedReader` of this bake onto ``device``: its reading threads and pinned staging ring
+        serve every layer's experts and the whole-model loader's other tensors. ``cuda`` means the current CUDA
+        device."""
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if device not in self._readers:
+            self._readers[device] = own_reader(device)
+        return self._readers[device]
 
     def rank_loader(self, device: torch.device) -> RankLoader:
-        """The one :class:`RankLoader` of this bake onto ``device`` (its pinned staging ring is shared by every layer)."""
+        """The one :class:`RankLoader` of this bake onto ``device`` (reading through :meth:`reader`)."""
         if device not in self._rank_loaders:
-            self._rank_loaders[device] = RankLoader(self.files, device)
+            self._rank_loaders[device] = RankLoader(self.files, device, reader=self.reader(device))
         return self._rank_loaders[device]
 
     @classmethod

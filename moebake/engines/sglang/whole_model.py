@@ -84,10 +84,11 @@ class DirectParameterLoader(_EngineNeutralLoader):
     @classmethod
     def for_served_model(cls, model: torch.nn.Module, device: torch.device | str, **options) -> "DirectParameterLoader":
         """The loader of the bake SGLang serves: its directory is the one ``model.quant_config``'s manifest is in,
-        else :func:`moebake.engines.sglang.config.model_directory` (``--model-path``)."""
+        else :func:`moebake.engines.sglang.config.model_directory` (``--model-path``). With a bake's config it reads
+        through the config's reader onto ``device`` (the one the experts' loads use)."""
         config = _bake_config(model)
         if config is not None:  # the index and shard headers the bake's config has parsed already
-            return cls(model, config.files.root, device, files=config.files, **options)
+            return cls(model, config.files.root, device, files=config.files, reader=config.reader(device), **options)
         from moebake.engines.sglang.config import model_directory
 
         return cls(model, model_directory(), device, **options)
