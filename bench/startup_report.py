@@ -163,11 +163,12 @@ def _phase_rows(runs: list[dict]) -> list[str]:
              "with every loader it calls (in brackets: moebake's reads of the other tensors); every MoE layer's "
              "post-load step (in brackets: moebake's reads of the experts); the final CUDA synchronize; the rest "
              "(presharded: its reload but the build).", "",
-             "| ep | cache | path | total | build | iterate (moebake reads) | post-load (moebake reads) | sync | other |",
-             "|" + "---|" * 9]
-    for r in sorted(timed, key=lambda r: (r["cache"], r["ep"], r.get("nodes", 1), PATHS.index(r["path"]))):
+             "| nodes x GPUs | cache | path | total | build | iterate (moebake reads) | post-load (moebake reads) | sync "
+             "| other |", "|" + "---|" * 9]
+    for r in sorted(timed, key=lambda r: (r["cache"], r.get("nodes", 1), r["ep"], PATHS.index(r["path"]))):
         p = r["phases"]
-        lines.append(f"| {r['ep']} | {r['cache']} | {r['path']} | {r['seconds']:.2f} | {_phase(p, 'build')} | "
+        layout = f"{r.get('nodes', 1)} x {r.get('gpus_per_node', r['ep'])}"
+        lines.append(f"| {layout} | {r['cache']} | {r['path']} | {r['seconds']:.2f} | {_phase(p, 'build')} | "
                      f"{_phase(p, 'iterate', 'iterate_reads')} | {_phase(p, 'post_load', 'post_load_reads')} | "
                      f"{_phase(p, 'sync')} | {_phase(p, 'other')} |")
     return lines
@@ -219,7 +220,10 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
                 lines += [f"Limits measured in its session{session}: {_limits_line(limits)}.", ""]
         single = _one_node(mine)
         groups = sorted({(r["ep"], r["cache"]) for r in single}, key=lambda g: (g[1], g[0]))
-        lines += [ONE_NODE_HEADER, "|" + "---|" * 12]
+        if single:
+            lines += [ONE_NODE_HEADER, "|" + "---|" * 12]
+        else:
+            lines += ["One node: no runs of this model in this file."]
         for ep, cache in groups:
             lines.append(_one_node_row(ep, cache, {r["path"]: r for r in single if (r["ep"], r["cache"]) == (ep, cache)}))
         eps, caches = sorted({r["ep"] for r in single}), sorted({r["cache"] for r in single})
@@ -237,7 +241,7 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
             lines += _node_rows(multi, stock)
         lines += _dump_rows([r for r in mine if r["path"] == "presharded-dump"])
         lines += _rss_split(single)
-        lines += _phase_rows(single)
+        lines += _phase_rows(single + [r for r in multi if r not in single])
         notes = sorted({r["note"] for r in mine if r.get("note")})
         notes += [n["text"] for n in results.get("notes", []) if (n.get("model"), n.get("layers")) == (model, layers)]
         lines += [""] + [f"Note: {n}" for n in notes] + ([""] if notes else [])

@@ -422,7 +422,7 @@ def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_pa
     assert "| 1 | warm | bake |" in text and "Where the time goes" in text
 
 
-@pytest.mark.parametrize("name", ["startup_h200x2", "startup_h100"])
+@pytest.mark.parametrize("name", ["startup_h200x2", "startup_h100", "startup_h200"])
 def test_startup_bench_redraws_the_committed_results(tmp_path, name):
     png = load_bench("startup_bench.py").plot(RESULTS / f"{name}.json", tmp_path / "startup.png")
     assert png.stat().st_size > 10_000
@@ -452,6 +452,21 @@ def test_startup_bench_h100_table_is_the_committed_markdown(tmp_path):
     assert "| 1 | warm | 2.15 | 2.40 | 1.71 | 1.26x | 1.41x | 0.89 | 1.91 |" in text
     assert "| 2 x 1 | stock | 5.02 | 5.02, 4.72 | 5.85 |" in text
     runs = json.loads((RESULTS / "startup_h100.json").read_text())["runs"]
+    assert all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in runs if r["path"] in ("presharded", "bake"))
+
+
+def test_startup_bench_h200_table_is_the_committed_markdown(tmp_path):
+    """bench/results/startup_h200.md (4 simulated nodes: stock, presharded and the bake) is what ``startup_bench.py
+    table`` makes of the JSON beside it; its rows are the JSON's numbers, and every path's parameters equal stock's."""
+    bench = load_bench("startup_bench.py")
+    md = bench.table(RESULTS / "startup_h200.json", tmp_path / "startup.md")
+    assert md.read_text() == (RESULTS / "startup_h200.md").read_text()
+    text = md.read_text()
+    assert "| 4 x 1 | bake | 5.78 | 5.78, 5.59, 5.26, 5.47 | 6.08 | 5.41 | 3.27 | 1.76 | 1.58x | 0.00 |" in text
+    assert "| 4 x 1 | presharded | 4.78 |" in text and "| 4 x 1 | stock | 9.13 |" in text
+    assert "| 4 x 1 | cold | bake | 5.78 | 0.52 | 2.48 (1.90) | 1.94 (1.93) | 0.00 | 0.84 |" in text
+    assert "One node: no runs of this model in this file." in text
+    runs = json.loads((RESULTS / "startup_h200.json").read_text())["runs"]
     assert all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in runs if r["path"] in ("presharded", "bake"))
 
 
@@ -485,7 +500,7 @@ def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):
     assert "| 2 x 1 | stock | 8.00 | 8.00, 7.50 | 4.00 | 2.00 | 2.00 | 4.00 | 1.00x | 0.50 |" in text
     assert "| 2 x 1 | bake | 2.50 | 2.50, 2.40 | 2.10 | 2.00 | 2.00 | 1.25 | 3.20x | 0.00 |" in text
     assert "| 2 | 6.50 | 1.50 | 3.25 |" in text  # the dump: stock load, dump, GB
-    assert "| 2 | warm | bake | 1.00 | 0.10 | 0.30 (0.20) | 0.50 (0.40) | 0.05 | 0.05 |" in text  # its phases alone
+    assert "| 1 x 2 | warm | bake | 1.00 | 0.10 | 0.30 (0.20) | 0.50 (0.40) | 0.05 | 0.05 |" in text  # its phases alone
     assert "| 1 | cold | stock | 6.00 |" not in text
     assert "Not measured: EP 1 warm, EP 2 cold." in text and "disk 1.00 GB/s with O_DIRECT (the only disk probe" in text
 
