@@ -1,6 +1,7 @@
 """StagedReader on CPU: the chunked, ring-buffered pipeline (staged) and direct reads land every byte; its threads
 and ring are kept between reads; a failed read waits for the others."""
 
+import os
 import threading
 import time
 
@@ -121,3 +122,51 @@ def test_staged_reads_go_through_the_ring_only(data_file, monkeypatch):
     assert all(any(start <= ptr and ptr + n <= start + size for start, size in ring) for ptr, n in seen)
     assert all(torch.equal(dest, data[offset:offset + n]) for (offset, n), dest in zip(PIECES, dests))
     reader.close()
+
+
+def _block_device_bytes_read() -> int:
+    """Bytes this process has had read from block devices (Linux's I/O accounting)."""
+    try:
+        with open("/proc/self/io") as io:
+            return next(int(line.split()[1]) for line in io if line.startswith("read_bytes:"))
+    except (OSError, StopIteration):
+        pytest.skip("no I/O accounting (/proc/self/io) here")
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this platform")
+def test_a_slice_of_each_tensor_reads_no_bytes_beyond_the_slices(tmp_path):
+    """A rank reads one quarter of each of 8 tensors: from the disk (the file's pages evicted), the block device gives
+    exactly those bytes, not the kernel's readahead past each slice (25% more here before the reader turned
+    readahead off)."""
+    tensor_bytes, count = 8 << 20, 8
+    path = tmp_path / "tensors.bin"
+    path.write_bytes(random_u8(tensor_bytes * count, seed=5).numpy().tobytes())
+    slices = [(t * tensor_bytes + tensor_bytes // 4, tensor_bytes // 4) for t in range(count)]
+    dests = [torch.empty(n, dtype=torch.uint8) for _, n in slices]
+    data = path.read_bytes()
+    fd = os.open(path, os.O_RDONLY)
+    try:  # this file's pages out of the page cache (written back first), so its bytes come from the disk
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    before = _block_device_bytes_read()
+    StagedReader(torch.device("cpu"), staged=True, chunk_bytes=1 << 20).read(
+        [ByteRange(str(path), offset, dest, f"t{i}") for i, ((offset, _), dest) in enumerate(zip(slices, dests))])
+    read, asked = _block_device_bytes_read() - before, sum(n for _, n in slices)
+    assert all(dest.numpy().tobytes() == data[offset:offset + n] for (offset, n), dest in zip(slices, dests))
+    if read < asked:
+        pytest.skip(f"{read} of the {asked} bytes came from the disk: this filesystem (tmpfs, or one that ignores "
+                    "POSIX_FADV_DONTNEED) kept the file in memory")
+    assert read == asked
+
+
+def test_the_readers_descriptors_have_readahead_off(data_file, monkeypatch):
+    advised = []
+    monkeypatch.setattr(staged_reader.os, "posix_fadvise", lambda fd, offset, length, advice: advised.append(advice),
+                        raising=False)
+    monkeypatch.setattr(staged_reader.os, "POSIX_FADV_RANDOM", 1, raising=False)
+    path, data = data_file
+    dest = torch.empty(1000, dtype=torch.uint8)
+    StagedReader(torch.device("cpu")).read([ByteRange(str(path), 10, dest, "t")])
+    assert advised == [1]

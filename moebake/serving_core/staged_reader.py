@@ -9,6 +9,10 @@ is bounded by ``slots * chunk_bytes`` whatever the tensor sizes. For a CPU desti
 threads read directly into the destination (no staging at all), unless ``staged=True`` is asked
 for (tests use that to run the staged pipeline without a GPU).
 
+Files are read with the kernel's readahead off (``POSIX_FADV_RANDOM`` on the reader's own descriptors): a rank
+reads its slice of each tensor, and readahead past a slice's end would fetch the next rank's bytes from the disk
+too. Each read is a whole chunk, so the reads stay large.
+
 A reader keeps its ``slots`` reading threads and its ring between calls (one reader per device can serve every
 load of a process: the experts' and the other tensors'); :meth:`StagedReader.close` ends the threads and frees
 the ring. Every read a call started has ended before the call returns or raises.
@@ -72,6 +76,15 @@ def _settle(futures: list[Future]) -> None:
         future.result()
 
 
+def _open_without_readahead(path: str) -> int:
+    """A read-only descriptor of ``path`` whose reads fetch only the bytes asked for (no readahead, where the
+    platform has ``posix_fadvise``)."""
+    fd = os.open(path, os.O_RDONLY)
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+    return fd
+
+
 @dataclass(frozen=True)
 class _Chunk:
     piece: ByteRange
@@ -126,7 +139,7 @@ class StagedReader:
         try:
             for piece in ranges:
                 if piece.path not in fds:
-                    fds[piece.path] = os.open(piece.path, os.O_RDONLY)
+                    fds[piece.path] = _open_without_readahead(piece.path)
             if self.staged:
                 self._read_staged(chunks, fds, self._pool())
             else:
