@@ -200,6 +200,10 @@ def _sglang_world(ep: int, rank: int, device: str):
     from sglang.srt.runtime_context import get_parallel
 
     sglang_oracle.load_plugins_as_a_server_does()
+    # The loader and model modules a server has imported before it loads (each path's clock starts after these).
+    import sglang.srt.model_loader.loader  # noqa: F401
+    import sglang.srt.model_loader.weight_utils  # noqa: F401
+    import sglang.srt.models.gpt_oss  # noqa: F401
     # No NCCL communicators: loading needs no GPU collective, and ranks that share a GPU (simulated nodes, dumps of
     # more ranks than GPUs) cannot each open one on it ("NCCL error: invalid usage").
     stack = ExitStack()
