@@ -24,7 +24,8 @@ RESULTS = BENCH / "results"
 PYTHON_SCRIPTS = ["convert_bench.py", "transform_bench.py", "serve_bench.py", "deepep_layer_bench.py", "deepgemm_masked_bench.py",
                   "startup_bench.py", "sm90_paths_bench.py", "real_server.py"]
 SHELL_SCRIPTS = ["device_convert_scaling.sh", "device_wheels.sh"]
-HELPERS = ["benchkit.py", "real_server_probe.py", "startup_presharded.py",  # imported by the scripts (or their servers),
+HELPERS = ["benchkit.py", "real_server_probe.py", "real_server_vllm.py", "real_server_vllm_probe.py",
+           "startup_presharded.py",  # imported by the scripts (or their servers),
            "startup_report.py"]  # not run
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal on a machine without a GPU")
 
@@ -581,7 +582,8 @@ def test_real_server_compares_each_run_with_its_backends_first_stock_run(tmp_pat
     bench = load_bench("real_server.py")
     answers = {1: [[1, 2]], 2: [[1, 2]], 3: [[1, 3]], 4: None, 5: [[1, 2]]}
 
-    def fake_run_one(directory, path, backend, target, new_tokens, timeout, extra, log_dir, order):
+    def fake_run_one(directory, path, backend, target, new_tokens, timeout, extra, log_dir, order, engine):
+        assert engine == "sglang"
         record = {"order": order, "path": path, "moe_runner_backend": backend, "target": target,
                   "tokens_equal_to_stock": None, "logprobs_equal_to_stock": None}
         if answers[order] is not None:
