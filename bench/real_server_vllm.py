@@ -11,7 +11,9 @@ The server is ``python -m vllm.entrypoints.openai.api_server`` (what ``vllm serv
   in and out), CUDA graphs and torch.compile as vLLM's defaults;
 * ``--no-enable-prefix-caching`` (each request is computed from scratch, as SGLang's runs flush the radix cache) and
   ``--no-enable-flashinfer-autotune`` (FlashInfer's default tactic in both servers, not a tactic picked by timing,
-  which the reduced module may not have compiled).
+  which the reduced module may not have compiled);
+* for a bake, ``--quantization moebake --load-format moebake`` (moebake's vLLM plugin: its quantization method and
+  its loader, as ``moebake convert`` prints for a vLLM bake).
 
 Requests go to ``/v1/completions`` with the prompt as token ids (one prompt, or a list of them for a batch),
 ``temperature`` 0, ``ignore_eos``, ``max_tokens`` new tokens, ``logprobs: 0`` (the sampled token's logprob),
@@ -50,7 +52,7 @@ class VLLM:
                    "--skip-tokenizer-init", "--attention-backend", "TRITON_ATTN", "--moe-backend", backend,
                    "--max-model-len", "4096", "--gpu-memory-utilization", "0.5", "--no-enable-prefix-caching",
                    "--no-enable-flashinfer-autotune", "--seed", "0"]
-        return command + (["--quantization", "moebake"] if bake else []) + extra
+        return command + (["--quantization", "moebake", "--load-format", "moebake"] if bake else []) + extra
 
     @staticmethod
     def env(caches: Path) -> dict:

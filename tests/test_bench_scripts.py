@@ -691,11 +691,12 @@ def _vllm_tree():
 def test_real_server_vllm_command_parses_with_vllm_0_26s_own_arguments():
     """The stock and bake command lines, parsed by vLLM 0.26.0's own server parser (its released tree, on the CPU
     platform): Triton attention, FlashInfer CUTLASS MoE, token ids only, no prefix cache, no FlashInfer autotuning,
-    CUDA graphs left on; the bake adds moebake's quantization (its plugin from this checkout)."""
+    CUDA graphs left on; the bake adds moebake's quantization and loader (its plugin from this checkout)."""
     vllm_server = load_bench("real_server_vllm.py")
     stock = vllm_server.VLLM.command(Path("/m/src"), "flashinfer_cutlass", False, 30000, [])
     bake = vllm_server.VLLM.command(Path("/m/sm90-cutlass"), "flashinfer_cutlass", True, 30000, [])
-    assert stock[1:3] == ["-m", "vllm.entrypoints.openai.api_server"] and bake[len(stock):] == ["--quantization", "moebake"]
+    assert stock[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert bake[len(stock):] == ["--quantization", "moebake", "--load-format", "moebake"]
     script = ("import json, sys\nfrom vllm import platforms\nfrom vllm.platforms.cpu import CpuPlatform\n"
               "platforms._current_platform = CpuPlatform()\n"
               "from vllm.entrypoints.openai.cli_args import make_arg_parser\n"
@@ -704,16 +705,16 @@ def test_real_server_vllm_command_parses_with_vllm_0_26s_own_arguments():
               "    a = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)\n"
               "    print(json.dumps([a.model, str(a.attention_backend), a.moe_backend, a.skip_tokenizer_init,\n"
               "                      a.enable_prefix_caching, a.enable_flashinfer_autotune, a.enforce_eager,\n"
-              "                      a.quantization, a.served_model_name]))\n")
+              "                      a.quantization, a.load_format, a.served_model_name]))\n")
     env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", PYTHONPATH=os.pathsep.join([str(_vllm_tree()), str(REPO)]))
     done = subprocess.run([sys.executable, "-c", script, json.dumps([stock[3:], bake[3:]])], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     parsed = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("[")]
-    assert [p[:8] for p in parsed] == [
-        ["/m/src", "TRITON_ATTN", "flashinfer_cutlass", True, False, False, False, None],
-        ["/m/sm90-cutlass", "TRITON_ATTN", "flashinfer_cutlass", True, False, False, False, "moebake"]]
-    assert parsed[0][8] in (vllm_server.SERVED_NAME, [vllm_server.SERVED_NAME])
+    assert [p[:9] for p in parsed] == [
+        ["/m/src", "TRITON_ATTN", "flashinfer_cutlass", True, False, False, False, None, "auto"],
+        ["/m/sm90-cutlass", "TRITON_ATTN", "flashinfer_cutlass", True, False, False, False, "moebake", "moebake"]]
+    assert parsed[0][9] in (vllm_server.SERVED_NAME, [vllm_server.SERVED_NAME])
 
 
 def test_real_server_reads_vllms_load_line_and_completions_answer():
