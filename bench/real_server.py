@@ -1,4 +1,4 @@
-"""A real SGLang server serving a GPT-OSS-shaped model and its bakes, token for token against serving the source.
+"""A real SGLang (or vLLM) server serving a GPT-OSS-shaped model and its bakes, token for token against serving the source.
 
 Run on the GPU device machine with SGLang's stack unpacked by ``bin/gpu-sglang-stack`` (docs/testing.md, "A real
 SGLang server"). Nothing of SGLang is stood in for: ``python -m sglang.launch_server`` runs as a user runs it, with its
@@ -27,6 +27,14 @@ if the server did not become ready.
     python bench/real_server.py run --dir /tmp/rs --runs stock:marlin bake:marlin:sm90-marlin \\
         --out bench/results/real_server_h100.json
     python bench/real_server.py all --dir /tmp/rs --runs stock:marlin bake:marlin:sm90-marlin --out r.json  # both
+
+``--engine vllm`` serves with vLLM instead (``python -m vllm.entrypoints.openai.api_server`` from ``$V26_SITE``;
+its command line, requests and log line: bench/real_server_vllm.py), BACKEND being vLLM's ``--moe-backend``; the
+records are the same but for vllm_load_mem_usage_gib (vLLM's "Model loading took" memory), and peak_gpu_gib comes from
+bench/real_server_vllm_probe.py, a vLLM general plugin:
+
+    python bench/real_server.py all --engine vllm --dir /tmp/rv --runs stock:flashinfer_cutlass \
+        bake:flashinfer_cutlass:sm90-cutlass --out r.json
 """
 
 from __future__ import annotations
@@ -45,8 +53,11 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # moebake from this checkout (the device has no installed moebake)
+for _path in (ROOT, ROOT / "bench"):  # moebake from this checkout (the device has no installed moebake); bench's modules
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+from real_server_vllm import VLLM  # noqa: E402
+
 S17_SITE = os.environ.get("S17_SITE", "/tmp/s17site")
 MODEL = {"layers": 2, "experts": 32, "hidden": 2880, "intermediate": 2880, "heads": 64, "kv_heads": 8, "head_dim": 64,
          "vocab": 2048}
@@ -100,13 +111,14 @@ def prompts(vocab: int) -> list[list[int]]:
     return [[rng.randrange(0, vocab - 2) for _ in range(n)] for n in PROMPT_LENGTHS]
 
 
-def _publish_plugins(meta_root: Path, with_moebake: bool) -> None:
-    """Dist-infos that publish SGLang plugins from this checkout: the load probe, and moebake's own for a bake."""
+def _publish_plugins(meta_root: Path, with_moebake: bool, engine=None) -> None:
+    """Dist-infos that publish the engine's plugins from this checkout: the load probe, and moebake's own for a bake."""
+    group, target = (engine or SGLang).probe_plugin
     meta_root.mkdir(parents=True, exist_ok=True)
     probe = meta_root / "moebake_real_server_probe-0.dist-info"
     probe.mkdir(exist_ok=True)
     (probe / "METADATA").write_text("Metadata-Version: 2.1\nName: moebake-real-server-probe\nVersion: 0\n")
-    (probe / "entry_points.txt").write_text("[sglang.srt.plugins]\nmoebake_real_server_probe = real_server_probe:register\n")
+    (probe / "entry_points.txt").write_text(f"[{group}]\nmoebake_real_server_probe = {target}\n")
     if with_moebake:
         import tomllib
 
@@ -177,9 +189,58 @@ def server_command(model: Path, backend: str, bake: bool, port: int, extra: list
     return command + (["--quantization", "moebake"] if bake else []) + extra
 
 
+def _ask_sglang(port: int, ask: list[list[int]], new_tokens: int, post) -> tuple[list, list, list]:
+    """One prompt, the batch of all, the first again on SGLang's ``/generate``, each from an empty radix cache."""
+    base = f"http://127.0.0.1:{port}/generate"
+    sampling = {"temperature": 0.0, "max_new_tokens": new_tokens, "ignore_eos": True}
+    flush = f"http://127.0.0.1:{port}/flush_cache"  # each request from scratch: no prefix of it in the radix cache
+    first = _outputs(post(base, {"input_ids": ask[0], "sampling_params": sampling, "return_logprob": True}))
+    post(flush, {}, raw=True)
+    batch = _outputs(post(base, {"input_ids": ask, "sampling_params": sampling, "return_logprob": True}))
+    post(flush, {}, raw=True)
+    again = _outputs(post(base, {"input_ids": ask[0], "sampling_params": sampling, "return_logprob": True}))
+    return first, batch, again
+
+
+class SGLang:
+    """The engine interface for SGLang (bench/real_server_vllm.py's ``VLLM`` is vLLM's): its site, command line,
+    readiness, requests, load line and probe plugin."""
+
+    name = dist = "sglang"
+    probe_plugin = ("sglang.srt.plugins", "real_server_probe:register")
+
+    @staticmethod
+    def site() -> str:
+        return S17_SITE
+
+    @staticmethod
+    def command(model: Path, backend: str, bake: bool, port: int, extra: list[str]) -> list[str]:
+        return server_command(model, backend, bake, port, extra)
+
+    @staticmethod
+    def env(caches: Path) -> dict:
+        return {}
+
+    @staticmethod
+    def ready(text: str, port: int) -> bool:
+        return READY_LINE in text
+
+    @staticmethod
+    def parse_log(text: str) -> dict:
+        return parse_log(text)
+
+    @staticmethod
+    def ask(port: int, ask: list[list[int]], new_tokens: int, post) -> tuple[list, list, list]:
+        return _ask_sglang(port, ask, new_tokens, post)
+
+
+ENGINES = {"sglang": SGLang, "vllm": VLLM}
+
+
 def run_one(directory: Path, path: str, backend: str, target: str | None, new_tokens: int, ready_timeout: float,
-            extra: list[str], log_dir: Path, order: int = 1) -> dict:
+            extra: list[str], log_dir: Path, order: int = 1, engine: str = "sglang") -> dict:
     """Start one server, wait until it is ready, send the requests, stop it; the run's record."""
+    server_kind = ENGINES[engine]
     bake = path == "bake"
     model = directory / (target if bake else "src")
     label = f"{order}-{path}-{backend}" + (f"-{target}" if bake else "")
@@ -188,18 +249,18 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
     for stale in (probe_path, stacks_path):
         stale.unlink(missing_ok=True)
     meta = Path(f"/tmp/moebake-real-server-meta/{label}")
-    _publish_plugins(meta, with_moebake=bake)
+    _publish_plugins(meta, with_moebake=bake, engine=server_kind)
     cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")  # SGLang's and FlashInfer's JIT kernels need nvcc
     caches = Path(os.environ.get("MOEBAKE_REAL_SERVER_CACHES", "/tmp/moebake-real-server-caches"))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([S17_SITE, str(ROOT), str(ROOT / "bench"), str(meta)]),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([server_kind.site(), str(ROOT), str(ROOT / "bench"), str(meta)]),
                MOEBAKE_REAL_SERVER_PROBE=str(probe_path), MOEBAKE_REAL_SERVER_STACKS=str(stacks_path),
                PYTHONUNBUFFERED="1", CUDA_HOME=cuda_home, TVM_FFI_CACHE_DIR=str(caches / "tvm-ffi"),
                FLASHINFER_WORKSPACE_BASE=str(caches / "flashinfer"), TRITON_CACHE_DIR=str(caches / "triton"),
-               PATH=f"{cuda_home}/bin{os.pathsep}{os.environ.get('PATH', '')}")
+               PATH=f"{cuda_home}/bin{os.pathsep}{os.environ.get('PATH', '')}", **server_kind.env(caches))
     port = _free_port()
-    command = server_command(model, backend, bake, port, extra)
+    command = server_kind.command(model, backend, bake, port, extra)
     config = json.loads((directory / "src" / "config.json").read_text())
-    record = {"order": order, "engine": "sglang", "release": _sglang_release(), "model": _model_name(config), "target": target,
+    record = {"order": order, "engine": engine, "release": _release(server_kind), "model": _model_name(config), "target": target,
               "path": path, "moe_runner_backend": backend, "server_flags": command[3:], "ready_seconds": None,
               "load_seconds": None, "peak_gpu_gib": None, "tokens_equal_to_stock": None, "logprobs_equal_to_stock": None}
     if os.environ.get("MOEBAKE_FLASHINFER_MOE_SO"):  # bench/real_server_probe.py installs it in the server
@@ -213,7 +274,7 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
     try:
         while True:
             text = log_path.read_text(errors="replace")
-            if READY_LINE in text:
+            if server_kind.ready(text, port):
                 record["ready_seconds"] = time.monotonic() - start
                 break
             if server.poll() is not None or time.monotonic() - start > ready_timeout:
@@ -225,20 +286,12 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
                     record["stacks"] = _stacks(server, stacks_path)
                 print(f"   {label}: {why}; log tail:\n" + "\n".join(record["log_tail"]), flush=True)
                 print("   compilers seen while waiting:\n" + "\n".join(compiling[-20:]), flush=True)
-                return record | parse_log(text) | _probe(probe_path)
+                return record | server_kind.parse_log(text) | _probe(probe_path)
             if time.monotonic() - start >= next_sample:  # every 10 s: which compilers run (a JIT build)
                 compiling += [f"{next_sample:.0f} s: {line}" for line in compilers_running()]
                 next_sample += 10
             time.sleep(0.1)
-        base = f"http://127.0.0.1:{port}/generate"
-        sampling = {"temperature": 0.0, "max_new_tokens": new_tokens, "ignore_eos": True}
-        ask = prompts(config["vocab_size"])
-        flush = f"http://127.0.0.1:{port}/flush_cache"  # each request from scratch: no prefix of it in the radix cache
-        first = _outputs(_post(base, {"input_ids": ask[0], "sampling_params": sampling, "return_logprob": True}))
-        _post(flush, {}, raw=True)
-        batch = _outputs(_post(base, {"input_ids": ask, "sampling_params": sampling, "return_logprob": True}))
-        _post(flush, {}, raw=True)
-        again = _outputs(_post(base, {"input_ids": ask[0], "sampling_params": sampling, "return_logprob": True}))
+        first, batch, again = server_kind.ask(port, prompts(config["vocab_size"]), new_tokens, _post)
         record["outputs"] = first + batch
         record["repeat_equal"] = compare(again, first) == (True, True)
         record["new_tokens"] = [len(o["output_ids"]) for o in record["outputs"]]
@@ -247,7 +300,7 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
     finally:
         _stop(server)
     text = log_path.read_text(errors="replace")
-    return record | parse_log(text) | _probe(probe_path)
+    return record | server_kind.parse_log(text) | _probe(probe_path)
 
 
 def reduced_module_of(so_path: Path) -> dict:
@@ -309,13 +362,16 @@ def _stop(server: subprocess.Popen) -> None:
             server.wait()
 
 
-def _sglang_release() -> str | None:
-    dist = next(Path(S17_SITE).glob("sglang-*.dist-info"), None) if Path(S17_SITE).is_dir() else None
+def _release(engine=None) -> str | None:
+    """The release of the engine's distribution in its site folder (``$S17_SITE``, ``$V26_SITE``)."""
+    engine = engine or SGLang
+    site = Path(engine.site())
+    dist = next(site.glob(f"{engine.dist}-*.dist-info"), None) if site.is_dir() else None
     return release_of(dist.name) if dist else None
 
 
 def release_of(dist_info: str) -> str:
-    """``sglang-0.5.17.dist-info`` -> ``0.5.17``."""
+    """``sglang-0.5.17.dist-info`` -> ``0.5.17`` (``vllm-0.26.0.dist-info`` -> ``0.26.0``)."""
     return dist_info.removesuffix(".dist-info").split("-", 1)[1]
 
 
@@ -325,7 +381,7 @@ def _model_name(config: dict) -> str:
 
 
 def run(directory: Path, specs: list[str], new_tokens: int, ready_timeout: float, extra: list[str], out: Path | None,
-        log_dir: Path) -> list[dict]:
+        log_dir: Path, engine: str = "sglang") -> list[dict]:
     """Run ``specs`` (``stock:BACKEND`` or ``bake:BACKEND:TARGET``) in order; compare each bake, and each stock run after
     the first of its backend, with that backend's first stock run that answered. JIT builds (SGLang's Marlin MoE, Triton,
     FlashInfer) are cached on the machine by the first server that needs them: a later run's ready_seconds has them
@@ -339,7 +395,7 @@ def run(directory: Path, specs: list[str], new_tokens: int, ready_timeout: float
         path, backend, *rest = spec.split(":")
         timeout = float(rest[1]) if len(rest) > 1 else ready_timeout
         record = run_one(directory, path, backend, rest[0] if rest and rest[0] else None, new_tokens, timeout, extra, log_dir,
-                         order)
+                         order, engine)
         record["device"] = device
         stock = next((r for r in runs if r["path"] == "stock" and r["moe_runner_backend"] == backend and "outputs" in r), None)
         runs.append(record)
@@ -366,7 +422,7 @@ def main(argv=None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     p_make = sub.add_parser("make", help="write the source and its bakes")
     p_run = sub.add_parser("run", help="serve each run, send the requests, record")
-    p_all = sub.add_parser("all", help="make (the bakes the runs name, for the installed SGLang release), then run")
+    p_all = sub.add_parser("all", help="make (the bakes the runs name, for the installed engine's release), then run")
     for p in (p_make, p_run, p_all):
         p.add_argument("--dir", type=Path, required=True)
     for p in (p_make, p_all):
@@ -375,13 +431,14 @@ def main(argv=None) -> None:
         p.add_argument("--vocab", type=int, default=MODEL["vocab"])
         p.add_argument("--convert-arg", action="append", default=[], help="one more moebake convert argument")
     p_make.add_argument("--bake", nargs="*", default=[], help="targets to bake (sm90-cutlass, sm90-marlin)")
-    p_make.add_argument("--engine", default=None, help="moebake convert --engine (e.g. sglang==0.5.17)")
+    p_make.add_argument("--engine", default=None, help="moebake convert --engine (e.g. sglang==0.5.17, vllm==0.26.0)")
     for p in (p_run, p_all):
+        p.add_argument("--engine", choices=sorted(ENGINES), default="sglang", help="the server to run (default sglang)")
         p.add_argument("--runs", nargs="+", required=True,
                        help="stock:BACKEND[::TIMEOUT] or bake:BACKEND:TARGET[:TIMEOUT], e.g. stock:marlin bake:marlin:sm90-marlin")
         p.add_argument("--new-tokens", type=int, default=48)
         p.add_argument("--ready-timeout", type=float, default=420)
-        p.add_argument("--server-arg", action="append", default=[], help="one more launch_server argument")
+        p.add_argument("--server-arg", action="append", default=[], help="one more server argument")
         p.add_argument("--out", type=Path, default=None)
         p.add_argument("--log-dir", type=Path, default=Path(os.environ.get("OUT", "/tmp/moebake-real-server")))
     args = parser.parse_args(argv)
@@ -389,10 +446,10 @@ def main(argv=None) -> None:
         make(args.dir, args.layers, args.experts, args.vocab, args.bake, args.engine, args.convert_arg)
         return
     if args.command == "all":
-        release = _sglang_release()
+        release = _release(ENGINES[args.engine])
         make(args.dir, args.layers, args.experts, args.vocab, _bakes_of(args.runs),
-             f"sglang=={release}" if release else None, args.convert_arg)
-    run(args.dir, args.runs, args.new_tokens, args.ready_timeout, args.server_arg, args.out, args.log_dir)
+             f"{args.engine}=={release}" if release else None, args.convert_arg)
+    run(args.dir, args.runs, args.new_tokens, args.ready_timeout, args.server_arg, args.out, args.log_dir, args.engine)
 
 
 if __name__ == "__main__":

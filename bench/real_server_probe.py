@@ -51,10 +51,9 @@ def _measured_load(original, *args, **kwargs):
 _stacks_file = None
 
 
-def register() -> None:
+def arm_stacks() -> None:
+    """SIGUSR2 writes every thread's Python stack to ``$MOEBAKE_REAL_SERVER_STACKS`` (once per process)."""
     global _stacks_file
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
     stacks = os.environ.get("MOEBAKE_REAL_SERVER_STACKS")
     if stacks and _stacks_file is None:
         _stacks_file = open(stacks, "a")  # kept open for faulthandler's lifetime
@@ -62,8 +61,18 @@ def register() -> None:
         _stacks_file.flush()
         faulthandler.register(signal.SIGUSR2, file=_stacks_file, all_threads=True)
 
-    HookRegistry.register(TARGET, _measured_load, HookType.AROUND)
+
+def install_reduced_module() -> None:
+    """FlashInfer's SM90 MoE getter returns the prebuilt reduced module ``$MOEBAKE_FLASHINFER_MOE_SO`` names, if any."""
     if os.environ.get("MOEBAKE_FLASHINFER_MOE_SO"):
         from moebake.serve.flashinfer_build import ensure_flashinfer_sm90_moe
 
         ensure_flashinfer_sm90_moe()  # reads $MOEBAKE_FLASHINFER_MOE_SO, checks its sidecar against this FlashInfer
+
+
+def register() -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    arm_stacks()
+    HookRegistry.register(TARGET, _measured_load, HookType.AROUND)
+    install_reduced_module()

@@ -24,7 +24,8 @@ RESULTS = BENCH / "results"
 PYTHON_SCRIPTS = ["convert_bench.py", "transform_bench.py", "serve_bench.py", "deepep_layer_bench.py", "deepgemm_masked_bench.py",
                   "startup_bench.py", "sm90_paths_bench.py", "real_server.py"]
 SHELL_SCRIPTS = ["device_convert_scaling.sh", "device_wheels.sh"]
-HELPERS = ["benchkit.py", "real_server_probe.py", "startup_presharded.py",  # imported by the scripts (or their servers),
+HELPERS = ["benchkit.py", "real_server_probe.py", "real_server_vllm.py", "real_server_vllm_probe.py",
+           "startup_presharded.py",  # imported by the scripts (or their servers),
            "startup_report.py"]  # not run
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal on a machine without a GPU")
 
@@ -596,7 +597,8 @@ def test_real_server_compares_each_run_with_its_backends_first_stock_run(tmp_pat
     bench = load_bench("real_server.py")
     answers = {1: [[1, 2]], 2: [[1, 2]], 3: [[1, 3]], 4: None, 5: [[1, 2]]}
 
-    def fake_run_one(directory, path, backend, target, new_tokens, timeout, extra, log_dir, order):
+    def fake_run_one(directory, path, backend, target, new_tokens, timeout, extra, log_dir, order, engine):
+        assert engine == "sglang"
         record = {"order": order, "path": path, "moe_runner_backend": backend, "target": target,
                   "tokens_equal_to_stock": None, "logprobs_equal_to_stock": None}
         if answers[order] is not None:
@@ -685,4 +687,188 @@ def test_real_server_serves_compares_and_stops_each_server(tmp_path, monkeypatch
     assert hang["error"] == "not ready after 3 s" and hang["ready_seconds"] is None
     assert any("time.sleep(600)" in line or "launch_server.py" in line for line in hang["stacks"]), hang["stacks"]
     assert "--quantization" in same["server_flags"] and "--quantization" not in stock["server_flags"]
+    assert json.loads((tmp_path / "r.json").read_text())["runs"] == runs
+
+
+# real_server.py --engine vllm: a real vLLM server (vLLM 0.26.0's stack, bin/gpu-vllm-stack), stock vs bake
+VLLM_SERVER_RELEASE = "0.26.0"
+
+
+def _vllm_tree():
+    from tests.engine_releases.trees import release_tree
+
+    try:
+        return release_tree("vllm", VLLM_SERVER_RELEASE)
+    except OSError as err:
+        pytest.skip(f"cannot fetch vLLM {VLLM_SERVER_RELEASE}'s tree: {err}")
+
+
+def test_real_server_vllm_command_parses_with_vllm_0_26s_own_arguments():
+    """The stock and bake command lines, parsed by vLLM 0.26.0's own server parser (its released tree, on the CPU
+    platform): Triton attention, FlashInfer CUTLASS MoE, token ids only, no prefix cache, no FlashInfer autotuning,
+    CUDA graphs left on; the bake adds moebake's quantization and loader (its plugin from this checkout)."""
+    vllm_server = load_bench("real_server_vllm.py")
+    stock = vllm_server.VLLM.command(Path("/m/src"), "flashinfer_cutlass", False, 30000, [])
+    bake = vllm_server.VLLM.command(Path("/m/sm90-cutlass"), "flashinfer_cutlass", True, 30000, [])
+    assert stock[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert bake[len(stock):] == ["--quantization", "moebake", "--load-format", "moebake"]
+    script = ("import json, sys\nfrom vllm import platforms\nfrom vllm.platforms.cpu import CpuPlatform\n"
+              "platforms._current_platform = CpuPlatform()\n"
+              "from vllm.entrypoints.openai.cli_args import make_arg_parser\n"
+              "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+              "for argv in json.loads(sys.argv[1]):\n"
+              "    a = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)\n"
+              "    print(json.dumps([a.model, str(a.attention_backend), a.moe_backend, a.skip_tokenizer_init,\n"
+              "                      a.enable_prefix_caching, a.enable_flashinfer_autotune, a.enforce_eager,\n"
+              "                      a.quantization, a.load_format, a.served_model_name]))\n")
+    env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", PYTHONPATH=os.pathsep.join([str(_vllm_tree()), str(REPO)]))
+    done = subprocess.run([sys.executable, "-c", script, json.dumps([stock[3:], bake[3:]])], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    parsed = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("[")]
+    assert [p[:9] for p in parsed] == [
+        ["/m/src", "TRITON_ATTN", "flashinfer_cutlass", True, False, False, False, None, "auto"],
+        ["/m/sm90-cutlass", "TRITON_ATTN", "flashinfer_cutlass", True, False, False, False, "moebake", "moebake"]]
+    assert parsed[0][9] in (vllm_server.SERVED_NAME, [vllm_server.SERVED_NAME])
+
+
+def test_real_server_reads_vllms_load_line_and_completions_answer():
+    vllm_server = load_bench("real_server_vllm.py")
+    line = ("(EngineCore pid=812) INFO 11-28 03:10:01 [gpu_model_runner.py:5348] Model loading took 1.73 GiB memory and "
+            "4.250000 seconds")
+    assert vllm_server.VLLM.parse_log(f"noise\n{line}\nmore") == {"load_seconds": 4.25, "vllm_load_mem_usage_gib": 1.73}
+    assert vllm_server.VLLM.parse_log("INFO Model loading took 0.5 GiB and 2.0 seconds")["load_seconds"] == 2.0  # the v2 runner's
+    assert vllm_server.VLLM.parse_log("no load line") == {"load_seconds": None, "vllm_load_mem_usage_gib": None}
+    response = {"choices": [
+        {"index": 1, "text": "", "token_ids": [9], "logprobs": {"token_logprobs": [-0.5], "tokens": ["token_id:9"]}},
+        {"index": 0, "text": "", "token_ids": [4, 5], "logprobs": {"token_logprobs": [-1.0, -0.25],
+                                                                   "tokens": ["token_id:4", "token_id:5"]}}]}
+    assert vllm_server.VLLM.outputs(response) == [{"output_ids": [4, 5], "logprobs": [-1.0, -0.25], "logprob_ids": [4, 5]},
+                                                  {"output_ids": [9], "logprobs": [-0.5], "logprob_ids": [9]}]
+    body = vllm_server.VLLM.request([[1, 2], [3]], 48)
+    assert (body["prompt"], body["max_tokens"], body["temperature"], body["ignore_eos"], body["logprobs"]) == (
+        [[1, 2], [3]], 48, 0.0, True, 0)
+
+
+def test_real_server_vllm_probe_wraps_a_method_vllm_0_26_has():
+    """The vLLM probe's target is the GPU worker's ``load_model`` in vLLM 0.26.0's released tree, and that method is
+    where the model runner loads the model."""
+    import ast
+
+    module, cls, method = load_bench("real_server_vllm_probe.py").TARGET.rsplit(".", 2)
+    tree = ast.parse((_vllm_tree() / (module.replace(".", "/") + ".py")).read_text())
+    (function,) = [f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == cls for f in c.body
+                   if isinstance(f, ast.FunctionDef) and f.name == method]
+    assert "self.model_runner.load_model(" in ast.unparse(function)
+
+
+def test_real_server_vllm_probe_measures_each_load_once(tmp_path, monkeypatch):
+    """register() wraps the target once however often vLLM loads plugins; each load writes one JSON line."""
+    import types
+
+    probe = load_bench("real_server_vllm_probe.py")
+    module, cls, method = probe.TARGET.rsplit(".", 2)
+    loads = []
+
+    class Worker:
+        def load_model(self, *, load_dummy_weights=False):
+            loads.append(load_dummy_weights)
+
+    fake = types.ModuleType(module)
+    fake.Worker = Worker
+    monkeypatch.setitem(sys.modules, module, fake)
+    for parent in ("vllm", "vllm.v1", "vllm.v1.worker"):
+        monkeypatch.setitem(sys.modules, parent, sys.modules.get(parent) or types.ModuleType(parent))
+    measured = load_bench("real_server_probe.py")
+    monkeypatch.setattr(measured, "_measured_load", lambda original, *a, **k: (loads.append("measured"), original(*a, **k))[1])
+    monkeypatch.setattr(probe, "_measured_load", measured._measured_load)
+    monkeypatch.delenv("MOEBAKE_FLASHINFER_MOE_SO", raising=False)
+    monkeypatch.delenv("MOEBAKE_REAL_SERVER_STACKS", raising=False)
+    probe.register()
+    probe.register()
+    Worker().load_model(load_dummy_weights=True)
+    assert loads == ["measured", True]
+
+
+FAKE_VLLM_API_SERVER = '''
+"""A stand-in for ``python -m vllm.entrypoints.openai.api_server``: vLLM's load line, /health and /v1/completions."""
+import faulthandler, json, os, signal, sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+args = sys.argv[1:]
+port, model, name = int(args[args.index("--port") + 1]), args[args.index("--model") + 1], args[args.index("--served-model-name") + 1]
+faulthandler.register(signal.SIGUSR2, file=open(os.environ["MOEBAKE_REAL_SERVER_STACKS"], "a"), all_threads=True)
+if "hang" in model:
+    time.sleep(600)
+shift = 1 if "other" in model else 0  # a model that answers differently
+WANTED = {"model": name, "temperature": 0.0, "ignore_eos": True, "logprobs": 0, "return_token_ids": True,
+          "return_tokens_as_token_ids": True}
+
+
+def choice(index, ids, new):
+    out = [(sum(ids) + i + shift) % 97 for i in range(new)]
+    return {"index": index, "text": "", "token_ids": out,
+            "logprobs": {"token_logprobs": [-1.0 / (t + 1) for t in out], "tokens": [f"token_id:{t}" for t in out]}}
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        assert self.path == "/v1/completions" and {k: body.get(k) for k in WANTED} == WANTED, body
+        prompts = body["prompt"] if isinstance(body["prompt"][0], list) else [body["prompt"]]
+        choices = [choice(i, p, body["max_tokens"]) for i, p in enumerate(prompts)]
+        data = json.dumps({"choices": choices[::-1]}).encode()  # in any order: each has its index
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *a):
+        pass
+
+
+print("(EngineCore pid=1) INFO [gpu_model_runner.py:5348] Model loading took 0.50 GiB memory and 0.250000 seconds",
+      flush=True)
+HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+'''
+
+
+def test_real_server_serves_vllm_compares_and_stops_each_server(tmp_path, monkeypatch):
+    """bench/real_server.py --engine vllm end to end against a stand-in vLLM server process: it waits for /health,
+    asks /v1/completions for one prompt, a batch and the first prompt again, reads vLLM's answer format and load line,
+    publishes the probe as a vLLM general plugin, stops the server and compares the bake with stock."""
+    bench = load_bench("real_server.py")
+    site = tmp_path / "site"
+    server_dir = site / "vllm" / "entrypoints" / "openai"
+    server_dir.mkdir(parents=True)
+    for package in (site / "vllm", site / "vllm" / "entrypoints", server_dir):
+        (package / "__init__.py").write_text("")
+    (server_dir / "api_server.py").write_text(FAKE_VLLM_API_SERVER)
+    (site / "vllm-0.26.0.dist-info").mkdir()
+    monkeypatch.setattr(sys.modules["real_server_vllm"], "V26_SITE", str(site))
+    work = tmp_path / "work"
+    for model in ("src", "same", "other", "hang"):
+        (work / model).mkdir(parents=True)
+    (work / "src" / "config.json").write_text(json.dumps({"vocab_size": 2048, "num_hidden_layers": 4, "num_local_experts": 32,
+                                                          "hidden_size": 2880}))
+    backend = "flashinfer_cutlass"
+    runs = bench.run(work, [f"stock:{backend}", f"bake:{backend}:same", f"bake:{backend}:other", f"bake:{backend}:hang:3"], 8,
+                     60, [], tmp_path / "r.json", tmp_path / "logs", engine="vllm")
+    stock, same, other, hang = runs
+    assert (stock["engine"], stock["release"], stock["new_tokens"]) == ("vllm", "0.26.0", [8] * 5)
+    assert (stock["load_seconds"], stock["vllm_load_mem_usage_gib"], stock["repeat_equal"]) == (0.25, 0.5, True)
+    assert stock["ready_seconds"] > 0 and stock["outputs"][1] == stock["outputs"][0]  # the batch's first is the prompt alone
+    assert (same["tokens_equal_to_stock"], same["logprobs_equal_to_stock"]) == (True, True)
+    assert (other["tokens_equal_to_stock"], other["logprobs_equal_to_stock"]) == (False, False)
+    assert hang["error"] == "not ready after 3 s" and hang["ready_seconds"] is None
+    assert ["--moe-backend", backend] == stock["server_flags"][stock["server_flags"].index("--moe-backend"):][:2]
+    assert "--quantization" in same["server_flags"] and "--quantization" not in stock["server_flags"]
+    entry_points = Path("/tmp/moebake-real-server-meta/2-bake-flashinfer_cutlass-same/moebake_real_server_probe-0.dist-info"
+                        "/entry_points.txt").read_text()
+    assert entry_points == "[vllm.general_plugins]\nmoebake_real_server_probe = real_server_vllm_probe:register\n"
     assert json.loads((tmp_path / "r.json").read_text())["runs"] == runs

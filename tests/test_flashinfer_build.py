@@ -88,19 +88,29 @@ def test_each_flashinfer_release_has_one_source_revision_and_an_unknown_one_is_r
     releases = [release for revision in fp.REVISIONS for release in revision.releases]
     assert len(releases) == len(set(releases))
     assert fp.revision_for("0.6.15.post1").paths == (fp.W4A16_E2M1,)
+    assert fp.revision_for("0.6.14") is fp.revision_for("0.6.15.post1")
     assert fp.revision_for("0.7.2.post1").paths == fp.PATHS
     assert fb.TESTED_FLASHINFER_VERSIONS == fp.REVISIONS[0].releases  # the runtime: the newest revision's release
-    with pytest.raises(PlatformError, match=r"written for FlashInfer 0\.7\.2\.post1, 0\.6\.15\.post1, found 0\.6\.9"):
+    with pytest.raises(PlatformError, match=r"written for FlashInfer 0\.7\.2\.post1, 0\.6\.15\.post1, 0\.6\.14, found 0\.6\.9"):
         fp.revision_for("0.6.9")
     assert fp.revision_for("0.6.9", any_version=True) is fp.REVISIONS[0]
 
 
-FLASHINFER_0_6_15 = "0.6.15.post1"  # SGLang 0.5.17's pin
+FLASHINFER_0_6 = ("0.6.15.post1", "0.6.14")  # SGLang 0.5.17's pin, vLLM 0.26.0's pin: one SourceRevision
 
 
-@pytest.fixture(scope="module")
-def generated_0_6_15(tmp_path_factory):
-    """The reduced module's sources generated in a subprocess from FlashInfer 0.6.15.post1's own released tree (its
+def _release_tree(release):
+    from tests.engine_releases.trees import release_tree
+
+    try:
+        return release_tree("flashinfer-python", release)
+    except OSError as err:
+        pytest.skip(f"cannot fetch FlashInfer {release}'s tree: {err}")
+
+
+@pytest.fixture(scope="module", params=FLASHINFER_0_6)
+def generated_0_6(request, tmp_path_factory):
+    """The reduced module's sources generated in a subprocess from a FlashInfer 0.6 release's own released tree (its
     Python, its kernel generator and its csrc, fetched from PyPI like the release matrix's trees): ``{name: text}``."""
     import json
     import os
@@ -108,13 +118,8 @@ def generated_0_6_15(tmp_path_factory):
     import sys
     from pathlib import Path
 
-    from tests.engine_releases.trees import release_tree
-
-    try:
-        tree = release_tree("flashinfer-python", FLASHINFER_0_6_15)
-    except OSError as err:
-        pytest.skip(f"cannot fetch FlashInfer {FLASHINFER_0_6_15}'s tree: {err}")
-    workspace = tmp_path_factory.mktemp("fi0615")
+    tree = _release_tree(request.param)
+    workspace = tmp_path_factory.mktemp("fi06")
     env = dict(os.environ, FLASHINFER_WORKSPACE_BASE=str(workspace), FLASHINFER_CUDA_ARCH_LIST="9.0a",
                PYTHONPATH=os.pathsep.join([str(tree), str(Path(__file__).parents[1])]))
     env.pop(fp.W4A16.configs_env, None)
@@ -125,14 +130,14 @@ def generated_0_6_15(tmp_path_factory):
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
-    assert result["version"] == FLASHINFER_0_6_15
+    assert result["version"] == request.param
     return result["sources"]
 
 
-def test_flashinfer_0_6_15s_generator_has_the_w4a16_configurations_compiled_with_its_fp4_type(generated_0_6_15):
-    """FlashInfer 0.6.15 spells the FP4 weight ``__nv_fp4_e2m1`` and has no Humming path: each default configuration
+def test_flashinfer_0_6s_generator_has_the_w4a16_configurations_compiled_with_its_fp4_type(generated_0_6):
+    """FlashInfer 0.6.14 and 0.6.15 spell the FP4 weight ``__nv_fp4_e2m1`` and has no Humming path: each default configuration
     is one of its own generator's instantiations, copied as it wrote it; every other one of the path is stubbed."""
-    sources = generated_0_6_15
+    sources = generated_0_6
     for tile, cluster, schedule in fp.W4A16_E2M1.default_configs:
         kernel = sources[f"moebake_w4a16_gemm_{tile}_c{cluster}_{schedule.lower()}.cu"]
         m, n, k = tile.split("x")
@@ -152,3 +157,15 @@ def test_flashinfer_0_6_15s_generator_has_the_w4a16_configurations_compiled_with
     assert "template class CutlassMoeFCRunner<__nv_bfloat16, __nv_fp4_e2m1>;" in sources["moebake_runners.cu"]
     assert "template class MoeGemmRunner<__nv_bfloat16, __nv_fp4_e2m1, __nv_bfloat16>;" in sources[
         "moebake_w4a16_gemm_runner.cu"]
+
+
+@pytest.mark.parametrize("release", FLASHINFER_0_6 + fp.REVISIONS[0].releases)
+def test_a_revision_compiles_the_block_scale_gemm_where_the_release_constructs_it_for_every_runner(release):
+    """FlashInfer 0.6's ``CutlassMoeFCRunner`` constructor makes a DeepSeek FP8 block-scale GEMM runner for any runner
+    types, so the W4A16 runner links ``fp8_blockscale_gemm.cu``; 0.7.2 makes it only for BF16 x FP8 weights."""
+    kernels = (_release_tree(release) / "flashinfer" / "data" / "csrc" / "fused_moe" / "cutlass_backend"
+               / "cutlass_fused_moe_kernels.cuh").read_text()
+    unconditional = re.search(r"::CutlassMoeFCRunner\(\)\s*:\s*blockscale_gemm_runner_\{\s*std::make_unique<"
+                              r"kernels::fp8_blockscale_gemm::CutlassFp8BlockScaleGemmRunner<", kernels) is not None
+    listed = any(source.endswith("/fp8_blockscale_gemm.cu") for source in fp.revision_for(release).stock_sources)
+    assert unconditional == listed, release

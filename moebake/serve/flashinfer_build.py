@@ -49,8 +49,8 @@ or ``prebuilt=``), nothing is compiled: the ``.so`` is loaded with ``tvm_ffi.loa
 sidecar JSON is checked against the installed FlashInfer and apache-tvm-ffi versions and the file's sha256.
 
 The sources are written for the FlashInfer releases of :data:`moebake.serve.flashinfer_paths.REVISIONS` (0.7.2.post1,
-and 0.6.15.post1 with the W4A16 path only, for SGLang 0.5.17's own server); the source patches assert their anchors,
-so another version fails loudly instead of building something wrong. A prebuilt ``.so`` is tied to the
+and 0.6.15.post1 and 0.6.14 with the W4A16 path only, for SGLang 0.5.17's and vLLM 0.26.0's own servers); the
+source patches assert their anchors, so another version fails loudly instead of building something wrong. A prebuilt ``.so`` is tied to the
 FlashInfer and apache-tvm-ffi versions it was built with (checked from its sidecar). Build time, size
 and what the GPU tests check: docs/benchmarks.md and docs/testing.md.
 """
@@ -82,7 +82,7 @@ MODULE_NAME = "fused_moe_90_moebake"
 TESTED_FLASHINFER_VERSIONS = REVISIONS[0].releases
 """The FlashInfer releases moebake's runtime (``moebake.serve``) is proven with: the ``gpu`` extra's pin. The reduced
 module's sources are written for every release of :data:`moebake.serve.flashinfer_paths.REVISIONS` (older ones for
-engines' own code that pins an older FlashInfer, such as SGLang 0.5.17's server)."""
+engines' own code that pins an older FlashInfer, such as SGLang 0.5.17's and vLLM 0.26.0's servers)."""
 
 PREBUILT_ENV = "MOEBAKE_FLASHINFER_MOE_SO"
 """Environment variable naming a prebuilt reduced ``.so`` to load instead of building."""

@@ -98,8 +98,9 @@ W4A16_E2M1 = MixedInputPath(
         ("128x16x128", "1x1x1", "Cooperative"),  # decode-sized token tiles, for autotuning
     ),
 )
-"""The same W4A16 path in FlashInfer 0.6.15.post1 (SGLang 0.5.17's pin), where the FP4 weight type is CUDA's
-``__nv_fp4_e2m1``; that release has no 128x128x128 cooperative mixed-input tile and no Humming path."""
+"""The same W4A16 path in FlashInfer 0.6.14 (vLLM 0.26.0's pin) and 0.6.15.post1 (SGLang 0.5.17's), where the FP4
+weight type is CUDA's ``__nv_fp4_e2m1``; those releases have no 128x128x128 cooperative mixed-input tile and no Humming
+path."""
 
 W4A8_HUMMING = MixedInputPath(
     name="w4a8",
@@ -256,7 +257,7 @@ template <typename T, typename WeightType, typename GemmOutputType, typename Epi
           typename EpilogueScheduleType, cutlass::WeightOnlyQuantOp QuantOp>
 void sm90_generic_mixed_moe_gemm_kernelLauncher(
 """ + _GEMM_LAUNCHER_BODY
-"""The launcher template of FlashInfer 0.6.15 (no scale-mode parameter, no small-K launcher)."""
+"""The launcher template of FlashInfer 0.6.14 and 0.6.15 (no scale-mode parameter, no small-K launcher)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,8 +280,9 @@ class SourceRevision:
 REVISIONS = (
     SourceRevision(("0.7.2.post1",), PATHS,
                    "using SafeFP4 = tensorrt_llm::kernels::cutlass_kernels::Fp4Type;\n", _LAUNCHER_STUBS_SCALE_MODE),
-    # 0.6.15's MoE runner holds a DeepSeek FP8 block-scale GEMM runner: its code links into every runner.
-    SourceRevision(("0.6.15.post1",), (W4A16_E2M1,), "", _LAUNCHER_STUBS_PLAIN,
+    # 0.6.14's and 0.6.15's MoE runner constructs a DeepSeek FP8 block-scale GEMM runner whatever its types: its code
+    # links into every runner. The two releases' generator, launcher header and binding anchors are the same.
+    SourceRevision(("0.6.15.post1", "0.6.14"), (W4A16_E2M1,), "", _LAUNCHER_STUBS_PLAIN,
                    ("nv_internal/tensorrt_llm/kernels/cutlass_kernels/fp8_blockscale_gemm/fp8_blockscale_gemm.cu",)),
 )
 """Every FlashInfer release the reduced module's sources are written for, newest first."""
