@@ -303,6 +303,26 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
     return record | server_kind.parse_log(text) | _probe(probe_path)
 
 
+MODULE_CHECK = ("import flashinfer.fused_moe.core as core; from moebake.serve.flashinfer_build import ensure_flashinfer_sm90_moe; "
+                "ensure_flashinfer_sm90_moe(); core.get_cutlass_fused_moe_module('90')")
+"""Load the prebuilt reduced module as a server's probe will (its sidecar checked against the engine's FlashInfer)."""
+
+
+def check_reduced_module(engine: str = "sglang") -> None:
+    """Before any server starts: the module ``$MOEBAKE_FLASHINFER_MOE_SO`` names loads with the engine's FlashInfer
+    (its site first on the path), or SystemExit with the loader's last line; nothing to check without it."""
+    so = os.environ.get("MOEBAKE_FLASHINFER_MOE_SO")
+    if not so:
+        return
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ENGINES[engine].site(), str(ROOT)]))
+    done = subprocess.run([sys.executable, "-c", MODULE_CHECK], env=env, capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SystemExit(f"error: the reduced FlashInfer module {so} does not load with {engine}'s FlashInfer: {last[:400]}; "
+                         "no server was started")
+    print(f"reduced FlashInfer module {so}: loads", flush=True)
+
+
 def reduced_module_of(so_path: Path) -> dict:
     """What a run's prebuilt reduced FlashInfer MoE module is: its sidecar (FlashInfer release, GEMM configurations
     compiled, sha256) and its path."""
@@ -389,6 +409,7 @@ def run(directory: Path, specs: list[str], new_tokens: int, ready_timeout: float
     import torch
 
     log_dir.mkdir(parents=True, exist_ok=True)
+    check_reduced_module(engine)
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     runs = []
     for order, spec in enumerate(specs, 1):

@@ -690,6 +690,21 @@ def test_real_server_serves_compares_and_stops_each_server(tmp_path, monkeypatch
     assert json.loads((tmp_path / "r.json").read_text())["runs"] == runs
 
 
+def test_real_server_starts_no_server_when_the_reduced_module_does_not_load(tmp_path, monkeypatch):
+    """A prebuilt reduced module that cannot load stops the sequence before the first server (each would fail the same
+    way, after its whole start-up), with the loader's own last line."""
+    pytest.importorskip("flashinfer")
+    bench = load_bench("real_server.py")
+    monkeypatch.setattr(bench, "S17_SITE", str(tmp_path / "empty-site"))
+    monkeypatch.setenv("MOEBAKE_FLASHINFER_MOE_SO", str(tmp_path / "missing" / "fused_moe_90_moebake.so"))
+    monkeypatch.setattr(bench, "run_one", lambda *a, **k: pytest.fail("a server was started"))
+    with pytest.raises(SystemExit) as stopped:
+        bench.run(tmp_path, ["stock:flashinfer_mxfp4"], 8, 60, [], None, tmp_path / "logs")
+    message = str(stopped.value)
+    assert message.startswith(f"error: the reduced FlashInfer module {tmp_path / 'missing'}") and "no server was started" in message
+    assert "prebuilt FlashInfer MoE module not found" in message
+
+
 # real_server.py --engine vllm: a real vLLM server (vLLM 0.26.0's stack, bin/gpu-vllm-stack), stock vs bake
 VLLM_SERVER_RELEASE = "0.26.0"
 
