@@ -5,8 +5,9 @@ from the written config.json (SGLang's ``get_config``) and loaded from the shard
 weight-name mapping, its ``wqkv_a`` and compressor fusions, its parameters' loaders): ``engine_oracles/sglang_dsv4_model.py``,
 run in a process with 0.5.17's tree first on ``PYTHONPATH`` (``tests/engine_releases``). Every parameter must get a
 checkpoint tensor and every checkpoint tensor must reach a parameter, with the parameter's shape (a loader refuses any
-other). Mutated checkpoints (a shape, a missing tensor, an extra tensor) must fail it. Then ``moebake convert`` must accept
-the checkpoint for ``sm90-marlin``, the route moebake's serving records give DeepSeek-V4 on SGLang.
+other). Mutated checkpoints (a shape, a missing tensor, an extra tensor) must fail it. ``moebake convert`` must accept
+the checkpoint for ``sm90-marlin``, the route moebake's serving records give DeepSeek-V4 on SGLang, and the bake must load
+the same way under ``--quantization moebake`` (moebake's SGLang plugin loaded as a server loads it).
 """
 
 import json
@@ -72,26 +73,49 @@ def _sglang_oracle(*checkpoints: Path) -> list[dict]:
     return verdicts
 
 
-def test_sglang_0517_loads_every_tensor_and_the_checks_can_fail(servable, tmp_path):
-    def shape(tensors):  # one attention projection 128 rows short (its scale follows)
-        name = "layers.1.attn.wo_b."
-        tensors[name + "weight"] = tensors[name + "weight"][:-128].clone()
-        tensors[name + "scale"] = tensors[name + "scale"][:-1].clone()
+def _shape(tensors):  # one attention projection 128 rows short (its scale follows)
+    name = "layers.1.attn.wo_b."
+    tensors[name + "weight"] = tensors[name + "weight"][:-128].clone()
+    tensors[name + "scale"] = tensors[name + "scale"][:-1].clone()
 
-    def missing(tensors):
-        del tensors["layers.0.attn.indexer.weights_proj.weight"]
 
-    def extra(tensors):
-        tensors["layers.1.attn.indexer.weights_proj.weight"] = tensors["layers.0.attn.indexer.weights_proj.weight"].clone()
+def _missing(tensors):
+    del tensors["layers.0.attn.indexer.weights_proj.weight"]
 
-    def mtp_shape(tensors):  # the draft's e_proj half as wide
-        tensors["mtp.0.e_proj.weight"] = tensors["mtp.0.e_proj.weight"][:, : SMALL["hidden"] // 2].clone()
-        tensors["mtp.0.e_proj.scale"] = tensors["mtp.0.e_proj.scale"][:, : SMALL["hidden"] // 256].clone()
 
-    mutations = {"shape": shape, "missing": missing, "extra": extra, "mtp_shape": mtp_shape}
-    copies = [_mutated(servable, tmp_path / name, change) for name, change in mutations.items()]
-    good, *bad = _sglang_oracle(servable, *copies)
+def _extra(tensors):
+    tensors["layers.1.attn.indexer.weights_proj.weight"] = tensors["layers.0.attn.indexer.weights_proj.weight"].clone()
 
+
+def _mtp_shape(tensors):  # the draft's e_proj half as wide
+    tensors["mtp.0.e_proj.weight"] = tensors["mtp.0.e_proj.weight"][:, : SMALL["hidden"] // 2].clone()
+    tensors["mtp.0.e_proj.scale"] = tensors["mtp.0.e_proj.scale"][:, : SMALL["hidden"] // 256].clone()
+
+
+MUTATIONS = {"shape": _shape, "missing": _missing, "extra": _extra, "mtp_shape": _mtp_shape}
+
+
+@pytest.fixture(scope="module")
+def bake(servable, tmp_path_factory):
+    """Its ``sm90-marlin`` bake for SGLang 0.5.17: the target moebake's serving records route DeepSeek-V4 through on
+    SGLang (``--quantization moebake --moe-runner-backend marlin``)."""
+    assert record(SGLANG, "sm90-marlin", "deepseek-v4").route == "sm90-marlin-deepseek-v4"
+    out = tmp_path_factory.mktemp("dsv4-servable-bake") / "sm90-marlin"
+    convert(servable, out, ConvertOptions("sm90-marlin", engine=f"sglang=={RELEASE}"), progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def verdicts(servable, bake, tmp_path_factory):
+    """SGLang 0.5.17's verdict on the source, its bake and each mutated copy of the source, in one process."""
+    root = tmp_path_factory.mktemp("dsv4-mutated")
+    copies = [_mutated(servable, root / name, change) for name, change in MUTATIONS.items()]
+    source, baked, *mutated = _sglang_oracle(servable, bake, *copies)
+    return {"source": source, "bake": baked} | dict(zip(MUTATIONS, mutated))
+
+
+def test_sglang_0517_loads_every_tensor_of_the_source(verdicts):
+    good = verdicts["source"]
     assert good["error"] is None, good["error"]
     assert good["unloaded"] == [], good["unloaded"]
     assert good["unused"] == [], good["unused"]
@@ -105,11 +129,28 @@ def test_sglang_0517_loads_every_tensor_and_the_checks_can_fail(servable, tmp_pa
     assert "nextn:model.decoder.self_attn.wqkv_a.weight" in parameters  # the MTP layer was built and loaded too
     assert parameters["model.layers.0.mlp.experts.w13_weight"][1] == "torch.int8"
 
-    by_name = dict(zip(mutations, bad))
-    assert by_name["shape"]["error"], by_name["shape"]
-    assert by_name["mtp_shape"]["error"], by_name["mtp_shape"]
-    assert by_name["missing"]["unloaded"] == ["model.layers.0.self_attn.indexer.weights_proj.weight"], by_name["missing"]
-    assert by_name["extra"]["unused"] == ["layers.1.attn.indexer.weights_proj.weight"], by_name["extra"]
+
+def test_the_checks_can_fail(verdicts):
+    assert verdicts["shape"]["error"], verdicts["shape"]
+    assert verdicts["mtp_shape"]["error"], verdicts["mtp_shape"]
+    assert verdicts["missing"]["unloaded"] == ["model.layers.0.self_attn.indexer.weights_proj.weight"], verdicts["missing"]
+    assert verdicts["extra"]["unused"] == ["layers.1.attn.indexer.weights_proj.weight"], verdicts["extra"]
+
+
+def test_sglang_0517_loads_every_tensor_of_the_bake_through_moebakes_plugin(verdicts):
+    """The bake under ``--quantization moebake``: every expert layer of SGLang's model (``model.layers.N.mlp.experts``,
+    the draft's ``model.decoder.mlp.experts``) gets moebake's method from the manifest's DeepSeek-native record
+    (``layers.N.ffn.experts.``, ``mtp.0.ffn.experts.``), its baked tensors reach its parameters, and every other tensor
+    SGLang's own. Without that prefix mapping SGLang's FP8 method took the experts and its loader refused the bake."""
+    baked = verdicts["bake"]
+    assert baked["error"] is None, baked["error"]
+    assert baked["unloaded"] == [] and baked["unused"] == [], (baked["unloaded"], baked["unused"])
+    for layer in ("model.layers.0.mlp.experts.", "model.layers.1.mlp.experts.", "nextn:model.decoder.mlp.experts."):
+        assert layer + "w13_weight_scale" in baked["parameters"], layer  # the bake's names: moebake's method built it
+        assert layer + "w13_weight_scale_inv" not in baked["parameters"], layer
+    source = verdicts["source"]["parameters"]
+    assert {n: v for n, v in baked["parameters"].items() if ".experts." not in n} == {
+        n: v for n, v in source.items() if ".experts." not in n}
 
 
 def test_written_geometry_and_dtypes(servable):
@@ -127,12 +168,11 @@ def test_written_geometry_and_dtypes(servable):
     assert all(torch.isfinite(t.float()).all() for t in tensors.values() if t.dtype.is_floating_point and t.element_size() > 1)
 
 
-def test_moebake_convert_takes_it_for_sglangs_dsv4_route(servable, tmp_path):
-    """``sm90-marlin`` for SGLang 0.5.17: the target moebake's serving records route DeepSeek-V4 through on SGLang."""
-    assert record(SGLANG, "sm90-marlin", "deepseek-v4").route == "sm90-marlin-deepseek-v4"
-    out = tmp_path / "out"
-    convert(servable, out, ConvertOptions("sm90-marlin", engine=f"sglang=={RELEASE}"), progress=False)
-    assert (out / "moebake.json").is_file()
-    baked = {name for shard in out.glob("*.safetensors") for name in load_file(shard)}
+def test_moebake_convert_takes_it_for_sglangs_dsv4_route(bake):
+    """``moebake convert --target sm90-marlin --engine sglang==0.5.17`` takes the source; the attention travels with
+    the bake."""
+    config = json.loads((bake / "config.json").read_text())["quantization_config"]
+    assert (config["quant_method"], config["target"], config["engine_version"]) == ("moebake", "sm90-marlin", RELEASE)
+    baked = {name for shard in bake.glob("*.safetensors") for name in load_file(shard)}
+    assert {"layers.0.attn.indexer.weights_proj.weight", "mtp.0.e_proj.weight", "hc_head_fn"} <= baked
     assert "layers.1.attn.indexer.weights_proj.weight" not in baked
-    assert "layers.0.attn.indexer.weights_proj.weight" in baked  # the attention travels with the bake

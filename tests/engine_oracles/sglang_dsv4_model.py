@@ -23,7 +23,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from unittest import mock
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2])]  # tests/, this checkout
 
 import torch  # noqa: E402
 
@@ -55,8 +55,7 @@ def check(checkpoint: Path) -> dict:
 
     config = get_config(str(checkpoint), trust_remote_code=False)
     raw = json.loads((checkpoint / "config.json").read_text())
-    quant_config = Fp8Config.from_config(raw["quantization_config"])
-    quant_config.is_fp4_experts = raw.get("expert_dtype", "fp4") == "fp4"  # what SGLang's ModelConfig derives
+    baked = raw["quantization_config"]["quant_method"] == "moebake"
     files = sorted(str(p) for p in checkpoint.glob("*.safetensors"))
     names = [name for f in files for name in _keys(f)]
     result = {"parameters": {}, "unloaded": [], "unused": [], "error": None}
@@ -68,6 +67,15 @@ def check(checkpoint: Path) -> dict:
         stack.enter_context(mock.patch("sglang.srt.layers.rotary_embedding.rope_variant.get_device", lambda *a: "cpu"))
         stack.enter_context(mock.patch.object(dsv4.DeepseekV4ForCausalLM, "_prewarm_mhc_kernels", lambda self: None))
         stack.enter_context(mock.patch.object(dsv4.DeepseekV4ForCausalLM, "_setup_fp8_wo_a_scales", lambda self, is_nextn: None))
+        if baked:  # --quantization moebake: moebake's plugin, loaded as a server loads it, reading this bake's manifest
+            from sglang.srt.layers.quantization import QUANTIZATION_METHODS
+
+            sglang_oracle.load_plugins_as_a_server_does()
+            stack.enter_context(mock.patch("moebake.engines.sglang.config.model_directory", return_value=checkpoint))
+            quant_config = QUANTIZATION_METHODS["moebake"].from_config(raw["quantization_config"])
+        else:
+            quant_config = Fp8Config.from_config(raw["quantization_config"])
+            quant_config.is_fp4_experts = raw.get("expert_dtype", "fp4") == "fp4"  # what SGLang's ModelConfig derives
         previous = torch.get_default_dtype()
         torch.set_default_dtype(torch.bfloat16)  # the server's model dtype (config.json torch_dtype)
         try:
