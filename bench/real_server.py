@@ -28,6 +28,12 @@ if the server did not become ready.
         --out bench/results/real_server_h100.json
     python bench/real_server.py all --dir /tmp/rs --runs stock:marlin bake:marlin:sm90-marlin --out r.json  # both
 
+``make --model deepseek-v4`` writes a DeepSeek-V4-shaped source instead (:data:`DSV4_MODEL`; SGLang's
+``DeepseekV4ForCausalLM``, served with its ``dsv4`` attention backend), e.g. with its ``sm90-marlin`` bake for SGLang
+0.5.17 (what moebake's serving records route DeepSeek-V4 through on SGLang):
+
+    python bench/real_server.py make --model deepseek-v4 --dir /tmp/rd --bake sm90-marlin --engine sglang==0.5.17
+
 ``--engine vllm`` serves with vLLM instead (``python -m vllm.entrypoints.openai.api_server`` from ``$V26_SITE``;
 its command line, requests and log line: bench/real_server_vllm.py), BACKEND being vLLM's ``--moe-backend``; the
 records are the same but for vllm_load_mem_usage_gib (vLLM's "Model loading took" memory), and peak_gpu_gib comes from
@@ -68,18 +74,28 @@ GPT_OSS_EXTRAS = {"attention_bias": True, "initial_context_length": 4096, "max_p
                   "torch_dtype": "bfloat16", "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
                                                               "original_max_position_embeddings": 4096,
                                                               "rope_type": "yarn", "truncate": False}}
+DSV4_MODEL = {"layers": 2, "experts": 8, "hidden": 4096, "intermediate": 256, "vocab": 2048}
+"""``--model deepseek-v4``: moebake's servable DeepSeek-V4-shaped checkpoint
+(:func:`moebake.reference.synthetic_sources.write_deepseek_v4_servable`: V4-Flash's attention, indexer and mHC geometry,
+which FlashMLA and DeepGEMM take on SM90; few layers and experts, a small vocabulary), for SGLang's
+``DeepseekV4ForCausalLM``; its layers alternate compress ratios 4 (compressed + indexer) and 128, plus one MTP block."""
+MODELS = ("gpt-oss", "deepseek-v4")
 READY_LINE = "The server is fired up and ready to roll!"
 LOAD_RE = re.compile(r"Load weight end\. elapsed=([0-9.]+) s.*?mem usage=([0-9.]+) GB")
 PROMPT_LENGTHS = (23, 57, 130, 301)
 
 
 # ----------------------------------------------------------------------------------------------- make
-def make(directory: Path, layers: int, experts: int, vocab: int, bakes: list[str], engine: str | None,
-         extra_convert: list[str]) -> None:
-    """``directory/src``: a GPT-OSS-format checkpoint from moebake's writer; ``directory/<target>``: its bakes."""
+def make(directory: Path, layers: int | None, experts: int | None, vocab: int | None, bakes: list[str], engine: str | None,
+         extra_convert: list[str], model: str = "gpt-oss") -> None:
+    """``directory/src``: a GPT-OSS-format (``model`` ``deepseek-v4``: DeepSeek-V4-format) checkpoint from moebake's
+    writer; ``directory/<target>``: its bakes. ``layers``/``experts``/``vocab`` None: the model's defaults."""
     from moebake.synthetic import write_gpt_oss
 
     source = directory / "src"
+    if model == "deepseek-v4" and not (source / "config.json").is_file():
+        make_deepseek_v4(source, layers or DSV4_MODEL["layers"], experts or DSV4_MODEL["experts"], vocab or DSV4_MODEL["vocab"])
+    layers, experts, vocab = layers or MODEL["layers"], experts or MODEL["experts"], vocab or MODEL["vocab"]
     if not (source / "config.json").is_file():
         start = time.monotonic()
         write_gpt_oss(source, num_layers=layers, num_experts=experts, hidden=MODEL["hidden"],
@@ -100,6 +116,22 @@ def make(directory: Path, layers: int, experts: int, vocab: int, bakes: list[str
         start = time.monotonic()
         subprocess.run(command, check=True, cwd=ROOT)
         print(f"make: bake {out} in {time.monotonic() - start:.1f} s: {' '.join(command[2:])}", flush=True)
+
+
+def make_deepseek_v4(source: Path, layers: int, experts: int, vocab: int) -> None:
+    """The servable DeepSeek-V4-shaped source (:data:`DSV4_MODEL`), its eos and bos ids at the top of the vocabulary, as
+    the GPT-OSS source's (the prompts stay below them)."""
+    from moebake.reference.synthetic_sources import write_deepseek_v4_servable
+
+    start = time.monotonic()
+    write_deepseek_v4_servable(source, num_layers=layers, num_experts=experts, hidden=DSV4_MODEL["hidden"],
+                               intermediate=DSV4_MODEL["intermediate"], vocab=vocab,
+                               compress_ratios=tuple((4, 128)[i % 2] for i in range(layers)), seed=0)
+    config = json.loads((source / "config.json").read_text())
+    config["eos_token_id"], config["bos_token_id"] = vocab - 1, vocab - 2
+    (source / "config.json").write_text(json.dumps(config, indent=2))
+    print(f"make: DeepSeek-V4 source {source} ({layers} layers, {experts} experts) in {time.monotonic() - start:.1f} s",
+          flush=True)
 
 
 # ----------------------------------------------------------------------------------------------- run
@@ -181,9 +213,17 @@ def differences(outputs: list[dict], reference: list[dict]) -> list[dict]:
     return found
 
 
+def attention_backend(model: Path) -> str:
+    """SGLang's attention backend for the model: ``dsv4`` (FlashMLA, DeepGEMM's indexer; the only one SGLang 0.5.17's
+    DeepSeek-V4 runs, its server-argument overrides pin it) for a DeepSeek-V4 config, else ``triton``."""
+    config = model / "config.json"
+    model_type = json.loads(config.read_text()).get("model_type") if config.is_file() else None
+    return "dsv4" if model_type == "deepseek_v4" else "triton"
+
+
 def server_command(model: Path, backend: str, bake: bool, port: int, extra: list[str]) -> list[str]:
     command = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--port", str(port),
-               "--host", "127.0.0.1", "--skip-tokenizer-init", "--attention-backend", "triton",
+               "--host", "127.0.0.1", "--skip-tokenizer-init", "--attention-backend", attention_backend(model),
                "--moe-runner-backend", backend, "--context-length", "4096", "--mem-fraction-static", "0.5",
                "--log-level", "info"]
     return command + (["--quantization", "moebake"] if bake else []) + extra
@@ -396,6 +436,10 @@ def release_of(dist_info: str) -> str:
 
 
 def _model_name(config: dict) -> str:
+    if config.get("model_type") == "deepseek_v4":
+        return (f"deepseek-v4-shaped synthetic: {config['num_hidden_layers']} layers (+{config['num_nextn_predict_layers']} MTP), "
+                f"{config['n_routed_experts']} experts, H={config['hidden_size']}, I={config['moe_intermediate_size']}, "
+                f"vocab {config['vocab_size']}")
     return (f"gpt-oss-shaped synthetic: {config['num_hidden_layers']} layers, {config['num_local_experts']} experts, "
             f"H=I={config['hidden_size']}, vocab {config['vocab_size']}")
 
@@ -447,9 +491,11 @@ def main(argv=None) -> None:
     for p in (p_make, p_run, p_all):
         p.add_argument("--dir", type=Path, required=True)
     for p in (p_make, p_all):
-        p.add_argument("--layers", type=int, default=MODEL["layers"])
-        p.add_argument("--experts", type=int, default=MODEL["experts"])
-        p.add_argument("--vocab", type=int, default=MODEL["vocab"])
+        p.add_argument("--model", choices=MODELS, default="gpt-oss",
+                       help="the source's shape: gpt-oss (default) or deepseek-v4 (SGLang's DeepseekV4ForCausalLM)")
+        p.add_argument("--layers", type=int, default=None, help="default: the model's (2)")
+        p.add_argument("--experts", type=int, default=None, help="default: the model's (gpt-oss 32, deepseek-v4 8)")
+        p.add_argument("--vocab", type=int, default=None, help="default: 2048")
         p.add_argument("--convert-arg", action="append", default=[], help="one more moebake convert argument")
     p_make.add_argument("--bake", nargs="*", default=[], help="targets to bake (sm90-cutlass, sm90-marlin)")
     p_make.add_argument("--engine", default=None, help="moebake convert --engine (e.g. sglang==0.5.17, vllm==0.26.0)")
@@ -464,12 +510,12 @@ def main(argv=None) -> None:
         p.add_argument("--log-dir", type=Path, default=Path(os.environ.get("OUT", "/tmp/moebake-real-server")))
     args = parser.parse_args(argv)
     if args.command == "make":
-        make(args.dir, args.layers, args.experts, args.vocab, args.bake, args.engine, args.convert_arg)
+        make(args.dir, args.layers, args.experts, args.vocab, args.bake, args.engine, args.convert_arg, args.model)
         return
     if args.command == "all":
         release = _release(ENGINES[args.engine])
         make(args.dir, args.layers, args.experts, args.vocab, _bakes_of(args.runs),
-             f"{args.engine}=={release}" if release else None, args.convert_arg)
+             f"{args.engine}=={release}" if release else None, args.convert_arg, args.model)
     run(args.dir, args.runs, args.new_tokens, args.ready_timeout, args.server_arg, args.out, args.log_dir, args.engine)
 
 

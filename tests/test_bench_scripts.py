@@ -564,6 +564,29 @@ def test_real_server_makes_a_gpt_oss_config_sglang_reads(tmp_path):
     assert json.loads((tmp_path / "sm90-marlin" / "config.json").read_text())["quantization_config"]["quant_method"] == "moebake"
 
 
+def test_real_server_makes_a_deepseek_v4_source_and_its_sglang_bake(tmp_path):
+    """``make --model deepseek-v4``: the servable DeepSeek-V4-shaped source (V4-Flash's attention geometry, layers
+    alternating compress ratios 4 and 128, eos/bos above the prompts) and its sm90-marlin bake for SGLang 0.5.17, which
+    keeps the attention; the server command picks SGLang's dsv4 attention backend for it and triton for GPT-OSS."""
+    bench = load_bench("real_server.py")
+    bench.main(["make", "--model", "deepseek-v4", "--dir", str(tmp_path), "--experts", "2", "--vocab", "256",
+                "--bake", "sm90-marlin", "--engine", "sglang==0.5.17"])
+    for model in ("src", "sm90-marlin"):
+        config = json.loads((tmp_path / model / "config.json").read_text())
+        assert config["model_type"] == "deepseek_v4" and config["compress_ratios"] == [4, 128, 0]
+        assert (config["n_routed_experts"], config["vocab_size"], config["eos_token_id"]) == (2, 256, 255)
+        assert (config["num_attention_heads"], config["head_dim"], config["index_n_heads"]) == (64, 512, 64)
+        assert bench.attention_backend(tmp_path / model) == "dsv4"
+        command = bench.server_command(tmp_path / model, "marlin", False, 1, [])
+        assert command[command.index("--attention-backend") + 1] == "dsv4"
+    bake = json.loads((tmp_path / "sm90-marlin" / "config.json").read_text())["quantization_config"]
+    assert (bake["quant_method"], bake["target"], bake["engine_version"]) == ("moebake", "sm90-marlin", "0.5.17")
+    index = json.loads((tmp_path / "sm90-marlin" / "model.safetensors.index.json").read_text())["weight_map"]
+    assert "layers.0.attn.indexer.weights_proj.weight" in index and "mtp.0.e_proj.weight" in index
+    assert bench.attention_backend(Path("/nonexistent")) == "triton"
+    assert "deepseek-v4-shaped synthetic: 2 layers (+1 MTP), 2 experts" in bench._model_name(config)
+
+
 def test_real_server_probe_hooks_a_method_sglang_has():
     """The probe's hook target is a method of the SGLang installed here (read from its source: importing SGLang's model
     runner needs its server's dependencies), and SGLang's HookRegistry has the AROUND hooks it registers."""

@@ -6,6 +6,7 @@ writer's docstring gives its tensors' names, dtypes and shapes.
 """
 
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -225,11 +226,14 @@ def _mixed_precision_groups(quantized_layers: dict[str, dict]) -> dict:
     return groups
 
 
-def _deepseek_v4_layer(base: str, E: int, H: int, I: int, vocab: int, top_k: int, hash_routed: bool, g) -> dict:
+def _deepseek_v4_layer(base: str, E: int, H: int, I: int, vocab: int, top_k: int, hash_routed: bool, g,
+                       placeholder_attention: bool = True) -> dict:
     """One DeepSeek-V4 block under ``base`` (``layers.L.`` / ``mtp.J.``) with DeepSeek's on-disk dtypes.
 
     Routed experts: I8 packed E2M1 ``[out, in/2]`` + F8_E8M0 ``[out, in/32]``; shared experts and
     attention projections: F8_E4M3 with F8_E8M0 128x128 block scales; router BF16 weight + F32 bias.
+    ``placeholder_attention`` False leaves out the few small attention tensors that stand for the real ones
+    (a servable checkpoint writes those with :func:`_deepseek_v4_attention` instead).
     """
     def bf16(*shape):
         return (torch.randn(*shape, generator=g) * 0.02).to(torch.bfloat16)
@@ -241,10 +245,12 @@ def _deepseek_v4_layer(base: str, E: int, H: int, I: int, vocab: int, top_k: int
         weight = (torch.randn(out, k, generator=g) * 0.5).to(torch.float8_e4m3fn)
         return weight, e8m0(round_up(out, 128) // 128, round_up(k, 128) // 128)
 
-    t = {base + "attn_norm.weight": torch.ones(H, dtype=torch.bfloat16), base + "ffn_norm.weight": torch.ones(H, dtype=torch.bfloat16),
-         base + "attn.attn_sink": torch.zeros(4), base + "ffn.gate.weight": bf16(E, H), base + "ffn.gate.bias": torch.zeros(E)}
-    for name, (out, k) in (("attn.wq_a", (64, H)), ("attn.wkv", (64, H)), ("attn.wo_b", (H, 64)),
-                           ("ffn.shared_experts.w1", (I, H)), ("ffn.shared_experts.w3", (I, H)), ("ffn.shared_experts.w2", (H, I))):
+    t = {base + "attn_norm.weight": torch.ones(H, dtype=torch.bfloat16), base + "ffn_norm.weight": torch.ones(H, dtype=torch.bfloat16)}
+    t |= {base + "attn.attn_sink": torch.zeros(4)} if placeholder_attention else {}
+    t |= {base + "ffn.gate.weight": bf16(E, H), base + "ffn.gate.bias": torch.zeros(E)}
+    attention = (("attn.wq_a", (64, H)), ("attn.wkv", (64, H)), ("attn.wo_b", (H, 64))) if placeholder_attention else ()
+    for name, (out, k) in (*attention, ("ffn.shared_experts.w1", (I, H)), ("ffn.shared_experts.w3", (I, H)),
+                           ("ffn.shared_experts.w2", (H, I))):
         t[f"{base}{name}.weight"], t[f"{base}{name}.scale"] = fp8_block(out, k)
     if hash_routed:
         t[base + "ffn.gate.tid2eid"] = torch.randint(0, E, (vocab, top_k), dtype=torch.int32, generator=g)
@@ -266,7 +272,8 @@ def write_deepseek_v4(
     Tensors are cut into shards of about ``shard_bytes`` in name order of their layer, so the
     per-expert tensors of one layer straddle shards, as in the real 46-shard V4-Flash release.
     Layer 0 is hash-routed (``ffn.gate.tid2eid``); ``mtp_layers`` MTP blocks (``mtp.J.``) follow.
-    ``swiglu_limit`` None leaves it out of config.json.
+    ``swiglu_limit`` None leaves it out of config.json. Its attention is a few small placeholder tensors:
+    what the converters read; a checkpoint an engine can serve is :func:`write_deepseek_v4_servable`'s.
     """
     path = Path(path)
     E, H, I = num_experts, hidden, intermediate
@@ -277,6 +284,11 @@ def write_deepseek_v4(
     for j in range(mtp_layers):
         tensors |= _deepseek_v4_layer(f"mtp.{j}.", E, H, I, vocab, top_k, False, g)
     tensors |= {"norm.weight": torch.ones(H, dtype=torch.bfloat16), "head.weight": torch.zeros(vocab, H, dtype=torch.bfloat16)}
+    config = _deepseek_v4_config(H, I, E, top_k, num_layers, mtp_layers, vocab, swiglu_limit)
+    return _save_deepseek_v4(path, tensors, shard_bytes, config)
+
+
+def _save_deepseek_v4(path: Path, tensors: dict, shard_bytes: int, config: dict) -> Path:
     shards, current, size = [], {}, 0
     for name, tensor in tensors.items():
         current[name] = tensor
@@ -286,6 +298,14 @@ def write_deepseek_v4(
             current, size = {}, 0
     shards += [current] if current else []
     save_shards(path, shards, len(shards))
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    (path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 65536}))
+    return path
+
+
+def _deepseek_v4_config(H: int, I: int, E: int, top_k: int, num_layers: int, mtp_layers: int, vocab: int,
+                        swiglu_limit: float | None) -> dict:
+    """config.json's MoE and quantization keys (what the converters read)."""
     config = {
         "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "hidden_size": H,
         "moe_intermediate_size": I, "n_routed_experts": E, "n_shared_experts": 1, "num_experts_per_tok": top_k,
@@ -297,6 +317,122 @@ def write_deepseek_v4(
     }
     if swiglu_limit is not None:
         config["swiglu_limit"] = swiglu_limit
-    (path / "config.json").write_text(json.dumps(config, indent=2))
-    (path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 65536}))
-    return path
+    return config
+
+
+DEEPSEEK_V4_FLASH_ATTENTION = {
+    "num_attention_heads": 64, "num_key_value_heads": 1, "head_dim": 512, "qk_nope_head_dim": 448, "qk_rope_head_dim": 64,
+    "v_head_dim": 512, "kv_lora_rank": 512, "q_lora_rank": 1024, "o_lora_rank": 1024, "o_groups": 8, "window_size": 128,
+    "index_n_heads": 64, "index_head_dim": 128, "index_topk": 512, "rope_theta": 10000, "compress_rope_theta": 40000,
+    "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-6, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+    "attention_bias": False, "first_k_dense_replace": 0, "moe_layer_freq": 1, "n_group": 1, "topk_group": 1,
+    "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 1, "torch_dtype": "bfloat16",
+}
+"""DeepSeek-V4-Flash's attention, indexer and mHC hyper-parameters, as SGLang 0.5.17's ``DeepSeekV4Config`` defaults
+give them (its defaults are V4-Flash's; SGLang's config loader reads config.json into a DeepseekV3Config alias, which
+keeps no V4 default, so config.json must say each). The kernels hold them: FlashMLA on SM90 takes V4's 512-wide KV rows
+(``head_dim``) and 64 or 128 query heads per CTA, DeepGEMM's SM90 paged-MQA indexer 32 or 64 indexer heads of 128.
+``n_group``/``topk_group`` 1: V4's router (sqrtsoftplus, noaux_tc) groups nothing."""
+
+DEEPSEEK_V4_ROPE_SCALING = {"type": "yarn", "factor": 16, "original_max_position_embeddings": 65536, "beta_fast": 32,
+                            "beta_slow": 1}
+"""V4-Flash's YaRN rope scaling (from the DeepSeek-V4 config as the engines read it; SGLang reads
+``original_max_position_embeddings`` from it unconditionally)."""
+
+
+def _deepseek_v4_attention(base: str, H: int, geometry: dict, compress_ratio: int, g) -> dict:
+    """The attention of one servable DeepSeek-V4 block under ``base``: the names, dtypes and shapes SGLang 0.5.17's
+    ``MQALayer`` loads, in DeepSeek's on-disk form (``attn.wq_a``/``wkv``/``wq_b``/``wo_a``/``wo_b`` F8_E4M3 with
+    F8_E8M0 128x128 block scales; norms BF16; ``attn_sink`` F32), the compressor of a ``compress_ratio`` 4 or 128 layer
+    (``wkv``/``wgate`` BF16, ``ape`` F32, ``norm`` BF16) and a ratio-4 layer's indexer (``wq_b`` FP8,
+    ``weights_proj`` BF16, its own compressor at ``index_head_dim``), and the block's mHC mixing (F32)."""
+    heads, head_dim, q_rank = geometry["num_attention_heads"], geometry["head_dim"], geometry["q_lora_rank"]
+    groups, o_rank, hc = geometry["o_groups"], geometry["o_lora_rank"], geometry["hc_mult"]
+
+    def fp8_linear(name: str, out: int, k: int) -> dict:
+        # E4M3 values of unit spread, one power-of-two block scale of 1/sqrt(k): each output of spread ~1.
+        weight = torch.randn(out, k, generator=g).clamp(-4, 4).to(torch.float8_e4m3fn)
+        exponent = 127 - round(math.log2(math.sqrt(k)))
+        scale = torch.full((round_up(out, 128) // 128, round_up(k, 128) // 128), exponent, dtype=torch.uint8)
+        return {f"{base}{name}.weight": weight, f"{base}{name}.scale": scale.view(torch.float8_e8m0fnu)}
+
+    def bf16(*shape, spread: float = 1.0):
+        return (torch.randn(*shape, generator=g) * spread / math.sqrt(shape[-1])).to(torch.bfloat16)
+
+    def compressor(name: str, dim: int) -> dict:
+        coff = 2 if compress_ratio == 4 else 1  # ratio 4 overlaps two windows
+        return {f"{base}{name}.wkv.weight": bf16(coff * dim, H), f"{base}{name}.wgate.weight": bf16(coff * dim, H),
+                f"{base}{name}.ape": torch.randn(compress_ratio, coff * dim, generator=g) * 0.02,
+                f"{base}{name}.norm.weight": torch.ones(dim, dtype=torch.bfloat16)}
+
+    t = {base + "attn.attn_sink": torch.zeros(heads)}
+    t |= fp8_linear("attn.wq_a", q_rank, H) | fp8_linear("attn.wkv", head_dim, H)
+    t |= {base + "attn.q_norm.weight": torch.ones(q_rank, dtype=torch.bfloat16),
+          base + "attn.kv_norm.weight": torch.ones(head_dim, dtype=torch.bfloat16)}
+    t |= fp8_linear("attn.wq_b", heads * head_dim, q_rank)
+    t |= fp8_linear("attn.wo_a", groups * o_rank, heads * head_dim // groups)
+    t |= fp8_linear("attn.wo_b", H, groups * o_rank)
+    if compress_ratio:
+        t |= compressor("attn.compressor", head_dim)
+    if compress_ratio == 4:
+        index_heads, index_dim = geometry["index_n_heads"], geometry["index_head_dim"]
+        t |= fp8_linear("attn.indexer.wq_b", index_heads * index_dim, q_rank)
+        t |= {base + "attn.indexer.weights_proj.weight": bf16(index_heads, H)}
+        t |= compressor("attn.indexer.compressor", index_dim)
+    mix = (2 + hc) * hc  # pre (hc), post (hc) and the hc x hc combination
+    for part in ("attn", "ffn"):
+        t |= {f"{base}hc_{part}_fn": torch.randn(mix, hc * H, generator=g) * 1e-3,
+              f"{base}hc_{part}_base": torch.zeros(mix), f"{base}hc_{part}_scale": torch.ones(3)}
+    return t
+
+
+def write_deepseek_v4_servable(
+    path: str | Path, *, num_layers: int = 2, num_experts: int = 8, hidden: int = 4096, intermediate: int = 256,
+    mtp_layers: int = 1, vocab: int = 2048, top_k: int = 2, compress_ratios: tuple[int, ...] = (4, 128),
+    max_position_embeddings: int = 65536, shard_bytes: int = 64 << 20, seed: int = 0,
+) -> Path:
+    """Write a DeepSeek-V4-shaped checkpoint an engine can serve (SGLang 0.5.17's ``DeepseekV4ForCausalLM``) to ``path``.
+
+    The MoE part is :func:`write_deepseek_v4`'s (:func:`_deepseek_v4_layer`: MXFP4 routed experts, FP8 shared experts,
+    router, norms; layer 0 hash-routed); around it, every tensor SGLang's model loads: each block's attention, compressor,
+    indexer and mHC (:func:`_deepseek_v4_attention`), the head's mHC (``hc_head_{fn,base,scale}``, F32), a random head
+    (distinct logits, so outputs compare token for token), and per MTP block (``mtp.J.``) the draft model's ``e_proj``/
+    ``h_proj`` (FP8), ``enorm``/``hnorm``/``norm`` and its head mHC, its attention uncompressed (SGLang's MTP layer has
+    compress ratio 0). Geometry: :data:`DEEPSEEK_V4_FLASH_ATTENTION` (V4-Flash's, which FlashMLA and DeepGEMM take);
+    only the layer count, experts, expert width and vocabulary are small. ``compress_ratios``: one per layer, each 0
+    (sliding window only), 4 (compressed + indexer) or 128.
+    """
+    assert len(compress_ratios) == num_layers and set(compress_ratios) <= {0, 4, 128}, compress_ratios
+    path = Path(path)
+    E, H, I, geometry = num_experts, hidden, intermediate, DEEPSEEK_V4_FLASH_ATTENTION
+    hc = geometry["hc_mult"]
+    g = torch.Generator().manual_seed(seed)
+
+    def head_mixing(base: str) -> dict:
+        return {base + "hc_head_fn": torch.randn(hc, hc * H, generator=g) * 1e-3, base + "hc_head_base": torch.zeros(hc),
+                base + "hc_head_scale": torch.ones(1)}
+
+    tensors = {"embed.weight": torch.randn(vocab, H, generator=g).to(torch.bfloat16)}
+    for i, ratio in enumerate(compress_ratios):
+        base = f"layers.{i}."
+        tensors |= _deepseek_v4_layer(base, E, H, I, vocab, top_k, i == 0, g, placeholder_attention=False)
+        if i == 0:  # a hash-routed layer's router has no score-correction bias (SGLang's has no parameter for one)
+            del tensors[base + "ffn.gate.bias"]
+        tensors |= _deepseek_v4_attention(base, H, geometry, ratio, g)
+    for j in range(mtp_layers):
+        base = f"mtp.{j}."
+        tensors |= _deepseek_v4_layer(base, E, H, I, vocab, top_k, False, g, placeholder_attention=False)
+        tensors |= _deepseek_v4_attention(base, H, geometry, 0, g)
+        for name in ("e_proj", "h_proj"):
+            weight = torch.randn(H, H, generator=g).clamp(-4, 4).to(torch.float8_e4m3fn)
+            scale = torch.full((H // 128, H // 128), 127 - round(math.log2(math.sqrt(H))), dtype=torch.uint8)
+            tensors |= {f"{base}{name}.weight": weight, f"{base}{name}.scale": scale.view(torch.float8_e8m0fnu)}
+        tensors |= {f"{base}{name}.weight": torch.ones(H, dtype=torch.bfloat16) for name in ("enorm", "hnorm", "norm")}
+        tensors |= head_mixing(base)
+    tensors |= head_mixing("")
+    tensors |= {"norm.weight": torch.ones(H, dtype=torch.bfloat16),
+                "head.weight": (torch.randn(vocab, H, generator=g) * 2 / math.sqrt(H)).to(torch.bfloat16)}
+    config = _deepseek_v4_config(H, I, E, top_k, num_layers, mtp_layers, vocab, 10.0) | geometry
+    config |= {"compress_ratios": [*compress_ratios, *[0] * mtp_layers], "rope_scaling": dict(DEEPSEEK_V4_ROPE_SCALING),
+               "max_position_embeddings": max_position_embeddings, "intermediate_size": I}
+    return _save_deepseek_v4(path, tensors, shard_bytes, config)

@@ -8,6 +8,7 @@ would handle the source checkpoint.
 """
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,19 @@ def _check_parallelism(manifest: Manifest) -> None:
 
 logger = logging.getLogger(__name__)
 
+_DEEPSEEK_V4_EXPERTS = re.compile(r"model\.(?:layers\.(\d+)|decoder)\.mlp\.experts\.")
+
+
+def deepseek_native_prefix(prefix: str) -> str:
+    """SGLang's DeepSeek-V4 module prefix of an expert layer as the checkpoint names it: ``model.layers.N.mlp.experts.``
+    -> ``layers.N.ffn.experts.``; the MTP draft's ``model.decoder.mlp.experts.`` -> ``mtp.0.ffn.experts.`` (SGLang
+    0.5.17-0.5.23's ``DeepseekV4ForCausalLM.remap_weight_name_to_dpsk_hf_format`` inverted; SGLang serves one MTP
+    block). Any other prefix is returned as it is."""
+    found = _DEEPSEEK_V4_EXPERTS.fullmatch(prefix)
+    if found is None:
+        return prefix
+    return f"layers.{found.group(1)}.ffn.experts." if found.group(1) is not None else "mtp.0.ffn.experts."
+
 
 class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
     """``--quantization moebake``: baked MoE layers from the manifest, everything else as the source's config."""
@@ -132,8 +146,11 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
             self.original.update_packed_modules_mapping(mapping)
 
     def record_for(self, prefix: str) -> LayerRecord | None:
-        """The manifest's layer record of the MoE layer at ``prefix`` (``...mlp.experts``), or None."""
-        return self.records.get(prefix.rstrip(".") + ".")
+        """The manifest's layer record of the MoE layer at ``prefix`` (``...mlp.experts``), or None. A DeepSeek-V4
+        bake's records keep the checkpoint's DeepSeek-native prefixes, which SGLang's model renames
+        (:func:`deepseek_native_prefix`)."""
+        prefix = prefix.rstrip(".") + "."
+        return self.records.get(prefix) or self.records.get(deepseek_native_prefix(prefix))
 
     def get_quant_method(self, layer: torch.nn.Module, prefix: str):
         from sglang.srt.layers.moe.fused_moe_triton import FusedMoE
