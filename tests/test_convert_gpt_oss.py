@@ -272,3 +272,22 @@ def test_synthetic_shards_are_numbered_from_one_as_hugging_face_does(tmp_path):
     source = write_gpt_oss(tmp_path / "src", **{**TINY, "num_layers": 3})
     assert sorted(p.name for p in source.glob("*.safetensors")) == [
         "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"]
+
+
+@pytest.mark.parametrize("intermediate, vllm_releases", [
+    (256, ["0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]),
+    (128, ["0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]),
+])
+def test_serves_lists_every_vllm_release_whose_own_rule_gives_the_same_bytes(tmp_path, intermediate, vllm_releases):
+    """An SGLang sm100-trtllm bake, H unpadded: vLLM 0.26.0's rule pads I to 256 and later ones to 128 (the release
+    matrix's rules, each proven on its release's code), so at I 256 every release builds these bytes and at I 128
+    0.26.0 does not. The record is of the newest such release."""
+    from moebake.schema.profiles import release_profile
+
+    for release in ("0.26.0", "0.33.0"):  # what the expected lists rest on
+        entry = release_profile("vllm", release).targets[("sm100-trtllm", "gpt-oss")]
+        assert (entry.hidden_multiple, entry.intermediate_multiple) == ((256, 256) if release == "0.26.0" else (256, 128))
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=256, intermediate=intermediate, vocab=32)
+    manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm"), progress=False)
+    (vllm,) = manifest.serves
+    assert (vllm.name, list(vllm.releases), vllm.version) == ("vllm", vllm_releases, vllm_releases[-1])

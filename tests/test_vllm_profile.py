@@ -160,9 +160,6 @@ def test_deepseek_v4_sm100_trtllm_equals_vllm(tmp_path, hidden, intermediate, en
     if intermediate % profile.intermediate_multiple:  # vLLM before 0.27.0 pads I to 256: the release refuses the model
         _assert_vllm_pads_deepseek_v4_sm100(tmp_path, source, hidden, intermediate, profile)
         return
-    if engine == "sglang" and profile != get_profile("vllm").target("sm100-trtllm", "deepseek-v4"):
-        pytest.skip(f"SGLang's bake lists the releases of the newest vLLM's rule in serves; vllm {vllm_oracle.VLLM_VERSION} "
-                    "has another rule (its own bake is tested by the vllm case)")
     manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm", engine=_spec(engine)), progress=False).to_json()
     record = manifest["layers"][0]
     vllm = manifest["engine"] if engine == "vllm" else manifest["serves"][0]

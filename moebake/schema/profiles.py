@@ -453,20 +453,32 @@ def _engine_record(profile: EngineProfile, entry: TargetProfile, not_exact_becau
 def engines_with_same_bytes(options, source_format: str, hidden: int, intermediate: int) -> list[EngineRecord]:
     """The manifest's ``serves``: the other engines whose verified preparation of this model (hidden
     size ``hidden``, expert intermediate size ``intermediate``) gives this engine-exact bake's bytes:
-    the same padded sizes, and the same scale fill wherever H is padded. Their ``engine`` records."""
+    the same padded sizes, and the same scale fill wherever H is padded. One ``engine`` record per engine, of its
+    newest such release, listing every release whose own rule gives these bytes (an older rule may pad to other
+    multiples that come to the same sizes for this model)."""
     own = get_profile(options.engine).target(options.target, source_format)
     hidden_multiple, intermediate_multiple, fill, intermediate_fill = options.padding(source_format)
     if (hidden_multiple, intermediate_multiple) != (own.hidden_multiple, own.intermediate_multiple) or not own.verified:
         return []
     padded = (round_up(hidden, hidden_multiple), round_up(intermediate, intermediate_multiple))
-    served = []
-    for name, profile in PROFILES.items():
-        entry = profile.targets.get((options.target, source_format))
-        if name == parse_engine(options.engine)[0] or entry is None or not entry.verified:
-            continue
+
+    def same_bytes(entry: TargetProfile | None) -> bool:
+        if entry is None or not entry.verified:
+            return False
         theirs = (round_up(hidden, entry.hidden_multiple), round_up(intermediate, entry.intermediate_multiple))
-        same = proven_releases(name, options.target, source_format, entry, options.flashinfer_layout)
-        if same and theirs == padded and (entry.hidden_scale_fill == fill or padded[0] == hidden) and (
-                entry.intermediate_scale_fill == intermediate_fill or padded[1] == intermediate):
-            served.append(replace(_engine_record(profile, entry, None), releases=tuple(same)))
+        return theirs == padded and (entry.hidden_scale_fill == fill or padded[0] == hidden) and (
+            entry.intermediate_scale_fill == intermediate_fill or padded[1] == intermediate)
+
+    served = []
+    for name in PROFILES:
+        if name == parse_engine(options.engine)[0]:
+            continue
+        entries = {release_profile(name, release).targets.get((options.target, source_format)) for release in releases(name)}
+        proven = {release for entry in entries if same_bytes(entry)
+                  for release in proven_releases(name, options.target, source_format, entry, options.flashinfer_layout)}
+        same = [release for release in releases(name) if release in proven]
+        if same:
+            newest = release_profile(name, same[-1])
+            entry = newest.targets[(options.target, source_format)]
+            served.append(replace(_engine_record(newest, entry, None), releases=tuple(same)))
     return served

@@ -97,12 +97,6 @@ def test_the_swiglu_constants_are_not_handed_to_the_model(bake):
 
 
 def test_an_unpadded_sglang_bake_serves_vllm_too(tmp_path):
-    from moebake.schema.profiles import PROFILES, get_profile
-
-    cell = ("sm100-trtllm", "gpt-oss")
-    if get_profile(vllm_oracle.ENGINE).targets.get(cell) != PROFILES["vllm"].targets.get(cell):
-        pytest.skip(f"{vllm_oracle.ENGINE} builds this cell by an older rule: an SGLang bake's serves lists the releases "
-                    "of vLLM's newest rule only")
     # I 256: a multiple of what every release pads I to (128; 256 before vLLM 0.27.0), so no engine pads anything.
     source = write_gpt_oss(tmp_path / "src", num_layers=2, num_experts=EXPERTS, hidden=256, intermediate=256, vocab=32)
     manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm"), progress=False)
