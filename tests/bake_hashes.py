@@ -17,6 +17,9 @@ from pathlib import Path
 
 import torch
 
+if __name__ == "__main__":  # record this checkout's bytes, not those of whichever moebake the Python has installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.reference.synthetic_sources import write_bf16_moe, write_deepseek_v4, write_modelopt_nvfp4
