@@ -343,9 +343,10 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
     return record | server_kind.parse_log(text) | _probe(probe_path)
 
 
-MODULE_CHECK = ("import flashinfer.fused_moe.core as core; from moebake.serve.flashinfer_build import ensure_flashinfer_sm90_moe; "
-                "ensure_flashinfer_sm90_moe(); core.get_cutlass_fused_moe_module('90')")
-"""Load the prebuilt reduced module as a server's probe will (its sidecar checked against the engine's FlashInfer)."""
+MODULE_CHECK = ("import flashinfer.fused_moe.core as core; from real_server_probe import install_reduced_module; "
+                "install_reduced_module(); core.get_cutlass_fused_moe_module('90')")
+"""Load the prebuilt reduced module with the servers' probe's own code (its sidecar checked against the engine's
+FlashInfer)."""
 
 
 def check_reduced_module(engine: str = "sglang") -> None:
@@ -354,7 +355,7 @@ def check_reduced_module(engine: str = "sglang") -> None:
     so = os.environ.get("MOEBAKE_FLASHINFER_MOE_SO")
     if not so:
         return
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ENGINES[engine].site(), str(ROOT)]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ENGINES[engine].site(), str(ROOT), str(ROOT / "bench")]))
     done = subprocess.run([sys.executable, "-c", MODULE_CHECK], env=env, capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
