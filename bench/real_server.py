@@ -296,6 +296,7 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
                MOEBAKE_REAL_SERVER_PROBE=str(probe_path), MOEBAKE_REAL_SERVER_STACKS=str(stacks_path),
                PYTHONUNBUFFERED="1", CUDA_HOME=cuda_home, TVM_FFI_CACHE_DIR=str(caches / "tvm-ffi"),
                FLASHINFER_WORKSPACE_BASE=str(caches / "flashinfer"), TRITON_CACHE_DIR=str(caches / "triton"),
+               TILELANG_CACHE_DIR=str(caches / "tilelang"), DG_JIT_CACHE_DIR=str(caches / "deep_gemm"),  # DeepSeek-V4's JIT
                PATH=f"{cuda_home}/bin{os.pathsep}{os.environ.get('PATH', '')}", **server_kind.env(caches))
     port = _free_port()
     command = server_kind.command(model, backend, bake, port, extra)
