@@ -323,6 +323,7 @@ def _deepseek_v4_config(H: int, I: int, E: int, top_k: int, num_layers: int, mtp
 DEEPSEEK_V4_FLASH_ATTENTION = {
     "num_attention_heads": 64, "num_key_value_heads": 1, "head_dim": 512, "qk_nope_head_dim": 448, "qk_rope_head_dim": 64,
     "v_head_dim": 512, "kv_lora_rank": 512, "q_lora_rank": 1024, "o_lora_rank": 1024, "o_groups": 8, "window_size": 128,
+    "sliding_window": 128,
     "index_n_heads": 64, "index_head_dim": 128, "index_topk": 512, "rope_theta": 10000, "compress_rope_theta": 40000,
     "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-6, "rms_norm_eps": 1e-6, "hidden_act": "silu",
     "attention_bias": False, "first_k_dense_replace": 0, "moe_layer_freq": 1, "n_group": 1, "topk_group": 1,
