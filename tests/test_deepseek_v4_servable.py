@@ -39,8 +39,13 @@ def servable(tmp_path_factory):
 
 
 def _mutated(source: Path, directory: Path, change) -> Path:
-    """A copy of ``source`` whose tensors ``change(tensors)`` edits in place (the index follows)."""
+    """A copy of ``source`` whose tensors ``change(tensors)`` edits in place (the index follows); a change named
+    ``_config_*`` edits its config.json instead."""
     shutil.copytree(source, directory)
+    if change.__name__.startswith("_config_"):
+        config_path = directory / "config.json"
+        config_path.write_text(json.dumps(change(json.loads(config_path.read_text()))))
+        return directory
     index_path = directory / "model.safetensors.index.json"
     index = json.loads(index_path.read_text())
     shards = sorted(set(index["weight_map"].values()))
@@ -92,7 +97,13 @@ def _mtp_shape(tensors):  # the draft's e_proj half as wide
     tensors["mtp.0.e_proj.scale"] = tensors["mtp.0.e_proj.scale"][:, : SMALL["hidden"] // 256].clone()
 
 
-MUTATIONS = {"shape": _shape, "missing": _missing, "extra": _extra, "mtp_shape": _mtp_shape}
+def _config_no_sliding_window(config):  # what the first real-server run had: SGLang's ModelConfig reads it
+    config.pop("sliding_window", None)
+    return config
+
+
+MUTATIONS = {"shape": _shape, "missing": _missing, "extra": _extra, "mtp_shape": _mtp_shape,
+             "no_sliding_window": _config_no_sliding_window}
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +127,7 @@ def verdicts(servable, bake, tmp_path_factory):
 
 def test_sglang_0517_loads_every_tensor_of_the_source(verdicts):
     good = verdicts["source"]
+    assert good["model_config_error"] is None, good["model_config_error"]
     assert good["error"] is None, good["error"]
     assert good["unloaded"] == [], good["unloaded"]
     assert good["unused"] == [], good["unused"]
@@ -135,6 +147,7 @@ def test_the_checks_can_fail(verdicts):
     assert verdicts["mtp_shape"]["error"], verdicts["mtp_shape"]
     assert verdicts["missing"]["unloaded"] == ["model.layers.0.self_attn.indexer.weights_proj.weight"], verdicts["missing"]
     assert verdicts["extra"]["unused"] == ["layers.1.attn.indexer.weights_proj.weight"], verdicts["extra"]
+    assert "sliding_window" in (verdicts["no_sliding_window"]["model_config_error"] or ""), verdicts["no_sliding_window"]
 
 
 def test_sglang_0517_loads_every_tensor_of_the_bake_through_moebakes_plugin(verdicts):

@@ -58,7 +58,13 @@ def check(checkpoint: Path) -> dict:
     baked = raw["quantization_config"]["quant_method"] == "moebake"
     files = sorted(str(p) for p in checkpoint.glob("*.safetensors"))
     names = [name for f in files for name in _keys(f)]
-    result = {"parameters": {}, "unloaded": [], "unused": [], "error": None}
+    result = {"parameters": {}, "unloaded": [], "unused": [], "error": None, "model_config_error": None}
+    try:  # the server's first step with config.json (ServerArgs.get_model_config): the attention geometry it derives
+        from sglang.srt.configs.model_config import ModelConfig
+
+        ModelConfig(model_path=str(checkpoint), context_length=4096)
+    except Exception as err:
+        result["model_config_error"] = "".join(traceback.format_exception_only(err)).strip()
     used: set[str] = set()
     cpu = types.SimpleNamespace(device=torch.device("cpu"))
     with ExitStack() as stack:
