@@ -47,6 +47,10 @@ rank's; absent from older files): seconds of the timed region's parts, wall cloc
 construction), ``iterate`` (the weight iteration with every loader it calls; of it, ``iterate_reads``: moebake's reads
 of the other tensors), ``post_load`` (every MoE layer's post-load step; of it, ``post_load_reads``: moebake's reads of
 the experts), ``sync`` (the final CUDA synchronize) and ``other`` (the rest; presharded: its reload but the build).
+``readahead`` (the bake's, the slowest rank's; absent from older files and with ``MOEBAKE_READAHEAD=0``): what the
+plugin's read-ahead (:mod:`moebake.serving_core.readahead`) did beside those parts: ``seconds`` from its first read to
+its last, ``bytes`` it read into the page cache of ``planned_bytes``, ``skipped_bytes`` the loader read first,
+``max_ahead`` (its most bytes read ahead of the loader) and ``error`` (why it ended early, or null).
 
     python bench/startup_bench.py make --model gpt-oss-120b --layers 18 --dir /data/b120    # source + bake
     python bench/startup_bench.py all --dir /data/b120 --ep 1 2 --cache cold warm --nodes 2 4 --drop-dumps \\
@@ -360,6 +364,13 @@ def _load_from_checkpoint(path: str, root, quant, files: list[str], directory: P
             if stats is not None:
                 requested += stats.bytes
                 phases["post_load_reads"] = phases.get("post_load_reads", 0.0) + stats.seconds
+    stop = getattr(quant, "stop_readahead", None)  # as the plugin's interception ends it, after the post-load steps
+    if stop is not None:
+        found = stop()
+        if found:
+            phases["readahead"] = {"seconds": found[0].seconds, "bytes": found[0].bytes,
+                                   "planned_bytes": found[0].planned_bytes, "skipped_bytes": found[0].skipped_bytes,
+                                   "max_ahead": found[0].max_ahead, "error": found[0].error}
     if device.startswith("cuda"):
         with _timed(phases, "sync"):
             torch.cuda.synchronize()
@@ -424,6 +435,8 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
             root = build()
         requested = _load_from_checkpoint(path, root, quant, files, directory, device, phases)
     seconds = time.perf_counter() - began
+    if "readahead" in phases:  # what the bake's read-ahead did (not a part of the time: it runs beside the rest)
+        result["readahead"] = phases.pop("readahead")
     phases["other"] = seconds - sum(v for k, v in phases.items() if not k.endswith("_reads"))
     rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB  # before the digest's own copies
     rss_after = _rss_gib()
@@ -673,7 +686,8 @@ def _ranks_record(path: str, ep: int, nodes: int, gpus_per_node: int, cache: str
             "resident_gib": max(r["resident_gib"] for r in ranks),
             "peak_host_rss_gib": max(r["peak_host_rss_gib"] for r in ranks),
             **{key: max(r[key] for r in ranks) for key in ("rss_before_load_gib", "rss_anon_after_gib", "rss_file_after_gib")},
-            **({"phases": slowest["phases"]} if "phases" in slowest else {})}
+            **({"phases": slowest["phases"]} if "phases" in slowest else {}),
+            **({"readahead": slowest["readahead"]} if "readahead" in slowest else {})}
 
 
 def _compare_with_earlier(run: dict, earlier: list[dict]) -> list[str]:

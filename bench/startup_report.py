@@ -159,18 +159,25 @@ def _phase_rows(runs: list[dict]) -> list[str]:
     timed = [r for r in runs if "phases" in r]
     if not timed:
         return []
+    ahead = any("readahead" in r for r in timed)  # files from before the read-ahead keep their table as it was
     lines = ["", "Where the time goes, seconds (slowest rank, wall clock): the model's construction; the weight iteration "
              "with every loader it calls (in brackets: moebake's reads of the other tensors); every MoE layer's "
              "post-load step (in brackets: moebake's reads of the experts); the final CUDA synchronize; the rest "
-             "(presharded: its reload but the build).", "",
+             "(presharded: its reload but the build)" + ("; beside them, the bake's read-ahead: seconds from its first "
+                                                        "read to its last (in brackets: GB it read into the page cache)"
+                                                        if ahead else "") + ".", "",
              "| nodes x GPUs | cache | path | total | build | iterate (moebake reads) | post-load (moebake reads) | sync "
-             "| other |", "|" + "---|" * 9]
+             "| other |" + (" read-ahead (GB) |" if ahead else ""), "|" + "---|" * (10 if ahead else 9)]
     for r in sorted(timed, key=lambda r: (r["cache"], r.get("nodes", 1), r["ep"], PATHS.index(r["path"]))):
         p = r["phases"]
         layout = f"{r.get('nodes', 1)} x {r.get('gpus_per_node', r['ep'])}"
-        lines.append(f"| {layout} | {r['cache']} | {r['path']} | {r['seconds']:.2f} | {_phase(p, 'build')} | "
-                     f"{_phase(p, 'iterate', 'iterate_reads')} | {_phase(p, 'post_load', 'post_load_reads')} | "
-                     f"{_phase(p, 'sync')} | {_phase(p, 'other')} |")
+        line = (f"| {layout} | {r['cache']} | {r['path']} | {r['seconds']:.2f} | {_phase(p, 'build')} | "
+                f"{_phase(p, 'iterate', 'iterate_reads')} | {_phase(p, 'post_load', 'post_load_reads')} | "
+                f"{_phase(p, 'sync')} | {_phase(p, 'other')} |")
+        if ahead:
+            read = r.get("readahead")
+            line += f" {read['seconds']:.2f} ({read['bytes'] / 1e9:.2f}) |" if read else " - |"
+        lines.append(line)
     return lines
 
 

@@ -421,6 +421,9 @@ def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_pa
     text = md.read_text()
     assert "| 2 x 1 | bake |" in text and "| 2 x 1 | presharded |" in text and "presharded dumps" in text
     assert "| 1 | warm | bake |" in text and "Where the time goes" in text
+    ahead = runs["bake", 1, 1]["readahead"]  # the plugin's read-ahead ran beside the bake's load and ended cleanly
+    assert ahead["error"] is None and ahead["planned_bytes"] > 0 and "read-ahead (GB) |" in text
+    assert all("readahead" not in run for (path, _, _), run in runs.items() if path != "bake")
 
 
 @pytest.mark.parametrize("name", ["startup_h200x2", "startup_h100", "startup_h200"])

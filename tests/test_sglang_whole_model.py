@@ -403,3 +403,54 @@ def test_other_vocabulary_layouts_keep_sglangs_path(vocab_checkpoint, layout):
     kept = {"added vocabulary": {"model.embed_tokens.weight"}}.get(layout, {"lm_head.weight", "lm_head.bias"})
     assert set(yielded) == kept and all(yielded[name] is given[name] for name in yielded)
     assert set(loader.stats.loaded) == set(VOCAB_NAMES) - kept
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_read_ahead_plans_exactly_the_loaders_ranges_reads_no_other_byte_and_changes_none(bake, monkeypatch, fails):
+    """SGLang's GPT-OSS model loaded through the interception with the bake's read-ahead (:mod:`moebake.serving_core.
+    readahead`): its plan is, range for range and in order, what the loader then reads (the other tensors first,
+    then each MoE layer's rows); it reads nothing outside those ranges; the parameters equal a load with
+    ``MOEBAKE_READAHEAD=0`` (which makes no read-ahead); an error in its reads ends it and breaks nothing; it has ended
+    when SGLang's function returns."""
+    from sglang.srt.model_loader.loader import DefaultModelLoader
+
+    from moebake.engines.sglang import config as config_module
+    from moebake.serving_core import readahead
+    from moebake.serving_core.staged_reader import StagedReader
+
+    intercepted = DefaultModelLoader.load_weights_and_postprocess
+    reads, touched, made = [], [], []
+    original_read = StagedReader.read
+
+    def read(self, ranges):
+        reads.extend((p.path, p.offset, p.dest.numel()) for p in ranges)
+        return original_read(self, ranges)
+
+    def fetch(path, offset, nbytes):
+        if fails and touched:
+            raise OSError("injected read error")
+        touched.append((path, offset, nbytes))
+
+    def make():
+        made.append(readahead.ReadAhead(fetch=fetch))
+        return made[-1]
+
+    monkeypatch.setattr(StagedReader, "read", read)
+    monkeypatch.setattr(config_module, "ReadAhead", make)
+    with serving(bake):
+        monkeypatch.setenv(readahead.ENV, "0")
+        plain = _gpt_oss_model(bake, monkeypatch)
+        intercepted(plain, sglang_weights(bake), CPU)
+        assert not made and plain.quant_config.readahead(CPU) is None
+        monkeypatch.delenv(readahead.ENV)
+        reads.clear()
+        ours = _gpt_oss_model(bake, monkeypatch)
+        intercepted(ours, sglang_weights(bake), CPU)
+    assert_parameters_equal(ours, plain, "the load without the read-ahead")
+    (ahead,) = made
+    stats = ahead.stats
+    assert ahead.stopped and not ahead.running
+    planned = [(r.path, r.offset, r.nbytes) for r in ahead.planned]
+    assert planned == reads and len(planned) > 5  # the same ranges, in the same order
+    assert not [t for t in touched if not any(t[0] == r[0] and r[1] <= t[1] and t[1] + t[2] <= r[1] + r[2] for r in reads)]
+    assert (stats.error is not None) == fails and stats.max_ahead <= readahead.WINDOW_BYTES

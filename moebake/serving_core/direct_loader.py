@@ -38,8 +38,14 @@ pages stay unread.
 Reads are collected and issued in batches of at most ``batch_bytes`` (one ``StagedReader.read`` each, so
 reads and copies overlap); the last batch is read when the engine's iterator is exhausted, before the
 filter's generator ends. Host memory: the reader's ring (``slots * chunk_bytes``), whatever the sizes.
+
+With a ``readahead`` (:class:`~moebake.serving_core.readahead.ReadAhead`), :meth:`DirectParameterLoader.filter` first
+plans :meth:`~DirectParameterLoader.planned_ranges` on it, ahead of every range planned so far (the experts', which
+are read after the iteration), and seals its plan: the ranges come from :meth:`~DirectParameterLoader.direct_range`,
+the one rule the filter applies to each handed tensor.
 """
 
+import logging
 import math
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -54,6 +60,8 @@ from moebake.serving_core.checkpoint_tensors import CheckpointTensors
 from moebake.serving_core.staged_reader import ByteRange, StagedReader, own_reader
 
 DEFAULT_BATCH_BYTES = 1 << 30
+
+logger = logging.getLogger(__name__)
 
 PlainCopy = Callable[[str, torch.nn.Parameter], bool]
 """``(name, param) -> bool``: the engine loads the whole checkpoint tensor into ``param`` by a plain copy."""
@@ -111,13 +119,14 @@ class DirectParameterLoader:
     ``exclude``: names always yielded unchanged (e.g. baked expert tensors); ``files``: ``directory``'s
     :class:`CheckpointTensors` where the caller has parsed them already; ``staged``, ``chunk_bytes``, ``slots``: the
     :class:`StagedReader`'s (``staged=True`` runs the pinned pipeline on a CPU device), or ``reader``: one onto
-    ``device`` shared with the process's other loads.
+    ``device`` shared with the process's other loads; ``readahead``: the read-ahead of that reader (module docstring).
     """
 
     def __init__(self, model: torch.nn.Module, directory: str | Path, device: torch.device | str, *,
                  plain_copy: PlainCopy | None = None, row_shard: ShardRule | None = None, exclude: Collection[str] = (),
                  files: CheckpointTensors | None = None, batch_bytes: int = DEFAULT_BATCH_BYTES, staged: bool | None = None,
-                 chunk_bytes: int | None = None, slots: int | None = None, reader: StagedReader | None = None):
+                 chunk_bytes: int | None = None, slots: int | None = None, reader: StagedReader | None = None,
+                 readahead=None):
         self.params = dict(model.named_parameters())
         self.files = files or CheckpointTensors(directory)
         self.device = torch.device(device)
@@ -133,6 +142,7 @@ class DirectParameterLoader:
         self._pending: list[ByteRange] = []
         self._pending_bytes = 0
         self._finished = False
+        self.readahead = readahead
 
     @property
     def stats(self) -> DirectLoadStats:
@@ -186,8 +196,42 @@ class DirectParameterLoader:
             return None
         return shard, entry, param
 
+    def planned_ranges(self) -> list[ByteRange]:
+        """The ranges :meth:`filter` reads when the engine hands every stored tensor as stored (its name, shape and
+        dtype; :meth:`direct_range` of a meta tensor of each), in the order an engine's safetensors iterator hands them:
+        shards in name order, names sorted within each. Reads headers only."""
+        shards: dict[str, list[str]] = {}
+        for name, shard in self.files.weight_map.items():
+            shards.setdefault(shard, []).append(name)
+        ranges = []
+        for shard in sorted(shards):
+            for name in sorted(shards[shard]):
+                if name not in self.params or name in self.exclude:
+                    continue
+                found = self.files.find(name)
+                torch_dtype = DTYPES[found[1].dtype][0] if found is not None else None
+                if torch_dtype is None:
+                    continue
+                piece = self.direct_range(name, torch.empty(found[1].shape, dtype=torch_dtype, device="meta"))
+                if piece is not None and piece.dest.numel():
+                    ranges.append(piece)
+        return ranges
+
+    def _plan_readahead(self) -> None:
+        """Put :meth:`planned_ranges` first in the read-ahead's plan and seal it; never raises (the filter reads
+        every byte itself either way)."""
+        if self.readahead is None:
+            return
+        try:
+            self.readahead.add(self.planned_ranges(), first=True)
+        except Exception as err:  # the filter meets (and reports) whatever made the plan fail
+            logger.debug("moebake: no read-ahead of the other tensors (%s)", err)
+        finally:
+            self.readahead.seal()
+
     def filter(self, weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
         """The pairs of ``weights`` the engine must still load; reads the others (see the class docstring)."""
+        self._plan_readahead()
         for name, tensor in weights:
             piece = self.direct_range(name, tensor)
             if piece is None:

@@ -16,11 +16,16 @@ too. Each read is a whole chunk, so the reads stay large.
 A reader keeps its ``slots`` reading threads and its ring between calls (one reader per device can serve every
 load of a process: the experts' and the other tensors'); :meth:`StagedReader.close` ends the threads and frees
 the ring. Every read a call started has ended before the call returns or raises.
+
+``on_consumed`` (None, or ``(path, range offset, nbytes)``): told of every chunk once its bytes have left the file
+(staged: when the chunk's read has ended; unstaged: when the call's reads have); a
+:class:`~moebake.serving_core.readahead.ReadAhead` counts the loader's progress through its plan with it.
 """
 
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
@@ -76,7 +81,7 @@ def _settle(futures: list[Future]) -> None:
         future.result()
 
 
-def _open_without_readahead(path: str) -> int:
+def open_without_readahead(path: str) -> int:
     """A read-only descriptor of ``path`` whose reads fetch only the bytes asked for (no readahead, where the
     platform has ``posix_fadvise``)."""
     fd = os.open(path, os.O_RDONLY)
@@ -103,6 +108,11 @@ class StagedReader:
         self._buffers: list[torch.Tensor] = []
         self._events: list = []
         self._executor: ThreadPoolExecutor | None = None
+        self.on_consumed: Callable[[str, int, int], None] | None = None
+
+    def _consumed(self, chunk: "_Chunk") -> None:
+        if self.on_consumed is not None:
+            self.on_consumed(chunk.piece.path, chunk.piece.offset, chunk.dest.numel())
 
     def _pool(self) -> ThreadPoolExecutor:
         """The reading threads (``slots`` of them), started on the first read and kept for the next."""
@@ -139,11 +149,13 @@ class StagedReader:
         try:
             for piece in ranges:
                 if piece.path not in fds:
-                    fds[piece.path] = _open_without_readahead(piece.path)
+                    fds[piece.path] = open_without_readahead(piece.path)
             if self.staged:
                 self._read_staged(chunks, fds, self._pool())
             else:
                 _settle([self._pool().submit(_pread_into, fds[c.piece.path], c.dest, c.offset, c.piece) for c in chunks])
+                for chunk in chunks:
+                    self._consumed(chunk)
         finally:
             for fd in fds.values():
                 os.close(fd)
@@ -159,6 +171,7 @@ class StagedReader:
         def finish_oldest() -> None:
             chunk, slot, staging, future = in_flight.popleft()
             future.result()
+            self._consumed(chunk)
             chunk.dest.copy_(staging, non_blocking=True)
             if events[slot] is not None:
                 events[slot].record()

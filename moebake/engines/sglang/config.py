@@ -21,6 +21,8 @@ from moebake.engines.sglang.refusals import MoebakeRefusal, check_parallelism
 from moebake.errors import MoebakeError
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
 from moebake.serving_core.rank_loader import BakeFiles, RankLoader
+from moebake.serving_core.readahead import ReadAhead, ReadAheadStats
+from moebake.serving_core.readahead import enabled as readahead_enabled
 from moebake.serving_core.served_manifest import read_served_manifest
 from moebake.serving_core.staged_reader import StagedReader, own_reader
 
@@ -103,17 +105,51 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
         self.files = BakeFiles(manifest_path.parent, manifest)  # index and shard headers, parsed once for every layer
         self._rank_loaders: dict[torch.device, RankLoader] = {}
         self._readers: dict[torch.device, StagedReader] = {}
+        self._readaheads: dict[torch.device, ReadAhead] = {}
+
+    @staticmethod
+    def _device(device: torch.device | str) -> torch.device:
+        """``device``, where ``cuda`` means the current CUDA device."""
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        return device
 
     def reader(self, device: torch.device) -> StagedReader:
         """The one :class:`StagedReader` of this bake onto ``device``: its reading threads and pinned staging ring
         serve every layer's experts and the whole-model loader's other tensors. ``cuda`` means the current CUDA
         device."""
-        device = torch.device(device)
-        if device.type == "cuda" and device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
+        device = self._device(device)
         if device not in self._readers:
             self._readers[device] = own_reader(device)
         return self._readers[device]
+
+    def readahead(self, device: torch.device) -> ReadAhead | None:
+        """The one :class:`~moebake.serving_core.readahead.ReadAhead` of :meth:`reader` onto ``device`` (told of every
+        chunk the reader reads), or None where ``MOEBAKE_READAHEAD=0``. Each MoE layer plans its rows on it as it is
+        built, the whole-model loader the other tensors before the iteration; :meth:`stop_readahead` ends it."""
+        device = self._device(device)
+        if not readahead_enabled():
+            return None
+        if device not in self._readaheads:
+            readahead = ReadAhead()
+            self.reader(device).on_consumed = readahead.consumed
+            self._readaheads[device] = readahead
+        return self._readaheads[device]
+
+    def stop_readahead(self) -> list[ReadAheadStats]:
+        """End every read-ahead of this bake (the load has ended, or failed); what each did (those not ended before).
+        Never raises; a later load (a reload of the weights) has none."""
+        found = []
+        for device, readahead in self._readaheads.items():
+            if readahead.stopped:
+                continue
+            try:
+                found.append(readahead.stop())
+                self.reader(device).on_consumed = None
+            except Exception as err:  # never into the engine
+                logger.debug("moebake: stopping the read-ahead: %s", err)
+        return found
 
     def rank_loader(self, device: torch.device) -> RankLoader:
         """The one :class:`RankLoader` of this bake onto ``device`` (reading through :meth:`reader`)."""

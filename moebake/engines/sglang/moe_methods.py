@@ -16,12 +16,16 @@ are SGLang's own; only three steps are moebake's:
   (:class:`moebake.serving_core.rank_loader.RankLoader`: pinned staging, overlapped host-to-device copies),
   and makes the per-expert scalars SGLang's runner takes (SwiGLU constants from the manifest's activation).
 
+``create_weights`` also plans the ranges the post-load step will read on the bake's read-ahead
+(:meth:`~moebake.engines.sglang.config.MoebakeConfig.readahead`), so the disk starts on them as the model is built.
+
 Which method serves which (target, source format) is the serving records' (:mod:`moebake.schema.serving`): each
 factory here registers under its route's name (:func:`route`). Refusals (one line each,
 :mod:`moebake.engines.sglang.refusals`) run when the method is made, before any weight is read.
 """
 
 import functools
+import logging
 
 import torch
 
@@ -33,6 +37,8 @@ from moebake.schema import serving
 from moebake.schema.enums import ActivationKind
 from moebake.schema.manifest import LayerRecord, TensorRecord
 from moebake.serving_core.rank_loader import rank_runs
+
+logger = logging.getLogger(__name__)
 
 FACTORIES: dict = {}
 """Route name (:attr:`moebake.schema.serving.ServingRecord.route`) -> the factory of the MoE method class it makes."""
@@ -75,6 +81,25 @@ class SelfLoadingExperts:
             param = torch.nn.Parameter(torch.empty(shape, dtype=dtype), requires_grad=False)
             layer.register_parameter(name, param)
             param.weight_loader = functools.partial(self._note_baked, name, spec, dtype)
+        self._plan_readahead(layer)
+
+    def _rows(self, layer: torch.nn.Module) -> tuple[dict[str, torch.Tensor], list]:
+        """What the post-load step reads: ``({baked tensor: its parameter's data}, this EP rank's expert runs)``."""
+        destinations = {name: getattr(layer, name).data for name in self.record.tensors}
+        return destinations, rank_runs(self.record.experts, layer.moe_ep_rank, layer.moe_ep_size)
+
+    def _plan_readahead(self, layer: torch.nn.Module) -> None:
+        """Plan the byte ranges the post-load step will read (the same :meth:`RankLoader.byte_ranges` call) on the
+        bake's read-ahead, as the layer is built. Never raises: the post-load step refuses whatever made this fail."""
+        try:
+            destinations, runs = self._rows(layer)
+            device = next(iter(destinations.values())).device
+            readahead = self.moebake_config.readahead(device)
+            if readahead is not None:
+                loader = self.moebake_config.rank_loader(device)
+                readahead.add(loader.byte_ranges(self.record, destinations, runs, self.WHOLE_TENSORS))
+        except Exception as err:
+            logger.debug("moebake: no read-ahead of %s (%s)", self.record.prefix, err)
 
     def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
                        **extra_weight_attrs):
@@ -99,9 +124,8 @@ class SelfLoadingExperts:
         """Refuse unless the checkpoint named every baked tensor, then read this EP rank's rows of each from the
         files into the layer's parameters (tensors in ``WHOLE_TENSORS``, and those not per expert, whole)."""
         self._check_loaded()
-        destinations = {name: getattr(layer, name).data for name in self.record.tensors}
+        destinations, runs = self._rows(layer)
         device = next(iter(destinations.values())).device
-        runs = rank_runs(self.record.experts, layer.moe_ep_rank, layer.moe_ep_size)
         try:
             self.load_stats = self.moebake_config.rank_loader(device).load(self.record, destinations, runs, self.WHOLE_TENSORS)
         except MoebakeError as err:

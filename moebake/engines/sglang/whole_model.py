@@ -7,7 +7,9 @@ replaces it once per process, from the plugin's entry point). When ``model.quant
 :data:`VERIFIED_MODELS`, and the model was not loaded through it before (a later ``update_weights_from_disk``
 keeps SGLang's path), ``weights`` is replaced by :meth:`DirectParameterLoader.filter`, then SGLang's own function
 runs: ``load_weights`` gets every pair the filter yields, and the kept-back tensors are on the device when the
-iterator ends, before SGLang's post-load step.
+iterator ends, before SGLang's post-load step. The bake's read-ahead (:mod:`moebake.serving_core.readahead`: the
+MoE layers planned their rows on it as the model was built; the filter puts the other tensors' ranges first) is
+stopped when SGLang's function returns or raises.
 
 Which tensors go direct: those whose parameter SGLang fills by a plain full copy (:func:`plain_copy`): the
 parameter's ``weight_loader`` is ``default_weight_loader`` or absent, or is ``ReplicatedLinear.weight_loader``,
@@ -88,7 +90,8 @@ class DirectParameterLoader(_EngineNeutralLoader):
         through the config's reader onto ``device`` (the one the experts' loads use)."""
         config = _bake_config(model)
         if config is not None:  # the index and shard headers the bake's config has parsed already
-            return cls(model, config.files.root, device, files=config.files, reader=config.reader(device), **options)
+            return cls(model, config.files.root, device, files=config.files, reader=config.reader(device),
+                       readahead=config.readahead(device), **options)
         from moebake.engines.sglang.config import model_directory
 
         return cls(model, model_directory(), device, **options)
@@ -113,14 +116,19 @@ def intercept(original):
     """``original`` (SGLang's ``load_weights_and_postprocess``) with a bake's plain-copy tensors read by moebake."""
 
     def load_weights_and_postprocess(model, weights, target_device):
-        loader = _loader_for(model, target_device)
-        if loader is None:
-            return original(model, weights, target_device)
-        result = original(model, loader.filter(weights), target_device)
-        if not loader.stats.finished:
-            raise MoebakeRefusal(f"{type(model).__name__}.load_weights stopped before the end of the weights, so "
-                                 f"moebake never read the tensors it kept back; start SGLang with {DISABLE_ENV}=0")
-        logger.info("moebake: %s", loader.stats)
-        return result
+        config = _bake_config(model)
+        try:
+            loader = _loader_for(model, target_device)
+            if loader is None:
+                return original(model, weights, target_device)
+            result = original(model, loader.filter(weights), target_device)
+            if not loader.stats.finished:
+                raise MoebakeRefusal(f"{type(model).__name__}.load_weights stopped before the end of the weights, so "
+                                     f"moebake never read the tensors it kept back; start SGLang with {DISABLE_ENV}=0")
+            logger.info("moebake: %s", loader.stats)
+            return result
+        finally:  # the load (and every MoE layer's post-load step in it) has ended, or failed: so has the read-ahead
+            for stats in config.stop_readahead() if config is not None else ():
+                logger.info("moebake: %s", stats)
 
     return load_weights_and_postprocess
