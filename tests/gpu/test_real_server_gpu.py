@@ -15,6 +15,12 @@ stock start finds the JIT builds warm, as the bake's did, and must answer as the
 CUTLASS path ``stock:flashinfer_mxfp4 bake:flashinfer_mxfp4:sm90-cutlass``, whose FlashInfer 0.6.15.post1 JIT module
 must build first), ``MOEBAKE_REAL_SERVER_TIMEOUT`` each server's seconds to become ready (default 900: a first start
 JIT-builds SGLang's kernels).
+
+``MOEBAKE_REAL_SERVER_ENGINE=vllm`` serves with vLLM 0.26.0's ``api_server`` instead, from ``$V26_SITE`` (default
+/tmp/v26site, ``bin/gpu-vllm-stack install``; runs by default ``stock:flashinfer_cutlass
+bake:flashinfer_cutlass:sm90-cutlass``, with FlashInfer 0.6.14's reduced module in ``$MOEBAKE_FLASHINFER_MOE_SO``);
+``MOEBAKE_REAL_SERVER_MODEL=deepseek-v4`` serves the DeepSeek-V4-shaped model (SGLang only; docs/testing.md, "vLLM
+0.26.0 and DeepSeek-V4 on the image").
 """
 
 import importlib.util
@@ -30,15 +36,19 @@ import torch
 pytestmark = pytest.mark.gpu
 
 REPO = Path(__file__).resolve().parents[2]
-SITE = Path(os.environ.get("S17_SITE", "/tmp/s17site"))
-RUNS = os.environ.get("MOEBAKE_REAL_SERVER_RUNS", "stock:marlin bake:marlin:sm90-marlin stock:marlin").split()
+ENGINE = os.environ.get("MOEBAKE_REAL_SERVER_ENGINE", "sglang")
+MODEL = os.environ.get("MOEBAKE_REAL_SERVER_MODEL", "gpt-oss")
+SITE = Path(os.environ.get("V26_SITE", "/tmp/v26site") if ENGINE == "vllm" else os.environ.get("S17_SITE", "/tmp/s17site"))
+DEFAULT_RUNS = {"sglang": "stock:marlin bake:marlin:sm90-marlin stock:marlin",
+                "vllm": "stock:flashinfer_cutlass bake:flashinfer_cutlass:sm90-cutlass"}
+RUNS = os.environ.get("MOEBAKE_REAL_SERVER_RUNS", DEFAULT_RUNS[ENGINE]).split()
 
 
 def _stack_ready() -> str | None:
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         return "needs an SM90 GPU"
-    if not list(SITE.glob("sglang-*.dist-info")):
-        return f"no SGLang stack in {SITE} (bin/gpu-sglang-stack install)"
+    if not list(SITE.glob(f"{ENGINE}-*.dist-info")):
+        return f"no {ENGINE} stack in {SITE} (bin/gpu-{ENGINE}-stack install)"
     return None
 
 
@@ -50,13 +60,14 @@ def test_a_real_sglang_server_serves_the_bake_token_for_token(tmp_path):
     work = Path(os.environ.get("MOEBAKE_REAL_SERVER_DIR", tmp_path))
     out = tmp_path / "real_server.json"
     command = [sys.executable, str(REPO / "bench" / "real_server.py"), "all", "--dir", str(work), "--runs", *RUNS,
+               "--engine", ENGINE, "--model", MODEL,
                "--ready-timeout", os.environ.get("MOEBAKE_REAL_SERVER_TIMEOUT", "900"), "--out", str(out),
                "--log-dir", str(tmp_path)]
     subprocess.run(command, check=True, cwd=REPO)
     runs = json.loads(out.read_text())["runs"]
     assert [r.get("error") for r in runs] == [None] * len(runs), [r.get("log_tail") for r in runs]
     bakes = [r for r in runs if r["path"] == "bake"]
-    assert bakes and all(r["release"] == bench.release_of(next(SITE.glob("sglang-*.dist-info")).name) for r in runs)
+    assert bakes and all(r["release"] == bench.release_of(next(SITE.glob(f"{ENGINE}-*.dist-info")).name) for r in runs)
     for run in runs:
         assert run["new_tokens"] == [48] * (1 + len(bench.PROMPT_LENGTHS)) and run["repeat_equal"] is True
         assert run["ready_seconds"] > 0 and run["load_seconds"] > 0 and run["peak_gpu_gib"] > 0
