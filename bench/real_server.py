@@ -65,6 +65,10 @@ for _path in (ROOT, ROOT / "bench"):  # moebake from this checkout (the device h
 from real_server_vllm import VLLM  # noqa: E402
 
 S17_SITE = os.environ.get("S17_SITE", "/tmp/s17site")
+DEEPSEEK_V4_SERVER_ENV = {"SGLANG_JIT_DEEPGEMM_PRECOMPILE": "0", "SGLANG_DSV4_MHC_PREWARM": "0"}
+"""SGLang's settings for a DeepSeek-V4 server, stock and bake alike: no warm-up compiles of DeepGEMM's FP8 GEMMs for
+every M (the first H200 run spent 136 s on the first of six shapes before its ready limit) or of TileLang's mHC kernels
+for every bucket; each kernel is compiled when the server first runs it (CUDA-graph capture, the first prefill)."""
 MODEL = {"layers": 2, "experts": 32, "hidden": 2880, "intermediate": 2880, "heads": 64, "kv_heads": 8, "head_dim": 64,
          "vocab": 2048}
 # What GPT-OSS-20B's config.json says beyond what moebake.synthetic.write_gpt_oss writes (SGLang's GptOssForCausalLM
@@ -298,11 +302,14 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
                FLASHINFER_WORKSPACE_BASE=str(caches / "flashinfer"), TRITON_CACHE_DIR=str(caches / "triton"),
                TILELANG_CACHE_DIR=str(caches / "tilelang"), DG_JIT_CACHE_DIR=str(caches / "deep_gemm"),  # DeepSeek-V4's JIT
                PATH=f"{cuda_home}/bin{os.pathsep}{os.environ.get('PATH', '')}", **server_kind.env(caches))
+    config = json.loads((directory / "src" / "config.json").read_text())
+    if "DeepseekV4ForCausalLM" in config.get("architectures", ()):
+        env |= DEEPSEEK_V4_SERVER_ENV
     port = _free_port()
     command = server_kind.command(model, backend, bake, port, extra)
-    config = json.loads((directory / "src" / "config.json").read_text())
     record = {"order": order, "engine": engine, "release": _release(server_kind), "model": _model_name(config), "target": target,
-              "path": path, "moe_runner_backend": backend, "server_flags": command[3:], "ready_seconds": None,
+              "path": path, "moe_runner_backend": backend, "server_flags": command[3:],
+              "server_env": {k: env[k] for k in DEEPSEEK_V4_SERVER_ENV if k in env}, "ready_seconds": None,
               "load_seconds": None, "peak_gpu_gib": None, "tokens_equal_to_stock": None, "logprobs_equal_to_stock": None}
     if os.environ.get("MOEBAKE_FLASHINFER_MOE_SO"):  # bench/real_server_probe.py installs it in the server
         record["flashinfer_moe_module"] = reduced_module_of(Path(os.environ["MOEBAKE_FLASHINFER_MOE_SO"]))

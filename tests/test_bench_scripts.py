@@ -680,6 +680,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 server = HTTPServer(("127.0.0.1", port), Handler)
+print("env SGLANG_JIT_DEEPGEMM_PRECOMPILE=" + os.environ.get("SGLANG_JIT_DEEPGEMM_PRECOMPILE", "unset"), flush=True)
 print("[t] Load weight end. elapsed=0.25 s, type=GptOssForCausalLM, avail mem=70.00 GB, mem usage=0.50 GB.", flush=True)
 print("[t] The server is fired up and ready to roll!", flush=True)
 server.serve_forever()
@@ -714,6 +715,19 @@ def test_real_server_serves_compares_and_stops_each_server(tmp_path, monkeypatch
     assert any("time.sleep(600)" in line or "launch_server.py" in line for line in hang["stacks"]), hang["stacks"]
     assert "--quantization" in same["server_flags"] and "--quantization" not in stock["server_flags"]
     assert json.loads((tmp_path / "r.json").read_text())["runs"] == runs
+    assert stock["server_env"] == {}
+    assert "SGLANG_JIT_DEEPGEMM_PRECOMPILE=unset" in (tmp_path / "logs" / "server-1-stock-marlin.log").read_text()
+
+    # A DeepSeek-V4 source: both servers start with SGLang's no-warm-up settings (bench's DEEPSEEK_V4_SERVER_ENV).
+    (work / "src" / "config.json").write_text(json.dumps({"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
+                                                          "vocab_size": 2048, "num_hidden_layers": 2, "num_nextn_predict_layers": 1,
+                                                          "n_routed_experts": 8, "hidden_size": 4096, "moe_intermediate_size": 256}))
+    monkeypatch.delenv("SGLANG_JIT_DEEPGEMM_PRECOMPILE", raising=False)
+    v4_stock, v4_bake = bench.run(work, ["stock:marlin", "bake:marlin:same"], 8, 60, [], None, tmp_path / "v4logs")
+    for record, label in ((v4_stock, "1-stock-marlin"), (v4_bake, "2-bake-marlin-same")):
+        assert record["server_env"] == bench.DEEPSEEK_V4_SERVER_ENV, record["server_env"]
+        assert "SGLANG_JIT_DEEPGEMM_PRECOMPILE=0" in (tmp_path / "v4logs" / f"server-{label}.log").read_text()
+    assert v4_bake["tokens_equal_to_stock"] is True
 
 
 def test_real_server_starts_no_server_when_the_reduced_module_does_not_load(tmp_path, monkeypatch):
