@@ -42,7 +42,8 @@ simulated nodes: :func:`node_bytes_needed` at the disk's speed), peak_gpu_extra_
 parameters resident at the end, largest rank) and peak_host_rss_gib (largest rank's peak RSS, mapped file pages
 included; with rss_before_load_gib, the process before its first byte, and rss_anon_after_gib /
 rss_file_after_gib, its anonymous and file-backed resident memory after the load). The machine's limits are
-measured in the same run (:func:`measure_limits`). Cold runs drop the page cache (root). ``phases`` (the slowest
+measured in the same run (:func:`measure_limits`). Cold runs drop the page cache (root), or else evict the
+model's files from it (:func:`_drop_page_cache`). ``phases`` (the slowest
 rank's; absent from older files): seconds of the timed region's parts, wall clock: ``build`` (the model's
 construction), ``iterate`` (the weight iteration with every loader it calls; of it, ``iterate_reads``: moebake's reads
 of the other tensors), ``post_load`` (every MoE layer's post-load step; of it, ``post_load_reads``: moebake's reads of
@@ -51,6 +52,8 @@ the experts), ``sync`` (the final CUDA synchronize) and ``other`` (the rest; pre
 plugin's read-ahead (:mod:`moebake.serving_core.readahead`) did beside those parts: ``seconds`` from its first read to
 its last, ``bytes`` it read into the page cache of ``planned_bytes``, ``skipped_bytes`` the loader read first,
 ``max_ahead`` (its most bytes read ahead of the loader) and ``error`` (why it ended early, or null).
+``readahead_enabled`` (bake runs of ``--readahead off|both``): whether it ran; ``--readahead both`` runs each bake
+load twice, off then on, and the table compares the two.
 
     python bench/startup_bench.py make --model gpt-oss-120b --layers 18 --dir /data/b120    # source + bake
     python bench/startup_bench.py all --dir /data/b120 --ep 1 2 --cache cold warm --nodes 2 4 --drop-dumps \\
@@ -89,7 +92,6 @@ SHAPES = {"gpt-oss": {"hidden": 2880, "intermediate": 2880, "heads": 64, "kv_hea
           "tiny": {"hidden": 256, "intermediate": 128, "heads": 4, "kv_heads": 2, "head_dim": 32, "vocab": 64,
                    "top_k": 2}}
 GIB = 2**30
-_GPUS_SEEN = False  # set by run_all on a machine with GPUs: there a cold run that cannot drop the page cache fails
 
 
 # ----------------------------------------------------------------------------------------------- make
@@ -502,15 +504,34 @@ def _model_directory(directory: Path):
 
 
 # ----------------------------------------------------------------------------------------- the limits
-def _drop_page_cache() -> None:
-    """Empty the page cache (root only). Where that is refused on a CPU smoke run, say so and go on warm."""
+def _drop_page_cache(directory: Path) -> None:
+    """Empty the page cache (root); where that is refused, evict every file under ``directory`` (the source, the bake
+    and the dumps: this benchmark's own files) from it with ``posix_fadvise(POSIX_FADV_DONTNEED)``, which needs no
+    root and leaves other processes' pages alone. Either way the next read of the model's bytes comes from the disk
+    (each run records the bytes it read from the block device)."""
     os.sync()
     try:
         Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return
     except OSError as err:
-        if _GPUS_SEEN:
-            raise SystemExit(f"error: cannot drop the page cache ({err.strerror}): cold runs need root") from None
-        print(f"note: the page cache was not dropped ({err.strerror}); this CPU smoke run is warm", flush=True)
+        refused = err.strerror
+    evicted = 0
+    for path in directory.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                evicted += 1
+            finally:
+                os.close(fd)
+    global _EVICTION_SAID
+    if not _EVICTION_SAID:
+        print(f"note: the page cache cannot be dropped here ({refused}): each cold run evicts the {evicted} files under "
+              f"{directory} from it instead (posix_fadvise DONTNEED)", flush=True)
+        _EVICTION_SAID = True
+
+
+_EVICTION_SAID = False
 
 
 def _dd_direct_gbps(files: list[Path], streams: int = 8) -> float:
@@ -566,9 +587,9 @@ def _h2d_gbps(pinned: bool) -> float:
 def measure_limits(directory: Path) -> dict:
     """The machine's physical limits, measured now: disk (O_DIRECT, 8 streams), page cache, pinned/pageable H2D."""
     files = sorted((directory / "out").glob("*.safetensors"), key=lambda p: -p.stat().st_size)
-    _drop_page_cache()
+    _drop_page_cache(directory)
     direct = _dd_direct_gbps(files)
-    _drop_page_cache()
+    _drop_page_cache(directory)
     buffered = _page_cache_gbps(files[:8], warm=False)
     limits = {"disk_direct_gbps": direct, "disk_buffered_gbps": buffered, "disk_gbps": max(direct, buffered),
               "page_cache_gbps": _page_cache_gbps(files[:4])}
@@ -621,9 +642,8 @@ def run_all(args) -> None:
     about = json.loads((directory / "model.json").read_text())
     results_path = Path(args.out)
     results = json.loads(results_path.read_text()) if results_path.is_file() else {"runs": []}
-    global _GPUS_SEEN
-    gpus = _GPUS_SEEN = torch.cuda.device_count()
-    limits = measure_limits(directory) if gpus else {"disk_gbps": 1.0, "page_cache_gbps": 1.0}
+    gpus = torch.cuda.device_count()
+    limits = measure_limits(directory)
     results.setdefault("limits", []).append({"model": about["model"], "layers": about["layers"], **limits})
     print("limits:", json.dumps(limits), flush=True)
     if gpus:  # the CUDA context, module and page tables once, so the first timed run is not a warm-up
@@ -643,12 +663,12 @@ def run_all(args) -> None:
             print(f"skip ep={ep}: {gpus} GPU(s)", flush=True)
             continue
         for cache in args.cache:
-            for path in args.paths:
+            for path, readahead in _variants(args):
                 if path == "presharded":
                     _ensure_dump(args, directory, ep, record)
-                _drop_page_cache() if cache == "cold" else _read_into_cache(_files_of(path, directory, ep))
-                ranks = _spawn(args, path, ep, directory)
-                record({**_ranks_record(path, ep, 1, ep, cache, [ranks]),
+                _drop_page_cache(directory) if cache == "cold" else _read_into_cache(_files_of(path, directory, ep))
+                ranks = _spawn(args, path, ep, directory, readahead=readahead)
+                record({**_ranks_record(path, ep, 1, ep, cache, [ranks]), **_readahead_field(readahead),
                         "limit_seconds": limit_seconds(rank_bytes(directory, ep), ep, cache, limits)})
         if args.drop_dumps:
             startup_presharded.drop_dump(directory, ep)  # --drop-dumps: the disk holds one at a time
@@ -656,20 +676,33 @@ def run_all(args) -> None:
         g = args.gpus_per_node
         ep = nodes * g
         needed = node_bytes_needed(directory, ep, g)
-        for path in args.paths:
+        for path, readahead in _variants(args):
             if path == "presharded":
                 _ensure_dump(args, directory, ep, record)
             per_node = []
             for node in range(nodes):
-                _drop_page_cache()
-                per_node.append(_spawn(args, path, ep, directory, active=range(node * g, node * g + g)))
-            record({**_ranks_record(path, ep, nodes, g, "cold", per_node), "node_bytes_needed": needed,
+                _drop_page_cache(directory)
+                per_node.append(_spawn(args, path, ep, directory, active=range(node * g, node * g + g), readahead=readahead))
+            record({**_ranks_record(path, ep, nodes, g, "cold", per_node), **_readahead_field(readahead),
+                    "node_bytes_needed": needed,
                     "limit_seconds": max(needed / (limits["disk_gbps"] * 1e9),
                                          rank_bytes(directory, ep) / (limits.get("h2d_pinned_gbps", float("inf")) * 1e9))})
         if args.drop_dumps:
             startup_presharded.drop_dump(directory, ep)  # --drop-dumps: the disk holds one at a time
     if differ:
         raise SystemExit("error: parameters differ between paths: " + "; ".join(differ))
+
+
+def _variants(args) -> list[tuple[str, bool | None]]:
+    """``(path, read-ahead on?)`` for each run of one (EP, cache) or deployment: the bake once per ``--readahead``
+    setting (``both``: off, then on), the other paths once (None: they have no read-ahead)."""
+    settings = {"on": [True], "off": [False], "both": [False, True]}[args.readahead]
+    return [(path, setting) for path in args.paths for setting in (settings if path == "bake" else [None])]
+
+
+def _readahead_field(readahead: bool | None) -> dict:
+    """A bake run's ``readahead_enabled`` (absent from other paths' runs and from files before the option)."""
+    return {} if readahead is None else {"readahead_enabled": readahead}
 
 
 def _ranks_record(path: str, ep: int, nodes: int, gpus_per_node: int, cache: str, per_node: list[list[dict]]) -> dict:
@@ -732,10 +765,10 @@ def _ensure_dump(args, directory: Path, ep: int, record) -> None:
             "others_xxh3": [r["others_xxh3"] for r in ranks]})
 
 
-def _spawn(args, path: str, ep: int, directory: Path, active=None) -> list[dict]:
+def _spawn(args, path: str, ep: int, directory: Path, active=None, readahead: bool | None = None) -> list[dict]:
     """A world of ``ep`` rank processes of ``path`` at once; the results of the ``active`` ranks (default: all), which
     load on GPUs 0, 1, ... (round-robin when there are more ranks than GPUs); the others join the world and wait
-    (ranks of other, simulated, nodes)."""
+    (ranks of other, simulated, nodes). ``readahead=False``: the ranks run with ``MOEBAKE_READAHEAD=0``."""
     import socket
 
     import torch
@@ -746,6 +779,8 @@ def _spawn(args, path: str, ep: int, directory: Path, active=None) -> list[dict]
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    if readahead is False:
+        env["MOEBAKE_READAHEAD"] = "0"
     outs = {r: directory / f".rank{r}.json" for r in active}
     for out in outs.values():
         out.unlink(missing_ok=True)
@@ -781,6 +816,9 @@ def main(argv=None) -> None:
     p.add_argument("--ep", type=int, nargs="*", default=[1], help="EP sizes on one node (none: only --nodes)")
     p.add_argument("--cache", nargs="+", choices=["cold", "warm"], default=["warm"])
     p.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+    p.add_argument("--readahead", choices=["on", "off", "both"], default="on",
+                   help="the bake's read-ahead (MOEBAKE_READAHEAD): on (default), off, or both (each bake run twice: "
+                        "off, then on; the table compares them)")
     p.add_argument("--nodes", type=int, nargs="*", default=[],
                    help="simulated deployments of N nodes x --gpus-per-node GPUs, cold, one node at a time")
     p.add_argument("--gpus-per-node", type=int, default=1)

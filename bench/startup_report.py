@@ -17,6 +17,16 @@ PATHS = ("stock", "presharded", "bake")
 COLORS = {"stock": "tab:gray", "presharded": "tab:orange", "bake": "tab:blue"}
 
 
+def _without_readahead(runs: list[dict]) -> list[dict]:
+    """The bake's runs with its read-ahead turned off (``startup_bench.py all --readahead off|both``)."""
+    return [r for r in runs if r.get("readahead_enabled") is False]
+
+
+def _shown(runs: list[dict]) -> list[dict]:
+    """The runs every table and plot shows: all but :func:`_without_readahead`'s, which have a table of their own."""
+    return [r for r in runs if r.get("readahead_enabled") is not False]
+
+
 def _one_node(runs: list[dict]) -> list[dict]:
     """The runs on one node (every rank on one machine; older files have no ``nodes``)."""
     return [r for r in runs if r.get("nodes", 1) == 1 and r["path"] != "presharded-dump"]
@@ -59,7 +69,7 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
     """Per model: seconds of each path per (ep, cache) on one node, and per simulated deployment (slowest node, cold);
     the bake's physical limit as a tick; stock/bake on top."""
     plt = benchkit.pyplot()
-    runs = json.loads(Path(results_path).read_text())["runs"]
+    runs = _shown(json.loads(Path(results_path).read_text())["runs"])
     models = sorted({(r["model"], r["layers"]) for r in runs})
     rows = 2 if _multi_node(runs) else 1
     fig, axes = plt.subplots(rows, len(models), figsize=(6.5 * len(models), 4.5 * rows), squeeze=False)
@@ -181,6 +191,30 @@ def _phase_rows(runs: list[dict]) -> list[str]:
     return lines
 
 
+def _readahead_rows(off: list[dict], on: list[dict]) -> list[str]:
+    """The bake with its read-ahead off beside the bake with it on, run for run (same nodes, GPUs, EP and cache)."""
+    pairs = [(r, next((o for o in on if o["path"] == "bake" and all(o.get(k) == r.get(k) for k in
+                                                                     ("nodes", "gpus_per_node", "ep", "cache"))), None))
+             for r in off]
+    if not off:
+        return []
+    lines = ["", "The bake's read-ahead (`moebake.serving_core.readahead`), off and on in the same session: seconds "
+             "(slowest node, or slowest rank on one node), their ratio, the limit and on/limit, and the most bytes one "
+             "node read from the block device.", "",
+             "| nodes x GPUs | cache | off s | on s | off/on | limit s | on/limit | read per node GB off / on |", "|" + "---|" * 8]
+    for r, o in sorted(pairs, key=lambda p: (p[0]["cache"], p[0].get("nodes", 1), p[0]["ep"])):
+        layout = f"{r.get('nodes', 1)} x {r.get('gpus_per_node', r['ep'])}"
+
+        def read(run):
+            return f"{max(run['node_bytes_read']) / 1e9:.2f}" if "node_bytes_read" in run else f"{run['bytes_read'] / 1e9:.2f}"
+        if o is None:
+            lines.append(f"| {layout} | {r['cache']} | {r['seconds']:.2f} | - | - | {r['limit_seconds']:.2f} | - | {read(r)} / - |")
+            continue
+        lines.append(f"| {layout} | {r['cache']} | {r['seconds']:.2f} | {o['seconds']:.2f} | {r['seconds'] / o['seconds']:.2f}x | "
+                     f"{o['limit_seconds']:.2f} | {o['seconds'] / o['limit_seconds']:.2f} | {read(r)} / {read(o)} |")
+    return lines
+
+
 def _dump_rows(dumps: list[dict]) -> list[str]:
     if not dumps:
         return []
@@ -219,7 +253,8 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
               "(largest rank, mapped file pages included).", ""]
     experts = {(r["model"], r["layers"]): r["experts"] for r in runs}
     for model, layers in sorted(experts, key=lambda m: (experts[m], m)):
-        mine = [r for r in runs if (r["model"], r["layers"]) == (model, layers)]
+        everything = [r for r in runs if (r["model"], r["layers"]) == (model, layers)]
+        mine = _shown(everything)
         lines += [f"## {model}-shaped, {layers} MoE layers of {mine[0]['experts']} experts", ""]
         for limits in results.get("limits", []):
             if (limits.get("model"), limits.get("layers")) == (model, layers):
@@ -249,7 +284,8 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
         lines += _dump_rows([r for r in mine if r["path"] == "presharded-dump"])
         lines += _rss_split(single)
         lines += _phase_rows(single + [r for r in multi if r not in single])
-        notes = sorted({r["note"] for r in mine if r.get("note")})
+        lines += _readahead_rows(_without_readahead(everything), mine)
+        notes = sorted({r["note"] for r in everything if r.get("note")})
         notes += [n["text"] for n in results.get("notes", []) if (n.get("model"), n.get("layers")) == (model, layers)]
         lines += [""] + [f"Note: {n}" for n in notes] + ([""] if notes else [])
     lines += ["## What limits each number", "",

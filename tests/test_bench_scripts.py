@@ -383,10 +383,16 @@ def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_pa
     subprocess.run([*script, "make", "--model", "tiny", "--dir", str(tmp_path)], check=True, env=env, capture_output=True)
     results = tmp_path / "results.json"
     done = subprocess.run([*script, "all", "--dir", str(tmp_path), "--ep", "1", "--nodes", "2", "--cache", "warm",
-                           "--device", "cpu", "--drop-dumps", "--out", str(results)],
+                           "--device", "cpu", "--drop-dumps", "--readahead", "both", "--out", str(results)],
                           env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
-    runs = {(r["path"], r["ep"], r["nodes"]): r for r in json.loads(results.read_text())["runs"]}
+    every = json.loads(results.read_text())["runs"]
+    off = [r for r in every if r.get("readahead_enabled") is False]  # --readahead both: each bake load off, then on
+    runs = {(r["path"], r["ep"], r["nodes"]): r for r in every if r not in off}
+    assert [(r["path"], r["ep"], r["nodes"]) for r in off] == [("bake", 1, 1), ("bake", 2, 2)]
+    for r in off:
+        assert "readahead" not in r and (r["layer0_xxh3"], r["others_xxh3"]) == (
+            runs["stock", r["ep"], r["nodes"]]["layer0_xxh3"], runs["stock", r["ep"], r["nodes"]]["others_xxh3"])
     loads = {("stock", 1, 1), ("presharded", 1, 1), ("bake", 1, 1), ("stock", 2, 2), ("presharded", 2, 2), ("bake", 2, 2)}
     assert set(runs) == loads | {("presharded-dump", 1, 1), ("presharded-dump", 2, 1)}
     for ep, nodes in ((1, 1), (2, 2)):
@@ -421,6 +427,7 @@ def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_pa
     text = md.read_text()
     assert "| 2 x 1 | bake |" in text and "| 2 x 1 | presharded |" in text and "presharded dumps" in text
     assert "| 1 | warm | bake |" in text and "Where the time goes" in text
+    assert "| 1 x 1 | warm |" in text and "| 2 x 1 | cold |" in text and "off/on" in text  # the read-ahead's own table
     ahead = runs["bake", 1, 1]["readahead"]  # the plugin's read-ahead ran beside the bake's load and ended cleanly
     assert ahead["error"] is None and ahead["planned_bytes"] > 0 and "read-ahead (GB) |" in text
     assert all("readahead" not in run for (path, _, _), run in runs.items() if path != "bake")
