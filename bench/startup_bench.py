@@ -48,7 +48,7 @@ rank's; absent from older files): seconds of the timed region's parts, wall cloc
 construction), ``iterate`` (the weight iteration with every loader it calls; of it, ``iterate_reads``: moebake's reads
 of the other tensors), ``post_load`` (every MoE layer's post-load step; of it, ``post_load_reads``: moebake's reads of
 the experts), ``sync`` (the final CUDA synchronize) and ``other`` (the rest; presharded: its reload but the build).
-``readahead`` (the bake's, the slowest rank's; absent from older files and with ``MOEBAKE_READAHEAD=0``): what the
+``readahead`` (the bake's with ``--readahead on|both``, the slowest rank's; absent from older files): what the
 plugin's read-ahead (:mod:`moebake.serving_core.readahead`) did beside those parts: ``seconds`` from its first read to
 its last, ``bytes`` it read into the page cache of ``planned_bytes``, ``skipped_bytes`` the loader read first,
 ``max_ahead`` (its most bytes read ahead of the loader) and ``error`` (why it ended early, or null).
@@ -768,7 +768,7 @@ def _ensure_dump(args, directory: Path, ep: int, record) -> None:
 def _spawn(args, path: str, ep: int, directory: Path, active=None, readahead: bool | None = None) -> list[dict]:
     """A world of ``ep`` rank processes of ``path`` at once; the results of the ``active`` ranks (default: all), which
     load on GPUs 0, 1, ... (round-robin when there are more ranks than GPUs); the others join the world and wait
-    (ranks of other, simulated, nodes). ``readahead=False``: the ranks run with ``MOEBAKE_READAHEAD=0``."""
+    (ranks of other, simulated, nodes). ``readahead``: the ranks run with ``MOEBAKE_READAHEAD=1`` (True) or ``=0``."""
     import socket
 
     import torch
@@ -779,8 +779,8 @@ def _spawn(args, path: str, ep: int, directory: Path, active=None, readahead: bo
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-    if readahead is False:
-        env["MOEBAKE_READAHEAD"] = "0"
+    if readahead is not None:
+        env["MOEBAKE_READAHEAD"] = "1" if readahead else "0"
     outs = {r: directory / f".rank{r}.json" for r in active}
     for out in outs.values():
         out.unlink(missing_ok=True)
@@ -816,9 +816,9 @@ def main(argv=None) -> None:
     p.add_argument("--ep", type=int, nargs="*", default=[1], help="EP sizes on one node (none: only --nodes)")
     p.add_argument("--cache", nargs="+", choices=["cold", "warm"], default=["warm"])
     p.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
-    p.add_argument("--readahead", choices=["on", "off", "both"], default="on",
-                   help="the bake's read-ahead (MOEBAKE_READAHEAD): on (default), off, or both (each bake run twice: "
-                        "off, then on; the table compares them)")
+    p.add_argument("--readahead", choices=["on", "off", "both"], default="off",
+                   help="the bake's read-ahead (MOEBAKE_READAHEAD, opt-in): off (default, as the plugin), on, or both "
+                        "(each bake run twice: off, then on; the table compares them)")
     p.add_argument("--nodes", type=int, nargs="*", default=[],
                    help="simulated deployments of N nodes x --gpus-per-node GPUs, cold, one node at a time")
     p.add_argument("--gpus-per-node", type=int, default=1)

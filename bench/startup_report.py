@@ -17,14 +17,20 @@ PATHS = ("stock", "presharded", "bake")
 COLORS = {"stock": "tab:gray", "presharded": "tab:orange", "bake": "tab:blue"}
 
 
-def _without_readahead(runs: list[dict]) -> list[dict]:
-    """The bake's runs with its read-ahead turned off (``startup_bench.py all --readahead off|both``)."""
-    return [r for r in runs if r.get("readahead_enabled") is False]
+LAYOUT = ("model", "layers", "nodes", "gpus_per_node", "ep", "cache")
+
+
+def _with_readahead(runs: list[dict]) -> list[dict]:
+    """The bake's runs with its (opt-in) read-ahead on that have a run without it beside them (``startup_bench.py all
+    --readahead both``): the read-ahead's table compares the two; every other table and the plot show the run without."""
+    plain = {tuple(r.get(k) for k in LAYOUT) for r in runs if r["path"] == "bake" and not r.get("readahead_enabled")}
+    return [r for r in runs if r.get("readahead_enabled") is True and tuple(r.get(k) for k in LAYOUT) in plain]
 
 
 def _shown(runs: list[dict]) -> list[dict]:
-    """The runs every table and plot shows: all but :func:`_without_readahead`'s, which have a table of their own."""
-    return [r for r in runs if r.get("readahead_enabled") is not False]
+    """The runs every table and plot shows: all but :func:`_with_readahead`'s."""
+    alternate = _with_readahead(runs)
+    return [r for r in runs if r not in alternate]
 
 
 def _one_node(runs: list[dict]) -> list[dict]:
@@ -69,9 +75,10 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
     """Per model: seconds of each path per (ep, cache) on one node, and per simulated deployment (slowest node, cold);
     the bake's physical limit as a tick; stock/bake on top."""
     plt = benchkit.pyplot()
-    runs = _shown(json.loads(Path(results_path).read_text())["runs"])
+    everything = json.loads(Path(results_path).read_text())["runs"]
+    runs, alternate = _shown(everything), _with_readahead(everything)
     models = sorted({(r["model"], r["layers"]) for r in runs})
-    rows = 2 if _multi_node(runs) else 1
+    rows = (2 if _multi_node(runs) else 1) + (1 if alternate else 0)
     fig, axes = plt.subplots(rows, len(models), figsize=(6.5 * len(models), 4.5 * rows), squeeze=False)
     for col, (model, layers) in enumerate(models):
         mine = [r for r in runs if (r["model"], r["layers"]) == (model, layers)]
@@ -82,7 +89,7 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
               lambda g: f"EP {g[0]}\n{g[1]}")
         ax.set_ylabel("seconds to ready (lower is better)")
         ax.set_title(f"SGLang start-up, {model}-shaped, {layers} MoE layers: one node")
-        if rows == 2:
+        if _multi_node(runs):
             multi = _deployment_runs(mine)
             deployments = sorted({(r["nodes"], r["gpus_per_node"]) for r in multi})
             ax = axes[1][col]
@@ -90,9 +97,25 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
                   lambda d: f"{d[0]} node(s)\nx {d[1]} GPU")
             ax.set_ylabel("seconds, slowest node (cold page cache)")
             ax.set_title(f"{model}-shaped: scale-out, each node cold")
+        if alternate:
+            _readahead_bars(axes[-1][col], [r for r in alternate if (r["model"], r["layers"]) == (model, layers)], mine)
     png = Path(png) if png else Path(results_path).with_suffix(".png")
     benchkit.save(fig, png, dpi=110)
     return png
+
+
+def _readahead_bars(ax, on: list[dict], off: list[dict]) -> None:
+    """The bake's seconds with its read-ahead off and on, per (nodes x GPUs, cache), the limit as a tick, off/on on top."""
+    for j, r in enumerate(on):
+        o = next(o for o in off if o["path"] == "bake" and all(o.get(k) == r.get(k) for k in LAYOUT))
+        ax.bar(j - 0.2, o["seconds"], 0.38, color=COLORS["bake"], label="bake, read-ahead off" if j == 0 else None)
+        ax.bar(j + 0.2, r["seconds"], 0.38, color="tab:green", label="bake, read-ahead on" if j == 0 else None)
+        ax.plot([j - 0.4, j + 0.4], [r["limit_seconds"]] * 2, "k--", lw=1, label="physical limit" if j == 0 else None)
+        ax.text(j, max(o["seconds"], r["seconds"]) * 1.02, f"off/on {o['seconds'] / r['seconds']:.2f}x", ha="center")
+    ax.set_xticks(range(len(on)), [f"{r.get('nodes', 1)} x {r.get('gpus_per_node', r['ep'])}\n{r['cache']}" for r in on])
+    ax.set_ylabel("seconds (slowest node)")
+    ax.set_title("the bake's read-ahead, off and on (same session)")
+    ax.legend(loc="best", fontsize=7, framealpha=0.7)
 
 
 # ---------------------------------------------------------------------------------------------- table
@@ -127,6 +150,10 @@ def _one_node_row(ep: int, cache: str, chosen: dict) -> str:
             f"{_each(chosen, 'peak_host_rss_gib')} |")
 
 
+def _gb(nbytes: int | None) -> str:
+    return "-" if nbytes is None else f"{nbytes / 1e9:.2f}"
+
+
 def _node_rows(runs: list[dict], stock_by_deployment: dict) -> list[str]:
     """One row per (deployment, path) of the simulated multi-node runs."""
     rows = []
@@ -136,7 +163,7 @@ def _node_rows(runs: list[dict], stock_by_deployment: dict) -> list[str]:
         read = max(r["node_bytes_read"]) / 1e9
         speedup = f"{stock['seconds'] / r['seconds']:.2f}x" if stock else "-"
         rows.append(f"| {r['nodes']} x {r['gpus_per_node']} | {r['path']} | {r['seconds']:.2f} | {each} | {read:.2f} | "
-                    f"{r['node_bytes_needed'] / 1e9:.2f} | {r['limit_seconds']:.2f} | {r['seconds'] / r['limit_seconds']:.2f} | "
+                    f"{_gb(r.get('node_bytes_needed'))} | {r['limit_seconds']:.2f} | {r['seconds'] / r['limit_seconds']:.2f} | "
                     f"{speedup} | {r['peak_gpu_extra_gib']:.2f} |")
     return rows
 
@@ -178,10 +205,12 @@ def _phase_rows(runs: list[dict]) -> list[str]:
                                                         if ahead else "") + ".", "",
              "| nodes x GPUs | cache | path | total | build | iterate (moebake reads) | post-load (moebake reads) | sync "
              "| other |" + (" read-ahead (GB) |" if ahead else ""), "|" + "---|" * (10 if ahead else 9)]
-    for r in sorted(timed, key=lambda r: (r["cache"], r.get("nodes", 1), r["ep"], PATHS.index(r["path"]))):
+    for r in sorted(timed, key=lambda r: (r["cache"], r.get("nodes", 1), r["ep"], PATHS.index(r["path"]),
+                                          bool(r.get("readahead_enabled")))):
         p = r["phases"]
         layout = f"{r.get('nodes', 1)} x {r.get('gpus_per_node', r['ep'])}"
-        line = (f"| {layout} | {r['cache']} | {r['path']} | {r['seconds']:.2f} | {_phase(p, 'build')} | "
+        path = r["path"] + (", read-ahead" if r.get("readahead_enabled") else "")
+        line = (f"| {layout} | {r['cache']} | {path} | {r['seconds']:.2f} | {_phase(p, 'build')} | "
                 f"{_phase(p, 'iterate', 'iterate_reads')} | {_phase(p, 'post_load', 'post_load_reads')} | "
                 f"{_phase(p, 'sync')} | {_phase(p, 'other')} |")
         if ahead:
@@ -191,12 +220,10 @@ def _phase_rows(runs: list[dict]) -> list[str]:
     return lines
 
 
-def _readahead_rows(off: list[dict], on: list[dict]) -> list[str]:
+def _readahead_rows(on: list[dict], off: list[dict]) -> list[str]:
     """The bake with its read-ahead off beside the bake with it on, run for run (same nodes, GPUs, EP and cache)."""
-    pairs = [(r, next((o for o in on if o["path"] == "bake" and all(o.get(k) == r.get(k) for k in
-                                                                     ("nodes", "gpus_per_node", "ep", "cache"))), None))
-             for r in off]
-    if not off:
+    pairs = [(next(o for o in off if o["path"] == "bake" and all(o.get(k) == r.get(k) for k in LAYOUT)), r) for r in on]
+    if not on:
         return []
     lines = ["", "The bake's read-ahead (`moebake.serving_core.readahead`), off and on in the same session: seconds "
              "(slowest node, or slowest rank on one node), their ratio, the limit and on/limit, and the most bytes one "
@@ -207,9 +234,6 @@ def _readahead_rows(off: list[dict], on: list[dict]) -> list[str]:
 
         def read(run):
             return f"{max(run['node_bytes_read']) / 1e9:.2f}" if "node_bytes_read" in run else f"{run['bytes_read'] / 1e9:.2f}"
-        if o is None:
-            lines.append(f"| {layout} | {r['cache']} | {r['seconds']:.2f} | - | - | {r['limit_seconds']:.2f} | - | {read(r)} / - |")
-            continue
         lines.append(f"| {layout} | {r['cache']} | {r['seconds']:.2f} | {o['seconds']:.2f} | {r['seconds'] / o['seconds']:.2f}x | "
                      f"{o['limit_seconds']:.2f} | {o['seconds'] / o['limit_seconds']:.2f} | {read(r)} / {read(o)} |")
     return lines
@@ -283,8 +307,9 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
             lines += _node_rows(multi, stock)
         lines += _dump_rows([r for r in mine if r["path"] == "presharded-dump"])
         lines += _rss_split(single)
-        lines += _phase_rows(single + [r for r in multi if r not in single])
-        lines += _readahead_rows(_without_readahead(everything), mine)
+        alternate = _with_readahead(everything)
+        lines += _phase_rows(single + [r for r in multi if r not in single] + alternate)
+        lines += _readahead_rows(alternate, mine)
         notes = sorted({r["note"] for r in everything if r.get("note")})
         notes += [n["text"] for n in results.get("notes", []) if (n.get("model"), n.get("layers")) == (model, layers)]
         lines += [""] + [f"Note: {n}" for n in notes] + ([""] if notes else [])

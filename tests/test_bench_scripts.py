@@ -433,7 +433,7 @@ def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_pa
     assert all("readahead" not in run for (path, _, _), run in runs.items() if path != "bake")
 
 
-@pytest.mark.parametrize("name", ["startup_h200x2", "startup_h100", "startup_h200"])
+@pytest.mark.parametrize("name", ["startup_h200x2", "startup_h100", "startup_h200", "startup_cpu_2core"])
 def test_startup_bench_redraws_the_committed_results(tmp_path, name):
     png = load_bench("startup_bench.py").plot(RESULTS / f"{name}.json", tmp_path / "startup.png")
     assert png.stat().st_size > 10_000
@@ -450,6 +450,20 @@ def test_startup_bench_table_is_the_committed_markdown(tmp_path):
     assert "| 2 | warm | 4.89 | - | 1.52 | 3.22x | - | 0.75 | 2.03 |" in text  # 120B-shaped, EP 2 warm
     assert "| 1 | warm | bake | 1.09 | 2.35 | 0.65 | 1.57 |" in text  # its host-memory split
     assert "Not measured" not in text and "2 x H200, 32 cores" in text
+
+
+def test_startup_bench_cpu_table_is_the_committed_markdown(tmp_path):
+    """bench/results/startup_cpu_2core.md (the read-ahead off and on, on the CPU box) is what ``startup_bench.py table``
+    makes of the JSON beside it: the read-ahead's runs in a table of their own, beside the runs without it."""
+    bench = load_bench("startup_bench.py")
+    md = bench.table(RESULTS / "startup_cpu_2core.json", tmp_path / "startup.md")
+    assert md.read_text() == (RESULTS / "startup_cpu_2core.md").read_text()
+    text = md.read_text()
+    assert "| 1 x 1 | cold | 3.98 | 8.06 | 0.49x | 4.81 | 1.68 | 6.12 / 6.12 |" in text
+    assert "| 4 x 1 | cold | 2.12 | 1.94 | 1.09x | 2.63 | 0.74 | 3.47 / 3.47 |" in text
+    assert "| 4 x 1 | bake | 2.12 | 2.12, 1.73, 1.55, 1.45 |" in text  # the scale-out table shows the bake without it
+    runs = json.loads((RESULTS / "startup_cpu_2core.json").read_text())["runs"]
+    assert all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in runs if r["path"] == "bake")
 
 
 def test_startup_bench_h100_table_is_the_committed_markdown(tmp_path):

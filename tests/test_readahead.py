@@ -7,6 +7,7 @@ import time
 import pytest
 import torch
 
+from moebake.serving_core import readahead
 from moebake.serving_core.readahead import PlannedRange, ReadAhead
 from moebake.serving_core.staged_reader import ByteRange, StagedReader
 
@@ -170,3 +171,13 @@ def test_a_read_ahead_nobody_ends_ends_itself(shard):
     ahead.add([PlannedRange(path, 0, 4 * STEP)])  # never consumed, never sealed
     _wait(lambda: not ahead.running)
     assert "idle" in ahead.stop().error
+
+
+def test_the_read_ahead_is_opt_in(monkeypatch):
+    """Off unless ``MOEBAKE_READAHEAD=1`` (bench/results/startup_cpu_2core.md: it cost a cold EP 1 load twice its
+    time on the CPU box, and no GPU run has shown a gain yet)."""
+    monkeypatch.delenv(readahead.ENV, raising=False)
+    assert not readahead.enabled()
+    for value, on in (("1", True), ("0", False), ("yes", False)):
+        monkeypatch.setenv(readahead.ENV, value)
+        assert readahead.enabled() is on

@@ -410,7 +410,7 @@ def test_the_read_ahead_plans_exactly_the_loaders_ranges_reads_no_other_byte_and
     """SGLang's GPT-OSS model loaded through the interception with the bake's read-ahead (:mod:`moebake.serving_core.
     readahead`): its plan is, range for range and in order, what the loader then reads (the other tensors first,
     then each MoE layer's rows); it reads nothing outside those ranges; the parameters equal a load with
-    ``MOEBAKE_READAHEAD=0`` (which makes no read-ahead); an error in its reads ends it and breaks nothing; it has ended
+    the read-ahead off (``MOEBAKE_READAHEAD`` unset: it is opt-in, ``=1``); an error in its reads ends it and breaks nothing; it has ended
     when SGLang's function returns."""
     from sglang.srt.model_loader.loader import DefaultModelLoader
 
@@ -438,11 +438,11 @@ def test_the_read_ahead_plans_exactly_the_loaders_ranges_reads_no_other_byte_and
     monkeypatch.setattr(StagedReader, "read", read)
     monkeypatch.setattr(config_module, "ReadAhead", make)
     with serving(bake):
-        monkeypatch.setenv(readahead.ENV, "0")
+        monkeypatch.delenv(readahead.ENV, raising=False)
         plain = _gpt_oss_model(bake, monkeypatch)
         intercepted(plain, sglang_weights(bake), CPU)
         assert not made and plain.quant_config.readahead(CPU) is None
-        monkeypatch.delenv(readahead.ENV)
+        monkeypatch.setenv(readahead.ENV, "1")
         reads.clear()
         ours = _gpt_oss_model(bake, monkeypatch)
         intercepted(ours, sglang_weights(bake), CPU)

@@ -16,8 +16,11 @@ skipped. Host memory: ``threads * step_bytes`` of scratch, and the page cache's 
 It never raises into the loader: an error in a read ends the read-ahead (:attr:`ReadAheadStats.error`) and the loader
 reads its bytes itself, as without one. :meth:`ReadAhead.stop` (at the load's end, or on its error) ends it and joins
 its threads (a thread stuck in a read is abandoned: they are daemons, and each closes its own descriptors); so does
-:data:`IDLE_SECONDS` without the loader consuming a byte or the plan growing. ``MOEBAKE_READAHEAD=0``
-(:data:`ENV`) turns it off (:func:`enabled`).
+:data:`IDLE_SECONDS` without the loader consuming a byte or the plan growing. It is off unless
+``MOEBAKE_READAHEAD=1`` (:data:`ENV`, :func:`enabled`): on a 2-core CPU box with a virtio disk, a cold EP 1 load of a
+6.1 GB rank took twice as long with it as without (both reading the same bytes from the disk), and four simulated nodes
+gained nothing (``bench/results/startup_cpu_2core.md``); it stays opt-in until a GPU machine shows a gain
+(``bench/startup_bench.py all --readahead both``).
 """
 
 import logging
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 logger = logging.getLogger(__name__)
 
 ENV = "MOEBAKE_READAHEAD"
-"""Set to ``0`` to load without the read-ahead."""
+"""Set to ``1`` to load with the read-ahead (off otherwise)."""
 
 WINDOW_BYTES = 1 << 30
 """How far the read-ahead may run ahead of the loader: planned bytes read (or being read) and not yet consumed."""
@@ -46,8 +49,8 @@ IDLE_SECONDS = 120.0
 
 
 def enabled() -> bool:
-    """Whether this process reads ahead (``MOEBAKE_READAHEAD`` is not ``0``)."""
-    return os.environ.get(ENV, "1") != "0"
+    """Whether this process reads ahead (``MOEBAKE_READAHEAD=1``)."""
+    return os.environ.get(ENV, "0") == "1"
 
 
 @dataclass(frozen=True)

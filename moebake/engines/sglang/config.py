@@ -126,7 +126,7 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
 
     def readahead(self, device: torch.device) -> ReadAhead | None:
         """The one :class:`~moebake.serving_core.readahead.ReadAhead` of :meth:`reader` onto ``device`` (told of every
-        chunk the reader reads), or None where ``MOEBAKE_READAHEAD=0``. Each MoE layer plans its rows on it as it is
+        chunk the reader reads), or None unless ``MOEBAKE_READAHEAD=1``. Each MoE layer plans its rows on it as it is
         built, the whole-model loader the other tensors before the iteration; :meth:`stop_readahead` ends it."""
         device = self._device(device)
         if not readahead_enabled():
