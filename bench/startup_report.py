@@ -20,17 +20,26 @@ COLORS = {"stock": "tab:gray", "presharded": "tab:orange", "bake": "tab:blue"}
 LAYOUT = ("model", "layers", "nodes", "gpus_per_node", "ep", "cache")
 
 
+def _readahead_groups(runs: list[dict]) -> list[list[dict]]:
+    """The bake's runs of each layout (model, nodes, GPUs, EP, cache) that ran both with its (opt-in) read-ahead and
+    without (``startup_bench.py all --readahead both``: off, on, on, off), in the order they ran."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        if r["path"] == "bake" and "readahead_enabled" in r:
+            groups.setdefault(tuple(r.get(k) for k in LAYOUT), []).append(r)
+    return [g for g in groups.values() if {r["readahead_enabled"] for r in g} == {True, False}]
+
+
 def _with_readahead(runs: list[dict]) -> list[dict]:
-    """The bake's runs with its (opt-in) read-ahead on that have a run without it beside them (``startup_bench.py all
-    --readahead both``): the read-ahead's table compares the two; every other table and the plot show the run without."""
-    plain = {tuple(r.get(k) for k in LAYOUT) for r in runs if r["path"] == "bake" and not r.get("readahead_enabled")}
-    return [r for r in runs if r.get("readahead_enabled") is True and tuple(r.get(k) for k in LAYOUT) in plain]
+    """The read-ahead comparison's runs that the other tables and the plot leave out: all but the first run without it
+    of each group (:func:`_readahead_groups`); the read-ahead's own table shows them all."""
+    return [r for g in _readahead_groups(runs) for r in g if r is not next(o for o in g if not o["readahead_enabled"])]
 
 
 def _shown(runs: list[dict]) -> list[dict]:
     """The runs every table and plot shows: all but :func:`_with_readahead`'s."""
     alternate = _with_readahead(runs)
-    return [r for r in runs if r not in alternate]
+    return [r for r in runs if not any(r is a for a in alternate)]
 
 
 def _one_node(runs: list[dict]) -> list[dict]:
@@ -98,23 +107,34 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
             ax.set_ylabel("seconds, slowest node (cold page cache)")
             ax.set_title(f"{model}-shaped: scale-out, each node cold")
         if alternate:
-            _readahead_bars(axes[-1][col], [r for r in alternate if (r["model"], r["layers"]) == (model, layers)], mine)
+            _readahead_bars(axes[-1][col], [g for g in _readahead_groups(everything) if (g[0]["model"], g[0]["layers"]) ==
+                                             (model, layers)])
     png = Path(png) if png else Path(results_path).with_suffix(".png")
     benchkit.save(fig, png, dpi=110)
     return png
 
 
-def _readahead_bars(ax, on: list[dict], off: list[dict]) -> None:
-    """The bake's seconds with its read-ahead off and on, per (nodes x GPUs, cache), the limit as a tick, off/on on top."""
-    for j, r in enumerate(on):
-        o = next(o for o in off if o["path"] == "bake" and all(o.get(k) == r.get(k) for k in LAYOUT))
-        ax.bar(j - 0.2, o["seconds"], 0.38, color=COLORS["bake"], label="bake, read-ahead off" if j == 0 else None)
-        ax.bar(j + 0.2, r["seconds"], 0.38, color="tab:green", label="bake, read-ahead on" if j == 0 else None)
-        ax.plot([j - 0.4, j + 0.4], [r["limit_seconds"]] * 2, "k--", lw=1, label="physical limit" if j == 0 else None)
-        ax.text(j, max(o["seconds"], r["seconds"]) * 1.02, f"off/on {o['seconds'] / r['seconds']:.2f}x", ha="center")
-    ax.set_xticks(range(len(on)), [f"{r.get('nodes', 1)} x {r.get('gpus_per_node', r['ep'])}\n{r['cache']}" for r in on])
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _readahead_bars(ax, groups: list[list[dict]]) -> None:
+    """The bake's mean seconds with its read-ahead off and on per layout (each run a dot), the limit as a tick,
+    off/on on top."""
+    for j, group in enumerate(groups):
+        for k, on in enumerate((False, True)):
+            seconds = [r["seconds"] for r in group if r["readahead_enabled"] is on]
+            x = j + (0.2 if on else -0.2)
+            ax.bar(x, _mean(seconds), 0.38, color="tab:green" if on else COLORS["bake"],
+                   label=(f"bake, read-ahead {'on' if on else 'off'} (mean; dots: each run)") if j == 0 else None)
+            ax.plot([x] * len(seconds), seconds, "k.", ms=5)
+        ax.plot([j - 0.4, j + 0.4], [group[0]["limit_seconds"]] * 2, "k--", lw=1, label="physical limit" if j == 0 else None)
+        off, on = (_mean([r["seconds"] for r in group if r["readahead_enabled"] is v]) for v in (False, True))
+        ax.text(j, max(r["seconds"] for r in group) * 1.02, f"off/on {off / on:.2f}x", ha="center")
+    ax.set_xticks(range(len(groups)), [f"{g[0].get('nodes', 1)} x {g[0].get('gpus_per_node', g[0]['ep'])}\n{g[0]['cache']}"
+                                       for g in groups])
     ax.set_ylabel("seconds (slowest node)")
-    ax.set_title("the bake's read-ahead, off and on (same session)")
+    ax.set_title("the bake's read-ahead, off and on (same session, order off, on, on, off)")
     ax.legend(loc="best", fontsize=7, framealpha=0.7)
 
 
@@ -191,8 +211,9 @@ def _phase(phases: dict, name: str, reads: str | None = None) -> str:
     return f"{phases[name]:.2f}{inside}"
 
 
-def _phase_rows(runs: list[dict]) -> list[str]:
-    """Where each run's seconds went (runs that recorded ``phases``: the slowest rank's)."""
+def _phase_rows(runs: list[dict], repeats: list[dict] = ()) -> list[str]:
+    """Where each run's seconds went (runs that recorded ``phases``: the slowest rank's); ``repeats``: the read-ahead
+    comparison's repeated runs without it (:func:`_with_readahead`), labelled so."""
     timed = [r for r in runs if "phases" in r]
     if not timed:
         return []
@@ -209,7 +230,7 @@ def _phase_rows(runs: list[dict]) -> list[str]:
                                           bool(r.get("readahead_enabled")))):
         p = r["phases"]
         layout = f"{r.get('nodes', 1)} x {r.get('gpus_per_node', r['ep'])}"
-        path = r["path"] + (", read-ahead" if r.get("readahead_enabled") else "")
+        path = r["path"] + (", read-ahead" if r.get("readahead_enabled") else ", repeat" if any(r is x for x in repeats) else "")
         line = (f"| {layout} | {r['cache']} | {path} | {r['seconds']:.2f} | {_phase(p, 'build')} | "
                 f"{_phase(p, 'iterate', 'iterate_reads')} | {_phase(p, 'post_load', 'post_load_reads')} | "
                 f"{_phase(p, 'sync')} | {_phase(p, 'other')} |")
@@ -220,22 +241,30 @@ def _phase_rows(runs: list[dict]) -> list[str]:
     return lines
 
 
-def _readahead_rows(on: list[dict], off: list[dict]) -> list[str]:
-    """The bake with its read-ahead off beside the bake with it on, run for run (same nodes, GPUs, EP and cache)."""
-    pairs = [(next(o for o in off if o["path"] == "bake" and all(o.get(k) == r.get(k) for k in LAYOUT)), r) for r in on]
-    if not on:
-        return []
-    lines = ["", "The bake's read-ahead (`moebake.serving_core.readahead`), off and on in the same session: seconds "
-             "(slowest node, or slowest rank on one node), their ratio, the limit and on/limit, and the most bytes one "
-             "node read from the block device.", "",
-             "| nodes x GPUs | cache | off s | on s | off/on | limit s | on/limit | read per node GB off / on |", "|" + "---|" * 8]
-    for r, o in sorted(pairs, key=lambda p: (p[0]["cache"], p[0].get("nodes", 1), p[0]["ep"])):
-        layout = f"{r.get('nodes', 1)} x {r.get('gpus_per_node', r['ep'])}"
+def _each_seconds(runs: list[dict]) -> str:
+    return ", ".join(f"{r['seconds']:.2f}" for r in runs)
 
-        def read(run):
-            return f"{max(run['node_bytes_read']) / 1e9:.2f}" if "node_bytes_read" in run else f"{run['bytes_read'] / 1e9:.2f}"
-        lines.append(f"| {layout} | {r['cache']} | {r['seconds']:.2f} | {o['seconds']:.2f} | {r['seconds'] / o['seconds']:.2f}x | "
-                     f"{o['limit_seconds']:.2f} | {o['seconds'] / o['limit_seconds']:.2f} | {read(r)} / {read(o)} |")
+
+def _readahead_rows(groups: list[list[dict]]) -> list[str]:
+    """The bake with its read-ahead off and on, per layout: each run's seconds in the order they ran, the means' ratio,
+    the limit, on/limit, and the most bytes one node read from the block device."""
+    if not groups:
+        return []
+    lines = ["", "The bake's read-ahead (`moebake.serving_core.readahead`, opt-in), off and on in the same session, in the "
+             "order off, on, on, off: each run's seconds (slowest node, or slowest rank on one node), the ratio of the "
+             "means, the limit and on/limit (the mean), and the most bytes one node read from the block device.", "",
+             "| nodes x GPUs | cache | off s | on s | off/on (means) | limit s | on/limit | read per node GB off / on |",
+             "|" + "---|" * 8]
+
+    def read(run):
+        return max(run["node_bytes_read"]) if "node_bytes_read" in run else run["bytes_read"]
+    for g in sorted(groups, key=lambda g: (g[0]["cache"], g[0].get("nodes", 1), g[0]["ep"])):
+        off, on = ([r for r in g if r["readahead_enabled"] is v] for v in (False, True))
+        mean_off, mean_on = _mean([r["seconds"] for r in off]), _mean([r["seconds"] for r in on])
+        limit = on[0]["limit_seconds"]
+        lines.append(f"| {g[0].get('nodes', 1)} x {g[0].get('gpus_per_node', g[0]['ep'])} | {g[0]['cache']} | "
+                     f"{_each_seconds(off)} | {_each_seconds(on)} | {mean_off / mean_on:.2f}x | {limit:.2f} | "
+                     f"{mean_on / limit:.2f} | {max(map(read, off)) / 1e9:.2f} / {max(map(read, on)) / 1e9:.2f} |")
     return lines
 
 
@@ -308,8 +337,8 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
         lines += _dump_rows([r for r in mine if r["path"] == "presharded-dump"])
         lines += _rss_split(single)
         alternate = _with_readahead(everything)
-        lines += _phase_rows(single + [r for r in multi if r not in single] + alternate)
-        lines += _readahead_rows(alternate, mine)
+        lines += _phase_rows(single + [r for r in multi if r not in single] + alternate, alternate)
+        lines += _readahead_rows(_readahead_groups(everything))
         notes = sorted({r["note"] for r in everything if r.get("note")})
         notes += [n["text"] for n in results.get("notes", []) if (n.get("model"), n.get("layers")) == (model, layers)]
         lines += [""] + [f"Note: {n}" for n in notes] + ([""] if notes else [])

@@ -387,9 +387,10 @@ def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_pa
                           env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     every = json.loads(results.read_text())["runs"]
-    off = [r for r in every if r.get("readahead_enabled") is False]  # --readahead both: each bake load off, then on
+    off = [r for r in every if r.get("readahead_enabled") is False]  # --readahead both: each bake load off, on, on, off
     runs = {(r["path"], r["ep"], r["nodes"]): r for r in every if r not in off}
-    assert [(r["path"], r["ep"], r["nodes"]) for r in off] == [("bake", 1, 1), ("bake", 2, 2)]
+    assert [(r["path"], r["ep"], r["nodes"]) for r in off] == [("bake", 1, 1)] * 2 + [("bake", 2, 2)] * 2
+    assert [r["readahead_enabled"] for r in every if r["path"] == "bake"] == [False, True, True, False] * 2
     for r in off:
         assert "readahead" not in r and (r["layer0_xxh3"], r["others_xxh3"]) == (
             runs["stock", r["ep"], r["nodes"]]["layer0_xxh3"], runs["stock", r["ep"], r["nodes"]]["others_xxh3"])
@@ -427,7 +428,8 @@ def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_pa
     text = md.read_text()
     assert "| 2 x 1 | bake |" in text and "| 2 x 1 | presharded |" in text and "presharded dumps" in text
     assert "| 1 | warm | bake |" in text and "Where the time goes" in text
-    assert "| 1 x 1 | warm |" in text and "| 2 x 1 | cold |" in text and "off/on" in text  # the read-ahead's own table
+    assert "| 1 x 1 | warm |" in text and "| 2 x 1 | cold |" in text and "off/on (means)" in text  # the read-ahead's table
+    assert "| 2 x 1 | bake |" in text and text.count("| 2 x 1 | bake |") == 1  # the scale-out table: one bake row
     ahead = runs["bake", 1, 1]["readahead"]  # the plugin's read-ahead ran beside the bake's load and ended cleanly
     assert ahead["error"] is None and ahead["planned_bytes"] > 0 and "read-ahead (GB) |" in text
     assert all("readahead" not in run for (path, _, _), run in runs.items() if path != "bake")

@@ -126,6 +126,7 @@ class ReadAhead:
         self.window_bytes, self.step_bytes = window_bytes, max(1, min(step_bytes, window_bytes))
         self.threads, self.idle_seconds, self._fetch = threads, idle_seconds, fetch
         self._plan: list[_Entry] = []
+        self._cursor = 0  # the plan before it is read (or consumed) whole: each step looks from here, not from the start
         self._by_start: dict[tuple[str, int], list[_Entry]] = {}
         self._lock = threading.Condition()
         self._workers: list[threading.Thread] = []
@@ -146,6 +147,8 @@ class ReadAhead:
             if self._stopped or not entries:
                 return
             self._plan = entries + self._plan if first else self._plan + entries
+            if first:
+                self._cursor = 0
             for entry in entries:
                 self._by_start.setdefault((entry.range.path, entry.range.offset), []).append(entry)
             self._last_progress = time.monotonic()
@@ -215,7 +218,10 @@ class ReadAhead:
             if self._stopped or self._error is not None:
                 return None
             pending = False
-            for entry in self._plan:
+            while self._cursor < len(self._plan) and self._plan[self._cursor].issued >= self._plan[self._cursor].range.nbytes:
+                self._cursor += 1
+            for index in range(self._cursor, len(self._plan)):  # in plan order, from the first range not read whole
+                entry = self._plan[index]
                 if entry.consumed > entry.issued:  # the loader read these bytes before the read-ahead got to them
                     self._skipped += entry.consumed - entry.issued
                     entry.issued = entry.consumed
