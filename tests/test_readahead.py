@@ -174,8 +174,8 @@ def test_a_read_ahead_nobody_ends_ends_itself(shard):
 
 
 def test_the_read_ahead_is_opt_in(monkeypatch):
-    """Off unless ``MOEBAKE_READAHEAD=1`` (bench/results/startup_cpu_2core.md: it cost a cold EP 1 load twice its
-    time on the CPU box, and no GPU run has shown a gain yet)."""
+    """Off unless ``MOEBAKE_READAHEAD=1`` (bench/results/startup_cpu_2core.md: it made cold loads slower on the CPU
+    box, and no GPU run has shown a gain yet)."""
     monkeypatch.delenv(readahead.ENV, raising=False)
     assert not readahead.enabled()
     for value, on in (("1", True), ("0", False), ("yes", False)):
