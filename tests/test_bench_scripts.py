@@ -441,13 +441,18 @@ def test_startup_bench_redraws_the_committed_results(tmp_path, name):
     assert png.stat().st_size > 10_000
 
 
+def _committed_startup_table(tmp_path, name: str) -> tuple[str, list[dict]]:
+    """bench/results/NAME.md is what ``startup_bench.py table`` makes of the JSON beside it (regenerate it with that
+    command after the results change): the Markdown, and the JSON's runs."""
+    md = load_bench("startup_bench.py").table(RESULTS / f"{name}.json", tmp_path / "startup.md")
+    assert md.read_text() == (RESULTS / f"{name}.md").read_text()
+    return md.read_text(), json.loads((RESULTS / f"{name}.json").read_text())["runs"]
+
+
 def test_startup_bench_table_is_the_committed_markdown(tmp_path):
     """bench/results/startup_h200x2.md is what ``startup_bench.py table`` makes of the JSON beside it (regenerate
     it with that command after the results change), and its numbers are the JSON's."""
-    bench = load_bench("startup_bench.py")
-    md = bench.table(RESULTS / "startup_h200x2.json", tmp_path / "startup.md")
-    assert md.read_text() == (RESULTS / "startup_h200x2.md").read_text()
-    text = md.read_text()
+    text, runs = _committed_startup_table(tmp_path, "startup_h200x2")
     assert "| 1 | warm | 4.41 | - | 1.48 | 2.97x | - | 1.37 | 1.08 |" in text  # 120B-shaped, EP 1 warm (no presharded)
     assert "| 2 | warm | 4.89 | - | 1.52 | 3.22x | - | 0.75 | 2.03 |" in text  # 120B-shaped, EP 2 warm
     assert "| 1 | warm | bake | 1.09 | 2.35 | 0.65 | 1.57 |" in text  # its host-memory split
@@ -457,15 +462,12 @@ def test_startup_bench_table_is_the_committed_markdown(tmp_path):
 def test_startup_bench_cpu_table_is_the_committed_markdown(tmp_path):
     """bench/results/startup_cpu_2core.md (the read-ahead off and on, on the CPU box) is what ``startup_bench.py table``
     makes of the JSON beside it: the read-ahead's runs in a table of their own, beside the runs without it."""
-    bench = load_bench("startup_bench.py")
-    md = bench.table(RESULTS / "startup_cpu_2core.json", tmp_path / "startup.md")
-    assert md.read_text() == (RESULTS / "startup_cpu_2core.md").read_text()
-    text = md.read_text()
+    text, runs = _committed_startup_table(tmp_path, "startup_cpu_2core")
     assert "| 1 x 1 | cold | 3.91, 5.64 | 5.96, 6.01 | 0.80x | 4.31 | 1.39 | 6.12 / 6.12 |" in text
     assert "| 4 x 1 | cold | 1.48, 1.50 | 1.86, 1.93 | 0.78x | 2.36 | 0.80 | 3.47 / 3.47 |" in text
     assert "| 4 x 1 | bake | 1.48 | 1.40, 1.42, 1.48, 1.43 |" in text  # the scale-out table: the first run without it
     assert "| 4 x 1 | cold | bake, repeat | 1.50 |" in text and "| 4 x 1 | cold | bake, read-ahead | 1.86 |" in text
-    runs = json.loads((RESULTS / "startup_cpu_2core.json").read_text())["runs"]  # the bake only: its four loads agree
+    # the bake only: its four loads agree
     for ep in (1, 4):
         digests = {(tuple(r["layer0_xxh3"]), tuple(r["others_xxh3"])) for r in runs if r["ep"] == ep}
         assert len(digests) == 1 and len([r for r in runs if r["ep"] == ep]) == 4
@@ -474,29 +476,21 @@ def test_startup_bench_cpu_table_is_the_committed_markdown(tmp_path):
 def test_startup_bench_h100_table_is_the_committed_markdown(tmp_path):
     """bench/results/startup_h100.md is what ``startup_bench.py table`` makes of the JSON beside it, and its rows are
     the JSON's numbers: the three paths at EP 1, and stock's two simulated nodes."""
-    bench = load_bench("startup_bench.py")
-    md = bench.table(RESULTS / "startup_h100.json", tmp_path / "startup.md")
-    assert md.read_text() == (RESULTS / "startup_h100.md").read_text()
-    text = md.read_text()
+    text, runs = _committed_startup_table(tmp_path, "startup_h100")
     assert "| 1 | cold | 9.78 | 9.53 | 9.25 | 1.06x | 1.03x | 8.34 | 1.11 |" in text
     assert "| 1 | warm | 2.15 | 2.40 | 1.71 | 1.26x | 1.41x | 0.89 | 1.91 |" in text
     assert "| 2 x 1 | stock | 5.02 | 5.02, 4.72 | 5.85 |" in text
-    runs = json.loads((RESULTS / "startup_h100.json").read_text())["runs"]
     assert all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in runs if r["path"] in ("presharded", "bake"))
 
 
 def test_startup_bench_h200_table_is_the_committed_markdown(tmp_path):
     """bench/results/startup_h200.md (4 simulated nodes: stock, presharded and the bake) is what ``startup_bench.py
     table`` makes of the JSON beside it; its rows are the JSON's numbers, and every path's parameters equal stock's."""
-    bench = load_bench("startup_bench.py")
-    md = bench.table(RESULTS / "startup_h200.json", tmp_path / "startup.md")
-    assert md.read_text() == (RESULTS / "startup_h200.md").read_text()
-    text = md.read_text()
+    text, runs = _committed_startup_table(tmp_path, "startup_h200")
     assert "| 4 x 1 | bake | 5.78 | 5.78, 5.59, 5.26, 5.47 | 6.08 | 5.41 | 3.27 | 1.76 | 1.58x | 0.00 |" in text
     assert "| 4 x 1 | presharded | 4.78 |" in text and "| 4 x 1 | stock | 9.13 |" in text
     assert "| 4 x 1 | cold | bake | 5.78 | 0.52 | 2.48 (1.90) | 1.94 (1.93) | 0.00 | 0.84 |" in text
     assert "One node: no runs of this model in this file." in text
-    runs = json.loads((RESULTS / "startup_h200.json").read_text())["runs"]
     assert all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in runs if r["path"] in ("presharded", "bake"))
 
 
