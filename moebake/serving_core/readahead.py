@@ -94,12 +94,11 @@ class _Entry:
 
 def _pread_scratch(fd: int, buffer: memoryview, offset: int, nbytes: int) -> None:
     """Read bytes ``[offset, offset + nbytes)`` of ``fd`` into ``buffer`` (discarded): they are in the page cache after."""
-    done = 0
-    while done < nbytes:
-        got = os.preadv(fd, [buffer[:nbytes - done]], offset + done)
-        if got == 0:
-            raise OSError(f"file ends at byte {offset + done}")
-        done += got
+    from moebake.serving_core.staged_reader import pread_fully
+
+    done = pread_fully(fd, buffer[:nbytes], offset)
+    if done < nbytes:
+        raise OSError(f"file ends at byte {offset + done}")
 
 
 def _as_planned(piece) -> PlannedRange:

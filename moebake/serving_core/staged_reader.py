@@ -63,15 +63,24 @@ class LoadStats:
         return f"{self.tensors} tensors, {size_text(self.bytes)} to {self.device} in {self.seconds:.3f} s ({speed})"
 
 
-def _pread_into(fd: int, buffer: torch.Tensor, offset: int, piece: ByteRange) -> None:
-    """Fill 1-D uint8 CPU ``buffer`` with the file bytes at ``offset``; MoebakeError if the file ends early."""
-    view = memoryview(buffer.numpy())
+def pread_fully(fd: int, view: memoryview, offset: int) -> int:
+    """Fill ``view`` with the bytes of ``fd`` from ``offset`` on (``preadv`` until it is full); the bytes read, fewer
+    than ``len(view)`` only where the file ends first."""
     done = 0
     while done < len(view):
         got = os.preadv(fd, [view[done:]], offset + done)
         if got == 0:
-            raise MoebakeError(f"{piece.path}: tensor {piece.name} is truncated (file ends at byte {offset + done})")
+            break
         done += got
+    return done
+
+
+def _pread_into(fd: int, buffer: torch.Tensor, offset: int, piece: ByteRange) -> None:
+    """Fill 1-D uint8 CPU ``buffer`` with the file bytes at ``offset``; MoebakeError if the file ends early."""
+    view = memoryview(buffer.numpy())
+    done = pread_fully(fd, view, offset)
+    if done < len(view):
+        raise MoebakeError(f"{piece.path}: tensor {piece.name} is truncated (file ends at byte {offset + done})")
 
 
 def _settle(futures: list[Future]) -> None:
