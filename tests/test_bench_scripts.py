@@ -660,14 +660,31 @@ def test_real_server_compares_each_run_with_its_backends_first_stock_run(tmp_pat
     assert json.loads(out.read_text())["runs"] == runs
 
 
-FAKE_LAUNCH_SERVER = '''
-"""A stand-in for ``python -m sglang.launch_server``: SGLang's two log lines and its /generate answer format."""
+FAKE_SERVER_PRELUDE = '''
 import faulthandler, json, os, signal, sys, time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 args = sys.argv[1:]
-port, model = int(args[args.index("--port") + 1]), args[args.index("--model-path") + 1]
 faulthandler.register(signal.SIGUSR2, file=open(os.environ["MOEBAKE_REAL_SERVER_STACKS"], "a"), all_threads=True)
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    def reply(self, answer):
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *a):
+        pass
+'''
+"""What both stand-in servers start with: the stacks on SIGUSR2 (as bench/real_server.py asks for) and a JSON reply."""
+
+
+FAKE_LAUNCH_SERVER = FAKE_SERVER_PRELUDE + '''
+"""A stand-in for ``python -m sglang.launch_server``: SGLang's two log lines and its /generate answer format."""
+port, model = int(args[args.index("--port") + 1]), args[args.index("--model-path") + 1]
 if "hang" in model:
     time.sleep(600)
 shift = 1 if "other" in model else 0  # a model that answers differently
@@ -679,7 +696,7 @@ def answer(ids, new):
     return {"output_ids": out, "meta_info": {"output_token_logprobs": [[-1.0 / (t + 1), t, None] for t in out]}}
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(JsonHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if self.path == "/flush_cache":
@@ -689,14 +706,7 @@ class Handler(BaseHTTPRequestHandler):
             new, ids = body["sampling_params"]["max_new_tokens"], body["input_ids"]
             cached = len(flushes) not in ((1,) if isinstance(ids[0], list) else (0, 2))  # a prefix left in the cache
             reply = [answer(i, new + cached) for i in ids] if isinstance(ids[0], list) else answer(ids, new + cached)
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *a):
-        pass
+        self.reply(reply)
 
 
 server = HTTPServer(("127.0.0.1", port), Handler)
@@ -865,14 +875,9 @@ def test_real_server_vllm_probe_measures_each_load_once(tmp_path, monkeypatch):
     assert loads == ["measured", True]
 
 
-FAKE_VLLM_API_SERVER = '''
+FAKE_VLLM_API_SERVER = FAKE_SERVER_PRELUDE + '''
 """A stand-in for ``python -m vllm.entrypoints.openai.api_server``: vLLM's load line, /health and /v1/completions."""
-import faulthandler, json, os, signal, sys, time
-from http.server import BaseHTTPRequestHandler, HTTPServer
-
-args = sys.argv[1:]
 port, model, name = int(args[args.index("--port") + 1]), args[args.index("--model") + 1], args[args.index("--served-model-name") + 1]
-faulthandler.register(signal.SIGUSR2, file=open(os.environ["MOEBAKE_REAL_SERVER_STACKS"], "a"), all_threads=True)
 if "hang" in model:
     time.sleep(600)
 shift = 1 if "other" in model else 0  # a model that answers differently
@@ -886,7 +891,7 @@ def choice(index, ids, new):
             "logprobs": {"token_logprobs": [-1.0 / (t + 1) for t in out], "tokens": [f"token_id:{t}" for t in out]}}
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(JsonHandler):
     def do_GET(self):
         self.send_response(200 if self.path == "/health" else 404)
         self.send_header("Content-Length", "0")
@@ -897,14 +902,7 @@ class Handler(BaseHTTPRequestHandler):
         assert self.path == "/v1/completions" and {k: body.get(k) for k in WANTED} == WANTED, body
         prompts = body["prompt"] if isinstance(body["prompt"][0], list) else [body["prompt"]]
         choices = [choice(i, p, body["max_tokens"]) for i, p in enumerate(prompts)]
-        data = json.dumps({"choices": choices[::-1]}).encode()  # in any order: each has its index
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *a):
-        pass
+        self.reply({"choices": choices[::-1]})  # in any order: each has its index
 
 
 print("(EngineCore pid=1) INFO [gpu_model_runner.py:5348] Model loading took 0.50 GiB memory and 0.250000 seconds",
