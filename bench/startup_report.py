@@ -30,16 +30,13 @@ def _readahead_groups(runs: list[dict]) -> list[list[dict]]:
     return [g for g in groups.values() if {r["readahead_enabled"] for r in g} == {True, False}]
 
 
-def _with_readahead(runs: list[dict]) -> list[dict]:
-    """The read-ahead comparison's runs that the other tables and the plot leave out: all but the first run without it
-    of each group (:func:`_readahead_groups`); the read-ahead's own table shows them all."""
-    return [r for g in _readahead_groups(runs) for r in g if r is not next(o for o in g if not o["readahead_enabled"])]
-
-
-def _shown(runs: list[dict]) -> list[dict]:
-    """The runs every table and plot shows: all but :func:`_with_readahead`'s."""
-    alternate = _with_readahead(runs)
-    return [r for r in runs if not any(r is a for a in alternate)]
+def _split_readahead(runs: list[dict]) -> tuple[list[dict], list[dict], list[list[dict]]]:
+    """``(shown, alternate, groups)``: the read-ahead comparison's groups (:func:`_readahead_groups`); of their runs,
+    the ``alternate`` ones, which the other tables and the plot leave out (all but each group's first run without it;
+    the read-ahead's own table shows them all); and the ``shown`` runs, all the others."""
+    groups = _readahead_groups(runs)
+    alternate = [r for g in groups for r in g if r is not next(o for o in g if not o["readahead_enabled"])]
+    return [r for r in runs if not any(r is a for a in alternate)], alternate, groups
 
 
 def _one_node(runs: list[dict]) -> list[dict]:
@@ -85,7 +82,7 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
     the bake's physical limit as a tick; stock/bake on top."""
     plt = benchkit.pyplot()
     everything = json.loads(Path(results_path).read_text())["runs"]
-    runs, alternate = _shown(everything), _with_readahead(everything)
+    runs, alternate, readahead_groups = _split_readahead(everything)
     models = sorted({(r["model"], r["layers"]) for r in runs})
     rows = (2 if _multi_node(runs) else 1) + (1 if alternate else 0)
     fig, axes = plt.subplots(rows, len(models), figsize=(6.5 * len(models), 4.5 * rows), squeeze=False)
@@ -107,8 +104,7 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
             ax.set_ylabel("seconds, slowest node (cold page cache)")
             ax.set_title(f"{model}-shaped: scale-out, each node cold")
         if alternate:
-            _readahead_bars(axes[-1][col], [g for g in _readahead_groups(everything) if (g[0]["model"], g[0]["layers"]) ==
-                                             (model, layers)])
+            _readahead_bars(axes[-1][col], [g for g in readahead_groups if (g[0]["model"], g[0]["layers"]) == (model, layers)])
     png = Path(png) if png else Path(results_path).with_suffix(".png")
     benchkit.save(fig, png, dpi=110)
     return png
@@ -213,7 +209,7 @@ def _phase(phases: dict, name: str, reads: str | None = None) -> str:
 
 def _phase_rows(runs: list[dict], repeats: list[dict] = ()) -> list[str]:
     """Where each run's seconds went (runs that recorded ``phases``: the slowest rank's); ``repeats``: the read-ahead
-    comparison's repeated runs without it (:func:`_with_readahead`), labelled so."""
+    comparison's repeated runs without it (:func:`_split_readahead`), labelled so."""
     timed = [r for r in runs if "phases" in r]
     if not timed:
         return []
@@ -307,7 +303,7 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
     experts = {(r["model"], r["layers"]): r["experts"] for r in runs}
     for model, layers in sorted(experts, key=lambda m: (experts[m], m)):
         everything = [r for r in runs if (r["model"], r["layers"]) == (model, layers)]
-        mine = _shown(everything)
+        mine, alternate, readahead_groups = _split_readahead(everything)
         lines += [f"## {model}-shaped, {layers} MoE layers of {mine[0]['experts']} experts", ""]
         for limits in results.get("limits", []):
             if (limits.get("model"), limits.get("layers")) == (model, layers):
@@ -336,9 +332,8 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
             lines += _node_rows(multi, stock)
         lines += _dump_rows([r for r in mine if r["path"] == "presharded-dump"])
         lines += _rss_split(single)
-        alternate = _with_readahead(everything)
         lines += _phase_rows(single + [r for r in multi if r not in single] + alternate, alternate)
-        lines += _readahead_rows(_readahead_groups(everything))
+        lines += _readahead_rows(readahead_groups)
         notes = sorted({r["note"] for r in everything if r.get("note")})
         notes += [n["text"] for n in results.get("notes", []) if (n.get("model"), n.get("layers")) == (model, layers)]
         lines += [""] + [f"Note: {n}" for n in notes] + ([""] if notes else [])
