@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: the paths they import from, GPU timing, and plotting. Not a script.
+"""What the benchmark scripts share: the paths they import from, GPU timing, evicting files from the page cache, and
+plotting. Not a script.
 
 Every benchmark runs as ``python bench/NAME.py`` from a checkout; Python puts ``bench/`` first on ``sys.path``, so
 ``import benchkit`` finds this file. Importing it puts the checkout first on ``sys.path`` (its ``moebake``, whether
@@ -10,10 +11,11 @@ benchmarks compare with, imported as the tests import them).
 * :func:`pyplot` and :func:`save`: matplotlib's pyplot on its file-only Agg backend, and a figure written to a PNG.
 """
 
+import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,6 +63,21 @@ def synchronized_s(call: Callable[[], object]) -> float:
     call()
     torch.cuda.synchronize()
     return time.perf_counter() - start
+
+
+def evict_from_page_cache(files: Iterable[Path]) -> int:
+    """Write back, then drop from the page cache, each of ``files`` (``posix_fadvise(POSIX_FADV_DONTNEED)``: no root
+    needed, other files' pages untouched), so that the next read of them comes from the disk; how many there were."""
+    evicted = 0
+    for path in files:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            evicted += 1
+        finally:
+            os.close(fd)
+    return evicted
 
 
 def pyplot():

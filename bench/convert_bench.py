@@ -125,14 +125,7 @@ def warm_up(cache: Path, scratch: Path) -> None:
 
 
 def drop_from_page_cache(directory: Path) -> None:
-    for path in directory.iterdir():
-        if path.is_file():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fdatasync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+    benchkit.evict_from_page_cache(path for path in directory.iterdir() if path.is_file())
 
 
 def load_into_page_cache(directory: Path) -> None:

@@ -74,7 +74,7 @@ from pathlib import Path
 
 import numpy as np
 
-import benchkit  # noqa: F401  (the checkout and tests/ on sys.path: the engine oracles)
+import benchkit  # also puts the checkout and tests/ on sys.path (the engine oracles)
 import startup_presharded
 import startup_report
 from startup_report import PATHS, plot
@@ -515,15 +515,7 @@ def _drop_page_cache(directory: Path) -> None:
         return
     except OSError as err:
         refused = err.strerror
-    evicted = 0
-    for path in directory.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                evicted += 1
-            finally:
-                os.close(fd)
+    evicted = benchkit.evict_from_page_cache(p for p in directory.rglob("*") if p.is_file() and not p.is_symlink())
     global _EVICTION_SAID
     if not _EVICTION_SAID:
         print(f"note: the page cache cannot be dropped here ({refused}): each cold run evicts the {evicted} files under "
