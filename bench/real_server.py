@@ -217,12 +217,16 @@ def differences(outputs: list[dict], reference: list[dict]) -> list[dict]:
     return found
 
 
+def is_deepseek_v4(config: dict) -> bool:
+    """Whether a ``config.json`` is DeepSeek-V4's (SGLang's ``DeepseekV4ForCausalLM``)."""
+    return config.get("model_type") == "deepseek_v4"
+
+
 def attention_backend(model: Path) -> str:
     """SGLang's attention backend for the model: ``dsv4`` (FlashMLA, DeepGEMM's indexer; the only one SGLang 0.5.17's
     DeepSeek-V4 runs, its server-argument overrides pin it) for a DeepSeek-V4 config, else ``triton``."""
     config = model / "config.json"
-    model_type = json.loads(config.read_text()).get("model_type") if config.is_file() else None
-    return "dsv4" if model_type == "deepseek_v4" else "triton"
+    return "dsv4" if config.is_file() and is_deepseek_v4(json.loads(config.read_text())) else "triton"
 
 
 def server_command(model: Path, backend: str, bake: bool, port: int, extra: list[str]) -> list[str]:
@@ -303,7 +307,7 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
                TILELANG_CACHE_DIR=str(caches / "tilelang"), DG_JIT_CACHE_DIR=str(caches / "deep_gemm"),  # DeepSeek-V4's JIT
                PATH=f"{cuda_home}/bin{os.pathsep}{os.environ.get('PATH', '')}", **server_kind.env(caches))
     config = json.loads((directory / "src" / "config.json").read_text())
-    if "DeepseekV4ForCausalLM" in config.get("architectures", ()):
+    if is_deepseek_v4(config):
         env |= DEEPSEEK_V4_SERVER_ENV
     port = _free_port()
     command = server_kind.command(model, backend, bake, port, extra)
@@ -445,7 +449,7 @@ def release_of(dist_info: str) -> str:
 
 
 def _model_name(config: dict) -> str:
-    if config.get("model_type") == "deepseek_v4":
+    if is_deepseek_v4(config):
         return (f"deepseek-v4-shaped synthetic: {config['num_hidden_layers']} layers (+{config['num_nextn_predict_layers']} MTP), "
                 f"{config['n_routed_experts']} experts, H={config['hidden_size']}, I={config['moe_intermediate_size']}, "
                 f"vocab {config['vocab_size']}")
