@@ -317,12 +317,14 @@ def _load_from_checkpoint(path: str, root, quant, files: list[str], directory: P
     """Load ``root`` from the checkpoint's shards through SGLang's iterator and loaders, then run every MoE layer's
     post-load step; the bytes of tensor data the path consumed. Adds the seconds of its parts to ``phases``."""
     import torch
-    from sglang.srt.model_loader.loader import DefaultModelLoader
-    from sglang.srt.model_loader.weight_utils import buffered_multi_thread_safetensors_weights_iterator, default_weight_loader
+    from sglang.srt.model_loader import loader
+    from sglang.srt.model_loader.weight_utils import default_weight_loader
     from sglang.srt.models.gpt_oss import GptOssForCausalLM
 
     params = dict(root.named_parameters())
-    weights = buffered_multi_thread_safetensors_weights_iterator(files, max_workers=DefaultModelLoader.DEFAULT_NUM_THREADS)
+    # SGLang's default iterator, as its loader module binds it (for a bake, the plugin's wrapper: shard_iterator)
+    weights = loader.buffered_multi_thread_safetensors_weights_iterator(
+        files, max_workers=loader.DefaultModelLoader.DEFAULT_NUM_THREADS)
     requested = 0
 
     def load(name, tensor):

@@ -18,11 +18,12 @@ def register() -> None:
     """The ``sglang.srt.plugins`` entry point: make ``moebake`` a quantization method SGLang knows."""
     from sglang.srt.layers.quantization import QUANTIZATION_METHODS
 
-    from moebake.engines.sglang import internals, loader_hook, whole_model
+    from moebake.engines.sglang import internals, loader_hook, shard_iterator, whole_model
     from moebake.engines.sglang.config import MoebakeConfig
 
     QUANTIZATION_METHODS[QUANT_NAME] = MoebakeConfig
     choices, add_choices = internals.quantization_choices()
     if QUANT_NAME not in choices:
         add_choices([QUANT_NAME])
-    loader_hook.install(whole_model.intercept)  # a bake's non-expert tensors through moebake's loader (whole_model's docstring)
+    loader_hook.install(whole_model.intercept, shard_iterator.lazy)  # a bake's tensors through moebake (whole_model's,
+    # shard_iterator's docstrings)

@@ -9,9 +9,9 @@ refuses a bake whose bytes that release's own code was not proven to build.
 What the plugin relies on besides these, from SGLang's public behaviour (checked by the CPU tests in
 the real SGLang 0.5.23):
 
-* its default safetensors iterators hand each tensor as ``safe_open(..., framework="pt").get_tensor``
-  returns it: a lazy view of the mmap'd shard, so a parameter loader that reads only the tensor's shape
-  and dtype leaves the baked bytes unread (:mod:`moebake.engines.sglang.moe_methods`);
+* its safetensors iterators (:data:`SAFETENSORS_ITERATORS`, wrapped for a bake's shards by
+  :mod:`moebake.engines.sglang.shard_iterator`) hand out tensors that a parameter loader reading only their shape
+  and dtype leaves unread (:mod:`moebake.engines.sglang.moe_methods`);
 * the model's ``load_weights`` hands a baked tensor, by its name, to its parameter's ``weight_loader``,
   and ``process_weights_after_loading`` runs once per layer after every weight was handed out.
 """
@@ -165,6 +165,44 @@ def cutedsl_derived(method, layer) -> None:
                 num_groups=w.shape[0], sf_vec_size=fp4_scale_vector_size()))
     dispatch_fp4 = use_nvfp4_dispatch() or should_use_flashinfer_cutlass_moe_fp4_allgather()
     layer.dispatcher.set_quant_config({"input_global_scale": layer.w13_input_scale_quant if dispatch_fp4 else None})
+
+
+SAFETENSORS_ITERATORS = ("safetensors_weights_iterator", "buffered_multi_thread_safetensors_weights_iterator")
+"""The safetensors iterators ``DefaultModelLoader._get_weights_iterator`` calls for a local checkpoint (0.5.17-0.5.23):
+names bound in ``sglang.srt.model_loader.loader``, each taking ``hf_weights_files`` first and the options
+:data:`SAFETENSORS_ITERATOR_OPTIONS`."""
+SAFETENSORS_ITERATOR_OPTIONS = ("disable_mmap", "prefetch", "drop_cache_after_load")
+
+
+def wrap_safetensors_iterators(wrap) -> None:
+    """Replace each of :data:`SAFETENSORS_ITERATORS` in ``sglang.srt.model_loader.loader`` by ``wrap(original)``, once
+    per process. MoebakeRefusal, in one line, where one is missing or takes other parameters (a release that moved
+    it)."""
+    import inspect
+
+    from sglang.srt.model_loader import loader
+
+    found = {}
+    for name in SAFETENSORS_ITERATORS:
+        function = getattr(loader, name, None)
+        function = getattr(function, "moebake_original", function)
+        try:
+            parameters = tuple(inspect.signature(function).parameters) if callable(function) else ()
+        except (TypeError, ValueError):
+            parameters = ()
+        if parameters[:1] != ("hf_weights_files",) or not set(SAFETENSORS_ITERATOR_OPTIONS) <= set(parameters):
+            raise MoebakeRefusal(
+                f"SGLang {installed_release()} changed sglang.srt.model_loader.loader.{name} (expected a function of "
+                f"hf_weights_files and {', '.join(SAFETENSORS_ITERATOR_OPTIONS)}, found "
+                f"{'nothing' if function is None else parameters}), through which SGLang hands out a bake's tensors; "
+                f"install an SGLang of the release matrix (pip install 'moebake[sglang]') or update "
+                f"moebake/engines/sglang/internals.py for this release")
+        found[name] = function
+    for name, function in found.items():
+        if getattr(loader, name) is function:  # not wrapped yet (twice must not wrap twice)
+            wrapped = wrap(function)
+            wrapped.moebake_original = function
+            setattr(loader, name, wrapped)
 
 
 LOAD_WEIGHTS_AND_POSTPROCESS = "sglang.srt.model_loader.loader.DefaultModelLoader.load_weights_and_postprocess"

@@ -1,8 +1,9 @@
-"""Whether moebake's interception of SGLang's ``load_weights_and_postprocess`` is in place in this process.
+"""Whether moebake's interceptions of SGLang's loader are in place in this process.
 
-:func:`install` (from the plugin's entry point) wraps SGLang's function with the interceptor it is given
-(:func:`moebake.engines.sglang.whole_model.intercept`); where SGLang moved that function, the one-line refusal is
-kept, and :func:`check_installed` raises it when a bake is served (other models start as usual).
+:func:`install` (from the plugin's entry point) wraps SGLang's ``load_weights_and_postprocess`` with the interceptor
+it is given (:func:`moebake.engines.sglang.whole_model.intercept`) and, when given one, its safetensors iterators
+(:func:`moebake.engines.sglang.shard_iterator.lazy`); where SGLang moved one of them, the one-line refusal is kept,
+and :func:`check_installed` raises it when a bake is served (other models start as usual).
 """
 
 from moebake.engines.sglang import internals
@@ -11,11 +12,14 @@ from moebake.engines.sglang.refusals import MoebakeRefusal
 _install_problem: MoebakeRefusal | None = None
 
 
-def install(intercept) -> None:
-    """Wrap SGLang's loader with ``intercept(original) -> replacement``, or keep why that cannot be done."""
+def install(intercept, iterators=None) -> None:
+    """Wrap SGLang's loader with ``intercept(original) -> replacement`` and its safetensors iterators with
+    ``iterators(original) -> replacement`` (if given), or keep why that cannot be done."""
     global _install_problem
     try:
         internals.wrap_load_weights_and_postprocess(intercept)
+        if iterators is not None:
+            internals.wrap_safetensors_iterators(iterators)
         _install_problem = None
     except MoebakeRefusal as err:
         _install_problem = err

@@ -43,7 +43,8 @@ only renames the original-format names (``block.N...``, ``embedding.weight``), w
 parameter was left unloaded."""
 
 DISABLE_ENV = "MOEBAKE_SGLANG_DIRECT_LOAD"
-"""Set to ``0`` to keep SGLang's path for every non-expert tensor."""
+"""Set to ``0`` to keep SGLang's path for every non-expert tensor, and its own safetensors iterator for a bake's shards
+(:mod:`moebake.engines.sglang.shard_iterator`)."""
 
 
 def plain_copy(name: str, param: torch.nn.Parameter) -> bool:
