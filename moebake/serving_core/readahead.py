@@ -17,10 +17,9 @@ It never raises into the loader: an error in a read ends the read-ahead (:attr:`
 reads its bytes itself, as without one. :meth:`ReadAhead.stop` (at the load's end, or on its error) ends it and joins
 its threads (a thread stuck in a read is abandoned: they are daemons, and each closes its own descriptors); so does
 :data:`IDLE_SECONDS` without the loader consuming a byte or the plan growing. It is off unless
-``MOEBAKE_READAHEAD=1`` (:data:`ENV`, :func:`enabled`): on a 2-core CPU box with a virtio disk it made cold loads
-slower, not faster (``bench/results/startup_cpu_2core.md``: four simulated nodes 1.86-1.93 s with it, 1.48-1.50 s
-without, the same bytes read); it stays opt-in until a GPU machine shows a gain (``bench/startup_bench.py all
---readahead both``).
+``MOEBAKE_READAHEAD=1`` (:data:`ENV`, :func:`enabled`): where a cold load is bound by the disk, the loader's own reads
+already keep it busy, so the read-ahead has little to hide (``docs/benchmarks.md`` has the runs, on a GPU machine
+and on the CPU box, with ``bench/startup_bench.py all --readahead both``).
 """
 
 import logging
