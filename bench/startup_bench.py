@@ -66,6 +66,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -486,17 +487,39 @@ def _barrier(ep: int) -> None:
         dist.barrier()
 
 
+def _wait_for(path: Path) -> None:
+    """Until ``path`` exists (the parent's signal: a node's turn)."""
+    while not path.exists():
+        time.sleep(0.05)
+
+
+def _write_result(path: Path, result: dict) -> None:
+    """``result`` as JSON at ``path``, whole or not at all (the parent polls for it)."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps(result))
+    part.replace(path)
+
+
 def run_rank(args) -> None:
-    """One rank in a process of its own (``all`` starts ``--ep`` of them at once). An ``--idle`` rank stands for a
-    rank of another (simulated) node: it joins the world and waits, loading nothing."""
+    """One rank in a process of its own (``all`` starts ``--ep`` of them at once). With ``--turns DIR`` (simulated
+    nodes) each rank loads when its node's turn comes (the file ``DIR/go<node>``, node = rank // ``--gpus-per-node``),
+    writes its result and drops the model, so that no page of the checkpoint stays mapped when the page cache is
+    dropped for the next node."""
+    import gc
+
     directory = Path(args.dir) / ("out" if args.path == "bake" else "src")
     stack = _sglang_world(args.ep, args.rank, args.device)
     with stack, _model_directory(directory):
         _barrier(args.ep)  # every rank set up before any starts its clock
-        result = None if args.idle else load_rank(args.path, directory, args.ep, args.rank, args.device)
+        if args.turns:
+            _wait_for(Path(args.turns) / f"go{args.rank // args.gpus_per_node}")
+        result = load_rank(args.path, directory, args.ep, args.rank, args.device)
+        gc.collect()
+        if args.turns:
+            _write_result(Path(args.result), result)
         _barrier(args.ep)
-    if result is not None:
-        Path(args.result).write_text(json.dumps(result))
+    if not args.turns:
+        _write_result(Path(args.result), result)
 
 
 def _model_directory(directory: Path):
@@ -673,10 +696,8 @@ def run_all(args) -> None:
         for path, readahead in _variants(args):
             if path == "presharded":
                 _ensure_dump(args, directory, ep, record)
-            per_node = []
-            for node in range(nodes):
-                _drop_page_cache(directory)
-                per_node.append(_spawn(args, path, ep, directory, active=range(node * g, node * g + g), readahead=readahead))
+            ranks = _spawn(args, path, ep, directory, readahead=readahead, gpus_per_node=g)
+            per_node = [ranks[node * g:node * g + g] for node in range(nodes)]
             record({**_ranks_record(path, ep, nodes, g, "cold", per_node), **_readahead_field(readahead),
                     "node_bytes_needed": needed,
                     "limit_seconds": max(needed / (limits["disk_gbps"] * 1e9),
@@ -761,15 +782,19 @@ def _ensure_dump(args, directory: Path, ep: int, record) -> None:
             "others_xxh3": [r["others_xxh3"] for r in ranks]})
 
 
-def _spawn(args, path: str, ep: int, directory: Path, active=None, readahead: bool | None = None) -> list[dict]:
-    """A world of ``ep`` rank processes of ``path`` at once; the results of the ``active`` ranks (default: all), which
-    load on GPUs 0, 1, ... (round-robin when there are more ranks than GPUs); the others join the world and wait
-    (ranks of other, simulated, nodes). ``readahead``: the ranks run with ``MOEBAKE_READAHEAD=1`` (True) or ``=0``."""
+def _spawn(args, path: str, ep: int, directory: Path, readahead: bool | None = None,
+           gpus_per_node: int | None = None) -> list[dict]:
+    """A world of ``ep`` rank processes of ``path`` at once, loading on GPUs 0, 1, ... (round-robin when there are
+    more ranks than GPUs); every rank's result, in rank order. ``readahead``: the ranks run with
+    ``MOEBAKE_READAHEAD=1`` (True) or ``=0``.
+
+    ``gpus_per_node`` (simulated nodes): the ranks load node by node, ``gpus_per_node`` at a time (on GPUs 0, 1, ...
+    of their node), the page cache dropped before each node's turn; the others wait in the world. One world for all
+    the nodes: the processes start, and import SGLang, once."""
     import socket
 
     import torch
 
-    active = list(range(ep) if active is None else active)
     gpus = max(torch.cuda.device_count(), 1)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -777,20 +802,38 @@ def _spawn(args, path: str, ep: int, directory: Path, active=None, readahead: bo
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     if readahead is not None:
         env["MOEBAKE_READAHEAD"] = "1" if readahead else "0"
-    outs = {r: directory / f".rank{r}.json" for r in active}
-    for out in outs.values():
+    outs = [directory / f".rank{r}.json" for r in range(ep)]
+    for out in outs:
         out.unlink(missing_ok=True)
+    turns = directory / ".turns"
+    shutil.rmtree(turns, ignore_errors=True)
+    if gpus_per_node:
+        turns.mkdir()
     procs = []
     for r in range(ep):
-        device = f"cuda:{active.index(r) % gpus}" if r in active and args.device == "cuda" else "cpu"
+        local = r % gpus_per_node if gpus_per_node else r
+        device = f"cuda:{local % gpus}" if args.device == "cuda" else "cpu"
         procs.append(subprocess.Popen([sys.executable, __file__, "rank", "--dir", str(directory), "--path", path,
-                                       "--ep", str(ep), "--rank", str(r), "--device", device,
-                                       "--result", str(outs.get(r, directory / ".idle.json"))]
-                                      + ([] if r in active else ["--idle"]), env=env))
-    codes = [p.wait() for p in procs]
+                                       "--ep", str(ep), "--rank", str(r), "--device", device, "--result", str(outs[r])]
+                                      + (["--turns", str(turns), "--gpus-per-node", str(gpus_per_node)]
+                                         if gpus_per_node else []), env=env))
+    try:
+        for node in range(ep // gpus_per_node if gpus_per_node else 0):
+            _drop_page_cache(directory)
+            (turns / f"go{node}").touch()
+            while not all(out.exists() for out in outs[node * gpus_per_node:(node + 1) * gpus_per_node]):
+                if any(p.poll() not in (None, 0) for p in procs):
+                    break  # a rank failed: the exit codes below say so
+                time.sleep(0.05)
+        codes = [p.wait() for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        shutil.rmtree(turns, ignore_errors=True)
     if any(codes):
         raise SystemExit(f"error: {path} ep={ep}: rank exit codes {codes}")
-    return [json.loads(outs[r].read_text()) for r in active]
+    return [json.loads(out.read_text()) for out in outs]
 
 
 def table(results_path: Path, md: Path | None = None) -> Path:
@@ -825,7 +868,8 @@ def main(argv=None) -> None:
     p = sub.add_parser("rank", help="(internal) one rank's load")
     p.add_argument("--dir", required=True)
     p.add_argument("--path", choices=[*PATHS, "presharded-dump"], required=True)
-    p.add_argument("--idle", action="store_true", help="a rank of another node: join the world, load nothing")
+    p.add_argument("--turns", help="a folder of go<node> files: load when this rank's node's file appears")
+    p.add_argument("--gpus-per-node", type=int, default=1, help="with --turns: this rank's node is rank // this")
     p.add_argument("--ep", type=int, default=1)
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--device", default="cuda:0")

@@ -370,8 +370,8 @@ else:
 
 def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_path):
     """A tiny GPT-OSS model made, baked and loaded three ways through SGLang's own code on the CPU (stock, SGLang's
-    presharded dump and reload, the bake), as EP 1 on one node and as two simulated nodes of one rank each (the
-    other node's rank idle in the world): every parameter hashes the same in every path, the bake path asks for each
+    presharded dump and reload, the bake), as EP 1 on one node and as two simulated nodes of one rank each (one
+    world of two ranks, loading node by node): every parameter hashes the same in every path, the bake path asks for each
     rank's share of the baked bytes only, the dumps are SGLang's own (its READY and plan files) and are deleted
     with ``--drop-dumps``, and the table and plot redraw from the results."""
     from engine_oracles import sglang_oracle
