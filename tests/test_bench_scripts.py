@@ -460,17 +460,21 @@ def test_startup_bench_table_is_the_committed_markdown(tmp_path):
 
 
 def test_startup_bench_cpu_table_is_the_committed_markdown(tmp_path):
-    """bench/results/startup_cpu_2core.md (the read-ahead off and on, on the CPU box) is what ``startup_bench.py table``
-    makes of the JSON beside it: the read-ahead's runs in a table of their own, beside the runs without it."""
+    """bench/results/startup_cpu_2core.md (the read-ahead off and on, on the CPU box, with the plugin's wrapped
+    iterators) is what ``startup_bench.py table`` makes of the JSON beside it: the read-ahead's runs in a table of their
+    own, beside the runs without it; every bake load equals stock's parameters, and each simulated node read its need
+    and no more."""
     text, runs = _committed_startup_table(tmp_path, "startup_cpu_2core")
-    assert "| 1 x 1 | cold | 3.91, 5.64 | 5.96, 6.01 | 0.80x | 4.31 | 1.39 | 6.12 / 6.12 |" in text
-    assert "| 4 x 1 | cold | 1.48, 1.50 | 1.86, 1.93 | 0.78x | 2.36 | 0.80 | 3.47 / 3.47 |" in text
-    assert "| 4 x 1 | bake | 1.48 | 1.40, 1.42, 1.48, 1.43 |" in text  # the scale-out table: the first run without it
-    assert "| 4 x 1 | cold | bake, repeat | 1.50 |" in text and "| 4 x 1 | cold | bake, read-ahead | 1.86 |" in text
-    # the bake only: its four loads agree
+    assert "| 1 x 1 | cold | 3.61, 7.50 | 7.75, 6.66 | 0.77x | 4.87 | 1.48 | 6.12 / 6.12 |" in text
+    assert "| 4 x 1 | cold | 1.65, 1.41 | 1.57, 1.54 | 0.98x | 2.66 | 0.58 | 3.35 / 3.35 |" in text
+    assert "| 4 x 1 | bake | 1.65 | 1.65, 1.22, 1.22, 1.20 |" in text  # the scale-out table: the first run without it
+    assert "| 4 x 1 | cold | bake, repeat | 1.41 |" in text and "| 4 x 1 | cold | bake, read-ahead | 1.57 |" in text
     for ep in (1, 4):
-        digests = {(tuple(r["layer0_xxh3"]), tuple(r["others_xxh3"])) for r in runs if r["ep"] == ep}
-        assert len(digests) == 1 and len([r for r in runs if r["ep"] == ep]) == 4
+        loads = [r for r in runs if r["ep"] == ep]
+        assert [r["path"] for r in loads] == ["stock"] + ["bake"] * 4
+        assert len({(tuple(r["layer0_xxh3"]), tuple(r["others_xxh3"])) for r in loads}) == 1
+    for run in (r for r in runs if r["path"] == "bake" and r["nodes"] == 4):  # the wrapped iterators read no other rank's rows
+        assert max(run["node_bytes_read"]) <= run["node_bytes_needed"] * 1.0001
 
 
 def test_startup_bench_h100_table_is_the_committed_markdown(tmp_path):
@@ -484,12 +488,14 @@ def test_startup_bench_h100_table_is_the_committed_markdown(tmp_path):
 
 
 def test_startup_bench_h200_table_is_the_committed_markdown(tmp_path):
-    """bench/results/startup_h200.md (4 simulated nodes: stock, presharded and the bake) is what ``startup_bench.py
-    table`` makes of the JSON beside it; its rows are the JSON's numbers, and every path's parameters equal stock's."""
+    """bench/results/startup_h200.md (4 simulated nodes: stock, presharded and the bake, its read-ahead off and on) is
+    what ``startup_bench.py table`` makes of the JSON beside it; its rows are the JSON's numbers, and every path's
+    parameters equal stock's."""
     text, runs = _committed_startup_table(tmp_path, "startup_h200")
-    assert "| 4 x 1 | bake | 5.78 | 5.78, 5.59, 5.26, 5.47 | 6.08 | 5.41 | 3.27 | 1.76 | 1.58x | 0.00 |" in text
-    assert "| 4 x 1 | presharded | 4.78 |" in text and "| 4 x 1 | stock | 9.13 |" in text
-    assert "| 4 x 1 | cold | bake | 5.78 | 0.52 | 2.48 (1.90) | 1.94 (1.93) | 0.00 | 0.84 |" in text
+    assert "| 4 x 1 | bake | 3.84 | 3.57, 3.84, 3.76, 3.40 | 5.78 | 5.41 | 3.55 | 1.08 | 2.36x | 0.00 |" in text
+    assert "| 4 x 1 | presharded | 3.40 |" in text and "| 4 x 1 | stock | 9.09 |" in text
+    assert "| 4 x 1 | cold | bake | 3.84 | 0.01 | 2.02 (1.56) | 1.81 (1.80) | 0.00 | 0.00 | - |" in text
+    assert "| 4 x 1 | cold | 3.84, 4.01 | 3.62, 4.06 | 1.02x | 3.55 | 1.08 | 5.78 / 5.78 |" in text
     assert "One node: no runs of this model in this file." in text
     assert all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in runs if r["path"] in ("presharded", "bake"))
 
