@@ -130,3 +130,46 @@ def test_the_plugin_serves_a_gpt_oss_marlin_bake_in_sglang_0_5_17():
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_sglang_plugin_targets.py",
                            "-k", "sm90-marlin/gpt-oss"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-3000:]
+
+
+def iterator_gaps(tree: Path) -> list[str]:
+    """What the plugin's wrap of SGLang's safetensors iterators (``internals.wrap_safetensors_iterators``) would not
+    find in ``tree``: each name bound in ``model_loader/loader.py``, and defined in ``model_loader/weight_utils.py``
+    with ``hf_weights_files`` first and the options the wrapper reads."""
+    from moebake.engines.sglang.internals import SAFETENSORS_ITERATOR_OPTIONS, SAFETENSORS_ITERATORS
+
+    loader = tree / "sglang" / "srt" / "model_loader" / "loader.py"
+    utils = tree / "sglang" / "srt" / "model_loader" / "weight_utils.py"
+    bound = top_level_names(loader) if loader.is_file() else set()
+    defined = {node.name: [a.arg for a in node.args.args] for node in ast.parse(utils.read_text()).body
+               if isinstance(node, ast.FunctionDef)} if utils.is_file() else {}
+    gaps = [f"loader.py binds no {name}" for name in SAFETENSORS_ITERATORS if name not in bound]
+    for name in SAFETENSORS_ITERATORS:
+        parameters = defined.get(name)
+        if parameters is None or parameters[:1] != ["hf_weights_files"] or not set(SAFETENSORS_ITERATOR_OPTIONS) <= set(parameters):
+            gaps.append(f"weight_utils.py: {name}({', '.join(parameters or [])})")
+    return gaps
+
+
+def test_the_iterator_check_can_fail(tmp_path):
+    folder = tmp_path / "sglang" / "srt" / "model_loader"
+    folder.mkdir(parents=True)
+    (folder / "loader.py").write_text("from .weight_utils import safetensors_weights_iterator\n")
+    (folder / "weight_utils.py").write_text("def safetensors_weights_iterator(hf_weights_files, disable_mmap=False): pass\n")
+    gaps = iterator_gaps(tmp_path)
+    assert "loader.py binds no buffered_multi_thread_safetensors_weights_iterator" in gaps
+    assert "weight_utils.py: safetensors_weights_iterator(hf_weights_files, disable_mmap)" in gaps
+
+
+@pytest.mark.parametrize("release", list(release_matrix.MATRIX["sglang"]))
+def test_the_wrapped_iterators_exist_in_the_release(release):
+    sys.path.insert(0, str(REPO))
+    from tests.engine_releases import trees
+
+    try:
+        tree = trees.release_tree("sglang", release)
+    except OSError as err:  # no network: only where the engines are not required
+        if os.environ.get("MOEBAKE_REQUIRE_ENGINES") == "1":
+            raise
+        pytest.skip(f"cannot fetch sglang {release}'s tree: {err}")
+    assert not iterator_gaps(tree), f"sglang {release}: {iterator_gaps(tree)}"
