@@ -50,7 +50,7 @@ def _build(config, quant_config, nextn: bool):
 def check(checkpoint: Path) -> dict:
     import sglang.srt.models.deepseek_v4 as dsv4
     from sglang.srt.layers.quantization.fp8 import Fp8Config
-    from sglang.srt.model_loader import weight_utils
+    from sglang.srt.model_loader import loader
     from sglang.srt.utils.hf_transformers_utils import get_config
 
     config = get_config(str(checkpoint), trust_remote_code=False)
@@ -93,7 +93,8 @@ def check(checkpoint: Path) -> dict:
                 keep = []
 
                 def weights():
-                    for name, tensor in weight_utils.safetensors_weights_iterator(files):
+                    # the iterator as SGLang's loader binds it: for a bake, the plugin's wrapper (shard_iterator)
+                    for name, tensor in loader.safetensors_weights_iterator(files):
                         yielded[id(tensor)] = name
                         keep.append(tensor)
                         yield name, tensor
