@@ -131,6 +131,9 @@ def _readahead_bars(ax, groups: list[list[dict]]) -> None:
                                        for g in groups])
     ax.set_ylabel("seconds (slowest node)")
     ax.set_title("the bake's read-ahead, off and on (same session, order off, on, on, off)")
+    if not groups:
+        ax.text(0.5, 0.5, "not measured", ha="center", transform=ax.transAxes)
+        return
     ax.legend(loc="best", fontsize=7, framealpha=0.7)
 
 
