@@ -91,17 +91,23 @@ def test_the_plugin_imports_what_the_scan_reads():
     assert {"sglang.srt.server_args", "sglang.srt.arg_groups.choices", "sglang.srt.layers.quantization.mxfp4"} <= modules
 
 
-@pytest.mark.parametrize("release", list(release_matrix.MATRIX["sglang"]))
-def test_every_plugin_import_exists_in_the_release(release):
+def release_tree(release: str) -> Path:
+    """SGLang ``release``'s Python tree (fetched once, then cached); a skip without the network, unless the engines
+    are required."""
     sys.path.insert(0, str(REPO))
     from tests.engine_releases import trees
 
     try:
-        tree = trees.release_tree("sglang", release)
+        return trees.release_tree("sglang", release)
     except OSError as err:  # no network: only where the engines are not required
         if os.environ.get("MOEBAKE_REQUIRE_ENGINES") == "1":
             raise
         pytest.skip(f"cannot fetch sglang {release}'s tree: {err}")
+
+
+@pytest.mark.parametrize("release", list(release_matrix.MATRIX["sglang"]))
+def test_every_plugin_import_exists_in_the_release(release):
+    tree = release_tree(release)
     problems = []
     for requirement in plugin_imports():
         gaps = [[f"{file}:{line} from {module} import {missing}" for file, line, module, names in alternative
@@ -163,13 +169,5 @@ def test_the_iterator_check_can_fail(tmp_path):
 
 @pytest.mark.parametrize("release", list(release_matrix.MATRIX["sglang"]))
 def test_the_wrapped_iterators_exist_in_the_release(release):
-    sys.path.insert(0, str(REPO))
-    from tests.engine_releases import trees
-
-    try:
-        tree = trees.release_tree("sglang", release)
-    except OSError as err:  # no network: only where the engines are not required
-        if os.environ.get("MOEBAKE_REQUIRE_ENGINES") == "1":
-            raise
-        pytest.skip(f"cannot fetch sglang {release}'s tree: {err}")
+    tree = release_tree(release)
     assert not iterator_gaps(tree), f"sglang {release}: {iterator_gaps(tree)}"
