@@ -26,7 +26,7 @@ if not sglang_oracle.sglang_installed():
     pytest.skip("sglang 0.5.23 is not installed (bin/setup installs it)", allow_module_level=True)
 
 
-from engine_oracles.sglang_oracle import standins, standins_hidden_after_each_test  # noqa: E402,F401  (autouse)
+from engine_oracles.sglang_oracle import plugins_loaded_for_the_module, standins, standins_hidden_after_each_test  # noqa: E402,F401  (autouse)
 
 standins.hide()
 
@@ -41,12 +41,6 @@ def serving(out, **engine):
           mock.patch("moebake.engines.sglang.config.model_directory", return_value=out),
           mock.patch("sglang.srt.layers.quantization.mxfp4._FI_HAS_SM90_CUTLASS_MXFP4", True)):  # FlashInfer on a GPU has it
         yield
-
-
-@pytest.fixture(scope="module", autouse=True)
-def plugin_loaded():
-    sglang_oracle.load_plugins_as_a_server_does()
-    standins.hide()
 
 
 @pytest.fixture(scope="module")

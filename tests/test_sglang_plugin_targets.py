@@ -31,7 +31,7 @@ if not sglang_oracle.sglang_installed():
     pytest.skip("sglang 0.5.23 is not installed (bin/setup installs it)", allow_module_level=True)
 
 
-from engine_oracles.sglang_oracle import standins, standins_hidden_after_each_test  # noqa: E402,F401  (autouse)
+from engine_oracles.sglang_oracle import plugins_loaded_for_the_module, standins, standins_hidden_after_each_test  # noqa: E402,F401  (autouse)
 
 E, H, I = 4, 256, 128
 MODELOPT_PREFIX = "model.layers.1.mlp.experts."
@@ -127,12 +127,6 @@ CASES = {
         lambda src: sglang_oracle.unquantized_deepep_bf16(src, BF16_PREFIX, E, 64, 32, ("gate_proj", "up_proj", "down_proj"))),
 }
 """Every target x source but GPT-OSS sm90-cutlass, which tests/test_sglang_plugin.py covers (and the H100 runs)."""
-
-
-@pytest.fixture(scope="module", autouse=True)
-def plugin_loaded():
-    sglang_oracle.load_plugins_as_a_server_does()
-    standins.hide()
 
 
 @pytest.fixture(scope="module")

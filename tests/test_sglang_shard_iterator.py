@@ -24,17 +24,11 @@ sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():
     pytest.skip("sglang 0.5.23 is not installed (bin/setup installs it)", allow_module_level=True)
 
-from engine_oracles.sglang_oracle import standins, standins_hidden_after_each_test  # noqa: E402,F401  (autouse)
+from engine_oracles.sglang_oracle import plugins_loaded_for_the_module, standins, standins_hidden_after_each_test  # noqa: E402,F401  (autouse)
 
 standins.hide()
 
 ITERATORS = ("safetensors_weights_iterator", "buffered_multi_thread_safetensors_weights_iterator")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def plugin_loaded():
-    sglang_oracle.load_plugins_as_a_server_does()
-    standins.hide()
 
 
 @pytest.fixture(scope="module")

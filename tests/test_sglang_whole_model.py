@@ -24,18 +24,12 @@ if not sglang_oracle.sglang_installed():
     pytest.skip("sglang 0.5.23 is not installed (bin/setup installs it)", allow_module_level=True)
 
 
-from engine_oracles.sglang_oracle import standins, standins_hidden_after_each_test  # noqa: E402,F401  (autouse)
+from engine_oracles.sglang_oracle import plugins_loaded_for_the_module, standins, standins_hidden_after_each_test  # noqa: E402,F401  (autouse)
 
 standins.hide()
 
 CPU = torch.device("cpu")
 EXPERTS = "model.layers.0.mlp.experts."
-
-
-@pytest.fixture(scope="module", autouse=True)
-def plugin_loaded():
-    sglang_oracle.load_plugins_as_a_server_does()
-    standins.hide()
 
 
 @pytest.fixture(scope="module")

@@ -56,6 +56,14 @@ def load_plugins_as_a_server_does() -> None:
     load_plugins()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def plugins_loaded_for_the_module():
+    """Autouse in the modules that import it: SGLang's plugins (moebake's among them) loaded once, as a server does at
+    start (:func:`load_plugins_as_a_server_does`), and the stand-ins hidden again."""
+    load_plugins_as_a_server_does()
+    standins.hide()
+
+
 @pytest.fixture(autouse=True)
 def standins_hidden_after_each_test():
     """Autouse in the modules that import it: after each test, the stand-ins leave ``sys.modules``
