@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from moebake.serving_core.staged_reader import open_without_readahead, pread_fully
+
 logger = logging.getLogger(__name__)
 
 ENV = "MOEBAKE_READAHEAD"
@@ -93,8 +95,6 @@ class _Entry:
 
 def _pread_scratch(fd: int, buffer: memoryview, offset: int, nbytes: int) -> None:
     """Read bytes ``[offset, offset + nbytes)`` of ``fd`` into ``buffer`` (discarded): they are in the page cache after."""
-    from moebake.serving_core.staged_reader import pread_fully
-
     done = pread_fully(fd, buffer[:nbytes], offset)
     if done < nbytes:
         raise OSError(f"file ends at byte {offset + done}")
@@ -129,7 +129,7 @@ class ReadAhead:
         self._lock = threading.Condition()
         self._workers: list[threading.Thread] = []
         self._stopped = self._sealed = False
-        self._ahead = self._max_ahead = self._bytes = self._skipped = self._in_flight = 0
+        self._ahead = self._max_ahead = self._bytes = self._skipped = 0
         self._began: float | None = None
         self._ended: float | None = None
         self._error: str | None = None
@@ -249,8 +249,6 @@ class ReadAhead:
             if self._fetch is not None:
                 return self._fetch(path, offset, nbytes)
             if path not in fds:
-                from moebake.serving_core.staged_reader import open_without_readahead
-
                 fds[path] = open_without_readahead(path)
             _pread_scratch(fds[path], scratch, offset, nbytes)
 
@@ -262,13 +260,11 @@ class ReadAhead:
                         return
                     if self._began is None:
                         self._began = time.perf_counter()
-                    self._in_flight += 1
                 entry, start, length = step
                 try:
                     fetch(entry.range.path, entry.range.offset + start, length)
                 finally:
                     with self._lock:
-                        self._in_flight -= 1
                         self._bytes += length
                         self._ended = time.perf_counter()
         except Exception as err:  # never into the loader: it reads its bytes itself
