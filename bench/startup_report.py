@@ -114,21 +114,26 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
+def _layout(run: dict) -> str:
+    """``nodes x GPUs`` of a run (one node of EP GPUs in files before simulated nodes)."""
+    return f"{run.get('nodes', 1)} x {run.get('gpus_per_node', run['ep'])}"
+
+
 def _readahead_bars(ax, groups: list[list[dict]]) -> None:
     """The bake's mean seconds with its read-ahead off and on per layout (each run a dot), the limit as a tick,
     off/on on top."""
     for j, group in enumerate(groups):
-        for k, on in enumerate((False, True)):
+        means = {}
+        for on in (False, True):
             seconds = [r["seconds"] for r in group if r["readahead_enabled"] is on]
+            means[on] = _mean(seconds)
             x = j + (0.2 if on else -0.2)
-            ax.bar(x, _mean(seconds), 0.38, color="tab:green" if on else COLORS["bake"],
+            ax.bar(x, means[on], 0.38, color="tab:green" if on else COLORS["bake"],
                    label=(f"bake, read-ahead {'on' if on else 'off'} (mean; dots: each run)") if j == 0 else None)
             ax.plot([x] * len(seconds), seconds, "k.", ms=5)
         ax.plot([j - 0.4, j + 0.4], [group[0]["limit_seconds"]] * 2, "k--", lw=1, label="physical limit" if j == 0 else None)
-        off, on = (_mean([r["seconds"] for r in group if r["readahead_enabled"] is v]) for v in (False, True))
-        ax.text(j, max(r["seconds"] for r in group) * 1.02, f"off/on {off / on:.2f}x", ha="center")
-    ax.set_xticks(range(len(groups)), [f"{g[0].get('nodes', 1)} x {g[0].get('gpus_per_node', g[0]['ep'])}\n{g[0]['cache']}"
-                                       for g in groups])
+        ax.text(j, max(r["seconds"] for r in group) * 1.02, f"off/on {means[False] / means[True]:.2f}x", ha="center")
+    ax.set_xticks(range(len(groups)), [f"{_layout(g[0])}\n{g[0]['cache']}" for g in groups])
     ax.set_ylabel("seconds (slowest node)")
     ax.set_title("the bake's read-ahead, off and on (same session, order off, on, on, off)")
     if not groups:
@@ -228,7 +233,7 @@ def _phase_rows(runs: list[dict], repeats: list[dict] = ()) -> list[str]:
     for r in sorted(timed, key=lambda r: (r["cache"], r.get("nodes", 1), r["ep"], PATHS.index(r["path"]),
                                           bool(r.get("readahead_enabled")))):
         p = r["phases"]
-        layout = f"{r.get('nodes', 1)} x {r.get('gpus_per_node', r['ep'])}"
+        layout = _layout(r)
         path = r["path"] + (", read-ahead" if r.get("readahead_enabled") else ", repeat" if any(r is x for x in repeats) else "")
         line = (f"| {layout} | {r['cache']} | {path} | {r['seconds']:.2f} | {_phase(p, 'build')} | "
                 f"{_phase(p, 'iterate', 'iterate_reads')} | {_phase(p, 'post_load', 'post_load_reads')} | "
@@ -261,7 +266,7 @@ def _readahead_rows(groups: list[list[dict]]) -> list[str]:
         off, on = ([r for r in g if r["readahead_enabled"] is v] for v in (False, True))
         mean_off, mean_on = _mean([r["seconds"] for r in off]), _mean([r["seconds"] for r in on])
         limit = on[0]["limit_seconds"]
-        lines.append(f"| {g[0].get('nodes', 1)} x {g[0].get('gpus_per_node', g[0]['ep'])} | {g[0]['cache']} | "
+        lines.append(f"| {_layout(g[0])} | {g[0]['cache']} | "
                      f"{_each_seconds(off)} | {_each_seconds(on)} | {mean_off / mean_on:.2f}x | {limit:.2f} | "
                      f"{mean_on / limit:.2f} | {max(map(read, off)) / 1e9:.2f} / {max(map(read, on)) / 1e9:.2f} |")
     return lines
