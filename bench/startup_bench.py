@@ -514,12 +514,9 @@ def run_rank(args) -> None:
         if args.turns:
             _wait_for(Path(args.turns) / f"go{args.rank // args.gpus_per_node}")
         result = load_rank(args.path, directory, args.ep, args.rank, args.device)
-        gc.collect()
-        if args.turns:
-            _write_result(Path(args.result), result)
-        _barrier(args.ep)
-    if not args.turns:
+        gc.collect()  # the model is dropped (no page of the checkpoint mapped) before the parent sees the result
         _write_result(Path(args.result), result)
+        _barrier(args.ep)
 
 
 def _model_directory(directory: Path):
@@ -818,13 +815,8 @@ def _spawn(args, path: str, ep: int, directory: Path, readahead: bool | None = N
                                       + (["--turns", str(turns), "--gpus-per-node", str(gpus_per_node)]
                                          if gpus_per_node else []), env=env))
     try:
-        for node in range(ep // gpus_per_node if gpus_per_node else 0):
-            _drop_page_cache(directory)
-            (turns / f"go{node}").touch()
-            while not all(out.exists() for out in outs[node * gpus_per_node:(node + 1) * gpus_per_node]):
-                if any(p.poll() not in (None, 0) for p in procs):
-                    break  # a rank failed: the exit codes below say so
-                time.sleep(0.05)
+        if gpus_per_node:
+            _take_turns(directory, turns, outs, gpus_per_node, procs)
         codes = [p.wait() for p in procs]
     finally:
         for p in procs:
@@ -834,6 +826,18 @@ def _spawn(args, path: str, ep: int, directory: Path, readahead: bool | None = N
     if any(codes):
         raise SystemExit(f"error: {path} ep={ep}: rank exit codes {codes}")
     return [json.loads(out.read_text()) for out in outs]
+
+
+def _take_turns(directory: Path, turns: Path, outs: list[Path], gpus_per_node: int, procs: list) -> None:
+    """Node by node: drop the page cache, signal the node's turn (``turns/go<node>``), wait for its ranks' results;
+    stops at the first rank that fails (its exit code says so)."""
+    for node in range(len(outs) // gpus_per_node):
+        _drop_page_cache(directory)
+        (turns / f"go{node}").touch()
+        while not all(out.exists() for out in outs[node * gpus_per_node:(node + 1) * gpus_per_node]):
+            if any(p.poll() not in (None, 0) for p in procs):
+                return
+            time.sleep(0.05)
 
 
 def table(results_path: Path, md: Path | None = None) -> Path:
