@@ -457,6 +457,14 @@ def test_startup_bench_table_is_the_committed_markdown(tmp_path):
     assert "| 2 | warm | 4.89 | - | 1.52 | 3.22x | - | 0.75 | 2.03 |" in text  # 120B-shaped, EP 2 warm
     assert "| 1 | warm | bake | 1.09 | 2.35 | 0.65 | 1.57 |" in text  # its host-memory split
     assert "Not measured" not in text and "2 x H200, 32 cores" in text
+    # 2026-11-28, 120B-shaped, 6 layers, with the wrapped iterators: the three paths warm, and at 4 and 2 simulated nodes
+    assert "| 1 | warm | 2.74 | 1.95 | 0.66 | 4.16x | 2.96x | 0.84 | 0.78 |" in text
+    assert "| 4 x 1 | bake | 4.38 | 3.55, 3.97, 4.38, 3.95 | 5.42 | 5.41 | 3.18 | 1.38 | 2.24x | 0.00 |" in text
+    assert "| 4 x 1 | presharded | 4.58 |" in text and "| 2 x 1 | bake | 6.07 |" in text
+    six = [r for r in runs if r["layers"] == 6 and r["path"] in ("presharded", "bake")]
+    assert len(six) == 8 and all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in six)
+    for run in (r for r in six if r["path"] == "bake" and r["cache"] == "cold"):  # no node read another rank's rows
+        assert max(run["node_bytes_read"]) <= run["node_bytes_needed"] * 1.005
 
 
 def test_startup_bench_cpu_table_is_the_committed_markdown(tmp_path):
