@@ -806,7 +806,7 @@ def _spawn(args, path: str, ep: int, directory: Path, readahead: bool | None = N
     shutil.rmtree(turns, ignore_errors=True)
     if gpus_per_node:
         turns.mkdir()
-    procs = []
+    procs, began = [], time.perf_counter()
     for r in range(ep):
         local = r % gpus_per_node if gpus_per_node else r
         device = f"cuda:{local % gpus}" if args.device == "cuda" else "cpu"
@@ -825,6 +825,8 @@ def _spawn(args, path: str, ep: int, directory: Path, readahead: bool | None = N
         shutil.rmtree(turns, ignore_errors=True)
     if any(codes):
         raise SystemExit(f"error: {path} ep={ep}: rank exit codes {codes}")
+    # the world's wall clock, start to exit (imports, CUDA, the world, every node's turn, the digests): for planning
+    print(f"{path} ep={ep}: {ep} rank processes, {time.perf_counter() - began:.0f} s from start to exit", flush=True)
     return [json.loads(out.read_text()) for out in outs]
 
 
