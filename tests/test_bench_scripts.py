@@ -365,6 +365,31 @@ else:
 
 
 
+# benchkit.drop_page_cache: a cold page cache for the benchmarks (startup_bench's, read_bench's)
+
+
+def test_drop_page_cache_evicts_the_files_where_refused_and_says_so_once(tmp_path, monkeypatch, capsys):
+    """benchkit.drop_page_cache (startup_bench's and read_bench's): refused, it evicts the files and says so the first
+    time only, startup_bench in its own words."""
+    startup = load_bench("startup_bench.py")
+    benchkit = startup.benchkit
+    monkeypatch.setattr(benchkit, "DROP_CACHES", tmp_path / "no-proc" / "drop_caches")
+    monkeypatch.setattr(benchkit, "_EVICTION_SAID", False)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "a").write_bytes(b"a" * 4096)
+    (tmp_path / "model" / "b").write_bytes(b"b" * 4096)
+    startup._drop_page_cache(tmp_path / "model")
+    startup._drop_page_cache(tmp_path / "model")
+    assert capsys.readouterr().out == (
+        "note: the page cache cannot be dropped here (No such file or directory): each cold run evicts the 2 files "
+        f"under {tmp_path / 'model'} from it instead (posix_fadvise DONTNEED)\n")
+    said = []
+    monkeypatch.setattr(benchkit, "_EVICTION_SAID", False)
+    assert benchkit.drop_page_cache([tmp_path / "model" / "a"], say=said.append) is False
+    assert said == ["note: the page cache cannot be dropped here (No such file or directory): the benchmark's 1 files "
+                    "are evicted from it instead (posix_fadvise DONTNEED)"]
+
+
 # startup_bench.py: whole-model start-up through SGLang, stock vs the bake (GPU; the same code runs on the CPU here)
 
 
