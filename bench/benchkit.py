@@ -8,6 +8,7 @@ benchmarks compare with, imported as the tests import them).
 
 * :func:`cuda_medians_ms` / :func:`cuda_median_ms`: the median milliseconds of calls timed with CUDA events;
 * :func:`synchronized_s`: the wall seconds of one call, the GPU synchronised before and after;
+* :func:`drop_page_cache` and :func:`evict_from_page_cache`: a cold page cache for the next reads of a benchmark's files;
 * :func:`pyplot` and :func:`save`: matplotlib's pyplot on its file-only Agg backend, and a figure written to a PNG.
 """
 
@@ -78,6 +79,35 @@ def evict_from_page_cache(files: Iterable[Path]) -> int:
         finally:
             os.close(fd)
     return evicted
+
+
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+
+
+def drop_page_cache(files: Iterable[Path], note: Callable[[str, int], str] | None = None,
+                    say: Callable[[str], object] = lambda text: print(text, flush=True)) -> bool:
+    """Empty the page cache (root: ``sync``, then ``3`` to ``/proc/sys/vm/drop_caches``); where that is refused,
+    evict each of ``files`` (the benchmark's own) from it with :func:`evict_from_page_cache`, which needs no root and
+    leaves other processes' pages alone. Either way the next read of those files' bytes comes from the disk.
+
+    The first eviction in this process is said once (``say``): ``note(why the drop was refused, how many files were
+    evicted)``, or a plain note. True when the whole page cache was dropped."""
+    global _EVICTION_SAID
+    os.sync()
+    try:
+        DROP_CACHES.write_text("3\n")
+        return True
+    except OSError as err:
+        refused = err.strerror
+    evicted = evict_from_page_cache(files)
+    if not _EVICTION_SAID:
+        say(note(refused, evicted) if note else f"note: the page cache cannot be dropped here ({refused}): the "
+            f"benchmark's {evicted} files are evicted from it instead (posix_fadvise DONTNEED)")
+        _EVICTION_SAID = True
+    return False
+
+
+_EVICTION_SAID = False
 
 
 def pyplot():

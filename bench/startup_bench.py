@@ -528,24 +528,12 @@ def _model_directory(directory: Path):
 # ----------------------------------------------------------------------------------------- the limits
 def _drop_page_cache(directory: Path) -> None:
     """Empty the page cache (root); where that is refused, evict every file under ``directory`` (the source, the bake
-    and the dumps: this benchmark's own files) from it with ``posix_fadvise(POSIX_FADV_DONTNEED)``, which needs no
-    root and leaves other processes' pages alone. Either way the next read of the model's bytes comes from the disk
-    (each run records the bytes it read from the block device)."""
-    os.sync()
-    try:
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
-        return
-    except OSError as err:
-        refused = err.strerror
-    evicted = benchkit.evict_from_page_cache(p for p in directory.rglob("*") if p.is_file() and not p.is_symlink())
-    global _EVICTION_SAID
-    if not _EVICTION_SAID:
-        print(f"note: the page cache cannot be dropped here ({refused}): each cold run evicts the {evicted} files under "
-              f"{directory} from it instead (posix_fadvise DONTNEED)", flush=True)
-        _EVICTION_SAID = True
-
-
-_EVICTION_SAID = False
+    and the dumps: this benchmark's own files) from it (:func:`benchkit.drop_page_cache`). Either way the next read of
+    the model's bytes comes from the disk (each run records the bytes it read from the block device)."""
+    benchkit.drop_page_cache(
+        (p for p in directory.rglob("*") if p.is_file() and not p.is_symlink()),
+        lambda refused, evicted: f"note: the page cache cannot be dropped here ({refused}): each cold run evicts the "
+                                 f"{evicted} files under {directory} from it instead (posix_fadvise DONTNEED)")
 
 
 def _dd_direct_gbps(files: list[Path], streams: int = 8) -> float:

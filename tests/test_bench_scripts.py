@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
 RESULTS = BENCH / "results"
 PYTHON_SCRIPTS = ["convert_bench.py", "transform_bench.py", "serve_bench.py", "deepep_layer_bench.py", "deepgemm_masked_bench.py",
-                  "startup_bench.py", "sm90_paths_bench.py", "real_server.py"]
+                  "startup_bench.py", "sm90_paths_bench.py", "real_server.py", "read_bench.py"]
 SHELL_SCRIPTS = ["device_convert_scaling.sh", "device_wheels.sh"]
 HELPERS = ["benchkit.py", "real_server_probe.py", "real_server_vllm.py", "real_server_vllm_probe.py",
            "startup_presharded.py",  # imported by the scripts (or their servers),
@@ -363,6 +363,130 @@ else:
         assert {name: wheel.read(name) for name in files} == files
     assert "recompressed llvmlite-0.1-cp312-cp312-manylinux2014_x86_64.whl" in result.stdout
 
+
+
+# benchkit.drop_page_cache: a cold page cache for the benchmarks (startup_bench's, read_bench's)
+
+
+def test_drop_page_cache_evicts_the_files_where_refused_and_says_so_once(tmp_path, monkeypatch, capsys):
+    """benchkit.drop_page_cache (startup_bench's and read_bench's): refused, it evicts the files and says so the first
+    time only, startup_bench in its own words."""
+    startup = load_bench("startup_bench.py")
+    benchkit = startup.benchkit
+    monkeypatch.setattr(benchkit, "DROP_CACHES", tmp_path / "no-proc" / "drop_caches")
+    monkeypatch.setattr(benchkit, "_EVICTION_SAID", False)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "a").write_bytes(b"a" * 4096)
+    (tmp_path / "model" / "b").write_bytes(b"b" * 4096)
+    startup._drop_page_cache(tmp_path / "model")
+    startup._drop_page_cache(tmp_path / "model")
+    assert capsys.readouterr().out == (
+        "note: the page cache cannot be dropped here (No such file or directory): each cold run evicts the 2 files "
+        f"under {tmp_path / 'model'} from it instead (posix_fadvise DONTNEED)\n")
+    said = []
+    monkeypatch.setattr(benchkit, "_EVICTION_SAID", False)
+    assert benchkit.drop_page_cache([tmp_path / "model" / "a"], say=said.append) is False
+    assert said == ["note: the page cache cannot be dropped here (No such file or directory): the benchmark's 1 files "
+                    "are evicted from it instead (posix_fadvise DONTNEED)"]
+
+
+# read_bench.py: a rank's byte ranges read cold several ways, against the disk's limit (GPU; the CPU device here)
+
+
+def test_read_bench_rank_ranges_are_the_ranks_share_of_each_segment():
+    """Segments of S = 1000 bytes, 4 ranks: rank 1 reads [250, 500) of each; a file of 3.5 segments ends in a partial
+    one, whose range is the same clipped to the file's end (here whole), or none where the file ends before it."""
+    ranges = load_bench("read_bench.py").rank_ranges
+    assert ranges(3500, 1000, 4, 1) == [(250, 250), (1250, 250), (2250, 250), (3250, 250)]
+    assert ranges(3500, 1000, 4, 2) == [(500, 250), (1500, 250), (2500, 250)]  # [3500, 3750) is past the end
+    assert ranges(3400, 1000, 4, 1) == [(250, 250), (1250, 250), (2250, 250), (3250, 150)]  # clipped to 3400
+    assert ranges(3500, 1000, 4, 0) == [(0, 250), (1000, 250), (2000, 250), (3000, 250)]
+    assert ranges(20, 10, 4, 1) == [(2, 3), (12, 3)]  # [10*1//4, 10*2//4) of each
+    with pytest.raises(ValueError):
+        ranges(3500, 1000, 4, 4)
+
+
+def test_read_bench_make_run_table_and_plot_on_the_cpu(tmp_path, monkeypatch, capsys):
+    """``make`` a small file (blocks of 256 KiB here: each a rotation of one random block, bytes 1-255), then ``run``
+    every method twice onto the CPU, the page cache refused (so the file is evicted, and said so once): each rank
+    method's read leaves exactly the file's rank ranges in the destination, every run has its fields, in a rotated
+    order; then the table names every method and the plot is drawn."""
+    bench = load_bench("read_bench.py")
+    monkeypatch.setattr(bench, "MAKE_BLOCK", 256 << 10)
+    monkeypatch.setattr(bench.benchkit, "DROP_CACHES", tmp_path / "no-proc" / "drop_caches")
+    monkeypatch.setattr(bench.benchkit, "_EVICTION_SAID", False)
+    f = tmp_path / "f"
+    bench.main(["make", "--file", str(f), "--mib", "2.2"])
+    data = f.read_bytes()
+    assert len(data) == int(2.2 * 2**20) and not (tmp_path / "f.partial").exists()
+    blocks = [data[i:i + (256 << 10)] for i in range(0, 2 << 20, 256 << 10)]
+    assert 0 not in data and len(set(blocks)) == 8 and len(set(data)) == 255
+    segment = 2**19  # 0.5 MiB: 4 whole segments and a partial one of 0.2 MiB; rank 1 of 4: [128, 256) KiB of each
+    expected = [(s + (128 << 10), min(s + (256 << 10), len(data)) - s - (128 << 10)) for s in range(0, len(data), segment)]
+    assert expected[-1][1] == len(data) - 4 * segment - (128 << 10) > 0  # the last one clipped
+    wanted = b"".join(data[offset:offset + length] for offset, length in expected)
+
+    job = bench.Job.make(f, segment, 4, 1, "cpu")
+    assert job.ranges == expected and job.requested == len(wanted)
+    rank_methods = [name for name, method in bench.METHODS.items() if not method.whole_file]
+    assert rank_methods == ["staged-8x16M", "staged-16x16M", "staged-8x64M", "staged-4x64M", "willneed-8x16M",
+                            "normal-8x16M"]
+    for name in rank_methods:
+        job.dest.fill_(0)
+        assert bench.METHODS[name].read(job) is job.dest
+        assert job.dest.numpy().tobytes() == wanted, name
+    from moebake.serving_core import staged_reader
+
+    original = staged_reader.open_without_readahead
+    assert bench.METHODS["normal-8x16M"].context is bench.readahead_on
+    with bench.readahead_on():
+        assert staged_reader.open_without_readahead is not original  # patched inside
+    assert staged_reader.open_without_readahead is original  # restored after
+    assert bench.METHODS["limit-buffered"].read(job) is None
+
+    out = tmp_path / "read_cpu.json"
+    capsys.readouterr()
+    bench.main(["run", "--file", str(f), "--ranks", "4", "--rank", "1", "--segment-mib", "0.5", "--device", "cpu",
+                "--rounds", "2", "--out", str(out), "--machine", "the CPU box"])
+    stdout = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith("note: the page cache cannot be dropped here") for line in stdout) == 1
+    results = json.loads(out.read_text())
+    runs = results["runs"]
+    names = list(bench.METHODS)
+    assert results["machine"] == "the CPU box"
+    assert [run["method"] for run in runs] == names + names[1:] + names[:1]  # round 1 starts at the 2nd method
+    assert [json.loads(line) for line in stdout if line.startswith("{")] == runs
+    fields = {"method", "round", "file", "file_bytes", "segment_bytes", "ranks", "rank", "device", "slots",
+              "chunk_bytes", "seconds", "bytes_requested", "bytes_read", "gbps"}
+    for run in runs:
+        assert fields <= set(run), run
+        assert (run["file_bytes"], run["segment_bytes"], run["ranks"], run["rank"], run["device"]) == (
+            len(data), segment, 4, 1, "cpu")
+        whole = run["method"].startswith("limit-")
+        assert run["bytes_requested"] == (len(data) if whole else len(wanted)), run
+        if run.get("error"):  # only O_DIRECT may be refused (tmpfs)
+            assert run["method"] == "limit-direct" and run["gbps"] is None, run
+            continue
+        assert run["seconds"] > 0 and run["gbps"] == pytest.approx(run["bytes_requested"] / run["seconds"] / 1e9)
+        assert run["bytes_read"] is None or run["bytes_read"] >= 0
+    assert stdout[-len(names) - 1].split() == ["method", "rounds", "GB/s", "/", "limit", "read/req"]
+    summary = {line.split()[0]: line.split() for line in stdout[-len(names):]}
+    assert list(summary) == names and summary["limit-buffered"][3] == "1.00x"
+
+    bench.main(["run", "--file", str(f), "--ranks", "4", "--rank", "1", "--segment-mib", "0.5", "--device", "cpu",
+                "--rounds", "1", "--methods", "staged-8x16M", "--out", str(out)])
+    assert len(json.loads(out.read_text())["runs"]) == len(runs) + 1  # appended to
+
+    bench.main(["table", str(out)])
+    text = out.with_suffix(".md").read_text()
+    assert "Generated by `python bench/read_bench.py table read_cpu.json`; do not edit by hand" in text
+    assert "Machine: the CPU box." in text
+    for name in names:
+        assert f"| {name} | " in text, name
+    assert "| staged-8x16M | 3 | " in text and "| limit-buffered | 2 | " in text and "| 1.00x |" in text
+    pytest.importorskip("matplotlib")
+    bench.main(["plot", str(out), "--png", str(tmp_path / "read.png")])
+    assert (tmp_path / "read.png").stat().st_size > 10_000
 
 
 # startup_bench.py: whole-model start-up through SGLang, stock vs the bake (GPU; the same code runs on the CPU here)

@@ -1,0 +1,515 @@
+"""Benchmark (not a test): how close a rank's cold reads of its byte ranges come to the disk's limit, read several
+ways, and how many bytes each way reads beyond those ranges.
+
+A file (``make``: pseudo-random, non-zero bytes) stands for a bake's shards. It is cut into segments of
+``--segment-mib`` S MiB (default 512: one baked tensor); rank K of R needs bytes ``[K*S/R, (K+1)*S/R)`` of each
+segment (integer division), as a rank needs its rows of each expert tensor: one contiguous range per segment, the
+next rank's rows right after it. A last, partial segment gives the same range clipped to the file's end, or none
+where the file ends before it (the rank ranges: :func:`rank_ranges`). Each method below reads, from a cold page
+cache, either the rank ranges into ONE preallocated uint8 tensor of the rank's bytes on ``--device`` (sliced per
+range; made once, reused by every method; on the CPU device that is host RAM, fine for a test-sized file), or the
+whole file (the limits, into a 16 MiB buffer per thread). No method holds the file in host RAM.
+
+* ``limit-buffered``: the disk's limit measured in this run: 8 threads, each reading one eighth of the whole file
+  sequentially with 16 MiB ``preadv`` and the kernel's default readahead (``startup_bench``'s buffered probe, over
+  one file's eighths); the ratios are to its GB/s;
+* ``limit-direct``: the same with ``O_DIRECT`` into page-aligned 16 MiB buffers (null, with the reason, where the
+  file system refuses O_DIRECT, such as tmpfs);
+* ``staged-8x16M``, ``staged-16x16M``, ``staged-8x64M``, ``staged-4x64M``: the rank ranges through moebake's own
+  :class:`~moebake.serving_core.staged_reader.StagedReader` (``slots`` x ``chunk_bytes``: reading threads, each an
+  ``os.preadv`` of one chunk into the pinned ring; descriptors with ``POSIX_FADV_RANDOM``, no readahead), as a
+  loader reads them (``staged=True`` on the CPU device, so the ring's pipeline runs there too). The reader's ring and
+  threads are made before the clock starts (a loader keeps its reader across its loads);
+* ``willneed-8x16M``: ``posix_fadvise(POSIX_FADV_WILLNEED)`` of every rank range first (asynchronous reads of
+  exactly the ranges, on one ordinary descriptor), then ``staged-8x16M``'s read;
+* ``normal-8x16M``: ``staged-8x16M`` with the kernel's readahead left on (the reader's descriptors opened without
+  ``POSIX_FADV_RANDOM``): how many bytes beyond the ranges readahead reads, and what it gains.
+
+Before every method the page cache is dropped (root: ``sync``, then ``3`` to ``/proc/sys/vm/drop_caches``; where
+refused, the file is evicted from it with ``posix_fadvise(DONTNEED)``, said once on stdout:
+:func:`benchkit.drop_page_cache`). ``--rounds`` N (default 2): each round runs every method once, round i starting
+at the i-th method (a rotated order), so a drift over the session weighs on all alike.
+
+Each run (``--out``, ``{"runs": [...]}``, appended to; ``machine``: what ``--machine`` says, when given; one JSON line
+per run on stdout as it ends): ``method``, ``round``, ``file`` (its path), ``file_bytes``, ``segment_bytes``,
+``ranks``, ``rank``, ``device``, ``slots`` and ``chunk_bytes`` (the method's threads and read size), ``seconds``
+(wall, until the bytes are on the device: CUDA synchronised), ``bytes_requested`` (the rank ranges' total; the limits:
+the whole file), ``bytes_read`` (the process's ``read_bytes`` in ``/proc/self/io`` after the call less before: bytes
+its threads had the block device read; null where unreadable), ``gbps`` (bytes_requested / seconds / 1e9), and
+``error`` (why the method could not run; its seconds, bytes_read and gbps null). At the end, per method: the mean GB/s
+over the rounds, its ratio to ``limit-buffered``'s, and bytes_read / bytes_requested (the over-read). ``table``
+and ``plot`` group the runs by (file, file size, segment, ranks, rank, device).
+
+    python bench/read_bench.py make --file /data/rb/f --gib 6
+    python bench/read_bench.py run --file /data/rb/f --ranks 4 --rank 1 --rounds 2 \\
+        --out bench/results/read_h200x2.json --machine "2 x H200, virtio /dev/vda"
+    python bench/read_bench.py table bench/results/read_h200x2.json     # the .md beside it
+    python bench/read_bench.py plot bench/results/read_h200x2.json      # the .png beside it
+"""
+
+import argparse
+import json
+import mmap
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import benchkit  # also puts the checkout first on sys.path (its moebake)
+
+MIB, GIB = 2**20, 2**30
+LIMIT = "limit-buffered"
+THREADS, PROBE_BYTES = 8, 16 * MIB  # the limit probes'
+MAKE_BLOCK = 64 * MIB
+
+
+# ----------------------------------------------------------------------------------------------- make
+def make(path: Path, nbytes: int, say: Callable[[str], object] = lambda text: print(text, file=sys.stderr, flush=True)) -> Path:
+    """Write ``nbytes`` pseudo-random non-zero bytes to ``path``: written to ``path.partial``, fsynced, renamed. Memory
+    stays bounded: one 64 MiB random block (bytes 1-255), each 64 MiB of the file that block rotated by 4099 bytes
+    more than the last (no two blocks of the file alike, not even on 4 KiB boundaries). Progress: a line per GiB."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    base = np.random.default_rng(20261128).integers(1, 256, size=min(nbytes, MAKE_BLOCK), dtype=np.uint8)
+    began, written, said = time.perf_counter(), 0, 0
+    with open(partial, "wb") as f:
+        for index in range(-(-nbytes // MAKE_BLOCK)):
+            block = np.roll(base, index * 4099)[: nbytes - written]
+            f.write(memoryview(block))
+            written += len(block)
+            if written // GIB > said:
+                said = written // GIB
+                say(f"make: {said} GiB of {nbytes / GIB:.2f} written ({time.perf_counter() - began:.1f} s)")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    say(f"make: {path}: {nbytes} bytes in {time.perf_counter() - began:.1f} s")
+    return path
+
+
+# ------------------------------------------------------------------------------------------ the ranges
+def rank_ranges(file_bytes: int, segment_bytes: int, ranks: int, rank: int) -> list[tuple[int, int]]:
+    """``[(offset, length)]``: rank ``rank`` of ``ranks``'s bytes ``[rank*S//ranks, (rank+1)*S//ranks)`` of each
+    segment of ``S = segment_bytes`` bytes of the file, in file order; a last partial segment's range is clipped to
+    the file's end, and left out where that leaves it empty."""
+    if not 0 <= rank < ranks:
+        raise ValueError(f"rank {rank} is not one of {ranks} ranks")
+    ranges = []
+    for start in range(0, file_bytes, segment_bytes):
+        low = start + rank * segment_bytes // ranks
+        high = min(start + (rank + 1) * segment_bytes // ranks, file_bytes)
+        if high > low:
+            ranges.append((low, high - low))
+    return ranges
+
+
+@dataclass
+class Job:
+    """What every method reads: the file, its rank ranges, and the destination (``dest``: one uint8 tensor of the
+    ranges' total bytes on ``device``, its slices in range order)."""
+
+    path: Path
+    file_bytes: int
+    segment_bytes: int
+    ranks: int
+    rank: int
+    device: object  # torch.device
+    ranges: list[tuple[int, int]]
+    dest: object  # torch.Tensor
+
+    @classmethod
+    def make(cls, path: Path, segment_bytes: int, ranks: int, rank: int, device: str) -> "Job":
+        import torch
+
+        file_bytes = path.stat().st_size
+        ranges = rank_ranges(file_bytes, segment_bytes, ranks, rank)
+        dest = torch.empty(sum(length for _, length in ranges), dtype=torch.uint8, device=device)
+        return cls(path, file_bytes, segment_bytes, ranks, rank, torch.device(device), ranges, dest)
+
+    @property
+    def requested(self) -> int:
+        return self.dest.numel()
+
+    def pieces(self) -> list:
+        """The rank ranges as the reader's ``ByteRange`` list, each onto its slice of ``dest``."""
+        from moebake.serving_core.staged_reader import ByteRange
+
+        pieces, at = [], 0
+        for offset, length in self.ranges:
+            pieces.append(ByteRange(str(self.path), offset, self.dest[at:at + length], f"segment@{offset}"))
+            at += length
+        return pieces
+
+
+# ----------------------------------------------------------------------------------------- the methods
+def _eighths(file_bytes: int, chunk: int) -> list[tuple[int, int]]:
+    """The file cut at chunk boundaries into ``THREADS`` parts of (nearly) as many chunks each: ``[(start, end)]``."""
+    chunks = -(-file_bytes // chunk)
+    cuts = [min(t * chunks // THREADS * chunk, file_bytes) for t in range(THREADS + 1)]
+    return [(cuts[t], cuts[t + 1]) for t in range(THREADS) if cuts[t + 1] > cuts[t]]
+
+
+def _read_whole(job: Job, flags: int, buffer: Callable[[], object]) -> int:
+    """Every byte of the file, each part of :func:`_eighths` sequentially in a thread of its own, ``PROBE_BYTES`` per
+    ``preadv`` into the thread's ``buffer()``; the bytes read."""
+    def read(part: tuple[int, int]) -> int:
+        start, end = part
+        fd, view = os.open(job.path, os.O_RDONLY | flags), memoryview(buffer())
+        try:
+            offset = start
+            while offset < end:
+                got = os.preadv(fd, [view], offset)
+                if got == 0:
+                    break
+                offset += got
+            return offset - start
+        finally:
+            view.release()
+            os.close(fd)
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        total = sum(pool.map(read, _eighths(job.file_bytes, PROBE_BYTES)))
+    if total != job.file_bytes:
+        raise OSError(f"read {total} of {job.file_bytes} bytes")
+    return total
+
+
+def limit_buffered(job: Job) -> None:
+    """The whole file, 8 threads of 16 MiB ``preadv``, the kernel's readahead on: the disk's limit."""
+    _read_whole(job, 0, lambda: bytearray(PROBE_BYTES))
+
+
+def limit_direct(job: Job) -> None:
+    """The whole file, 8 threads of 16 MiB ``preadv`` with ``O_DIRECT`` (``mmap`` buffers: page-aligned)."""
+    if not hasattr(os, "O_DIRECT"):
+        raise OSError("this platform has no O_DIRECT")
+    _read_whole(job, os.O_DIRECT, lambda: mmap.mmap(-1, PROBE_BYTES))
+
+
+def _staged(job: Job, slots: int, chunk_bytes: int, before: Callable[[], None] | None = None):
+    """The rank ranges into ``job.dest`` through a :class:`StagedReader` of ``slots`` x ``chunk_bytes``; ``before()``
+    runs on the clock, before the read. Returns ``(a function to time, a function to call after)``."""
+    from moebake.serving_core.staged_reader import StagedReader
+
+    reader = StagedReader(job.device, slots=slots, chunk_bytes=chunk_bytes, staged=True)
+    reader._ring()  # the ring and the threads before the clock: a loader keeps its reader across loads
+    reader._pool()
+    pieces = job.pieces()
+
+    def timed():
+        if before is not None:
+            before()
+        reader.read(pieces)
+        return job.dest
+
+    return timed, reader.close
+
+
+def _willneed(job: Job) -> None:
+    """``POSIX_FADV_WILLNEED`` of every rank range, on one ordinary descriptor (closed after)."""
+    fd = os.open(job.path, os.O_RDONLY)
+    try:
+        for offset, length in job.ranges:
+            os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def readahead_on():
+    """moebake's reader opens its files without ``POSIX_FADV_RANDOM`` (the kernel's readahead on) inside."""
+    from moebake.serving_core import staged_reader
+
+    original = staged_reader.open_without_readahead
+    staged_reader.open_without_readahead = lambda path: os.open(path, os.O_RDONLY)
+    try:
+        yield
+    finally:
+        staged_reader.open_without_readahead = original
+
+
+@dataclass(frozen=True)
+class Method:
+    """A way to read: ``prepare(job)`` (off the clock) gives ``(timed, done)``; ``timed()`` is the timed read (it
+    returns ``job.dest``, or None for the limits), ``done()`` frees what prepare made."""
+
+    slots: int
+    chunk_bytes: int
+    whole_file: bool
+    prepare: Callable[[Job], tuple[Callable[[], object], Callable[[], None]]]
+    context: Callable[[], object] | None = None  # entered around the timed read
+
+    def read(self, job: Job):
+        """One read, untimed (tests compare the bytes with the file's): ``job.dest`` for a rank method, else None."""
+        timed, done = self.prepare(job)
+        try:
+            with self.context() if self.context else _nothing():
+                return timed()
+        finally:
+            done()
+
+
+@contextmanager
+def _nothing():
+    yield
+
+
+def _whole(read: Callable[[Job], None]):
+    return lambda job: (lambda: read(job), lambda: None)
+
+
+METHODS = {
+    "limit-buffered": Method(THREADS, PROBE_BYTES, True, _whole(limit_buffered)),
+    "limit-direct": Method(THREADS, PROBE_BYTES, True, _whole(limit_direct)),
+    "staged-8x16M": Method(8, 16 * MIB, False, lambda job: _staged(job, 8, 16 * MIB)),
+    "staged-16x16M": Method(16, 16 * MIB, False, lambda job: _staged(job, 16, 16 * MIB)),
+    "staged-8x64M": Method(8, 64 * MIB, False, lambda job: _staged(job, 8, 64 * MIB)),
+    "staged-4x64M": Method(4, 64 * MIB, False, lambda job: _staged(job, 4, 64 * MIB)),
+    "willneed-8x16M": Method(8, 16 * MIB, False, lambda job: _staged(job, 8, 16 * MIB, lambda: _willneed(job))),
+    "normal-8x16M": Method(8, 16 * MIB, False, lambda job: _staged(job, 8, 16 * MIB), readahead_on),
+}
+
+
+# ------------------------------------------------------------------------------------------------ run
+def _read_bytes() -> int | None:
+    """This process's ``read_bytes`` (``/proc/self/io``: every thread's, ended ones included), or None."""
+    try:
+        for line in Path("/proc/self/io").read_text().splitlines():
+            if line.startswith("read_bytes:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _synchronize(job: Job) -> None:
+    if job.device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(job.device)
+
+
+def measure(job: Job, name: str, round_: int) -> dict:
+    """One cold run of method ``name``: the page cache dropped, the method prepared, then timed."""
+    from moebake.errors import MoebakeError
+
+    method = METHODS[name]
+    run = {"method": name, "round": round_, "file": str(job.path), "file_bytes": job.file_bytes,
+           "segment_bytes": job.segment_bytes, "ranks": job.ranks, "rank": job.rank, "device": str(job.device),
+           "slots": method.slots, "chunk_bytes": method.chunk_bytes, "seconds": None,
+           "bytes_requested": job.file_bytes if method.whole_file else job.requested, "bytes_read": None, "gbps": None}
+    benchkit.drop_page_cache([job.path])
+    try:
+        timed, done = method.prepare(job)
+        try:
+            with method.context() if method.context else _nothing():
+                _synchronize(job)
+                before, began = _read_bytes(), time.perf_counter()
+                timed()
+                _synchronize(job)
+                seconds, after = time.perf_counter() - began, _read_bytes()
+        finally:
+            done()
+    except (OSError, RuntimeError, MoebakeError) as err:  # refused (O_DIRECT), or out of memory: recorded
+        return {**run, "error": f"{type(err).__name__}: {err}"}
+    return {**run, "seconds": seconds, "bytes_read": None if before is None or after is None else after - before,
+            "gbps": run["bytes_requested"] / seconds / 1e9}
+
+
+def run_all(path: Path, segment_bytes: int, ranks: int, rank: int, device: str, methods: list[str], rounds: int,
+            out: Path, machine: str | None) -> list[dict]:
+    """``rounds`` rounds of every method (round i from the i-th method on), each run appended to ``out`` as it ends
+    and printed as a JSON line; then the summary. The runs."""
+    job = Job.make(path, segment_bytes, ranks, rank, device)
+    results = json.loads(out.read_text()) if out.is_file() else {"runs": []}
+    if machine is not None:
+        results["machine"] = machine
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for round_ in range(rounds):
+        shift = round_ % len(methods)
+        for name in methods[shift:] + methods[:shift]:
+            run = measure(job, name, round_)
+            runs.append(run)
+            results["runs"].append(run)
+            out.write_text(json.dumps(results, indent=1) + "\n")
+            print(json.dumps(run), flush=True)
+    print(summary(runs))
+    return runs
+
+
+def _means(runs: list[dict]) -> dict[str, dict]:
+    """Per method (in first-run order): its rounds, mean seconds and GB/s, and read / requested over its runs (None
+    where no run has them), of the runs without an error; ``error``: the last error, where no run succeeded."""
+    methods: dict[str, list[dict]] = {}
+    for run in runs:
+        methods.setdefault(run["method"], []).append(run)
+    means = {}
+    for name, of in methods.items():
+        ok = [r for r in of if r.get("error") is None and r["seconds"]]
+        read = [r for r in ok if r["bytes_read"] is not None]
+        means[name] = {"rounds": len(ok),
+                       "seconds": statistics.mean(r["seconds"] for r in ok) if ok else None,
+                       "gbps": statistics.mean(r["gbps"] for r in ok) if ok else None,
+                       "over_read": sum(r["bytes_read"] for r in read) / sum(r["bytes_requested"] for r in read)
+                       if read else None,
+                       "error": None if ok else of[-1].get("error")}
+    return means
+
+
+def _ratio(mean: dict, limit: dict | None) -> float | None:
+    if mean["gbps"] is None or not limit or not limit["gbps"]:
+        return None
+    return mean["gbps"] / limit["gbps"]
+
+
+def _fmt(value: float | None, spec: str, unit: str = "") -> str:
+    return "n/a" if value is None else f"{value:{spec}}{unit}"
+
+
+def summary(runs: list[dict]) -> str:
+    """Per method: mean GB/s over its rounds, its ratio to limit-buffered's mean, bytes read / requested."""
+    means = _means(runs)
+    lines = [f"{'method':16} {'rounds':>6} {'GB/s':>7} {'/ limit':>8} {'read/req':>9}"]
+    for name, mean in means.items():
+        ratio = _ratio(mean, means.get(LIMIT))
+        lines.append(f"{name:16} {mean['rounds']:>6} {_fmt(mean['gbps'], '7.3f')} {_fmt(ratio, '7.2f', 'x')} "
+                     f"{_fmt(mean['over_read'], '8.3f', 'x')}" + (f"  {mean['error']}" if mean["error"] else ""))
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ table, plot
+GROUP = ("file", "file_bytes", "segment_bytes", "ranks", "rank", "device")
+
+
+def _groups(runs: list[dict]) -> dict[tuple, list[dict]]:
+    groups: dict[tuple, list[dict]] = {}
+    for run in runs:
+        groups.setdefault(tuple(run.get(key) for key in GROUP), []).append(run)
+    return groups
+
+
+def _group_title(key: tuple) -> str:
+    file, file_bytes, segment, ranks, rank, device = key
+    return f"{file} ({file_bytes / 1e9:.2f} GB), {segment / MIB:g} MiB segments, rank {rank} of {ranks}, {device}"
+
+
+def table(results_path: Path, md: Path | None = None) -> Path:
+    """The Markdown table of a results JSON (the ``.md`` beside it by default): per group and method, the rounds, the
+    mean seconds and GB/s, the ratio to the group's limit-buffered mean, and bytes read / requested."""
+    results = json.loads(results_path.read_text())
+    md = Path(md) if md else results_path.with_suffix(".md")
+    lines = [f"# Reading a rank's byte ranges, cold: {results_path.name}", "",
+             f"Generated by `python bench/read_bench.py table {results_path.name}`; do not edit by hand. The method and "
+             "the fields: `bench/read_bench.py`'s docstring.", ""]
+    if results.get("machine"):
+        lines += [f"Machine: {results['machine']}.", ""]
+    for key, runs in _groups(results["runs"]).items():
+        means = _means(runs)
+        lines += [f"## {_group_title(key)}", "",
+                  "| method | rounds | mean s | mean GB/s | / limit-buffered | read / requested |", "|---|---|---|---|---|---|"]
+        for name, mean in means.items():
+            if mean["error"]:
+                lines.append(f"| {name} | 0 | not run: {mean['error']} | | | |")
+                continue
+            lines.append(f"| {name} | {mean['rounds']} | {_fmt(mean['seconds'], '.3f')} | {_fmt(mean['gbps'], '.3f')} | "
+                         f"{_fmt(_ratio(mean, means.get(LIMIT)), '.2f', 'x')} | {_fmt(mean['over_read'], '.3f', 'x')} |")
+        lines.append("")
+    md.write_text("\n".join(lines))
+    return md
+
+
+def plot(results_path: Path, png: Path | None = None) -> Path:
+    """Bars of each method's mean GB/s, one panel per group, limit-buffered's mean as a dashed line, each bar's
+    bytes read / requested above it (the ``.png`` beside the JSON by default)."""
+    plt = benchkit.pyplot()
+    results = json.loads(results_path.read_text())
+    png = Path(png) if png else results_path.with_suffix(".png")
+    groups = _groups(results["runs"])
+    figure, axes = plt.subplots(1, len(groups), figsize=(1.2 + 1.1 * max(len(_means(r)) for r in groups.values())
+                                                         * len(groups), 4.5), squeeze=False)
+    for ax, (key, runs) in zip(axes[0], groups.items()):
+        means = _means(runs)
+        names = list(means)
+        heights = [means[n]["gbps"] or 0.0 for n in names]
+        bars = ax.bar(range(len(names)), heights, color=["0.6" if n.startswith("limit") else "tab:blue" for n in names])
+        for bar, name in zip(bars, names):
+            over = means[name]["over_read"]
+            label = "not run" if means[name]["error"] else f"{over:.3f}x read" if over is not None else "read n/a"
+            ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
+                        fontsize=7, xytext=(0, 2), textcoords="offset points")
+        if means.get(LIMIT, {}).get("gbps"):
+            ax.axhline(means[LIMIT]["gbps"], color="tab:red", linestyle="--", linewidth=1,
+                       label=f"limit-buffered {means[LIMIT]['gbps']:.2f} GB/s")
+            ax.legend(fontsize=7, loc="lower right")
+        ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=8)
+        ax.set_ylabel("GB/s (requested bytes / s)")
+        _, file_bytes, segment, ranks, rank, device = key
+        ax.set_title(f"{file_bytes / 1e9:.2f} GB file, rank {rank} of {ranks}\n{segment / MIB:g} MiB segments, {device}",
+                     fontsize=9)
+    if results.get("machine"):
+        figure.suptitle(results["machine"], fontsize=8)
+    benchkit.save(figure, png, dpi=120)
+    plt.close(figure)
+    return png
+
+
+# ----------------------------------------------------------------------------------------------- main
+def _default_device() -> str:
+    import torch
+
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("make", help="write a file of pseudo-random non-zero bytes")
+    p.add_argument("--file", required=True)
+    size = p.add_mutually_exclusive_group(required=True)
+    size.add_argument("--gib", type=float, help="its size in GiB (fractions allowed)")
+    size.add_argument("--mib", type=float, help="its size in MiB (tests: a tiny file)")
+    p = sub.add_parser("run", help="time every method's cold reads of the rank's ranges (or the whole file)")
+    p.add_argument("--file", required=True)
+    p.add_argument("--ranks", type=int, required=True)
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--segment-mib", type=float, default=512, help="segment (one baked tensor) size, MiB (default 512)")
+    p.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--device", help="the destination's device (default: cuda:0 with CUDA, else cpu)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--machine", help="what the machine is (the JSON's top-level machine)")
+    p = sub.add_parser("table", help="write the Markdown table of a results JSON (the .md beside it)")
+    p.add_argument("results")
+    p.add_argument("--md")
+    p = sub.add_parser("plot", help="draw the bar chart of a results JSON (the .png beside it)")
+    p.add_argument("results")
+    p.add_argument("--png")
+    args = parser.parse_args(argv)
+    if args.command == "make":
+        make(Path(args.file), int(args.gib * GIB) if args.gib is not None else int(args.mib * MIB))
+    elif args.command == "run":
+        if not 0 <= args.rank < args.ranks:
+            parser.error(f"--rank must be in [0, {args.ranks})")
+        run_all(Path(args.file), int(args.segment_mib * MIB), args.ranks, args.rank, args.device or _default_device(),
+                args.methods, args.rounds, Path(args.out), args.machine)
+    elif args.command == "table":
+        print(table(Path(args.results), args.md))
+    else:
+        print(plot(Path(args.results), args.png))
+
+
+if __name__ == "__main__":
+    main()
