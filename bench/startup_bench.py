@@ -511,12 +511,21 @@ def run_rank(args) -> None:
     stack = _sglang_world(args.ep, args.rank, args.device)
     with stack, _model_directory(directory):
         _barrier(args.ep)  # every rank set up before any starts its clock
+        ready = time.time()
         if args.turns:
             _wait_for(Path(args.turns) / f"go{args.rank // args.gpus_per_node}")
+        turn = time.time()
         result = load_rank(args.path, directory, args.ep, args.rank, args.device)
         gc.collect()  # the model is dropped (no page of the checkpoint mapped) before the parent sees the result
+        spawned = float(os.environ.get(SPAWNED_ENV, ready))
+        result["lifecycle"] = {"setup_s": ready - spawned, "turn_wait_s": turn - ready,
+                               "load_and_digest_s": time.time() - turn}
         _write_result(Path(args.result), result)
         _barrier(args.ep)
+
+
+SPAWNED_ENV = "MOEBAKE_STARTUP_BENCH_SPAWNED"
+"""The ``time.time()`` at which ``_spawn`` started the rank processes (a rank's ``lifecycle.setup_s`` counts from it)."""
 
 
 def _model_directory(directory: Path):
@@ -784,7 +793,7 @@ def _spawn(args, path: str, ep: int, directory: Path, readahead: bool | None = N
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), SPAWNED_ENV: repr(time.time())}
     if readahead is not None:
         env["MOEBAKE_READAHEAD"] = "1" if readahead else "0"
     outs = [directory / f".rank{r}.json" for r in range(ep)]
@@ -802,9 +811,10 @@ def _spawn(args, path: str, ep: int, directory: Path, readahead: bool | None = N
                                        "--ep", str(ep), "--rank", str(r), "--device", device, "--result", str(outs[r])]
                                       + (["--turns", str(turns), "--gpus-per-node", str(gpus_per_node)]
                                          if gpus_per_node else []), env=env))
+    drops = 0.0
     try:
         if gpus_per_node:
-            _take_turns(directory, turns, outs, gpus_per_node, procs)
+            drops = _take_turns(directory, turns, outs, gpus_per_node, procs)
         codes = [p.wait() for p in procs]
     finally:
         for p in procs:
@@ -813,21 +823,38 @@ def _spawn(args, path: str, ep: int, directory: Path, readahead: bool | None = N
         shutil.rmtree(turns, ignore_errors=True)
     if any(codes):
         raise SystemExit(f"error: {path} ep={ep}: rank exit codes {codes}")
-    # the world's wall clock, start to exit (imports, CUDA, the world, every node's turn, the digests): for planning
-    print(f"{path} ep={ep}: {ep} rank processes, {time.perf_counter() - began:.0f} s from start to exit", flush=True)
-    return [json.loads(out.read_text()) for out in outs]
+    ranks = [json.loads(out.read_text()) for out in outs]
+    _say_world_time(path, ep, time.perf_counter() - began, drops, ranks, gpus_per_node or ep)
+    return ranks
 
 
-def _take_turns(directory: Path, turns: Path, outs: list[Path], gpus_per_node: int, procs: list) -> None:
+def _say_world_time(path: str, ep: int, wall: float, drops: float, ranks: list[dict], per_turn: int) -> None:
+    """Where a world's wall clock went, for planning a GPU session: its ranks' slowest setup (process start to the
+    world's barrier: imports, CUDA, the gloo world), the loads with their digests (``per_turn`` ranks at a time: the
+    sum over the turns of each turn's slowest rank), the page-cache drops between turns, and the rest (exits)."""
+    life = [r.get("lifecycle", {}) for r in ranks]
+    setup = max((x.get("setup_s", 0.0) for x in life), default=0.0)
+    loads = [x.get("load_and_digest_s", 0.0) for x in life]
+    busy = sum(max(loads[i:i + per_turn]) for i in range(0, len(loads), per_turn))
+    print(f"{path} ep={ep}: {ep} rank processes, {wall:.0f} s from start to exit: setup {setup:.0f} s (slowest rank), "
+          f"loads and digests {busy:.0f} s, page-cache drops {drops:.0f} s, the rest {wall - setup - busy - drops:.0f} s",
+          flush=True)
+
+
+def _take_turns(directory: Path, turns: Path, outs: list[Path], gpus_per_node: int, procs: list) -> float:
     """Node by node: drop the page cache, signal the node's turn (``turns/go<node>``), wait for its ranks' results;
-    stops at the first rank that fails (its exit code says so)."""
+    stops at the first rank that fails (its exit code says so). Returns the seconds the drops took."""
+    drops = 0.0
     for node in range(len(outs) // gpus_per_node):
+        began = time.perf_counter()
         _drop_page_cache(directory)
+        drops += time.perf_counter() - began
         (turns / f"go{node}").touch()
         while not all(out.exists() for out in outs[node * gpus_per_node:(node + 1) * gpus_per_node]):
             if any(p.poll() not in (None, 0) for p in procs):
-                return
+                return drops
             time.sleep(0.05)
+    return drops
 
 
 def table(results_path: Path, md: Path | None = None) -> Path:

@@ -6,6 +6,7 @@ import csv
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -532,6 +533,11 @@ def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_pa
         assert runs["bake", ep, nodes]["layer0_equal_to_stock"] is True and runs["bake", ep, nodes]["others_equal_to_stock"]
     assert len(runs["bake", 2, 2]["node_seconds"]) == 2 and runs["bake", 2, 2]["gpus_per_node"] == 1
     assert runs["presharded-dump", 2, 1]["dump_bytes"] > 0
+    said = re.findall(r"^(\S+) ep=(\d): \d rank processes, (\d+) s from start to exit: setup (\d+) s \(slowest rank\), "
+                      r"loads and digests (\d+) s, page-cache drops (\d+) s, the rest (-?\d+) s$", done.stdout, re.M)
+    worlds = ["stock", "presharded-dump", "presharded"] + ["bake"] * 4  # each path's world; the bake's 4 read-ahead runs
+    assert [(p, int(e)) for p, e, *_ in said] == [(p, 1) for p in worlds] + [(p, 2) for p in worlds]  # EP 1, 2 nodes
+    assert all(int(wall) >= int(setup) > 0 for _, _, wall, setup, *_ in said)  # where each world's wall clock went
     for (path, ep, nodes), run in runs.items():  # the slowest rank's phases: what ran in the timed region, no more
         if path != "presharded-dump":
             parts = {"build", "other"} | ({"iterate", "post_load"} if path != "presharded" else set())
