@@ -10,6 +10,7 @@ benchmarks compare with, imported as the tests import them).
 * :func:`synchronized_s`: the wall seconds of one call, the GPU synchronised before and after;
 * :func:`drop_page_cache` and :func:`evict_from_page_cache`: a cold page cache for the next reads of a benchmark's files;
 * :func:`pyplot` and :func:`save`: matplotlib's pyplot on its file-only Agg backend, and a figure written to a PNG.
+* :func:`add_report_commands` and :func:`run_report_command`: a results-JSON benchmark's ``table`` and ``plot`` commands.
 """
 
 import os
@@ -108,6 +109,28 @@ def drop_page_cache(files: Iterable[Path], note: Callable[[str, int], str] | Non
 
 
 _EVICTION_SAID = False
+
+
+def add_report_commands(sub) -> None:
+    """A results-JSON benchmark's ``table RESULTS [--md PATH]`` (its Markdown, the ``.md`` beside the JSON by default)
+    and ``plot RESULTS [--png PATH]`` (its figure, the ``.png`` beside it) subcommands, on argparse's ``sub``."""
+    p = sub.add_parser("table", help="write the Markdown tables of a results JSON (the .md beside it)")
+    p.add_argument("results")
+    p.add_argument("--md")
+    p = sub.add_parser("plot", help="redraw the PNG of a results JSON (the .png beside it)")
+    p.add_argument("results")
+    p.add_argument("--png")
+
+
+def run_report_command(args, table: Callable, plot: Callable) -> bool:
+    """Run :func:`add_report_commands`' command ``args`` names, printing the path written; False for any other."""
+    if args.command == "table":
+        print(table(Path(args.results), args.md))
+    elif args.command == "plot":
+        print(plot(Path(args.results), args.png))
+    else:
+        return False
+    return True
 
 
 def pyplot():

@@ -507,13 +507,10 @@ def main(argv=None) -> None:
     p.add_argument("--device", help="the destination's device (default: cuda:0 with CUDA, else cpu)")
     p.add_argument("--out", required=True)
     p.add_argument("--machine", help="what the machine is (the JSON's top-level machine)")
-    p = sub.add_parser("table", help="write the Markdown table of a results JSON (the .md beside it)")
-    p.add_argument("results")
-    p.add_argument("--md")
-    p = sub.add_parser("plot", help="draw the bar chart of a results JSON (the .png beside it)")
-    p.add_argument("results")
-    p.add_argument("--png")
+    benchkit.add_report_commands(sub)
     args = parser.parse_args(argv)
+    if benchkit.run_report_command(args, table, plot):
+        return
     if args.command == "make":
         make(Path(args.file), int(args.gib * GIB) if args.gib is not None else int(args.mib * MIB))
     elif args.command == "run":
@@ -521,10 +518,6 @@ def main(argv=None) -> None:
             parser.error(f"--rank must be in [0, {args.ranks})")
         run_all(Path(args.file), int(args.segment_mib * MIB), args.ranks, args.rank, args.device or _default_device(),
                 args.methods, args.rounds, Path(args.out), args.machine)
-    elif args.command == "table":
-        print(table(Path(args.results), args.md))
-    else:
-        print(plot(Path(args.results), args.png))
 
 
 if __name__ == "__main__":

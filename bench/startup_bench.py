@@ -895,23 +895,16 @@ def main(argv=None) -> None:
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--device", default="cuda:0")
     p.add_argument("--result", required=True)
-    p = sub.add_parser("plot", help="redraw the PNG from a results JSON")
-    p.add_argument("results")
-    p.add_argument("--png")
-    p = sub.add_parser("table", help="write the Markdown tables of a results JSON (the .md beside it)")
-    p.add_argument("results")
-    p.add_argument("--md")
+    benchkit.add_report_commands(sub)
     args = parser.parse_args(argv)
+    if benchkit.run_report_command(args, table, plot):
+        return
     if args.command == "make":
         make(Path(args.dir), args.model, args.layers or MODELS[args.model]["layers"])
     elif args.command == "all":
         run_all(args)
-    elif args.command == "rank":
-        run_rank(args)
-    elif args.command == "table":
-        print(table(Path(args.results), args.md))
     else:
-        print(plot(Path(args.results), args.png))
+        run_rank(args)
 
 
 if __name__ == "__main__":
