@@ -53,7 +53,9 @@ plugin's read-ahead (:mod:`moebake.serving_core.readahead`) did beside those par
 its last, ``bytes`` it read into the page cache of ``planned_bytes``, ``skipped_bytes`` the loader read first,
 ``max_ahead`` (its most bytes read ahead of the loader) and ``error`` (why it ended early, or null).
 ``readahead_enabled`` (bake runs of ``--readahead on|off|both``): whether it ran; ``--readahead both`` runs each bake
-load four times, off, on, on, off, and the table compares the two settings.
+load four times, off, on, on, off, and the table compares the two settings. Each world of rank processes prints where
+its wall clock went (:func:`_say_world_time`: the setup of its slowest rank, the loads and their digests, the
+page-cache drops, the rest), for planning a GPU session's minutes; that is not in the results.
 
     python bench/startup_bench.py make --model gpt-oss-120b --layers 18 --dir /data/b120    # source + bake
     python bench/startup_bench.py all --dir /data/b120 --ep 1 2 --cache cold warm --nodes 2 4 --drop-dumps \\
