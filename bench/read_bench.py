@@ -25,7 +25,12 @@ whole file (the limits, into a 16 MiB buffer per thread). No method holds the fi
   (``read_ahead_kb``) from each range's start, not of the whole range (mincore on kernel 6.18: 7-8 MiB of a 256 MiB
   WILLNEED, with ``read_ahead_kb`` 8192), so this reads ahead only each range's first window;
 * ``normal-8x16M``: ``staged-8x16M`` with the kernel's readahead left on (the reader's descriptors opened without
-  ``POSIX_FADV_RANDOM``): how many bytes beyond the ranges readahead reads, and what it gains.
+  ``POSIX_FADV_RANDOM``): how many bytes beyond the ranges readahead reads, and what it gains;
+* ``per-range-8x16M``: ``staged-8x16M``'s reader called once per range, as the loaders call it once per MoE layer
+  (each call returns when its bytes are on the device, so its last chunks drain with fewer threads reading): what
+  those calls cost against one call;
+* ``per-range-split-tail-8x16M``: the same with each call's last 8 chunks cut into 2 MiB pieces (a reader that keeps
+  every thread reading until the call's end; only here, not in moebake).
 
 Before every method the page cache is dropped (root: ``sync``, then ``3`` to ``/proc/sys/vm/drop_caches``; where
 refused, the file is evicted from it with ``posix_fadvise(DONTNEED)``, said once on stdout:
@@ -200,12 +205,32 @@ def limit_direct(job: Job) -> None:
     _read_whole(job, os.O_DIRECT, lambda: mmap.mmap(-1, PROBE_BYTES))
 
 
-def _staged(job: Job, slots: int, chunk_bytes: int, before: Callable[[], None] | None = None):
+def _split_tail_reader():
+    """A :class:`StagedReader` whose every call cuts its last ``slots`` chunks into ``slots`` pieces each, so that all
+    its threads read until the call's end instead of draining one by one (a candidate, measured here only)."""
+    from moebake.serving_core.staged_reader import StagedReader, _Chunk
+
+    class SplitTailReader(StagedReader):
+        def _chunks(self, ranges):
+            chunks = super()._chunks(ranges)
+            head, tail = chunks[:-self.slots], chunks[-self.slots:]
+            step = max(self.chunk_bytes // self.slots, 1)
+            return head + [_Chunk(c.piece, c.offset + at, c.dest[at:at + step])
+                           for c in tail for at in range(0, c.dest.numel(), step)]
+
+    return SplitTailReader
+
+
+def _staged(job: Job, slots: int, chunk_bytes: int, before: Callable[[], None] | None = None, *,
+            per_range: bool = False, split_tail: bool = False):
     """The rank ranges into ``job.dest`` through a :class:`StagedReader` of ``slots`` x ``chunk_bytes``; ``before()``
-    runs on the clock, before the read. Returns ``(a function to time, a function to call after)``."""
+    runs on the clock, before the read. ``per_range``: one ``read`` call per range (the loaders make one per MoE layer,
+    and each call ends when its last chunk is on the device), not one for all; ``split_tail``: the reader of
+    :func:`_split_tail_reader`. Returns ``(a function to time, a function to call after)``."""
     from moebake.serving_core.staged_reader import StagedReader
 
-    reader = StagedReader(job.device, slots=slots, chunk_bytes=chunk_bytes, staged=True)
+    kind = _split_tail_reader() if split_tail else StagedReader
+    reader = kind(job.device, slots=slots, chunk_bytes=chunk_bytes, staged=True)
     buffers, events = reader._ring()  # the ring and the threads before the clock: a loader keeps its reader across loads
     reader._pool()
     if events[0] is not None:  # CUDA's copy and event path (its libraries' pages) before the clock, as in a loader
@@ -217,7 +242,8 @@ def _staged(job: Job, slots: int, chunk_bytes: int, before: Callable[[], None] |
     def timed():
         if before is not None:
             before()
-        reader.read(pieces)
+        for call in ([piece] for piece in pieces) if per_range else [pieces]:
+            reader.read(call)
         return job.dest
 
     return timed, reader.close
@@ -286,6 +312,9 @@ METHODS = {
     "staged-4x64M": Method(4, 64 * MIB, False, lambda job: _staged(job, 4, 64 * MIB)),
     "willneed-8x16M": Method(8, 16 * MIB, False, lambda job: _staged(job, 8, 16 * MIB, lambda: _willneed(job))),
     "normal-8x16M": Method(8, 16 * MIB, False, lambda job: _staged(job, 8, 16 * MIB), readahead_on),
+    "per-range-8x16M": Method(8, 16 * MIB, False, lambda job: _staged(job, 8, 16 * MIB, per_range=True)),
+    "per-range-split-tail-8x16M": Method(8, 16 * MIB, False,
+                                         lambda job: _staged(job, 8, 16 * MIB, per_range=True, split_tail=True)),
 }
 
 

@@ -431,11 +431,23 @@ def test_read_bench_make_run_table_and_plot_on_the_cpu(tmp_path, monkeypatch, ca
     assert job.ranges == expected and job.requested == len(wanted)
     rank_methods = [name for name, method in bench.METHODS.items() if not method.whole_file]
     assert rank_methods == ["staged-8x16M", "staged-16x16M", "staged-8x64M", "staged-4x64M", "willneed-8x16M",
-                            "normal-8x16M"]
+                            "normal-8x16M", "per-range-8x16M", "per-range-split-tail-8x16M"]
     for name in rank_methods:
         job.dest.fill_(0)
         assert bench.METHODS[name].read(job) is job.dest
         assert job.dest.numpy().tobytes() == wanted, name
+    # the split-tail reader, with chunks small enough to split (32 KiB, 8 slots: 4 KiB pieces): the last 8 chunks of a
+    # call become 8 pieces each, and the bytes are the ranges' still
+    split = bench._split_tail_reader()(torch.device("cpu"), slots=8, chunk_bytes=32 << 10, staged=True)
+    chunks = split._chunks(job.pieces())
+    # 4 ranges of 4 chunks of 32 KiB and the clipped one of 76.8 KiB (32, 32, 12.8): 19 chunks; the last 8 (seven of
+    # 32 KiB, then 12.8 KiB) become 7 x 8 pieces of 4 KiB and 4 pieces (3 x 4 KiB, 0.8 KiB): 11 + 56 + 4
+    assert len(chunks) == 71 and [c.dest.numel() for c in chunks[:11]] == [32 << 10] * 11
+    assert [c.dest.numel() for c in chunks[11:]] == [4 << 10] * 59 + [int(0.2 * 2**20) - (128 << 10) - 3 * (4 << 10) - (64 << 10)]
+    job.dest.fill_(0)
+    split.read(job.pieces())
+    split.close()
+    assert job.dest.numpy().tobytes() == wanted
     from moebake.serving_core import staged_reader
 
     original = staged_reader.open_without_readahead
