@@ -79,24 +79,29 @@ MAKE_BLOCK = 64 * MIB
 
 # ----------------------------------------------------------------------------------------------- make
 def make(path: Path, nbytes: int, say: Callable[[str], object] = lambda text: print(text, file=sys.stderr, flush=True)) -> Path:
-    """Write ``nbytes`` pseudo-random non-zero bytes to ``path``: written to ``path.partial``, fsynced, renamed. Memory
-    stays bounded: one 64 MiB random block (bytes 1-255), each 64 MiB of the file that block rotated by 4099 bytes
-    more than the last (no two blocks of the file alike, not even on 4 KiB boundaries). Progress: a line per GiB."""
+    """Write ``nbytes`` pseudo-random non-zero bytes to ``path``: written to ``path.partial``, fsynced, renamed (the
+    partial file removed if writing fails). Memory stays bounded: one 64 MiB random block (bytes 1-255), each 64 MiB
+    of the file that block rotated by 4099 bytes more than the last (no two blocks of the file alike, not even on 4 KiB
+    boundaries). Progress: a line per GiB."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     base = np.random.default_rng(20261128).integers(1, 256, size=min(nbytes, MAKE_BLOCK), dtype=np.uint8)
     began, written, said = time.perf_counter(), 0, 0
-    with open(partial, "wb") as f:
-        for index in range(-(-nbytes // MAKE_BLOCK)):
-            block = np.roll(base, index * 4099)[: nbytes - written]
-            f.write(memoryview(block))
-            written += len(block)
-            if written // GIB > said:
-                said = written // GIB
-                say(f"make: {said} GiB of {nbytes / GIB:.2f} written ({time.perf_counter() - began:.1f} s)")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(partial, path)
+    try:
+        with open(partial, "wb") as f:
+            for index in range(-(-nbytes // MAKE_BLOCK)):
+                block = np.roll(base, index * 4099)[: nbytes - written]
+                f.write(memoryview(block))
+                written += len(block)
+                if written // GIB > said:
+                    said = written // GIB
+                    say(f"make: {said} GiB of {nbytes / GIB:.2f} written ({time.perf_counter() - began:.1f} s)")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(partial, path)
+    except BaseException:  # a full disk, ^C: no half-written file stays behind
+        partial.unlink(missing_ok=True)
+        raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

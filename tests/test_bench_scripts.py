@@ -407,6 +407,23 @@ def test_read_bench_rank_ranges_are_the_ranks_share_of_each_segment():
         ranges(3500, 1000, 4, 4)
 
 
+def test_read_bench_make_leaves_no_partial_file_when_writing_fails(tmp_path, monkeypatch):
+    """``make`` writes to ``F.partial`` and renames it; a write that fails (a full disk) removes the partial file and
+    leaves no ``F``."""
+    bench = load_bench("read_bench.py")
+    monkeypatch.setattr(bench, "MAKE_BLOCK", 64 << 10)
+    calls = []
+
+    def full_disk(text):
+        calls.append(text)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(bench, "GIB", 128 << 10)  # a progress line after two blocks: the failure comes mid-file
+    with pytest.raises(OSError, match="No space"):
+        bench.make(tmp_path / "f", 1 << 20, say=full_disk)
+    assert calls and not (tmp_path / "f").exists() and not (tmp_path / "f.partial").exists()
+
+
 def test_read_bench_make_run_table_and_plot_on_the_cpu(tmp_path, monkeypatch, capsys):
     """``make`` a small file (blocks of 256 KiB here: each a rotation of one random block, bytes 1-255), then ``run``
     every method twice onto the CPU, the page cache refused (so the file is evicted, and said so once): each rank
