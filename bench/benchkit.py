@@ -9,6 +9,7 @@ benchmarks compare with, imported as the tests import them).
 * :func:`cuda_medians_ms` / :func:`cuda_median_ms`: the median milliseconds of calls timed with CUDA events;
 * :func:`synchronized_s`: the wall seconds of one call, the GPU synchronised before and after;
 * :func:`drop_page_cache` and :func:`evict_from_page_cache`: a cold page cache for the next reads of a benchmark's files;
+* :func:`io_read_bytes`: the bytes this process has had the block device read;
 * :func:`pyplot` and :func:`save`: matplotlib's pyplot on its file-only Agg backend, and a figure written to a PNG.
 * :func:`add_report_commands` and :func:`run_report_command`: a results-JSON benchmark's ``table`` and ``plot`` commands.
 """
@@ -65,6 +66,18 @@ def synchronized_s(call: Callable[[], object]) -> float:
     call()
     torch.cuda.synchronize()
     return time.perf_counter() - start
+
+
+def io_read_bytes() -> int | None:
+    """This process's ``read_bytes`` in ``/proc/self/io``: the bytes its threads (ended ones too) had the block device
+    read; None where the file or the field is missing."""
+    try:
+        for line in Path("/proc/self/io").read_text().splitlines():
+            if line.startswith("read_bytes:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 def evict_from_page_cache(files: Iterable[Path]) -> int:

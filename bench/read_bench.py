@@ -304,37 +304,34 @@ def _nothing():
     yield
 
 
-def _whole(read: Callable[[Job], None]):
-    return lambda job: (lambda: read(job), lambda: None)
+def _whole(read: Callable[[Job], None]) -> Method:
+    return Method(THREADS, PROBE_BYTES, True, lambda job: (lambda: read(job), lambda: None))
+
+
+def _reader(slots: int, chunk_bytes: int, context: Callable[[], object] | None = None, willneed: bool = False,
+            **options) -> Method:
+    """A rank method through :func:`_staged` (``options``: its ``per_range`` and ``split_tail``); ``willneed``:
+    :func:`_willneed` on the clock first."""
+    return Method(slots, chunk_bytes, False, lambda job: _staged(job, slots, chunk_bytes,
+                                                                (lambda: _willneed(job)) if willneed else None, **options),
+                  context)
 
 
 METHODS = {
-    "limit-buffered": Method(THREADS, PROBE_BYTES, True, _whole(limit_buffered)),
-    "limit-direct": Method(THREADS, PROBE_BYTES, True, _whole(limit_direct)),
-    "staged-8x16M": Method(8, 16 * MIB, False, lambda job: _staged(job, 8, 16 * MIB)),
-    "staged-16x16M": Method(16, 16 * MIB, False, lambda job: _staged(job, 16, 16 * MIB)),
-    "staged-8x64M": Method(8, 64 * MIB, False, lambda job: _staged(job, 8, 64 * MIB)),
-    "staged-4x64M": Method(4, 64 * MIB, False, lambda job: _staged(job, 4, 64 * MIB)),
-    "willneed-8x16M": Method(8, 16 * MIB, False, lambda job: _staged(job, 8, 16 * MIB, lambda: _willneed(job))),
-    "normal-8x16M": Method(8, 16 * MIB, False, lambda job: _staged(job, 8, 16 * MIB), readahead_on),
-    "per-range-8x16M": Method(8, 16 * MIB, False, lambda job: _staged(job, 8, 16 * MIB, per_range=True)),
-    "per-range-split-tail-8x16M": Method(8, 16 * MIB, False,
-                                         lambda job: _staged(job, 8, 16 * MIB, per_range=True, split_tail=True)),
+    "limit-buffered": _whole(limit_buffered),
+    "limit-direct": _whole(limit_direct),
+    "staged-8x16M": _reader(8, 16 * MIB),
+    "staged-16x16M": _reader(16, 16 * MIB),
+    "staged-8x64M": _reader(8, 64 * MIB),
+    "staged-4x64M": _reader(4, 64 * MIB),
+    "willneed-8x16M": _reader(8, 16 * MIB, willneed=True),
+    "normal-8x16M": _reader(8, 16 * MIB, readahead_on),
+    "per-range-8x16M": _reader(8, 16 * MIB, per_range=True),
+    "per-range-split-tail-8x16M": _reader(8, 16 * MIB, per_range=True, split_tail=True),
 }
 
 
 # ------------------------------------------------------------------------------------------------ run
-def _read_bytes() -> int | None:
-    """This process's ``read_bytes`` (``/proc/self/io``: every thread's, ended ones included), or None."""
-    try:
-        for line in Path("/proc/self/io").read_text().splitlines():
-            if line.startswith("read_bytes:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
 def _synchronize(job: Job) -> None:
     if job.device.type == "cuda":
         import torch
@@ -357,10 +354,10 @@ def measure(job: Job, name: str, round_: int) -> dict:
         try:
             with method.context() if method.context else _nothing():
                 _synchronize(job)
-                before, began = _read_bytes(), time.perf_counter()
+                before, began = benchkit.io_read_bytes(), time.perf_counter()
                 timed()
                 _synchronize(job)
-                seconds, after = time.perf_counter() - began, _read_bytes()
+                seconds, after = time.perf_counter() - began, benchkit.io_read_bytes()
         finally:
             done()
     except (OSError, RuntimeError, MoebakeError) as err:  # refused (O_DIRECT), or out of memory: recorded
@@ -484,15 +481,14 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
     plt = benchkit.pyplot()
     results = json.loads(results_path.read_text())
     png = Path(png) if png else results_path.with_suffix(".png")
-    groups = _groups(results["runs"])
-    figure, axes = plt.subplots(1, len(groups), figsize=(1.2 + 1.1 * max(len(_means(r)) for r in groups.values())
-                                                         * len(groups), 4.5), squeeze=False)
-    for ax, (key, runs) in zip(axes[0], groups.items()):
-        means = _means(runs)
+    groups = {key: _means(runs) for key, runs in _groups(results["runs"]).items()}
+    figure, axes = plt.subplots(1, len(groups), figsize=(1.2 + 1.1 * max(map(len, groups.values())) * len(groups), 4.5),
+                                squeeze=False)
+    for ax, (key, means) in zip(axes[0], groups.items()):
         names = list(means)
         heights = [means[n]["gbps"] or 0.0 for n in names]
-        spread = [[h - (means[n]["gbps_range"] or (h, h))[0] for n, h in zip(names, heights)],
-                  [(means[n]["gbps_range"] or (h, h))[1] - h for n, h in zip(names, heights)]]
+        ranges = [means[n]["gbps_range"] or (h, h) for n, h in zip(names, heights)]
+        spread = [[h - low for h, (low, _) in zip(heights, ranges)], [high - h for h, (_, high) in zip(heights, ranges)]]
         bars = ax.bar(range(len(names)), heights, yerr=spread, capsize=3, error_kw={"elinewidth": 0.8},
                       color=["0.6" if n.startswith("limit") else "tab:blue" for n in names])
         for bar, name in zip(bars, names):

@@ -184,14 +184,6 @@ def _rss_gib() -> dict:
     return found
 
 
-def _io_read_bytes() -> int:
-    """Bytes this process has read from the block device (``/proc/self/io`` ``read_bytes``)."""
-    for line in Path("/proc/self/io").read_text().splitlines():
-        if line.startswith("read_bytes:"):
-            return int(line.split()[1])
-    return 0
-
-
 def _sglang_world(ep: int, rank: int, device: str):
     """SGLang's process state for EP rank ``rank`` of ``ep`` (the SGLang oracle's ``sglang_engine``: tp = ep = ``ep``,
     a gloo world of ``ep`` processes), ``--moe-runner-backend flashinfer_mxfp4`` on an SM90 platform, FlashInfer's
@@ -419,7 +411,7 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
         torch.cuda.set_device(device)
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    io_before = _io_read_bytes()
+    io_before = benchkit.io_read_bytes() or 0
     rss_before = _rss_gib()  # the process (torch, CUDA context, the engine's imports) before its first byte
     began = time.perf_counter()
 
@@ -449,7 +441,7 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
     rss_after = _rss_gib()
     resident = torch.cuda.memory_allocated() if cuda else 0
     peak = torch.cuda.max_memory_allocated() if cuda else 0
-    bytes_read = _io_read_bytes() - io_before
+    bytes_read = (benchkit.io_read_bytes() or 0) - io_before
     if path == "presharded-dump":
         began = time.perf_counter()
         dump = startup_presharded.dump(root, build, quant, directory)
@@ -520,8 +512,7 @@ def run_rank(args) -> None:
         result = load_rank(args.path, directory, args.ep, args.rank, args.device)
         gc.collect()  # the model is dropped (no page of the checkpoint mapped) before the parent sees the result
         spawned = float(os.environ.get(SPAWNED_ENV, ready))
-        result["lifecycle"] = {"setup_s": ready - spawned, "turn_wait_s": turn - ready,
-                               "load_and_digest_s": time.time() - turn}
+        result["lifecycle"] = {"setup_s": ready - spawned, "load_and_digest_s": time.time() - turn}
         _write_result(Path(args.result), result)
         _barrier(args.ep)
 
@@ -834,9 +825,8 @@ def _say_world_time(path: str, ep: int, wall: float, drops: float, ranks: list[d
     """Where a world's wall clock went, for planning a GPU session: its ranks' slowest setup (process start to the
     world's barrier: imports, CUDA, the gloo world), the loads with their digests (``per_turn`` ranks at a time: the
     sum over the turns of each turn's slowest rank), the page-cache drops between turns, and the rest (exits)."""
-    life = [r.get("lifecycle", {}) for r in ranks]
-    setup = max((x.get("setup_s", 0.0) for x in life), default=0.0)
-    loads = [x.get("load_and_digest_s", 0.0) for x in life]
+    setup = max(r["lifecycle"]["setup_s"] for r in ranks)
+    loads = [r["lifecycle"]["load_and_digest_s"] for r in ranks]
     busy = sum(max(loads[i:i + per_turn]) for i in range(0, len(loads), per_turn))
     print(f"{path} ep={ep}: {ep} rank processes, {wall:.0f} s from start to exit: setup {setup:.0f} s (slowest rank), "
           f"loads and digests {busy:.0f} s, page-cache drops {drops:.0f} s, the rest {wall - setup - busy - drops:.0f} s",

@@ -27,6 +27,7 @@ from moebake.serving_core.mapped_shards import mappable, mapped_tensors, shard_h
 
 logger = logging.getLogger(__name__)
 
+
 def is_bake_shards(files: list[str]) -> bool:
     """Whether ``files`` are shards of one bake: all in one directory, which holds a moebake manifest."""
     folders = {Path(f).resolve().parent for f in files}
