@@ -45,10 +45,8 @@ def serving(out, **engine):
 
 @pytest.fixture(scope="module")
 def gpt_oss_bake(tmp_path_factory):
-    root = tmp_path_factory.mktemp("plugin")
-    source = write_gpt_oss(root / "src", num_layers=1, num_experts=4, hidden=160, intermediate=96, vocab=32)
-    convert(source, root / "out", ConvertOptions("sm90-cutlass", engine=sglang_oracle.ENGINE), progress=False)
-    return root / "out"
+    return sglang_oracle.gpt_oss_bake(tmp_path_factory.mktemp("plugin"), num_layers=1, num_experts=4, hidden=160,
+                                      intermediate=96, vocab=32)
 
 
 def _quant_config(out):
@@ -230,9 +228,8 @@ def test_sglang_runner_calls_the_kernel_with_stock_sglangs_arguments(tmp_path):
 
     from kernel_emulation import kernel_interleave_here
 
-    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=4, hidden=160, intermediate=96, vocab=32)
-    out = tmp_path / "out"
-    convert(source, out, ConvertOptions("sm90-cutlass", engine=sglang_oracle.ENGINE), progress=False)
+    out = sglang_oracle.gpt_oss_bake(tmp_path, num_layers=1, num_experts=4, hidden=160, intermediate=96, vocab=32)
+    source = tmp_path / "src"
     calls = []
 
     def recorded_kernel(**kwargs):

@@ -15,10 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from moebake.convert.options import ConvertOptions
-from moebake.convert.run import convert
 from moebake.formats.safetensors_file import read_header
-from moebake.synthetic import write_gpt_oss
 
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():
@@ -34,10 +31,8 @@ ITERATORS = ("safetensors_weights_iterator", "buffered_multi_thread_safetensors_
 @pytest.fixture(scope="module")
 def bake(tmp_path_factory):
     """A two-layer GPT-OSS bake, sharded (one shard per layer), with expert tensors larger than a few pages."""
-    root = tmp_path_factory.mktemp("shards")
-    source = write_gpt_oss(root / "src", num_layers=2, num_experts=8, hidden=512, intermediate=512, vocab=64)
-    convert(source, root / "out", ConvertOptions("sm90-cutlass", engine=sglang_oracle.ENGINE), progress=False)
-    return root / "out"
+    return sglang_oracle.gpt_oss_bake(tmp_path_factory.mktemp("shards"), num_layers=2, num_experts=8, hidden=512,
+                                      intermediate=512, vocab=64)
 
 
 def _files(directory) -> list[str]:

@@ -15,9 +15,6 @@ import pytest
 import torch
 
 from conftest import assert_parameters_equal, load_all
-from moebake.convert.options import ConvertOptions
-from moebake.convert.run import convert
-from moebake.synthetic import write_gpt_oss
 
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():
@@ -35,10 +32,8 @@ EXPERTS = "model.layers.0.mlp.experts."
 @pytest.fixture(scope="module")
 def bake(tmp_path_factory):
     """A one-layer GPT-OSS bake whose vocabulary (64) SGLang does not pad, so its embeddings are plain copies."""
-    root = tmp_path_factory.mktemp("whole")
-    source = write_gpt_oss(root / "src", num_layers=1, num_experts=4, hidden=160, intermediate=96, vocab=64)
-    convert(source, root / "out", ConvertOptions("sm90-cutlass", engine=sglang_oracle.ENGINE), progress=False)
-    return root / "out"
+    return sglang_oracle.gpt_oss_bake(tmp_path_factory.mktemp("whole"), num_layers=1, num_experts=4, hidden=160,
+                                      intermediate=96, vocab=64)
 
 
 @contextmanager

@@ -72,6 +72,18 @@ def standins_hidden_after_each_test():
     standins.hide()
 
 
+def gpt_oss_bake(root: Path, **shape) -> Path:
+    """``root/src``: a synthetic GPT-OSS source of ``shape`` (:func:`moebake.synthetic.write_gpt_oss`'s keywords), and
+    ``root/out``: its ``sm90-cutlass`` bake for this oracle's SGLang release (:data:`ENGINE`); returns ``root/out``."""
+    from moebake.convert.options import ConvertOptions
+    from moebake.convert.run import convert
+    from moebake.synthetic import write_gpt_oss
+
+    source = write_gpt_oss(Path(root) / "src", **shape)
+    convert(source, Path(root) / "out", ConvertOptions("sm90-cutlass", engine=ENGINE), progress=False)
+    return Path(root) / "out"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
