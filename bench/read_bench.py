@@ -60,6 +60,7 @@ import mmap
 import os
 import statistics
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -505,8 +506,9 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
         _, file_bytes, segment, ranks, rank, device = key
         ax.set_title(f"{file_bytes / 1e9:.2f} GB file, rank {rank} of {ranks}\n{segment / MIB:g} MiB segments, {device}",
                      fontsize=9)
-    if results.get("machine"):
-        figure.suptitle(results["machine"], fontsize=8)
+    if results.get("machine"):  # wrapped to the figure's width (about 16 characters of 8-point text per inch)
+        width = int(figure.get_size_inches()[0] * 16)
+        figure.suptitle(textwrap.fill(results["machine"], width), fontsize=8)
     benchkit.save(figure, png, dpi=120)
     plt.close(figure)
     return png

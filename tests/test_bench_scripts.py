@@ -626,6 +626,18 @@ def test_startup_bench_table_is_the_committed_markdown(tmp_path):
     assert len(six) == 8 and all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in six)
     for run in (r for r in six if r["path"] == "bake" and r["cache"] == "cold"):  # no node read another rank's rows
         assert max(run["node_bytes_read"]) <= run["node_bytes_needed"] * 1.005
+    # 2026-11-28, DeepSeek-V4-Flash's experts, 8 layers: 4 and 2 simulated nodes, then EP 2 and 1 warm
+    assert "| 4 x 1 | bake | 5.37 | 5.17, 5.27, 5.07, 5.37 | 9.61 | 9.59 | 6.49 | 0.83 | 4.22x | 0.00 |" in text
+    assert "| 4 x 1 | stock | 22.67 |" in text and "| 4 x 1 | presharded | 6.01 |" in text
+    assert "| 2 x 1 | bake | 10.54 |" in text and "| 2 x 1 | presharded | 10.73 |" in text
+    assert "| 2 | warm | 4.07 | 2.37 | 0.87 | 4.69x | 2.73x | 0.71 | 1.22 |" in text
+    assert "| 1 | warm | 4.67 | 4.65 | 1.18 | 3.97x | 3.95x | 1.31 | 0.90 |" in text
+    v4 = [r for r in runs if r["model"] == "deepseek-v4-flash" and r["path"] in ("presharded", "bake")]
+    assert len(v4) == 8 and all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in v4)
+    for run in (r for r in v4 if r["path"] == "bake"):
+        assert run["peak_gpu_extra_gib"] == 0.0
+        if run["cache"] == "cold":
+            assert max(run["node_bytes_read"]) <= run["node_bytes_needed"] * 1.002
 
 
 def test_startup_bench_cpu_table_is_the_committed_markdown(tmp_path):
@@ -688,6 +700,19 @@ def test_read_bench_h200_table_is_the_committed_markdown(tmp_path):
     for i, run in enumerate(runs):
         if run["method"].startswith(("staged", "willneed")) and i not in first_cuda:
             assert run["bytes_read"] <= run["bytes_requested"] * 1.001, run
+
+
+def test_read_bench_h200x2_table_is_the_committed_markdown(tmp_path):
+    """bench/results/read_h200x2.md (a call per layer against one call for all, 2 GiB segments) is what
+    ``read_bench.py table`` makes of the JSON beside it; every method read a rank's ranges and no more."""
+    md = load_bench("read_bench.py").table(RESULTS / "read_h200x2.json", tmp_path / "read.md")
+    text = md.read_text()
+    assert text == (RESULTS / "read_h200x2.md").read_text().replace(
+        "table bench/results/read_h200x2.json", f"table {RESULTS / 'read_h200x2.json'}")
+    assert "| per-range-8x16M | 3 | 1.601 | 1.343 | 1.270-1.391 | 0.90x | 1.000x |" in text
+    assert "| staged-8x16M | 3 | 1.501 | 1.440 | 1.284-1.568 | 0.96x | 1.000x |" in text
+    for run in json.loads((RESULTS / "read_h200x2.json").read_text())["runs"]:
+        assert run["bytes_read"] <= run["bytes_requested"] * 1.0002, run
 
 
 def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):
