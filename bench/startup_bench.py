@@ -46,7 +46,8 @@ measured in the same run (:func:`measure_limits`). Cold runs drop the page cache
 model's files from it (:func:`_drop_page_cache`). ``phases`` (the slowest
 rank's; absent from older files): seconds of the timed region's parts, wall clock: ``build`` (the model's
 construction), ``iterate`` (the weight iteration with every loader it calls; of it, ``iterate_reads``: moebake's reads
-of the other tensors), ``post_load`` (every MoE layer's post-load step; of it, ``post_load_reads``: moebake's reads of
+of the other tensors, and of those, ``iterate_ring``: the allocation of the reader's pinned ring, which the first read
+makes), ``post_load`` (every MoE layer's post-load step; of it, ``post_load_reads``: moebake's reads of
 the experts), ``sync`` (the final CUDA synchronize) and ``other`` (the rest; presharded: its reload but the build).
 ``readahead`` (the bake's with ``--readahead on|both``, the slowest rank's; absent from older files): what the
 plugin's read-ahead (:mod:`moebake.serving_core.readahead`) did beside those parts: ``seconds`` from its first read to
@@ -72,6 +73,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -95,6 +97,8 @@ SHAPES = {"gpt-oss": {"hidden": 2880, "intermediate": 2880, "heads": 64, "kv_hea
           "tiny": {"hidden": 256, "intermediate": 128, "heads": 4, "kv_heads": 2, "head_dim": 32, "vocab": 64,
                    "top_k": 2}}
 GIB = 2**30
+READER_THREADS = 8  # a rank's reading threads: StagedReader's default slots
+PHASE_SHARES = ("_reads", "_ring")  # phases that are a share of another (iterate_reads of iterate ...), not added to it
 
 
 # ----------------------------------------------------------------------------------------------- make
@@ -355,6 +359,8 @@ def _load_from_checkpoint(path: str, root, quant, files: list[str], directory: P
                     load(name, tensor)
             requested += direct.stats.loaded_bytes if direct else 0
             phases["iterate_reads"] = direct.stats.seconds if direct else 0.0
+            if direct is not None and hasattr(direct.reader, "ring_seconds"):  # the first read pinned the shared ring
+                phases["iterate_ring"] = direct.reader.ring_seconds
     params.clear()  # SGLang's load_weights drops its name -> parameter map before the post-load step replaces them
     with _timed(phases, "post_load"):
         for layer in _moe_layers(root):
@@ -436,7 +442,7 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
     seconds = time.perf_counter() - began
     if "readahead" in phases:  # what the bake's read-ahead did (not a part of the time: it runs beside the rest)
         result["readahead"] = phases.pop("readahead")
-    phases["other"] = seconds - sum(v for k, v in phases.items() if not k.endswith("_reads"))
+    phases["other"] = seconds - sum(v for k, v in phases.items() if not k.endswith(PHASE_SHARES))
     rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB  # before the digest's own copies
     rss_after = _rss_gib()
     resident = torch.cuda.memory_allocated() if cuda else 0
@@ -549,10 +555,9 @@ def _dd_direct_gbps(files: list[Path], streams: int = 8) -> float:
     return sum(f.stat().st_size for f in files) / (time.perf_counter() - began) / 1e9
 
 
-def _page_cache_gbps(files: list[Path], warm: bool = True) -> float:
-    """Read bandwidth through the page cache, 8 threads of ``preadv`` into one 16 MiB buffer each, GB/s: from a
-    warm cache (``warm``: the files are read once first), or whatever the cache holds now (after a drop: the disk
-    with the kernel's readahead, which beats O_DIRECT on some machines)."""
+def _buffered_disk_gbps(files: list[Path]) -> float:
+    """Read bandwidth of whatever the page cache holds now (after a drop: the disk with the kernel's readahead, which
+    beats O_DIRECT on some machines): a thread per file, each reading it whole in order with ``preadv`` of 16 MiB, GB/s."""
     from concurrent.futures import ThreadPoolExecutor
 
     def read(path):
@@ -565,13 +570,40 @@ def _page_cache_gbps(files: list[Path], warm: bool = True) -> float:
             os.close(fd)
         return offset
 
-    if warm:
-        for path in files:
-            read(path)
     began = time.perf_counter()
-    with ThreadPoolExecutor(8) as pool:
+    with ThreadPoolExecutor(len(files)) as pool:
         total = sum(pool.map(read, files))
     return total / (time.perf_counter() - began) / 1e9
+
+
+def _page_cache_gbps(files: list[Path], threads: int = READER_THREADS) -> float:
+    """Read bandwidth out of a warm page cache as a rank's reader reads it: ``threads`` threads, each ``preadv`` of
+    16 MiB chunks (the reader's) into a buffer of its own, over every chunk of ``files`` (each read once first), GB/s.
+    With ``READER_THREADS * G`` threads it stands for G ranks of one node reading at once: a read from the page cache
+    is a copy the kernel makes in the calling thread, outside the GIL, so threads of one process copy in parallel as
+    the ranks' processes do."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    chunk = 16 << 20
+    local = threading.local()
+    fds = {path: os.open(path, os.O_RDONLY) for path in files}
+    try:
+        chunks = [(fds[path], offset) for path in files for offset in range(0, path.stat().st_size, chunk)]
+
+        def read(job):
+            if not hasattr(local, "buffer"):
+                local.buffer = bytearray(chunk)
+            return os.preadv(job[0], [local.buffer], job[1])
+
+        with ThreadPoolExecutor(threads) as pool:
+            sum(pool.map(read, chunks))  # warm: every page in the cache before the clock
+            began = time.perf_counter()
+            total = sum(pool.map(read, chunks))
+        return total / (time.perf_counter() - began) / 1e9
+    finally:
+        for fd in fds.values():
+            os.close(fd)
 
 
 def _h2d_gbps(pinned: bool) -> float:
@@ -588,15 +620,20 @@ def _h2d_gbps(pinned: bool) -> float:
     return 3 * host.numel() / (time.perf_counter() - began) / 1e9
 
 
-def measure_limits(directory: Path) -> dict:
-    """The machine's physical limits, measured now: disk (O_DIRECT, 8 streams), page cache, pinned/pageable H2D."""
+def measure_limits(directory: Path, node_ranks: Iterable[int] = ()) -> dict:
+    """The machine's physical limits, measured now: disk (O_DIRECT, 8 streams; buffered, a thread per file), the page
+    cache as one rank's reader reads it (``page_cache_gbps``) and, for each G of ``node_ranks`` above 1, as G such
+    ranks of one node read it at once (``page_cache_node_gbps[str(G)]``: the node's total), pinned/pageable H2D."""
     files = sorted((directory / "out").glob("*.safetensors"), key=lambda p: -p.stat().st_size)
     _drop_page_cache(directory)
     direct = _dd_direct_gbps(files)
     _drop_page_cache(directory)
-    buffered = _page_cache_gbps(files[:8], warm=False)
+    buffered = _buffered_disk_gbps(files[:8])
     limits = {"disk_direct_gbps": direct, "disk_buffered_gbps": buffered, "disk_gbps": max(direct, buffered),
-              "page_cache_gbps": _page_cache_gbps(files[:4])}
+              "page_cache_gbps": _page_cache_gbps(files[:4]), "page_cache_threads": READER_THREADS}
+    node = {str(g): _page_cache_gbps(files[:4], READER_THREADS * g) for g in sorted(set(node_ranks)) if g > 1}
+    if node:
+        limits["page_cache_node_gbps"] = node
     import torch
 
     if torch.cuda.is_available():
@@ -605,10 +642,15 @@ def measure_limits(directory: Path) -> dict:
 
 
 def limit_seconds(bytes_per_rank: int, ep: int, cache: str, limits: dict) -> float:
-    """The fastest a rank's bytes can get to its GPU: cold, all ranks' bytes through the one disk; warm, a rank's
-    bytes out of the page cache; and never faster than pinned host-to-device copies of a rank's bytes."""
-    source = bytes_per_rank * ep / (limits["disk_gbps"] * 1e9) if cache == "cold" else \
-        bytes_per_rank / (limits["page_cache_gbps"] * 1e9)
+    """The fastest a rank's bytes can get to its GPU, its ``ep`` ranks on one node: cold, all ranks' bytes through
+    the one disk; warm, a rank's bytes out of the page cache, at one rank's probed bandwidth or, where the session
+    measured ``ep`` ranks reading at once, at its share of theirs if that is less; never faster than pinned
+    host-to-device copies of a rank's bytes."""
+    if cache == "cold":
+        source = bytes_per_rank * ep / (limits["disk_gbps"] * 1e9)
+    else:
+        node = limits.get("page_cache_node_gbps", {}).get(str(ep))
+        source = bytes_per_rank / (min(limits["page_cache_gbps"], node / ep if node else float("inf")) * 1e9)
     h2d = bytes_per_rank / (limits.get("h2d_pinned_gbps", float("inf")) * 1e9)
     return max(source, h2d)
 
@@ -647,7 +689,8 @@ def run_all(args) -> None:
     results_path = Path(args.out)
     results = json.loads(results_path.read_text()) if results_path.is_file() else {"runs": []}
     gpus = torch.cuda.device_count()
-    limits = measure_limits(directory)
+    warm_eps = [ep for ep in args.ep if not gpus or ep <= gpus] if "warm" in args.cache else []
+    limits = measure_limits(directory, node_ranks=warm_eps)  # a warm EP's ranks all read on this one node
     results.setdefault("limits", []).append({"model": about["model"], "layers": about["layers"], **limits})
     print("limits:", json.dumps(limits), flush=True)
     if gpus:  # the CUDA context, module and page tables once, so the first timed run is not a warm-up

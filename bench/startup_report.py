@@ -155,6 +155,10 @@ def _limits_line(limits: dict) -> str:
     else:
         disk += " (the only disk probe of that session: it underestimates the disk, whose buffered reads are faster)"
     line = f"{disk}; page cache {limits['page_cache_gbps']:.1f} GB/s"
+    if "page_cache_threads" in limits:
+        line += f" ({limits['page_cache_threads']} threads, as one rank's reader)"
+    for ranks, gbps in limits.get("page_cache_node_gbps", {}).items():
+        line += f", {gbps:.1f} GB/s with {ranks} such ranks reading at once (the node's total)"
     if "h2d_pinned_gbps" in limits:
         line += f"; host-to-device {limits['h2d_pinned_gbps']:.1f} GB/s pinned, {limits['h2d_pageable_gbps']:.1f} GB/s pageable"
     return line
@@ -211,11 +215,13 @@ def _rss_split(runs: list[dict]) -> list[str]:
     return lines
 
 
-def _phase(phases: dict, name: str, reads: str | None = None) -> str:
-    """``phases[name]`` seconds (with ``phases[reads]``, the moebake reads inside it, in brackets), ``-`` if absent."""
+def _phase(phases: dict, name: str, reads: str | None = None, ring: str | None = None) -> str:
+    """``phases[name]`` seconds (with ``phases[reads]``, the moebake reads inside it, in brackets, and of those
+    ``phases[ring]``, the reader's ring allocation, where recorded), ``-`` if absent."""
     if name not in phases:
         return "-"
-    inside = f" ({phases[reads]:.2f})" if reads in phases else ""
+    pinned = f"; ring {phases[ring]:.3f}" if ring in phases else ""
+    inside = f" ({phases[reads]:.2f}{pinned})" if reads in phases else ""
     return f"{phases[name]:.2f}{inside}"
 
 
@@ -226,8 +232,10 @@ def _phase_rows(runs: list[dict], repeats: list[dict] = ()) -> list[str]:
     if not timed:
         return []
     ahead = any("readahead" in r for r in timed)  # files from before the read-ahead keep their table as it was
+    ringed = any("iterate_ring" in r["phases"] for r in timed)  # and files from before the ring's clock, theirs
     lines = ["", "Where the time goes, seconds (slowest rank, wall clock): the model's construction; the weight iteration "
-             "with every loader it calls (in brackets: moebake's reads of the other tensors); every MoE layer's "
+             "with every loader it calls (in brackets: moebake's reads of the other tensors" + ("; of them, the "
+             "pinning of its reader's ring, which the first read makes" if ringed else "") + "); every MoE layer's "
              "post-load step (in brackets: moebake's reads of the experts); the final CUDA synchronize; the rest "
              "(presharded: its reload but the build)" + ("; beside them, the bake's read-ahead: seconds from its first "
                                                         "read to its last (in brackets: GB it read into the page cache)"
@@ -240,7 +248,7 @@ def _phase_rows(runs: list[dict], repeats: list[dict] = ()) -> list[str]:
         layout = _layout(r)
         path = r["path"] + (", read-ahead" if r.get("readahead_enabled") else ", repeat" if any(r is x for x in repeats) else "")
         line = (f"| {layout} | {r['cache']} | {path} | {r['seconds']:.2f} | {_phase(p, 'build')} | "
-                f"{_phase(p, 'iterate', 'iterate_reads')} | {_phase(p, 'post_load', 'post_load_reads')} | "
+                f"{_phase(p, 'iterate', 'iterate_reads', 'iterate_ring')} | {_phase(p, 'post_load', 'post_load_reads')} | "
                 f"{_phase(p, 'sync')} | {_phase(p, 'other')} |")
         if ahead:
             read = r.get("readahead")
@@ -309,7 +317,8 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
               "of stock SGLang from the source, SGLang's presharded reload of its own dump, and the bake through "
               "moebake's plugin; the physical limit (the fastest the bake's bytes can reach the GPUs: cold, every "
               "rank's bytes through the one disk at the faster of the session's disk probes; warm, a rank's bytes out "
-              "of the page cache; never faster than pinned host-to-device copies); bytes read from the block device "
+              "of the page cache, at its share of the node's where the session measured the node's ranks reading at "
+              "once; never faster than pinned host-to-device copies); bytes read from the block device "
               "(all ranks); peak GPU memory beyond the parameters resident at the end (largest rank); peak host RSS "
               "(largest rank, mapped file pages included).", ""]
     experts = {(r["model"], r["layers"]): r["experts"] for r in runs}

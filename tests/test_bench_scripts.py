@@ -570,11 +570,13 @@ def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_pa
     for (path, ep, nodes), run in runs.items():  # the slowest rank's phases: what ran in the timed region, no more
         if path != "presharded-dump":
             parts = {"build", "other"} | ({"iterate", "post_load"} if path != "presharded" else set())
-            assert parts | ({"iterate_reads", "post_load_reads"} if path == "bake" else set()) == set(run["phases"])
-            whole = sum(v for k, v in run["phases"].items() if not k.endswith("_reads"))
+            shares = {"iterate_reads", "iterate_ring", "post_load_reads"} if path == "bake" else set()
+            assert parts | shares == set(run["phases"])
+            whole = sum(v for k, v in run["phases"].items() if k not in shares)
             assert abs(whole - run["seconds"]) < 1e-6 and run["phases"]["build"] > 0
     bake = runs["bake", 1, 1]["phases"]
     assert 0 < bake["iterate_reads"] <= bake["iterate"] and 0 < bake["post_load_reads"] <= bake["post_load"]
+    assert bake["iterate_ring"] == 0.0  # a CPU device's reader reads straight into the parameters: no ring to pin
     assert not list(tmp_path.glob("presharded-ep*.json")) and not any((tmp_path / "src" / "presharded").iterdir())
     from moebake.schema.manifest import Manifest, read_manifest
 
@@ -713,6 +715,49 @@ def test_read_bench_h200x2_table_is_the_committed_markdown(tmp_path):
     assert "| staged-8x16M | 3 | 1.501 | 1.440 | 1.284-1.568 | 0.96x | 1.000x |" in text
     for run in json.loads((RESULTS / "read_h200x2.json").read_text())["runs"]:
         assert run["bytes_read"] <= run["bytes_requested"] * 1.0002, run
+
+
+def test_startup_bench_warm_limit_is_a_rank_share_of_the_node_page_cache_where_measured():
+    """Warm, a rank's bytes at one rank's page-cache bandwidth, or at its share of the node's (``ep`` ranks reading
+    at once) where that is less; cold, every rank's bytes through the one disk; never under the pinned copies."""
+    limit_seconds = load_bench("startup_bench.py").limit_seconds
+    one = {"disk_gbps": 2.0, "page_cache_gbps": 20.0, "h2d_pinned_gbps": 50.0}
+    assert limit_seconds(10e9, 2, "warm", one) == 10e9 / 20e9
+    assert limit_seconds(10e9, 2, "warm", {**one, "page_cache_node_gbps": {"2": 30.0}}) == 10e9 / 15e9  # shared
+    assert limit_seconds(10e9, 2, "warm", {**one, "page_cache_node_gbps": {"2": 50.0}}) == 10e9 / 20e9  # not less
+    assert limit_seconds(10e9, 4, "warm", {**one, "page_cache_node_gbps": {"2": 30.0}}) == 10e9 / 20e9  # not measured
+    assert limit_seconds(10e9, 2, "cold", {**one, "page_cache_node_gbps": {"2": 30.0}}) == 2 * 10e9 / 2e9
+    assert limit_seconds(10e9, 1, "warm", {**one, "page_cache_gbps": 400.0}) == 10e9 / 50e9  # the copies bind
+
+
+def test_startup_bench_page_cache_probe_reads_every_chunk_with_the_threads_asked(tmp_path, monkeypatch):
+    """The page-cache probe reads every 16 MiB chunk of the files once to warm them, then once on the clock, with
+    ``threads`` reads at once even where the files are fewer (as a rank's reader has its threads on one file), and
+    divides the timed bytes by the timed seconds."""
+    import threading
+
+    bench = load_bench("startup_bench.py")
+    files = [tmp_path / "a", tmp_path / "b"]
+    files[0].write_bytes(b"\1" * (40 << 20))  # 3 chunks, the last short
+    files[1].write_bytes(b"\2" * (10 << 20))  # 1 chunk
+    calls, threads, real, lock = [], set(), os.preadv, threading.Lock()
+    together = threading.Barrier(3, timeout=20)  # the first 3 reads wait for each other: 3 in flight, 2 files
+
+    def preadv(fd, buffers, offset):
+        with lock:
+            calls.append(offset)
+            first = len(calls) <= 3
+        threads.add(threading.get_ident())
+        if first:
+            together.wait()
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(bench.os, "preadv", preadv)
+    clock = iter([100.0, 102.0])
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
+    gbps = bench._page_cache_gbps(files, threads=3)
+    assert gbps == (50 << 20) / 2.0 / 1e9
+    assert sorted(calls) == sorted([0, 16 << 20, 32 << 20, 0] * 2) and len(threads) == 3
 
 
 def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):

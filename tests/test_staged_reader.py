@@ -74,6 +74,28 @@ def test_the_reading_threads_and_the_ring_are_kept_between_reads_until_closed(da
     reader.close()
 
 
+def test_ring_seconds_counts_each_allocation_of_the_ring_and_nothing_else(data_file, monkeypatch):
+    """The first staged read pays for the ring (inside its clock); a second read re-uses it and adds nothing; a read
+    after ``close`` allocates again. Unstaged reads have no ring."""
+    path, _ = data_file
+    clock = iter(range(100, 10_000, 10))  # each perf_counter call 10 s later: the count is of calls, not of speed
+    monkeypatch.setattr(staged_reader.time, "perf_counter", lambda: next(clock))
+    dests = [torch.empty(n, dtype=torch.uint8) for _, n in PIECES]
+    reader = StagedReader(torch.device("cpu"), chunk_bytes=1024, slots=3, staged=True)
+    assert reader.ring_seconds == 0.0
+    reader.read(_ranges(path, dests))
+    assert reader.ring_seconds == 10
+    reader.read(_ranges(path, dests))
+    assert reader.ring_seconds == 10
+    reader.close()
+    reader.read(_ranges(path, dests))
+    assert reader.ring_seconds == 20
+    reader.close()
+    direct = StagedReader(torch.device("cpu"), chunk_bytes=1024, slots=3, staged=False)
+    direct.read(_ranges(path, dests))
+    assert direct.ring_seconds == 0.0
+
+
 @pytest.mark.parametrize("staged", [True, False])
 def test_a_failed_read_returns_only_after_every_other_read_has_ended(data_file, monkeypatch, staged):
     """The reading threads outlive a call: a call that fails must still wait for its other reads, which would

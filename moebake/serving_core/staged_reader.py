@@ -15,7 +15,9 @@ too. Each read is a whole chunk, so the reads stay large.
 
 A reader keeps its ``slots`` reading threads and its ring between calls (one reader per device can serve every
 load of a process: the experts' and the other tensors'); :meth:`StagedReader.close` ends the threads and frees
-the ring. Every read a call started has ended before the call returns or raises.
+the ring. Every read a call started has ended before the call returns or raises. The first staged call allocates the
+ring (``slots`` pinned buffers of ``chunk_bytes``) inside its clock; :attr:`StagedReader.ring_seconds` says how long
+the allocations took, in all.
 
 ``on_consumed`` (None, or ``(path, range offset, nbytes)``): told of every chunk once its bytes have left the file
 (staged: when the chunk's read has ended; unstaged: when the call's reads have); a
@@ -118,6 +120,7 @@ class StagedReader:
         self._events: list = []
         self._executor: ThreadPoolExecutor | None = None
         self.on_consumed: Callable[[str, int, int], None] | None = None
+        self.ring_seconds = 0.0  # wall clock spent allocating the staging ring, every allocation (after close) summed
 
     def _consumed(self, chunk: "_Chunk") -> None:
         if self.on_consumed is not None:
@@ -137,9 +140,11 @@ class StagedReader:
 
     def _ring(self) -> tuple[list[torch.Tensor], list]:
         if not self._buffers:
+            begin = time.perf_counter()
             pin = self.device.type == "cuda"
             self._buffers = [torch.empty(self.chunk_bytes, dtype=torch.uint8, device="cpu", pin_memory=pin) for _ in range(self.slots)]
             self._events = [torch.cuda.Event() if pin else None for _ in range(self.slots)]
+            self.ring_seconds += time.perf_counter() - begin
         return self._buffers, self._events
 
     def _chunks(self, ranges: list[ByteRange]) -> list[_Chunk]:
