@@ -47,8 +47,9 @@ model's files from it (:func:`_drop_page_cache`). ``phases`` (the slowest
 rank's; absent from older files): seconds of the timed region's parts, wall clock: ``build`` (the model's
 construction), ``iterate`` (the weight iteration with every loader it calls; of it, ``iterate_reads``: moebake's reads
 of the other tensors, and of those, ``iterate_ring``: the allocation of the reader's pinned ring, which the first read
-makes), ``post_load`` (every MoE layer's post-load step; of it, ``post_load_reads``: moebake's reads of
-the experts), ``sync`` (the final CUDA synchronize) and ``other`` (the rest; presharded: its reload but the build).
+makes, and ``iterate_batches``: ``[seconds, bytes]`` of each read call), ``post_load`` (every MoE layer's post-load
+step; of it, ``post_load_reads``: moebake's reads of the experts), ``sync`` (the final CUDA synchronize) and
+``other`` (the rest; presharded: its reload but the build).
 ``readahead`` (the bake's with ``--readahead on|both``, the slowest rank's; absent from older files): what the
 plugin's read-ahead (:mod:`moebake.serving_core.readahead`) did beside those parts: ``seconds`` from its first read to
 its last, ``bytes`` it read into the page cache of ``planned_bytes``, ``skipped_bytes`` the loader read first,
@@ -98,7 +99,7 @@ SHAPES = {"gpt-oss": {"hidden": 2880, "intermediate": 2880, "heads": 64, "kv_hea
                    "top_k": 2}}
 GIB = 2**30
 READER_THREADS = 8  # a rank's reading threads: StagedReader's default slots
-PHASE_SHARES = ("_reads", "_ring")  # phases that are a share of another (iterate_reads of iterate ...), not added to it
+PHASE_SHARES = ("_reads", "_ring", "_batches")  # parts of another phase (iterate_reads of iterate ...): not added
 
 
 # ----------------------------------------------------------------------------------------------- make
@@ -361,6 +362,7 @@ def _load_from_checkpoint(path: str, root, quant, files: list[str], directory: P
             phases["iterate_reads"] = direct.stats.seconds if direct else 0.0
             if direct is not None and hasattr(direct.reader, "ring_seconds"):  # the first read pinned the shared ring
                 phases["iterate_ring"] = direct.reader.ring_seconds
+                phases["iterate_batches"] = [list(batch) for batch in direct.stats.batches]
     params.clear()  # SGLang's load_weights drops its name -> parameter map before the post-load step replaces them
     with _timed(phases, "post_load"):
         for layer in _moe_layers(root):

@@ -215,13 +215,19 @@ def _rss_split(runs: list[dict]) -> list[str]:
     return lines
 
 
-def _phase(phases: dict, name: str, reads: str | None = None, ring: str | None = None) -> str:
-    """``phases[name]`` seconds (with ``phases[reads]``, the moebake reads inside it, in brackets, and of those
-    ``phases[ring]``, the reader's ring allocation, where recorded), ``-`` if absent."""
+def _phase(phases: dict, name: str, reads: str | None = None, first: str | None = None) -> str:
+    """``phases[name]`` seconds (with ``phases[reads]``, the moebake reads inside it, in brackets, and where recorded
+    the first read call's part of them: ``phases[first + "_ring"]``, its pinning of the reader's ring, and
+    ``phases[first + "_batches"][0]``, its seconds and bytes), ``-`` if absent."""
     if name not in phases:
         return "-"
-    pinned = f"; ring {phases[ring]:.3f}" if ring in phases else ""
-    inside = f" ({phases[reads]:.2f}{pinned})" if reads in phases else ""
+    extra = ""
+    if first and f"{first}_ring" in phases:
+        extra += f"; ring {phases[f'{first}_ring']:.3f}"
+    if first and phases.get(f"{first}_batches"):
+        seconds, size = phases[f"{first}_batches"][0]
+        extra += f"; first read {seconds:.3f} s, {size / 1e9:.2f} GB"
+    inside = f" ({phases[reads]:.2f}{extra})" if reads in phases else ""
     return f"{phases[name]:.2f}{inside}"
 
 
@@ -235,7 +241,8 @@ def _phase_rows(runs: list[dict], repeats: list[dict] = ()) -> list[str]:
     ringed = any("iterate_ring" in r["phases"] for r in timed)  # and files from before the ring's clock, theirs
     lines = ["", "Where the time goes, seconds (slowest rank, wall clock): the model's construction; the weight iteration "
              "with every loader it calls (in brackets: moebake's reads of the other tensors" + ("; of them, the "
-             "pinning of its reader's ring, which the first read makes" if ringed else "") + "); every MoE layer's "
+             "pinning of its reader's ring, which the first read call makes, and that call's seconds and bytes"
+             if ringed else "") + "); every MoE layer's "
              "post-load step (in brackets: moebake's reads of the experts); the final CUDA synchronize; the rest "
              "(presharded: its reload but the build)" + ("; beside them, the bake's read-ahead: seconds from its first "
                                                         "read to its last (in brackets: GB it read into the page cache)"
@@ -248,7 +255,7 @@ def _phase_rows(runs: list[dict], repeats: list[dict] = ()) -> list[str]:
         layout = _layout(r)
         path = r["path"] + (", read-ahead" if r.get("readahead_enabled") else ", repeat" if any(r is x for x in repeats) else "")
         line = (f"| {layout} | {r['cache']} | {path} | {r['seconds']:.2f} | {_phase(p, 'build')} | "
-                f"{_phase(p, 'iterate', 'iterate_reads', 'iterate_ring')} | {_phase(p, 'post_load', 'post_load_reads')} | "
+                f"{_phase(p, 'iterate', 'iterate_reads', 'iterate')} | {_phase(p, 'post_load', 'post_load_reads')} | "
                 f"{_phase(p, 'sync')} | {_phase(p, 'other')} |")
         if ahead:
             read = r.get("readahead")

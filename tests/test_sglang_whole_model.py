@@ -136,6 +136,9 @@ def test_filtered_parameters_equal_sglangs_own_loading_byte_for_byte(bake):
     assert stats.loaded_bytes == sum(files[n].numel() * files[n].element_size() for n in DIRECT)
     assert stats.zeroed_bytes == 64 * files["lm_head.weight"].shape[1] * 2  # the head's 64 padding rows, bf16
     assert stats.passed_bytes == sum(t.numel() * t.element_size() for n, t in files.items() if n not in DIRECT)
+    sizes = [size for _, size in stats.batches]  # a read call each time 10,000 bytes were pending, then the rest
+    assert len(sizes) >= 2 and all(size >= 10_000 for size in sizes[:-1]) and sum(sizes) == stats.loaded_bytes
+    assert sum(seconds for seconds, _ in stats.batches) == stats.seconds
 
 
 def test_other_loaders_shapes_and_dtypes_pass_through_untouched(bake):

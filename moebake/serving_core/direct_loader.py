@@ -89,7 +89,8 @@ class DirectLoadStats:
     row shard its rows only; ``zeroed_bytes``: the parameters' bytes set to zero after a row shard's rows);
     ``passed``: names yielded to the engine (``passed_bytes``: their ``numel * element_size``, from metadata);
     ``seconds``: wall clock of moebake's reads (until the bytes are on the device); ``finished``: the engine's
-    iterator was exhausted and every kept-back tensor has been read.
+    iterator was exhausted and every kept-back tensor has been read; ``batches``: ``(seconds, bytes)`` of each read
+    call in turn (the first also starts the reader: its threads, and its pinned ring on a CUDA device).
     """
 
     loaded: tuple[str, ...]
@@ -99,6 +100,7 @@ class DirectLoadStats:
     seconds: float
     finished: bool
     zeroed_bytes: int = 0
+    batches: tuple[tuple[float, int], ...] = ()
 
     def __str__(self) -> str:
         return (f"{len(self.loaded)} tensors ({self.loaded_bytes} bytes) read directly in {self.seconds:.3f} s, "
@@ -139,6 +141,7 @@ class DirectParameterLoader:
         self._passed: list[str] = []
         self._loaded_bytes = self._passed_bytes = self._zeroed_bytes = 0
         self._seconds = 0.0
+        self._batches: list[tuple[float, int]] = []
         self._pending: list[ByteRange] = []
         self._pending_bytes = 0
         self._finished = False
@@ -147,7 +150,7 @@ class DirectParameterLoader:
     @property
     def stats(self) -> DirectLoadStats:
         return DirectLoadStats(tuple(self._loaded), self._loaded_bytes, tuple(self._passed), self._passed_bytes,
-                               self._seconds, self._finished, self._zeroed_bytes)
+                               self._seconds, self._finished, self._zeroed_bytes, tuple(self._batches))
 
     def _same_device(self, param: torch.Tensor) -> bool:
         if param.device.type != self.device.type:
@@ -259,4 +262,6 @@ class DirectParameterLoader:
         if pending:
             begin = time.perf_counter()
             self.reader.read(pending)
-            self._seconds += time.perf_counter() - begin
+            took = time.perf_counter() - begin
+            self._seconds += took
+            self._batches.append((took, sum(piece.dest.numel() for piece in pending)))
