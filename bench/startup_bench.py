@@ -98,7 +98,6 @@ SHAPES = {"gpt-oss": {"hidden": 2880, "intermediate": 2880, "heads": 64, "kv_hea
           "tiny": {"hidden": 256, "intermediate": 128, "heads": 4, "kv_heads": 2, "head_dim": 32, "vocab": 64,
                    "top_k": 2}}
 GIB = 2**30
-READER_THREADS = 8  # a rank's reading threads: StagedReader's default slots
 PHASE_SHARES = ("_reads", "_ring", "_batches")  # parts of another phase (iterate_reads of iterate ...): not added
 
 
@@ -362,6 +361,7 @@ def _load_from_checkpoint(path: str, root, quant, files: list[str], directory: P
             phases["iterate_reads"] = direct.stats.seconds if direct else 0.0
             if direct is not None and hasattr(direct.reader, "ring_seconds"):  # the first read pinned the shared ring
                 phases["iterate_ring"] = direct.reader.ring_seconds
+            if direct is not None and hasattr(direct.stats, "batches"):  # (both absent from older checkouts)
                 phases["iterate_batches"] = [list(batch) for batch in direct.stats.batches]
     params.clear()  # SGLang's load_weights drops its name -> parameter map before the post-load step replaces them
     with _timed(phases, "post_load"):
@@ -578,16 +578,18 @@ def _buffered_disk_gbps(files: list[Path]) -> float:
     return total / (time.perf_counter() - began) / 1e9
 
 
-def _page_cache_gbps(files: list[Path], threads: int = READER_THREADS) -> float:
-    """Read bandwidth out of a warm page cache as a rank's reader reads it: ``threads`` threads, each ``preadv`` of
-    16 MiB chunks (the reader's) into a buffer of its own, over every chunk of ``files`` (each read once first), GB/s.
-    With ``READER_THREADS * G`` threads it stands for G ranks of one node reading at once: a read from the page cache
-    is a copy the kernel makes in the calling thread, outside the GIL, so threads of one process copy in parallel as
-    the ranks' processes do."""
+def _page_cache_gbps(files: list[Path], threads: int | None = None) -> float:
+    """Read bandwidth out of a warm page cache as a rank's reader reads it: ``threads`` threads (default: the reader's,
+    ``DEFAULT_SLOTS``), each ``preadv`` of the reader's chunks (``DEFAULT_CHUNK_BYTES``) into a buffer of its own, over
+    every chunk of ``files`` (each read once first), GB/s. With ``DEFAULT_SLOTS * G`` threads it stands for G ranks of
+    one node reading at once: a read from the page cache is a copy the kernel makes in the calling thread, outside the
+    GIL, so threads of one process copy in parallel as the ranks' processes do."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    chunk = 16 << 20
+    from moebake.serving_core.staged_reader import DEFAULT_CHUNK_BYTES, DEFAULT_SLOTS
+
+    threads, chunk = threads or DEFAULT_SLOTS, DEFAULT_CHUNK_BYTES
     local = threading.local()
     fds = {path: os.open(path, os.O_RDONLY) for path in files}
     try:
@@ -626,14 +628,16 @@ def measure_limits(directory: Path, node_ranks: Iterable[int] = ()) -> dict:
     """The machine's physical limits, measured now: disk (O_DIRECT, 8 streams; buffered, a thread per file), the page
     cache as one rank's reader reads it (``page_cache_gbps``) and, for each G of ``node_ranks`` above 1, as G such
     ranks of one node read it at once (``page_cache_node_gbps[str(G)]``: the node's total), pinned/pageable H2D."""
+    from moebake.serving_core.staged_reader import DEFAULT_SLOTS
+
     files = sorted((directory / "out").glob("*.safetensors"), key=lambda p: -p.stat().st_size)
     _drop_page_cache(directory)
     direct = _dd_direct_gbps(files)
     _drop_page_cache(directory)
     buffered = _buffered_disk_gbps(files[:8])
     limits = {"disk_direct_gbps": direct, "disk_buffered_gbps": buffered, "disk_gbps": max(direct, buffered),
-              "page_cache_gbps": _page_cache_gbps(files[:4]), "page_cache_threads": READER_THREADS}
-    node = {str(g): _page_cache_gbps(files[:4], READER_THREADS * g) for g in sorted(set(node_ranks)) if g > 1}
+              "page_cache_gbps": _page_cache_gbps(files[:4]), "page_cache_threads": DEFAULT_SLOTS}
+    node = {str(g): _page_cache_gbps(files[:4], DEFAULT_SLOTS * g) for g in sorted(set(node_ranks)) if g > 1}
     if node:
         limits["page_cache_node_gbps"] = node
     import torch
@@ -691,8 +695,8 @@ def run_all(args) -> None:
     results_path = Path(args.out)
     results = json.loads(results_path.read_text()) if results_path.is_file() else {"runs": []}
     gpus = torch.cuda.device_count()
-    warm_eps = [ep for ep in args.ep if not gpus or ep <= gpus] if "warm" in args.cache else []
-    limits = measure_limits(directory, node_ranks=warm_eps)  # a warm EP's ranks all read on this one node
+    runnable = [ep for ep in args.ep if not gpus or ep <= gpus]  # this machine's GPUs hold each of its ranks
+    limits = measure_limits(directory, node_ranks=runnable if "warm" in args.cache else ())  # on this one node
     results.setdefault("limits", []).append({"model": about["model"], "layers": about["layers"], **limits})
     print("limits:", json.dumps(limits), flush=True)
     if gpus:  # the CUDA context, module and page tables once, so the first timed run is not a warm-up
@@ -708,7 +712,7 @@ def run_all(args) -> None:
         results_path.write_text(json.dumps(results, indent=1) + "\n")
 
     for ep in args.ep:
-        if gpus and ep > gpus:
+        if ep not in runnable:
             print(f"skip ep={ep}: {gpus} GPU(s)", flush=True)
             continue
         for cache in args.cache:

@@ -140,8 +140,7 @@ class DirectParameterLoader:
         self._loaded: list[str] = []
         self._passed: list[str] = []
         self._loaded_bytes = self._passed_bytes = self._zeroed_bytes = 0
-        self._seconds = 0.0
-        self._batches: list[tuple[float, int]] = []
+        self._batches: list[tuple[float, int]] = []  # each read call's (seconds, bytes): stats.seconds is their sum
         self._pending: list[ByteRange] = []
         self._pending_bytes = 0
         self._finished = False
@@ -150,7 +149,8 @@ class DirectParameterLoader:
     @property
     def stats(self) -> DirectLoadStats:
         return DirectLoadStats(tuple(self._loaded), self._loaded_bytes, tuple(self._passed), self._passed_bytes,
-                               self._seconds, self._finished, self._zeroed_bytes, tuple(self._batches))
+                               sum((seconds for seconds, _ in self._batches), 0.0), self._finished, self._zeroed_bytes,
+                               tuple(self._batches))
 
     def _same_device(self, param: torch.Tensor) -> bool:
         if param.device.type != self.device.type:
@@ -262,6 +262,4 @@ class DirectParameterLoader:
         if pending:
             begin = time.perf_counter()
             self.reader.read(pending)
-            took = time.perf_counter() - begin
-            self._seconds += took
-            self._batches.append((took, sum(piece.dest.numel() for piece in pending)))
+            self._batches.append((time.perf_counter() - begin, sum(piece.dest.numel() for piece in pending)))
