@@ -1,5 +1,6 @@
-"""Benchmark (not a test): how close a rank's cold reads of its byte ranges come to the disk's limit, read several
-ways, and how many bytes each way reads beyond those ranges.
+"""Benchmark (not a test): how close a rank's reads of its byte ranges come to the limit, read several ways, and how
+many bytes each way reads beyond those ranges: cold (``--cache cold``, the default), against the disk's limit, or warm
+(``--cache warm``), against the page cache's.
 
 A file (``make``: pseudo-random, non-zero bytes) stands for a bake's shards. It is cut into segments of
 ``--segment-mib`` S MiB (default 512: one baked tensor); rank K of R needs bytes ``[K*S/R, (K+1)*S/R)`` of each
@@ -15,11 +16,14 @@ whole file (the limits, into a 16 MiB buffer per thread). No method holds the fi
   one file's eighths); the ratios are to its GB/s;
 * ``limit-direct``: the same with ``O_DIRECT`` into page-aligned 16 MiB buffers (null, with the reason, where the
   file system refuses O_DIRECT, such as tmpfs);
-* ``staged-8x16M``, ``staged-16x16M``, ``staged-8x64M``, ``staged-4x64M``: the rank ranges through moebake's own
+* ``staged-8x16M``, ``staged-16x16M``, ``staged-8x64M``, ``staged-4x64M``, ``staged-8x8M``, ``staged-16x8M``,
+  ``staged-8x4M``, ``staged-16x4M``: the rank ranges through moebake's own
   :class:`~moebake.serving_core.staged_reader.StagedReader` (``slots`` x ``chunk_bytes``: reading threads, each an
-  ``os.preadv`` of one chunk into the pinned ring; descriptors with ``POSIX_FADV_RANDOM``, no readahead), as a
-  loader reads them (``staged=True`` on the CPU device, so the ring's pipeline runs there too). The reader's ring and
-  threads are made before the clock starts (a loader keeps its reader across its loads);
+  ``os.preadv`` of one chunk into the pinned ring of ``slots`` buffers; descriptors with ``POSIX_FADV_RANDOM``, no
+  readahead), as a loader reads them (``staged=True`` on the CPU device, so the ring's pipeline runs there too). The
+  reader's ring and threads are made before the clock starts (a loader keeps its reader across its loads;
+  ``ring_seconds``: how long pinning the ring took, the first pinning in the process the dearest: later rings may
+  re-use the pages torch's pinned-memory cache kept);
 * ``willneed-8x16M``: ``posix_fadvise(POSIX_FADV_WILLNEED)`` of every rank range first (on one ordinary
   descriptor), then ``staged-8x16M``'s read. Linux 6.x starts an asynchronous read of at most the readahead window
   (``read_ahead_kb``) from each range's start, not of the whole range (mincore on kernel 6.18: 7-8 MiB of a 256 MiB
@@ -32,24 +36,29 @@ whole file (the limits, into a 16 MiB buffer per thread). No method holds the fi
 * ``per-range-split-tail-8x16M``: the same with each call's last 8 chunks cut into 2 MiB pieces (a reader that keeps
   every thread reading until the call's end; only here, not in moebake).
 
-Before every method the page cache is dropped (root: ``sync``, then ``3`` to ``/proc/sys/vm/drop_caches``; where
+Cold, before every method the page cache is dropped (root: ``sync``, then ``3`` to ``/proc/sys/vm/drop_caches``; where
 refused, the file is evicted from it with ``posix_fadvise(DONTNEED)``, said once on stdout:
-:func:`benchkit.drop_page_cache`). ``--rounds`` N (default 2): each round runs every method once, round i starting
+:func:`benchkit.drop_page_cache`). Warm, the whole file is read once before the first method (``limit-buffered``'s
+read, untimed) and the cache is left as it is, so ``limit-buffered`` measures the page cache's limit: 8 threads copying
+out of it into buffers of their own, no device. ``--rounds`` N (default 2): each round runs every method once, round i starting
 at the i-th method (a rotated order), so a drift over the session weighs on all alike.
 
 Each run (``--out``, ``{"runs": [...]}``, appended to; ``machine``: what ``--machine`` says, when given; one JSON line
-per run on stdout as it ends): ``method``, ``round``, ``file`` (its path), ``file_bytes``, ``segment_bytes``,
-``ranks``, ``rank``, ``device``, ``slots`` and ``chunk_bytes`` (the method's threads and read size), ``seconds``
+per run on stdout as it ends): ``method``, ``round``, ``cache``, ``file`` (its path), ``file_bytes``, ``segment_bytes``,
+``ranks``, ``rank``, ``device``, ``slots`` and ``chunk_bytes`` (the method's threads and read size), ``ring_seconds``
+(pinning the ring, off the clock; null for the limits), ``seconds``
 (wall, until the bytes are on the device: CUDA synchronised), ``bytes_requested`` (the rank ranges' total; the limits:
 the whole file), ``bytes_read`` (the process's ``read_bytes`` in ``/proc/self/io`` after the call less before: bytes
 its threads had the block device read; null where unreadable), ``gbps`` (bytes_requested / seconds / 1e9), and
 ``error`` (why the method could not run; its seconds, bytes_read and gbps null). At the end, per method: the mean GB/s
 over the rounds, its ratio to ``limit-buffered``'s, and bytes_read / bytes_requested (the over-read). ``table``
-and ``plot`` group the runs by (file, file size, segment, ranks, rank, device).
+and ``plot`` group the runs by (cache, file, file size, segment, ranks, rank, device); a run without ``cache`` was cold.
 
     python bench/read_bench.py make --file /data/rb/f --gib 6
     python bench/read_bench.py run --file /data/rb/f --ranks 4 --rank 1 --rounds 2 \\
         --out bench/results/read_h200x2.json --machine "2 x H200, virtio /dev/vda"
+    python bench/read_bench.py run --file /data/rb/f --ranks 1 --rank 0 --cache warm --rounds 3 \
+        --out bench/results/read_warm_h200.json --machine "1 x H200"
     python bench/read_bench.py table bench/results/read_h200x2.json     # the .md beside it
     python bench/read_bench.py plot bench/results/read_h200x2.json      # the .png beside it
 """
@@ -228,11 +237,11 @@ def _split_tail_reader():
 
 
 def _staged(job: Job, slots: int, chunk_bytes: int, before: Callable[[], None] | None = None, *,
-            per_range: bool = False, split_tail: bool = False):
+            per_range: bool = False, split_tail: bool = False) -> "Prepared":
     """The rank ranges into ``job.dest`` through a :class:`StagedReader` of ``slots`` x ``chunk_bytes``; ``before()``
     runs on the clock, before the read. ``per_range``: one ``read`` call per range (the loaders make one per MoE layer,
     and each call ends when its last chunk is on the device), not one for all; ``split_tail``: the reader of
-    :func:`_split_tail_reader`. Returns ``(a function to time, a function to call after)``."""
+    :func:`_split_tail_reader`."""
     from moebake.serving_core.staged_reader import StagedReader
 
     kind = _split_tail_reader() if split_tail else StagedReader
@@ -252,7 +261,7 @@ def _staged(job: Job, slots: int, chunk_bytes: int, before: Callable[[], None] |
             reader.read(call)
         return job.dest
 
-    return timed, reader.close
+    return Prepared(timed, reader.close, reader.ring_seconds)
 
 
 def _willneed(job: Job) -> None:
@@ -280,24 +289,33 @@ def readahead_on():
 
 
 @dataclass(frozen=True)
+class Prepared:
+    """What a method's ``prepare`` made, off the clock: ``timed()`` is the timed read (it returns ``job.dest``, or None
+    for the limits), ``done()`` frees what prepare made; ``ring_seconds``: pinning the reader's ring (None: no ring)."""
+
+    timed: Callable[[], object]
+    done: Callable[[], None]
+    ring_seconds: float | None = None
+
+
+@dataclass(frozen=True)
 class Method:
-    """A way to read: ``prepare(job)`` (off the clock) gives ``(timed, done)``; ``timed()`` is the timed read (it
-    returns ``job.dest``, or None for the limits), ``done()`` frees what prepare made."""
+    """A way to read: ``prepare(job)`` (off the clock) gives its :class:`Prepared`."""
 
     slots: int
     chunk_bytes: int
     whole_file: bool
-    prepare: Callable[[Job], tuple[Callable[[], object], Callable[[], None]]]
+    prepare: Callable[[Job], Prepared]
     context: Callable[[], object] | None = None  # entered around the timed read
 
     def read(self, job: Job):
         """One read, untimed (tests compare the bytes with the file's): ``job.dest`` for a rank method, else None."""
-        timed, done = self.prepare(job)
+        prepared = self.prepare(job)
         try:
             with self.context() if self.context else _nothing():
-                return timed()
+                return prepared.timed()
         finally:
-            done()
+            prepared.done()
 
 
 @contextmanager
@@ -306,7 +324,7 @@ def _nothing():
 
 
 def _whole(read: Callable[[Job], None]) -> Method:
-    return Method(THREADS, PROBE_BYTES, True, lambda job: (lambda: read(job), lambda: None))
+    return Method(THREADS, PROBE_BYTES, True, lambda job: Prepared(lambda: read(job), lambda: None))
 
 
 def _reader(slots: int, chunk_bytes: int, context: Callable[[], object] | None = None, willneed: bool = False,
@@ -325,6 +343,10 @@ METHODS = {
     "staged-16x16M": _reader(16, 16 * MIB),
     "staged-8x64M": _reader(8, 64 * MIB),
     "staged-4x64M": _reader(4, 64 * MIB),
+    "staged-8x8M": _reader(8, 8 * MIB),
+    "staged-16x8M": _reader(16, 8 * MIB),
+    "staged-8x4M": _reader(8, 4 * MIB),
+    "staged-16x4M": _reader(16, 4 * MIB),
     "willneed-8x16M": _reader(8, 16 * MIB, willneed=True),
     "normal-8x16M": _reader(8, 16 * MIB, readahead_on),
     "per-range-8x16M": _reader(8, 16 * MIB, per_range=True),
@@ -340,38 +362,44 @@ def _synchronize(job: Job) -> None:
         torch.cuda.synchronize(job.device)
 
 
-def measure(job: Job, name: str, round_: int) -> dict:
-    """One cold run of method ``name``: the page cache dropped, the method prepared, then timed."""
+def measure(job: Job, name: str, round_: int, cache: str = "cold") -> dict:
+    """One run of method ``name``: cold, the page cache dropped first (warm, left as it is), the method prepared, then
+    timed."""
     from moebake.errors import MoebakeError
 
     method = METHODS[name]
-    run = {"method": name, "round": round_, "file": str(job.path), "file_bytes": job.file_bytes,
+    run = {"method": name, "round": round_, "cache": cache, "file": str(job.path), "file_bytes": job.file_bytes,
            "segment_bytes": job.segment_bytes, "ranks": job.ranks, "rank": job.rank, "device": str(job.device),
-           "slots": method.slots, "chunk_bytes": method.chunk_bytes, "seconds": None,
-           "bytes_requested": job.file_bytes if method.whole_file else job.requested, "bytes_read": None, "gbps": None}
-    benchkit.drop_page_cache([job.path])
+           "slots": method.slots, "chunk_bytes": method.chunk_bytes, "ring_seconds": None,
+           "seconds": None, "bytes_requested": job.file_bytes if method.whole_file else job.requested,
+           "bytes_read": None, "gbps": None}
+    if cache == "cold":
+        benchkit.drop_page_cache([job.path])
     try:
-        timed, done = method.prepare(job)
+        prepared = method.prepare(job)
         try:
             with method.context() if method.context else _nothing():
                 _synchronize(job)
                 before, began = benchkit.io_read_bytes(), time.perf_counter()
-                timed()
+                prepared.timed()
                 _synchronize(job)
                 seconds, after = time.perf_counter() - began, benchkit.io_read_bytes()
         finally:
-            done()
+            prepared.done()
     except (OSError, RuntimeError, MoebakeError) as err:  # refused (O_DIRECT), or out of memory: recorded
         return {**run, "error": f"{type(err).__name__}: {err}"}
-    return {**run, "seconds": seconds, "bytes_read": None if before is None or after is None else after - before,
+    return {**run, "ring_seconds": prepared.ring_seconds, "seconds": seconds,
+            "bytes_read": None if before is None or after is None else after - before,
             "gbps": run["bytes_requested"] / seconds / 1e9}
 
 
 def run_all(path: Path, segment_bytes: int, ranks: int, rank: int, device: str, methods: list[str], rounds: int,
-            out: Path, machine: str | None) -> list[dict]:
+            out: Path, machine: str | None, cache: str = "cold") -> list[dict]:
     """``rounds`` rounds of every method (round i from the i-th method on), each run appended to ``out`` as it ends
-    and printed as a JSON line; then the summary. The runs."""
+    and printed as a JSON line; then the summary. Warm: the file read whole once first. The runs."""
     job = Job.make(path, segment_bytes, ranks, rank, device)
+    if cache == "warm":
+        limit_buffered(job)
     results = json.loads(out.read_text()) if out.is_file() else {"runs": []}
     if machine is not None:
         results["machine"] = machine
@@ -380,7 +408,7 @@ def run_all(path: Path, segment_bytes: int, ranks: int, rank: int, device: str, 
     for round_ in range(rounds):
         shift = round_ % len(methods)
         for name in methods[shift:] + methods[:shift]:
-            run = measure(job, name, round_)
+            run = measure(job, name, round_, cache)
             runs.append(run)
             results["runs"].append(run)
             out.write_text(json.dumps(results, indent=1) + "\n")
@@ -431,19 +459,20 @@ def summary(runs: list[dict]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ table, plot
-GROUP = ("file", "file_bytes", "segment_bytes", "ranks", "rank", "device")
+GROUP = ("cache", "file", "file_bytes", "segment_bytes", "ranks", "rank", "device")
 
 
 def _groups(runs: list[dict]) -> dict[tuple, list[dict]]:
     groups: dict[tuple, list[dict]] = {}
     for run in runs:
-        groups.setdefault(tuple(run.get(key) for key in GROUP), []).append(run)
+        groups.setdefault(tuple(run.get(key, "cold" if key == "cache" else None) for key in GROUP), []).append(run)
     return groups
 
 
 def _group_title(key: tuple) -> str:
-    file, file_bytes, segment, ranks, rank, device = key
-    return f"{file} ({file_bytes / 1e9:.2f} GB), {segment / MIB:g} MiB segments, rank {rank} of {ranks}, {device}"
+    cache, file, file_bytes, segment, ranks, rank, device = key
+    return (f"{cache}: {file} ({file_bytes / 1e9:.2f} GB), {segment / MIB:g} MiB segments, rank {rank} of {ranks}, "
+            f"{device}")
 
 
 def table(results_path: Path, md: Path | None = None) -> Path:
@@ -452,7 +481,7 @@ def table(results_path: Path, md: Path | None = None) -> Path:
     bytes read / requested; then the JSON's ``notes`` (a list of strings), if any."""
     results = json.loads(results_path.read_text())
     md = Path(md) if md else results_path.with_suffix(".md")
-    lines = [f"# Reading a rank's byte ranges, cold: {results_path.name}", "",
+    lines = [f"# Reading a rank's byte ranges: {results_path.name}", "",
              f"Generated by `python bench/read_bench.py table {results_path}`; do not edit by hand. The method and "
              "the fields: `bench/read_bench.py`'s docstring.", ""]
     if results.get("machine"):
@@ -486,7 +515,7 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
     figure, axes = plt.subplots(1, len(groups), figsize=(1.2 + 1.1 * max(map(len, groups.values())) * len(groups), 4.5),
                                 squeeze=False)
     for ax, (key, means) in zip(axes[0], groups.items()):
-        names = list(means)
+        names, warm = list(means), key[0] == "warm"
         heights = [means[n]["gbps"] or 0.0 for n in names]
         ranges = [means[n]["gbps_range"] or (h, h) for n, h in zip(names, heights)]
         spread = [[h - low for h, (low, _) in zip(heights, ranges)], [high - h for h, (_, high) in zip(heights, ranges)]]
@@ -499,13 +528,13 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
                         fontsize=7, xytext=(0, 2), textcoords="offset points")
         if means.get(LIMIT, {}).get("gbps"):
             ax.axhline(means[LIMIT]["gbps"], color="tab:red", linestyle="--", linewidth=1,
-                       label=f"limit-buffered {means[LIMIT]['gbps']:.2f} GB/s")
+                       label=f"limit-buffered{' (page cache)' if warm else ''} {means[LIMIT]['gbps']:.2f} GB/s")
             ax.legend(fontsize=7, loc="lower right")
         ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=8)
         ax.set_ylabel("GB/s (requested bytes / s)")
-        _, file_bytes, segment, ranks, rank, device = key
-        ax.set_title(f"{file_bytes / 1e9:.2f} GB file, rank {rank} of {ranks}\n{segment / MIB:g} MiB segments, {device}",
-                     fontsize=9)
+        cache, _, file_bytes, segment, ranks, rank, device = key
+        ax.set_title(f"{cache}: {file_bytes / 1e9:.2f} GB file, rank {rank} of {ranks}\n{segment / MIB:g} MiB segments, "
+                     f"{device}", fontsize=9)
     if results.get("machine"):  # wrapped to the figure's width (about 16 characters of 8-point text per inch)
         width = int(figure.get_size_inches()[0] * 16)
         figure.suptitle(textwrap.fill(results["machine"], width), fontsize=8)
@@ -529,13 +558,15 @@ def main(argv=None) -> None:
     size = p.add_mutually_exclusive_group(required=True)
     size.add_argument("--gib", type=float, help="its size in GiB (fractions allowed)")
     size.add_argument("--mib", type=float, help="its size in MiB (tests: a tiny file)")
-    p = sub.add_parser("run", help="time every method's cold reads of the rank's ranges (or the whole file)")
+    p = sub.add_parser("run", help="time every method's reads of the rank's ranges (or the whole file), cold or warm")
     p.add_argument("--file", required=True)
     p.add_argument("--ranks", type=int, required=True)
     p.add_argument("--rank", type=int, required=True)
     p.add_argument("--segment-mib", type=float, default=512, help="segment (one baked tensor) size, MiB (default 512)")
     p.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--cache", choices=("cold", "warm"), default="cold",
+                   help="cold: the page cache dropped before every method (default); warm: the file read once first")
     p.add_argument("--device", help="the destination's device (default: cuda:0 with CUDA, else cpu)")
     p.add_argument("--out", required=True)
     p.add_argument("--machine", help="what the machine is (the JSON's top-level machine)")
@@ -549,7 +580,7 @@ def main(argv=None) -> None:
         if not 0 <= args.rank < args.ranks:
             parser.error(f"--rank must be in [0, {args.ranks})")
         run_all(Path(args.file), int(args.segment_mib * MIB), args.ranks, args.rank, args.device or _default_device(),
-                args.methods, args.rounds, Path(args.out), args.machine)
+                args.methods, args.rounds, Path(args.out), args.machine, args.cache)
 
 
 if __name__ == "__main__":

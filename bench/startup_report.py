@@ -1,6 +1,10 @@
 """The start-up benchmark's report: the plot and the Markdown tables of a results JSON written by
 ``bench/startup_bench.py`` (``{"runs": [...], "limits": [...], "notes": [...]}``; its docstring says what each
 run's fields are). Not a script: ``python bench/startup_bench.py plot|table RESULTS`` calls it.
+
+A section (a table's part, a plot's column) is one model and layer count, and one ``session``: a file that keeps
+several sessions' runs of one model labels each run, and that session's limits and notes, with its ``session`` (a
+short text); runs without one are one section per model, with the limits and notes no labelled run claims.
 """
 
 import json
@@ -17,7 +21,7 @@ PATHS = ("stock", "presharded", "bake")
 COLORS = {"stock": "tab:gray", "presharded": "tab:orange", "bake": "tab:blue"}
 
 
-LAYOUT = ("model", "layers", "nodes", "gpus_per_node", "ep", "cache")
+LAYOUT = ("model", "layers", "session", "nodes", "gpus_per_node", "ep", "cache")
 
 
 def _readahead_groups(runs: list[dict]) -> list[list[dict]]:
@@ -37,6 +41,33 @@ def _split_readahead(runs: list[dict]) -> tuple[list[dict], list[dict], list[lis
     groups = _readahead_groups(runs)
     alternate = [r for g in groups for r in g if r is not next(o for o in g if not o["readahead_enabled"])]
     return [r for r in runs if not any(r is a for a in alternate)], alternate, groups
+
+
+def _section(run: dict) -> tuple:
+    """``(model, layers, session)`` of a run (``session`` None where the file does not label it)."""
+    return run["model"], run["layers"], run.get("session")
+
+
+def _sections(runs: list[dict]) -> list[tuple]:
+    """Every run's :func:`_section`, by expert count, model, layers, then session (unlabelled first)."""
+    experts = {(r["model"], r["layers"]): r["experts"] for r in runs}
+    return sorted({_section(r) for r in runs}, key=lambda s: (experts[s[:2]], s[0], s[1], s[2] or ""))
+
+
+def _section_title(section: tuple, experts: int) -> str:
+    model, layers, session = section
+    return f"{model}-shaped, {layers} MoE layers of {experts} experts" + (f", {session}" if session else "")
+
+
+def _claims(entry: dict, section: tuple, runs: list[dict]) -> bool:
+    """Whether a limits or notes ``entry`` (``model``, ``layers``, maybe ``session``) belongs to ``section``: the same
+    model and layers, and its session, or, for the unlabelled section, a session no run of the file has."""
+    model, layers, session = section
+    if (entry.get("model"), entry.get("layers")) != (model, layers):
+        return False
+    if session is not None:
+        return entry.get("session") == session
+    return entry.get("session") not in {r.get("session") for r in runs if r.get("session") is not None}
 
 
 def _one_node(runs: list[dict]) -> list[dict]:
@@ -87,18 +118,20 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
     plt = benchkit.pyplot()
     everything = json.loads(Path(results_path).read_text())["runs"]
     runs, alternate, readahead_groups = _split_readahead(everything)
-    models = sorted({(r["model"], r["layers"]) for r in runs})
+    sections = _sections(runs)
     rows = (2 if _multi_node(runs) else 1) + (1 if alternate else 0)
-    fig, axes = plt.subplots(rows, len(models), figsize=(6.5 * len(models), 4.5 * rows), squeeze=False)
-    for col, (model, layers) in enumerate(models):
-        mine = [r for r in runs if (r["model"], r["layers"]) == (model, layers)]
+    fig, axes = plt.subplots(rows, len(sections), figsize=(6.5 * len(sections), 4.5 * rows), squeeze=False)
+    for col, section in enumerate(sections):
+        model, layers, session = section
+        label = f"{model}-shaped, {layers} MoE layers" + (f"\n{session}" if session else "")
+        mine = [r for r in runs if _section(r) == section]
         single = _one_node(mine)
         groups = sorted({(r["ep"], r["cache"]) for r in single}, key=lambda g: (g[1], g[0]))
         ax = axes[0][col]
         _bars(ax, groups, lambda g: {r["path"]: r for r in single if (r["ep"], r["cache"]) == g},
               lambda g: f"EP {g[0]}\n{g[1]}")
         ax.set_ylabel("seconds to ready (lower is better)")
-        ax.set_title(f"SGLang start-up, {model}-shaped, {layers} MoE layers: one node")
+        ax.set_title(f"SGLang start-up, {label}: one node", fontsize=10 if session else None)
         if _multi_node(runs):
             multi = _deployment_runs(mine)
             deployments = sorted({(r["nodes"], r["gpus_per_node"]) for r in multi})
@@ -108,7 +141,7 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
             ax.set_ylabel("seconds, slowest node (cold page cache)")
             ax.set_title(f"{model}-shaped: scale-out, each node cold")
         if alternate:
-            _readahead_bars(axes[-1][col], [g for g in readahead_groups if (g[0]["model"], g[0]["layers"]) == (model, layers)])
+            _readahead_bars(axes[-1][col], [g for g in readahead_groups if _section(g[0]) == section])
     png = Path(png) if png else Path(results_path).with_suffix(".png")
     benchkit.save(fig, png, dpi=110)
     return png
@@ -328,13 +361,12 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
               "once; never faster than pinned host-to-device copies); bytes read from the block device "
               "(all ranks); peak GPU memory beyond the parameters resident at the end (largest rank); peak host RSS "
               "(largest rank, mapped file pages included).", ""]
-    experts = {(r["model"], r["layers"]): r["experts"] for r in runs}
-    for model, layers in sorted(experts, key=lambda m: (experts[m], m)):
-        everything = [r for r in runs if (r["model"], r["layers"]) == (model, layers)]
+    for section in _sections(runs):
+        everything = [r for r in runs if _section(r) == section]
         mine, alternate, readahead_groups = _split_readahead(everything)
-        lines += [f"## {model}-shaped, {layers} MoE layers of {mine[0]['experts']} experts", ""]
+        lines += [f"## {_section_title(section, mine[0]['experts'])}", ""]
         for limits in results.get("limits", []):
-            if (limits.get("model"), limits.get("layers")) == (model, layers):
+            if _claims(limits, section, runs):
                 session = f" ({limits['session']})" if "session" in limits else ""
                 lines += [f"Limits measured in its session{session}: {_limits_line(limits)}.", ""]
         single = _one_node(mine)
@@ -363,7 +395,7 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
         lines += _phase_rows(single + [r for r in multi if r not in single] + alternate, alternate)
         lines += _readahead_rows(readahead_groups)
         notes = sorted({r["note"] for r in everything if r.get("note")})
-        notes += [n["text"] for n in results.get("notes", []) if (n.get("model"), n.get("layers")) == (model, layers)]
+        notes += [n["text"] for n in results.get("notes", []) if _claims(n, section, runs)]
         lines += [""] + [f"Note: {n}" for n in notes] + ([""] if notes else [])
     lines += ["## What limits each number", "",
               "Cold: the disk. Every path reads the bytes it needs from it once; the bake reads more bytes than "
@@ -372,10 +404,13 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
               "(buffered reads with the kernel's readahead are faster on this machine), so its limit lies above "
               "the measured times (bake/limit below 1).", "",
               "Warm: the page cache and the host-to-device copies. The source's bytes are in memory; the limit is "
-              "a rank's bytes at the page-cache probe's speed (8 threads over 4 files), an estimate that the "
-              "loader can beat (bake/limit below 1). Where bake/limit is well above 1, the time goes to the "
-              "tensors the engine itself loads (the embeddings and `lm_head`, 2 x 201088 x 2880 BF16 = 2.3 GB, "
-              "copied by SGLang's `default_weight_loader` in both paths), which weigh more in a smaller model.", "",
+              "a rank's bytes at the page-cache probe's speed. A session whose limits name the probe's threads "
+              "probed as a rank's reader reads (its threads and chunks, copying out of the page cache into buffers "
+              "of their own, no device), and as the node's ranks read at once; an older session's probe read 4 "
+              "files with a thread each, an estimate the loader beat (bake/limit below 1). Where bake/limit is well "
+              "above 1, the time goes to the tensors the engine itself loads (the embeddings and `lm_head`, 2 x "
+              "201088 x 2880 BF16 = 2.3 GB) and to the pinning of the reader's ring, which weigh more in a smaller "
+              "model.", "",
               "Simulated nodes: each node reads from its own (here: the one) disk with an empty page cache. A real "
               "node has its own disk and its own page cache, so the nodes' times do not add up: a deployment is "
               "ready when its slowest node is.", "",

@@ -36,7 +36,7 @@ import torch
 from moebake.errors import MoebakeError
 from moebake.progress_bars import rate_text, size_text
 
-DEFAULT_CHUNK_BYTES = 16 << 20
+DEFAULT_CHUNK_BYTES = 8 << 20
 DEFAULT_SLOTS = 8
 
 
