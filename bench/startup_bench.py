@@ -46,8 +46,10 @@ measured in the same run (:func:`measure_limits`). Cold runs drop the page cache
 model's files from it (:func:`_drop_page_cache`). ``phases`` (the slowest
 rank's; absent from older files): seconds of the timed region's parts, wall clock: ``build`` (the model's
 construction), ``iterate`` (the weight iteration with every loader it calls; of it, ``iterate_reads``: moebake's reads
-of the other tensors, and of those, ``iterate_ring``: the allocation of the reader's pinned ring, which the first read
-makes, and ``iterate_batches``: ``[seconds, bytes]`` of each read call), ``post_load`` (every MoE layer's post-load
+of the other tensors, and of those, ``iterate_ring``: what the read calls spent on the reader's pinned ring, allocating
+it or waiting for the allocation the plugin began as the model was built (in files without ``pin_ring``: the
+allocation, which the first read made), and ``iterate_batches``: ``[seconds, bytes]`` of each read call), ``pin_ring``
+(the ring's allocation itself, wherever it ran: not a part of the clock's phases), ``post_load`` (every MoE layer's post-load
 step; of it, ``post_load_reads``: moebake's reads of the experts), ``sync`` (the final CUDA synchronize) and
 ``other`` (the rest; presharded: its reload but the build).
 ``readahead`` (the bake's with ``--readahead on|both``, the slowest rank's; absent from older files): what the
@@ -98,7 +100,8 @@ SHAPES = {"gpt-oss": {"hidden": 2880, "intermediate": 2880, "heads": 64, "kv_hea
           "tiny": {"hidden": 256, "intermediate": 128, "heads": 4, "kv_heads": 2, "head_dim": 32, "vocab": 64,
                    "top_k": 2}}
 GIB = 2**30
-PHASE_SHARES = ("_reads", "_ring", "_batches")  # parts of another phase (iterate_reads of iterate ...): not added
+PHASE_SHARES = ("_reads", "_ring", "_batches")  # parts of another phase (iterate_reads of iterate ...), or beside the
+# clock's phases (pin_ring): not added
 
 
 # ----------------------------------------------------------------------------------------------- make
@@ -359,7 +362,10 @@ def _load_from_checkpoint(path: str, root, quant, files: list[str], directory: P
                     load(name, tensor)
             requested += direct.stats.loaded_bytes if direct else 0
             phases["iterate_reads"] = direct.stats.seconds if direct else 0.0
-            if direct is not None and hasattr(direct.reader, "ring_seconds"):  # the first read pinned the shared ring
+            if direct is not None and hasattr(direct.reader, "ring_wait_seconds"):  # the reads' time on the shared ring
+                phases["iterate_ring"] = direct.reader.ring_wait_seconds
+                phases["pin_ring"] = direct.reader.ring_seconds  # its pinning, wherever it ran (the model's build)
+            elif direct is not None and hasattr(direct.reader, "ring_seconds"):  # the first read pinned the ring
                 phases["iterate_ring"] = direct.reader.ring_seconds
             if direct is not None and hasattr(direct.stats, "batches"):  # (both absent from older checkouts)
                 phases["iterate_batches"] = [list(batch) for batch in direct.stats.batches]

@@ -250,13 +250,16 @@ def _rss_split(runs: list[dict]) -> list[str]:
 
 def _phase(phases: dict, name: str, reads: str | None = None, first: str | None = None) -> str:
     """``phases[name]`` seconds (with ``phases[reads]``, the moebake reads inside it, in brackets, and where recorded
-    the first read call's part of them: ``phases[first + "_ring"]``, its pinning of the reader's ring, and
+    the first read call's part of them: ``phases[first + "_ring"]``, its time on the reader's ring (of the ring's
+    pinning, ``phases["pin_ring"]``, where recorded: the plugin begins it as the model is built), and
     ``phases[first + "_batches"][0]``, its seconds and bytes), ``-`` if absent."""
     if name not in phases:
         return "-"
     extra = ""
     if first and f"{first}_ring" in phases:
         extra += f"; ring {phases[f'{first}_ring']:.3f}"
+        if "pin_ring" in phases:
+            extra += f" of its {phases['pin_ring']:.3f} pinning"
     if first and phases.get(f"{first}_batches"):
         seconds, size = phases[f"{first}_batches"][0]
         extra += f"; first read {seconds:.3f} s, {size / 1e9:.2f} GB"
@@ -274,8 +277,9 @@ def _phase_rows(runs: list[dict], repeats: list[dict] = ()) -> list[str]:
     ringed = any("iterate_ring" in r["phases"] for r in timed)  # and files from before the ring's clock, theirs
     lines = ["", "Where the time goes, seconds (slowest rank, wall clock): the model's construction; the weight iteration "
              "with every loader it calls (in brackets: moebake's reads of the other tensors" + ("; of them, the "
-             "pinning of its reader's ring, which the first read call makes, and that call's seconds and bytes"
-             if ringed else "") + "); every MoE layer's "
+             "time the read calls spent on its reader's pinned ring, pinning it or, where the pinning's own time "
+             "follows, waiting for the pinning the plugin began as the model was built; and the first call's seconds "
+             "and bytes" if ringed else "") + "); every MoE layer's "
              "post-load step (in brackets: moebake's reads of the experts); the final CUDA synchronize; the rest "
              "(presharded: its reload but the build)" + ("; beside them, the bake's read-ahead: seconds from its first "
                                                         "read to its last (in brackets: GB it read into the page cache)"

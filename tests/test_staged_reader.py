@@ -237,3 +237,60 @@ def test_the_readers_descriptors_have_readahead_off(data_file, monkeypatch):
     dest = torch.empty(1000, dtype=torch.uint8)
     StagedReader(torch.device("cpu")).read([ByteRange(str(path), 10, dest, "t")])
     assert advised == [1]
+
+
+def test_start_ring_pins_the_ring_in_a_reading_thread_and_the_first_read_takes_it(data_file, monkeypatch):
+    """``start_ring`` returns at once and the ring is allocated in one of the reader's threads; the first read takes
+    that ring (no second allocation), and waits for it only while it is being made: a read after the allocation
+    ended (0.2 s after it began here) spends next to nothing on the ring (``ring_wait_seconds``); ``ring_seconds``
+    counts the allocation.
+    Calling it again, or with a ring already there, allocates nothing more."""
+    path, data = data_file
+    real, calls, release = StagedReader._allocate_ring, [], threading.Event()
+
+    def slow(self):
+        calls.append(threading.current_thread().name)
+        release.wait(timeout=20)
+        time.sleep(0.2)
+        return real(self)
+
+    monkeypatch.setattr(StagedReader, "_allocate_ring", slow)
+    reader = StagedReader(torch.device("cpu"), chunk_bytes=1024, slots=3, staged=True)
+    reader.start_ring()
+    reader.start_ring()  # one allocation, not two
+    release.set()
+    reader._ring_started.result(timeout=20)
+    assert calls and calls[0].startswith("moebake-read") and reader.ring_seconds > 0
+    dests = [torch.empty(n, dtype=torch.uint8) for _, n in PIECES]
+    reader.read(_ranges(path, dests))
+    assert len(calls) == 1 and len(reader._buffers) == 3 and reader.ring_wait_seconds < 0.1
+    assert all(torch.equal(dest, data[offset:offset + n]) for (offset, n), dest in zip(PIECES, dests))
+    reader.start_ring()  # the ring is there: nothing to do
+    assert len(calls) == 1 and reader._ring_started is None
+    reader.close()
+
+
+def test_a_read_without_start_ring_spends_the_allocation_on_its_clock_and_an_unstaged_reader_has_no_ring(data_file):
+    path, _ = data_file
+    dests = [torch.empty(n, dtype=torch.uint8) for _, n in PIECES]
+    reader = StagedReader(torch.device("cpu"), chunk_bytes=1024, slots=3, staged=True)
+    reader.read(_ranges(path, dests))
+    assert 0 < reader.ring_seconds <= reader.ring_wait_seconds
+    reader.close()
+    direct = StagedReader(torch.device("cpu"), chunk_bytes=1024, slots=3, staged=False)
+    direct.start_ring()
+    assert direct._ring_started is None and direct._executor is None
+    direct.read(_ranges(path, dests))
+    assert direct.ring_seconds == direct.ring_wait_seconds == 0.0
+
+
+def test_close_drops_a_ring_being_pinned_and_a_later_read_makes_its_own(data_file):
+    path, data = data_file
+    reader = StagedReader(torch.device("cpu"), chunk_bytes=1024, slots=3, staged=True)
+    reader.start_ring()
+    reader.close()  # waits for the threads (the allocation among them), then drops what they made
+    assert reader._ring_started is None and reader._buffers == []
+    dests = [torch.empty(n, dtype=torch.uint8) for _, n in PIECES]
+    reader.read(_ranges(path, dests))
+    assert all(torch.equal(dest, data[offset:offset + n]) for (offset, n), dest in zip(PIECES, dests))
+    reader.close()

@@ -16,8 +16,10 @@ too. Each read is a whole chunk, so the reads stay large.
 A reader keeps its ``slots`` reading threads and its ring between calls (one reader per device can serve every
 load of a process: the experts' and the other tensors'); :meth:`StagedReader.close` ends the threads and frees
 the ring. Every read a call started has ended before the call returns or raises. The first staged call allocates the
-ring (``slots`` pinned buffers of ``chunk_bytes``) inside its clock; :attr:`StagedReader.ring_seconds` says how long
-the allocations took, in all.
+ring (``slots`` pinned buffers of ``chunk_bytes``) inside its clock, unless :meth:`StagedReader.start_ring` began
+pinning it earlier, in a reading thread (a loader calls it as the model is built, before its first read); then the
+first call waits for that. :attr:`StagedReader.ring_seconds` says how long the allocations took, in all, and
+:attr:`StagedReader.ring_wait_seconds` how long read calls spent on them (allocating, or waiting).
 
 ``on_consumed`` (None, or ``(path, range offset, nbytes)``): told of every chunk once its bytes have left the file
 (staged: when the chunk's read has ended; unstaged: when the call's reads have); a
@@ -29,6 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -121,6 +124,8 @@ class StagedReader:
         self._executor: ThreadPoolExecutor | None = None
         self.on_consumed: Callable[[str, int, int], None] | None = None
         self.ring_seconds = 0.0  # wall clock spent allocating the staging ring, every allocation (after close) summed
+        self.ring_wait_seconds = 0.0  # of the read calls' wall clock, what they spent allocating it or waiting for it
+        self._ring_started: Future | None = None  # start_ring's allocation, until a read (or close) takes it
 
     def _consumed(self, chunk: "_Chunk") -> None:
         if self.on_consumed is not None:
@@ -136,15 +141,31 @@ class StagedReader:
         """End the reading threads and free the staging ring; a later :meth:`read` starts them again."""
         if self._executor is not None:
             self._executor.shutdown(wait=True)
-        self._executor, self._buffers, self._events = None, [], []
+        self._executor, self._buffers, self._events, self._ring_started = None, [], [], None
+
+    def start_ring(self) -> None:
+        """Begin pinning the staging ring now, in one of the reading threads (started here), so that the first read
+        finds it ready or nearly: for a staged reader without a ring, else nothing. The thread pins with this
+        reader's CUDA device current (no context on another device)."""
+        if self.staged and not self._buffers and self._ring_started is None:
+            self._ring_started = self._pool().submit(self._allocate_ring)
+
+    def _allocate_ring(self) -> tuple[list[torch.Tensor], list]:
+        """``slots`` buffers of ``chunk_bytes`` (pinned for a CUDA device) and their events; adds to ``ring_seconds``."""
+        begin = time.perf_counter()
+        pin = self.device.type == "cuda"
+        with torch.cuda.device(self.device) if pin else nullcontext():
+            buffers = [torch.empty(self.chunk_bytes, dtype=torch.uint8, device="cpu", pin_memory=pin) for _ in range(self.slots)]
+        events = [torch.cuda.Event() if pin else None for _ in range(self.slots)]
+        self.ring_seconds += time.perf_counter() - begin
+        return buffers, events
 
     def _ring(self) -> tuple[list[torch.Tensor], list]:
         if not self._buffers:
             begin = time.perf_counter()
-            pin = self.device.type == "cuda"
-            self._buffers = [torch.empty(self.chunk_bytes, dtype=torch.uint8, device="cpu", pin_memory=pin) for _ in range(self.slots)]
-            self._events = [torch.cuda.Event() if pin else None for _ in range(self.slots)]
-            self.ring_seconds += time.perf_counter() - begin
+            started, self._ring_started = self._ring_started, None
+            self._buffers, self._events = started.result() if started is not None else self._allocate_ring()
+            self.ring_wait_seconds += time.perf_counter() - begin
         return self._buffers, self._events
 
     def _chunks(self, ranges: list[ByteRange]) -> list[_Chunk]:

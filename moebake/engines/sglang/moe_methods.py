@@ -81,25 +81,29 @@ class SelfLoadingExperts:
             param = torch.nn.Parameter(torch.empty(shape, dtype=dtype), requires_grad=False)
             layer.register_parameter(name, param)
             param.weight_loader = functools.partial(self._note_baked, name, spec, dtype)
-        self._plan_readahead(layer)
+        self._prepare_reads(layer)
 
     def _rows(self, layer: torch.nn.Module) -> tuple[dict[str, torch.Tensor], list]:
         """What the post-load step reads: ``({baked tensor: its parameter's data}, this EP rank's expert runs)``."""
         destinations = {name: getattr(layer, name).data for name in self.record.tensors}
         return destinations, rank_runs(self.record.experts, layer.moe_ep_rank, layer.moe_ep_size)
 
-    def _plan_readahead(self, layer: torch.nn.Module) -> None:
-        """Plan the byte ranges the post-load step will read (the same :meth:`RankLoader.byte_ranges` call) on the
-        bake's read-ahead, as the layer is built. Never raises: the post-load step refuses whatever made this fail."""
+    def _prepare_reads(self, layer: torch.nn.Module) -> None:
+        """As the layer is built: on a CUDA device, begin pinning the bake's reader's ring (its first read, the
+        whole-model loader's or a post-load step's, then finds it ready: :meth:`StagedReader.start_ring`), and plan
+        the byte ranges the post-load step will read (the same :meth:`RankLoader.byte_ranges` call) on the bake's
+        read-ahead. Never raises: the reads refuse whatever made this fail."""
         try:
             destinations, runs = self._rows(layer)
             device = next(iter(destinations.values())).device
+            if device.type == "cuda":
+                self.moebake_config.reader(device).start_ring()
             readahead = self.moebake_config.readahead(device)
             if readahead is not None:
                 loader = self.moebake_config.rank_loader(device)
                 readahead.add(loader.byte_ranges(self.record, destinations, runs, self.WHOLE_TENSORS))
         except Exception as err:
-            logger.debug("moebake: no read-ahead of %s (%s)", self.record.prefix, err)
+            logger.debug("moebake: no early ring or read-ahead for %s (%s)", self.record.prefix, err)
 
     def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
                        **extra_weight_attrs):
