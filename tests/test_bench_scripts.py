@@ -666,19 +666,21 @@ def test_startup_bench_warm_sessions_table_is_the_committed_markdown(tmp_path):
     8 MiB) is what ``startup_bench.py table`` makes of the JSON beside it: one section per session, each with its own
     limits and notes only; its rows are the JSON's numbers, and every bake and presharded rank equals stock's."""
     text, runs = _committed_startup_table(tmp_path, "startup_warm_h200x2")
-    first, second = text.split("## gpt-oss-120b-shaped, 6 MoE layers of 128 experts, second hold: 8 MiB chunks")
-    assert "## gpt-oss-120b-shaped, 6 MoE layers of 128 experts, first hold: the reader's 16 MiB chunks" in first
-    assert "page cache 40.9 GB/s" in first and "page cache 49.4" not in first
-    assert "page cache 49.4 GB/s (8 threads, as one rank's reader), 92.7 GB/s with 2 such ranks" in second
-    assert "40.9 GB/s (8 threads" not in second and first.count("Limits measured") == second.count("Limits measured") == 1
+    head, first, second, third = text.split("## gpt-oss-120b-shaped, 6 MoE layers of 128 experts, ")
+    assert first.startswith("first hold: the reader's 16 MiB chunks") and second.startswith("second hold: 8 MiB chunks")
+    assert third.startswith("third hold: the ring pinned as the model is built (EP 1 only)")
+    for section, probe in ((first, "40.9"), (second, "49.4"), (third, "47.7")):  # each its own limits, no other's
+        assert section.count("Limits measured") == 1 and f"page cache {probe} GB/s (8 threads" in section
+    assert "92.7 GB/s with 2 such ranks" in second and "page cache 49.4" not in first + third
     assert "| 1 | warm | 1.81 | 1.98 | 0.61 | 2.98x | 3.26x | 0.34 | 1.81 |" in first
     assert "| 2 | warm | 2.10 | 1.53 | 0.56 | 3.72x | 2.72x | 0.36 | 1.58 |" in first
     assert "| 1 | warm | 1.55 | 1.69 | 0.43 | 3.58x | 3.90x | 0.28 | 1.56 |" in second
     assert "| 2 | warm | 1.73 | 1.37 | 0.37 | 4.73x | 3.74x | 0.18 | 2.07 |" in second
     assert "ring 0.070; first read 0.114 s, 1.16 GB" in first and "ring 0.027; first read 0.066 s, 1.16 GB" in second
-    assert first.count("Note: ") == second.count("Note: ") == 2
-    assert len(runs) == 16 and {r["session"] for r in runs} == {"first hold: the reader's 16 MiB chunks",
-                                                               "second hold: 8 MiB chunks (the reader now)"}
+    assert "| 1 | warm | 2.06 | - | 0.49 | 4.19x | - | 0.29 | 1.71 |" in third  # the ring pinned as the model is built:
+    assert "ring 0.000 of its 0.026 pinning; first read 0.042 s, 1.16 GB" in third  # the first read waited for nothing
+    assert first.count("Note: ") == second.count("Note: ") == third.count("Note: ") == 2
+    assert len(runs) == 19 and len({r["session"] for r in runs}) == 3
     assert all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in runs if r["path"] in ("presharded", "bake"))
     assert all(r["peak_gpu_extra_gib"] == 0.0 for r in runs if r["path"] == "bake")
 
