@@ -1,7 +1,11 @@
 """Shared fixtures: small synthetic checkpoints in exact source formats."""
 
+import ctypes
+import mmap
+import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -129,6 +133,35 @@ def load_bench(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def evict(path) -> None:
+    """``path``'s pages out of the page cache (``POSIX_FADV_DONTNEED``; write it back first, e.g. ``os.sync()``)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def resident_pages(path, start: int, stop: int) -> int:
+    """Pages of ``path`` overlapping bytes ``[start, stop)`` that are in the page cache (Linux ``mincore`` over a
+    read-only mapping, which reads nothing); skips the test where mincore fails."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        view = np.frombuffer(mapping, dtype=np.uint8)
+        pages = -(-size // mmap.PAGESIZE)
+        vector = (ctypes.c_ubyte * pages)()
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.mincore(ctypes.c_void_p(view.ctypes.data), ctypes.c_size_t(size), vector) != 0:
+            pytest.skip(f"mincore failed: {os.strerror(ctypes.get_errno())}")
+        del view
+        first, last = start // mmap.PAGESIZE, -(-stop // mmap.PAGESIZE)
+        return sum(vector[i] & 1 for i in range(first, min(last, pages)))
+    finally:
+        mapping.close()
 
 
 def random_u8(*shape, seed=0):

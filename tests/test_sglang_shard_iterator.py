@@ -5,17 +5,16 @@ each tensor of the same dtype and shape and equal byte for byte, and read no pag
 SGLang's own make the kernel read pages of every tensor). Everything else keeps SGLang's iterator.
 """
 
-import ctypes
 import mmap
 import os
 import shutil
 import sys
 
-import numpy as np
 import pytest
 import torch
 
 from moebake.formats.safetensors_file import read_header
+from tests.conftest import evict, resident_pages
 
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():
@@ -75,31 +74,10 @@ def test_a_bake_gets_the_same_pairs_as_sglangs_own_iterator(bake, name):
         assert _as_bytes(mine) == _as_bytes(stock), label
 
 
-def _evict(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def _resident_data_pages(path: str) -> int:
-    """Pages of ``path``'s tensor data (from the first whole page after its header) in the page cache (mincore)."""
-    size = os.path.getsize(path)
+    """Pages of ``path``'s tensor data (from the first whole page after its header) in the page cache."""
     first = -(-read_header(path).data_start // mmap.PAGESIZE)
-    with open(path, "rb") as f:
-        mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    try:
-        view = np.frombuffer(mapping, dtype=np.uint8)
-        pages = -(-size // mmap.PAGESIZE)
-        vector = (ctypes.c_ubyte * pages)()
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.mincore(ctypes.c_void_p(view.ctypes.data), ctypes.c_size_t(size), vector) != 0:
-            pytest.skip(f"mincore failed: {os.strerror(ctypes.get_errno())}")
-        del view
-        return sum(vector[i] & 1 for i in range(first, pages))
-    finally:
-        mapping.close()
+    return resident_pages(path, first * mmap.PAGESIZE, os.path.getsize(path))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="page-cache residency through Linux mincore")
@@ -110,7 +88,7 @@ def test_a_bake_is_handed_out_without_reading_its_tensors(bake, tmp_path, name):
     files = _files(copy)
     os.sync()
     for path in files:
-        _evict(path)
+        evict(path)
     # reading a header (the check's, the iterator's) brings the pages after it in: the baseline
     baseline = [_resident_data_pages(path) for path in files]
     if [_resident_data_pages(path) for path in files] != baseline or sum(baseline) > len(files) * 64:

@@ -1,8 +1,8 @@
 """vLLM's ``--load-format moebake``: reads the baked expert tensors into the ``moebake`` MoE layers itself
 (this EP rank's experts' rows only, once, straight from the files into the parameters through
 :class:`moebake.serving_core.rank_loader.RankLoader`), and hands every other tensor to the model's own
-``load_weights`` (GPT-OSS's attention, router, norms, embeddings load as they always do); the baked
-tensors never go through vLLM's iterator.
+``load_weights`` (GPT-OSS's attention, router, norms, embeddings load as they always do), each read from
+the files exactly (:func:`other_tensors`); the baked tensors never go through vLLM's iterator.
 
 vLLM's GPT-OSS loader cannot be given the baked experts: for a quantization it does not know it
 transposes ``*.w13_weight`` (``_load_weights_other``). Each baked tensor is checked against the
@@ -28,7 +28,10 @@ from moebake.engines.vllm import internals
 from moebake.engines.vllm.bake import refuse
 from moebake.engines.vllm.loader_filled_experts import LoaderFilledExperts
 from moebake.errors import MoebakeError
+from moebake.formats.safetensors_file import DTYPES
+from moebake.serving_core.checkpoint_tensors import CheckpointTensors
 from moebake.serving_core.rank_loader import BakeFiles, ExpertRun, RankLoader, runs_from_slots
+from moebake.serving_core.staged_reader import ByteRange, own_reader
 
 _PATTERNS = ["*.safetensors", "*.json"]
 
@@ -75,13 +78,36 @@ def copy_baked_experts(layer, method: LoaderFilledExperts, loader: RankLoader) -
     method.load_derived(layer, read_whole, [e for run in in_slot_order for e in range(run.first, run.first + run.count)])
 
 
-def other_tensors(directory: Path, files: dict[str, str], skip: set[str]) -> Iterator[tuple[str, torch.Tensor]]:
-    """Every tensor of the checkpoint not in ``skip``, one at a time, shard by shard."""
-    for file_name in sorted(set(files.values())):
-        with safe_open(directory / file_name, framework="pt") as f:
-            for name in f.keys():
-                if name not in skip and files.get(name) == file_name:
-                    yield name, f.get_tensor(name)
+def other_tensors(files: CheckpointTensors, skip: set[str]) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor of the checkpoint that the index maps to its shard and that is not in ``skip``, one at a time:
+    shards in name order, names sorted within each (as safetensors lists them). Each is read whole from its file into
+    a CPU tensor of its own, of the stored dtype and shape (a :class:`StagedReader` onto the CPU: ``os.preadv`` with
+    the kernel's readahead off, little-endian bytes as stored): its bytes and no others, where safetensors' mmap'd
+    view would fault in up to ``read_ahead_kb`` around it, the next layer's baked expert rows (other EP ranks' among
+    them) included. A tensor of a dtype torch lacks, or narrower than a byte, is safetensors' own view. Host memory:
+    the tensor being handed, one at a time."""
+    reader = own_reader("cpu")
+    try:
+        for shard_name in sorted(set(files.weight_map.values())):
+            shard = files.header(shard_name)
+            for name in sorted(shard.tensors):
+                if name in skip or files.weight_map.get(name) != shard_name:
+                    continue
+                entry = shard.tensors[name]
+                dtype, bits = DTYPES[entry.dtype]
+                if dtype is None or bits < 8:
+                    with safe_open(shard.path, framework="pt") as f:
+                        yield name, f.get_tensor(name)
+                    continue
+                tensor = torch.empty(entry.shape, dtype=dtype)
+                try:
+                    reader.read([ByteRange(str(shard.path), shard.data_start + entry.begin,
+                                           tensor.reshape(-1).view(torch.uint8), name)])
+                except MoebakeError as err:
+                    raise refuse(str(err)) from None
+                yield name, tensor
+    finally:
+        reader.close()
 
 
 class MoebakeModelLoader(BaseModelLoader):
@@ -108,12 +134,12 @@ class MoebakeModelLoader(BaseModelLoader):
                          f"'moebake'; was the checkpoint baked by moebake convert?)")
         bake = layers[0][1].quant_method.bake
         loader = RankLoader(BakeFiles(directory, bake.manifest), next(layers[0][1].parameters()).device)
-        files = weight_map(loader.files)  # the one read of the index: the loader's headers come from it too
+        weight_map(loader.files)  # the one read of the index (refused here if unreadable): every other read uses it
         for _, layer in layers:
             copy_baked_experts(layer, layer.quant_method, loader)
         self.load_stats = loader.total
         baked = bake.baked_tensor_names()
-        model.load_weights(other_tensors(directory, files, baked))
+        model.load_weights(other_tensors(loader.files, baked))
         unloaded = [f"{name}.{p}" for name, layer in layers for p in layer.quant_method.baked_parameters()
                     if not getattr(layer, p).moebake_loaded]
         if unloaded:
