@@ -391,7 +391,7 @@ def test_drop_page_cache_evicts_the_files_where_refused_and_says_so_once(tmp_pat
                     "are evicted from it instead (posix_fadvise DONTNEED)"]
 
 
-# read_bench.py: a rank's byte ranges read cold several ways, against the disk's limit (GPU; the CPU device here)
+# read_bench.py: a rank's byte ranges read several ways, cold or warm, against the limit (GPU; the CPU device here)
 
 
 def test_read_bench_rank_ranges_are_the_ranks_share_of_each_segment():
