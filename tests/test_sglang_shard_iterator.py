@@ -107,6 +107,9 @@ def test_sglangs_options_keep_its_own_iterator(bake, options, monkeypatch):
     from moebake.engines.sglang import shard_iterator
 
     monkeypatch.setattr(shard_iterator, "mapped_tensors", lambda headers: pytest.fail("mapped although SGLang was asked"))
+    # one process, no server: SGLang's prefetch asks a torch.distributed world (left by another module's engine, such
+    # as the vLLM plugin tests' gloo group) for its node-local rank, which only a published server context has
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
     assert [n for n, _ in _call("safetensors_weights_iterator", _files(bake), **options)]
 
 
