@@ -630,10 +630,44 @@ def _h2d_gbps(pinned: bool) -> float:
     return 3 * host.numel() / (time.perf_counter() - began) / 1e9
 
 
+def _h2d_node_gbps(gpus: int, nbytes: int = 1 << 30, repeats: int = 3) -> float:
+    """Pinned host-to-device copies on GPUs ``0..gpus-1`` at once, as a node's ranks copy theirs: a thread per GPU,
+    each copying ``nbytes`` from a pinned buffer of its own ``repeats`` times on its current stream, all started
+    together (a barrier) after one untimed copy each; the GPUs' total GB/s."""
+    import threading
+
+    import torch
+
+    hosts = [torch.empty(nbytes, dtype=torch.uint8, pin_memory=True) for _ in range(gpus)]
+    devices = [torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{g}") for g in range(gpus)]
+    for g in range(gpus):
+        devices[g].copy_(hosts[g])
+        torch.cuda.synchronize(g)
+    start = threading.Barrier(gpus + 1)
+
+    def copy(g: int) -> None:
+        with torch.cuda.device(g):
+            start.wait()
+            for _ in range(repeats):
+                devices[g].copy_(hosts[g], non_blocking=True)
+            torch.cuda.synchronize(g)
+
+    threads = [threading.Thread(target=copy, args=(g,)) for g in range(gpus)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return gpus * repeats * nbytes / (time.perf_counter() - began) / 1e9
+
+
 def measure_limits(directory: Path, node_ranks: Iterable[int] = ()) -> dict:
     """The machine's physical limits, measured now: disk (O_DIRECT, 8 streams; buffered, a thread per file), the page
     cache as one rank's reader reads it (``page_cache_gbps``) and, for each G of ``node_ranks`` above 1, as G such
-    ranks of one node read it at once (``page_cache_node_gbps[str(G)]``: the node's total), pinned/pageable H2D."""
+    ranks of one node read it at once (``page_cache_node_gbps[str(G)]``: the node's total), pinned/pageable H2D on one
+    GPU, and, for each such G the machine has the GPUs for, pinned H2D on G GPUs at once (``h2d_pinned_node_gbps``,
+    the total: :func:`_h2d_node_gbps`)."""
     from moebake.serving_core.staged_reader import DEFAULT_SLOTS
 
     files = sorted((directory / "out").glob("*.safetensors"), key=lambda p: -p.stat().st_size)
@@ -650,20 +684,29 @@ def measure_limits(directory: Path, node_ranks: Iterable[int] = ()) -> dict:
 
     if torch.cuda.is_available():
         limits.update(h2d_pinned_gbps=_h2d_gbps(True), h2d_pageable_gbps=_h2d_gbps(False))
+        copies = {str(g): _h2d_node_gbps(g) for g in sorted(set(node_ranks)) if 1 < g <= torch.cuda.device_count()}
+        if copies:
+            limits["h2d_pinned_node_gbps"] = copies
     return limits
+
+
+def _share(limits: dict, one: str, node: str, ep: int) -> float:
+    """GB/s a rank gets of ``limits[one]`` (one rank alone), or its share of ``limits[node][str(ep)]`` (``ep`` ranks
+    at once, their total) where the session measured that and it is less; infinite where neither was measured."""
+    together = limits.get(node, {}).get(str(ep))
+    return min(limits.get(one, float("inf")), together / ep if together else float("inf"))
 
 
 def limit_seconds(bytes_per_rank: int, ep: int, cache: str, limits: dict) -> float:
     """The fastest a rank's bytes can get to its GPU, its ``ep`` ranks on one node: cold, all ranks' bytes through
     the one disk; warm, a rank's bytes out of the page cache, at one rank's probed bandwidth or, where the session
     measured ``ep`` ranks reading at once, at its share of theirs if that is less; never faster than pinned
-    host-to-device copies of a rank's bytes."""
+    host-to-device copies of a rank's bytes (one GPU's, or its share of ``ep`` GPUs copying at once, likewise)."""
     if cache == "cold":
         source = bytes_per_rank * ep / (limits["disk_gbps"] * 1e9)
     else:
-        node = limits.get("page_cache_node_gbps", {}).get(str(ep))
-        source = bytes_per_rank / (min(limits["page_cache_gbps"], node / ep if node else float("inf")) * 1e9)
-    h2d = bytes_per_rank / (limits.get("h2d_pinned_gbps", float("inf")) * 1e9)
+        source = bytes_per_rank / (_share(limits, "page_cache_gbps", "page_cache_node_gbps", ep) * 1e9)
+    h2d = bytes_per_rank / (_share(limits, "h2d_pinned_gbps", "h2d_pinned_node_gbps", ep) * 1e9)
     return max(source, h2d)
 
 

@@ -194,6 +194,8 @@ def _limits_line(limits: dict) -> str:
         line += f", {gbps:.1f} GB/s with {ranks} such ranks reading at once (the node's total)"
     if "h2d_pinned_gbps" in limits:
         line += f"; host-to-device {limits['h2d_pinned_gbps']:.1f} GB/s pinned, {limits['h2d_pageable_gbps']:.1f} GB/s pageable"
+    for gpus, gbps in limits.get("h2d_pinned_node_gbps", {}).items():
+        line += f", {gbps:.1f} GB/s pinned with {gpus} GPUs copying at once (their total)"
     return line
 
 

@@ -762,7 +762,8 @@ def test_read_bench_h200x2_table_is_the_committed_markdown(tmp_path):
 
 def test_startup_bench_warm_limit_is_a_rank_share_of_the_node_page_cache_where_measured():
     """Warm, a rank's bytes at one rank's page-cache bandwidth, or at its share of the node's (``ep`` ranks reading
-    at once) where that is less; cold, every rank's bytes through the one disk; never under the pinned copies."""
+    at once) where that is less; cold, every rank's bytes through the one disk; never under the pinned copies (one
+    GPU's, or a rank's share of ``ep`` GPUs copying at once where that is less)."""
     limit_seconds = load_bench("startup_bench.py").limit_seconds
     one = {"disk_gbps": 2.0, "page_cache_gbps": 20.0, "h2d_pinned_gbps": 50.0}
     assert limit_seconds(10e9, 2, "warm", one) == 10e9 / 20e9
@@ -771,6 +772,10 @@ def test_startup_bench_warm_limit_is_a_rank_share_of_the_node_page_cache_where_m
     assert limit_seconds(10e9, 4, "warm", {**one, "page_cache_node_gbps": {"2": 30.0}}) == 10e9 / 20e9  # not measured
     assert limit_seconds(10e9, 2, "cold", {**one, "page_cache_node_gbps": {"2": 30.0}}) == 2 * 10e9 / 2e9
     assert limit_seconds(10e9, 1, "warm", {**one, "page_cache_gbps": 400.0}) == 10e9 / 50e9  # the copies bind
+    copies = {**one, "page_cache_gbps": 400.0, "h2d_pinned_node_gbps": {"2": 80.0}}  # two GPUs copying: 40 GB/s each
+    assert limit_seconds(10e9, 2, "warm", copies) == 10e9 / 40e9
+    assert limit_seconds(10e9, 1, "warm", copies) == 10e9 / 50e9  # one rank: one GPU's copies
+    assert limit_seconds(10e9, 2, "warm", {**copies, "h2d_pinned_node_gbps": {"2": 120.0}}) == 10e9 / 50e9  # not less
 
 
 def test_startup_bench_page_cache_probe_reads_every_chunk_with_the_threads_asked(tmp_path, monkeypatch):
