@@ -778,6 +778,42 @@ def test_startup_bench_warm_limit_is_a_rank_share_of_the_node_page_cache_where_m
     assert limit_seconds(10e9, 2, "warm", {**copies, "h2d_pinned_node_gbps": {"2": 120.0}}) == 10e9 / 50e9  # not less
 
 
+def test_startup_bench_node_copy_probe_copies_on_every_gpu_at_once(monkeypatch):
+    """The node's pinned-copy probe (here with CPU tensors standing in for the GPUs' and the pinned buffers): one
+    untimed copy per GPU, then each GPU's thread copies ``repeats`` times with its GPU current, all started by one
+    barrier; the total bytes over the clock's seconds."""
+    import contextlib
+    import threading
+
+    bench = load_bench("startup_bench.py")
+    real_empty, current, copies = torch.empty, threading.local(), []
+    monkeypatch.setattr(torch, "empty", lambda *shape, pin_memory=False, device=None, **kw: real_empty(*shape, **kw))
+
+    @contextlib.contextmanager
+    def device(g):
+        current.g = g
+        yield
+        del current.g
+
+    monkeypatch.setattr(torch.cuda, "device", device)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda g=None: copies.append(("sync", g, getattr(current, "g", None))))
+    clock = iter([100.0, 104.0])
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
+    real_copy = torch.Tensor.copy_
+
+    def copy(self, other, non_blocking=False):
+        copies.append(("copy", getattr(current, "g", None), non_blocking))
+        return real_copy(self, other)
+
+    monkeypatch.setattr(torch.Tensor, "copy_", copy)
+    assert bench._h2d_node_gbps(2, nbytes=1000, repeats=3) == 2 * 3 * 1000 / 4.0 / 1e9
+    timed = [c for c in copies if c[0] == "copy" and c[2]]
+    assert sorted(c[1] for c in timed) == [0, 0, 0, 1, 1, 1]  # each GPU's thread, its GPU current, non-blocking
+    assert [c for c in copies if c[0] == "copy" and not c[2]] == [("copy", None, False)] * 2  # the untimed ones
+    assert sorted(c[1:] for c in copies if c[0] == "sync" and c[2] is not None) == [(0, 0), (1, 1)]  # each thread
+    assert sorted(c[1] for c in copies if c[0] == "sync" and c[2] is None) == [0, 1]  # waits for its GPU; untimed, too
+
+
 def test_startup_bench_page_cache_probe_reads_every_chunk_with_the_threads_asked(tmp_path, monkeypatch):
     """The page-cache probe reads every chunk (the reader's ``DEFAULT_CHUNK_BYTES``) of the files once to warm them,
     then once on the clock, with ``threads`` reads at once even where the files are fewer (as a rank's reader has its
