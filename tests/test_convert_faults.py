@@ -258,4 +258,29 @@ def test_the_dead_worker_is_told_from_those_still_running(exit_codes, how):
 
     from moebake.convert.workers import _how_it_died
 
-    assert _how_it_died([SimpleNamespace(exitcode=code) for code in exit_codes]) == how
+    assert _how_it_died([SimpleNamespace(exitcode=code) for code in exit_codes], settle=0.0) == how
+
+
+def test_the_dead_workers_status_is_left_to_the_pools_thread_when_it_reads_it():
+    """The pool's thread joins the workers too: a status read while it reads the same one comes back as 255 (what
+    multiprocessing records when the pipe is empty). Here the pool's thread reads the dead worker's status after
+    0.1 s; a read before that gets 255. The status told is the one the pool's thread read (SIGKILL), and a worker the
+    pool's thread never reads (it waits on another) is read here after ``settle``."""
+    import threading
+    from types import SimpleNamespace
+
+    from moebake.convert.workers import _how_it_died
+
+    class Worker:
+        def __init__(self, status):
+            self.status, self._popen = status, SimpleNamespace(returncode=None)
+
+        @property
+        def exitcode(self):  # a read of its own: 255 while the pool's thread has not read the status yet
+            return self._popen.returncode if self._popen.returncode is not None else self.status
+
+    running, dead = Worker(None), Worker(255)
+    threading.Timer(0.1, lambda: setattr(dead._popen, "returncode", -9)).start()  # the pool's thread reads it
+    assert _how_it_died([running, dead], settle=10.0) == "was killed by SIGKILL (the out-of-memory killer sends it too)"
+    alone = Worker(-9)  # never read by the pool's thread: read here once ``settle`` has passed
+    assert _how_it_died([Worker(None), alone], settle=0.05) == "was killed by SIGKILL (the out-of-memory killer sends it too)"

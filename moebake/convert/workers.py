@@ -29,6 +29,7 @@ import os
 import queue
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -170,9 +171,28 @@ def _signals_ignored():
             signal.signal(number, handler)
 
 
-def _how_it_died(processes: list) -> str:
+STATUS_SETTLE_SECONDS = 1.0
+"""How long :func:`_how_it_died` leaves a dead worker's exit status to the pool's own thread before reading it."""
+
+
+def _status_read(process) -> bool:
+    """Whether multiprocessing has read ``process``'s exit status already (its ``Popen.returncode`` is set; False
+    where this Python keeps it elsewhere), without reading it."""
+    return getattr(getattr(process, "_popen", None), "returncode", None) is not None
+
+
+def _how_it_died(processes: list, settle: float = STATUS_SETTLE_SECONDS) -> str:
     """How the worker among ``processes`` that has ended (the others, ignoring the pool's SIGTERM, still run) ended:
-    ``was killed by SIGKILL``, ``exited with status N``, or ``died`` when it cannot be told."""
+    ``was killed by SIGKILL``, ``exited with status N``, or ``died`` when it cannot be told.
+
+    The pool's own thread reads the workers' exit statuses too (it joins them, in order, once the pool is broken). A
+    forkserver worker's status is 8 bytes its pipe holds once: of two threads reading it at once, one gets it and the
+    other nothing, which multiprocessing records as status 255, over the true one if it comes last. So the statuses
+    are read here only once the pool's thread has read one, or after ``settle`` seconds (it is then waiting on a
+    worker still running, and reads no other)."""
+    deadline = time.monotonic() + settle
+    while not any(_status_read(p) for p in processes) and time.monotonic() < deadline:
+        time.sleep(0.01)
     codes = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
     if not codes:
         return "died"
