@@ -135,13 +135,10 @@ def load_bench(name: str):
     return module
 
 
-def evict(path) -> None:
-    """``path``'s pages out of the page cache (``POSIX_FADV_DONTNEED``; write it back first, e.g. ``os.sync()``)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+def benchkit():
+    """``bench/benchkit.py``, the benchmarks' shared helpers; the tests use its page-cache ones
+    (``evict_from_page_cache``) and its I/O accounting (``io_read_bytes``) too."""
+    return load_bench("benchkit.py")
 
 
 def resident_pages(path, start: int, stop: int) -> int:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from moebake.formats.safetensors_file import read_header
-from tests.conftest import evict, resident_pages
+from tests.conftest import benchkit, resident_pages
 
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
 if not sglang_oracle.sglang_installed():
@@ -86,9 +86,7 @@ def test_a_bake_is_handed_out_without_reading_its_tensors(bake, tmp_path, name):
     copy = tmp_path / "bake"
     shutil.copytree(bake, copy)
     files = _files(copy)
-    os.sync()
-    for path in files:
-        evict(path)
+    benchkit().evict_from_page_cache(files)
     # reading a header (the check's, the iterator's) brings the pages after it in: the baseline
     baseline = [_resident_data_pages(path) for path in files]
     if [_resident_data_pages(path) for path in files] != baseline or sum(baseline) > len(files) * 64:

@@ -11,7 +11,7 @@ import torch
 from moebake.errors import MoebakeError
 from moebake.serving_core import staged_reader
 from moebake.serving_core.staged_reader import ByteRange, StagedReader
-from tests.conftest import random_u8
+from tests.conftest import benchkit, random_u8
 
 
 @pytest.fixture()
@@ -192,12 +192,11 @@ def test_staged_reads_go_through_the_ring_only(data_file, monkeypatch):
 
 
 def _block_device_bytes_read() -> int:
-    """Bytes this process has had read from block devices (Linux's I/O accounting)."""
-    try:
-        with open("/proc/self/io") as io:
-            return next(int(line.split()[1]) for line in io if line.startswith("read_bytes:"))
-    except (OSError, StopIteration):
+    """Bytes this process has had read from block devices (``benchkit.io_read_bytes``); skips where unaccounted."""
+    read = benchkit().io_read_bytes()
+    if read is None:
         pytest.skip("no I/O accounting (/proc/self/io) here")
+    return read
 
 
 @pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this platform")
@@ -211,12 +210,7 @@ def test_a_slice_of_each_tensor_reads_no_bytes_beyond_the_slices(tmp_path):
     slices = [(t * tensor_bytes + tensor_bytes // 4, tensor_bytes // 4) for t in range(count)]
     dests = [torch.empty(n, dtype=torch.uint8) for _, n in slices]
     data = path.read_bytes()
-    fd = os.open(path, os.O_RDONLY)
-    try:  # this file's pages out of the page cache (written back first), so its bytes come from the disk
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    benchkit().evict_from_page_cache([path])  # written back, then out of the page cache: its bytes come from the disk
     before = _block_device_bytes_read()
     StagedReader(torch.device("cpu"), staged=True, chunk_bytes=1 << 20).read(
         [ByteRange(str(path), offset, dest, f"t{i}") for i, ((offset, _), dest) in enumerate(zip(slices, dests))])

@@ -10,7 +10,7 @@ import torch
 
 from moebake.formats.safetensors_file import encode_header
 from moebake.serving_core.checkpoint_tensors import CheckpointTensors
-from tests.conftest import evict, random_u8, resident_pages
+from tests.conftest import benchkit, random_u8, resident_pages
 
 MIB = 1 << 20
 SKIPPED = ("a.experts0", "c.experts1", "e.experts2")  # 8 MiB each, the handed tensors between them
@@ -56,8 +56,7 @@ def test_no_page_of_a_skipped_tensor_is_read_but_those_it_shares(checkpoint):
     files = CheckpointTensors(directory)
     shard = files.header("model.safetensors")  # the header parsed (its reads bring pages in), then the file evicted
     assert sorted(files.weight_map) == sorted(ORDER)
-    os.sync()
-    evict(path)
+    benchkit().evict_from_page_cache([path])
     ranges = {name: (shard.data_start + shard.tensors[name].begin, shard.data_start + shard.tensors[name].end)
               for name in SKIPPED}
     if sum(resident_pages(path, *ranges[name]) for name in SKIPPED):
