@@ -362,12 +362,9 @@ def _load_from_checkpoint(path: str, root, quant, files: list[str], directory: P
                     load(name, tensor)
             requested += direct.stats.loaded_bytes if direct else 0
             phases["iterate_reads"] = direct.stats.seconds if direct else 0.0
-            if direct is not None and hasattr(direct.reader, "ring_wait_seconds"):  # the reads' time on the shared ring
-                phases["iterate_ring"] = direct.reader.ring_wait_seconds
+            if direct is not None:
+                phases["iterate_ring"] = direct.reader.ring_wait_seconds  # the reads' time on the shared ring
                 phases["pin_ring"] = direct.reader.ring_seconds  # its pinning, wherever it ran (the model's build)
-            elif direct is not None and hasattr(direct.reader, "ring_seconds"):  # the first read pinned the ring
-                phases["iterate_ring"] = direct.reader.ring_seconds
-            if direct is not None and hasattr(direct.stats, "batches"):  # (both absent from older checkouts)
                 phases["iterate_batches"] = [list(batch) for batch in direct.stats.batches]
     params.clear()  # SGLang's load_weights drops its name -> parameter map before the post-load step replaces them
     with _timed(phases, "post_load"):
@@ -616,29 +613,16 @@ def _page_cache_gbps(files: list[Path], threads: int | None = None) -> float:
             os.close(fd)
 
 
-def _h2d_gbps(pinned: bool) -> float:
-    import torch
-
-    host = torch.empty(1 << 30, dtype=torch.uint8, pin_memory=pinned)
-    dev = torch.empty_like(host, device="cuda")
-    dev.copy_(host)
-    torch.cuda.synchronize()
-    began = time.perf_counter()
-    for _ in range(3):
-        dev.copy_(host, non_blocking=pinned)
-    torch.cuda.synchronize()
-    return 3 * host.numel() / (time.perf_counter() - began) / 1e9
-
-
-def _h2d_node_gbps(gpus: int, nbytes: int = 1 << 30, repeats: int = 3) -> float:
-    """Pinned host-to-device copies on GPUs ``0..gpus-1`` at once, as a node's ranks copy theirs: a thread per GPU,
-    each copying ``nbytes`` from a pinned buffer of its own ``repeats`` times on its current stream, all started
-    together (a barrier) after one untimed copy each; the GPUs' total GB/s."""
+def _h2d_gbps(pinned: bool, gpus: int = 1, nbytes: int = 1 << 30, repeats: int = 3) -> float:
+    """Host-to-device copies on GPUs ``0..gpus-1`` at once (one: a rank's; several: as a node's ranks copy theirs),
+    from pinned or pageable host memory: a thread per GPU, each copying ``nbytes`` from a host buffer of its own
+    ``repeats`` times on its current stream (non-blocking where pinned), all started together (a barrier) after one
+    untimed copy each; the GPUs' total GB/s."""
     import threading
 
     import torch
 
-    hosts = [torch.empty(nbytes, dtype=torch.uint8, pin_memory=True) for _ in range(gpus)]
+    hosts = [torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned) for _ in range(gpus)]
     devices = [torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{g}") for g in range(gpus)]
     for g in range(gpus):
         devices[g].copy_(hosts[g])
@@ -649,7 +633,7 @@ def _h2d_node_gbps(gpus: int, nbytes: int = 1 << 30, repeats: int = 3) -> float:
         with torch.cuda.device(g):
             start.wait()
             for _ in range(repeats):
-                devices[g].copy_(hosts[g], non_blocking=True)
+                devices[g].copy_(hosts[g], non_blocking=pinned)
             torch.cuda.synchronize(g)
 
     threads = [threading.Thread(target=copy, args=(g,)) for g in range(gpus)]
@@ -667,7 +651,7 @@ def measure_limits(directory: Path, node_ranks: Iterable[int] = ()) -> dict:
     cache as one rank's reader reads it (``page_cache_gbps``) and, for each G of ``node_ranks`` above 1, as G such
     ranks of one node read it at once (``page_cache_node_gbps[str(G)]``: the node's total), pinned/pageable H2D on one
     GPU, and, for each such G the machine has the GPUs for, pinned H2D on G GPUs at once (``h2d_pinned_node_gbps``,
-    the total: :func:`_h2d_node_gbps`)."""
+    the total: :func:`_h2d_gbps`)."""
     from moebake.serving_core.staged_reader import DEFAULT_SLOTS
 
     files = sorted((directory / "out").glob("*.safetensors"), key=lambda p: -p.stat().st_size)
@@ -677,14 +661,15 @@ def measure_limits(directory: Path, node_ranks: Iterable[int] = ()) -> dict:
     buffered = _buffered_disk_gbps(files[:8])
     limits = {"disk_direct_gbps": direct, "disk_buffered_gbps": buffered, "disk_gbps": max(direct, buffered),
               "page_cache_gbps": _page_cache_gbps(files[:4]), "page_cache_threads": DEFAULT_SLOTS}
-    node = {str(g): _page_cache_gbps(files[:4], DEFAULT_SLOTS * g) for g in sorted(set(node_ranks)) if g > 1}
+    together = sorted({g for g in node_ranks if g > 1})  # ranks of one node reading (and copying) at once
+    node = {str(g): _page_cache_gbps(files[:4], DEFAULT_SLOTS * g) for g in together}
     if node:
         limits["page_cache_node_gbps"] = node
     import torch
 
     if torch.cuda.is_available():
         limits.update(h2d_pinned_gbps=_h2d_gbps(True), h2d_pageable_gbps=_h2d_gbps(False))
-        copies = {str(g): _h2d_node_gbps(g) for g in sorted(set(node_ranks)) if 1 < g <= torch.cuda.device_count()}
+        copies = {str(g): _h2d_gbps(True, g) for g in together if g <= torch.cuda.device_count()}
         if copies:
             limits["h2d_pinned_node_gbps"] = copies
     return limits

@@ -806,7 +806,7 @@ def test_startup_bench_node_copy_probe_copies_on_every_gpu_at_once(monkeypatch):
         return real_copy(self, other)
 
     monkeypatch.setattr(torch.Tensor, "copy_", copy)
-    assert bench._h2d_node_gbps(2, nbytes=1000, repeats=3) == 2 * 3 * 1000 / 4.0 / 1e9
+    assert bench._h2d_gbps(True, 2, nbytes=1000, repeats=3) == 2 * 3 * 1000 / 4.0 / 1e9
     timed = [c for c in copies if c[0] == "copy" and c[2]]
     assert sorted(c[1] for c in timed) == [0, 0, 0, 1, 1, 1]  # each GPU's thread, its GPU current, non-blocking
     assert [c for c in copies if c[0] == "copy" and not c[2]] == [("copy", None, False)] * 2  # the untimed ones
