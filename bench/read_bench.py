@@ -73,7 +73,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -312,15 +312,10 @@ class Method:
         """One read, untimed (tests compare the bytes with the file's): ``job.dest`` for a rank method, else None."""
         prepared = self.prepare(job)
         try:
-            with self.context() if self.context else _nothing():
+            with self.context() if self.context else nullcontext():
                 return prepared.timed()
         finally:
             prepared.done()
-
-
-@contextmanager
-def _nothing():
-    yield
 
 
 def _whole(read: Callable[[Job], None]) -> Method:
@@ -378,7 +373,7 @@ def measure(job: Job, name: str, round_: int, cache: str = "cold") -> dict:
     try:
         prepared = method.prepare(job)
         try:
-            with method.context() if method.context else _nothing():
+            with method.context() if method.context else nullcontext():
                 _synchronize(job)
                 before, began = benchkit.io_read_bytes(), time.perf_counter()
                 prepared.timed()

@@ -728,18 +728,23 @@ def test_startup_bench_h200_table_is_the_committed_markdown(tmp_path):
     assert all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in runs if r["path"] in ("presharded", "bake"))
 
 
+def _committed_read_table(tmp_path, name: str) -> tuple[str, list[dict]]:
+    """bench/results/NAME.md is what ``read_bench.py table`` makes of the JSON beside it (regenerate it with that
+    command after the results change): the Markdown, and the JSON's runs."""
+    md = load_bench("read_bench.py").table(RESULTS / f"{name}.json", tmp_path / "read.md")
+    text = md.read_text()
+    assert text == (RESULTS / f"{name}.md").read_text().replace(
+        f"table bench/results/{name}.json", f"table {RESULTS / (name + '.json')}")
+    return text, json.loads((RESULTS / f"{name}.json").read_text())["runs"]
+
+
 def test_read_bench_h200_table_is_the_committed_markdown(tmp_path):
     """bench/results/read_h200.md is what ``read_bench.py table`` makes of the JSON beside it (regenerate it with that
     command after the results change); its rows are the JSON's numbers, and moebake's reader read no byte beyond a
     rank's ranges but what the block layer rounds up (under 0.5%)."""
-    bench = load_bench("read_bench.py")
-    md = bench.table(RESULTS / "read_h200.json", tmp_path / "read.md")
-    text = md.read_text()
-    assert text == (RESULTS / "read_h200.md").read_text().replace(
-        "table bench/results/read_h200.json", f"table {RESULTS / 'read_h200.json'}")
+    text, runs = _committed_read_table(tmp_path, "read_h200")
     assert "| staged-8x16M | 3 | 2.768 | 1.553 | 1.499-1.597 | 0.93x | 1.002x |" in text  # rank 1 of 2
     assert "| normal-8x16M | 3 | 1.433 | 1.502 | 1.405-1.568 | 0.92x | 1.063x |" in text  # rank 1 of 4, readahead on
-    runs = json.loads((RESULTS / "read_h200.json").read_text())["runs"]
     first_cuda = {next(i for i, r in enumerate(runs) if r["ranks"] == ranks and r["method"].startswith("staged"))
                   for ranks in (4, 2)}  # these two also loaded CUDA's libraries (26 and 13 MB; the bench now warms up)
     for i, run in enumerate(runs):
@@ -750,14 +755,28 @@ def test_read_bench_h200_table_is_the_committed_markdown(tmp_path):
 def test_read_bench_h200x2_table_is_the_committed_markdown(tmp_path):
     """bench/results/read_h200x2.md (a call per layer against one call for all, 2 GiB segments) is what
     ``read_bench.py table`` makes of the JSON beside it; every method read a rank's ranges and no more."""
-    md = load_bench("read_bench.py").table(RESULTS / "read_h200x2.json", tmp_path / "read.md")
-    text = md.read_text()
-    assert text == (RESULTS / "read_h200x2.md").read_text().replace(
-        "table bench/results/read_h200x2.json", f"table {RESULTS / 'read_h200x2.json'}")
+    text, runs = _committed_read_table(tmp_path, "read_h200x2")
     assert "| per-range-8x16M | 3 | 1.601 | 1.343 | 1.270-1.391 | 0.90x | 1.000x |" in text
     assert "| staged-8x16M | 3 | 1.501 | 1.440 | 1.284-1.568 | 0.96x | 1.000x |" in text
-    for run in json.loads((RESULTS / "read_h200x2.json").read_text())["runs"]:
+    for run in runs:
         assert run["bytes_read"] <= run["bytes_requested"] * 1.0002, run
+
+
+@pytest.mark.parametrize("name, rows", [
+    ("read_chunks_h200", ["| staged-8x16M | 4 | 0.220 | 29.449 | 26.373-32.538 | 0.99x | 0.000x |",
+                          "| staged-8x8M | 4 | 0.190 | 33.918 | 31.151-35.548 | 1.14x | 0.000x |",
+                          "| staged-8x8M | 2 | 0.962 | 1.679 | 1.582-1.776 | 0.95x | 1.000x |"]),
+    ("read_chunks_h200x2", ["| staged-8x16M | 4 | 0.281 | 30.910 | 27.226-34.089 | 0.95x | 0.000x |",
+                            "| staged-8x8M | 4 | 0.236 | 36.397 | 36.035-36.684 | 1.12x | 0.000x |"]),
+])
+def test_read_bench_chunk_tables_are_the_committed_markdown(tmp_path, name, rows):
+    """bench/results/read_chunks_*.md (the reader's chunk size, warm and cold; StagedReader's 8 MiB default came from
+    them) are what ``read_bench.py table`` makes of the JSON beside them; warm runs read nothing from the disk, cold
+    ones a rank's ranges and no more."""
+    text, runs = _committed_read_table(tmp_path, name)
+    assert all(row in text for row in rows)
+    for run in runs:
+        assert run["bytes_read"] <= (0 if run["cache"] == "warm" else run["bytes_requested"] * 1.0002), run
 
 
 def test_startup_bench_warm_limit_is_a_rank_share_of_the_node_page_cache_where_measured():
@@ -1297,23 +1316,3 @@ def test_real_server_serves_vllm_compares_and_stops_each_server(tmp_path, monkey
                         "/entry_points.txt").read_text()
     assert entry_points == "[vllm.general_plugins]\nmoebake_real_server_probe = real_server_vllm_probe:register\n"
     assert json.loads((tmp_path / "r.json").read_text())["runs"] == runs
-
-
-@pytest.mark.parametrize("name, rows", [
-    ("read_chunks_h200", ["| staged-8x16M | 4 | 0.220 | 29.449 | 26.373-32.538 | 0.99x | 0.000x |",
-                          "| staged-8x8M | 4 | 0.190 | 33.918 | 31.151-35.548 | 1.14x | 0.000x |",
-                          "| staged-8x8M | 2 | 0.962 | 1.679 | 1.582-1.776 | 0.95x | 1.000x |"]),
-    ("read_chunks_h200x2", ["| staged-8x16M | 4 | 0.281 | 30.910 | 27.226-34.089 | 0.95x | 0.000x |",
-                            "| staged-8x8M | 4 | 0.236 | 36.397 | 36.035-36.684 | 1.12x | 0.000x |"]),
-])
-def test_read_bench_chunk_tables_are_the_committed_markdown(tmp_path, name, rows):
-    """bench/results/read_chunks_*.md (the reader's chunk size, warm and cold; StagedReader's 8 MiB default came from
-    them) are what ``read_bench.py table`` makes of the JSON beside them; warm runs read nothing from the disk, cold
-    ones a rank's ranges and no more."""
-    md = load_bench("read_bench.py").table(RESULTS / f"{name}.json", tmp_path / "read.md")
-    text = md.read_text()
-    assert text == (RESULTS / f"{name}.md").read_text().replace(
-        f"table bench/results/{name}.json", f"table {RESULTS / (name + '.json')}")
-    assert all(row in text for row in rows)
-    for run in json.loads((RESULTS / f"{name}.json").read_text())["runs"]:
-        assert run["bytes_read"] <= (0 if run["cache"] == "warm" else run["bytes_requested"] * 1.0002), run
