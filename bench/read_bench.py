@@ -34,7 +34,15 @@ whole file (the limits, into a 16 MiB buffer per thread). No method holds the fi
   (each call returns when its bytes are on the device, so its last chunks drain with fewer threads reading): what
   those calls cost against one call;
 * ``per-range-split-tail-8x16M``: the same with each call's last 8 chunks cut into 2 MiB pieces (a reader that keeps
-  every thread reading until the call's end; only here, not in moebake).
+  every thread reading until the call's end; only here, not in moebake);
+* ``ring16-8x8M``, ``ring16-8x4M``, ``ring12-8x8M``: the reader with a ring of 16 (12) buffers for its 8 threads, so
+  that a buffer's copy to the device has 8 (4) chunks' reads to finish in before the buffer is read into again;
+* ``thread-copy-8x8M``, ``thread-copy-8x4M``: a candidate reader (here only, :func:`_thread_copy_reader`) whose 8
+  threads each copy their own chunks to the device, on a stream of their own, through two buffers each;
+* ``reads-only-8x8M``: that reader's reads alone, into its ring, no copy to the device: what the page cache (warm) or
+  the disk (cold) gives 8 threads of 8 MiB reads, measured beside the readers that also copy;
+* ``idle6s-8x8M``: ``staged-8x8M`` after 6 s with the device idle (off the clock), as a server's first read comes
+  after its model build: what a device that lowered its clocks or link speed while idle costs the first reads.
 
 Cold, before every method the page cache is dropped (root: ``sync``, then ``3`` to ``/proc/sys/vm/drop_caches``; where
 refused, the file is evicted from it with ``posix_fadvise(DONTNEED)``, said once on stdout:
@@ -45,7 +53,8 @@ at the i-th method (a rotated order), so a drift over the session weighs on all 
 
 Each run (``--out``, ``{"runs": [...]}``, appended to; ``machine``: what ``--machine`` says, when given; one JSON line
 per run on stdout as it ends): ``method``, ``round``, ``cache``, ``file`` (its path), ``file_bytes``, ``segment_bytes``,
-``ranks``, ``rank``, ``device``, ``slots`` and ``chunk_bytes`` (the method's threads and read size), ``ring_seconds``
+``ranks``, ``rank``, ``device``, ``slots``, ``chunk_bytes`` and ``buffers`` (the method's threads, read size and
+ring size; ``buffers`` null for the limits), ``ring_seconds``
 (pinning the ring, off the clock; null for the limits), ``seconds``
 (wall, until the bytes are on the device: CUDA synchronised), ``bytes_requested`` (the rank ranges' total; the limits:
 the whole file), ``bytes_read`` (the process's ``read_bytes`` in ``/proc/self/io`` after the call less before: bytes
@@ -236,16 +245,72 @@ def _split_tail_reader():
     return SplitTailReader
 
 
+def _thread_copy_reader(copy: bool = True):
+    """A :class:`StagedReader` whose reading threads copy their own chunks to the device (a candidate, measured here
+    only): each thread takes the next chunk, reads it into one of its two buffers of the ring (``buffers = 2 *
+    slots``), waiting first for that buffer's last copy, then issues the chunk's host-to-device copy on a CUDA stream
+    of its own and records the buffer's event; no thread waits for a copy it has just issued, and no calling thread
+    sits between the reads and the copies. ``copy=False``: the reads alone, into the ring, no copy (what the page
+    cache gives a rank's reader without the device)."""
+    import threading
+
+    import torch
+
+    from moebake.serving_core.staged_reader import StagedReader, _pread_into, _settle
+
+    class ThreadCopyReader(StagedReader):
+        def __init__(self, device, **options):
+            super().__init__(device, **options)
+            cuda = self.device.type == "cuda"
+            self._streams = [torch.cuda.Stream(self.device) if cuda else None for _ in range(self.slots)]
+
+        def _read_staged(self, chunks, fds, pool):
+            buffers, events = self._ring()
+            cuda = self.device.type == "cuda"
+            taking, queue = threading.Lock(), iter(chunks)
+
+            def work(thread: int) -> None:
+                mine, used = (2 * thread, 2 * thread + 1), 0
+                with torch.cuda.device(self.device) if cuda else nullcontext():
+                    while True:
+                        with taking:
+                            chunk = next(queue, None)
+                        if chunk is None:
+                            break
+                        slot = mine[used % 2]
+                        used += 1
+                        if events[slot] is not None:
+                            events[slot].synchronize()
+                        staging = buffers[slot][: chunk.dest.numel()]
+                        _pread_into(fds[chunk.piece.path], staging, chunk.offset, chunk.piece)
+                        if not copy:
+                            continue
+                        with torch.cuda.stream(self._streams[thread]) if cuda else nullcontext():
+                            chunk.dest.copy_(staging, non_blocking=cuda)
+                            if events[slot] is not None:
+                                events[slot].record(self._streams[thread])
+                    for slot in mine:
+                        if events[slot] is not None:
+                            events[slot].synchronize()
+
+            _settle([pool.submit(work, thread) for thread in range(self.slots)])
+
+    return ThreadCopyReader
+
+
 def _staged(job: Job, slots: int, chunk_bytes: int, before: Callable[[], None] | None = None, *,
-            per_range: bool = False, split_tail: bool = False) -> "Prepared":
-    """The rank ranges into ``job.dest`` through a :class:`StagedReader` of ``slots`` x ``chunk_bytes``; ``before()``
-    runs on the clock, before the read. ``per_range``: one ``read`` call per range (the loaders make one per MoE layer,
-    and each call ends when its last chunk is on the device), not one for all; ``split_tail``: the reader of
-    :func:`_split_tail_reader`."""
+            per_range: bool = False, split_tail: bool = False, buffers: int | None = None,
+            thread_copy: bool = False, copy: bool = True, idle: float = 0.0) -> "Prepared":
+    """The rank ranges into ``job.dest`` through a :class:`StagedReader` of ``slots`` x ``chunk_bytes`` (its ring:
+    ``buffers``, default ``slots``); ``before()`` runs on the clock, before the read. ``per_range``: one ``read`` call
+    per range (the loaders make one per MoE layer, and each call ends when its last chunk is on the device), not one
+    for all; ``split_tail``: the reader of :func:`_split_tail_reader`; ``thread_copy``: the reader of
+    :func:`_thread_copy_reader` (``copy``: its); ``idle``: seconds the process then sleeps, off the clock, with
+    nothing running on the device, before the timed read."""
     from moebake.serving_core.staged_reader import StagedReader
 
-    kind = _split_tail_reader() if split_tail else StagedReader
-    reader = kind(job.device, slots=slots, chunk_bytes=chunk_bytes, staged=True)
+    kind = _split_tail_reader() if split_tail else _thread_copy_reader(copy) if thread_copy else StagedReader
+    reader = kind(job.device, slots=slots, chunk_bytes=chunk_bytes, buffers=buffers, staged=True)
     buffers, events = reader._ring()  # the ring and the threads before the clock: a loader keeps its reader across loads
     reader._pool()
     if events[0] is not None:  # CUDA's copy and event path (its libraries' pages) before the clock, as in a loader
@@ -253,6 +318,7 @@ def _staged(job: Job, slots: int, chunk_bytes: int, before: Callable[[], None] |
         events[0].record()
         events[0].synchronize()
     pieces = job.pieces()
+    time.sleep(idle)
 
     def timed():
         if before is not None:
@@ -300,13 +366,15 @@ class Prepared:
 
 @dataclass(frozen=True)
 class Method:
-    """A way to read: ``prepare(job)`` (off the clock) gives its :class:`Prepared`."""
+    """A way to read: ``prepare(job)`` (off the clock) gives its :class:`Prepared`; ``buffers``: its ring's size (None:
+    no ring)."""
 
     slots: int
     chunk_bytes: int
     whole_file: bool
     prepare: Callable[[Job], Prepared]
     context: Callable[[], object] | None = None  # entered around the timed read
+    buffers: int | None = None
 
     def read(self, job: Job):
         """One read, untimed (tests compare the bytes with the file's): ``job.dest`` for a rank method, else None."""
@@ -324,11 +392,14 @@ def _whole(read: Callable[[Job], None]) -> Method:
 
 def _reader(slots: int, chunk_bytes: int, context: Callable[[], object] | None = None, willneed: bool = False,
             **options) -> Method:
-    """A rank method through :func:`_staged` (``options``: its ``per_range`` and ``split_tail``); ``willneed``:
-    :func:`_willneed` on the clock first."""
+    """A rank method through :func:`_staged` (``options``: its ``per_range``, ``split_tail``, ``buffers``,
+    ``thread_copy`` and ``copy``; a thread-copy reader's ring is two buffers a thread); ``willneed``: :func:`_willneed`
+    on the clock first."""
+    if options.get("thread_copy"):
+        options["buffers"] = 2 * slots
     return Method(slots, chunk_bytes, False, lambda job: _staged(job, slots, chunk_bytes,
                                                                 (lambda: _willneed(job)) if willneed else None, **options),
-                  context)
+                  context, options.get("buffers") or slots)
 
 
 METHODS = {
@@ -342,6 +413,13 @@ METHODS = {
     "staged-16x8M": _reader(16, 8 * MIB),
     "staged-8x4M": _reader(8, 4 * MIB),
     "staged-16x4M": _reader(16, 4 * MIB),
+    "ring16-8x8M": _reader(8, 8 * MIB, buffers=16),
+    "ring16-8x4M": _reader(8, 4 * MIB, buffers=16),
+    "ring12-8x8M": _reader(8, 8 * MIB, buffers=12),
+    "thread-copy-8x8M": _reader(8, 8 * MIB, thread_copy=True),
+    "thread-copy-8x4M": _reader(8, 4 * MIB, thread_copy=True),
+    "reads-only-8x8M": _reader(8, 8 * MIB, thread_copy=True, copy=False),
+    "idle6s-8x8M": _reader(8, 8 * MIB, idle=6.0),
     "willneed-8x16M": _reader(8, 16 * MIB, willneed=True),
     "normal-8x16M": _reader(8, 16 * MIB, readahead_on),
     "per-range-8x16M": _reader(8, 16 * MIB, per_range=True),
@@ -365,7 +443,7 @@ def measure(job: Job, name: str, round_: int, cache: str = "cold") -> dict:
     method = METHODS[name]
     run = {"method": name, "round": round_, "cache": cache, "file": str(job.path), "file_bytes": job.file_bytes,
            "segment_bytes": job.segment_bytes, "ranks": job.ranks, "rank": job.rank, "device": str(job.device),
-           "slots": method.slots, "chunk_bytes": method.chunk_bytes, "ring_seconds": None,
+           "slots": method.slots, "chunk_bytes": method.chunk_bytes, "buffers": method.buffers, "ring_seconds": None,
            "seconds": None, "bytes_requested": job.file_bytes if method.whole_file else job.requested,
            "bytes_read": None, "gbps": None}
     if cache == "cold":

@@ -50,7 +50,8 @@ of the other tensors, and of those, ``iterate_ring``: what the read calls spent 
 it or waiting for the allocation the plugin began as the model was built (in files without ``pin_ring``: the
 allocation, which the first read made), and ``iterate_batches``: ``[seconds, bytes]`` of each read call), ``pin_ring``
 (the ring's allocation itself, wherever it ran: not a part of the clock's phases), ``post_load`` (every MoE layer's post-load
-step; of it, ``post_load_reads``: moebake's reads of the experts), ``sync`` (the final CUDA synchronize) and
+step; of it, ``post_load_reads``: moebake's reads of the experts, and ``post_load_batches``: ``[seconds, bytes]`` of
+each MoE layer's read call, in layer order), ``sync`` (the final CUDA synchronize) and
 ``other`` (the rest; presharded: its reload but the build).
 ``readahead`` (the bake's with ``--readahead on|both``, the slowest rank's; absent from older files): what the
 plugin's read-ahead (:mod:`moebake.serving_core.readahead`) did beside those parts: ``seconds`` from its first read to
@@ -374,6 +375,7 @@ def _load_from_checkpoint(path: str, root, quant, files: list[str], directory: P
             if stats is not None:
                 requested += stats.bytes
                 phases["post_load_reads"] = phases.get("post_load_reads", 0.0) + stats.seconds
+                phases.setdefault("post_load_batches", []).append([stats.seconds, stats.bytes])
     stop = getattr(quant, "stop_readahead", None)  # as the plugin's interception ends it, after the post-load steps
     if stop is not None:
         found = stop()

@@ -585,7 +585,8 @@ def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_pa
     for (path, ep, nodes), run in runs.items():  # the slowest rank's phases: what ran in the timed region, no more
         if path != "presharded-dump":
             parts = {"build", "other"} | ({"iterate", "post_load"} if path != "presharded" else set())
-            shares = {"iterate_reads", "iterate_ring", "pin_ring", "iterate_batches", "post_load_reads"} \
+            shares = {"iterate_reads", "iterate_ring", "pin_ring", "iterate_batches", "post_load_reads",
+                      "post_load_batches"} \
                 if path == "bake" else set()
             assert parts | shares == set(run["phases"])
             whole = sum(v for k, v in run["phases"].items() if k not in shares)
@@ -595,6 +596,9 @@ def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_pa
     assert bake["iterate_ring"] == bake["pin_ring"] == 0.0  # a CPU device's reader reads into the parameters: no ring
     assert sum(seconds for seconds, _ in bake["iterate_batches"]) == pytest.approx(bake["iterate_reads"])
     assert sum(size for _, size in bake["iterate_batches"]) > 0
+    layers = json.loads((tmp_path / "out" / "config.json").read_text())["num_hidden_layers"]
+    assert len(bake["post_load_batches"]) == layers  # a read call per MoE layer
+    assert sum(seconds for seconds, _ in bake["post_load_batches"]) == pytest.approx(bake["post_load_reads"])
     assert not list(tmp_path.glob("presharded-ep*.json")) and not any((tmp_path / "src" / "presharded").iterdir())
     from moebake.schema.manifest import Manifest, read_manifest
 

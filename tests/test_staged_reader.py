@@ -108,12 +108,12 @@ def test_the_reading_threads_and_the_ring_are_kept_between_reads_until_closed(da
 
     before = readers()
     reader.read(_ranges(path, dests))
-    first, ring = readers() - before, [b.data_ptr() for b in reader._buffers]
+    first, ring = readers() - before, [b.data_ptr() for b in reader._staging]
     reader.read(_ranges(path, dests))
     assert readers() - before == first and 0 < len(first) <= 3
-    assert [b.data_ptr() for b in reader._buffers] == ring
+    assert [b.data_ptr() for b in reader._staging] == ring
     reader.close()
-    assert not any(t.is_alive() for t in first) and reader._buffers == []
+    assert not any(t.is_alive() for t in first) and reader._staging == []
     reader.read(_ranges(path, dests))  # starts again after close
     assert all(torch.equal(dest, data[offset:offset + n]) for (offset, n), dest in zip(PIECES, dests))
     reader.close()
@@ -183,7 +183,7 @@ def test_staged_reads_go_through_the_ring_only(data_file, monkeypatch):
     reader = StagedReader(torch.device("cpu"), chunk_bytes=1024, slots=3, staged=True)
     dests = [torch.empty(n, dtype=torch.uint8) for _, n in PIECES]
     reader.read(_ranges(path, dests))
-    ring = [(b.data_ptr(), b.numel()) for b in reader._buffers]
+    ring = [(b.data_ptr(), b.numel()) for b in reader._staging]
     assert len(ring) == 3 and all(size == 1024 for _, size in ring)
     assert len(seen) == sum(-(-n // 1024) for _, n in PIECES)
     assert all(any(start <= ptr and ptr + n <= start + size for start, size in ring) for ptr, n in seen)
@@ -257,7 +257,7 @@ def test_start_ring_pins_the_ring_in_a_reading_thread_and_the_first_read_takes_i
     assert calls and calls[0].startswith("moebake-read") and reader.ring_seconds > 0
     dests = [torch.empty(n, dtype=torch.uint8) for _, n in PIECES]
     reader.read(_ranges(path, dests))
-    assert len(calls) == 1 and len(reader._buffers) == 3 and reader.ring_wait_seconds < 0.1
+    assert len(calls) == 1 and len(reader._staging) == 3 and reader.ring_wait_seconds < 0.1
     assert all(torch.equal(dest, data[offset:offset + n]) for (offset, n), dest in zip(PIECES, dests))
     reader.start_ring()  # the ring is there: nothing to do
     assert len(calls) == 1 and reader._ring_started is None
@@ -283,7 +283,7 @@ def test_close_drops_a_ring_being_pinned_and_a_later_read_makes_its_own(data_fil
     reader = StagedReader(torch.device("cpu"), chunk_bytes=1024, slots=3, staged=True)
     reader.start_ring()
     reader.close()  # waits for the threads (the allocation among them), then drops what they made
-    assert reader._ring_started is None and reader._buffers == []
+    assert reader._ring_started is None and reader._staging == []
     dests = [torch.empty(n, dtype=torch.uint8) for _, n in PIECES]
     reader.read(_ranges(path, dests))
     assert all(torch.equal(dest, data[offset:offset + n]) for (offset, n), dest in zip(PIECES, dests))

@@ -1,11 +1,15 @@
 """Copy byte ranges of files into device tensors, through a small ring of pinned staging buffers.
 
-Each range is cut into chunks of ``chunk_bytes``. For a CUDA destination, worker threads read
-chunks from the file (``os.preadv``, no Python-level copy) straight into ``slots`` pinned host
-buffers; the calling thread then issues one asynchronous host-to-device copy per chunk into its
-place in the destination tensor and records an event, and a buffer is refilled only after its
-copy has finished. Disk (or page cache) reads, H2D copies and the next reads overlap; host memory
-is bounded by ``slots * chunk_bytes`` whatever the tensor sizes. For a CPU destination the
+Each range is cut into chunks of ``chunk_bytes``. For a CUDA destination, ``slots`` worker threads
+read chunks from the file (``os.preadv``, no Python-level copy) straight into a ring of ``buffers``
+pinned host buffers (``buffers >= slots``; chunk ``i`` goes to buffer ``i % buffers``), at most
+``slots`` reads at a time; the calling thread then issues one asynchronous host-to-device copy per
+chunk, in chunk order, into its place in the destination tensor and records an event, and a buffer
+is refilled only after its copy has finished. With ``buffers == slots`` the buffer a read needs is
+the one whose copy was issued just before, so the calling thread waits for each copy in turn; each
+extra buffer lets one more copy run while the reads go on. Disk (or page cache) reads, H2D copies
+and the next reads overlap; host memory is bounded by ``buffers * chunk_bytes`` whatever the tensor
+sizes. For a CPU destination the
 threads read directly into the destination (no staging at all), unless ``staged=True`` is asked
 for (tests use that to run the staged pipeline without a GPU).
 
@@ -16,7 +20,7 @@ too. Each read is a whole chunk, so the reads stay large.
 A reader keeps its ``slots`` reading threads and its ring between calls (one reader per device can serve every
 load of a process: the experts' and the other tensors'); :meth:`StagedReader.close` ends the threads and frees
 the ring. Every read a call started has ended before the call returns or raises. The first staged call allocates the
-ring (``slots`` pinned buffers of ``chunk_bytes``) inside its clock, unless :meth:`StagedReader.start_ring` began
+ring (``buffers`` pinned buffers of ``chunk_bytes``) inside its clock, unless :meth:`StagedReader.start_ring` began
 pinning it earlier, in a reading thread (a loader calls it as the model is built, before its first read); then the
 first call waits for that. :attr:`StagedReader.ring_seconds` says how long the allocations took, in all, and
 :attr:`StagedReader.ring_wait_seconds` how long read calls spent on them (allocating, or waiting).
@@ -115,11 +119,14 @@ class StagedReader:
     """Reads :class:`ByteRange` lists to one device; re-usable (its staging buffers are kept)."""
 
     def __init__(self, device: torch.device, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 slots: int = DEFAULT_SLOTS, staged: bool | None = None):
+                 slots: int = DEFAULT_SLOTS, buffers: int | None = None, staged: bool | None = None):
         self.device = torch.device(device)
         self.chunk_bytes, self.slots = chunk_bytes, slots
+        self.buffers = slots if buffers is None else buffers  # the ring's size
+        if self.buffers < slots:
+            raise ValueError(f"a ring of {self.buffers} buffers for {slots} reading threads: it needs at least one each")
         self.staged = self.device.type != "cpu" if staged is None else staged
-        self._buffers: list[torch.Tensor] = []
+        self._staging: list[torch.Tensor] = []  # the ring: its pinned buffers
         self._events: list = []
         self._executor: ThreadPoolExecutor | None = None
         self.on_consumed: Callable[[str, int, int], None] | None = None
@@ -141,32 +148,33 @@ class StagedReader:
         """End the reading threads and free the staging ring; a later :meth:`read` starts them again."""
         if self._executor is not None:
             self._executor.shutdown(wait=True)
-        self._executor, self._buffers, self._events, self._ring_started = None, [], [], None
+        self._executor, self._staging, self._events, self._ring_started = None, [], [], None
 
     def start_ring(self) -> None:
         """Begin pinning the staging ring now, in one of the reading threads (started here), so that the first read
         finds it ready or nearly: for a staged reader without a ring, else nothing. The thread pins with this
         reader's CUDA device current (no context on another device)."""
-        if self.staged and not self._buffers and self._ring_started is None:
+        if self.staged and not self._staging and self._ring_started is None:
             self._ring_started = self._pool().submit(self._allocate_ring)
 
     def _allocate_ring(self) -> tuple[list[torch.Tensor], list]:
-        """``slots`` buffers of ``chunk_bytes`` (pinned for a CUDA device) and their events; adds to ``ring_seconds``."""
+        """``buffers`` buffers of ``chunk_bytes`` (pinned for a CUDA device) and their events; adds to ``ring_seconds``."""
         begin = time.perf_counter()
         pin = self.device.type == "cuda"
         with torch.cuda.device(self.device) if pin else nullcontext():
-            buffers = [torch.empty(self.chunk_bytes, dtype=torch.uint8, device="cpu", pin_memory=pin) for _ in range(self.slots)]
-        events = [torch.cuda.Event() if pin else None for _ in range(self.slots)]
+            buffers = [torch.empty(self.chunk_bytes, dtype=torch.uint8, device="cpu", pin_memory=pin)
+                       for _ in range(self.buffers)]
+        events = [torch.cuda.Event() if pin else None for _ in range(self.buffers)]
         self.ring_seconds += time.perf_counter() - begin
         return buffers, events
 
     def _ring(self) -> tuple[list[torch.Tensor], list]:
-        if not self._buffers:
+        if not self._staging:
             begin = time.perf_counter()
             started, self._ring_started = self._ring_started, None
-            self._buffers, self._events = started.result() if started is not None else self._allocate_ring()
+            self._staging, self._events = started.result() if started is not None else self._allocate_ring()
             self.ring_wait_seconds += time.perf_counter() - begin
-        return self._buffers, self._events
+        return self._staging, self._events
 
     def _chunks(self, ranges: list[ByteRange]) -> list[_Chunk]:
         chunks = []
@@ -213,11 +221,11 @@ class StagedReader:
 
         try:
             for i, chunk in enumerate(chunks):
-                slot = i % self.slots
+                slot = i % len(buffers)
                 if len(in_flight) == self.slots:
-                    finish_oldest()
+                    finish_oldest()  # chunk i - slots: buffers >= slots, so the buffer's last chunk's copy is issued
                 if events[slot] is not None:
-                    events[slot].synchronize()  # the slot's previous H2D copy has finished
+                    events[slot].synchronize()  # the buffer's previous H2D copy has finished
                 staging = buffers[slot][: chunk.dest.numel()]
                 read = pool.submit(_pread_into, fds[chunk.piece.path], staging, chunk.offset, chunk.piece)
                 in_flight.append((chunk, slot, staging, read))
@@ -228,7 +236,7 @@ class StagedReader:
 
 
 def own_reader(device: torch.device | str, *, chunk_bytes: int | None = None, slots: int | None = None,
-               staged: bool | None = None) -> StagedReader:
+               buffers: int | None = None, staged: bool | None = None) -> StagedReader:
     """A :class:`StagedReader` onto ``device``, with the defaults where an option is None."""
-    options = {k: v for k, v in (("chunk_bytes", chunk_bytes), ("slots", slots)) if v is not None}
+    options = {k: v for k, v in (("chunk_bytes", chunk_bytes), ("slots", slots), ("buffers", buffers)) if v is not None}
     return StagedReader(torch.device(device), staged=staged, **options)
