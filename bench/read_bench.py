@@ -94,6 +94,7 @@ MIB, GIB = 2**20, 2**30
 LIMIT = "limit-buffered"
 THREADS, PROBE_BYTES = 8, 16 * MIB  # the limit probes'
 MAKE_BLOCK = 64 * MIB
+IDLE_SECONDS = 6.0  # idle6s-8x8M's wait before its read
 
 
 # ----------------------------------------------------------------------------------------------- make
@@ -300,13 +301,13 @@ def _thread_copy_reader(copy: bool = True):
 
 def _staged(job: Job, slots: int, chunk_bytes: int, before: Callable[[], None] | None = None, *,
             per_range: bool = False, split_tail: bool = False, buffers: int | None = None,
-            thread_copy: bool = False, copy: bool = True, idle: float = 0.0) -> "Prepared":
+            thread_copy: bool = False, copy: bool = True, idle: bool = False) -> "Prepared":
     """The rank ranges into ``job.dest`` through a :class:`StagedReader` of ``slots`` x ``chunk_bytes`` (its ring:
     ``buffers``, default ``slots``); ``before()`` runs on the clock, before the read. ``per_range``: one ``read`` call
     per range (the loaders make one per MoE layer, and each call ends when its last chunk is on the device), not one
     for all; ``split_tail``: the reader of :func:`_split_tail_reader`; ``thread_copy``: the reader of
-    :func:`_thread_copy_reader` (``copy``: its); ``idle``: seconds the process then sleeps, off the clock, with
-    nothing running on the device, before the timed read."""
+    :func:`_thread_copy_reader` (``copy``: its); ``idle``: the process then sleeps ``IDLE_SECONDS``, off the clock,
+    with nothing running on the device, before the timed read."""
     from moebake.serving_core.staged_reader import StagedReader
 
     kind = _split_tail_reader() if split_tail else _thread_copy_reader(copy) if thread_copy else StagedReader
@@ -318,7 +319,8 @@ def _staged(job: Job, slots: int, chunk_bytes: int, before: Callable[[], None] |
         events[0].record()
         events[0].synchronize()
     pieces = job.pieces()
-    time.sleep(idle)
+    if idle:
+        time.sleep(IDLE_SECONDS)
 
     def timed():
         if before is not None:
@@ -419,7 +421,7 @@ METHODS = {
     "thread-copy-8x8M": _reader(8, 8 * MIB, thread_copy=True),
     "thread-copy-8x4M": _reader(8, 4 * MIB, thread_copy=True),
     "reads-only-8x8M": _reader(8, 8 * MIB, thread_copy=True, copy=False),
-    "idle6s-8x8M": _reader(8, 8 * MIB, idle=6.0),
+    "idle6s-8x8M": _reader(8, 8 * MIB, idle=True),
     "willneed-8x16M": _reader(8, 16 * MIB, willneed=True),
     "normal-8x16M": _reader(8, 16 * MIB, readahead_on),
     "per-range-8x16M": _reader(8, 16 * MIB, per_range=True),

@@ -40,27 +40,28 @@ rank: layer 0's parameters, and every non-expert parameter; equal across paths o
 bytes_requested (bytes of tensor data the path consumed), limit_seconds (see :func:`limit_seconds`;
 simulated nodes: :func:`node_bytes_needed` at the disk's speed), peak_gpu_extra_gib (peak GPU memory beyond the
 parameters resident at the end, largest rank) and peak_host_rss_gib (largest rank's peak RSS, mapped file pages
-included; with rss_before_load_gib, the process before its first byte, and rss_anon_after_gib /
-rss_file_after_gib, its anonymous and file-backed resident memory after the load). The machine's limits are
-measured in the same run (:func:`measure_limits`). Cold runs drop the page cache (root), or else evict the
-model's files from it (:func:`_drop_page_cache`). ``phases`` (the slowest
-rank's; absent from older files): seconds of the timed region's parts, wall clock: ``build`` (the model's
-construction), ``iterate`` (the weight iteration with every loader it calls; of it, ``iterate_reads``: moebake's reads
-of the other tensors, and of those, ``iterate_ring``: what the read calls spent on the reader's pinned ring, allocating
-it or waiting for the allocation the plugin began as the model was built (in files without ``pin_ring``: the
-allocation, which the first read made), and ``iterate_batches``: ``[seconds, bytes]`` of each read call), ``pin_ring``
-(the ring's allocation itself, wherever it ran: not a part of the clock's phases), ``post_load`` (every MoE layer's post-load
-step; of it, ``post_load_reads``: moebake's reads of the experts, and ``post_load_batches``: ``[seconds, bytes]`` of
-each MoE layer's read call, in layer order), ``sync`` (the final CUDA synchronize) and
-``other`` (the rest; presharded: its reload but the build).
-``readahead`` (the bake's with ``--readahead on|both``, the slowest rank's; absent from older files): what the
-plugin's read-ahead (:mod:`moebake.serving_core.readahead`) did beside those parts: ``seconds`` from its first read to
-its last, ``bytes`` it read into the page cache of ``planned_bytes``, ``skipped_bytes`` the loader read first,
-``max_ahead`` (its most bytes read ahead of the loader) and ``error`` (why it ended early, or null).
-``readahead_enabled`` (bake runs of ``--readahead on|off|both``): whether it ran; ``--readahead both`` runs each bake
-load four times, off, on, on, off, and the table compares the two settings. Each world of rank processes prints where
-its wall clock went (:func:`_say_world_time`: the setup of its slowest rank, the loads and their digests, the
-page-cache drops, the rest), for planning a GPU session's minutes; that is not in the results.
+included: ``VmHWM``, the rank process's own; every run committed up to 2026-11-28 has ``ru_maxrss`` instead, which
+also counts the benchmark parent's peak: a floor of 1.7-2.9 GiB under every rank's figure; with
+rss_before_load_gib, the process before its first byte, and rss_anon_after_gib / rss_file_after_gib, its anonymous
+and file-backed resident memory after the load). The machine's limits are measured in the same run
+(:func:`measure_limits`). Cold runs drop the page cache (root), or else evict the model's files from it
+(:func:`_drop_page_cache`). ``phases`` (the slowest rank's; absent from older files): seconds of the timed region's
+parts, wall clock: ``build`` (the model's construction), ``iterate`` (the weight iteration with every loader it calls;
+of it, ``iterate_reads``: moebake's reads of the other tensors, and of those, ``iterate_ring``: what the read calls
+spent on the reader's pinned ring, allocating it or waiting for the allocation the plugin began as the model was built
+(in files without ``pin_ring``: the allocation, which the first read made), and ``iterate_batches``: ``[seconds,
+bytes]`` of each read call), ``pin_ring`` (the ring's allocation itself, wherever it ran: not a part of the clock's
+phases), ``post_load`` (every MoE layer's post-load step; of it, ``post_load_reads``: moebake's reads of the experts,
+and ``post_load_batches``: ``[seconds, bytes]`` of each MoE layer's read call, in layer order), ``sync`` (the final
+CUDA synchronize) and ``other`` (the rest; presharded: its reload but the build). ``readahead`` (the bake's with
+``--readahead on|both``, the slowest rank's; absent from older files): what the plugin's read-ahead
+(:mod:`moebake.serving_core.readahead`) did beside those parts: ``seconds`` from its first read to its last, ``bytes``
+it read into the page cache of ``planned_bytes``, ``skipped_bytes`` the loader read first, ``max_ahead`` (its most
+bytes read ahead of the loader) and ``error`` (why it ended early, or null). ``readahead_enabled`` (bake runs of
+``--readahead on|off|both``): whether it ran; ``--readahead both`` runs each bake load four times, off, on, on, off,
+and the table compares the two settings. Each world of rank processes prints where its wall clock went
+(:func:`_say_world_time`: the setup of its slowest rank, the loads and their digests, the page-cache drops, the rest),
+for planning a GPU session's minutes; that is not in the results.
 
     python bench/startup_bench.py make --model gpt-oss-120b --layers 18 --dir /data/b120    # source + bake
     python bench/startup_bench.py all --dir /data/b120 --ep 1 2 --cache cold warm --nodes 2 4 --drop-dumps \\
@@ -72,7 +73,6 @@ page-cache drops, the rest), for planning a GPU session's minutes; that is not i
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -182,8 +182,11 @@ def make(directory: Path, model: str, layers: int) -> None:
 
 # ------------------------------------------------------------------------------------------ one rank
 def _rss_gib() -> dict:
-    """This process's resident memory now (``/proc/self/status``): total, anonymous and file-backed (mmap'd shards)."""
-    fields = {"VmRSS:": "rss", "RssAnon:": "anon", "RssFile:": "file"}
+    """This process's resident memory (``/proc/self/status``): now, total, anonymous and file-backed (mmap'd shards),
+    and its peak (``VmHWM``: the high-water mark of its own address space, which starts anew at ``exec``; not
+    ``ru_maxrss``, which Linux carries over from the parent through fork and exec, so that a rank process would report
+    the parent's peak where that is higher: the benchmark's parent holds CUDA and its probes' buffers)."""
+    fields = {"VmRSS:": "rss", "RssAnon:": "anon", "RssFile:": "file", "VmHWM:": "peak"}
     found = {}
     for line in Path("/proc/self/status").read_text().splitlines():
         key = line.split(":")[0] + ":"
@@ -450,8 +453,7 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
     if "readahead" in phases:  # what the bake's read-ahead did (not a part of the time: it runs beside the rest)
         result["readahead"] = phases.pop("readahead")
     phases["other"] = seconds - sum(v for k, v in phases.items() if not k.endswith(PHASE_SHARES))
-    rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB  # before the digest's own copies
-    rss_after = _rss_gib()
+    rss_after = _rss_gib()  # its peak before the digest's own copies
     resident = torch.cuda.memory_allocated() if cuda else 0
     peak = torch.cuda.max_memory_allocated() if cuda else 0
     bytes_read = (benchkit.io_read_bytes() or 0) - io_before
@@ -465,7 +467,7 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
     moe = {id(p) for layer in layers for p in layer.parameters()}
     return {**result, "seconds": seconds, "phases": phases, "layer0_xxh3": _digest(layers[0].named_parameters()),
             "others_xxh3": _digest((n, p) for n, p in root.named_parameters() if id(p) not in moe),
-            "peak_host_rss_gib": rss_gib,
+            "peak_host_rss_gib": rss_after["peak"],
             "rss_before_load_gib": rss_before.get("rss", 0.0), "rss_anon_after_gib": rss_after.get("anon", 0.0),
             "rss_file_after_gib": rss_after.get("file", 0.0),
             "bytes_read": bytes_read, "bytes_requested": requested,

@@ -431,6 +431,7 @@ def test_read_bench_make_run_table_and_plot_on_the_cpu(tmp_path, monkeypatch, ca
     order; then the table names every method and the plot is drawn."""
     bench = load_bench("read_bench.py")
     monkeypatch.setattr(bench, "MAKE_BLOCK", 256 << 10)
+    monkeypatch.setattr(bench, "IDLE_SECONDS", 0.01)
     monkeypatch.setattr(bench.benchkit, "DROP_CACHES", tmp_path / "no-proc" / "drop_caches")
     monkeypatch.setattr(bench.benchkit, "_EVICTION_SAID", False)
     f = tmp_path / "f"
@@ -448,14 +449,25 @@ def test_read_bench_make_run_table_and_plot_on_the_cpu(tmp_path, monkeypatch, ca
     assert job.ranges == expected and job.requested == len(wanted)
     rank_methods = [name for name, method in bench.METHODS.items() if not method.whole_file]
     assert rank_methods == ["staged-8x16M", "staged-16x16M", "staged-8x64M", "staged-4x64M", "staged-8x8M",
-                            "staged-16x8M", "staged-8x4M", "staged-16x4M", "willneed-8x16M", "normal-8x16M",
-                            "per-range-8x16M", "per-range-split-tail-8x16M"]
+                            "staged-16x8M", "staged-8x4M", "staged-16x4M", "ring16-8x8M", "ring16-8x4M",
+                            "ring12-8x8M", "thread-copy-8x8M", "thread-copy-8x4M", "reads-only-8x8M", "idle6s-8x8M",
+                            "willneed-8x16M", "normal-8x16M", "per-range-8x16M", "per-range-split-tail-8x16M"]
+    assert [bench.METHODS[name].buffers for name in rank_methods[8:13]] == [16, 16, 12, 16, 16]  # two a thread-copier
     assert [(bench.METHODS[name].slots, bench.METHODS[name].chunk_bytes >> 20) for name in rank_methods[:8]] == [
         (8, 16), (16, 16), (8, 64), (4, 64), (8, 8), (16, 8), (8, 4), (16, 4)]
     for name in rank_methods:
         job.dest.fill_(0)
         assert bench.METHODS[name].read(job) is job.dest
+        if name == "reads-only-8x8M":  # its reads go to its ring only
+            assert not job.dest.any()
+            continue
         assert job.dest.numpy().tobytes() == wanted, name
+    # the thread-copy reader with chunks small enough that each of its 3 threads takes many, through its 2 buffers
+    copier = bench._thread_copy_reader()(torch.device("cpu"), slots=3, chunk_bytes=4 << 10, buffers=6, staged=True)
+    job.dest.fill_(0)
+    copier.read(job.pieces())
+    copier.close()
+    assert job.dest.numpy().tobytes() == wanted
     # the split-tail reader, with chunks small enough to split (32 KiB, 8 slots: 4 KiB pieces): the last 8 chunks of a
     # call become 8 pieces each, and the bytes are the ranges' still
     split = bench._split_tail_reader()(torch.device("cpu"), slots=8, chunk_bytes=32 << 10, staged=True)
@@ -647,8 +659,12 @@ def test_startup_bench_table_is_the_committed_markdown(tmp_path):
     assert "| 1 | warm | 2.74 | 1.95 | 0.66 | 4.16x | 2.96x | 0.84 | 0.78 |" in text
     assert "| 4 x 1 | bake | 4.38 | 3.55, 3.97, 4.38, 3.95 | 5.42 | 5.41 | 3.18 | 1.38 | 2.24x | 0.00 |" in text
     assert "| 4 x 1 | presharded | 4.58 |" in text and "| 2 x 1 | bake | 6.07 |" in text
+    # 2026-11-28, 2 nodes again with the reader of 8 MiB chunks: the bake under presharded, each node its need
+    assert "| 2 x 1 | bake | 5.13 | 4.97, 5.13 | 8.19 | 8.18 | 4.20 | 1.22 | 1.63x | 0.00 |" in text
+    assert "| 2 x 1 | presharded | 5.32 | 5.32, 5.11 | 8.19 | 8.18 | 4.20 | 1.27 | 1.57x | 1.70 |" in text
+    assert "first read 0.762 s, 1.16 GB" in text  # the other tensors' first read call, cold
     six = [r for r in runs if r["layers"] == 6 and r["path"] in ("presharded", "bake")]
-    assert len(six) == 8 and all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in six)
+    assert len(six) == 10 and all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in six)
     for run in (r for r in six if r["path"] == "bake" and r["cache"] == "cold"):  # no node read another rank's rows
         assert max(run["node_bytes_read"]) <= run["node_bytes_needed"] * 1.005
     # 2026-11-28, DeepSeek-V4-Flash's experts, 8 layers: 4 and 2 simulated nodes, then EP 2 and 1 warm
@@ -666,14 +682,16 @@ def test_startup_bench_table_is_the_committed_markdown(tmp_path):
 
 
 def test_startup_bench_warm_sessions_table_is_the_committed_markdown(tmp_path):
-    """bench/results/startup_warm_h200x2.md (the 120B-shaped model warm in two holds, the reader's 16 MiB chunks, then
-    8 MiB) is what ``startup_bench.py table`` makes of the JSON beside it: one section per session, each with its own
-    limits and notes only; its rows are the JSON's numbers, and every bake and presharded rank equals stock's."""
+    """bench/results/startup_warm_h200x2.md (the 120B-shaped model warm in four holds: the reader's 16 MiB chunks,
+    8 MiB, the ring pinned as the model is built, each layer's read call recorded) is what ``startup_bench.py table``
+    makes of the JSON beside it: one section per session, each with its own limits and notes only; its rows are the
+    JSON's numbers, and every bake and presharded rank equals stock's."""
     text, runs = _committed_startup_table(tmp_path, "startup_warm_h200x2")
-    head, first, second, third = text.split("## gpt-oss-120b-shaped, 6 MoE layers of 128 experts, ")
+    head, first, fourth, second, third = text.split("## gpt-oss-120b-shaped, 6 MoE layers of 128 experts, ")
     assert first.startswith("first hold: the reader's 16 MiB chunks") and second.startswith("second hold: 8 MiB chunks")
     assert third.startswith("third hold: the ring pinned as the model is built (EP 1 only)")
-    for section, probe in ((first, "40.9"), (second, "49.4"), (third, "47.7")):  # each its own limits, no other's
+    assert fourth.startswith("fourth hold: each MoE layer's read call recorded")
+    for section, probe in ((first, "40.9"), (second, "49.4"), (third, "47.7"), (fourth, "50.9")):  # its own limits
         assert section.count("Limits measured") == 1 and f"page cache {probe} GB/s (8 threads" in section
     assert "92.7 GB/s with 2 such ranks" in second and "page cache 49.4" not in first + third
     assert "| 1 | warm | 1.81 | 1.98 | 0.61 | 2.98x | 3.26x | 0.34 | 1.81 |" in first
@@ -683,8 +701,13 @@ def test_startup_bench_warm_sessions_table_is_the_committed_markdown(tmp_path):
     assert "ring 0.070; first read 0.114 s, 1.16 GB" in first and "ring 0.027; first read 0.066 s, 1.16 GB" in second
     assert "| 1 | warm | 2.06 | - | 0.49 | 4.19x | - | 0.29 | 1.71 |" in third  # the ring pinned as the model is built:
     assert "ring 0.000 of its 0.026 pinning; first read 0.042 s, 1.16 GB" in third  # the first read waited for nothing
-    assert first.count("Note: ") == second.count("Note: ") == third.count("Note: ") == 2
-    assert len(runs) == 19 and len({r["session"] for r in runs}) == 3
+    assert first.count("Note: ") == second.count("Note: ") == third.count("Note: ") == 2 and fourth.count("Note: ") == 3
+    assert "| 1 | warm | 1.58 | - | 0.44 | 3.61x | - | 0.27 | 1.63 |" in fourth
+    assert "| 2 | warm | 2.01 | - | 0.35 | 5.75x | - | 0.20 | 1.74 |" in fourth
+    assert "110.0 GB/s pinned with 2 GPUs copying at once" in fourth  # the node's copies: no less than 2 x one GPU's
+    layers = [run["phases"]["post_load_batches"] for run in runs if "post_load_batches" in run.get("phases", {})]
+    assert len(layers) == 2 and all(len(calls) == 6 for calls in layers)  # a read call per MoE layer, EP 1 and 2
+    assert len(runs) == 23 and len({r["session"] for r in runs}) == 4
     assert all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in runs if r["path"] in ("presharded", "bake"))
     assert all(r["peak_gpu_extra_gib"] == 0.0 for r in runs if r["path"] == "bake")
 
@@ -781,6 +804,22 @@ def test_read_bench_chunk_tables_are_the_committed_markdown(tmp_path, name, rows
     assert all(row in text for row in rows)
     for run in runs:
         assert run["bytes_read"] <= (0 if run["cache"] == "warm" else run["bytes_requested"] * 1.0002), run
+
+
+def test_startup_bench_peak_rss_is_the_rank_process_own_not_its_parents(tmp_path):
+    """A rank's peak RSS is its own address space's high-water mark (``VmHWM``): a parent holding 512 MiB more than the
+    rank starts it, and the rank's peak stays far under that, where ``ru_maxrss`` (the figure the benchmark took
+    before) carries the parent's peak over fork and exec."""
+    held = bytearray(512 << 20)
+    held[::4096] = b"\1" * len(range(0, len(held), 4096))  # every page resident in this (the parent) process
+    child = ("import json, resource, sys; sys.path.insert(0, 'bench'); import startup_bench; "
+             "print(json.dumps([startup_bench._rss_gib()['peak'], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss]))")
+    parent_gib = load_bench("startup_bench.py")._rss_gib()["rss"]
+    done = subprocess.run([sys.executable, "-c", child], cwd=REPO, capture_output=True, text=True, check=True)
+    peak_gib, maxrss_kib = json.loads(done.stdout)
+    assert parent_gib > 0.5 and maxrss_kib * 1024 / 2**30 >= parent_gib - 0.05  # the old figure: the parent's
+    assert peak_gib < parent_gib - 0.4  # the rank's own
+    del held
 
 
 def test_startup_bench_warm_limit_is_a_rank_share_of_the_node_page_cache_where_measured():
