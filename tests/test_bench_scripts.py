@@ -687,7 +687,7 @@ def test_startup_bench_warm_sessions_table_is_the_committed_markdown(tmp_path):
     makes of the JSON beside it: one section per session, each with its own limits and notes only; its rows are the
     JSON's numbers, and every bake and presharded rank equals stock's."""
     text, runs = _committed_startup_table(tmp_path, "startup_warm_h200x2")
-    head, first, fourth, second, third = text.split("## gpt-oss-120b-shaped, 6 MoE layers of 128 experts, ")
+    head, fifth, first, fourth, second, third = text.split("## gpt-oss-120b-shaped, 6 MoE layers of 128 experts, ")
     assert first.startswith("first hold: the reader's 16 MiB chunks") and second.startswith("second hold: 8 MiB chunks")
     assert third.startswith("third hold: the ring pinned as the model is built (EP 1 only)")
     assert fourth.startswith("fourth hold: each MoE layer's read call recorded")
@@ -706,9 +706,17 @@ def test_startup_bench_warm_sessions_table_is_the_committed_markdown(tmp_path):
     assert "| 2 | warm | 2.01 | - | 0.35 | 5.75x | - | 0.20 | 1.74 |" in fourth
     assert "110.0 GB/s pinned with 2 GPUs copying at once" in fourth  # the node's copies: no less than 2 x one GPU's
     layers = [run["phases"]["post_load_batches"] for run in runs if "post_load_batches" in run.get("phases", {})]
-    assert len(layers) == 2 and all(len(calls) == 6 for calls in layers)  # a read call per MoE layer, EP 1 and 2
-    assert len(runs) == 23 and len({r["session"] for r in runs}) == 4
-    assert all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in runs if r["path"] in ("presharded", "bake"))
+    assert len(layers) == 4 and all(len(calls) == 6 for calls in layers)  # a read call per MoE layer, EP 1 and 2, twice
+    assert len(runs) == 25 and len({r["session"] for r in runs}) == 5
+    # the fifth hold ran the bake alone: its ranks' own peak RSS, the process before its first byte plus the ring's
+    assert fifth.startswith("fifth hold: the bake alone") and "| 1 | warm | - | - | 0.46 | - | - | 0.29 | 1.56 |" in fifth
+    alone = [r for r in runs if r["session"].startswith("fifth")]
+    assert all(r["peak_host_rss_gib"] - r["rss_before_load_gib"] < 0.1 for r in alone)
+    stock = {r["ep"]: (r["layer0_xxh3"], r["others_xxh3"]) for r in runs
+             if r["path"] == "stock" and r["session"].startswith("fourth")}
+    assert all((r["layer0_xxh3"], r["others_xxh3"]) == stock[r["ep"]] for r in alone)  # the same model as the fourth's
+    assert all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in runs
+               if r["path"] in ("presharded", "bake") and r not in alone)
     assert all(r["peak_gpu_extra_gib"] == 0.0 for r in runs if r["path"] == "bake")
 
 
