@@ -39,14 +39,17 @@ def test_every_byte_lands_where_asked(data_file, staged, chunk_bytes, slots):
     assert stats.bytes == sum(n for _, n in PIECES) and stats.tensors == len(PIECES) and stats.device == "cpu"
 
 
-def test_a_buffer_is_refilled_only_after_its_copy_and_at_most_slots_reads_run_at_once(data_file, monkeypatch):
-    """3 threads, a ring of 3 buffers: every buffer is used, at most 3 reads run at once, and each buffer's events go
-    wait, read, copy, wait, read, copy... (its next read starts only after the wait on its last copy's event). The
-    events are stand-ins that log (on CPU the copies are synchronous)."""
+@pytest.mark.parametrize("slots, ring", [(3, 3), (2, 5)])
+def test_a_buffer_is_refilled_only_after_its_copy_and_at_most_slots_reads_run_at_once(data_file, monkeypatch, slots,
+                                                                                      ring):
+    """``slots`` threads, a ring of ``ring`` buffers: every buffer is used, at most ``slots`` reads run at once, and
+    each buffer's events go wait, read, copy, wait, read, copy... (its next read starts only after the wait on its last
+    copy's event). The events are stand-ins that log (on CPU the copies are synchronous)."""
     path, data = data_file
     log, lock, running, peak, real = [], threading.Lock(), [0], [0], staged_reader._pread_into
-    reader = StagedReader(torch.device("cpu"), chunk_bytes=1024, slots=3, staged=True)
+    reader = StagedReader(torch.device("cpu"), chunk_bytes=1024, slots=slots, buffers=ring, staged=True)
     buffers, _ = reader._ring()
+    assert len(buffers) == ring
     slot_of = {buffer.data_ptr(): slot for slot, buffer in enumerate(buffers)}
 
     class LoggingEvent:
@@ -69,19 +72,24 @@ def test_a_buffer_is_refilled_only_after_its_copy_and_at_most_slots_reads_run_at
         with lock:
             running[0] -= 1
 
-    reader._events = [LoggingEvent(slot) for slot in range(3)]
+    reader._events = [LoggingEvent(slot) for slot in range(ring)]
     monkeypatch.setattr(staged_reader, "_pread_into", counting)
     dests = [torch.empty(n, dtype=torch.uint8) for _, n in PIECES]
     reader.read(_ranges(path, dests))
     reader.close()
     assert all(torch.equal(dest, data[offset:offset + n]) for (offset, n), dest in zip(PIECES, dests))
-    assert peak[0] <= 3
-    per_slot = {slot: [kind for kind, at in log if at == slot] for slot in range(3)}
+    assert peak[0] <= slots
+    per_slot = {slot: [kind for kind, at in log if at == slot] for slot in range(ring)}
     chunks = sum(-(-n // 1024) for _, n in PIECES)
     assert sum(kinds.count("read") for kinds in per_slot.values()) == chunks
     for slot, kinds in per_slot.items():
         uses = kinds.count("read")
-        assert uses >= chunks // 3 and kinds == ["wait", "read", "copy"] * uses, (slot, kinds)
+        assert uses >= chunks // ring and kinds == ["wait", "read", "copy"] * uses, (slot, kinds)
+
+
+def test_a_ring_needs_a_buffer_for_each_reading_thread():
+    with pytest.raises(ValueError, match="a ring of 2 buffers for 3 reading threads"):
+        StagedReader(torch.device("cpu"), slots=3, buffers=2)
 
 
 @pytest.mark.parametrize("staged", [True, False])
