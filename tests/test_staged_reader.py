@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from moebake.errors import MoebakeError
+from moebake.errors import InvalidArgumentError, MoebakeError
 from moebake.serving_core import staged_reader
 from moebake.serving_core.staged_reader import ByteRange, StagedReader
 from tests.conftest import benchkit, random_u8
@@ -88,7 +88,7 @@ def test_a_buffer_is_refilled_only_after_its_copy_and_at_most_slots_reads_run_at
 
 
 def test_a_ring_needs_a_buffer_for_each_reading_thread():
-    with pytest.raises(ValueError, match="a ring of 2 buffers for 3 reading threads"):
+    with pytest.raises(InvalidArgumentError, match="a ring of 2 buffers for 3 reading threads"):
         StagedReader(torch.device("cpu"), slots=3, buffers=2)
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from moebake.errors import MoebakeError
+from moebake.errors import InvalidArgumentError, MoebakeError
 from moebake.progress_bars import rate_text, size_text
 
 DEFAULT_CHUNK_BYTES = 8 << 20
@@ -124,7 +124,7 @@ class StagedReader:
         self.chunk_bytes, self.slots = chunk_bytes, slots
         self.buffers = slots if buffers is None else buffers  # the ring's size
         if self.buffers < slots:
-            raise ValueError(f"a ring of {self.buffers} buffers for {slots} reading threads: it needs at least one each")
+            raise InvalidArgumentError(f"a ring of {self.buffers} buffers for {slots} reading threads: it needs at least one each")
         self.staged = self.device.type != "cpu" if staged is None else staged
         self._staging: list[torch.Tensor] = []  # the ring: its pinned buffers
         self._events: list = []
