@@ -9,9 +9,8 @@ is refilled only after its copy has finished. With ``buffers == slots`` the buff
 the one whose copy was issued just before, so the calling thread waits for each copy in turn; each
 extra buffer lets one more copy run while the reads go on. Disk (or page cache) reads, H2D copies
 and the next reads overlap; host memory is bounded by ``buffers * chunk_bytes`` whatever the tensor
-sizes. For a CPU destination the
-threads read directly into the destination (no staging at all), unless ``staged=True`` is asked
-for (tests use that to run the staged pipeline without a GPU).
+sizes. For a CPU destination the threads read directly into the destination (no staging at all),
+unless ``staged=True`` is asked for (tests use that to run the staged pipeline without a GPU).
 
 Files are read with the kernel's readahead off (``POSIX_FADV_RANDOM`` on the reader's own descriptors): a rank
 reads its slice of each tensor, and readahead past a slice's end would fetch the next rank's bytes from the disk
@@ -236,7 +235,7 @@ class StagedReader:
 
 
 def own_reader(device: torch.device | str, *, chunk_bytes: int | None = None, slots: int | None = None,
-               buffers: int | None = None, staged: bool | None = None) -> StagedReader:
+               staged: bool | None = None) -> StagedReader:
     """A :class:`StagedReader` onto ``device``, with the defaults where an option is None."""
-    options = {k: v for k, v in (("chunk_bytes", chunk_bytes), ("slots", slots), ("buffers", buffers)) if v is not None}
+    options = {k: v for k, v in (("chunk_bytes", chunk_bytes), ("slots", slots)) if v is not None}
     return StagedReader(torch.device(device), staged=staged, **options)
