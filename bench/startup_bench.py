@@ -617,6 +617,29 @@ def _page_cache_gbps(files: list[Path], threads: int | None = None) -> float:
             os.close(fd)
 
 
+def _reader_alone_gbps(files: list[Path], device: str, window_bytes: int = 1 << 30, staged: bool | None = None) -> float:
+    """The plugin's reader (:func:`~moebake.serving_core.staged_reader.own_reader`, its defaults) reading every byte
+    of ``files`` out of the page cache onto ``device``, in this process, outside any server, GB/s: a read of the
+    whole once first (its ring pinned, every page cached), then the timed read. Each file goes in pieces of
+    ``window_bytes`` into one device buffer of that size, reused (its bytes are not kept). Not a limit: the reads and
+    the copies the bake's ranks make, without the server around them, to tell the copies' cost from the server's."""
+    import torch
+
+    from moebake.serving_core.staged_reader import ByteRange, own_reader
+
+    window = torch.empty(window_bytes, dtype=torch.uint8, device=device)
+    ranges = [ByteRange(str(path), offset, window[: min(window_bytes, size - offset)], path.name)
+              for path in files for size in [path.stat().st_size] for offset in range(0, size, window_bytes)]
+    reader = own_reader(device, staged=staged)
+    try:
+        reader.read(ranges)
+        began = time.perf_counter()
+        total = reader.read(ranges).bytes
+        return total / (time.perf_counter() - began) / 1e9
+    finally:
+        reader.close()
+
+
 def _h2d_gbps(pinned: bool, gpus: int = 1, nbytes: int = 1 << 30, repeats: int = 3) -> float:
     """Host-to-device copies on GPUs ``0..gpus-1`` at once (one: a rank's; several: as a node's ranks copy theirs),
     from pinned or pageable host memory: a thread per GPU, each copying ``nbytes`` from a host buffer of its own
@@ -655,7 +678,8 @@ def measure_limits(directory: Path, node_ranks: Iterable[int] = ()) -> dict:
     cache as one rank's reader reads it (``page_cache_gbps``) and, for each G of ``node_ranks`` above 1, as G such
     ranks of one node read it at once (``page_cache_node_gbps[str(G)]``: the node's total), pinned/pageable H2D on one
     GPU, and, for each such G the machine has the GPUs for, pinned H2D on G GPUs at once (``h2d_pinned_node_gbps``,
-    the total: :func:`_h2d_gbps`)."""
+    the total: :func:`_h2d_gbps`). Beside them, not a limit: the plugin's reader alone onto one GPU, reading the
+    page-cache probe's files (``reader_alone_gbps``: :func:`_reader_alone_gbps`)."""
     from moebake.serving_core.staged_reader import DEFAULT_SLOTS
 
     files = sorted((directory / "out").glob("*.safetensors"), key=lambda p: -p.stat().st_size)
@@ -672,7 +696,8 @@ def measure_limits(directory: Path, node_ranks: Iterable[int] = ()) -> dict:
     import torch
 
     if torch.cuda.is_available():
-        limits.update(h2d_pinned_gbps=_h2d_gbps(True), h2d_pageable_gbps=_h2d_gbps(False))
+        limits.update(h2d_pinned_gbps=_h2d_gbps(True), h2d_pageable_gbps=_h2d_gbps(False),
+                      reader_alone_gbps=_reader_alone_gbps(files[:4], "cuda:0"))
         copies = {str(g): _h2d_gbps(True, g) for g in together if g <= torch.cuda.device_count()}
         if copies:
             limits["h2d_pinned_node_gbps"] = copies

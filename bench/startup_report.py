@@ -49,9 +49,13 @@ def _section(run: dict) -> tuple:
 
 
 def _sections(runs: list[dict]) -> list[tuple]:
-    """Every run's :func:`_section`, by expert count, model, layers, then session (unlabelled first)."""
+    """Every run's :func:`_section`, by expert count, model, layers, then session: unlabelled first, then in the
+    order the sessions ran (their first run's place in the file)."""
     experts = {(r["model"], r["layers"]): r["experts"] for r in runs}
-    return sorted({_section(r) for r in runs}, key=lambda s: (experts[s[:2]], s[0], s[1], s[2] or ""))
+    first: dict[tuple, int] = {}
+    for place, run in enumerate(runs):
+        first.setdefault(_section(run), place)
+    return sorted(first, key=lambda s: (experts[s[:2]], s[0], s[1], s[2] is not None, first[s]))
 
 
 def _section_title(section: tuple, experts: int) -> str:
@@ -196,6 +200,9 @@ def _limits_line(limits: dict) -> str:
         line += f"; host-to-device {limits['h2d_pinned_gbps']:.1f} GB/s pinned, {limits['h2d_pageable_gbps']:.1f} GB/s pageable"
     for gpus, gbps in limits.get("h2d_pinned_node_gbps", {}).items():
         line += f", {gbps:.1f} GB/s pinned with {gpus} GPUs copying at once (their total)"
+    if "reader_alone_gbps" in limits:
+        line += (f"; not a limit, the plugin's reader alone (reads and copies to one GPU, outside the server) "
+                 f"{limits['reader_alone_gbps']:.1f} GB/s")
     return line
 
 
@@ -380,7 +387,7 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
         if single:
             lines += [ONE_NODE_HEADER, "|" + "---|" * 12]
         else:
-            lines += ["One node: no runs of this model in this file."]
+            lines += ["One node: none measured " + ("in this session." if section[2] else "of this model in this file.")]
         for ep, cache in groups:
             lines.append(_one_node_row(ep, cache, {r["path"]: r for r in single if (r["ep"], r["cache"]) == (ep, cache)}))
         eps, caches = sorted({r["ep"] for r in single}), sorted({r["cache"] for r in single})
@@ -413,10 +420,12 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
               "a rank's bytes at the page-cache probe's speed. A session whose limits name the probe's threads "
               "probed as a rank's reader reads (its threads and chunks, copying out of the page cache into buffers "
               "of their own, no device), and as the node's ranks read at once; an older session's probe read 4 "
-              "files with a thread each, an estimate the loader beat (bake/limit below 1). Where bake/limit is well "
-              "above 1, the time goes to the tensors the engine itself loads (the embeddings and `lm_head`, 2 x "
-              "201088 x 2880 BF16 = 2.3 GB) and to the pinning of the reader's ring, which weigh more in a smaller "
-              "model.", "",
+              "files with a thread each, an estimate the loader beat (bake/limit below 1). The probe only reads: a "
+              "loader must also copy each byte to the GPU, and the plugin's reader, reading and copying, reads at "
+              "0.87x of its reads alone (bench/results/read_pipeline_h200.md); where a session measured it, the "
+              "limits line gives the reader alone on the probe's files (not a limit). Where bake/limit is well "
+              "above 1, the parts are in the table of where the time goes: the model's build with the pinning of "
+              "the reader's ring, the other tensors, and each MoE layer's experts.", "",
               "Simulated nodes: each node reads from its own (here: the one) disk with an empty page cache. A real "
               "node has its own disk and its own page cache, so the nodes' times do not add up: a deployment is "
               "ready when its slowest node is.", "",

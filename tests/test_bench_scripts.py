@@ -664,7 +664,11 @@ def test_startup_bench_table_is_the_committed_markdown(tmp_path):
     assert "| 2 x 1 | presharded | 5.32 | 5.32, 5.11 | 8.19 | 8.18 | 4.20 | 1.27 | 1.57x | 1.70 |" in text
     assert "first read 0.762 s, 1.16 GB" in text  # the other tensors' first read call, cold
     six = [r for r in runs if r["layers"] == 6 and r["path"] in ("presharded", "bake")]
-    assert len(six) == 10 and all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in six)
+    assert len(six) == 14 and all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in six)
+    # 2026-11-28, 2 nodes, the read-ahead off, on, on, off: in its own table, each run against the limit
+    readahead = [r for r in runs if r.get("session", "").endswith("the read-ahead off, on, on, off")]
+    assert [r["readahead_enabled"] for r in readahead] == [False, True, True, False]
+    assert "| 2 x 1 | bake | 5.38 | 5.21, 5.38 | 8.19 | 8.18 | 5.04 | 1.07 | - | 0.00 |" in text
     for run in (r for r in six if r["path"] == "bake" and r["cache"] == "cold"):  # no node read another rank's rows
         assert max(run["node_bytes_read"]) <= run["node_bytes_needed"] * 1.005
     # 2026-11-28, DeepSeek-V4-Flash's experts, 8 layers: 4 and 2 simulated nodes, then EP 2 and 1 warm
@@ -687,7 +691,8 @@ def test_startup_bench_warm_sessions_table_is_the_committed_markdown(tmp_path):
     makes of the JSON beside it: one section per session, each with its own limits and notes only; its rows are the
     JSON's numbers, and every bake and presharded rank equals stock's."""
     text, runs = _committed_startup_table(tmp_path, "startup_warm_h200x2")
-    head, fifth, first, fourth, second, third = text.split("## gpt-oss-120b-shaped, 6 MoE layers of 128 experts, ")
+    text, v4 = text.split("## deepseek-v4-flash-shaped, 8 MoE layers of 256 experts, ")  # after the 128-expert model
+    head, first, second, third, fourth, fifth = text.split("## gpt-oss-120b-shaped, 6 MoE layers of 128 experts, ")
     assert first.startswith("first hold: the reader's 16 MiB chunks") and second.startswith("second hold: 8 MiB chunks")
     assert third.startswith("third hold: the ring pinned as the model is built (EP 1 only)")
     assert fourth.startswith("fourth hold: each MoE layer's read call recorded")
@@ -705,9 +710,10 @@ def test_startup_bench_warm_sessions_table_is_the_committed_markdown(tmp_path):
     assert "| 1 | warm | 1.58 | - | 0.44 | 3.61x | - | 0.27 | 1.63 |" in fourth
     assert "| 2 | warm | 2.01 | - | 0.35 | 5.75x | - | 0.20 | 1.74 |" in fourth
     assert "110.0 GB/s pinned with 2 GPUs copying at once" in fourth  # the node's copies: no less than 2 x one GPU's
-    layers = [run["phases"]["post_load_batches"] for run in runs if "post_load_batches" in run.get("phases", {})]
+    layers = [run["phases"]["post_load_batches"] for run in runs
+              if "post_load_batches" in run.get("phases", {}) and run["model"] == "gpt-oss-120b"]
     assert len(layers) == 4 and all(len(calls) == 6 for calls in layers)  # a read call per MoE layer, EP 1 and 2, twice
-    assert len(runs) == 25 and len({r["session"] for r in runs}) == 5
+    assert len(runs) == 33 and len({r["session"] for r in runs}) == 6
     # the fifth hold ran the bake alone: its ranks' own peak RSS, the process before its first byte plus the ring's
     assert fifth.startswith("fifth hold: the bake alone") and "| 1 | warm | - | - | 0.46 | - | - | 0.29 | 1.56 |" in fifth
     alone = [r for r in runs if r["session"].startswith("fifth")]
@@ -718,6 +724,13 @@ def test_startup_bench_warm_sessions_table_is_the_committed_markdown(tmp_path):
     assert all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in runs
                if r["path"] in ("presharded", "bake") and r not in alone)
     assert all(r["peak_gpu_extra_gib"] == 0.0 for r in runs if r["path"] == "bake")
+    # the sixth hold: the DeepSeek-V4-shaped model, the three paths (presharded in a second call, with its own limits)
+    assert v4.startswith("sixth hold: the three paths against the physical limit") and v4.count("Limits measured") == 2
+    assert "| 1 | warm | 5.21 | 4.05 | 1.32 | 3.95x | 3.07x | 0.61 | 2.15 |" in v4
+    assert "| 2 | warm | 5.17 | 3.03 | 1.14 | 4.55x | 2.67x | 0.46 | 2.49 |" in v4
+    sixth = [r for r in runs if r["model"] == "deepseek-v4-flash"]
+    assert sorted(r["path"] for r in sixth) == ["bake"] * 2 + ["presharded"] * 2 + ["presharded-dump"] * 2 + ["stock"] * 2
+    assert all(len(r["phases"]["post_load_batches"]) == 8 for r in sixth if r["path"] == "bake")  # a call per layer
 
 
 def test_startup_bench_cpu_table_is_the_committed_markdown(tmp_path):
@@ -759,7 +772,7 @@ def test_startup_bench_h200_table_is_the_committed_markdown(tmp_path):
     assert "| 4 x 1 | presharded | 3.40 |" in text and "| 4 x 1 | stock | 9.09 |" in text
     assert "| 4 x 1 | cold | bake | 3.84 | 0.01 | 2.02 (1.56) | 1.81 (1.80) | 0.00 | 0.00 | - |" in text
     assert "| 4 x 1 | cold | 3.84, 4.01 | 3.62, 4.06 | 1.02x | 3.55 | 1.08 | 5.78 / 5.78 |" in text
-    assert "One node: no runs of this model in this file." in text
+    assert "One node: none measured of this model in this file." in text
     assert all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in runs if r["path"] in ("presharded", "bake"))
 
 
@@ -914,6 +927,34 @@ def test_startup_bench_page_cache_probe_reads_every_chunk_with_the_threads_asked
     gbps = bench._page_cache_gbps(files, threads=3)
     assert gbps == (chunk * 5 // 2 + chunk * 5 // 8) / 2.0 / 1e9
     assert sorted(calls) == sorted([0, chunk, 2 * chunk, 0] * 2) and len(threads) == 3
+
+
+def test_startup_bench_reader_alone_reads_every_byte_twice_through_the_plugins_reader(tmp_path, monkeypatch):
+    """The reader-alone probe reads every byte of the files through the plugin's reader twice (untimed, then timed),
+    in pieces of at most the window into one device buffer, and divides the timed read's bytes by its seconds."""
+    import types
+
+    from moebake.serving_core import staged_reader
+
+    bench = load_bench("startup_bench.py")
+    files = [tmp_path / "a", tmp_path / "b"]
+    files[0].write_bytes(bytes(range(256)) * 9 + b"\7" * 5)  # 2309 bytes: windows of 1000, 1000 and 309
+    files[1].write_bytes(b"\3" * 1000)  # one whole window, the last piece read
+    calls, real_read = [], staged_reader.StagedReader.read
+
+    def read(self, ranges):
+        calls.append([(Path(r.path).name, r.offset, r.dest.numel(), r.dest.data_ptr()) for r in ranges])
+        assert self.staged  # asked for: the pinned ring's pipeline, without a GPU
+        return real_read(self, ranges)
+
+    monkeypatch.setattr(staged_reader.StagedReader, "read", read)
+    clock = iter([10.0, 14.0])
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    gbps = bench._reader_alone_gbps(files, "cpu", window_bytes=1000, staged=True)
+    expected = [("a", 0, 1000), ("a", 1000, 1000), ("a", 2000, 309), ("b", 0, 1000)]
+    assert [[c[:3] for c in call] for call in calls] == [expected, expected]
+    assert len({c[3] for call in calls for c in call}) == 1  # one buffer, reused
+    assert gbps == 3309 / 4.0 / 1e9
 
 
 def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):
