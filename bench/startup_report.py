@@ -387,7 +387,7 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
         if single:
             lines += [ONE_NODE_HEADER, "|" + "---|" * 12]
         else:
-            lines += ["One node: none measured " + ("in this session." if section[2] else "of this model in this file.")]
+            lines += ["One node: no runs in this section."]
         for ep, cache in groups:
             lines.append(_one_node_row(ep, cache, {r["path"]: r for r in single if (r["ep"], r["cache"]) == (ep, cache)}))
         eps, caches = sorted({r["ep"] for r in single}), sorted({r["cache"] for r in single})

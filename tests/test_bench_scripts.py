@@ -764,16 +764,22 @@ def test_startup_bench_h100_table_is_the_committed_markdown(tmp_path):
 
 
 def test_startup_bench_h200_table_is_the_committed_markdown(tmp_path):
-    """bench/results/startup_h200.md (4 simulated nodes: stock, presharded and the bake, its read-ahead off and on) is
-    what ``startup_bench.py table`` makes of the JSON beside it; its rows are the JSON's numbers, and every path's
-    parameters equal stock's."""
+    """bench/results/startup_h200.md (4 simulated nodes: stock, presharded and the bake, its read-ahead off and on;
+    then the bake warm beside the reader alone) is what ``startup_bench.py table`` makes of the JSON beside it; its rows
+    are the JSON's numbers, and every path's parameters equal stock's."""
     text, runs = _committed_startup_table(tmp_path, "startup_h200")
     assert "| 4 x 1 | bake | 3.84 | 3.57, 3.84, 3.76, 3.40 | 5.78 | 5.41 | 3.55 | 1.08 | 2.36x | 0.00 |" in text
     assert "| 4 x 1 | presharded | 3.40 |" in text and "| 4 x 1 | stock | 9.09 |" in text
     assert "| 4 x 1 | cold | bake | 3.84 | 0.01 | 2.02 (1.56) | 1.81 (1.80) | 0.00 | 0.00 | - |" in text
     assert "| 4 x 1 | cold | 3.84, 4.01 | 3.62, 4.06 | 1.02x | 3.55 | 1.08 | 5.78 / 5.78 |" in text
-    assert "One node: none measured of this model in this file." in text
+    assert "One node: no runs in this section." in text
     assert all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in runs if r["path"] in ("presharded", "bake"))
+    # a later session: the bake warm at EP 1 beside the plugin's reader alone (a line of its limits, not a limit)
+    head, later = text.split("## gpt-oss-120b-shaped, 6 MoE layers of 128 experts, 2026-11-28, warm, EP 1: the reader")
+    assert "page cache 43.3 GB/s" in later and "outside the server) 35.4 GB/s" in later
+    assert "| 1 | warm | - | - | 0.45 | - | - | 0.32 | 1.42 |" in later
+    alone = next(r for r in runs if r["cache"] == "warm")
+    assert all(35.7 < nbytes / seconds / 1e9 < 38.0 for seconds, nbytes in alone["phases"]["post_load_batches"])
 
 
 def _committed_read_table(tmp_path, name: str) -> tuple[str, list[dict]]:
