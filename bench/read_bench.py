@@ -246,10 +246,14 @@ def _split_tail_reader():
     return SplitTailReader
 
 
+THREAD_COPY_BUFFERS = 2
+"""Buffers of the ring each thread of the thread-copy candidate owns: it reads into one while another's copy runs."""
+
+
 def _thread_copy_reader(copy: bool = True):
     """A :class:`StagedReader` whose reading threads copy their own chunks to the device (a candidate, measured here
-    only): each thread takes the next chunk, reads it into one of its two buffers of the ring (``buffers = 2 *
-    slots``), waiting first for that buffer's last copy, then issues the chunk's host-to-device copy on a CUDA stream
+    only): each thread takes the next chunk, reads it into one of its buffers of the ring (``buffers =
+    THREAD_COPY_BUFFERS * slots``), waiting first for that buffer's last copy, then issues the chunk's host-to-device copy on a CUDA stream
     of its own and records the buffer's event; no thread waits for a copy it has just issued, and no calling thread
     sits between the reads and the copies. ``copy=False``: the reads alone, into the ring, no copy (what the page
     cache gives a rank's reader without the device)."""
@@ -271,14 +275,14 @@ def _thread_copy_reader(copy: bool = True):
             taking, queue = threading.Lock(), iter(chunks)
 
             def work(thread: int) -> None:
-                mine, used = (2 * thread, 2 * thread + 1), 0
+                mine, used = range(THREAD_COPY_BUFFERS * thread, THREAD_COPY_BUFFERS * (thread + 1)), 0
                 with torch.cuda.device(self.device) if cuda else nullcontext():
                     while True:
                         with taking:
                             chunk = next(queue, None)
                         if chunk is None:
                             break
-                        slot = mine[used % 2]
+                        slot = mine[used % THREAD_COPY_BUFFERS]
                         used += 1
                         if events[slot] is not None:
                             events[slot].synchronize()
@@ -395,10 +399,10 @@ def _whole(read: Callable[[Job], None]) -> Method:
 def _reader(slots: int, chunk_bytes: int, context: Callable[[], object] | None = None, willneed: bool = False,
             **options) -> Method:
     """A rank method through :func:`_staged` (``options``: its ``per_range``, ``split_tail``, ``buffers``,
-    ``thread_copy`` and ``copy``; a thread-copy reader's ring is two buffers a thread); ``willneed``: :func:`_willneed`
-    on the clock first."""
+    ``thread_copy`` and ``copy``; a thread-copy reader's ring is ``THREAD_COPY_BUFFERS`` a thread); ``willneed``:
+    :func:`_willneed` on the clock first."""
     if options.get("thread_copy"):
-        options["buffers"] = 2 * slots
+        options["buffers"] = THREAD_COPY_BUFFERS * slots
     return Method(slots, chunk_bytes, False, lambda job: _staged(job, slots, chunk_bytes,
                                                                 (lambda: _willneed(job)) if willneed else None, **options),
                   context, options.get("buffers") or slots)

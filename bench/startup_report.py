@@ -58,9 +58,11 @@ def _sections(runs: list[dict]) -> list[tuple]:
     return sorted(first, key=lambda s: (experts[s[:2]], s[0], s[1], s[2] is not None, first[s]))
 
 
-def _section_title(section: tuple, experts: int) -> str:
+def _section_title(section: tuple, experts: int, before_session: str = ", ") -> str:
+    """A section's title: ``{model}-shaped, {layers} MoE layers of {experts} experts``, then its session, if any, after
+    ``before_session`` (a plot's title puts it on a line of its own)."""
     model, layers, session = section
-    return f"{model}-shaped, {layers} MoE layers of {experts} experts" + (f", {session}" if session else "")
+    return f"{model}-shaped, {layers} MoE layers of {experts} experts" + (f"{before_session}{session}" if session else "")
 
 
 def _claims(entry: dict, section: tuple, runs: list[dict]) -> bool:
@@ -127,8 +129,8 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
     fig, axes = plt.subplots(rows, len(sections), figsize=(6.5 * len(sections), 4.5 * rows), squeeze=False)
     for col, section in enumerate(sections):
         model, layers, session = section
-        label = f"{model}-shaped, {layers} MoE layers" + (f"\n{session}" if session else "")
         mine = [r for r in runs if _section(r) == section]
+        label = _section_title(section, mine[0]["experts"], "\n")
         single = _one_node(mine)
         groups = sorted({(r["ep"], r["cache"]) for r in single}, key=lambda g: (g[1], g[0]))
         ax = axes[0][col]
