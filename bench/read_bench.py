@@ -253,9 +253,9 @@ THREAD_COPY_BUFFERS = 2
 def _thread_copy_reader(copy: bool = True):
     """A :class:`StagedReader` whose reading threads copy their own chunks to the device (a candidate, measured here
     only): each thread takes the next chunk, reads it into one of its buffers of the ring (``buffers =
-    THREAD_COPY_BUFFERS * slots``), waiting first for that buffer's last copy, then issues the chunk's host-to-device copy on a CUDA stream
-    of its own and records the buffer's event; no thread waits for a copy it has just issued, and no calling thread
-    sits between the reads and the copies. ``copy=False``: the reads alone, into the ring, no copy (what the page
+    THREAD_COPY_BUFFERS * slots``), waiting first for that buffer's last copy, then issues the chunk's host-to-device
+    copy on a CUDA stream of its own and records the buffer's event; no thread waits for a copy it has just issued, and
+    no calling thread sits between the reads and the copies. ``copy=False``: the reads alone, into the ring, no copy (what the page
     cache gives a rank's reader without the device)."""
     import threading
 
