@@ -43,7 +43,9 @@ parameters resident at the end, largest rank) and peak_host_rss_gib (largest ran
 included: ``VmHWM``, the rank process's own; every run committed up to 2026-11-28 has ``ru_maxrss`` instead, which
 also counts the benchmark parent's peak: a floor of 1.7-2.9 GiB under every rank's figure; with
 rss_before_load_gib, the process before its first byte, and rss_anon_after_gib / rss_file_after_gib, its anonymous
-and file-backed resident memory after the load). The machine's limits are measured in the same run
+and file-backed resident memory after the load). ``host_memory_before_load_gib`` (the slowest rank's; absent from
+older files): the machine's free memory, page cache, dirty and under-writeback pages and anonymous huge pages before
+its first byte (:data:`MEMINFO_FIELDS`). The machine's limits are measured in the same run
 (:func:`measure_limits`). Cold runs drop the page cache (root), or else evict the model's files from it
 (:func:`_drop_page_cache`). ``phases`` (the slowest rank's; absent from older files): seconds of the timed region's
 parts, wall clock: ``build`` (the model's construction), ``iterate`` (the weight iteration with every loader it calls;
@@ -192,6 +194,22 @@ def _rss_gib() -> dict:
         key = line.split(":")[0] + ":"
         if key in fields:
             found[fields[key]] = int(line.split()[1]) * 1024 / GIB
+    return found
+
+
+MEMINFO_FIELDS = {"MemFree": "free", "Cached": "cached", "Dirty": "dirty", "Writeback": "writeback",
+                  "AnonHugePages": "anon_huge"}
+"""The host's memory state a rank records before its first byte (``/proc/meminfo`` field -> its key): how much the
+page cache holds, and what it still has to write back (a make's files), which a warm load competes with."""
+
+
+def _host_memory_gib(meminfo: Path = Path("/proc/meminfo")) -> dict:
+    """The machine's memory now, GiB, by :data:`MEMINFO_FIELDS` (those the kernel reports)."""
+    found = {}
+    for line in meminfo.read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in MEMINFO_FIELDS:
+            found[MEMINFO_FIELDS[name]] = int(value.split()[0]) * 1024 / GIB
     return found
 
 
@@ -429,6 +447,7 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
         torch.cuda.reset_peak_memory_stats()
     io_before = benchkit.io_read_bytes() or 0
     rss_before = _rss_gib()  # the process (torch, CUDA context, the engine's imports) before its first byte
+    host_before = _host_memory_gib()
     began = time.perf_counter()
 
     phases = {}
@@ -469,7 +488,7 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
             "others_xxh3": _digest((n, p) for n, p in root.named_parameters() if id(p) not in moe),
             "peak_host_rss_gib": rss_after["peak"],
             "rss_before_load_gib": rss_before.get("rss", 0.0), "rss_anon_after_gib": rss_after.get("anon", 0.0),
-            "rss_file_after_gib": rss_after.get("file", 0.0),
+            "rss_file_after_gib": rss_after.get("file", 0.0), "host_memory_before_load_gib": host_before,
             "bytes_read": bytes_read, "bytes_requested": requested,
             "peak_gpu_extra_gib": (peak - resident) / GIB, "resident_gib": resident / GIB}
 
@@ -836,6 +855,8 @@ def _ranks_record(path: str, ep: int, nodes: int, gpus_per_node: int, cache: str
             "peak_host_rss_gib": max(r["peak_host_rss_gib"] for r in ranks),
             **{key: max(r[key] for r in ranks) for key in ("rss_before_load_gib", "rss_anon_after_gib", "rss_file_after_gib")},
             **({"phases": slowest["phases"]} if "phases" in slowest else {}),
+            **({"host_memory_before_load_gib": slowest["host_memory_before_load_gib"]}
+               if "host_memory_before_load_gib" in slowest else {}),
             **({"readahead": slowest["readahead"]} if "readahead" in slowest else {})}
 
 

@@ -630,6 +630,20 @@ def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_pa
     ahead = runs["bake", 1, 1]["readahead"]  # the plugin's read-ahead ran beside the bake's load and ended cleanly
     assert ahead["error"] is None and ahead["planned_bytes"] > 0 and "read-ahead (GB) |" in text
     assert all("readahead" not in run for (path, _, _), run in runs.items() if path != "bake")
+    for (path, _, _), run in runs.items():  # the machine's memory before the slowest rank's first byte
+        if path != "presharded-dump":
+            memory = run["host_memory_before_load_gib"]
+            assert {"free", "cached", "dirty", "writeback"} <= set(memory) and memory["cached"] > 0
+
+
+def test_startup_bench_host_memory_is_read_from_meminfo_in_gib(tmp_path):
+    """The machine's memory a rank records before its first byte: each of ``MEMINFO_FIELDS`` that the kernel reports,
+    from kB to GiB, the other fields left out."""
+    bench = load_bench("startup_bench.py")
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       263000000 kB\nMemFree:        1048576 kB\nCached:         2097152 kB\n"
+                       "SwapCached:            0 kB\nDirty:             1024 kB\nWriteback:            0 kB\n")
+    assert bench._host_memory_gib(meminfo) == {"free": 1.0, "cached": 2.0, "dirty": 1 / 1024, "writeback": 0.0}
 
 
 @pytest.mark.parametrize("name", ["startup_h200x2", "startup_h100", "startup_h200", "startup_cpu_2core",
