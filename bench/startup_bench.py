@@ -183,18 +183,23 @@ def make(directory: Path, model: str, layers: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------ one rank
+def _proc_gib(path: Path, fields: dict[str, str]) -> dict:
+    """The ``Name:  N kB`` lines of a ``/proc`` file named in ``fields`` (its name -> the key returned), in GiB;
+    those the kernel does not report are left out."""
+    found = {}
+    for line in path.read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in fields:
+            found[fields[name]] = int(value.split()[0]) * 1024 / GIB
+    return found
+
+
 def _rss_gib() -> dict:
     """This process's resident memory (``/proc/self/status``): now, total, anonymous and file-backed (mmap'd shards),
     and its peak (``VmHWM``: the high-water mark of its own address space, which starts anew at ``exec``; not
     ``ru_maxrss``, which Linux carries over from the parent through fork and exec, so that a rank process would report
     the parent's peak where that is higher: the benchmark's parent holds CUDA and its probes' buffers)."""
-    fields = {"VmRSS:": "rss", "RssAnon:": "anon", "RssFile:": "file", "VmHWM:": "peak"}
-    found = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key = line.split(":")[0] + ":"
-        if key in fields:
-            found[fields[key]] = int(line.split()[1]) * 1024 / GIB
-    return found
+    return _proc_gib(Path("/proc/self/status"), {"VmRSS": "rss", "RssAnon": "anon", "RssFile": "file", "VmHWM": "peak"})
 
 
 MEMINFO_FIELDS = {"MemFree": "free", "Cached": "cached", "Dirty": "dirty", "Writeback": "writeback",
@@ -205,12 +210,7 @@ page cache holds, and what it still has to write back (a make's files), which a 
 
 def _host_memory_gib(meminfo: Path = Path("/proc/meminfo")) -> dict:
     """The machine's memory now, GiB, by :data:`MEMINFO_FIELDS` (those the kernel reports)."""
-    found = {}
-    for line in meminfo.read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name in MEMINFO_FIELDS:
-            found[MEMINFO_FIELDS[name]] = int(value.split()[0]) * 1024 / GIB
-    return found
+    return _proc_gib(meminfo, MEMINFO_FIELDS)
 
 
 def _sglang_world(ep: int, rank: int, device: str):
@@ -855,8 +855,7 @@ def _ranks_record(path: str, ep: int, nodes: int, gpus_per_node: int, cache: str
             "peak_host_rss_gib": max(r["peak_host_rss_gib"] for r in ranks),
             **{key: max(r[key] for r in ranks) for key in ("rss_before_load_gib", "rss_anon_after_gib", "rss_file_after_gib")},
             **({"phases": slowest["phases"]} if "phases" in slowest else {}),
-            **({"host_memory_before_load_gib": slowest["host_memory_before_load_gib"]}
-               if "host_memory_before_load_gib" in slowest else {}),
+            "host_memory_before_load_gib": slowest["host_memory_before_load_gib"],
             **({"readahead": slowest["readahead"]} if "readahead" in slowest else {})}
 
 
