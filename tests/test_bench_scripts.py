@@ -677,6 +677,15 @@ def test_startup_bench_table_is_the_committed_markdown(tmp_path):
     assert "| 2 x 1 | bake | 5.13 | 4.97, 5.13 | 8.19 | 8.18 | 4.20 | 1.22 | 1.63x | 0.00 |" in text
     assert "| 2 x 1 | presharded | 5.32 | 5.32, 5.11 | 8.19 | 8.18 | 4.20 | 1.27 | 1.57x | 1.70 |" in text
     assert "first read 0.762 s, 1.16 GB" in text  # the other tensors' first read call, cold
+    # 2026-11-28, the 18-layer model at 4 simulated nodes: stock and the bake, presharded, the bake again (three runs)
+    assert "| 4 x 1 | stock | 21.64 | 20.91, 20.18, 21.37, 21.64 | 33.80 | 11.60 | 6.43 | 3.37 | 1.00x |" in text
+    assert "| 4 x 1 | bake | 7.24 | 6.98, 7.05, 7.06, 7.24 | 11.63 | 11.60 | 6.43 | 1.13 | 2.99x | 0.00 |" in text
+    assert "| 4 x 1 | presharded | 8.61 |" in text and "| 4 x 1 | bake | 7.89 |" in text
+    nodes18 = [r for r in runs if r["layers"] == 18 and r.get("nodes") == 4]
+    stock18 = next(r for r in nodes18 if r["path"] == "stock")
+    for run in (r for r in nodes18 if r["path"] in ("presharded", "bake")):
+        assert (run["layer0_xxh3"], run["others_xxh3"]) == (stock18["layer0_xxh3"], stock18["others_xxh3"])
+        assert max(run["node_bytes_read"]) <= 1.01 * run["node_bytes_needed"]  # each node reads its need
     six = [r for r in runs if r["layers"] == 6 and r["path"] in ("presharded", "bake")]
     assert len(six) == 14 and all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in six)
     # 2026-11-28, 2 nodes, the read-ahead off, on, on, off: in its own table, each run against the limit
@@ -700,12 +709,13 @@ def test_startup_bench_table_is_the_committed_markdown(tmp_path):
 
 
 def test_startup_bench_warm_sessions_table_is_the_committed_markdown(tmp_path):
-    """bench/results/startup_warm_h200x2.md (the 120B-shaped model warm in four holds: the reader's 16 MiB chunks,
-    8 MiB, the ring pinned as the model is built, each layer's read call recorded) is what ``startup_bench.py table``
+    """bench/results/startup_warm_h200x2.md (warm, in seven holds: the 120B-shaped model of 6 layers in five, the
+    DeepSeek-V4-shaped model in the sixth and seventh, the 120B-shaped model of 18 layers in the seventh) is what ``startup_bench.py table``
     makes of the JSON beside it: one section per session, each with its own limits and notes only; its rows are the
     JSON's numbers, and every bake and presharded rank equals stock's."""
     text, runs = _committed_startup_table(tmp_path, "startup_warm_h200x2")
-    text, v4 = text.split("## deepseek-v4-flash-shaped, 8 MoE layers of 256 experts, ")  # after the 128-expert model
+    text, v4, seventh_v4, synced_v4 = text.split("## deepseek-v4-flash-shaped, 8 MoE layers of 256 experts, ")
+    text, eighteen = text.split("## gpt-oss-120b-shaped, 18 MoE layers of 128 experts, ")  # after the 6-layer model's
     head, first, second, third, fourth, fifth = text.split("## gpt-oss-120b-shaped, 6 MoE layers of 128 experts, ")
     assert first.startswith("first hold: the reader's 16 MiB chunks") and second.startswith("second hold: 8 MiB chunks")
     assert third.startswith("third hold: the ring pinned as the model is built (EP 1 only)")
@@ -725,9 +735,9 @@ def test_startup_bench_warm_sessions_table_is_the_committed_markdown(tmp_path):
     assert "| 2 | warm | 2.01 | - | 0.35 | 5.75x | - | 0.20 | 1.74 |" in fourth
     assert "110.0 GB/s pinned with 2 GPUs copying at once" in fourth  # the node's copies: no less than 2 x one GPU's
     layers = [run["phases"]["post_load_batches"] for run in runs
-              if "post_load_batches" in run.get("phases", {}) and run["model"] == "gpt-oss-120b"]
+              if "post_load_batches" in run.get("phases", {}) and (run["model"], run["layers"]) == ("gpt-oss-120b", 6)]
     assert len(layers) == 4 and all(len(calls) == 6 for calls in layers)  # a read call per MoE layer, EP 1 and 2, twice
-    assert len(runs) == 33 and len({r["session"] for r in runs}) == 6
+    assert len(runs) == 36 and len({r["session"] for r in runs}) == 8
     # the fifth hold ran the bake alone: its ranks' own peak RSS, the process before its first byte plus the ring's
     assert fifth.startswith("fifth hold: the bake alone") and "| 1 | warm | - | - | 0.46 | - | - | 0.29 | 1.56 |" in fifth
     alone = [r for r in runs if r["session"].startswith("fifth")]
@@ -742,9 +752,24 @@ def test_startup_bench_warm_sessions_table_is_the_committed_markdown(tmp_path):
     assert v4.startswith("sixth hold: the three paths against the physical limit") and v4.count("Limits measured") == 2
     assert "| 1 | warm | 5.21 | 4.05 | 1.32 | 3.95x | 3.07x | 0.61 | 2.15 |" in v4
     assert "| 2 | warm | 5.17 | 3.03 | 1.14 | 4.55x | 2.67x | 0.46 | 2.49 |" in v4
-    sixth = [r for r in runs if r["model"] == "deepseek-v4-flash"]
+    sixth = [r for r in runs if r["session"].startswith("sixth")]
     assert sorted(r["path"] for r in sixth) == ["bake"] * 2 + ["presharded"] * 2 + ["presharded-dump"] * 2 + ["stock"] * 2
     assert all(len(r["phases"]["post_load_batches"]) == 8 for r in sixth if r["path"] == "bake")  # a call per layer
+    # the seventh hold: the bake alone, the machine's memory recorded; the V4-shaped model twice (the second after a
+    # sync), then the 120B-shaped model of 18 layers
+    assert seventh_v4.startswith("seventh hold: the bake alone") and synced_v4.startswith("seventh hold, the same again")
+    assert "| 1 | warm | - | - | 0.92 | - | - | 0.64 | 1.44 |" in seventh_v4 and "reader alone" in seventh_v4
+    assert "| 1 | warm | - | - | 0.92 | - | - | 0.55 | 1.68 |" in synced_v4
+    assert eighteen.startswith("seventh hold") and "| 1 | warm | - | - | 1.27 | - | - | 0.67 | 1.91 |" in eighteen
+    seventh = [r for r in runs if r["session"].startswith("seventh")]
+    assert len(seventh) == 3 and all(r["host_memory_before_load_gib"]["dirty"] < 0.01 for r in seventh)
+
+    def layer_gbps(run: dict) -> list[float]:
+        return [nbytes / seconds / 1e9 for seconds, nbytes in run["phases"]["post_load_batches"]]
+
+    slow = [rate for r in sixth if r["path"] == "bake" and r["ep"] == 1 for rate in layer_gbps(r)]
+    fast = [rate for r in seventh if r["model"] == "deepseek-v4-flash" for rate in layer_gbps(r)]
+    assert max(slow) < 33 < min(fast)  # the sixth hold's slow V4-shaped reads did not come back in the seventh
 
 
 def test_startup_bench_cpu_table_is_the_committed_markdown(tmp_path):
