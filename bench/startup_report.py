@@ -217,6 +217,16 @@ def _ratio(chosen: dict, top: str, bottom: str) -> str:
     return f"{chosen[top]['seconds'] / chosen[bottom]['seconds']:.2f}x" if {top, bottom} <= set(chosen) else "-"
 
 
+def _repeats(runs: list[dict]) -> list[dict]:
+    """The runs of one (EP, cache) as the one-node table's rows, each ``{path: run}``: the first run of each path, then
+    the second of each path run twice, and so on (a run repeated in a section gets a row of its own, in file order)."""
+    by_path: dict[str, list[dict]] = {}
+    for run in runs:
+        by_path.setdefault(run["path"], []).append(run)
+    return [{path: each[i] for path, each in by_path.items() if i < len(each)}
+            for i in range(max(len(each) for each in by_path.values()))]
+
+
 def _one_node_row(ep: int, cache: str, chosen: dict) -> str:
     seconds = " | ".join(f"{chosen[p]['seconds']:.2f}" if p in chosen else "-" for p in PATHS)
     limit = next(chosen[p]["limit_seconds"] for p in ("bake", "stock", "presharded") if p in chosen)
@@ -391,7 +401,8 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
         else:
             lines += ["One node: no runs in this section."]
         for ep, cache in groups:
-            lines.append(_one_node_row(ep, cache, {r["path"]: r for r in single if (r["ep"], r["cache"]) == (ep, cache)}))
+            lines += [_one_node_row(ep, cache, chosen)
+                      for chosen in _repeats([r for r in single if (r["ep"], r["cache"]) == (ep, cache)])]
         eps, caches = sorted({r["ep"] for r in single}), sorted({r["cache"] for r in single})
         missing = [f"EP {ep} {cache}" for ep in eps for cache in caches if (ep, cache) not in groups]
         if missing:

@@ -1003,8 +1003,8 @@ def test_startup_bench_reader_alone_reads_every_byte_twice_through_the_plugins_r
 
 
 def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):
-    """Ratios, the limit, GB and the missing (ep, cache) of a results file made up here, one node and simulated
-    nodes; the ``table`` subcommand."""
+    """Ratios, the limit, GB and the missing (ep, cache) of a results file made up here, one node (a run repeated
+    gets a row of its own) and simulated nodes; the ``table`` subcommand."""
     run = {"engine": "sglang", "model": "tiny", "layers": 2, "experts": 4, "bytes_read": 3e9, "peak_gpu_extra_gib": 0.5,
            "peak_host_rss_gib": 1.25, "limit_seconds": 2.0}
     node = {**run, "ep": 2, "nodes": 2, "gpus_per_node": 1, "cache": "cold", "node_bytes_needed": 2e9}
@@ -1014,6 +1014,7 @@ def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):
             {**run, "path": "bake", "ep": 2, "cache": "warm", "seconds": 1.0,
              "phases": {"build": 0.1, "iterate": 0.3, "iterate_reads": 0.2, "post_load": 0.5, "post_load_reads": 0.4,
                         "sync": 0.05, "other": 0.05}},
+            {**run, "path": "bake", "ep": 2, "cache": "warm", "seconds": 1.5, "limit_seconds": 1.0},  # a repeat
             {**node, "path": "stock", "seconds": 8.0, "node_seconds": [8.0, 7.5], "node_bytes_read": [4e9, 3.9e9]},
             {**node, "path": "bake", "seconds": 2.5, "node_seconds": [2.5, 2.4], "node_bytes_read": [2.1e9, 2e9],
              "peak_gpu_extra_gib": 0.0},
@@ -1029,6 +1030,8 @@ def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):
     assert ("| 1 | cold | 6.00 | 4.00 | 3.00 | 2.00x | 1.33x | 2.00 | 1.50 | 3.00 / 3.00 / 3.00 | 0.50 / 1.00 / 0.00 "
             "| 1.25 / 1.25 / 1.25 |") in text
     assert "| 2 | warm | - | - | 1.00 | - | - | 2.00 | 0.50 | - / - / 3.00 | - / - / 0.50 | - / - / 1.25 |" in text
+    assert "| 2 | warm | - | - | 1.50 | - | - | 1.00 | 1.50 |" in text  # the repeat: a row of its own, after the first
+    assert text.index("| 2 | warm | - | - | 1.00 |") < text.index("| 2 | warm | - | - | 1.50 |")
     assert "| 2 x 1 | stock | 8.00 | 8.00, 7.50 | 4.00 | 2.00 | 2.00 | 4.00 | 1.00x | 0.50 |" in text
     assert "| 2 x 1 | bake | 2.50 | 2.50, 2.40 | 2.10 | 2.00 | 2.00 | 1.25 | 3.20x | 0.00 |" in text
     assert "| 2 | 6.50 | 1.50 | 3.25 |" in text  # the dump: stock load, dump, GB
