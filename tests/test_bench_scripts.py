@@ -26,7 +26,7 @@ PYTHON_SCRIPTS = ["convert_bench.py", "transform_bench.py", "serve_bench.py", "d
                   "startup_bench.py", "sm90_paths_bench.py", "real_server.py", "read_bench.py"]
 SHELL_SCRIPTS = ["device_convert_scaling.sh", "device_wheels.sh"]
 HELPERS = ["benchkit.py", "real_server_probe.py", "real_server_vllm.py", "real_server_vllm_probe.py",
-           "startup_presharded.py",  # imported by the scripts (or their servers),
+           "startup_limits.py", "startup_presharded.py",  # imported by the scripts (or their servers),
            "startup_report.py"]  # not run
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal on a machine without a GPU")
 
@@ -370,17 +370,17 @@ else:
 
 
 def test_drop_page_cache_evicts_the_files_where_refused_and_says_so_once(tmp_path, monkeypatch, capsys):
-    """benchkit.drop_page_cache (startup_bench's and read_bench's): refused, it evicts the files and says so the first
-    time only, startup_bench in its own words."""
-    startup = load_bench("startup_bench.py")
+    """benchkit.drop_page_cache (startup_bench's, through startup_limits, and read_bench's): refused, it evicts the
+    files and says so the first time only, startup_bench in its own words."""
+    startup = load_bench("startup_limits.py")
     benchkit = startup.benchkit
     monkeypatch.setattr(benchkit, "DROP_CACHES", tmp_path / "no-proc" / "drop_caches")
     monkeypatch.setattr(benchkit, "_EVICTION_SAID", False)
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "a").write_bytes(b"a" * 4096)
     (tmp_path / "model" / "b").write_bytes(b"b" * 4096)
-    startup._drop_page_cache(tmp_path / "model")
-    startup._drop_page_cache(tmp_path / "model")
+    startup.drop_page_cache(tmp_path / "model")
+    startup.drop_page_cache(tmp_path / "model")
     assert capsys.readouterr().out == (
         "note: the page cache cannot be dropped here (No such file or directory): each cold run evicts the 2 files "
         f"under {tmp_path / 'model'} from it instead (posix_fadvise DONTNEED)\n")
@@ -892,7 +892,7 @@ def test_startup_bench_warm_limit_is_a_rank_share_of_the_node_page_cache_where_m
     """Warm, a rank's bytes at one rank's page-cache bandwidth, or at its share of the node's (``ep`` ranks reading
     at once) where that is less; cold, every rank's bytes through the one disk; never under the pinned copies (one
     GPU's, or a rank's share of ``ep`` GPUs copying at once where that is less)."""
-    limit_seconds = load_bench("startup_bench.py").limit_seconds
+    limit_seconds = load_bench("startup_limits.py").limit_seconds
     one = {"disk_gbps": 2.0, "page_cache_gbps": 20.0, "h2d_pinned_gbps": 50.0}
     assert limit_seconds(10e9, 2, "warm", one) == 10e9 / 20e9
     assert limit_seconds(10e9, 2, "warm", {**one, "page_cache_node_gbps": {"2": 30.0}}) == 10e9 / 15e9  # shared
@@ -913,7 +913,7 @@ def test_startup_bench_node_copy_probe_copies_on_every_gpu_at_once(monkeypatch):
     import contextlib
     import threading
 
-    bench = load_bench("startup_bench.py")
+    bench = load_bench("startup_limits.py")
     real_empty, current, copies = torch.empty, threading.local(), []
     monkeypatch.setattr(torch, "empty", lambda *shape, pin_memory=False, device=None, **kw: real_empty(*shape, **kw))
 
@@ -950,7 +950,7 @@ def test_startup_bench_page_cache_probe_reads_every_chunk_with_the_threads_asked
 
     from moebake.serving_core.staged_reader import DEFAULT_CHUNK_BYTES as chunk
 
-    bench = load_bench("startup_bench.py")
+    bench = load_bench("startup_limits.py")
     files = [tmp_path / "a", tmp_path / "b"]
     files[0].write_bytes(b"\1" * (chunk * 5 // 2))  # 3 chunks, the last short
     files[1].write_bytes(b"\2" * (chunk * 5 // 8))  # 1 chunk
@@ -981,7 +981,7 @@ def test_startup_bench_reader_alone_reads_every_byte_twice_through_the_plugins_r
 
     from moebake.serving_core import staged_reader
 
-    bench = load_bench("startup_bench.py")
+    bench = load_bench("startup_limits.py")
     files = [tmp_path / "a", tmp_path / "b"]
     files[0].write_bytes(bytes(range(256)) * 9 + b"\7" * 5)  # 2309 bytes: windows of 1000, 1000 and 309
     files[1].write_bytes(b"\3" * 1000)  # one whole window, the last piece read
