@@ -92,22 +92,28 @@ def _deployment_runs(runs: list[dict]) -> list[dict]:
 
 
 def _bars(ax, groups: list, pick, label) -> None:
-    """Bars of each path's seconds per group (``pick(group)``: ``{path: run}``), the bake's limit as a tick and
-    stock/bake above the bake's bar."""
+    """Bars of each path's seconds per group (``pick(group)``: ``[run, ...]``, file order; a bar per path of its
+    first run, as the tables' first row, and a dot for each run where a path ran more than once), the bake's limit
+    as a tick and stock/bake above the bake's bar."""
     width = 0.8 / len(PATHS)
     for j, group in enumerate(groups):
-        chosen = pick(group)
+        runs = pick(group)
+        chosen = _repeats(runs)[0] if runs else {}
         centre = {path: j + (k - (len(PATHS) - 1) / 2) * width for k, path in enumerate(PATHS)}
         for path in PATHS:
             if path in chosen:
                 ax.bar(centre[path], chosen[path]["seconds"], width * 0.95, color=COLORS[path],
                        label=path if path not in ax.get_legend_handles_labels()[1] else None)
+                each = [r["seconds"] for r in runs if r["path"] == path]
+                if len(each) > 1:
+                    ax.plot([centre[path]] * len(each), each, "k.", ms=5)
         if "bake" in chosen:
             ax.plot([j - 0.4, j + 0.4], [chosen["bake"]["limit_seconds"]] * 2, "k--", lw=1,
                     label="bake's physical limit" if j == 0 else None)
         if {"stock", "bake"} <= set(chosen):
             ratio = chosen["stock"]["seconds"] / chosen["bake"]["seconds"]
-            top = max(chosen["bake"]["seconds"], chosen["bake"]["limit_seconds"])  # above the bake's bar and its limit
+            bake = [r["seconds"] for r in runs if r["path"] == "bake"]
+            top = max(*bake, chosen["bake"]["limit_seconds"])  # above the bake's bar, its dots and its limit
             ax.annotate(f"{ratio:.1f}x", (centre["bake"], top), xytext=(0, 3), textcoords="offset points", ha="center",
                         fontsize=8)
     ax.set_xticks(range(len(groups)), [label(g) for g in groups])
@@ -134,7 +140,7 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
         single = _one_node(mine)
         groups = sorted({(r["ep"], r["cache"]) for r in single}, key=lambda g: (g[1], g[0]))
         ax = axes[0][col]
-        _bars(ax, groups, lambda g: {r["path"]: r for r in single if (r["ep"], r["cache"]) == g},
+        _bars(ax, groups, lambda g: [r for r in single if (r["ep"], r["cache"]) == g],
               lambda g: f"EP {g[0]}\n{g[1]}")
         ax.set_ylabel("seconds to ready (lower is better)")
         ax.set_title(f"SGLang start-up, {label}: one node", fontsize=10 if session else None)
@@ -142,7 +148,7 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
             multi = _deployment_runs(mine)
             deployments = sorted({(r["nodes"], r["gpus_per_node"]) for r in multi})
             ax = axes[1][col]
-            _bars(ax, deployments, lambda d: {r["path"]: r for r in multi if (r["nodes"], r["gpus_per_node"]) == d},
+            _bars(ax, deployments, lambda d: [r for r in multi if (r["nodes"], r["gpus_per_node"]) == d],
                   lambda d: f"{d[0]} node(s)\nx {d[1]} GPU")
             ax.set_ylabel("seconds, slowest node (cold page cache)")
             ax.set_title(f"{model}-shaped: scale-out, each node cold")

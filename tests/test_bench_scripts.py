@@ -1040,6 +1040,23 @@ def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):
     assert "Not measured: EP 1 warm, EP 2 cold." in text and "disk 1.00 GB/s with O_DIRECT (the only disk probe" in text
 
 
+def test_startup_bench_plot_bars_the_first_run_and_dots_each_repeat():
+    """A path run more than once in a group: its bar is its first run (as the tables' first row), with a dot at each
+    run's seconds; stock/bake over the first runs."""
+    report = load_bench("startup_report.py")
+    plt = report.benchkit.pyplot()
+    run = {"limit_seconds": 1.0}
+    runs = [{**run, "path": "stock", "seconds": 6.0}, {**run, "path": "bake", "seconds": 2.0},
+            {**run, "path": "bake", "seconds": 3.0}]
+    fig, ax = plt.subplots()
+    report._bars(ax, ["g"], lambda g: runs, str)
+    assert sorted(p.get_height() for p in ax.patches) == [2.0, 6.0]
+    dots = [line for line in ax.lines if line.get_marker() == "."]
+    assert len(dots) == 1 and list(dots[0].get_ydata()) == [2.0, 3.0]
+    assert [(t.get_text(), t.xy[1]) for t in ax.texts] == [("3.0x", 3.0)]  # above the highest dot
+    plt.close(fig)
+
+
 # real_server.py: a real SGLang server (SGLang 0.5.17's stack, carried to the GPU machine), stock vs bake
 
 
