@@ -441,8 +441,9 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
               "of their own, no device), and as the node's ranks read at once; an older session's probe read 4 "
               "files with a thread each, an estimate the loader beat (bake/limit below 1). The probe only reads: a "
               "loader must also copy each byte to the GPU, and the plugin's reader, reading and copying, reads at "
-              "0.82-0.87x of the reads alone (bench/results/read_pipeline_h200.md, startup_h200.md); where a "
-              "session measured it, the "
+              "0.53-0.87x of the reads alone (bench/results/read_pipeline_h200.md, startup_h200.md, and the "
+              "limits lines of startup_warm_h200x2.md's seventh hold and startup_h200x2.md's 4 nodes of the "
+              "18-layer model); where a session measured it, the "
               "limits line gives the reader alone on the probe's files (not a limit). Where bake/limit is well "
               "above 1, the parts are in the table of where the time goes: the model's build with the pinning of "
               "the reader's ring, the other tensors, and each MoE layer's experts.", "",
