@@ -97,23 +97,22 @@ def _bars(ax, groups: list, pick, label) -> None:
     as a tick and stock/bake above the bake's bar."""
     width = 0.8 / len(PATHS)
     for j, group in enumerate(groups):
-        runs = pick(group)
-        chosen = _repeats(runs)[0] if runs else {}
+        runs = pick(group)  # a group is drawn only where it has a run
+        chosen = _repeats(runs)[0]
+        each = {path: [r["seconds"] for r in runs if r["path"] == path] for path in chosen}
         centre = {path: j + (k - (len(PATHS) - 1) / 2) * width for k, path in enumerate(PATHS)}
         for path in PATHS:
             if path in chosen:
                 ax.bar(centre[path], chosen[path]["seconds"], width * 0.95, color=COLORS[path],
                        label=path if path not in ax.get_legend_handles_labels()[1] else None)
-                each = [r["seconds"] for r in runs if r["path"] == path]
-                if len(each) > 1:
-                    ax.plot([centre[path]] * len(each), each, "k.", ms=5)
+                if len(each[path]) > 1:
+                    ax.plot([centre[path]] * len(each[path]), each[path], "k.", ms=5)
         if "bake" in chosen:
             ax.plot([j - 0.4, j + 0.4], [chosen["bake"]["limit_seconds"]] * 2, "k--", lw=1,
                     label="bake's physical limit" if j == 0 else None)
         if {"stock", "bake"} <= set(chosen):
             ratio = chosen["stock"]["seconds"] / chosen["bake"]["seconds"]
-            bake = [r["seconds"] for r in runs if r["path"] == "bake"]
-            top = max(*bake, chosen["bake"]["limit_seconds"])  # above the bake's bar, its dots and its limit
+            top = max(*each["bake"], chosen["bake"]["limit_seconds"])  # above the bake's bar, its dots and its limit
             ax.annotate(f"{ratio:.1f}x", (centre["bake"], top), xytext=(0, 3), textcoords="offset points", ha="center",
                         fontsize=8)
     ax.set_xticks(range(len(groups)), [label(g) for g in groups])
@@ -224,8 +223,9 @@ def _ratio(chosen: dict, top: str, bottom: str) -> str:
 
 
 def _repeats(runs: list[dict]) -> list[dict]:
-    """The runs of one (EP, cache) as the one-node table's rows, each ``{path: run}``: the first run of each path, then
-    the second of each path run twice, and so on (a run repeated in a section gets a row of its own, in file order)."""
+    """The runs of one group (an (EP, cache), or a deployment) as rows, each ``{path: run}``: the first run of each
+    path, then the second of each path run twice, and so on, in file order (the one-node table's rows; the plot's
+    bars are the first)."""
     by_path: dict[str, list[dict]] = {}
     for run in runs:
         by_path.setdefault(run["path"], []).append(run)
