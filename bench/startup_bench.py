@@ -63,7 +63,7 @@ bytes read ahead of the loader) and ``error`` (why it ended early, or null). ``r
 ``--readahead on|off|both``): whether it ran; ``--readahead both`` runs each bake load four times, off, on, on, off,
 and the table compares the two settings. Each world of rank processes prints where its wall clock went
 (:func:`_say_world_time`: the setup of its slowest rank, the loads and their digests, the page-cache drops, the rest),
-for planning a GPU session's minutes; that is not in the results.
+for planning GPU time; that is not in the results.
 
     python bench/startup_bench.py make --model gpt-oss-120b --layers 18 --dir /data/b120    # source + bake
     python bench/startup_bench.py all --dir /data/b120 --ep 1 2 --cache cold warm --nodes 2 4 --drop-dumps \\
@@ -772,7 +772,7 @@ def _spawn(args, path: str, ep: int, directory: Path, readahead: bool | None = N
 
 
 def _say_world_time(path: str, ep: int, wall: float, drops: float, ranks: list[dict], per_turn: int) -> None:
-    """Where a world's wall clock went, for planning a GPU session: its ranks' slowest setup (process start to the
+    """Where a world's wall clock went, for planning GPU time: its ranks' slowest setup (process start to the
     world's barrier: imports, CUDA, the gloo world), the loads with their digests (``per_turn`` ranks at a time: the
     sum over the turns of each turn's slowest rank), the page-cache drops between turns, and the rest (exits)."""
     setup = max(r["lifecycle"]["setup_s"] for r in ranks)

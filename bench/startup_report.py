@@ -2,8 +2,8 @@
 ``bench/startup_bench.py`` (``{"runs": [...], "limits": [...], "notes": [...]}``; its docstring says what each
 run's fields are). Not a script: ``python bench/startup_bench.py plot|table RESULTS`` calls it.
 
-A section (a table's part, a plot's column) is one model and layer count, and one ``session``: a file that keeps
-several sessions' runs of one model labels each run, and that session's limits and notes, with its ``session`` (a
+A section (a table's part, a plot's column) is one model and layer count, and one run set: a file that keeps
+several run sets of one model labels each run, and that set's limits and notes, with its ``session`` field (a
 short text); runs without one are one section per model, with the limits and notes no labelled run claims.
 """
 
@@ -183,7 +183,7 @@ def _readahead_bars(ax, groups: list[list[dict]]) -> None:
         ax.text(j, max(r["seconds"] for r in group) * 1.02, f"off/on {means[False] / means[True]:.2f}x", ha="center")
     ax.set_xticks(range(len(groups)), [f"{_layout(g[0])}\n{g[0]['cache']}" for g in groups])
     ax.set_ylabel("seconds (slowest node)")
-    ax.set_title("the bake's read-ahead, off and on (same session, order off, on, on, off)")
+    ax.set_title("the bake's read-ahead, off and on (one run, order off, on, on, off)")
     if not groups:
         ax.text(0.5, 0.5, "not measured", ha="center", transform=ax.transAxes)
         return
@@ -192,12 +192,12 @@ def _readahead_bars(ax, groups: list[list[dict]]) -> None:
 
 # ---------------------------------------------------------------------------------------------- table
 def _limits_line(limits: dict) -> str:
-    """The machine's limits as measured in one session, in words."""
+    """The machine's limits as measured in one run set, in words."""
     disk = f"disk {limits['disk_direct_gbps' if 'disk_direct_gbps' in limits else 'disk_gbps']:.2f} GB/s with O_DIRECT"
     if "disk_buffered_gbps" in limits:
         disk += f", {limits['disk_buffered_gbps']:.2f} GB/s buffered (cold page cache, kernel readahead)"
     else:
-        disk += " (the only disk probe of that session: it underestimates the disk, whose buffered reads are faster)"
+        disk += " (the only disk probe of that run set: it underestimates the disk, whose buffered reads are faster)"
     line = f"{disk}; page cache {limits['page_cache_gbps']:.1f} GB/s"
     if "page_cache_threads" in limits:
         line += f" ({limits['page_cache_threads']} threads, as one rank's reader)"
@@ -337,7 +337,7 @@ def _readahead_rows(groups: list[list[dict]]) -> list[str]:
     the limit, on/limit, and the most bytes one node read from the block device."""
     if not groups:
         return []
-    lines = ["", "The bake's read-ahead (`moebake.serving_core.readahead`, opt-in), off and on in the same session, in the "
+    lines = ["", "The bake's read-ahead (`moebake.serving_core.readahead`, opt-in), off and on in one run, in the "
              "order off, on, on, off: each run's seconds (slowest node, or slowest rank on one node), the ratio of the "
              "means, the limit and on/limit (the mean), and the most bytes one node read from the block device.", "",
              "| nodes x GPUs | cache | off s | on s | off/on (means) | limit s | on/limit | read per node GB off / on |",
@@ -399,7 +399,7 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
         for limits in results.get("limits", []):
             if _claims(limits, section, runs):
                 session = f" ({limits['session']})" if "session" in limits else ""
-                lines += [f"Limits measured in its session{session}: {_limits_line(limits)}.", ""]
+                lines += [f"Limits measured with these runs{session}: {_limits_line(limits)}.", ""]
         single = _one_node(mine)
         groups = sorted({(r["ep"], r["cache"]) for r in single}, key=lambda g: (g[1], g[0]))
         if single:
@@ -438,12 +438,12 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
               "Warm: the page cache and the host-to-device copies. The source's bytes are in memory; the limit is "
               "a rank's bytes at the page-cache probe's speed. A session whose limits name the probe's threads "
               "probed as a rank's reader reads (its threads and chunks, copying out of the page cache into buffers "
-              "of their own, no device), and as the node's ranks read at once; an older session's probe read 4 "
+              "of their own, no device), and as the node's ranks read at once; an older probe read 4 "
               "files with a thread each, an estimate the loader beat (bake/limit below 1). The probe only reads: a "
               "loader must also copy each byte to the GPU, and the plugin's reader, reading and copying, reads at "
-              "0.53-0.87x of the reads alone (bench/results/read_pipeline_h200.md, startup_h200.md, and the "
-              "limits lines of startup_warm_h200x2.md's seventh hold and startup_h200x2.md's 4 nodes of the "
-              "18-layer model); where a session measured it, the "
+              "0.53-0.87x of the reads alone (bench/results/read_pipeline_h200.md, and the limits lines of "
+              "startup_warm_h200x2.md and of startup_h200x2.md's 4 nodes of the 18-layer model); where a run "
+              "measured it, the "
               "limits line gives the reader alone on the probe's files (not a limit). Where bake/limit is well "
               "above 1, the parts are in the table of where the time goes: the model's build with the pinning of "
               "the reader's ring, the other tensors, and each MoE layer's experts.", "",

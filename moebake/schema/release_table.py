@@ -1,6 +1,6 @@
 """The engine-release matrix as a table: releases x (target, source format), each cell its rule or refused, and why.
 
-``moebake list`` prints it and docs/engines.md holds it (``tests/test_release_matrix.py`` keeps the doc equal to
+``moebake list`` prints it and docs/serving.md holds it (``tests/test_release_matrix.py`` keeps the doc equal to
 :func:`markdown`). A cell names the rule (:data:`moebake.schema.profiles.RULES`) whose bytes that release's own code
 was proven to build; ``refused`` cells are explained below the table, one line per reason.
 """

@@ -8,7 +8,7 @@ target, source format) without a record is not served, for no reason moebake kno
 :data:`RECORDS` is the one table of these facts; every other is a view of it: the SGLang plugin's ``METHODS`` (and the
 method it picks per source format), the vLLM plugin's ``SERVED`` and the kernel backend it checks for,
 ``moebake.serve``'s ``RUNTIMES``, the refusal of a bake a server does not serve (:func:`unserved`),
-:data:`NOT_SERVABLE` (the reason ``convert --engine`` gives too) and docs/engines.md's serving-routes table
+:data:`NOT_SERVABLE` (the reason ``convert --engine`` gives too) and docs/serving.md's serving-routes table
 (:func:`routes_markdown`; ``tests/test_docs.py`` keeps the page equal to it). A route is named here and implemented
 by the server's code under that name (``tests/test_serving.py`` checks that each named route exists and that no other
 does). What an engine builds per release (its flags, padding, parameter names) is the engine profile's
@@ -147,7 +147,7 @@ def route_cell(server: str, target: str) -> str:
 
 
 def routes_markdown() -> str:
-    """docs/engines.md's serving-routes table: one row per target with a record, one column per server."""
+    """docs/serving.md's serving-routes table: one row per target with a record, one column per server."""
     lines = ["| target | " + " | ".join(SERVERS.values()) + " |", "|---|" + "---|" * len(SERVERS)]
     targets = [target for target in TARGET_SPECS if any(r.target == target for r in RECORDS)]
     lines += [f"| `{target}` | " + " | ".join(route_cell(server, target) for server in SERVERS) + " |" for target in targets]

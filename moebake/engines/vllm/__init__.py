@@ -1,5 +1,5 @@
 """The vLLM plugin: serves bakes made for vLLM (``--engine vllm``) of the kinds the serving records give vLLM
-(:mod:`moebake.schema.serving`; docs/engines.md's serving-routes table lists them).
+(:mod:`moebake.schema.serving`; docs/serving.md's serving-routes table lists them).
 
 vLLM loads it in every process through the ``vllm.general_plugins`` entry point (``pyproject.toml``);
 :func:`register` adds the ``moebake`` quantization (:mod:`moebake.engines.vllm.quantization`) and the
