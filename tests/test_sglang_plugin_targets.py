@@ -282,3 +282,33 @@ def test_sglang_sees_real_scalar_type_ids_through_the_stand_ins():
         assert (ours.exponent, ours.mantissa, ours.signed, ours.bias, ours.size_bits) == (
             theirs.exponent, theirs.mantissa, theirs.signed, theirs.bias, theirs.size_bits), name
     assert scalar_types.float4_e2m1f == ScalarType.float_(2, 1, True, sgl_scalar_type.NanRepr.NONE)
+
+
+def test_deepep_bf16_layer_takes_stock_sglangs_route_through_deepep_moe(bakes):
+    """Under ``--moe-a2a-backend deepep`` SGLang's models build their experts as ``get_moe_impl_class(quant_config)``,
+    a ``DeepEPMoE``, which decides at construction whether a layer runs through FusedMoE's runner (the unquantized
+    BF16 DeepGEMM path: ``deprecate_flag``) or through its own masked forward, whose DeepEP low-latency branch for
+    this layer is ``assert False, "forward_deepgemm_masked is deprecated"``. It reads ``quant_config is None``; a
+    ``--quantization moebake`` layer has a config. After the post-load step the bake's layer takes the route stock
+    SGLang's unquantized layer takes, from the same class."""
+    from sglang.srt.layers import deep_gemm_wrapper
+    from sglang.srt.layers.moe.ep_moe.layer import DeepEPMoE, get_moe_impl_class
+    from sglang.srt.layers.quantization import QUANTIZATION_METHODS
+
+    case = CASES["deepep-bf16/bf16-moe"]
+    _, out = bakes["deepep-bf16/bf16-moe"]
+    config = json.loads((out / "config.json").read_text())
+    record = next(r for r in json.loads((out / "moebake.json").read_text())["layers"] if r["prefix"] == case.prefix)
+    baked = load_all(out)
+    shape = dict(num_experts=record["experts"], top_k=2, layer_id=record["index"], hidden_size=record["hidden"],
+                 intermediate_size=record["intermediate"], params_dtype=torch.bfloat16, prefix=case.prefix.rstrip("."))
+    with serving(out, gpu=case.gpu, **case.flags), mock.patch.object(deep_gemm_wrapper, "ENABLE_JIT_DEEPGEMM", True):
+        stock = get_moe_impl_class(None)(quant_config=None, **shape)
+        quant_config = QUANTIZATION_METHODS["moebake"].from_config(config["quantization_config"])
+        layer = get_moe_impl_class(quant_config)(quant_config=quant_config, **shape)
+        for short, param in layer.named_parameters():
+            param.weight_loader(param, baked[case.prefix + short])
+        layer.quant_method.process_weights_after_loading(layer)
+    assert type(stock) is DeepEPMoE and type(layer) is DeepEPMoE
+    assert stock.deprecate_flag is True, "stock SGLang's unquantized DeepEP layer runs through FusedMoE's runner"
+    assert layer.deprecate_flag is True, "the bake's layer would take DeepEPMoE's masked branch, which SGLang asserts away"

@@ -107,6 +107,16 @@ def is_cutedsl_v2_standard(method) -> bool:
     return bool(method._is_cutedsl_v2_standard)
 
 
+def route_as_unquantized_deepep(layer: torch.nn.Module) -> None:
+    """``DeepEPMoE.deprecate_flag`` (0.5.17-0.5.23): SGLang's ``DeepEPMoE`` runs an unquantized BF16 layer on the
+    ``deep_gemm`` runner behind DeepEP through FusedMoE's runner (``UnquantizedFusedMoEMethod.apply``, DeepGEMM's masked
+    grouped GEMM) when its ``quant_config is None``; a ``--quantization moebake`` layer has a config, so SGLang would
+    take its own masked branch, which asserts in low-latency mode. The bake's layer is given stock's decision. A
+    ``FusedMoE`` (another all-to-all backend, refused for this target) has no such attribute and is left alone."""
+    if hasattr(layer, "deprecate_flag"):
+        layer.deprecate_flag = True
+
+
 def clear_routing_bias(layer) -> None:
     """What SGLang's ``trtllm_sm100`` post-load step sets besides the weights: ``layer._situ_routing_bias_bf16``."""
     layer._situ_routing_bias_bf16 = None

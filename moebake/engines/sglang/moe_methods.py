@@ -208,6 +208,7 @@ def _deepep_bf16_method():
         def process_weights_after_loading(self, layer) -> None:
             self._load_baked_rows(layer)
             UnquantizedFusedMoEMethod.process_weights_after_loading(self, layer)  # sets the dispatcher to BF16 only
+            internals.route_as_unquantized_deepep(layer)
 
     return MoebakeDeepEPBf16MoEMethod
 
