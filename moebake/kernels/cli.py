@@ -14,7 +14,8 @@ import click
 from moebake.errors import OptionError
 
 ROOT_HELP = ("KIND=DIR: read or place KIND's files in DIR instead of the library's own folder (repeatable; KIND one of "
-             "flashinfer, flashinfer-cubins, tvm-ffi, deep-gemm, triton, tilelang).")
+             "flashinfer, flashinfer-cubins, tvm-ffi, deep-gemm, triton, tilelang). For flashinfer, harvest reads FlashInfer's "
+             "JIT cache folder (<base>/.cache/flashinfer) and install places into FlashInfer's AOT folder.")
 
 
 def _roots(values) -> dict[str, Path]:
