@@ -285,39 +285,52 @@ class SGLang:
 ENGINES = {"sglang": SGLang, "vllm": VLLM}
 
 
+def cache_env(caches: Path) -> dict[str, str]:
+    """Every kernel cache a server start writes, under ``caches`` (moebake/kernels/locations.py says where each library
+    looks): SGLang's tvm-ffi JIT modules, FlashInfer's JIT workspace, Triton's, TileLang's and DeepGEMM's caches (SGLang
+    0.5.17 sets ``DG_JIT_CACHE_DIR`` from ``SGLANG_DG_CACHE_DIR``, so both), torch inductor's and the CUDA driver's PTX
+    cache. An empty ``caches`` folder is a fresh node's caches."""
+    return {"TVM_FFI_CACHE_DIR": str(caches / "tvm-ffi"), "FLASHINFER_WORKSPACE_BASE": str(caches / "flashinfer"),
+            "TRITON_CACHE_DIR": str(caches / "triton"), "TILELANG_CACHE_DIR": str(caches / "tilelang"),
+            "DG_JIT_CACHE_DIR": str(caches / "deep_gemm"), "SGLANG_DG_CACHE_DIR": str(caches / "deep_gemm"),
+            "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"), "CUDA_CACHE_PATH": str(caches / "cuda")}
+
+
 def run_one(directory: Path, path: str, backend: str, target: str | None, new_tokens: int, ready_timeout: float,
-            extra: list[str], log_dir: Path, order: int = 1, engine: str = "sglang") -> dict:
-    """Start one server, wait until it is ready, send the requests, stop it; the run's record."""
+            extra: list[str], log_dir: Path, order: int = 1, engine: str = "sglang", caches: Path | None = None) -> dict:
+    """Start one server, wait until it is ready, send the requests, stop it; the run's record. ``caches``: the folder of
+    its kernel caches (:func:`cache_env`; default ``$MOEBAKE_REAL_SERVER_CACHES``)."""
     server_kind = ENGINES[engine]
     bake = path == "bake"
     model = directory / (target if bake else "src")
     label = f"{order}-{path}-{backend}" + (f"-{target}" if bake else "")
     log_path, probe_path = log_dir / f"server-{label}.log", log_dir / f"probe-{label}.jsonl"
-    stacks_path = log_dir / f"stacks-{label}.txt"
-    for stale in (probe_path, stacks_path):
+    stacks_path, jit_path = log_dir / f"stacks-{label}.txt", log_dir / f"jit-{label}.jsonl"
+    for stale in (probe_path, stacks_path, jit_path):
         stale.unlink(missing_ok=True)
     meta = Path(f"/tmp/moebake-real-server-meta/{label}")
     _publish_plugins(meta, with_moebake=bake, engine=server_kind)
     cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")  # SGLang's and FlashInfer's JIT kernels need nvcc
-    caches = Path(os.environ.get("MOEBAKE_REAL_SERVER_CACHES", "/tmp/moebake-real-server-caches"))
+    caches = caches or Path(os.environ.get("MOEBAKE_REAL_SERVER_CACHES", "/tmp/moebake-real-server-caches"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([server_kind.site(), str(ROOT), str(ROOT / "bench"), str(meta)]),
                MOEBAKE_REAL_SERVER_PROBE=str(probe_path), MOEBAKE_REAL_SERVER_STACKS=str(stacks_path),
-               PYTHONUNBUFFERED="1", CUDA_HOME=cuda_home, TVM_FFI_CACHE_DIR=str(caches / "tvm-ffi"),
-               FLASHINFER_WORKSPACE_BASE=str(caches / "flashinfer"), TRITON_CACHE_DIR=str(caches / "triton"),
-               TILELANG_CACHE_DIR=str(caches / "tilelang"), DG_JIT_CACHE_DIR=str(caches / "deep_gemm"),  # DeepSeek-V4's JIT
+               MOEBAKE_REAL_SERVER_JIT=str(jit_path), SGLANG_LOG_MS="1",  # log times to the millisecond: the phases
+               PYTHONUNBUFFERED="1", CUDA_HOME=cuda_home, **cache_env(caches),
                PATH=f"{cuda_home}/bin{os.pathsep}{os.environ.get('PATH', '')}", **server_kind.env(caches))
     config = json.loads((directory / "src" / "config.json").read_text())
     if is_deepseek_v4(config):
         env |= DEEPSEEK_V4_SERVER_ENV
     port = _free_port()
     command = server_kind.command(model, backend, bake, port, extra)
-    record = {"order": order, "engine": engine, "release": _release(server_kind), "model": _model_name(config), "target": target,
-              "path": path, "moe_runner_backend": backend, "server_flags": command[3:],
+    record = {"order": order, "engine": engine, "release": _release(server_kind), "model": _model_name(config),
+              "layers": config.get("num_hidden_layers"), "target": target, "path": path, "moe_runner_backend": backend,
+              "server_flags": command[3:], "log": str(log_path), "jit_events": str(jit_path), "caches": str(caches),
               "server_env": {k: env[k] for k in DEEPSEEK_V4_SERVER_ENV if k in env}, "ready_seconds": None,
               "load_seconds": None, "peak_gpu_gib": None, "tokens_equal_to_stock": None, "logprobs_equal_to_stock": None}
     if os.environ.get("MOEBAKE_FLASHINFER_MOE_SO"):  # bench/real_server_probe.py installs it in the server
         record["flashinfer_moe_module"] = reduced_module_of(Path(os.environ["MOEBAKE_FLASHINFER_MOE_SO"]))
     print(f"== {label}: {' '.join(command)}", flush=True)
+    record["start_wall"] = time.time()  # the server log's clock: its phases are measured from here
     start = time.monotonic()
     with open(log_path, "w") as log:
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)

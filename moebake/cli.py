@@ -1,4 +1,4 @@
-"""The ``moebake`` command line: convert, verify, inspect, list, upload, demo.
+"""The ``moebake`` command line: convert, verify, inspect, list, upload, demo, kernels.
 
 Bad input ends with one line ``error: ...`` on stderr and exit status 2 (no traceback); a failed
 verification exits with status 1. Importing this module does not import torch (the commands do,
@@ -469,3 +469,12 @@ def demo(workdir):
     from moebake.demo import run_demo
 
     run_demo(workdir)
+
+
+def _add_kernels_group() -> None:
+    from moebake.kernels.cli import build_group
+
+    main.add_command(build_group(reports_errors, verbose_option), "kernels")
+
+
+_add_kernels_group()

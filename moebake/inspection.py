@@ -20,6 +20,7 @@ from moebake.convert.targets import TARGETS, kernel_description, plan_target
 from moebake.errors import MoebakeError
 from moebake.formats import SOURCE_FORMATS, detect_format
 from moebake.formats.checkpoint import open_checkpoint
+from moebake.kernels.pack import kernel_lines, kernels_report
 from moebake.progress_bars import size_text
 from moebake.schema.config_values import as_count, first_model_value, short_repr
 from moebake.schema.manifest import MANIFEST_NAME, Manifest, read_manifest_record
@@ -103,6 +104,7 @@ def baked_report(path: Path) -> dict:
         "file_problems": _file_problems(path, manifest),
         "engine": _engine_report(manifest.engine),
         "serves": [_engine_report(other) for other in manifest.serves],
+        "kernels": kernels_report(manifest.to_json(), path / MANIFEST_NAME),
     }
 
 
@@ -197,6 +199,7 @@ def _baked_lines(r: dict) -> list[str]:
              *(f"  also serves    {_engine_line(other)} (the same bytes)" for other in r["serves"]),
              f"  files          {r['files']} files, {size_text(r['bytes'])} (plus moebake.json)",
              *(f"  problem        {problem}" for problem in r["file_problems"]),
+             *kernel_lines(r.get("kernels") or []),
              "  expert tensors (per MoE layer)"]
     lines += [f"    {short:<18} {spec['dtype']:<5} {spec['shape']}" for short, spec in r["expert_tensors"].items()]
     lines.append(f"checked: the manifest, and each listed file's presence and size, not its bytes: `moebake verify {r['path']}` "

@@ -23,9 +23,10 @@ REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
 RESULTS = BENCH / "results"
 PYTHON_SCRIPTS = ["convert_bench.py", "transform_bench.py", "serve_bench.py", "deepep_layer_bench.py", "deepgemm_masked_bench.py",
-                  "startup_bench.py", "sm90_paths_bench.py", "real_server.py", "read_bench.py"]
+                  "startup_bench.py", "sm90_paths_bench.py", "real_server.py", "read_bench.py",
+                  "real_server_matrix.py"]  # its smoke test: tests/test_real_server_matrix.py
 SHELL_SCRIPTS = ["device_convert_scaling.sh", "device_wheels.sh"]
-HELPERS = ["benchkit.py", "real_server_probe.py", "real_server_vllm.py", "real_server_vllm_probe.py",
+HELPERS = ["benchkit.py", "real_server_probe.py", "real_server_phases.py", "real_server_vllm.py", "real_server_vllm_probe.py",
            "startup_limits.py", "startup_presharded.py",  # imported by the scripts (or their servers),
            "startup_report.py"]  # not run
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal on a machine without a GPU")

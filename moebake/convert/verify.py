@@ -5,7 +5,9 @@ What plain ``verify`` proves (without the source): ``moebake.json`` is exactly a
 every file it lists has the recorded size and checksum, and no other file is there; the index maps
 every tensor to the shard that holds it and its ``total_size`` is right; every shard header is valid
 safetensors; every baked tensor the layer records name is in the index with the recorded dtype and
-shape. ``verify --source`` adds bit-exactness against the source (:mod:`moebake.convert.source_check`).
+shape; the compiled kernels a bake carries under ``kernels/`` have the recorded sizes and sha256
+(:func:`moebake.kernels.pack.verify_kernels`). ``verify --source`` adds bit-exactness against the source
+(:mod:`moebake.convert.source_check`).
 """
 
 from dataclasses import dataclass, field
@@ -13,6 +15,8 @@ from pathlib import Path
 
 from moebake.errors import CheckpointError, MoebakeError
 from moebake.formats.safetensors_file import SafetensorsFile, read_header
+from moebake.kernels.pack import verify_kernels
+from moebake.kernels.record import FOLDER as KERNELS_FOLDER
 from moebake.progress_bars import byte_bar, shard_done, size_text
 from moebake.schema.checksums import checksum_problem
 from moebake.schema.config_json import config_problems
@@ -33,10 +37,14 @@ class VerifyReport:
     bytes: int = 0
     shards: int = 0
     tensors: int = 0
+    kernel_files: int = 0
+    kernel_bytes: int = 0
 
     def summary(self) -> str:
+        kernels = (f"; {self.kernel_files} kernel files, {size_text(self.kernel_bytes)} match their sha256"
+                   if self.kernel_files else "")
         return (f"{MANIFEST_NAME} intact; {self.files} files, {size_text(self.bytes)} match their checksums; "
-                f"index and {self.shards} shard headers valid; {self.tensors} baked tensors as recorded")
+                f"index and {self.shards} shard headers valid; {self.tensors} baked tensors as recorded{kernels}")
 
 
 def verify_output(out: str | Path) -> list[str]:
@@ -80,7 +88,9 @@ def verify_report(out: str | Path, progress: bool = False) -> VerifyReport:
     problems += _check_layer_records(out, manifest, headers, unread, report)
     if manifest.engine is not None:  # bakes from before engine profiles kept the source's config.json
         problems += config_problems(out, raw)
-    listed = set(files) | {MANIFEST_NAME} | HUB_ADDED
+    kernel_problems, report.kernel_files, report.kernel_bytes = verify_kernels(out, raw)
+    problems += kernel_problems
+    listed = set(files) | {MANIFEST_NAME, KERNELS_FOLDER} | HUB_ADDED  # kernels/: checked by verify_kernels
     problems += [f"{p}: not listed in {MANIFEST_NAME}" for p in sorted(out.iterdir()) if p.name not in listed]
     return report
 

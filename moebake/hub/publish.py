@@ -22,7 +22,8 @@ from moebake.errors import IntegrityError, OptionError, OutputError
 from moebake.hub.client import HUB_ERRORS, hub_error
 from moebake.hub.download import resolve_source
 from moebake.hub.model_card import card_files, source_label, write_model_card
-from moebake.schema.manifest import read_manifest_record
+from moebake.kernels.pack import link_upload_files
+from moebake.schema.manifest import read_manifest, read_manifest_record
 
 PR_REF_PREFIX = "refs/pr/"
 
@@ -65,9 +66,10 @@ def publish(out: str | os.PathLike, repo_id: str, client, *, private: bool = Fal
 
 def _link_upload_folder(out: Path, folder: Path, updated: dict[str, bytes]) -> None:
     """Fill ``folder`` with what is uploaded: symbolic links to OUT's files (the Hub client reads
-    through them), and the ``updated`` files' new bytes."""
+    through them) and to the kernel files its manifest records, and the ``updated`` files' new bytes."""
     for entry in sorted(os.scandir(out), key=lambda e: e.name):
         if entry.name not in updated and entry.is_file():
             os.symlink(os.path.realpath(entry.path), folder / entry.name)
     for name, data in updated.items():
         (folder / name).write_bytes(data)
+    link_upload_files(out, folder, read_manifest(out))  # kernels/<set>/...: the compiled kernels the manifest records

@@ -16,9 +16,10 @@ the output's ``config.json`` is the source's with::
 
 ``manifest_sha256`` is the SHA-256 of the manifest's canonical JSON (keys sorted, no whitespace)
 without ``created`` and ``source.location`` (when and where it ran: the same bake writes the same
-bytes) and without the ``files`` entries of ``config.json`` itself and of the model card
-``README.md`` (both are written after the manifest's content is fixed): a loader or ``verify``
-that recomputes it catches a manifest changed after baking.
+bytes), without ``kernels`` (compiled kernels added to the bake later, :mod:`moebake.kernels`), and
+without the ``files`` entries of ``config.json`` itself and of the model card ``README.md`` (both
+are written after the manifest's content is fixed): a loader or ``verify`` that recomputes it
+catches a manifest changed after baking.
 """
 
 import hashlib
@@ -32,7 +33,9 @@ from moebake.schema.files import CONFIG_NAME
 QUANT_METHOD = "moebake"
 HF_QUANT_CONFIG = "hf_quant_config.json"
 UNHASHED_FILES = (CONFIG_NAME, "README.md")
-UNHASHED_FIELDS = ("created", "manifest_sha256")  # the manifest's own checksum covers config.json's entry
+UNHASHED_FIELDS = ("created", "manifest_sha256", "kernels")
+"""Left out of the bake digest: when it ran, the self-checksum (which covers config.json's entry), and the kernel sets
+added after baking (:mod:`moebake.kernels`; the self-checksum covers them)."""
 
 
 def manifest_digest(manifest: dict) -> str:
