@@ -108,7 +108,53 @@ def verbose_option(command):
     return click.option("-v", "--verbose", count=True, expose_value=False, callback=more_detail, help=VERBOSE_HELP)(command)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class OneLineError(click.ClickException):
+    """A usage error (an unknown command or option, a missing argument, a value an option refuses) shown as bad input
+    is: one line ``error: ...`` on stderr, exit status 2 (click's own is ``Usage:``, ``Try ...`` and ``Error: ...``)."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+def one_line(err: click.ClickException) -> OneLineError:
+    """``err`` as its :class:`OneLineError`: click's message on one line (first letter lower case, no final full stop)
+    and, where the command line's form was wrong (not a value), the command's ``--help``. Keeps ``err``'s exit status."""
+    message = " ".join(line.strip() for line in err.format_message().splitlines() if line.strip()).rstrip(".")
+    if message[:1].isupper() and message[1:2].islower():
+        message = message[0].lower() + message[1:]
+    context = getattr(err, "ctx", None)
+    if isinstance(err, click.UsageError) and context is not None and (
+            not isinstance(err, click.BadParameter) or isinstance(err, click.MissingParameter)):
+        message += f" (see: {context.command_path} --help)"
+    line = OneLineError(message)
+    line.exit_code = err.exit_code
+    return line
+
+
+class Moebake(click.Group):
+    """The ``moebake`` group: every click error, parsing the command line or raised by a command, is one line
+    (:class:`OneLineError`)."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except OneLineError:
+            raise
+        except click.ClickException as err:
+            raise one_line(err) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except OneLineError:
+            raise
+        except click.ClickException as err:
+            raise one_line(err) from None
+
+
+@click.group(cls=Moebake, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(moebake.__version__, prog_name="moebake")
 @click.option("-v", "--verbose", count=True, help=VERBOSE_HELP)
 def main(verbose):
@@ -426,11 +472,11 @@ def upload(repo_id, path, old_repo_id, private, revision, create_pr, source, tok
 
     if old_repo_id is not None:
         if path is not None:
-            raise click.UsageError("give the repo once: moebake upload REPO_ID PATH")
+            raise OptionError("give the repo once: moebake upload REPO_ID PATH")
         repo_id, path = old_repo_id, Path(repo_id) if repo_id else None
         click.echo("deprecated: `moebake upload OUT --repo-id REPO_ID` is now `moebake upload REPO_ID OUT`", err=True)
     if not repo_id:
-        raise click.UsageError("missing REPO_ID (ORG/NAME): moebake upload REPO_ID [PATH]")
+        raise OptionError("missing REPO_ID (ORG/NAME): moebake upload REPO_ID [PATH]")
     out = _upload_arguments(repo_id, path)
     require_token(token)  # before any network access
     commit = publish(out, repo_id, hub_client(token), private=private, revision=revision, create_pr=create_pr,
