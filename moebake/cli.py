@@ -352,7 +352,7 @@ def verify(out, source, revision, token, quiet, as_json):
     """Check OUT: its manifest is as moebake wrote it, every file's size and checksum, the index, the shard
     headers and the baked tensors' dtypes and shapes (and, with --source, bit-exactness)."""
     try:
-        problems, checked = _verify(out, source, revision, token, progress=not quiet and not as_json)
+        problems, checked, compared = _verify(out, source, revision, token, progress=not quiet and not as_json)
     except MoebakeError as err:
         if not as_json:
             raise
@@ -367,7 +367,9 @@ def verify(out, source, revision, token, quiet, as_json):
         if len(problems) > MISMATCH_LINES:
             click.echo(f"mismatch: ... and {len(problems) - MISMATCH_LINES} more (--json lists them all)", err=True)
         if problems:
-            click.echo(f"failed: {out}: {_problem_count(problems)}{f' against {source}' if source else ''}", err=True)
+            against = "" if source is None else f" against {source}" if compared else \
+                f" (not compared with {source}: the bake fails its own checks first)"
+            click.echo(f"failed: {out}: {_problem_count(problems)}{against}", err=True)
         else:
             click.echo(f"ok: {out} ({checked})")
     if problems:
@@ -384,8 +386,9 @@ def _problem_count(problems: list[str]) -> str:
     return f"{len(problems)} mismatch{'es' if len(problems) != 1 else ''} in {len(files)} file{'s' if len(files) != 1 else ''}"
 
 
-def _verify(out: Path, source: str | None, revision: str | None, token: str | None, progress: bool) -> tuple[list[str], str]:
-    """Problems found in ``out`` (and against ``source``), and what was checked."""
+def _verify(out: Path, source: str | None, revision: str | None, token: str | None, progress: bool) -> tuple[list[str], str, bool]:
+    """Problems found in ``out`` (and against ``source``), what was checked, and whether ``out`` was compared with
+    ``source`` (only once ``out`` passes its own checks)."""
     from moebake.convert.verify import verify_report
 
     report = verify_report(out, progress=progress)
@@ -397,7 +400,8 @@ def _verify(out: Path, source: str | None, revision: str | None, token: str | No
 
         problems = compare_with_source(out, _resolve(source, revision, token).path, progress=progress)
         checked += f"; {proof_summary(out, source)}"
-    return problems, checked
+        return problems, checked, True
+    return problems, checked, False
 
 
 def _proven_releases(out: Path) -> str:
