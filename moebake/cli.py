@@ -466,8 +466,10 @@ def list_command():
 @click.option("--create-pr", is_flag=True, help="Open a pull request instead of committing to the branch.")
 @click.option("--source", help="Before uploading, also prove bit-exactness against SOURCE (directory or ORG/NAME[@REV]).")
 @click.option("--token", help="Hugging Face token (default: HF_TOKEN or the saved login).")
+@click.option("--dry-run", is_flag=True, help="Verify, then print the model card and the files that would be uploaded; "
+                                              "send nothing (needs no token or network).")
 @reports_errors
-def upload(repo_id, path, old_repo_id, private, revision, create_pr, source, token):
+def upload(repo_id, path, old_repo_id, private, revision, create_pr, source, token, dry_run):
     """Verify baked output PATH (default: the current directory), write its model card (README.md) and
     upload it to Hub model repo REPO_ID (ORG/NAME, created if missing), as `hf upload REPO_ID [PATH]`.
     Re-run to resume."""
@@ -482,10 +484,32 @@ def upload(repo_id, path, old_repo_id, private, revision, create_pr, source, tok
     if not repo_id:
         raise OptionError("missing REPO_ID (ORG/NAME): moebake upload REPO_ID [PATH]")
     out = _upload_arguments(repo_id, path)
+    if dry_run:
+        _upload_preview(out, repo_id, token, revision=revision, create_pr=create_pr, source=source)
+        return
     require_token(token)  # before any network access
     commit = publish(out, repo_id, hub_client(token), private=private, revision=revision, create_pr=create_pr,
                      source=source, progress=True)
     click.echo(f"uploaded {out} to {repo_id}: {commit.pr_url or commit.commit_url}")
+
+
+def _upload_preview(out: Path, repo_id: str, token: str | None, *, revision: str | None, create_pr: bool,
+                    source: str | None) -> None:
+    """``upload --dry-run``: what the upload would send (its checks made), on stdout; nothing sent or written."""
+    from moebake.hub.client import hub_client
+    from moebake.hub.publish import preview
+    from moebake.progress_bars import size_text
+
+    shown = preview(out, repo_id, hub_client(token), revision=revision, create_pr=create_pr, source=source, progress=True)
+    where = f"a pull request to {repo_id}" if create_pr else f"{repo_id}" + (f" ({revision})" if revision else "")
+    total = sum(size for _, size, _ in shown.files)
+    lines = [f"would upload {out} to {where}: {len(shown.files)} files, {size_text(total)}, commit \"{shown.message}\" "
+             "(--dry-run: nothing sent)"]
+    width = max(len(name) for name, _, _ in shown.files)
+    lines += [f"  {name:<{width}}  {size_text(size):>9}" + ("  (written by the upload)" if written else "")
+              for name, size, written in shown.files]
+    lines += ["", "model card (README.md):", "", shown.card.rstrip("\n")]
+    click.echo("\n".join(lines))
 
 
 def _upload_arguments(repo_id: str, path: Path | None) -> Path:
