@@ -128,14 +128,14 @@ def _connect_error():
 
 @pytest.mark.parametrize("error, offline, reason", [
     (LocalEntryNotFoundError("Cannot find an appropriate cached snapshot folder\nmore"), True,
-     "offline mode is on (HF_HUB_OFFLINE=1) and the Hugging Face cache does not hold it"),
+     "offline mode is on (HF_HUB_OFFLINE=1) and the Hugging Face cache does not have it"),
     (OfflineModeIsEnabled("offline mode is enabled"), False,
-     "offline mode is on (HF_HUB_OFFLINE=1) and the Hugging Face cache does not hold it"),
+     "offline mode is on (HF_HUB_OFFLINE=1) and the Hugging Face cache does not have it"),
     (_connect_error(), False, "the Hub cannot be reached (Name or service not known)"),
 ], ids=["offline, not cached", "offline mode error", "no connection"])
 def test_a_source_neither_local_nor_on_the_hub_is_one_line(error, offline, reason, monkeypatch):
-    """Issue 51: a mistyped local path with a slash was tried on the Hub and reported as a chain of library exceptions
-    (``LocalEntryNotFoundError: Got: ConnectError: ...``)."""
+    """A mistyped local path with a slash is tried on the Hub: one line saying it is neither, and why the Hub could not
+    be read, never the library's exceptions (``LocalEntryNotFoundError: Got: ConnectError: ...``)."""
     import huggingface_hub.constants
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", offline)
@@ -150,7 +150,7 @@ def test_a_mistyped_local_path_says_its_folder_exists(tmp_path, monkeypatch):
     result = CliRunner().invoke(main, ["convert", "models/gpt-oss-mnii", "out", "--target", "sm90-cutlass", "--quiet"])
     assert result.exit_code == 2 and result.stdout == "", result.output
     assert result.stderr == ("error: models/gpt-oss-mnii: neither a local folder nor reachable on the Hugging Face Hub: "
-                             "offline mode is on (HF_HUB_OFFLINE=1) and the Hugging Face cache does not hold it; ./models is a "
+                             "offline mode is on (HF_HUB_OFFLINE=1) and the Hugging Face cache does not have it; ./models is a "
                              "local folder: check the path\n")
 
 
@@ -313,8 +313,7 @@ def test_a_hub_failure_is_one_line_and_says_how_to_resume(baked):
 
 
 def test_an_upload_in_offline_mode_says_so_and_what_to_do(baked):
-    """Issue 51: offline, upload said "failed (re-run the same command to resume): OfflineModeIsEnabled", where
-    re-running cannot help."""
+    """Offline, or with the Hub out of reach, the line says what to do (re-running in offline mode cannot help)."""
     with pytest.raises(MoebakeError) as caught:
         publish(baked, "acme/tiny", FakeHub(error=OfflineModeIsEnabled("Cannot reach https://hub.test: offline mode")))
     assert str(caught.value) == (f"uploading {baked} to acme/tiny: offline mode is on (HF_HUB_OFFLINE=1), so nothing was "
@@ -346,7 +345,7 @@ def test_cli_upload(baked, monkeypatch):
 
 
 def test_cli_upload_dry_run_prints_the_card_and_the_files_and_sends_nothing(baked, tmp_path):
-    """Issue 51: no offline preview of an upload. ``--dry-run`` runs offline (HF_HUB_OFFLINE=1, the real client) and
+    """The offline preview of an upload: ``--dry-run`` runs offline (HF_HUB_OFFLINE=1, the real client) and
     without a token: the commit's files (the card and the manifest as the upload writes them) and the card itself."""
     import os
     import subprocess

@@ -254,7 +254,7 @@ def test_without_a_reachable_hub_a_repo_spec_fails_in_one_line(loopback_only, mo
         resolve_source("openai/gpt-oss-20b", HfApi(endpoint="http://127.0.0.1:9", token=TOKEN))
     prefix = "openai/gpt-oss-20b: neither a local folder nor reachable on the Hugging Face Hub: "
     assert str(caught.value).startswith((prefix + "offline mode is on (HF_HUB_OFFLINE=1) and the Hugging Face cache does not "
-                                         "hold it", prefix + "the Hub cannot be reached (Connection refused)")), str(caught.value)
+                                         "have it", prefix + "the Hub cannot be reached (Connection refused)")), str(caught.value)
 
 
 def test_upload_commits_exactly_the_output(hub, api, baked):

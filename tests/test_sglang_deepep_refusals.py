@@ -4,7 +4,7 @@ built and before any byte of the bake's shards is read (the bake's files object,
 last and fails the test here if it is reached).
 
 The set-ups: another ``--moe-a2a-backend`` or ``--moe-runner-backend`` than the bake's (``deepep``, ``deep_gemm``),
-DeepEP (``deep_ep``) or DeepGEMM (``deep_gemm``) that does not import, and an EP size whose ranks cannot hold whole
+DeepEP (``deep_ep``) or DeepGEMM (``deep_gemm``) that does not import, and an EP size whose ranks cannot take whole
 experts. SGLang's DeepEP mode is not checked: the bake's bytes are SGLang's unquantized parameters, which its post-load
 step leaves the same in every mode (normal, low_latency, auto), and SGLang runs BF16 DeepGEMM in both (contiguous and
 masked).

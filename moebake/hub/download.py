@@ -66,7 +66,7 @@ def download_source(repo_id: str, revision: str | None, client) -> ResolvedSourc
         if reason is None:
             raise hub_error(f"{spec}: not a local path, and downloading it from the Hugging Face Hub failed", err) from None
         if reason == OFFLINE or reason.startswith(UNREACHABLE):
-            cached = " and the Hugging Face cache does not hold it" if reason == OFFLINE else ""
+            cached = " and the Hugging Face cache does not have it" if reason == OFFLINE else ""
             raise HubError(f"{spec}: neither a local folder nor reachable on the Hugging Face Hub: {reason}{cached}"
                            f"{_near(spec)}") from None
         raise HubError(f"{spec}: not a local folder, and {reason}{_near(spec)}") from None  # no such repo or revision
