@@ -351,6 +351,7 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
                     record["stacks"] = _stacks(server, stacks_path)
                 print(f"   {label}: {why}; log tail:\n" + "\n".join(record["log_tail"]), flush=True)
                 print("   compilers seen while waiting:\n" + "\n".join(compiling[-20:]), flush=True)
+                _keep_stacks_if_taken(record, stacks_path)
                 return record | server_kind.parse_log(text) | _probe(probe_path)
             if time.monotonic() - start >= next_sample:  # every 10 s: which compilers run (a JIT build)
                 compiling += [f"{next_sample:.0f} s: {line}" for line in compilers_running()]
@@ -364,8 +365,16 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
               f"first ids {first[0]['output_ids'][:12]}...; repeat equal {record['repeat_equal']}", flush=True)
     finally:
         _stop(server)
+    _keep_stacks_if_taken(record, stacks_path)
     text = log_path.read_text(errors="replace")
     return record | server_kind.parse_log(text) | _probe(probe_path)
+
+
+def _keep_stacks_if_taken(record: dict, stacks_path: Path) -> None:
+    """Every server's probe opens its stacks file as it starts; it is kept only for a server whose stacks were taken
+    (one not ready in time), so a healthy server leaves no ``stacks-*.txt`` beside its log."""
+    if not record.get("stacks"):
+        stacks_path.unlink(missing_ok=True)
 
 
 MODULE_CHECK = ("import flashinfer.fused_moe.core as core; from real_server_probe import install_reduced_module; "

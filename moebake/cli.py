@@ -108,7 +108,53 @@ def verbose_option(command):
     return click.option("-v", "--verbose", count=True, expose_value=False, callback=more_detail, help=VERBOSE_HELP)(command)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class OneLineError(click.ClickException):
+    """A usage error (an unknown command or option, a missing argument, a value an option refuses) shown as bad input
+    is: one line ``error: ...`` on stderr, exit status 2 (click's own is ``Usage:``, ``Try ...`` and ``Error: ...``)."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+def one_line(err: click.ClickException) -> OneLineError:
+    """``err`` as its :class:`OneLineError`: click's message on one line (first letter lower case, no final full stop)
+    and, where the command line's form was wrong (not a value), the command's ``--help``. Keeps ``err``'s exit status."""
+    message = " ".join(line.strip() for line in err.format_message().splitlines() if line.strip()).rstrip(".")
+    if message[:1].isupper() and message[1:2].islower():
+        message = message[0].lower() + message[1:]
+    context = getattr(err, "ctx", None)
+    if isinstance(err, click.UsageError) and context is not None and (
+            not isinstance(err, click.BadParameter) or isinstance(err, click.MissingParameter)):
+        message += f" (see: {context.command_path} --help)"
+    line = OneLineError(message)
+    line.exit_code = err.exit_code
+    return line
+
+
+class Moebake(click.Group):
+    """The ``moebake`` group: every click error, parsing the command line or raised by a command, is one line
+    (:class:`OneLineError`)."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except OneLineError:
+            raise
+        except click.ClickException as err:
+            raise one_line(err) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except OneLineError:
+            raise
+        except click.ClickException as err:
+            raise one_line(err) from None
+
+
+@click.group(cls=Moebake, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(moebake.__version__, prog_name="moebake")
 @click.option("-v", "--verbose", count=True, help=VERBOSE_HELP)
 def main(verbose):
@@ -306,7 +352,7 @@ def verify(out, source, revision, token, quiet, as_json):
     """Check OUT: its manifest is as moebake wrote it, every file's size and checksum, the index, the shard
     headers and the baked tensors' dtypes and shapes (and, with --source, bit-exactness)."""
     try:
-        problems, checked = _verify(out, source, revision, token, progress=not quiet and not as_json)
+        problems, checked, compared = _verify(out, source, revision, token, progress=not quiet and not as_json)
     except MoebakeError as err:
         if not as_json:
             raise
@@ -321,7 +367,9 @@ def verify(out, source, revision, token, quiet, as_json):
         if len(problems) > MISMATCH_LINES:
             click.echo(f"mismatch: ... and {len(problems) - MISMATCH_LINES} more (--json lists them all)", err=True)
         if problems:
-            click.echo(f"failed: {out}: {_problem_count(problems)}{f' against {source}' if source else ''}", err=True)
+            against = "" if source is None else f" against {source}" if compared else \
+                f" (not compared with {source}: the bake fails its own checks first)"
+            click.echo(f"failed: {out}: {_problem_count(problems)}{against}", err=True)
         else:
             click.echo(f"ok: {out} ({checked})")
     if problems:
@@ -338,8 +386,9 @@ def _problem_count(problems: list[str]) -> str:
     return f"{len(problems)} mismatch{'es' if len(problems) != 1 else ''} in {len(files)} file{'s' if len(files) != 1 else ''}"
 
 
-def _verify(out: Path, source: str | None, revision: str | None, token: str | None, progress: bool) -> tuple[list[str], str]:
-    """Problems found in ``out`` (and against ``source``), and what was checked."""
+def _verify(out: Path, source: str | None, revision: str | None, token: str | None, progress: bool) -> tuple[list[str], str, bool]:
+    """Problems found in ``out`` (and against ``source``), what was checked, and whether ``out`` was compared with
+    ``source`` (only once ``out`` passes its own checks)."""
     from moebake.convert.verify import verify_report
 
     report = verify_report(out, progress=progress)
@@ -351,7 +400,8 @@ def _verify(out: Path, source: str | None, revision: str | None, token: str | No
 
         problems = compare_with_source(out, _resolve(source, revision, token).path, progress=progress)
         checked += f"; {proof_summary(out, source)}"
-    return problems, checked
+        return problems, checked, True
+    return problems, checked, False
 
 
 def _proven_releases(out: Path) -> str:
@@ -416,8 +466,10 @@ def list_command():
 @click.option("--create-pr", is_flag=True, help="Open a pull request instead of committing to the branch.")
 @click.option("--source", help="Before uploading, also prove bit-exactness against SOURCE (directory or ORG/NAME[@REV]).")
 @click.option("--token", help="Hugging Face token (default: HF_TOKEN or the saved login).")
+@click.option("--dry-run", is_flag=True, help="Verify, then print the model card and the files that would be uploaded; "
+                                              "send nothing (needs no token or network).")
 @reports_errors
-def upload(repo_id, path, old_repo_id, private, revision, create_pr, source, token):
+def upload(repo_id, path, old_repo_id, private, revision, create_pr, source, token, dry_run):
     """Verify baked output PATH (default: the current directory), write its model card (README.md) and
     upload it to Hub model repo REPO_ID (ORG/NAME, created if missing), as `hf upload REPO_ID [PATH]`.
     Re-run to resume."""
@@ -426,16 +478,38 @@ def upload(repo_id, path, old_repo_id, private, revision, create_pr, source, tok
 
     if old_repo_id is not None:
         if path is not None:
-            raise click.UsageError("give the repo once: moebake upload REPO_ID PATH")
+            raise OptionError("give the repo once: moebake upload REPO_ID PATH")
         repo_id, path = old_repo_id, Path(repo_id) if repo_id else None
         click.echo("deprecated: `moebake upload OUT --repo-id REPO_ID` is now `moebake upload REPO_ID OUT`", err=True)
     if not repo_id:
-        raise click.UsageError("missing REPO_ID (ORG/NAME): moebake upload REPO_ID [PATH]")
+        raise OptionError("missing REPO_ID (ORG/NAME): moebake upload REPO_ID [PATH]")
     out = _upload_arguments(repo_id, path)
+    if dry_run:
+        _upload_preview(out, repo_id, token, revision=revision, create_pr=create_pr, source=source)
+        return
     require_token(token)  # before any network access
     commit = publish(out, repo_id, hub_client(token), private=private, revision=revision, create_pr=create_pr,
                      source=source, progress=True)
     click.echo(f"uploaded {out} to {repo_id}: {commit.pr_url or commit.commit_url}")
+
+
+def _upload_preview(out: Path, repo_id: str, token: str | None, *, revision: str | None, create_pr: bool,
+                    source: str | None) -> None:
+    """``upload --dry-run``: what the upload would send (its checks made), on stdout; nothing sent or written."""
+    from moebake.hub.client import hub_client
+    from moebake.hub.publish import preview
+    from moebake.progress_bars import size_text
+
+    shown = preview(out, repo_id, hub_client(token), revision=revision, create_pr=create_pr, source=source, progress=True)
+    where = f"a pull request to {repo_id}" if create_pr else f"{repo_id}" + (f" ({revision})" if revision else "")
+    total = sum(size for _, size, _ in shown.files)
+    lines = [f"would upload {out} to {where}: {len(shown.files)} files, {size_text(total)}, commit \"{shown.message}\" "
+             "(--dry-run: nothing sent)"]
+    width = max(len(name) for name, _, _ in shown.files)
+    lines += [f"  {name:<{width}}  {size_text(size):>9}" + ("  (written by the upload)" if written else "")
+              for name, size, written in shown.files]
+    lines += ["", "model card (README.md):", "", shown.card.rstrip("\n")]
+    click.echo("\n".join(lines))
 
 
 def _upload_arguments(repo_id: str, path: Path | None) -> Path:

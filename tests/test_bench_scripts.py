@@ -1272,6 +1272,8 @@ def test_real_server_serves_compares_and_stops_each_server(tmp_path, monkeypatch
     assert (other["tokens_equal_to_stock"], other["logprobs_equal_to_stock"]) == (False, False)
     assert hang["error"] == "not ready after 3 s" and hang["ready_seconds"] is None
     assert any("time.sleep(600)" in line or "launch_server.py" in line for line in hang["stacks"]), hang["stacks"]
+    # stacks files only where stacks were taken: bin/gpu-sglang-stack serve-wait returns at most 8 files
+    assert [p.name for p in (tmp_path / "logs").glob("stacks-*")] == ["stacks-4-bake-marlin-hang.txt"]
     assert "--quantization" in same["server_flags"] and "--quantization" not in stock["server_flags"]
     assert json.loads((tmp_path / "r.json").read_text())["runs"] == runs
     assert stock["server_env"] == {}

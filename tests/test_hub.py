@@ -114,14 +114,51 @@ def test_a_repo_spec_downloads_the_needed_files_and_resolves_the_commit(tmp_path
                           {"revision": "v1", "allow_patterns": SOURCE_PATTERNS, "ignore_patterns": SUBFOLDERS})]
 
 
-@pytest.mark.parametrize("error", [LocalEntryNotFoundError("Cannot find an appropriate cached snapshot folder\nmore"),
-                                   OfflineModeIsEnabled("offline mode is enabled")])
-def test_a_failed_download_is_one_line(error):
+def _connect_error():
+    """huggingface_hub's error when the Hub's host has no address: a LocalEntryNotFoundError raised from the HTTP
+    library's ConnectError (its message starts ``Got: ConnectError: ...``)."""
+    try:
+        try:
+            raise ConnectionError("[Errno -2] Name or service not known")
+        except ConnectionError as cause:
+            raise LocalEntryNotFoundError("Got: ConnectError: [Errno -2] Name or service not known\nAn error happened") from cause
+    except LocalEntryNotFoundError as err:
+        return err
+
+
+@pytest.mark.parametrize("error, offline, reason", [
+    (LocalEntryNotFoundError("Cannot find an appropriate cached snapshot folder\nmore"), True,
+     "offline mode is on (HF_HUB_OFFLINE=1) and the Hugging Face cache does not have it"),
+    (OfflineModeIsEnabled("offline mode is enabled"), False,
+     "offline mode is on (HF_HUB_OFFLINE=1) and the Hugging Face cache does not have it"),
+    (_connect_error(), False, "the Hub cannot be reached (Name or service not known)"),
+], ids=["offline, not cached", "offline mode error", "no connection"])
+def test_a_source_neither_local_nor_on_the_hub_is_one_line(error, offline, reason, monkeypatch):
+    """A mistyped local path with a slash is tried on the Hub: one line saying it is neither, and why the Hub could not
+    be read, never the library's exceptions (``LocalEntryNotFoundError: Got: ConnectError: ...``)."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", offline)
     with pytest.raises(MoebakeError) as caught:
         resolve_source("acme/missing@main", FakeHub(error=error))
-    message = str(caught.value)
-    assert message.startswith("acme/missing@main: not a local path, and downloading it from the Hugging Face Hub failed: ")
-    assert "\n" not in message and type(error).__name__ in message
+    assert str(caught.value) == f"acme/missing@main: neither a local folder nor reachable on the Hugging Face Hub: {reason}"
+
+
+def test_a_mistyped_local_path_says_its_folder_exists(tmp_path, monkeypatch):
+    (tmp_path / "models").mkdir()
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["convert", "models/gpt-oss-mnii", "out", "--target", "sm90-cutlass", "--quiet"])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert result.stderr == ("error: models/gpt-oss-mnii: neither a local folder nor reachable on the Hugging Face Hub: "
+                             "offline mode is on (HF_HUB_OFFLINE=1) and the Hugging Face cache does not have it; ./models is a "
+                             "local folder: check the path\n")
+
+
+def test_another_failed_download_is_one_line_with_the_hubs_error():
+    with pytest.raises(MoebakeError) as caught:
+        resolve_source("acme/missing@main", FakeHub(error=OSError("disk full\nmore")))
+    assert str(caught.value) == ("acme/missing@main: not a local path, and downloading it from the Hugging Face Hub failed: "
+                                 "OSError: disk full")
 
 
 def test_a_download_outside_the_cache_layout_is_refused(tmp_path):
@@ -270,16 +307,28 @@ def test_create_pr_with_a_revision_is_refused(baked):
 
 def test_a_hub_failure_is_one_line_and_says_how_to_resume(baked):
     with pytest.raises(MoebakeError) as caught:
-        publish(baked, "acme/tiny", FakeHub(error=OfflineModeIsEnabled("Cannot reach https://hub.test: offline mode")))
+        publish(baked, "acme/tiny", FakeHub(upload_error=OSError("500 Server Error\nmore")))
     assert str(caught.value) == (f"uploading {baked} to acme/tiny failed (re-run the same command to resume): "
-                                 "OfflineModeIsEnabled: Cannot reach https://hub.test: offline mode")
+                                 "OSError: 500 Server Error")
+
+
+def test_an_upload_in_offline_mode_says_so_and_what_to_do(baked):
+    """Offline, or with the Hub out of reach, the line says what to do (re-running in offline mode cannot help)."""
+    with pytest.raises(MoebakeError) as caught:
+        publish(baked, "acme/tiny", FakeHub(error=OfflineModeIsEnabled("Cannot reach https://hub.test: offline mode")))
+    assert str(caught.value) == (f"uploading {baked} to acme/tiny: offline mode is on (HF_HUB_OFFLINE=1), so nothing was "
+                                 "sent; unset HF_HUB_OFFLINE to upload, or see what would be sent with --dry-run")
+    with pytest.raises(MoebakeError) as caught:
+        publish(baked, "acme/tiny", FakeHub(error=_connect_error()))
+    assert str(caught.value) == (f"uploading {baked} to acme/tiny failed: the Hub cannot be reached (Name or service not "
+                                 "known); re-run the same command once it can be (an interrupted upload resumes)")
 
 
 @pytest.mark.parametrize("hub", [FakeHub(error=OfflineModeIsEnabled("offline")), FakeHub(upload_error=OSError("connection reset"))],
                          ids=["no network", "upload fails"])
 def test_a_failed_upload_leaves_out_byte_identical(baked, hub):
     before = {p.name: p.read_bytes() for p in sorted(baked.iterdir())}
-    with pytest.raises(MoebakeError, match="re-run the same command"):
+    with pytest.raises(MoebakeError, match=f"uploading {baked} to acme/tiny"):
         publish(baked, "acme/tiny", hub)
     assert {p.name: p.read_bytes() for p in sorted(baked.iterdir())} == before
     assert "README.md" not in before
@@ -293,6 +342,48 @@ def test_cli_upload(baked, monkeypatch):
     assert result.exit_code == 0, result.output
     assert result.output.strip() == f"uploaded {baked} to acme/tiny: https://hub.test/acme/tiny/discussions/1"
     assert hub.calls[-1][2]["create_pr"] is True
+
+
+def test_cli_upload_dry_run_prints_the_card_and_the_files_and_sends_nothing(baked, tmp_path):
+    """The offline preview of an upload: ``--dry-run`` runs offline (HF_HUB_OFFLINE=1, the real client) and
+    without a token: the commit's files (the card and the manifest as the upload writes them) and the card itself."""
+    import os
+    import subprocess
+    import sys
+
+    from moebake.hub.model_card import card_files
+
+    before = {p.name: p.read_bytes() for p in sorted(baked.iterdir())}
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE")}
+    env.update(HF_HUB_OFFLINE="1", HF_TOKEN_PATH=str(tmp_path / "no-token"), HF_HOME=str(tmp_path / "hf-home"))
+    done = subprocess.run([sys.executable, "-m", "moebake", "upload", "acme/tiny", str(baked), "--dry-run"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stderr == "", done.stdout + done.stderr
+    card = card_files(baked, "acme/tiny")["README.md"].decode()
+    head, shown_card = done.stdout.split("\nmodel card (README.md):\n\n", 1)
+    assert shown_card == card.rstrip("\n") + "\n"
+    lines = head.splitlines()
+    names = sorted({*before, "README.md"})
+    assert lines[0].startswith(f"would upload {baked} to acme/tiny: {len(names)} files, ") and lines[0].endswith(
+        'commit "moebake sm90-cutlass bake of gpt-oss-tiny" (--dry-run: nothing sent)'), lines[0]
+    assert [line.split()[0] for line in lines[1:]] == names and head.endswith("\n")
+    written = {line.split()[0] for line in lines[1:] if line.endswith("(written by the upload)")}
+    assert written == {"README.md", "moebake.json"}
+    assert {p.name: p.read_bytes() for p in sorted(baked.iterdir())} == before
+
+
+def test_cli_upload_dry_run_makes_the_uploads_checks_and_no_hub_call(baked, monkeypatch, tmp_path):
+    hub = FakeHub()
+    monkeypatch.setattr(hub_client_module, "hub_client", lambda token=None: hub)
+    result = CliRunner().invoke(main, ["upload", "acme/tiny", str(baked), "--dry-run", "--create-pr", "--revision", "main"])
+    assert result.exit_code == 2 and result.stderr.startswith("error: --create-pr opens a pull request"), result.output
+    result = CliRunner().invoke(main, ["upload", "acme/tiny", str(baked), "--dry-run", "--revision", "v1"])
+    assert result.exit_code == 0 and result.stdout.startswith(f"would upload {baked} to acme/tiny (v1): "), result.output
+    damaged = Path(shutil.copytree(baked, tmp_path / "damaged"))
+    (damaged / "config.json").write_text("{}")
+    result = CliRunner().invoke(main, ["upload", "acme/tiny", str(damaged), "--dry-run"])
+    assert result.exit_code == 2 and result.stderr.startswith(f"error: {damaged}: refusing to upload, verify found"), result.output
+    assert hub.calls == []
 
 
 def test_cli_upload_without_a_token_fails_before_any_network_access(baked, monkeypatch, tmp_path):

@@ -158,14 +158,16 @@ class _Bakes(dict):
 @contextmanager
 def serving(out, gpu="sm100", **flags):
     """SGLang's state for a one-GPU server of the bake ``out`` with ``flags``, FlashInfer's CPU-side stand-ins
-    as the oracle uses them."""
+    as the oracle uses them; DeepEP's dispatcher stood in for, and DeepEP and DeepGEMM taken as importable (the plugin
+    refuses a DeepEP or DeepGEMM bake without them: tests/test_sglang_deepep_refusals.py)."""
     import sglang.srt.layers.moe.fused_moe_triton.layer as fused_moe_layer
     import sglang.srt.layers.quantization.mxfp4 as mxfp4
 
     with (sglang_oracle.sglang_engine(gpu=gpu, **flags), standins.cutedsl_utils(), sglang_oracle._sm100_flashinfer(mxfp4),
           mock.patch.object(fused_moe_layer, "create_moe_dispatcher", lambda *a, **k: sglang_oracle._DispatcherStandin()),
           mock.patch.object(mxfp4, "_FI_HAS_SM90_CUTLASS_MXFP4", True),  # FlashInfer on a GPU has it
-          mock.patch("moebake.engines.sglang.config.model_directory", return_value=out)):
+          mock.patch("moebake.engines.sglang.config.model_directory", return_value=out),
+          mock.patch("moebake.engines.sglang.internals.import_problem", return_value=None)):
         yield
 
 

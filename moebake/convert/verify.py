@@ -21,7 +21,7 @@ from moebake.progress_bars import byte_bar, shard_done, size_text
 from moebake.schema.checksums import checksum_problem
 from moebake.schema.config_json import config_problems
 from moebake.schema.files import file_kind, plain_name_problem
-from moebake.schema.index import read_index
+from moebake.schema.index import SAFETENSORS_INDEX_FILE, SHARD_SUFFIX, read_index
 from moebake.schema.manifest import MANIFEST_NAME, Manifest, load_manifest
 
 HUB_ADDED = {".gitattributes", ".cache"}
@@ -62,6 +62,7 @@ def verify_report(out: str | Path, progress: bool = False) -> VerifyReport:
     manifest = Manifest.from_json(raw, out / MANIFEST_NAME)  # intact: its typed records
     files = manifest.files
     absent = set()  # listed files that are missing or not regular files: reported once, here, and not read again below
+    intact = set()  # listed files of the recorded size and checksum
     with byte_bar(sum(r.bytes for r in files.values()), "verifying", enabled=progress, shards=len(files), what="file") as bar:
         for name, record in files.items():
             path = out / name
@@ -78,11 +79,12 @@ def verify_report(out: str | Path, progress: bool = False) -> VerifyReport:
             elif problem := checksum_problem(path, record.to_json()):
                 problems.append(problem)
             else:
+                intact.add(name)
                 report.files += 1
                 report.bytes += record.bytes
             bar.update(record.bytes)
             shard_done(bar, name, record.bytes, "checked", "file")
-    headers, unread, index_problems = _check_index(out, absent)
+    headers, unread, index_problems = _check_index(out, absent, set(files), set(files) - intact)
     problems += index_problems
     report.shards = len(headers)
     problems += _check_layer_records(out, manifest, headers, unread, report)
@@ -95,18 +97,21 @@ def verify_report(out: str | Path, progress: bool = False) -> VerifyReport:
     return report
 
 
-def _check_layer_records(out: Path, manifest: Manifest, headers: dict[str, SafetensorsFile], unread: set[str],
+def _check_layer_records(out: Path, manifest: Manifest, headers: dict[str, SafetensorsFile], unread: set[str] | None,
                          report: VerifyReport) -> list[str]:
     """Every baked tensor a layer record names is stored with the record's dtype and shape (those the index puts in
-    an ``unread`` shard, already reported missing, aside)."""
+    an ``unread`` shard, already reported missing, aside; ``unread`` None: a shard is missing and no index says what it
+    held, so a tensor no header holds is not reported again)."""
     stored = {name: (header, entry) for header in headers.values() for name, entry in header.tensors.items()}
     problems = []
     for layer in manifest.layers:
         for short, spec in layer.tensors.items():
             name = layer.prefix + short
-            if name in unread:
+            if unread is not None and name in unread:
                 continue
             if name not in stored:
+                if unread is None:
+                    continue
                 problems.append(f"{out / MANIFEST_NAME}: layer {layer.prefix} records tensor {name}, which no shard holds")
                 continue
             header, entry = stored[name]
@@ -118,13 +123,24 @@ def _check_layer_records(out: Path, manifest: Manifest, headers: dict[str, Safet
     return problems
 
 
-def _check_index(out: Path, absent: set[str]) -> tuple[dict[str, SafetensorsFile], set[str], list[str]]:
+def _check_index(out: Path, absent: set[str], listed: set[str], reported: set[str]
+                 ) -> tuple[dict[str, SafetensorsFile], set[str] | None, list[str]]:
     """The shard headers the index names, the tensors it maps to ``absent`` shards (already reported, not read),
-    and problems with the index or the headers."""
+    and problems with the index or the headers. Without a readable index: the headers of the shards the manifest
+    lists (``listed``), so that the layer records are still checked and an intact shard's tensors are not reported
+    missing; an index already ``reported`` (missing, or not the recorded bytes) is not reported again."""
     try:
         index = read_index(out)
     except CheckpointError as err:
-        return {}, set(), [str(err)]
+        problems = [] if SAFETENSORS_INDEX_FILE in reported else [str(err)]
+        headers = {}
+        for shard_name in sorted(name for name in listed - absent if name.endswith(SHARD_SUFFIX)):
+            try:
+                headers[shard_name] = read_header(out / shard_name)
+            except MoebakeError as header_err:
+                problems.append(str(header_err))
+        shard_missing = any(name.endswith(SHARD_SUFFIX) for name in absent)
+        return headers, None if shard_missing else set(), problems
     index_path, total_size = index.path, index.total_size
     if total_size is None:
         return {}, set(), [f"{index_path}: metadata.total_size is missing"]

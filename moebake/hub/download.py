@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moebake.errors import HubError, OptionError
-from moebake.hub.client import HUB_ERRORS, hub_error
+from moebake.hub.client import HUB_ERRORS, OFFLINE, UNREACHABLE, hub_error, hub_reason
 from moebake.schema.source_location import parse_repo_spec
 
 SOURCE_PATTERNS = ["*.safetensors", "*.json", "*.jinja", "*.txt", "*.model", "*.tiktoken", "LICENSE*", "USAGE_POLICY*"]
@@ -62,8 +62,22 @@ def download_source(repo_id: str, revision: str | None, client) -> ResolvedSourc
         folder = client.snapshot_download(repo_id, revision=revision, allow_patterns=SOURCE_PATTERNS,
                                           ignore_patterns=SUBFOLDERS)
     except HUB_ERRORS as err:
-        raise hub_error(f"{spec}: not a local path, and downloading it from the Hugging Face Hub failed", err) from None
+        reason = hub_reason(err)
+        if reason is None:
+            raise hub_error(f"{spec}: not a local path, and downloading it from the Hugging Face Hub failed", err) from None
+        if reason == OFFLINE or reason.startswith(UNREACHABLE):
+            cached = " and the Hugging Face cache does not have it" if reason == OFFLINE else ""
+            raise HubError(f"{spec}: neither a local folder nor reachable on the Hugging Face Hub: {reason}{cached}"
+                           f"{_near(spec)}") from None
+        raise HubError(f"{spec}: not a local folder, and {reason}{_near(spec)}") from None  # no such repo or revision
     commit = Path(folder).name
     if not _COMMIT.fullmatch(commit):
         raise HubError(f"{spec}: downloaded to {folder}, which is not a cache snapshot folder named by its commit")
     return ResolvedSource(Path(folder), repo_id, commit)
+
+
+def _near(spec: str) -> str:
+    """``; ./ORG is a local folder: check the path`` where the repo spec's first part is a local folder (a mistyped
+    local path, more likely than a Hub repo), else nothing."""
+    first = spec.split("/", 1)[0]
+    return f"; ./{first} is a local folder: check the path" if Path(first).is_dir() else ""

@@ -400,7 +400,7 @@ def test_upload_without_network_leaves_out_byte_identical(workspace):
     out = baked(workspace / "p" / "model", workspace / "out")
     watched = Watched(workspace)
     result = run_cli("upload", "acme/tiny-moe", out, env={"HF_HUB_OFFLINE": "1", "HF_TOKEN": "hf_test"})
-    assert_refused(result, "uploading", "acme/tiny-moe", "failed")
+    assert_refused(result, "uploading", "acme/tiny-moe", "offline mode is on", "--dry-run")
     watched.assert_unchanged()
 
 

@@ -35,7 +35,12 @@ from vllm_plugin.conftest import (
     vllm_layout,
 )
 
-PARAMETER_NAMES = GPT_OSS.parameter_names
+
+def parameter_names() -> dict[str, str]:
+    """Baked tensor short name -> vLLM parameter name (the installed vLLM's: read when a test runs, so that this module
+    is collected without vLLM)."""
+    return GPT_OSS.parameter_names
+
 
 EXPERTS, HIDDEN, INTERMEDIATE = 4, 160, 96  # pads to 256, 128
 BAKE, SERVES = ConvertOptions("sm90-cutlass", engine=vllm_oracle.ENGINE), []
@@ -97,9 +102,10 @@ def test_layer_parameters_equal_the_manifest(bake):
     for index, record in enumerate(manifest["layers"]):
         experts = experts_of(model, index)
         params = dict(experts.named_parameters())
-        assert set(params) == {PARAMETER_NAMES[short] for short in record["tensors"]} == set(PARAMETER_NAMES.values())
+        names = parameter_names()
+        assert set(params) == {names[short] for short in record["tensors"]} == set(names.values())
         for short, spec in record["tensors"].items():
-            p = params[PARAMETER_NAMES[short]]
+            p = params[names[short]]
             assert (p.dtype, list(p.shape)) == (dtypes[spec["dtype"]], spec["shape"]), short
 
 
@@ -112,7 +118,7 @@ def test_loaded_bytes_equal_the_files_and_the_rest_goes_to_the_model(bake):
         experts = experts_of(model, index)
         for short in record["tensors"]:
             baked.add(record["prefix"] + short)
-            got, want = getattr(experts, PARAMETER_NAMES[short]).data, files[record["prefix"] + short]
+            got, want = getattr(experts, parameter_names()[short]).data, files[record["prefix"] + short]
             assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), short
     assert set(model.handed) == set(files) - baked
     for name, tensor in model.handed.items():
@@ -129,7 +135,7 @@ def test_an_sglang_bake_that_serves_vllm_loads(tmp_path):
     model, _ = build_gpt_oss(tmp_path / "out")
     load(tmp_path / "out", model)
     files = load_all(tmp_path / "out")
-    for short, parameter in PARAMETER_NAMES.items():
+    for short, parameter in parameter_names().items():
         got = getattr(experts_of(model, 1), parameter).data
         assert torch.equal(got.view(torch.uint8), files[f"model.layers.1.mlp.experts.{short}"].view(torch.uint8)), short
 
@@ -158,7 +164,7 @@ def test_each_ep_rank_holds_its_slice(bake, rank):
     for index in (0, 1):
         experts = experts_of(model, index)
         assert experts.moe_config.moe_parallel_config.ep_size == 2
-        for short, parameter in PARAMETER_NAMES.items():
+        for short, parameter in parameter_names().items():
             got = getattr(experts, parameter).data
             want = files[f"model.layers.{index}.mlp.experts.{short}"][2 * rank: 2 * rank + 2]
             assert got.shape == want.shape and torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (rank, short)

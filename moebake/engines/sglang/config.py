@@ -16,7 +16,7 @@ import torch
 from sglang.srt.layers.quantization.base_config import QuantizationConfig
 
 from moebake.engines.quantization_identity import MoebakeQuantization
-from moebake.engines.sglang import internals, loader_hook
+from moebake.engines.sglang import internals, loader_hook, refusals
 from moebake.engines.sglang.refusals import MoebakeRefusal, check_parallelism
 from moebake.errors import MoebakeError
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
@@ -77,6 +77,19 @@ def _check_parallelism(manifest: Manifest) -> None:
     parallel = get_parallel()
     for record in manifest.layers:
         check_parallelism(record, parallel.moe_tp_size, parallel.moe_ep_size)
+
+
+def _check_backends(manifest: Manifest) -> None:
+    """A bake for DeepEP or DeepGEMM (``deepep-bf16``, ``cutedsl-deepep``): the server's all-to-all and runner backends
+    (each layer checks them again as it is built) and the module behind each, refused here, before any layer is built
+    (SGLang stops only once its DeepEP dispatcher is made; without ``deep_gemm`` it turns DeepGEMM off)."""
+    engine = manifest.engine
+    if engine is None or not refusals.needs_backend_packages(engine):
+        return
+    from sglang.srt.layers.moe.utils import get_moe_a2a_backend, get_moe_runner_backend
+
+    refusals.check_backends(engine, get_moe_runner_backend().value, get_moe_a2a_backend().value)
+    refusals.check_backend_packages(manifest.target, engine, internals.import_problem)
 
 
 logger = logging.getLogger(__name__)
@@ -171,6 +184,7 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
             raise MoebakeRefusal(f"cannot use the bake's manifest: {err}") from None
         internals.check_release(manifest)
         _check_parallelism(manifest)
+        _check_backends(manifest)
         return cls(config, manifest, manifest_path, _original_config(config.get("original"), config.get("original_file")))
 
     def get_scaled_act_names(self) -> list[str]:

@@ -16,10 +16,22 @@ the real SGLang 0.5.23):
   and ``process_weights_after_loading`` runs once per layer after every weight was handed out.
 """
 
+import importlib
+
 import torch
 
 from moebake.engines.release_check import release_refusal, unknown_release_refusal
 from moebake.engines.sglang.refusals import MoebakeRefusal
+
+
+def import_problem(module: str) -> str | None:
+    """Why ``module`` (``deep_ep``, ``deep_gemm``) does not import here, in one line, or None. Any exception means it
+    does not, as SGLang takes it (DeepEP's import-time host checks raise more than ImportError)."""
+    try:
+        importlib.import_module(module)
+    except Exception as err:  # noqa: BLE001 - ImportError, OSError (a missing .so), RuntimeError: all mean "absent"
+        return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+    return None
 
 
 def cutedsl_w4a16_requested() -> bool:

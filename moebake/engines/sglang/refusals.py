@@ -47,6 +47,29 @@ def check_backends(engine: EngineRecord, runner_backend: str, a2a_backend: str) 
             raise MoebakeRefusal(f"this bake is for {flag} {wanted}, the server runs {flag} {got}; start it with {flag} {wanted}")
 
 
+BACKEND_PACKAGES = {("--moe-a2a-backend", "deepep"): ("deep_ep", "DeepEP"),
+                    ("--moe-runner-backend", "deep_gemm"): ("deep_gemm", "DeepGEMM")}
+"""(SGLang flag, backend) -> (the module that backend runs on, its project's name)."""
+
+
+def needs_backend_packages(engine: EngineRecord) -> bool:
+    """Whether a bake's engine record names a backend of :data:`BACKEND_PACKAGES` (``deepep-bf16``, ``cutedsl-deepep``)."""
+    return any(key in BACKEND_PACKAGES for key in (("--moe-a2a-backend", engine.a2a_backend),
+                                                   ("--moe-runner-backend", engine.runner_backend)))
+
+
+def check_backend_packages(target: str, engine: EngineRecord, import_problem) -> None:
+    """A bake for ``--moe-a2a-backend deepep`` runs through DeepEP, one for ``--moe-runner-backend deep_gemm`` through
+    DeepGEMM: refuse where that module does not import (``import_problem(module)``: why not, or None)."""
+    for flag, backend in (("--moe-a2a-backend", engine.a2a_backend), ("--moe-runner-backend", engine.runner_backend)):
+        if (flag, backend) not in BACKEND_PACKAGES:
+            continue
+        module, project = BACKEND_PACKAGES[flag, backend]
+        if problem := import_problem(module):
+            raise MoebakeRefusal(f"this {target} bake runs through {project} ({flag} {backend}), but {module} does not "
+                                 f"import here ({problem}); install {project} (the {module} package)")
+
+
 def check_humming_precision(target: str, baked_for_humming: bool, server_runs_humming: bool) -> None:
     """``sm90-cutlass-w4a8`` bytes are for SGLang's SM90 Humming W4A8 path
     (:data:`~moebake.schema.profiles.HUMMING_FLAGS`), ``sm90-cutlass`` bytes for its W4A16 path: refuse a server
