@@ -23,22 +23,27 @@ import moebake
 from moebake.convert.io_mode import IO_ENV, IO_MODES, PLAIN_IO_CORES
 from moebake.convert.options import DEFAULT_CHUNK_BYTES, GATE_UP_GLOBALS, MAX_MULTIPLE, MAX_WORKERS, WRITERS_PER_DEVICE, ConvertOptions
 from moebake.errors import Interrupted, MoebakeError, OptionError, OutputError, format_error
-from moebake.layouts.flashinfer_versions import LAYOUTS, release_ranges
 from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
-from moebake.schema.profiles import DEFAULT_ENGINE, PROFILES, parse_engine, release_span, serving_flags
+from moebake.schema.engine_release import EngineRelease
+from moebake.schema.flashinfer_versions import LAYOUTS, release_ranges
+from moebake.schema.profiles import DEFAULT_ENGINE, ENGINES, parse_engine, release_span, serving_flags
 
 
-class EngineRelease(click.ParamType):
-    """``sglang``, ``vllm`` or ``ENGINE==RELEASE``: an engine release of the release matrix."""
+class EngineOption(click.ParamType):
+    """``sglang``, ``vllm`` or ``ENGINE==RELEASE``: an engine of the release matrix (its newest proven release), kept
+    as its name, or one of its releases, parsed here into an :class:`EngineRelease`."""
 
     name = "ENGINE[==RELEASE]"
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: str | EngineRelease, param: click.Parameter | None,
+                ctx: click.Context | None) -> str | EngineRelease:
+        if isinstance(value, EngineRelease):
+            return value
         try:
-            parse_engine(value)
+            release = parse_engine(value)
         except MoebakeError as err:
             self.fail(str(err).removeprefix(f"--engine {value}: "), param, ctx)
-        return value
+        return release if "==" in value else release.engine
 
 
 def reports_errors(command):
@@ -166,8 +171,8 @@ def _resolve(source: str, revision: str | None, token: str | None):
 @click.option("--flashinfer-layout", default=None, type=click.Choice(LAYOUTS),
               help="SM90 fp4 layout, by the FlashInfer releases that read it (default: the one the --engine release's "
                    "pinned FlashInfer reads): " + "; ".join(f"{layout} = {release_ranges(layout)}" for layout in LAYOUTS) + ".")
-@click.option("--engine", default=DEFAULT_ENGINE, show_default=True, type=EngineRelease(),
-              help="Serving engine release whose load-time bytes the bake equals: " + " or ".join(PROFILES) + " (its newest "
+@click.option("--engine", default=DEFAULT_ENGINE, show_default=True, type=EngineOption(),
+              help="Serving engine release whose load-time bytes the bake equals: " + " or ".join(ENGINES) + " (its newest "
                    "proven release), or ENGINE==RELEASE (`moebake list` shows the proven releases).")
 @click.option("--hidden-multiple", type=int,
               help=f"Override the engine profile's H padding multiple (a multiple of 128, at most {MAX_MULTIPLE}); the bake "
@@ -236,7 +241,7 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
 
         conversion = open_conversion(resolved.path, options)
         if not allow_inexact:
-            check_servable(engine, target, conversion.model.format_name)
+            check_servable(options.profile, target, conversion.model.format_name, options.engine_text)
         click.echo("\n".join(plan_lines(conversion, out)))
         return
     if io_mode is not None:

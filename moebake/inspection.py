@@ -22,6 +22,7 @@ from moebake.formats import SOURCE_FORMATS, detect_format
 from moebake.formats.checkpoint import open_checkpoint
 from moebake.progress_bars import size_text
 from moebake.schema.config_values import as_count, first_model_value, short_repr
+from moebake.schema.engine_release import EngineRelease
 from moebake.schema.manifest import MANIFEST_NAME, Manifest, read_manifest_record
 from moebake.schema.profiles import release_span, serving_flags
 
@@ -95,7 +96,7 @@ def baked_report(path: Path) -> dict:
         "flashinfer_layout": None if layout is None else {"id": layout, "description": manifest.flashinfer_layout_description},
         "source": {"format": source.format, "location": source.location, "revision": source.revision},
         "moebake_version": manifest.moebake_version, "created": manifest.created,
-        "options": manifest.options, "activation": manifest.activation.to_json(),
+        "options": _options(manifest), "activation": manifest.activation.to_json(),
         "moe": {"layers": len(manifest.layers),
                 **{key: getattr(first, key) for key in ("experts", "hidden", "hidden_padded", "intermediate", "intermediate_padded")}},
         "expert_tensors": {short: {"dtype": spec.dtype, "shape": list(spec.shape)} for short, spec in first.tensors.items()},
@@ -104,6 +105,14 @@ def baked_report(path: Path) -> dict:
         "engine": _engine_report(manifest.engine),
         "serves": [_engine_report(other) for other in manifest.serves],
     }
+
+
+def _options(manifest: Manifest) -> dict:
+    """The recorded options, without a ``flashinfer_layout`` where the bake has none (the target bakes no FlashInfer
+    SM90 fp4 layout: older bakes of such targets recorded the default all the same)."""
+    if manifest.flashinfer_layout is None:
+        return {key: value for key, value in manifest.options.items() if key != "flashinfer_layout"}
+    return manifest.options
 
 
 def _file_problems(path: Path, manifest: Manifest) -> list[str]:
@@ -132,7 +141,8 @@ def _engine_report(engine) -> dict | None:
 
 def _engine_line(engine: dict) -> str:
     exactness = "engine-exact" if engine["exact"] else f"NOT engine-exact: {engine['not_exact_because']}"
-    releases = engine["releases"] if "releases" in engine else [engine["version"]] if engine["exact"] else []
+    versions = engine["releases"] if "releases" in engine else [engine["version"]] if engine["exact"] else []
+    releases = [EngineRelease(engine["name"], version) for version in versions]
     proven = f"; proven on {engine['name']} {release_span(engine['name'], releases)}" if releases else ""
     serve = f"serve with {engine['serving_flags']}" if engine["serving_flags"] else "no flags serve it"
     return f"{engine['name']} {engine['version']}: {exactness}{proven}; {serve}"

@@ -54,7 +54,7 @@ def _model_differences(out: Path, manifest: Manifest, model, target, options: Co
     expected = {
         "source.format": model.format_name,
         "activation": model.activation().to_json(),
-        "flashinfer_layout.id": str(options.flashinfer_layout) if target.spec.uses_flashinfer_layout else None,
+        "flashinfer_layout.id": options.flashinfer_layout and str(options.flashinfer_layout),
     }
     recorded = {
         "source.format": manifest.source.format,

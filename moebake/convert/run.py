@@ -49,11 +49,11 @@ from moebake.convert.workers import bake_in_workers, usable_workers
 from moebake.convert.writer import shard_file_bytes, write_shard
 from moebake.errors import OutputError
 from moebake.formats.checkpoint import CONFIG_NAME
-from moebake.layouts.flashinfer_versions import DESCRIPTIONS
 from moebake.progress_bars import byte_bar, shard_done
 from moebake.schema.checksums import CHECKSUM, file_digest, file_record, tagged
 from moebake.schema.config_json import write_baked_config
 from moebake.schema.files import child, open_regular
+from moebake.schema.flashinfer_versions import DESCRIPTIONS
 from moebake.schema.index import write_index
 from moebake.schema.manifest import MANIFEST_NAME, EngineRecord, FileRecord, LayerRecord, Manifest, SourceRecord, created, write_manifest
 from moebake.schema.profiles import check_servable, engines_with_same_bytes, manifest_engine
@@ -83,7 +83,7 @@ def convert(
 
     ``workers`` > 1 bakes shards in that many processes in parallel, at most ``writers_per_device`` (the
     output is on one storage device) and :func:`moebake.convert.workers.usable_workers`'s other limits. A
-    (target, source format) that ``options.engine`` cannot serve exactly (no verified profile) is refused
+    (target, source format) that ``options.release`` cannot serve exactly (no verified profile) is refused
     (UnsupportedError, nothing written) unless ``allow_inexact``: the bake is then recorded as not engine-exact.
     What may be replaced, re-used or deleted: :mod:`moebake.convert.output_dir`, :mod:`moebake.convert.staging`,
     :mod:`moebake.convert.resume_record`.
@@ -94,7 +94,7 @@ def convert(
     reuse_freed_buffers()  # this process bakes: keep freed chunk buffers for the next chunk (process-wide, glibc)
     conversion = open_conversion(source, options)
     if not allow_inexact:
-        check_servable(options.engine, options.target, conversion.model.format_name)
+        check_servable(options.profile, options.target, conversion.model.format_name, options.engine_text)
     location = source_location or public_location(Path(source).resolve())  # never a local path: it is published with OUT
     revision = source_revision or _revision_from_path(Path(source).resolve())
     identity = run_identity(conversion.checkpoint, options, source_location or str(Path(source).resolve()), revision)
@@ -176,8 +176,9 @@ def _bake(conversion, source, options: ConvertOptions, staging: Path, done: Resu
             shutil.copyfileobj(f, copy)
     for name in (SAFETENSORS_INDEX_FILE, *side_files):
         files[name] = file_record(staging / name)
-    layout = options.flashinfer_layout if target.spec.uses_flashinfer_layout else None
-    engine = manifest_engine(options, model.format_name, conversion.layers)
+    layout = options.flashinfer_layout
+    padding = options.padding(model.format_name)
+    engine = manifest_engine(options.profile, options.target, model.format_name, padding, layout, conversion.layers)
     manifest = Manifest(
         moebake_version=moebake.__version__, created=created(), target=options.target, target_layout_version=target.spec.layout_version,
         flashinfer_layout=layout, flashinfer_layout_description=DESCRIPTIONS[layout] if layout else None,
@@ -212,7 +213,8 @@ def _engines_with_same_bytes(options: ConvertOptions, source_format: str, layers
     """Other engines this bake's bytes also equal (see :func:`engines_with_same_bytes`); none without MoE layers."""
     if not layers:
         return []
-    return engines_with_same_bytes(options, source_format, layers[0].hidden, layers[0].intermediate)
+    return engines_with_same_bytes(options.profile, options.target, source_format, options.padding(source_format),
+                                   options.flashinfer_layout, layers[0].hidden, layers[0].intermediate)
 
 
 def _source_files(checkpoint, hashed: dict[str, str]) -> dict[str, str]:

@@ -3,7 +3,7 @@
 Input and output are uint8 ``[E, n, k/2]``: ``n`` output rows of ``k`` packed E2M1 elements
 (low nibble = even element), with ``n % 16 == 0`` and ``k % 64 == 0``. The transform equals
 ``flashinfer.fused_moe.interleave_moe_weights_for_sm90_mixed_gemm(w, "fp4")`` bit for bit, for
-the FlashInfer release family named by the layout id (see :mod:`moebake.layouts.flashinfer_versions`).
+the FlashInfer release family named by the layout id (see :mod:`moebake.schema.flashinfer_versions`).
 
 Index names used below, for one expert (bytes ``W[row][col]``):
   ``row = 16*G + 8*half + r0`` with ``r0 in [0, 8)``;
@@ -48,8 +48,8 @@ import torch
 
 from moebake.errors import InternalError, InvalidArgumentError
 from moebake.layouts.compiled import kernels
-from moebake.layouts.flashinfer_versions import LAYOUTS
 from moebake.layouts.parallel import run_in_threads
+from moebake.schema.flashinfer_versions import LAYOUTS
 
 # (mask, shift) pairs of FlashInfer's interleave_fp4_weights_for_sm90_mixed_gemm_kernel (v2):
 # each masked group of source bits moves left by `shift` (right when negative).

@@ -54,6 +54,7 @@ from pathlib import Path
 
 from moebake.errors import CheckpointError, ManifestError
 from moebake.schema.config_values import parse_json
+from moebake.schema.engine_release import EngineRelease
 from moebake.schema.enums import ActivationKind, DType, FlashInferLayout, GateUpOrder
 from moebake.schema.files import open_regular
 
@@ -406,17 +407,23 @@ class EngineRecord:
     intermediate_scale_fill: int = 0
     moe_parallelism: str = EXPERT_PARALLEL_ONLY
     engine_flags: str = ""
-    releases: tuple[str, ...] | None = None
+    releases: tuple[EngineRelease, ...] | None = None
     """Every release of the engine whose own load-time code was proven to build these bytes (the release matrix,
-    :mod:`moebake.schema.release_matrix`); None in manifests before the field, which name only ``version``."""
+    :mod:`moebake.schema.release_matrix`); None in manifests before the field, which name only ``version``. The
+    manifest lists their versions."""
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
-    def serving_releases(self) -> tuple[str, ...]:
+    def release(self) -> EngineRelease:
+        """The release the bake was made for."""
+        return EngineRelease(self.name, self.version)
+
+    @property
+    def serving_releases(self) -> tuple[EngineRelease, ...]:
         """The releases that may serve this bake: :attr:`releases`, or ``version`` for manifests before it."""
         if self.releases is not None:
             return self.releases
-        return (self.version,) if self.exact else ()
+        return (self.release,) if self.exact else ()
 
     _KEYS = ("name", "version", "runner_backend", "a2a_backend", "engine_method", "hidden_multiple",
              "intermediate_multiple", "hidden_scale_fill", "verified", "parameter_names", "exact", "not_exact_because")
@@ -428,7 +435,7 @@ class EngineRecord:
         if self.engine_flags:  # written only where there are some (manifests before it have none)
             out["engine_flags"] = self.engine_flags
         if self.releases is not None:
-            out["releases"] = list(self.releases)
+            out["releases"] = [release.version for release in self.releases]
         return out | {"moe_parallelism": self.moe_parallelism} | self.extra
 
     @classmethod
@@ -442,13 +449,15 @@ class EngineRecord:
                    intermediate_scale_fill=f.integer("intermediate_scale_fill", optional=True) or 0,
                    moe_parallelism=f.string("moe_parallelism", optional=True) or EXPERT_PARALLEL_ONLY,
                    engine_flags=f.string("engine_flags", optional=True) or "",
-                   releases=_optional_tuple(f.get("releases", lambda v: isinstance(v, list) and all(isinstance(r, str) for r in v),
-                                                  "a list of release strings", optional=True)),
+                   releases=_releases(f.string("name"), f.get(
+                       "releases", lambda v: isinstance(v, list) and all(isinstance(r, str) for r in v),
+                       "a list of release strings", optional=True)),
                    extra=f.extra((*cls._KEYS, "intermediate_scale_fill", "moe_parallelism", "engine_flags", "releases")))
 
 
-def _optional_tuple(values: list | None) -> tuple | None:
-    return None if values is None else tuple(values)
+def _releases(engine: str, versions: list[str] | None) -> tuple[EngineRelease, ...] | None:
+    """A record's ``releases``, read: ``engine``'s releases of those versions (None where the manifest has none)."""
+    return None if versions is None else tuple(EngineRelease(engine, version) for version in versions)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,7 +3,7 @@
 A baked checkpoint is only right for the kernel it was baked for: the ``sm90-cutlass`` bytes are
 SM90 (Hopper) CUTLASS operands, and their fp4 byte interleave is the one a FlashInfer release
 family reads (``flashinfer_layout.id`` in the manifest, see
-:mod:`moebake.layouts.flashinfer_versions`). A mismatch raises no error in the kernel; it gives
+:mod:`moebake.schema.flashinfer_versions`). A mismatch raises no error in the kernel; it gives
 wrong numbers. So the runtime checks both before it loads anything.
 
 :class:`Platform` carries the facts the checks need. Fields left ``None`` are detected (the CUDA

@@ -87,7 +87,7 @@ class Target:
         beyond what :meth:`layer_facts` needs)."""
         self.check(model, options)
         dims = self.layer_dims(model, options)
-        layout = options.flashinfer_layout if self.spec.uses_flashinfer_layout else None
+        layout = options.flashinfer_layout
         tensors, records = [], []
         for layer in model.layers:
             planned = self.layer_tensors(model, layer, dims, options)

@@ -76,7 +76,7 @@ class Mxfp4Target(Target):
             raise UnsupportedError(
                 f"{model.checkpoint.root / 'config.json'}: hidden size {H} and expert intermediate size {I} must be "
                 f"multiples of {hidden_multiple} and {intermediate_multiple} for target {self.spec.name}: "
-                f"{model.format_name} experts are not padded (the {options.engine} profile's multiples; moebake pads "
+                f"{model.format_name} experts are not padded (the {options.engine_text} profile's multiples; moebake pads "
                 f"no {model.format_name} expert)"
             )
         return LayerDims(experts=model.num_experts, hidden=H, hidden_padded=Hp, intermediate=I, intermediate_padded=Ip)

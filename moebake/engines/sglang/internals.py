@@ -18,8 +18,10 @@ the real SGLang 0.5.23):
 
 import torch
 
-from moebake.engines.release_check import release_refusal, unknown_release_refusal
+from moebake.engines.release_check import installed_release, release_refusal, unknown_release_refusal
 from moebake.engines.sglang.refusals import MoebakeRefusal
+
+ENGINE = "sglang"
 
 
 def cutedsl_w4a16_requested() -> bool:
@@ -54,21 +56,15 @@ def quantization_choices():
     return QUANTIZATION_CHOICES, add_quantization_method_choices
 
 
-def installed_release() -> str:
-    import sglang
-
-    return sglang.__version__
-
-
 def check_version() -> None:
     """Refuse an installed SGLang that the release matrix does not hold."""
-    if refusal := unknown_release_refusal("sglang", installed_release()):
+    if refusal := unknown_release_refusal(installed_release(ENGINE)):
         raise MoebakeRefusal(refusal)
 
 
 def check_release(manifest) -> None:
     """Refuse a bake (its manifest) that the installed SGLang's own code was not proven to build."""
-    if refusal := release_refusal("sglang", installed_release(), manifest):
+    if refusal := release_refusal(installed_release(ENGINE), manifest):
         raise MoebakeRefusal(refusal)
 
 
@@ -192,7 +188,7 @@ def wrap_safetensors_iterators(wrap) -> None:
             parameters = ()
         if parameters[:1] != ("hf_weights_files",) or not set(SAFETENSORS_ITERATOR_OPTIONS) <= set(parameters):
             raise MoebakeRefusal(
-                f"SGLang {installed_release()} changed sglang.srt.model_loader.loader.{name} (expected a function of "
+                f"SGLang {installed_release(ENGINE).version} changed sglang.srt.model_loader.loader.{name} (expected a function of "
                 f"hf_weights_files and {', '.join(SAFETENSORS_ITERATOR_OPTIONS)}, found "
                 f"{'nothing' if function is None else parameters}), through which SGLang hands out a bake's tensors; "
                 f"install an SGLang of the release matrix (pip install 'moebake[sglang]') or update "
@@ -229,7 +225,7 @@ def wrap_load_weights_and_postprocess(wrap) -> None:
         what = ("missing" if found is None else f"a staticmethod{parameters}" if function is not None
                 else f"a {type(found).__name__}, not a staticmethod")
         raise MoebakeRefusal(
-            f"SGLang {installed_release()} changed {LOAD_WEIGHTS_AND_POSTPROCESS} (expected a staticmethod"
+            f"SGLang {installed_release(ENGINE).version} changed {LOAD_WEIGHTS_AND_POSTPROCESS} (expected a staticmethod"
             f"{LOAD_WEIGHTS_AND_POSTPROCESS_PARAMETERS}, found {what}), through which the plugin reads a bake's "
             f"non-expert tensors; install an SGLang of the release matrix (pip install 'moebake[sglang]') or "
             f"update moebake/engines/sglang/internals.py for this release")

@@ -9,20 +9,18 @@ hold before a bake is served.
 
 from packaging.version import Version
 
-from moebake.engines.release_check import unknown_release_refusal
-from moebake.engines.vllm.bake import installed_release, refuse
+from moebake.engines.release_check import installed_release, unknown_release_refusal
+from moebake.engines.vllm.bake import ENGINE, refuse
 
 
-def since(release: str) -> bool:
-    """Whether the installed vLLM is ``release`` or later."""
-    return Version(installed_release()) >= Version(release)
+def since(version: str) -> bool:
+    """Whether the installed vLLM is release ``version`` or later."""
+    return installed_release(ENGINE).parsed >= Version(version)
 
 
 def check_version() -> None:
     """Refuse an installed vLLM that the release matrix does not hold."""
-    import vllm
-
-    if refusal := unknown_release_refusal("vllm", vllm.__version__):
+    if refusal := unknown_release_refusal(installed_release(ENGINE)):
         raise refuse(refusal)
 
 

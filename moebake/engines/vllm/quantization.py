@@ -29,14 +29,15 @@ from vllm.model_executor.layers.quantization.base_config import QuantizationConf
 from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4Config, GptOssMxfp4MoEMethod, Mxfp4MoEMethod
 
 from moebake.engines.quantization_identity import MoebakeQuantization
+from moebake.engines.release_check import installed_release
 from moebake.engines.vllm import internals
 from moebake.engines.vllm.bake import (
     DEEPSEEK_V4_KINDS,
+    ENGINE,
     GPT_OSS_KINDS,
     MODELOPT_NVFP4,
     VllmBake,
     hf_config_dict,
-    installed_release,
     locate_checkpoint,
     parameter_specs,
     read_bake,
@@ -77,7 +78,7 @@ def source_quantization_config(bake: VllmBake, quantization_config: dict) -> Qua
         # What vLLM's config parsing does for config.json's quantization_config of a model_type deepseek_v4 model.
         if DeepseekV4FP8Config.override_quantization_method(original, None, SimpleNamespace(model_type="deepseek_v4")) is None:
             raise refuse(f"{bake.directory}: config.json's quantization_config.original is not DeepSeek-V4's FP8 config "
-                         f"(quant_method {original.get('quant_method')!r}; vLLM {installed_release()} reads "
+                         f"(quant_method {original.get('quant_method')!r}; vLLM {installed_release(ENGINE).version} reads "
                          "'fp8' or 'deepseek_v4_fp8' with DeepseekV4FP8Config)")
         return DeepseekV4FP8Config.from_config(original)
     from vllm.model_executor.layers.quantization.modelopt import ModelOptMixedPrecisionConfig, ModelOptNvFp4Config
