@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moebake.engines.release_check import installed_release
+from moebake.formats.gpt_oss import DEFAULT_SWIGLU_LIMIT, SWIGLU_ALPHA, SWIGLU_BETA
 from moebake.errors import EngineRefusal, MoebakeError
 from moebake.schema import serving
 from moebake.schema.enums import DType
@@ -108,8 +109,9 @@ GPT_OSS_KINDS = tuple(s for s in SERVED.values() if s.holding.architecture == _G
 DEEPSEEK_V4_KINDS = tuple(s for s in SERVED.values() if s.holding.architecture == _DEEPSEEK_V4)
 MTP_DRAFT = "DeepSeekV4MTPModel"
 """The architecture vLLM 0.33.0's speculative config gives DeepSeek-V4's MTP draft model (not served)."""
-SWIGLU = {"alpha": 1.702, "beta": 1.0, "limit": 7.0}
-"""GPT-OSS SwiGLU constants vLLM 0.33.0's ``GptOssMxfp4MoEMethod`` passes to the kernel (hard-coded)."""
+SWIGLU = {"alpha": SWIGLU_ALPHA, "beta": SWIGLU_BETA, "limit": DEFAULT_SWIGLU_LIMIT}
+"""GPT-OSS SwiGLU constants vLLM's ``GptOssMxfp4MoEMethod`` passes to the kernel (hard-coded there; GPT-OSS's own,
+:mod:`moebake.formats.gpt_oss`)."""
 PREFIX = "moebake (vLLM plugin): "
 
 
