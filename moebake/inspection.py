@@ -10,10 +10,13 @@
 Reads headers and JSON only, never weights.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from moebake.convert.options import ConvertOptions
 from moebake.convert.targets import TARGETS, kernel_description, plan_target
@@ -25,6 +28,10 @@ from moebake.schema.config_values import as_count, first_model_value, short_repr
 from moebake.schema.engine_release import EngineRelease
 from moebake.schema.manifest import MANIFEST_NAME, Manifest, read_manifest_record
 from moebake.schema.profiles import release_span, serving_flags
+
+if TYPE_CHECKING:
+    from moebake.formats.checkpoint import SourceCheckpoint
+    from moebake.schema.manifest import EngineRecord
 
 
 def inspect_path(path: str | os.PathLike) -> dict:
@@ -63,18 +70,18 @@ def source_report(path: Path) -> dict:
     return report
 
 
-def _shown(value) -> str | None:
+def _shown(value: object) -> str | None:
     """A config string as it is, anything else (an untrusted config may hold anything) as JSON text."""
     return value if value is None or isinstance(value, str) else short_repr(value)
 
 
-def _shown_list(value) -> list[str] | None:
+def _shown_list(value: object) -> list[str] | None:
     if value is None:
         return None
     return [v if isinstance(v, str) else short_repr(v) for v in value] if isinstance(value, list) else [short_repr(value)]
 
 
-def _ask_target(name: str, checkpoint) -> dict:
+def _ask_target(name: str, checkpoint: SourceCheckpoint) -> dict:
     """Ask target ``name`` as convert does, with default options: convertible, or the target's reason."""
     try:
         _, converted, layers = plan_target(checkpoint, name, ConvertOptions(name))
@@ -132,7 +139,7 @@ def _file_problems(path: Path, manifest: Manifest) -> list[str]:
     return problems
 
 
-def _engine_report(engine) -> dict | None:
+def _engine_report(engine: EngineRecord | None) -> dict | None:
     """The manifest's engine record (None for bakes from before engine profiles), with the flags that serve it."""
     if engine is None:
         return None
@@ -146,8 +153,6 @@ def _engine_line(engine: dict) -> str:
     proven = f"; proven on {engine['name']} {release_span(engine['name'], releases)}" if releases else ""
     serve = f"serve with {engine['serving_flags']}" if engine["serving_flags"] else "no flags serve it"
     return f"{engine['name']} {engine['version']}: {exactness}{proven}; {serve}"
-
-
 
 
 def render_text(report: dict) -> str:

@@ -59,7 +59,7 @@ class ConvertOptions:
         release = engine if isinstance(engine, EngineRelease) else parse_engine(engine)
         if self.flashinfer_layout is not None and self.flashinfer_layout not in LAYOUTS:
             raise OptionError(f"--flashinfer-layout {self.flashinfer_layout!r}: expected one of {', '.join(LAYOUTS)}")
-        layout = self.flashinfer_layout
+        layout: str | None = self.flashinfer_layout
         if layout is None:  # the layout the engine release's pinned FlashInfer reads
             layout = pinned_layout(release) or FlashInferLayout.V2.value
         else:  # a layout asked for: the engine release whose FlashInfer reads it

@@ -12,9 +12,12 @@ it, one commit that skips unchanged files. ``create_pr`` opens a new pull reques
 resume one, re-run with ``revision="refs/pr/N"``.
 """
 
+from __future__ import annotations
+
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from moebake.convert.source_check import compare_with_source
 from moebake.convert.verify import verify_output
@@ -24,10 +27,13 @@ from moebake.hub.download import resolve_source
 from moebake.hub.model_card import card_files, source_label, write_model_card
 from moebake.schema.manifest import read_manifest_record
 
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
+
 PR_REF_PREFIX = "refs/pr/"
 
 
-def publish(out: str | os.PathLike, repo_id: str, client, *, private: bool = False, revision: str | None = None,
+def publish(out: str | os.PathLike, repo_id: str, client: HfApi, *, private: bool = False, revision: str | None = None,
             create_pr: bool = False, source: str | None = None, progress: bool = False):
     """Upload verified output ``out`` to model repo ``repo_id`` with ``client``; returns its ``CommitInfo``.
 

@@ -323,10 +323,9 @@ def refused_because(release: EngineRelease, target: str, source_format: str, *, 
     releases that were)."""
     if why := not_servable_because(release.engine, target, source_format):
         return why
-    first, why = RELEASE_GAPS.get((release.engine, target, source_format)) or RELEASE_GAPS.get(
-        (release.engine, target), (None, None))
-    if first is not None and why is not None and release < first:
-        return why
+    gap = RELEASE_GAPS.get((release.engine, target, source_format)) or RELEASE_GAPS.get((release.engine, target))
+    if gap is not None and release < gap[0]:
+        return gap[1]
     proven = [r for r in releases(release.engine) if release_profile(r).target(target, source_format).verified]
     if not proven:
         return "no verified profile"
@@ -494,7 +493,7 @@ def engines_with_same_bytes(profile: ReleaseProfile, target: str, source_format:
         if name == profile.engine:
             continue
         entries = {release_profile(release).targets.get((target, source_format)) for release in releases(name)}
-        proven = {release for entry in entries if same_bytes(entry)
+        proven = {release for entry in entries if entry is not None and same_bytes(entry)
                   for release in proven_releases(name, target, source_format, entry, flashinfer_layout)}
         same = [release for release in releases(name) if release in proven]
         if same:

@@ -11,6 +11,7 @@ device's compute capability, ``flashinfer.__version__``); tests and engines that
 pass them in.
 """
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -54,7 +55,7 @@ def require_gpu(capability: tuple[int, int], device: torch.device, target: str) 
         raise PlatformError(refusal)
 
 
-def require_flashinfer_layout(baked_layout: str, flashinfer_version: str, manifest_path) -> None:
+def require_flashinfer_layout(baked_layout: str, flashinfer_version: str, manifest_path: str | os.PathLike) -> None:
     """PlatformError unless FlashInfer ``flashinfer_version`` reads the SM90 fp4 layout ``baked_layout``."""
     if refusal := flashinfer_layout_refusal(baked_layout, flashinfer_version, str(manifest_path)):
         raise PlatformError(refusal)

@@ -19,10 +19,11 @@ Every problem is a :class:`moebake.errors.MoebakeError` whose message is one lin
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from moebake.engines.release_check import installed_release
-from moebake.formats.gpt_oss import DEFAULT_SWIGLU_LIMIT, SWIGLU_ALPHA, SWIGLU_BETA
 from moebake.errors import EngineRefusal, MoebakeError
+from moebake.formats.gpt_oss import DEFAULT_SWIGLU_LIMIT, SWIGLU_ALPHA, SWIGLU_BETA
 from moebake.schema import serving
 from moebake.schema.enums import DType
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
@@ -265,7 +266,7 @@ def locate_checkpoint(model: str, revision: str | None) -> Path:
     return Path(hf_hub_download(model, MANIFEST_NAME, revision=revision)).parent
 
 
-def hf_config_dict(hf_config) -> dict:
+def hf_config_dict(hf_config: Any) -> dict:
     """A transformers config (or a dict) as the plain dict config.json holds."""
     if isinstance(hf_config, dict):
         return hf_config
