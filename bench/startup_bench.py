@@ -285,6 +285,8 @@ def _build_model(config: dict, quant_config, others: dict):
     import torch
     from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
 
+    from moebake.formats.gpt_oss import SWIGLU_ALPHA
+
     root = torch.nn.Module()
     model = torch.nn.Module()
     root.add_module("model", model)
@@ -294,7 +296,7 @@ def _build_model(config: dict, quant_config, others: dict):
         mlp.add_module("experts", FusedMoE(
             num_experts=config["num_local_experts"], top_k=config["num_experts_per_tok"], layer_id=i,
             hidden_size=config["hidden_size"], intermediate_size=config["intermediate_size"], quant_config=quant_config,
-            activation=config["hidden_act"], gemm1_alpha=1.702, gemm1_clamp_limit=config["swiglu_limit"], with_bias=True,
+            activation=config["hidden_act"], gemm1_alpha=SWIGLU_ALPHA, gemm1_clamp_limit=config["swiglu_limit"], with_bias=True,
             prefix=f"model.layers.{i}.mlp.experts", use_weight_loader_fused=quant_config.get_name() != "mxfp4"))
         block.add_module("mlp", mlp)
         model.layers.append(block)

@@ -15,7 +15,10 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import click
 
@@ -23,30 +26,36 @@ import moebake
 from moebake.convert.io_mode import IO_ENV, IO_MODES, PLAIN_IO_CORES
 from moebake.convert.options import DEFAULT_CHUNK_BYTES, GATE_UP_GLOBALS, MAX_MULTIPLE, MAX_WORKERS, WRITERS_PER_DEVICE, ConvertOptions
 from moebake.errors import Interrupted, MoebakeError, OptionError, OutputError, format_error
-from moebake.layouts.flashinfer_versions import LAYOUTS, release_ranges
 from moebake.names import SOURCE_FORMAT_NAMES, TARGET_NAMES
-from moebake.schema.profiles import DEFAULT_ENGINE, PROFILES, parse_engine, release_span, serving_flags
+from moebake.schema.engine_release import EngineRelease
+from moebake.schema.enums import FlashInferLayout, GateUpGlobals
+from moebake.schema.flashinfer_versions import LAYOUTS, release_ranges
+from moebake.schema.profiles import DEFAULT_ENGINE, ENGINES, parse_engine, release_span, serving_flags
 
 
-class EngineRelease(click.ParamType):
-    """``sglang``, ``vllm`` or ``ENGINE==RELEASE``: an engine release of the release matrix."""
+class EngineOption(click.ParamType):
+    """``sglang``, ``vllm`` or ``ENGINE==RELEASE``: an engine of the release matrix (its newest proven release), kept
+    as its name, or one of its releases, parsed here into an :class:`EngineRelease`."""
 
     name = "ENGINE[==RELEASE]"
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: str | EngineRelease, param: click.Parameter | None,
+                ctx: click.Context | None) -> str | EngineRelease:
+        if isinstance(value, EngineRelease):
+            return value
         try:
-            parse_engine(value)
+            release = parse_engine(value)
         except MoebakeError as err:
             self.fail(str(err).removeprefix(f"--engine {value}: "), param, ctx)
-        return value
+        return release if "==" in value else release.engine
 
 
-def reports_errors(command):
+def reports_errors(command: Callable[..., Any]):
     """Turn MoebakeError into ``error: <message>`` and exit status 2; Ctrl-C, and SIGTERM while the command runs,
     into one line saying what was kept (:class:`Interrupted`) and exit status 130 (143 for SIGTERM)."""
 
     @functools.wraps(command)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any):
         try:
             with _sigterm_interrupts():
                 return command(*args, **kwargs)
@@ -69,7 +78,7 @@ def _sigterm_interrupts():
         yield
         return
 
-    def terminated(signum, frame):
+    def terminated(signum: int, frame: FrameType | None):
         raise Interrupted(terminated=True)
 
     previous = signal.signal(signal.SIGTERM, terminated)
@@ -98,10 +107,10 @@ def configure_logging(verbosity: int) -> None:
 VERBOSE_HELP = "More detail on stderr (a line per shard, decisions)."
 
 
-def verbose_option(command):
+def verbose_option(command: Callable[..., Any]):
     """``-v`` after the subcommand too (``moebake convert ... -v``), as before it (``moebake -v convert ...``)."""
 
-    def more_detail(context, parameter, value):
+    def more_detail(context: click.Context, parameter: click.Parameter, value: int):
         if value:
             configure_logging(value)
 
@@ -157,7 +166,7 @@ class Moebake(click.Group):
 @click.group(cls=Moebake, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(moebake.__version__, prog_name="moebake")
 @click.option("-v", "--verbose", count=True, help=VERBOSE_HELP)
-def main(verbose):
+def main(verbose: int):
     """Pre-bake MoE checkpoints into the byte layouts GPU MoE kernels consume.
 
     Start with `moebake list` (sources x targets), `moebake inspect SOURCE` (what fits a checkpoint)
@@ -173,6 +182,7 @@ def run() -> None:
     measured cost: docs/benchmarks.md): every file a command writes is closed and fsynced by then.
     Output streams and logging are flushed first.
     """
+    status: str | int | None
     try:
         main()
         status = 0
@@ -212,8 +222,8 @@ def _resolve(source: str, revision: str | None, token: str | None):
 @click.option("--flashinfer-layout", default=None, type=click.Choice(LAYOUTS),
               help="SM90 fp4 layout, by the FlashInfer releases that read it (default: the one the --engine release's "
                    "pinned FlashInfer reads): " + "; ".join(f"{layout} = {release_ranges(layout)}" for layout in LAYOUTS) + ".")
-@click.option("--engine", default=DEFAULT_ENGINE, show_default=True, type=EngineRelease(),
-              help="Serving engine release whose load-time bytes the bake equals: " + " or ".join(PROFILES) + " (its newest "
+@click.option("--engine", default=DEFAULT_ENGINE, show_default=True, type=EngineOption(),
+              help="Serving engine release whose load-time bytes the bake equals: " + " or ".join(ENGINES) + " (its newest "
                    "proven release), or ENGINE==RELEASE (`moebake list` shows the proven releases).")
 @click.option("--hidden-multiple", type=int,
               help=f"Override the engine profile's H padding multiple (a multiple of 128, at most {MAX_MULTIPLE}); the bake "
@@ -247,8 +257,10 @@ def _resolve(source: str, revision: str | None, token: str | None):
                    f"{PLAIN_IO_CORES} usable cores, plain from there [default: auto, or ${IO_ENV}]. Bytes do not change.")
 @click.option("--profile", is_flag=True, help="Print busy time per stage (read, transform, hash, write) at the end.")
 @reports_errors
-def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, intermediate_multiple, allow_inexact, gate_up_globals,
-            chunk_mb, overwrite, resume, dry_run, quiet, revision, token, workers, writers_per_device, io_mode, profile):
+def convert(source: str, out: Path, target: str, flashinfer_layout: str | None, engine: str | EngineRelease, hidden_multiple: int | None,
+            intermediate_multiple: int | None, allow_inexact: bool, gate_up_globals: str, chunk_mb: int, overwrite: bool, resume: bool,
+            dry_run: bool, quiet: bool, revision: str | None, token: str | None, workers: int, writers_per_device: int, io_mode: str | None,
+            profile: bool):
     """Bake checkpoint SOURCE into OUT for --target.
 
     SOURCE is a checkpoint directory or a Hub model repo ORG/NAME[@REVISION] (only the files needed
@@ -261,9 +273,9 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     from moebake.progress_bars import rate_text, size_text
 
     _refuse_options_without_effect(target)
-    options = ConvertOptions(target, flashinfer_layout=flashinfer_layout, hidden_multiple=hidden_multiple,
-                             intermediate_multiple=intermediate_multiple, chunk_bytes=chunk_mb << 20, engine=engine,
-                             gate_up_globals=gate_up_globals)
+    options = ConvertOptions(target, flashinfer_layout=FlashInferLayout(flashinfer_layout) if flashinfer_layout else None,
+                             hidden_multiple=hidden_multiple, intermediate_multiple=intermediate_multiple,
+                             chunk_bytes=chunk_mb << 20, engine=engine, gate_up_globals=GateUpGlobals(gate_up_globals))
     finished = finished_bake(output_paths(out), options.as_dict(), source) if resume and not overwrite and not dry_run else None
     if finished:
         click.echo(f"nothing to do: {out} is already a finished bake of {source} with these options "
@@ -282,7 +294,7 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
 
         conversion = open_conversion(resolved.path, options)
         if not allow_inexact:
-            check_servable(engine, target, conversion.model.format_name)
+            check_servable(options.profile, target, conversion.model.format_name, options.engine_text)
         click.echo("\n".join(plan_lines(conversion, out)))
         return
     if io_mode is not None:
@@ -301,16 +313,17 @@ def convert(source, out, target, flashinfer_layout, engine, hidden_multiple, int
     written = sum(record.bytes for record in baked.files.values())
     click.echo(f"wrote {out} ({len(baked.layers)} MoE layers, target {target}{layout}): "
                f"{len(baked.files)} files, {size_text(written)} in {seconds:.1f} s ({rate_text(written, seconds)})")
-    engine = baked.engine
-    exactness = "engine-exact" if engine.exact else f"NOT engine-exact: {engine.not_exact_because}"
-    flags = serving_flags(engine)
+    record = baked.engine
+    assert record is not None  # a conversion always records its engine
+    exactness = "engine-exact" if record.exact else f"NOT engine-exact: {record.not_exact_because}"
+    flags = serving_flags(record)
     if flags is None:
-        click.echo(f"engine {engine.name} {engine.version}: {exactness}, so no flags serve it: moebake's {engine.name} "
+        click.echo(f"engine {record.name} {record.version}: {exactness}, so no flags serve it: moebake's {record.name} "
                    "plugin refuses this bake")
     else:
-        click.echo(f"engine {engine.name} {engine.version} ({flags}): {exactness}")
-    if engine.releases:
-        click.echo(f"proven on {engine.name} {release_span(engine.name, engine.releases)} (each release's own load-time code "
+        click.echo(f"engine {record.name} {record.version} ({flags}): {exactness}")
+    if record.releases:
+        click.echo(f"proven on {record.name} {release_span(record.name, record.releases)} (each release's own load-time code "
                    "builds these bytes)")
     for other in baked.serves:
         click.echo(f"also serves {other.name} {other.version} (the same bytes; {serving_flags(other)})")
@@ -348,7 +361,7 @@ def _refuse_options_without_effect(target: str) -> None:
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout (ok, problems, what was checked).")
 @reports_errors
-def verify(out, source, revision, token, quiet, as_json):
+def verify(out: Path, source: str | None, revision: str | None, token: str | None, quiet: bool, as_json: bool):
     """Check OUT: its manifest is as moebake wrote it, every file's size and checksum, the index, the shard
     headers and the baked tensors' dtypes and shapes (and, with --source, bit-exactness)."""
     try:
@@ -418,7 +431,7 @@ def _proven_releases(out: Path) -> str:
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @reports_errors
-def inspect(path, as_json):
+def inspect(path: Path, as_json: bool):
     """Describe checkpoint PATH: a source (format, dims, quantization, convertible targets) or a baked output (from its
     manifest; a listed file missing or of another size exits with status 1: `moebake verify` checks the bytes)."""
     from moebake.inspection import inspect_path, render_text
@@ -469,7 +482,8 @@ def list_command():
 @click.option("--dry-run", is_flag=True, help="Verify, then print the model card and the files that would be uploaded; "
                                               "send nothing (needs no token or network).")
 @reports_errors
-def upload(repo_id, path, old_repo_id, private, revision, create_pr, source, token, dry_run):
+def upload(repo_id: str | None, path: Path | None, old_repo_id: str | None, private: bool, revision: str | None, create_pr: bool,
+           source: str | None, token: str | None, dry_run: bool):
     """Verify baked output PATH (default: the current directory), write its model card (README.md) and
     upload it to Hub model repo REPO_ID (ORG/NAME, created if missing), as `hf upload REPO_ID [PATH]`.
     Re-run to resume."""
@@ -538,7 +552,7 @@ def _upload_arguments(repo_id: str, path: Path | None) -> Path:
 @click.option("--workdir", type=click.Path(path_type=Path), default=Path("moebake-demo"), show_default=True,
               help="Where the example source and baked output are written.")
 @reports_errors
-def demo(workdir):
+def demo(workdir: Path):
     """Bake a built-in small GPT-OSS-shaped example, verify it, print a summary."""
     from moebake.demo import run_demo
 

@@ -10,10 +10,13 @@
 Reads headers and JSON only, never weights.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from moebake.convert.options import ConvertOptions
 from moebake.convert.targets import TARGETS, kernel_description, plan_target
@@ -23,8 +26,13 @@ from moebake.formats.checkpoint import open_checkpoint
 from moebake.kernels.pack import kernel_lines, kernels_report
 from moebake.progress_bars import size_text
 from moebake.schema.config_values import as_count, first_model_value, short_repr
+from moebake.schema.engine_release import EngineRelease
 from moebake.schema.manifest import MANIFEST_NAME, Manifest, read_manifest_record
 from moebake.schema.profiles import release_span, serving_flags
+
+if TYPE_CHECKING:
+    from moebake.formats.checkpoint import SourceCheckpoint
+    from moebake.schema.manifest import EngineRecord
 
 
 def inspect_path(path: str | os.PathLike) -> dict:
@@ -63,18 +71,18 @@ def source_report(path: Path) -> dict:
     return report
 
 
-def _shown(value) -> str | None:
+def _shown(value: object) -> str | None:
     """A config string as it is, anything else (an untrusted config may hold anything) as JSON text."""
     return value if value is None or isinstance(value, str) else short_repr(value)
 
 
-def _shown_list(value) -> list[str] | None:
+def _shown_list(value: object) -> list[str] | None:
     if value is None:
         return None
     return [v if isinstance(v, str) else short_repr(v) for v in value] if isinstance(value, list) else [short_repr(value)]
 
 
-def _ask_target(name: str, checkpoint) -> dict:
+def _ask_target(name: str, checkpoint: SourceCheckpoint) -> dict:
     """Ask target ``name`` as convert does, with default options: convertible, or the target's reason."""
     try:
         _, converted, layers = plan_target(checkpoint, name, ConvertOptions(name))
@@ -96,7 +104,7 @@ def baked_report(path: Path) -> dict:
         "flashinfer_layout": None if layout is None else {"id": layout, "description": manifest.flashinfer_layout_description},
         "source": {"format": source.format, "location": source.location, "revision": source.revision},
         "moebake_version": manifest.moebake_version, "created": manifest.created,
-        "options": manifest.options, "activation": manifest.activation.to_json(),
+        "options": _options(manifest), "activation": manifest.activation.to_json(),
         "moe": {"layers": len(manifest.layers),
                 **{key: getattr(first, key) for key in ("experts", "hidden", "hidden_padded", "intermediate", "intermediate_padded")}},
         "expert_tensors": {short: {"dtype": spec.dtype, "shape": list(spec.shape)} for short, spec in first.tensors.items()},
@@ -106,6 +114,14 @@ def baked_report(path: Path) -> dict:
         "serves": [_engine_report(other) for other in manifest.serves],
         "kernels": kernels_report(manifest.to_json(), path / MANIFEST_NAME),
     }
+
+
+def _options(manifest: Manifest) -> dict:
+    """The recorded options, without a ``flashinfer_layout`` where the bake has none (the target bakes no FlashInfer
+    SM90 fp4 layout: older bakes of such targets recorded the default all the same)."""
+    if manifest.flashinfer_layout is None:
+        return {key: value for key, value in manifest.options.items() if key != "flashinfer_layout"}
+    return manifest.options
 
 
 def _file_problems(path: Path, manifest: Manifest) -> list[str]:
@@ -125,7 +141,7 @@ def _file_problems(path: Path, manifest: Manifest) -> list[str]:
     return problems
 
 
-def _engine_report(engine) -> dict | None:
+def _engine_report(engine: EngineRecord | None) -> dict | None:
     """The manifest's engine record (None for bakes from before engine profiles), with the flags that serve it."""
     if engine is None:
         return None
@@ -134,12 +150,11 @@ def _engine_report(engine) -> dict | None:
 
 def _engine_line(engine: dict) -> str:
     exactness = "engine-exact" if engine["exact"] else f"NOT engine-exact: {engine['not_exact_because']}"
-    releases = engine["releases"] if "releases" in engine else [engine["version"]] if engine["exact"] else []
+    versions = engine["releases"] if "releases" in engine else [engine["version"]] if engine["exact"] else []
+    releases = [EngineRelease(engine["name"], version) for version in versions]
     proven = f"; proven on {engine['name']} {release_span(engine['name'], releases)}" if releases else ""
     serve = f"serve with {engine['serving_flags']}" if engine["serving_flags"] else "no flags serve it"
     return f"{engine['name']} {engine['version']}: {exactness}{proven}; {serve}"
-
-
 
 
 def render_text(report: dict) -> str:

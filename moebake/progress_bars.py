@@ -39,7 +39,7 @@ class _ByteBar(tqdm):
 
     _flowing = False
 
-    def update(self, n=1):
+    def update(self, n: int = 1):
         if not self._flowing and n and not self.disable:
             self._flowing = True
             self.start_t = self.last_print_t = self._time()

@@ -29,8 +29,8 @@ def save_shards(path: Path, shards: Iterable[dict[str, torch.Tensor]], num_shard
     (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
 
 
-def _gpt_oss_layer(index: int, E: int, H: int, I: int, heads: int, kv_heads: int, head_dim: int, g) -> dict:
-    def rand_bf16(*shape):
+def _gpt_oss_layer(index: int, E: int, H: int, I: int, heads: int, kv_heads: int, head_dim: int, g: torch.Generator) -> dict:
+    def rand_bf16(*shape: int):
         return (torch.randn(*shape, generator=g) * 0.02).to(torch.bfloat16)
 
     p, x = f"model.layers.{index}.", f"model.layers.{index}.mlp.experts."

@@ -63,15 +63,13 @@ def pytest_configure(config):
     rule, engine = os.environ.get("MOEBAKE_ORACLE_RULE"), os.environ.get("MOEBAKE_ORACLE_ENGINE", "")
     if rule and "==" in engine:
         from moebake.schema import release_matrix
+        from moebake.schema.engine_release import EngineRelease
         from moebake.schema.profiles import RULES
 
-        name, release = engine.split("==")
-        from moebake.layouts.flashinfer_versions import layout_for_flashinfer
-
-        flashinfer = os.environ.get("MOEBAKE_ORACLE_FLASHINFER") or None
-        release_matrix.MATRIX[name][release] = {
-            "flashinfer": flashinfer, "flashinfer_layout": layout_for_flashinfer(flashinfer) if flashinfer else None,
-            "cells": {f"{target}/{source}": rule for target, source in RULES[rule].targets}, "unproven": {}}
+        name, version = engine.split("==")
+        release = EngineRelease(name, version)
+        release_matrix.MATRIX[name][release.version] = release_matrix.MatrixRow(
+            release, os.environ.get("MOEBAKE_ORACLE_FLASHINFER") or None, dict.fromkeys(RULES[rule].targets, rule))
 
 
 def pytest_sessionstart(session):

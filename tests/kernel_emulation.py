@@ -127,7 +127,7 @@ def flashinfer_layout_here() -> str:
     """The SM90 fp4 layout of the FlashInfer importable here (a release's pin in a release-matrix run)."""
     import flashinfer
 
-    from moebake.layouts.flashinfer_versions import layout_for_flashinfer
+    from moebake.schema.flashinfer_versions import layout_for_flashinfer
 
     return layout_for_flashinfer(flashinfer.__version__)
 

@@ -82,7 +82,7 @@ def test_the_api_refuses_as_the_cli_does_and_writes_nothing(nvfp4_tiny, tmp_path
     from moebake.convert.options import ConvertOptions
     from moebake.convert.run import convert
     from moebake.errors import UnsupportedError
-    from moebake.schema.profiles import check_servable
+    from moebake.schema.profiles import check_servable, parse_engine, release_profile
 
     options = ConvertOptions("cutedsl-deepep", engine="vllm")
     with pytest.raises(UnsupportedError) as refusal:
@@ -90,8 +90,8 @@ def test_the_api_refuses_as_the_cli_does_and_writes_nothing(nvfp4_tiny, tmp_path
     assert f"error: {refusal.value}\n" == ENGINE_REFUSAL and list(tmp_path.iterdir()) == []
     assert convert(nvfp4_tiny, tmp_path / "out", options, progress=False, allow_inexact=True).engine.exact is False
     with pytest.raises(UnsupportedError, match=r"; no engine release moebake knows can; pass --allow-inexact"):
-        check_servable("sglang", "toy-target", "bf16-moe")
-    check_servable("vllm", "sm90-cutlass", "gpt-oss")  # a verified pair: no refusal
+        check_servable(release_profile(parse_engine("sglang")), "toy-target", "bf16-moe", "sglang")
+    check_servable(release_profile(parse_engine("vllm")), "sm90-cutlass", "gpt-oss", "vllm")  # a verified pair: no refusal
 
 
 def test_verify_of_a_missing_path_says_it_does_not_exist(tmp_path):
@@ -218,9 +218,10 @@ def test_verify_says_what_it_checked_and_speaks_json(gpt_oss_tiny, tmp_path):
     result = run("verify", tmp_path / "out")
     assert result.exit_code == 0
     assert result.output.startswith(f"ok: {tmp_path / 'out'} (moebake.json intact; 6 files, ")
+    from moebake.schema.engine_release import EngineRelease
     from moebake.schema.profiles import release_span
 
-    proven = json.loads((tmp_path / "out" / "moebake.json").read_text())["engine"]["releases"]
+    proven = [EngineRelease("sglang", v) for v in json.loads((tmp_path / "out" / "moebake.json").read_text())["engine"]["releases"]]
     assert f"index and 2 shard headers valid; 12 baked tensors as recorded; proven on sglang {release_span('sglang', proven)})" \
         in result.output
     report = json.loads(run("verify", tmp_path / "out", "--json").output)

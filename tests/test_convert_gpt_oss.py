@@ -106,6 +106,23 @@ def test_overridden_multiples_are_recorded_as_not_engine_exact(gpt_oss_tiny, tmp
     assert manifest["engine"]["exact"] is False and manifest["engine"]["not_exact_because"] == "padding multiples overridden"
 
 
+@pytest.mark.parametrize("hidden, exact", [(2880, True), (160, False)])
+def test_an_overridden_multiple_that_pads_to_the_same_sizes_is_engine_exact(tmp_path, hidden, exact):
+    """--hidden-multiple 512 on GPT-OSS's H 2880 pads to 3072, as SGLang's 256 does: the same shards as the default bake,
+    so the same record (engine-exact, the same releases). On H 160 it pads to 512 where SGLang pads to 256: not exact."""
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=128, vocab=32)
+    default = convert(source, tmp_path / "default", ConvertOptions("sm90-cutlass"), progress=False)
+    wider = convert(source, tmp_path / "wider", ConvertOptions("sm90-cutlass", hidden_multiple=512), progress=False)
+    same_shards = all((tmp_path / "default" / name).read_bytes() == (tmp_path / "wider" / name).read_bytes()
+                      for name in default.files if name.endswith(".safetensors"))
+    assert same_shards is exact and default.engine.exact
+    assert wider.engine.exact is exact
+    if exact:
+        assert (wider.engine.releases, wider.serves) == (default.engine.releases, default.serves) and wider.engine.releases
+    else:
+        assert wider.engine.not_exact_because == "padding multiples overridden" and wider.engine.releases == ()
+
+
 def test_dequantized_experts_survive_the_round_trip(gpt_oss_tiny, tmp_path):
     out = tmp_path / "out"
     manifest = convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False).to_json()
@@ -282,12 +299,13 @@ def test_serves_lists_every_vllm_release_whose_own_rule_gives_the_same_bytes(tmp
     """An SGLang sm100-trtllm bake, H unpadded: vLLM 0.26.0's rule pads I to 256 and later ones to 128 (the release
     matrix's rules, each proven on its release's code), so at I 256 every release builds these bytes and at I 128
     0.26.0 does not. The record is of the newest such release."""
+    from moebake.schema.engine_release import EngineRelease
     from moebake.schema.profiles import release_profile
 
     for release in ("0.26.0", "0.33.0"):  # what the expected lists rest on
-        entry = release_profile("vllm", release).targets[("sm100-trtllm", "gpt-oss")]
+        entry = release_profile(EngineRelease("vllm", release)).targets[("sm100-trtllm", "gpt-oss")]
         assert (entry.hidden_multiple, entry.intermediate_multiple) == ((256, 256) if release == "0.26.0" else (256, 128))
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=256, intermediate=intermediate, vocab=32)
     manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm"), progress=False)
     (vllm,) = manifest.serves
-    assert (vllm.name, list(vllm.releases), vllm.version) == ("vllm", vllm_releases, vllm_releases[-1])
+    assert (vllm.name, [r.version for r in vllm.releases], vllm.version) == ("vllm", vllm_releases, vllm_releases[-1])

@@ -25,7 +25,7 @@ from moebake.convert.run import convert
 from moebake.errors import UnsupportedError
 from moebake.layouts.nvfp4_scalars import load_time_scales
 from moebake.reference.synthetic_sources import MODELOPT_MISMATCHES, write_bf16_moe, write_deepseek_v4, write_modelopt_nvfp4
-from moebake.schema.profiles import RULES, get_profile
+from moebake.schema.profiles import RULES, parse_engine, release_profile
 from moebake.synthetic import write_gpt_oss
 
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
@@ -48,9 +48,9 @@ def oracle_options(target: str, **options) -> ConvertOptions:
 def test_every_verified_profile_entry_has_an_oracle_test():
     from pathlib import Path
 
-    for profile in RULES.values():
-        for (target, source), entry in profile.targets.items():
-            key = (profile.engine, target, source)
+    for rule in RULES.values():
+        for (target, source), entry in rule.targets.items():
+            key = (rule.first.engine, target, source)
             if entry.verified:
                 assert key in ORACLE_TESTS, f"{key} is marked verified without an oracle test"
                 test_file, test = ORACLE_TESTS[key]
@@ -83,7 +83,7 @@ def test_gpt_oss_sm90_cutlass_equals_sglang(tmp_path, hidden, intermediate):
     activation = manifest["activation"]  # what a loader derives the per-expert SwiGLU constants from
     for name in derived:
         assert torch.equal(engine[name], torch.full((2,), activation[name.removeprefix("swiglu_")], dtype=torch.float32)), name
-    assert get_profile(ENGINE).target("sm90-cutlass", "gpt-oss").hidden_multiple == 256
+    assert release_profile(parse_engine(ENGINE)).target("sm90-cutlass", "gpt-oss").hidden_multiple == 256
 
 
 @pytest.mark.parametrize("style, names", [("qwen3", ("gate_proj", "up_proj", "down_proj")), ("mixtral", ("w1", "w3", "w2"))])
@@ -293,7 +293,7 @@ def test_deepseek_v4_sm90_marlin_equals_sglang(tmp_path, hidden, intermediate, r
     W13 (Marlin ``[E, H/16, 4 * I_pad]``) shows the padding the profile names."""
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate,
                                mtp_layers=0)
-    multiple = get_profile(ENGINE).target("sm90-marlin", "deepseek-v4").intermediate_multiple
+    multiple = release_profile(parse_engine(ENGINE)).target("sm90-marlin", "deepseek-v4").intermediate_multiple
     if intermediate % multiple:
         with pytest.raises(UnsupportedError, match="experts are not padded"):
             convert(source, tmp_path / "out", oracle_options("sm90-marlin"), progress=False)

@@ -182,3 +182,20 @@ def test_no_binary_units_and_no_zero_gigabytes_in_what_commands_print(baked):
         output = CliRunner().invoke(main, args).output
         assert "868.4 kB" in output, output
         assert not any(unit in output for unit in ("MiB", "GiB", "KiB", "0.00 GB")), output
+
+
+@pytest.mark.parametrize("target", ["sm100-trtllm", "sm90-marlin"])
+def test_a_bake_without_the_flashinfer_sm90_layout_neither_records_nor_prints_one(tmp_path, target):
+    """``--flashinfer-layout`` is refused for these targets (it changes nothing): the manifest's options hold no layout,
+    and inspect prints none."""
+    from moebake.synthetic import write_gpt_oss
+
+    source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=256, intermediate=128, vocab=32)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["convert", str(source), str(out), "--target", target, "--quiet"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "moebake.json").read_text())
+    assert manifest["flashinfer_layout"] is None and "flashinfer_layout" not in manifest["options"]
+    shown = CliRunner().invoke(main, ["inspect", str(out)])
+    assert shown.exit_code == 0 and "flashinfer_layout" not in shown.output and "FlashInfer layout" not in shown.output
+    assert "flashinfer_layout" not in inspect_path(out)["options"]

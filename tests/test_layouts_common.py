@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from conftest import random_u8
-from moebake.layouts.flashinfer_versions import layout_for_flashinfer
 from moebake.layouts.gate_up import merge_pairs, pad_to, split_halves, split_pairs, stack_halves
+from moebake.schema.flashinfer_versions import layout_for_flashinfer
 from mxfp4_oracle import dequantize, pack_nibbles, unpack_nibbles
 
 

@@ -21,3 +21,13 @@ def test_ruff_finds_nothing():
     result = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise",
                              "moebake", "bench", "tests"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_at_least_95_percent_of_moebakes_parameters_are_annotated():
+    """``bin/annotation-coverage`` over moebake/: the share of function parameters with a type annotation."""
+    import ast
+    import runpy
+
+    parameters = runpy.run_path(str(REPO / "bin" / "annotation-coverage"))["parameters"]
+    found = [has for path in (REPO / "moebake").rglob("*.py") for *_, has in parameters(ast.parse(path.read_text()))]
+    assert sum(found) >= 0.95 * len(found), f"{sum(found)}/{len(found)} parameters annotated"

@@ -157,5 +157,5 @@ def test_pyproject_extras_pin_exactly_the_versions_the_code_is_proven_for():
     extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     for engine in ("sglang", "vllm"):
         proven = serving_releases(engine)
-        assert extras[engine] == [f"{engine}>={proven[0]},<={proven[-1]}"]
+        assert extras[engine] == [f"{engine}>={proven[0].version},<={proven[-1].version}"]
     assert extras["gpu"] == [f"flashinfer-python=={v}" for v in TESTED_FLASHINFER_VERSIONS]

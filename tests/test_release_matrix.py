@@ -29,10 +29,45 @@ def test_docs_hold_the_generated_table():
 
 
 def test_every_cell_names_a_rule_that_holds_it():
-    for engine, entries in release_matrix.MATRIX.items():
-        for release, entry in entries.items():
-            for cell, rule in entry["cells"].items():
-                assert tuple(cell.split("/")) in RULES[rule].targets, (engine, release, cell, rule)
+    for engine, rows in release_matrix.MATRIX.items():
+        for release, row in rows.items():
+            for cell, rule in row.cells.items():
+                assert RULES[rule].first.engine == engine and cell in RULES[rule].targets, (engine, release, cell, rule)
+
+
+def test_no_two_rules_of_an_engine_hold_the_same_entry_for_a_cell():
+    """Each (cell, entry) has one rule's name: a rule holds only what differs from the engine's other rules."""
+    named: dict = {}
+    for rule in RULES.values():
+        for cell, entry in rule.targets.items():
+            key = (rule.first.engine, cell, entry)
+            assert key not in named, f"{rule.name} repeats {named.get(key)}'s entry for {cell}"
+            named[key] = rule.name
+
+
+def test_the_data_file_is_as_prove_releases_writes_it():
+    """``release_matrix.json`` holds, per release, the pinned FlashInfer and the cells' rules, nothing derived (the
+    layout is the pinned FlashInfer's) and no oracle run's words (``tests/engine_releases/unproven.json``)."""
+    import json
+
+    text = (REPO / "moebake" / "schema" / release_matrix.MATRIX_FILE).read_text()
+    assert text == release_matrix.to_json(release_matrix.MATRIX)
+    for rows in json.loads(text).values():
+        for row in rows.values():
+            assert sorted(row) == ["cells", "flashinfer"]
+
+
+def test_refusal_reasons_are_a_users_words():
+    """Every refused cell's reason, as ``moebake list`` prints it, names no test, exception or oracle run: what a user
+    reads is what the release lacks or which releases can serve it."""
+    from moebake.schema.release_table import rows, text
+
+    _, _, reasons = rows()
+    assert reasons
+    for why in reasons:
+        assert not re.search(r"test_|::|failed on setup|oracle|ModuleNotFound", why), why
+    assert "not proven: moebake could not run this release's own load-time code for these bytes; vllm 0.28.0-0.33.0 can" \
+        in text()
 
 
 @pytest.mark.parametrize("engine, release", RELEASES, ids=[f"{e}-{r}" for e, r in RELEASES])

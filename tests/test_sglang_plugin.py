@@ -322,6 +322,7 @@ def test_a_bake_is_refused_on_a_proven_release_that_does_not_build_its_bytes(tmp
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=4, hidden=160, intermediate=96, vocab=32)
     gpt_oss_bake = tmp_path / "out"
     convert(source, gpt_oss_bake, ConvertOptions("sm90-cutlass", engine="sglang"), progress=False)
+    from moebake.schema.engine_release import EngineRelease
     from moebake.schema.profiles import release_span
 
     manifest = json.loads((gpt_oss_bake / "moebake.json").read_text())
@@ -329,7 +330,8 @@ def test_a_bake_is_refused_on_a_proven_release_that_does_not_build_its_bytes(tmp
     assert "0.5.23" in proven and "0.5.17" not in proven  # FlashInfer v2's releases; 0.5.17 pins a v1 FlashInfer
     monkeypatch.setattr(sglang, "__version__", "0.5.17")
     message = _refusal(gpt_oss_bake)
-    assert f"proven for sglang {release_span('sglang', proven)} can serve it, not sglang 0.5.17" in message, message
+    span = release_span("sglang", [EngineRelease("sglang", v) for v in proven])
+    assert f"proven for sglang {span} can serve it, not sglang 0.5.17" in message, message
     assert "moebake convert SRC OUT --target sm90-cutlass --engine sglang==0.5.17" in message
 
 

@@ -23,7 +23,7 @@ from kernel_emulation import gptq_marlin_repack_reference, kernel_interleave_fp4
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.reference.synthetic_sources import write_bf16_moe, write_deepseek_v4, write_modelopt_nvfp4
-from moebake.schema.profiles import get_profile
+from moebake.schema.profiles import parse_engine, release_profile
 from moebake.synthetic import write_gpt_oss
 
 sglang_oracle = pytest.importorskip("engine_oracles.sglang_oracle")
@@ -133,7 +133,7 @@ CASES = {
 def bakes(tmp_path_factory):
     root = tmp_path_factory.mktemp("plugin-targets")
     made = {}
-    served = get_profile(sglang_oracle.ENGINE)
+    served = release_profile(parse_engine(sglang_oracle.ENGINE))
     for name, case in CASES.items():
         if not served.target(*name.split("/")[:2]).verified:
             continue  # a release the matrix refuses this cell for (SGLang 0.5.17: no Humming W4A8): its tests skip
@@ -149,10 +149,10 @@ class _Bakes(dict):
     """The bakes by case; a case the SGLang release here cannot serve is a skip, with the matrix's reason."""
 
     def __missing__(self, name):
-        from moebake.schema.profiles import parse_engine, refused_because
+        from moebake.schema.profiles import refused_because
 
-        engine, release = parse_engine(sglang_oracle.ENGINE)
-        pytest.skip(f"{engine} {release} cannot serve {name}: {refused_because(engine, release, *name.split('/')[:2])}")
+        release = parse_engine(sglang_oracle.ENGINE)
+        pytest.skip(f"{release} cannot serve {name}: {refused_because(release, *name.split('/')[:2])}")
 
 
 @contextmanager
@@ -255,7 +255,7 @@ def test_refuses_a_humming_bake_without_the_fp8_precision(bakes, name):
 def test_refuses_a_w4a16_bake_under_the_fp8_precision(bakes):
     from moebake.engines.sglang.refusals import MoebakeRefusal
 
-    if not get_profile(sglang_oracle.ENGINE).target("sm90-cutlass-w4a8", "gpt-oss").verified:
+    if not release_profile(parse_engine(sglang_oracle.ENGINE)).target("sm90-cutlass-w4a8", "gpt-oss").verified:
         pytest.skip(f"{sglang_oracle.ENGINE} has no --flashinfer-mxfp4-moe-precision fp8 (Humming W4A8) to refuse under")
     case, out = CASES["sm90-cutlass/deepseek-v4"], bakes["sm90-cutlass/deepseek-v4"][1]
     with serving(out, gpu="sm90", **HUMMING), pytest.raises(MoebakeRefusal) as caught:

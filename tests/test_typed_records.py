@@ -74,7 +74,7 @@ def test_the_two_digests_named_manifest_sha256(baked):
 
 
 def test_options_hold_enums_and_record_their_values():
-    options = ConvertOptions(target="sm100-trtllm", flashinfer_layout="v1", gate_up_globals="keep")
+    options = ConvertOptions(target="sm90-cutlass", flashinfer_layout="v1", gate_up_globals="keep")
     assert (options.flashinfer_layout, options.gate_up_globals) == (FlashInferLayout.V1, GateUpGlobals.KEEP)
     assert type(options.flashinfer_layout) is FlashInferLayout and type(options.gate_up_globals) is GateUpGlobals
     recorded = options.as_dict()
@@ -84,6 +84,16 @@ def test_options_hold_enums_and_record_their_values():
     default = ConvertOptions(target="sm90-cutlass")
     assert (default.flashinfer_layout, default.gate_up_globals) == (FlashInferLayout.V2, GateUpGlobals.SHARE)
     assert "gate_up_globals" not in default.as_dict()
+
+
+@pytest.mark.parametrize("target", ["sm90-marlin", "sm100-trtllm", "cutedsl", "deepep-bf16"])
+def test_a_target_without_the_flashinfer_sm90_layout_records_none(target):
+    """A FlashInfer SM90 fp4 layout changes no byte of these targets (``--flashinfer-layout`` is refused for them):
+    the options hold none and record none, whatever a manifest of an older bake says."""
+    for given in (None, "v1", "v2"):
+        options = ConvertOptions(target=target, flashinfer_layout=given)
+        assert options.flashinfer_layout is None and "flashinfer_layout" not in options.as_dict()
+        assert ConvertOptions(**options.as_dict()) == options
 
 
 @pytest.mark.parametrize("option, value, message", [

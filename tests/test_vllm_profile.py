@@ -1,7 +1,7 @@
 """The vLLM engine profile against vLLM 0.33.0's own code: a bake equals vLLM's post-load parameters byte for byte.
 In a release-matrix run (``tests/engine_releases/prove.py``) the same tests run another release's code against bakes
 made for it (``MOEBAKE_ORACLE_ENGINE``): what differs between releases (padding multiples, the SM90 layout of the
-pinned FlashInfer) is read from that release's profile (``get_profile(VLLM)``) or from the engine's output.
+pinned FlashInfer) is read from that release's profile (``release_profile(parse_engine(VLLM))``) or from the engine's output.
 
 The oracle (``tests/engine_oracles/vllm_oracle.py``) builds vLLM's real MoE layers with the method vLLM
 picks for ``--moe-backend flashinfer_cutlass`` on SM90 (GPT-OSS, loaded by vLLM's GPT-OSS loader;
@@ -21,7 +21,7 @@ from kernel_emulation import flashinfer_layout_here, gptq_marlin_repack_referenc
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.reference.synthetic_sources import MODELOPT_MISMATCHES, write_deepseek_v4, write_modelopt_nvfp4
-from moebake.schema.profiles import get_profile, pinned_layout, releases
+from moebake.schema.profiles import parse_engine, pinned_layout, release_profile, releases
 from moebake.synthetic import write_gpt_oss
 
 vllm_oracle = pytest.importorskip("engine_oracles.vllm_oracle")
@@ -69,8 +69,8 @@ def test_gpt_oss_flashinfer_cutlass_equals_vllm(tmp_path, hidden, intermediate):
     served = [(e["name"], e["version"]) for e in manifest["serves"]]
     # SGLang's bytes where H needs no padding: the record is of the newest SGLang release whose pinned FlashInfer reads
     # the installed FlashInfer's SM90 layout (0.5.23 beside vLLM 0.28.0-0.33.0's FlashInfer, 0.5.18 beside older ones)
-    newest = [r for r in releases("sglang") if pinned_layout("sglang", r) == manifest["flashinfer_layout"]["id"]][-1]
-    assert served == ([("sglang", newest)] if hidden % 256 == 0 else [])
+    newest = [r for r in releases("sglang") if pinned_layout(r) == manifest["flashinfer_layout"]["id"]][-1]
+    assert served == ([("sglang", newest.version)] if hidden % 256 == 0 else [])
 
 
 def test_sglang_bake_of_an_unpadded_hidden_size_serves_vllm_too(tmp_path):
@@ -98,7 +98,7 @@ def test_gpt_oss_sm100_trtllm_equals_vllm(tmp_path, hidden, intermediate):
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
     manifest = convert(source, tmp_path / "out", ConvertOptions("sm100-trtllm", engine=VLLM), progress=False).to_json()
     engine_record, record = manifest["engine"], manifest["layers"][0]
-    profile = get_profile(VLLM).target("sm100-trtllm", "gpt-oss")
+    profile = release_profile(parse_engine(VLLM)).target("sm100-trtllm", "gpt-oss")
     assert (engine_record["name"], engine_record["version"], engine_record["exact"], engine_record["runner_backend"]) == (
         "vllm", vllm_oracle.VLLM_VERSION, True, "flashinfer_trtllm")
     assert (engine_record["hidden_multiple"], engine_record["intermediate_multiple"], engine_record["hidden_scale_fill"],
@@ -159,7 +159,7 @@ def test_deepseek_v4_sm100_trtllm_equals_vllm(tmp_path, hidden, intermediate, en
     The bake's gemm1_clamp_limit is not a vLLM parameter (vLLM's trtllm-gen kernel takes config.json's swiglu_limit)."""
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate,
                                mtp_layers=0)
-    profile = get_profile(VLLM).target("sm100-trtllm", "deepseek-v4")
+    profile = release_profile(parse_engine(VLLM)).target("sm100-trtllm", "deepseek-v4")
     if intermediate % profile.intermediate_multiple:  # vLLM before 0.27.0 pads I to 256: the release refuses the model
         _assert_vllm_pads_deepseek_v4_sm100(tmp_path, source, hidden, intermediate, profile)
         return
@@ -204,7 +204,7 @@ def test_deepseek_v4_sm100_trtllm_with_a_hidden_size_vllm_pads(tmp_path):
     from moebake.errors import UnsupportedError
 
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=384, intermediate=128, mtp_layers=0)
-    profile = get_profile(VLLM).target("sm100-trtllm", "deepseek-v4")
+    profile = release_profile(parse_engine(VLLM)).target("sm100-trtllm", "deepseek-v4")
     _assert_vllm_pads_deepseek_v4_sm100(tmp_path, source, 384, 128, profile)
     with pytest.raises(UnsupportedError) as excinfo:
         convert(source, tmp_path / "vllm-again", ConvertOptions("sm100-trtllm", engine=VLLM), progress=False)
@@ -229,7 +229,7 @@ def test_modelopt_nvfp4_cutedsl_equals_vllm(tmp_path, hidden, intermediate, mism
     options = ConvertOptions("cutedsl", engine=VLLM, gate_up_globals="keep" if mismatches else "share")
     manifest = convert(source, tmp_path / "out", options, progress=False).to_json()
     engine_record, record = manifest["engine"], manifest["layers"][0]
-    multiple = get_profile(VLLM).target("cutedsl", "modelopt-nvfp4").hidden_multiple  # 256 from 0.32.0, 128 before
+    multiple = release_profile(parse_engine(VLLM)).target("cutedsl", "modelopt-nvfp4").hidden_multiple  # 256 from 0.32.0, 128 before
     assert (engine_record["name"], engine_record["exact"], engine_record["hidden_multiple"]) == ("vllm", True, multiple)
     assert [(e["name"], e["version"]) for e in manifest["serves"]] == ([("sglang", "0.5.23")] if hidden % multiple == 0 else [])
     engine = vllm_oracle.modelopt_nvfp4_cutedsl(source, record["prefix"], 4, hidden, intermediate)
@@ -348,7 +348,7 @@ def test_deepseek_v4_marlin_bake_that_vllm_would_pad_serves_sglang_only(tmp_path
 
     source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=2, hidden=256, intermediate=192, mtp_layers=0)
     assert convert(source, tmp_path / "out", ConvertOptions("sm90-marlin"), progress=False).to_json()["serves"] == []
-    profile = get_profile(VLLM).target("sm90-marlin", "deepseek-v4")
+    profile = release_profile(parse_engine(VLLM)).target("sm90-marlin", "deepseek-v4")
     with pytest.raises(UnsupportedError, match=f"must be multiples of {profile.hidden_multiple} and {profile.intermediate_multiple}"):
         convert(source, tmp_path / "out-vllm", ConvertOptions("sm90-marlin", engine=VLLM), progress=False)
 

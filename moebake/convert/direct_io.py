@@ -29,6 +29,7 @@ import errno
 import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from types import TracebackType
 
 import numpy as np
 
@@ -190,7 +191,7 @@ class OutputFile:
     def __enter__(self) -> "OutputFile":
         return self
 
-    def __exit__(self, kind, value, traceback) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None) -> None:
         if kind is None:
             self.close()
         else:
@@ -201,7 +202,7 @@ class OutputFile:
         """Whether the bytes go to the disk with ``O_DIRECT``."""
         return self._buffer is not None
 
-    def write(self, data) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         data = memoryview(data).cast("B")
         self.size += len(data)
         while len(data) and self._buffer is not None:

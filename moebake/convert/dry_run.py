@@ -1,10 +1,12 @@
 """``convert --dry-run``: what a conversion would write, from its plan alone (headers read, no weights, nothing written)."""
 
+import os
+
 from moebake.convert.conversion import Conversion
 from moebake.progress_bars import size_text
 
 
-def plan_lines(conversion: Conversion, out) -> list[str]:
+def plan_lines(conversion: Conversion, out: str | os.PathLike) -> list[str]:
     """The plan: source format, target, MoE layers with their padding, then each output shard with its
     tensors (baked ones marked ``*``: dtype, shape, bytes) and the totals."""
     model, shards, layers = conversion.model, conversion.shards, conversion.layers

@@ -60,7 +60,7 @@ class StreamHash:
         self._thread = threading.Thread(target=self._hash_pieces, name="moebake-source-hash", daemon=True)
         self._thread.start()
 
-    def feed(self, offset: int, data) -> None:
+    def feed(self, offset: int, data: bytes | memoryview) -> None:
         """Bytes ``data`` (a uint8 array or tensor, not modified afterwards) were read at ``offset``."""
         end = offset + len(data)
         if offset <= self._position < end and not self._closed:

@@ -1,13 +1,22 @@
 """Options of a conversion (recorded verbatim in the manifest)."""
 
-from dataclasses import KW_ONLY, asdict, dataclass
-from enum import Enum
-from typing import NamedTuple
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any
 
-from moebake.errors import OptionError
-from moebake.layouts.flashinfer_versions import LAYOUTS
+from moebake.errors import OptionError, UnsupportedError
+from moebake.schema.engine_release import EngineRelease
 from moebake.schema.enums import FlashInferLayout, GateUpGlobals
-from moebake.schema.profiles import DEFAULT_ENGINE, default_flashinfer_layout, get_profile, release_for_layout
+from moebake.schema.flashinfer_versions import LAYOUTS
+from moebake.schema.profiles import (
+    DEFAULT_ENGINE,
+    Padding,
+    ReleaseProfile,
+    parse_engine,
+    pinned_layout,
+    release_for_layout,
+    release_profile,
+)
+from moebake.schema.targets import target_spec
 
 DEFAULT_CHUNK_BYTES = 64 << 20
 MIN_CHUNK_BYTES = 1 << 16
@@ -18,10 +27,13 @@ GATE_UP_GLOBALS = tuple(mode.value for mode in GateUpGlobals)
 
 @dataclass(frozen=True)
 class ConvertOptions:
-    """``engine``: the engine release (``sglang``: its newest proven; ``sglang==0.5.20``) whose load-time bytes the bake
-    equals (:mod:`moebake.schema.profiles`). ``flashinfer_layout`` None: the SM90 fp4 layout its pinned FlashInfer reads.
+    """``engine``: the engine release whose load-time bytes the bake equals (:mod:`moebake.schema.profiles`): an engine
+    name (``sglang``: its newest proven release) or an :class:`EngineRelease` (``sglang==0.5.20`` as text is parsed
+    here, the library's entry point); :attr:`release` is the release it names and :attr:`profile` that release's
+    profile, resolved once here. ``flashinfer_layout`` None: the SM90 fp4 layout the release's pinned FlashInfer reads;
+    for a target without that layout it is None whatever was given (it changes no byte there).
     ``hidden_multiple`` / ``intermediate_multiple``: None = the profile's; a value overrides it
-    (multiples of 128), and the manifest then says the bake is not engine-exact.
+    (multiples of 128), and the manifest then says the bake is not engine-exact where it pads to other sizes.
     ``chunk_bytes``: source bytes read per step; bounds peak memory.
     ``gate_up_globals``: NVFP4 experts whose gate and up global scales differ: ``share`` one global,
     rescaling the smaller half's block scales (accurate for kernels taking one W13 alpha; not the
@@ -35,18 +47,29 @@ class ConvertOptions:
     hidden_multiple: int | None = None
     intermediate_multiple: int | None = None
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
-    engine: str = DEFAULT_ENGINE
+    engine: str | EngineRelease = DEFAULT_ENGINE
     gate_up_globals: GateUpGlobals = GateUpGlobals.SHARE
+    release: EngineRelease = field(init=False, repr=False)
+    profile: ReleaseProfile = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self):
-        if self.flashinfer_layout is None:  # the layout the engine release's pinned FlashInfer reads
-            object.__setattr__(self, "flashinfer_layout", default_flashinfer_layout(self.engine))
-        elif self.flashinfer_layout in LAYOUTS:  # a layout asked for: the engine release whose FlashInfer reads it
-            object.__setattr__(self, "engine", release_for_layout(self.engine, self.target, str(FlashInferLayout(
-                self.flashinfer_layout).value)))
-        if self.flashinfer_layout not in LAYOUTS:
+    def __post_init__(self) -> None:
+        engine: str | EngineRelease = self.engine
+        if isinstance(engine, str) and "==" in engine:
+            engine = parse_engine(engine)
+        release = engine if isinstance(engine, EngineRelease) else parse_engine(engine)
+        if self.flashinfer_layout is not None and self.flashinfer_layout not in LAYOUTS:
             raise OptionError(f"--flashinfer-layout {self.flashinfer_layout!r}: expected one of {', '.join(LAYOUTS)}")
-        object.__setattr__(self, "flashinfer_layout", FlashInferLayout(self.flashinfer_layout))
+        layout: str | None = self.flashinfer_layout
+        if layout is None:  # the layout the engine release's pinned FlashInfer reads
+            layout = pinned_layout(release) or FlashInferLayout.V2.value
+        else:  # a layout asked for: the engine release whose FlashInfer reads it
+            layout = FlashInferLayout(layout).value
+            chosen = release_for_layout(release, isinstance(engine, EngineRelease), self.target, layout)
+            if chosen != release:
+                engine = release = chosen
+        object.__setattr__(self, "engine", engine)
+        object.__setattr__(self, "release", release)
+        object.__setattr__(self, "flashinfer_layout", FlashInferLayout(layout) if self._uses_layout() else None)
         for name in ("hidden_multiple", "intermediate_multiple"):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or not 0 < value <= MAX_MULTIPLE or value % 128):
@@ -57,32 +80,38 @@ class ConvertOptions:
         if self.gate_up_globals not in GATE_UP_GLOBALS:
             raise OptionError(f"--gate-up-globals {self.gate_up_globals!r}: expected one of {', '.join(GATE_UP_GLOBALS)}")
         object.__setattr__(self, "gate_up_globals", GateUpGlobals(self.gate_up_globals))
-        get_profile(self.engine)
+        object.__setattr__(self, "profile", release_profile(release))
 
-    def as_dict(self) -> dict:
-        """Every option, enums as their values (as the manifest records them); ``gate_up_globals`` only where it
-        is not ``share`` (manifests written before it existed mean ``share``, and read back the same)."""
-        options = {key: value.value if isinstance(value, Enum) else value for key, value in asdict(self).items()}
-        if options["gate_up_globals"] == GateUpGlobals.SHARE:
-            del options["gate_up_globals"]
+    def _uses_layout(self) -> bool:
+        """Whether the target bakes FlashInfer's SM90 fp4 layout (an unknown target: as if it did, refused later)."""
+        try:
+            return target_spec(self.target).uses_flashinfer_layout
+        except UnsupportedError:
+            return True
+
+    @property
+    def engine_text(self) -> str:
+        """The ``engine`` option as recorded: the engine's name, or ``sglang==0.5.20`` for a named release."""
+        return self.engine.spec if isinstance(self.engine, EngineRelease) else self.engine
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every option, enums as their values (as the manifest records them); ``flashinfer_layout`` only for a target
+        that bakes that layout, ``gate_up_globals`` only where it is not ``share`` (manifests written before it
+        existed mean ``share``, and read back the same)."""
+        options: dict[str, Any] = {"target": self.target}
+        if self.flashinfer_layout is not None:
+            options["flashinfer_layout"] = self.flashinfer_layout.value
+        options |= {"hidden_multiple": self.hidden_multiple, "intermediate_multiple": self.intermediate_multiple,
+                    "chunk_bytes": self.chunk_bytes, "engine": self.engine_text}
+        if self.gate_up_globals != GateUpGlobals.SHARE:
+            options["gate_up_globals"] = self.gate_up_globals.value
         return options
 
-    def padding(self, source_format: str) -> "Padding":
-        """The padding of ``source_format``'s experts: the engine profile's, with this conversion's overridden multiples."""
-        profile = get_profile(self.engine).target(self.target, source_format)
-        return Padding(self.hidden_multiple or profile.hidden_multiple, self.intermediate_multiple or profile.intermediate_multiple,
-                       profile.hidden_scale_fill, profile.intermediate_scale_fill)
-
-
-class Padding(NamedTuple):
-    """How a bake pads H and I: to multiples of ``hidden_multiple`` / ``intermediate_multiple``; the byte
-    left in the block scales' hidden padding and in their intermediate padding (E8M0: 0, or 127 = 2^0
-    where the engine fills its scale buffers with it and its post-load step keeps it)."""
-
-    hidden_multiple: int
-    intermediate_multiple: int
-    hidden_scale_fill: int
-    intermediate_scale_fill: int
+    def padding(self, source_format: str) -> Padding:
+        """The padding of ``source_format``'s experts: the release profile's, with this conversion's overridden multiples."""
+        entry = self.profile.target(self.target, source_format)
+        return Padding(self.hidden_multiple or entry.hidden_multiple, self.intermediate_multiple or entry.intermediate_multiple,
+                       entry.hidden_scale_fill, entry.intermediate_scale_fill)
 
 
 MAX_WORKERS = 2

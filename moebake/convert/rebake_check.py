@@ -7,9 +7,13 @@ every byte of every tensor in the output's shards: baked expert tensors with
 all their padding, and the pass-through copies. Memory stays bounded by one chunk of each side.
 """
 
+from __future__ import annotations
+
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,6 +26,10 @@ from moebake.formats.safetensors_file import SafetensorsFile, read_header
 from moebake.progress_bars import byte_bar, shard_done
 from moebake.schema.manifest import MANIFEST_NAME, Manifest
 
+if TYPE_CHECKING:
+    from moebake.convert.targets.base import Target
+    from moebake.formats.source_model import SourceModel
+
 
 def recorded_options(out: Path, manifest: Manifest) -> ConvertOptions:
     """The ConvertOptions the manifest records; MoebakeError if this moebake cannot rebuild them."""
@@ -31,7 +39,7 @@ def recorded_options(out: Path, manifest: Manifest) -> ConvertOptions:
         raise ManifestError(f"{out / MANIFEST_NAME}: options {manifest.options!r} not understood ({err})") from None
 
 
-def replan(out: Path, manifest: Manifest, model) -> tuple[list[OutputShard], list[str]]:
+def replan(out: Path, manifest: Manifest, model: SourceModel) -> tuple[list[OutputShard], list[str]]:
     """The shards a fresh bake of ``model`` with the recorded target and options writes, and problems
     where the manifest's record of the bake differs from that plan (layout version, MoE layers and
     their dims and tensors). Plans only: reads no weights. Shards are empty when there are problems,
@@ -49,12 +57,12 @@ def replan(out: Path, manifest: Manifest, model) -> tuple[list[OutputShard], lis
     return ([] if problems else assign_shards(model.checkpoint, converted, options.chunk_bytes)), problems
 
 
-def _model_differences(out: Path, manifest: Manifest, model, target, options: ConvertOptions) -> list[str]:
+def _model_differences(out: Path, manifest: Manifest, model: SourceModel, target: Target, options: ConvertOptions) -> list[str]:
     """Top-level records the source re-derives: its format, the activation, the FlashInfer layout."""
     expected = {
         "source.format": model.format_name,
         "activation": model.activation().to_json(),
-        "flashinfer_layout.id": str(options.flashinfer_layout) if target.spec.uses_flashinfer_layout else None,
+        "flashinfer_layout.id": options.flashinfer_layout and str(options.flashinfer_layout),
     }
     recorded = {
         "source.format": manifest.source.format,
@@ -79,7 +87,7 @@ def _layer_differences(out: Path, recorded: list[dict], planned: list[dict]) -> 
     return lines
 
 
-def _first_difference_in(recorded, planned, path: tuple) -> tuple[tuple, object, object]:
+def _first_difference_in(recorded: object, planned: object, path: tuple) -> tuple[tuple, object, object]:
     """``(path, recorded value, planned value)`` at the first difference between two JSON values."""
     if isinstance(recorded, dict) and isinstance(planned, dict):
         for key in sorted(set(recorded) | set(planned)):
@@ -111,7 +119,7 @@ def rebake_problems(out: str | os.PathLike, shards: list[OutputShard], progress:
     return problems
 
 
-def _compare_tensor(stored: SafetensorsFile, tensor: OutputTensor, on_bytes) -> str | None:
+def _compare_tensor(stored: SafetensorsFile, tensor: OutputTensor, on_bytes: Callable[[int], None]) -> str | None:
     entry = stored.tensors.get(tensor.name)
     if entry is None:
         return f"{stored.path}: tensor {tensor.name} is missing (re-baking the source produces it)"

@@ -23,17 +23,23 @@ altered files: whoever can do that can equally alter OUT once it is published, a
 ``moebake verify --source`` (a full re-bake) is the check against that.
 """
 
+from __future__ import annotations
+
 import hashlib
 import json
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import moebake
 from moebake.convert.options import ConvertOptions
 from moebake.errors import MoebakeError, OutputError
 from moebake.schema.checksums import CHECKSUM, file_digest
 from moebake.schema.files import child, open_regular, plain_name_problem
+
+if TYPE_CHECKING:
+    from moebake.formats.checkpoint import SourceCheckpoint
 
 PROGRESS_NAME = ".moebake-progress.json"
 RECORD = "moebake.progress/1"
@@ -43,7 +49,7 @@ _OPTION_FLAGS = {"target": "--target", "flashinfer_layout": "--flashinfer-layout
                  "hidden_multiple": "--hidden-multiple", "intermediate_multiple": "--intermediate-multiple"}
 
 
-def run_identity(checkpoint, options: ConvertOptions, location: str, revision: str | None) -> dict:
+def run_identity(checkpoint: SourceCheckpoint, options: ConvertOptions, location: str, revision: str | None) -> dict:
     """What a resumed run must share with the run that made the partial conversion."""
     names = [*checkpoint.shards, *checkpoint.side_files]
     if os.path.lexists(checkpoint.root / "model.safetensors.index.json"):
@@ -165,7 +171,7 @@ def _seal(record: dict) -> str:
     return hashlib.sha256(f"{RECORD}\0{json.dumps(body, sort_keys=True, separators=(',', ':'))}".encode()).hexdigest()
 
 
-def _shape_problem(record) -> str | None:
+def _shape_problem(record: dict) -> str | None:
     if not isinstance(record, dict) or record.get("record") != RECORD:
         return f"it is not a {RECORD} record"
     if not isinstance(record.get("seal"), str) or not isinstance(record.get("identity"), dict):

@@ -18,12 +18,15 @@ byte, so it is neither in the manifest nor in the progress record's identity; no
 (it only lets a bake the engine cannot serve exactly be written, recorded as not engine-exact).
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from huggingface_hub.constants import SAFETENSORS_INDEX_FILE
 
@@ -49,15 +52,21 @@ from moebake.convert.workers import bake_in_workers, usable_workers
 from moebake.convert.writer import shard_file_bytes, write_shard
 from moebake.errors import OutputError
 from moebake.formats.checkpoint import CONFIG_NAME
-from moebake.layouts.flashinfer_versions import DESCRIPTIONS
 from moebake.progress_bars import byte_bar, shard_done
 from moebake.schema.checksums import CHECKSUM, file_digest, file_record, tagged
 from moebake.schema.config_json import write_baked_config
+from moebake.schema.enums import FlashInferLayout
 from moebake.schema.files import child, open_regular
+from moebake.schema.flashinfer_versions import DESCRIPTIONS
 from moebake.schema.index import write_index
 from moebake.schema.manifest import MANIFEST_NAME, EngineRecord, FileRecord, LayerRecord, Manifest, SourceRecord, created, write_manifest
-from moebake.schema.profiles import check_servable, engines_with_same_bytes, manifest_engine
+from moebake.schema.profiles import Padding, ReleaseProfile, check_servable, engines_with_same_bytes, manifest_engine
 from moebake.schema.source_location import public_location
+
+if TYPE_CHECKING:
+    from moebake.convert.conversion import Conversion
+    from moebake.convert.plan import OutputShard
+    from moebake.formats.checkpoint import SourceCheckpoint
 
 _HF_SNAPSHOT_RE = re.compile(r"/snapshots/([0-9a-f]{40})(/|$)")
 OWN_FILES = {MANIFEST_NAME, SAFETENSORS_INDEX_FILE}
@@ -83,7 +92,7 @@ def convert(
 
     ``workers`` > 1 bakes shards in that many processes in parallel, at most ``writers_per_device`` (the
     output is on one storage device) and :func:`moebake.convert.workers.usable_workers`'s other limits. A
-    (target, source format) that ``options.engine`` cannot serve exactly (no verified profile) is refused
+    (target, source format) that ``options.release`` cannot serve exactly (no verified profile) is refused
     (UnsupportedError, nothing written) unless ``allow_inexact``: the bake is then recorded as not engine-exact.
     What may be replaced, re-used or deleted: :mod:`moebake.convert.output_dir`, :mod:`moebake.convert.staging`,
     :mod:`moebake.convert.resume_record`.
@@ -94,7 +103,7 @@ def convert(
     reuse_freed_buffers()  # this process bakes: keep freed chunk buffers for the next chunk (process-wide, glibc)
     conversion = open_conversion(source, options)
     if not allow_inexact:
-        check_servable(options.engine, options.target, conversion.model.format_name)
+        check_servable(options.profile, options.target, conversion.model.format_name, options.engine_text)
     location = source_location or public_location(Path(source).resolve())  # never a local path: it is published with OUT
     revision = source_revision or _revision_from_path(Path(source).resolve())
     identity = run_identity(conversion.checkpoint, options, source_location or str(Path(source).resolve()), revision)
@@ -114,7 +123,7 @@ def convert(
     return manifest
 
 
-def _bytes_to_write(conversion, done: ResumeRecord) -> int:
+def _bytes_to_write(conversion: Conversion, done: ResumeRecord) -> int:
     """The bytes this run will write into the staging directory: the shards not ``done`` (headers included)
     and the side files copied from the source (the index and manifest, a few kB, aside)."""
     shards = sum(shard_file_bytes(s) for s in conversion.shards if s.file_name not in done.shards)
@@ -122,7 +131,7 @@ def _bytes_to_write(conversion, done: ResumeRecord) -> int:
     return shards + side_files
 
 
-def _resumed(staging: Staging, identity: dict, shards, resume: bool) -> ResumeRecord:
+def _resumed(staging: Staging, identity: dict, shards: list[OutputShard], resume: bool) -> ResumeRecord:
     """The resume record of this run: empty in a fresh staging directory, else the recorded one's
     re-usable shards (MoebakeError if it was made by another run identity)."""
     record = None if staging.fresh else load_resume_record(staging.path)
@@ -142,7 +151,7 @@ def _resumed(staging: Staging, identity: dict, shards, resume: bool) -> ResumeRe
     return resumed
 
 
-def _bake(conversion, source, options: ConvertOptions, staging: Path, done: ResumeRecord, progress: bool,
+def _bake(conversion: Conversion, source: str | os.PathLike, options: ConvertOptions, staging: Path, done: ResumeRecord, progress: bool,
           workers: int, writers_per_device: int, location: str, revision: str | None) -> Manifest:
     """Bake every shard not ``done`` into ``staging``, then the index, side files and manifest."""
     model, target, checkpoint, shards = conversion.model, conversion.target, conversion.checkpoint, conversion.shards
@@ -176,15 +185,17 @@ def _bake(conversion, source, options: ConvertOptions, staging: Path, done: Resu
             shutil.copyfileobj(f, copy)
     for name in (SAFETENSORS_INDEX_FILE, *side_files):
         files[name] = file_record(staging / name)
-    layout = options.flashinfer_layout if target.spec.uses_flashinfer_layout else None
-    engine = manifest_engine(options, model.format_name, conversion.layers)
+    layout = options.flashinfer_layout
+    padding = options.padding(model.format_name)
+    engine = manifest_engine(options.profile, options.target, model.format_name, padding, layout, conversion.layers)
     manifest = Manifest(
         moebake_version=moebake.__version__, created=created(), target=options.target, target_layout_version=target.spec.layout_version,
         flashinfer_layout=layout, flashinfer_layout_description=DESCRIPTIONS[layout] if layout else None,
         source=SourceRecord(format=model.format_name, location=location, revision=revision,
                             files=_source_files(checkpoint, done.sources)),
         options=options.as_dict(), activation=model.activation(), layers=conversion.layers, files=_file_records(staging, files),
-        engine=engine, serves=tuple(_engines_with_same_bytes(options, model.format_name, conversion.layers) if engine.exact else ()),
+        engine=engine, serves=tuple(_engines_with_same_bytes(options.profile, options.target, model.format_name, padding, layout,
+                                                             conversion.layers) if engine.exact else ()),
     )
     write_baked_config(checkpoint.root, staging, manifest.to_json())  # names quant_method moebake and this manifest's hash
     files[CONFIG_NAME] = file_record(staging / CONFIG_NAME)
@@ -199,7 +210,7 @@ def _file_records(staging: Path, files: dict[str, dict]) -> dict[str, FileRecord
     return {name: FileRecord.from_json(record, staging, name) for name, record in sorted(files.items())}
 
 
-def copied_side_files(checkpoint) -> list[str]:
+def copied_side_files(checkpoint: SourceCheckpoint) -> list[str]:
     """The source's side files that go into OUT: all but those named like a file moebake writes there
     (a source's ``moebake.json`` describes some other bake; it is skipped with a warning, not copied)."""
     skipped = [name for name in checkpoint.side_files if name in OWN_FILES]
@@ -208,14 +219,15 @@ def copied_side_files(checkpoint) -> list[str]:
     return [name for name in checkpoint.side_files if name not in OWN_FILES]
 
 
-def _engines_with_same_bytes(options: ConvertOptions, source_format: str, layers: list[LayerRecord]) -> list[EngineRecord]:
+def _engines_with_same_bytes(profile: ReleaseProfile, target: str, source_format: str, padding: Padding,
+                             layout: FlashInferLayout | None, layers: list[LayerRecord]) -> list[EngineRecord]:
     """Other engines this bake's bytes also equal (see :func:`engines_with_same_bytes`); none without MoE layers."""
     if not layers:
         return []
-    return engines_with_same_bytes(options, source_format, layers[0].hidden, layers[0].intermediate)
+    return engines_with_same_bytes(profile, target, source_format, padding, layout, layers[0].hidden, layers[0].intermediate)
 
 
-def _source_files(checkpoint, hashed: dict[str, str]) -> dict[str, str]:
+def _source_files(checkpoint: SourceCheckpoint, hashed: dict[str, str]) -> dict[str, str]:
     """``{file name: "ALGORITHM:hex"}`` of the source's shards, side files and index; shards not
     hashed while converting (none, unless resumed or not mirrored by an output shard) are read here,
     unless they are Hub-cache blobs named by their SHA-256."""

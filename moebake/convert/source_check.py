@@ -24,9 +24,12 @@ Each problem is one line naming the file, the tensor and the first differing ele
 that tensor's own index space.
 """
 
+from __future__ import annotations
+
 import functools
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -39,6 +42,10 @@ from moebake.formats.safetensors_file import read_header, tensor_nbytes
 from moebake.progress_bars import byte_bar, shard_done
 from moebake.schema.index import read_index
 from moebake.schema.manifest import MANIFEST_NAME, Manifest, read_manifest_record, rescaled_gate_up
+
+if TYPE_CHECKING:
+    from moebake.formats.source_model import SourceModel
+    from moebake.schema.manifest import LayerRecord
 
 
 def compare_with_source(out: str | os.PathLike, source: str | os.PathLike, progress: bool = False) -> list[str]:
@@ -75,7 +82,7 @@ def proof_summary(out: str | os.PathLike, source: str) -> str:
             f"bit-exact to the source (--gate-up-globals keep bakes its bytes)")
 
 
-def inverse_problems(out: Path, manifest: Manifest, model, progress: bool = False) -> list[str]:
+def inverse_problems(out: Path, manifest: Manifest, model: SourceModel, progress: bool = False) -> list[str]:
     """Problems where a baked expert tensor, inverted by the target, differs from the source tensor."""
     target = get_target(manifest.target)
     layout = manifest.flashinfer_layout
@@ -108,7 +115,8 @@ def inverse_problems(out: Path, manifest: Manifest, model, progress: bool = Fals
     return problems
 
 
-def _compare_restored(out, weight_map, record, model, name, restored, start, stop) -> str | None:
+def _compare_restored(out: Path, weight_map: dict[str, str], record: LayerRecord, model: SourceModel, name: str, restored: torch.Tensor,
+                      start: int, stop: int) -> str | None:
     """One line if ``restored`` (source tensor or per-expert pattern ``name``, experts ``[start, stop)``)
     differs from the source. A pattern's experts are compared as one ``[E, ...]`` stacked tensor.
     A model whose targets bake other bytes than the file's (ModelOpt NVFP4's shared gate/up global

@@ -36,6 +36,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -120,7 +121,7 @@ def worker_chunk_bytes(chunk_bytes: int, workers: int) -> int:
     return max(MIN_CHUNK_BYTES, chunk_bytes // (2 * workers))
 
 
-def _start_fork_server(context) -> None:
+def _start_fork_server(context: Any) -> None:
     """Start the fork server, with SIGINT and SIGTERM ignored (as every process it forks then starts), and wait
     until it has loaded :mod:`moebake.convert.fork_server` (a second or two: it forks a process that
     does nothing, joined here) with Ctrl-C still working here.
@@ -175,7 +176,7 @@ STATUS_SETTLE_SECONDS = 1.0
 """How long :func:`_how_it_died` leaves a dead worker's exit status to the pool's own thread before reading it."""
 
 
-def _status_read(process) -> bool:
+def _status_read(process: Any) -> bool:
     """Whether multiprocessing has read ``process``'s exit status already (its ``Popen.returncode`` is set; False
     where this Python keeps it elsewhere), without reading it."""
     return getattr(getattr(process, "_popen", None), "returncode", None) is not None
@@ -210,7 +211,7 @@ def _kill_workers(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _drain(progress, on_bytes: Callable[[int], None]) -> None:
+def _drain(progress: Any, on_bytes: Callable[[int], None]) -> None:
     while True:
         try:
             on_bytes(progress.get_nowait())
@@ -218,7 +219,7 @@ def _drain(progress, on_bytes: Callable[[int], None]) -> None:
             return
 
 
-def _start_worker(source: str, options: ConvertOptions, progress, threads: int, environment: dict[str, str]) -> None:
+def _start_worker(source: str, options: ConvertOptions, progress: Any, threads: int, environment: dict[str, str]) -> None:
     for number in _STOP_SIGNALS:
         signal.signal(number, signal.SIG_IGN)
     _exit_with_parent()

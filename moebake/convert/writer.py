@@ -14,6 +14,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -96,7 +97,7 @@ def _timed_chunks(chunks: Iterator[torch.Tensor]) -> Iterator[memoryview]:
 class _WriterThread:
     """Hashes and writes byte chunks to :class:`OutputFile` ``f``, in order, in a thread of its own."""
 
-    def __init__(self, f: OutputFile, digest, on_bytes: Callable[[int], None]):
+    def __init__(self, f: OutputFile, digest: Any, on_bytes: Callable[[int], None]):
         self._f, self._digest, self._on_bytes = f, digest, on_bytes
         self._queue: queue.Queue = queue.Queue(maxsize=QUEUE_DEPTH)
         self._error: BaseException | None = None

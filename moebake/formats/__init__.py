@@ -9,6 +9,9 @@ whose MTP layers are BF16 is ``modelopt-nvfp4`` unless the caller asks for ``bf1
 ``deepep-bf16`` does, through ``formats``).
 """
 
+import os
+from pathlib import Path
+
 from moebake.errors import MoebakeError, UnsupportedError
 from moebake.formats import bf16_moe, deepseek_v4, gpt_oss, modelopt_nvfp4
 from moebake.formats.checkpoint import SourceCheckpoint, open_checkpoint
@@ -50,7 +53,7 @@ def detect_format(checkpoint: SourceCheckpoint, formats: tuple[str, ...] | None 
                               if len(candidates) < len(SOURCE_FORMATS) else f"supported: {supported}"))
 
 
-def _already_baked(root) -> str:
+def _already_baked(root: Path) -> str:
     """The refusal of a moebake bake given as a source: what it is, and what to convert instead."""
     try:
         manifest = read_manifest_record(root)
@@ -66,6 +69,6 @@ def open_model(checkpoint: SourceCheckpoint, formats: tuple[str, ...] | None = N
     return SOURCE_FORMATS[detect_format(checkpoint, formats)].open_model(checkpoint)
 
 
-def open_source(path, formats: tuple[str, ...] | None = None):
+def open_source(path: str | os.PathLike, formats: tuple[str, ...] | None = None):
     """Open, detect (among ``formats``, if given) and validate a source checkpoint directory."""
     return open_model(open_checkpoint(path), formats)

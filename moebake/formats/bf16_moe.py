@@ -144,7 +144,7 @@ def _check(checkpoint: SourceCheckpoint, name: str, shape: tuple[int, ...]) -> N
         )
 
 
-def _per_expert_pattern(checkpoint: SourceCheckpoint, prefix: str, role: str, projections: dict, E: int, shape,
+def _per_expert_pattern(checkpoint: SourceCheckpoint, prefix: str, role: str, projections: dict, E: int, shape: tuple[int, ...],
                         naming: int) -> str:
     """Validate one role's per-expert tensors (all of ``[0, E)``, one naming) and return its name pattern."""
     if not projections:

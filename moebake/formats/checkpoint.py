@@ -13,6 +13,7 @@ is refused: which copy an engine ends up with depends on its loading order.
 
 import logging
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def stored_names(names: tuple[str, ...], num_experts: int) -> tuple[str, ...]:
     return tuple(name for group in zip(*expanded) for name in group)
 
 
-def first_missing_expert(present, num_experts: int) -> int | None:
+def first_missing_expert(present: Collection[int], num_experts: int) -> int | None:
     """The smallest expert index in ``[0, num_experts)`` not in ``present`` (None if all are),
     without materialising the range (``num_experts`` comes from an untrusted config)."""
     within = sorted({e for e in present if 0 <= e < num_experts})

@@ -69,7 +69,7 @@ class DeepseekV4Model(StoredExperts):
         H, I = self.hidden_size, self.intermediate_size
         entry = self.checkpoint.entry
 
-        def source(projections, part, shape):
+        def source(projections: tuple[str, ...], part: str, shape: tuple[int, ...]):
             names = tuple(layer.pattern(p, part) for p in projections)
             dtype = entry(names[0].replace(EXPERT_INDEX, "0")).dtype
             return ExpertSource(names, "separate" if len(names) == 2 else None, shape, shape, dtype)

@@ -138,12 +138,12 @@ def read_header(path: str | os.PathLike, reader: SourceReader | None = None) -> 
     return SafetensorsFile(path, data_start, tensors, metadata, reader)
 
 
-def _header_int(value) -> int | None:
+def _header_int(value: object) -> int | None:
     """A header's shape dimension or offset: a JSON integer >= 0 (a u64 in safetensors), else None."""
     return as_count(value, maximum=(1 << 64) - 1, integral_floats=False)
 
 
-def _parse_entry(path: str, name: str, spec) -> TensorEntry:
+def _parse_entry(path: str, name: str, spec: object) -> TensorEntry:
     """One header entry, checked as safetensors checks it: ``dtype`` a known code, ``shape`` a list of
     non-negative integers, ``data_offsets`` two integers ``0 <= begin <= end`` spanning exactly the
     bytes the shape needs (JSON floats, strings and booleans are not integers here)."""
@@ -168,7 +168,7 @@ def _parse_entry(path: str, name: str, spec) -> TensorEntry:
     return TensorEntry(name, dtype, shape, begin, end)
 
 
-def _check_tiling(path: str, entries, buffer_len: int) -> None:
+def _check_tiling(path: str, entries: list[TensorEntry], buffer_len: int) -> None:
     position = 0
     for entry in sorted(entries, key=lambda e: (e.begin, e.end)):
         if entry.begin != position:

@@ -10,14 +10,20 @@ They land in the Hugging Face cache (``HF_HUB_CACHE``), so a second run download
 which the manifest records as the source revision.
 """
 
+from __future__ import annotations
+
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from moebake.errors import HubError, OptionError
 from moebake.hub.client import HUB_ERRORS, OFFLINE, UNREACHABLE, hub_error, hub_reason
 from moebake.schema.source_location import parse_repo_spec
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
 
 SOURCE_PATTERNS = ["*.safetensors", "*.json", "*.jinja", "*.txt", "*.model", "*.tiktoken", "LICENSE*", "USAGE_POLICY*"]
 """Root-level files a conversion needs (fnmatch patterns, as ``snapshot_download`` applies them)."""
@@ -36,7 +42,7 @@ class ResolvedSource:
     revision: str | None = None  # the resolved commit sha of a Hub source
 
 
-def resolve_source(text: str | os.PathLike, client, revision: str | None = None) -> ResolvedSource:
+def resolve_source(text: str | os.PathLike, client: HfApi, revision: str | None = None) -> ResolvedSource:
     """A local path as is; otherwise a Hub repo spec, downloaded with ``client`` (see :mod:`moebake.hub.client`).
 
     ``revision`` (``--revision``) is the same as ``@REVISION`` in the spec, for Hub sources only.
@@ -55,7 +61,7 @@ def resolve_source(text: str | os.PathLike, client, revision: str | None = None)
     return download_source(repo_id, revision or spec_revision, client)
 
 
-def download_source(repo_id: str, revision: str | None, client) -> ResolvedSource:
+def download_source(repo_id: str, revision: str | None, client: HfApi) -> ResolvedSource:
     """Download the files a conversion needs from ``repo_id`` at ``revision`` (default branch if None)."""
     spec = repo_id + (f"@{revision}" if revision else "")
     try:

@@ -13,10 +13,13 @@ resume one, re-run with ``revision="refs/pr/N"``. :func:`preview` makes the same
 be sent, without the Hub (``upload --dry-run``).
 """
 
+from __future__ import annotations
+
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from moebake.convert.source_check import compare_with_source
 from moebake.convert.verify import verify_output
@@ -27,10 +30,13 @@ from moebake.hub.model_card import CARD_NAME, card_files, source_label, write_mo
 from moebake.kernels.pack import link_upload_files, upload_paths
 from moebake.schema.manifest import read_manifest, read_manifest_record
 
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
+
 PR_REF_PREFIX = "refs/pr/"
 
 
-def publish(out: str | os.PathLike, repo_id: str, client, *, private: bool = False, revision: str | None = None,
+def publish(out: str | os.PathLike, repo_id: str, client: HfApi, *, private: bool = False, revision: str | None = None,
             create_pr: bool = False, source: str | None = None, progress: bool = False):
     """Upload verified output ``out`` to model repo ``repo_id`` with ``client``; returns its ``CommitInfo``.
 

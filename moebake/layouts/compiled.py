@@ -29,6 +29,8 @@ per run), which :data:`IN_MEMORY` records and one ``-v`` line reports.
 import logging
 import os
 import types
+from collections.abc import Callable
+from typing import Any
 
 DISABLE_ENV = "MOEBAKE_NO_COMPILED"
 """Set to ``1`` to run the numpy implementations instead of the compiled kernels."""
@@ -52,7 +54,7 @@ IN_MEMORY: str | None = None
 
 
 if numba is not None:
-    def _jit(function):
+    def _jit(function: Callable[..., Any]):
         """``numba.njit`` (GIL-free, no bounds checks) with its on-disk cache, or without it where numba has no
         writable cache location (it raises ``RuntimeError: cannot cache function ...: no locator available``
         when the function is decorated): then this and every later kernel here compiles in memory."""
@@ -68,14 +70,15 @@ if numba is not None:
         return numba.njit(nogil=True, cache=False, boundscheck=False)(function)
 
     @_jit
-    def _byte(source, row, col):
+    def _byte(source: np.ndarray, row: int, col: int):
         """``source[row, col]``, or 0 outside it (the padding)."""
         if row < source.shape[0] and col < source.shape[1]:
             return source[row, col]
         return np.uint8(0)
 
     @_jit
-    def _v2_row_pair(a, b, low, high, partitions, t0, t1, t2, t3):
+    def _v2_row_pair(a: np.ndarray, b: np.ndarray, low: np.ndarray, high: np.ndarray, partitions: tuple[int, int], t0: np.ndarray,
+                     t1: np.ndarray, t2: np.ndarray, t3: np.ndarray):
         """v2 of source rows ``a = W[r]``, ``b = W[r + 8]`` (``r % 16 < 8``) into uint32 output rows
         ``low = D[r]``, ``high = D[r + 8]``: the permuted word of ``W[r][c], W[r+8][c], W[r][c+4],
         W[r+8][c+4]`` is ``t0[W[r][c]] | t1[W[r+8][c]] | t2[W[r][c+4]] | t3[W[r+8][c+4]]``. Partitions
@@ -88,7 +91,7 @@ if numba is not None:
                     high[w] = t0[a[c + 8]] | t1[b[c + 8]] | t2[a[c + 12]] | t3[b[c + 12]]
 
     @_jit
-    def _v1_row_pair(a, b, low, high, partitions):
+    def _v1_row_pair(a: np.ndarray, b: np.ndarray, low: np.ndarray, high: np.ndarray, partitions: tuple[int, int]):
         """v1 of source rows ``a = W[r]``, ``b = W[r + 8]`` (``r % 16 < 8``) into uint8 output rows
         ``low = D[r]``, ``high = D[r + 8]``: ``A = a[32p + 16s + 8h + 4c + j]`` and ``B`` (same column of
         ``b``) go to row ``h`` (low/high), columns ``32p + 16s + 4j + 2c`` (``lo(A) | lo(B) << 4``) and ``+ 1``
@@ -105,7 +108,7 @@ if numba is not None:
                             out[out_col + 1] = (x >> 4) | (y & 0xF0)
 
     @_jit
-    def interleave_fp4_part(source, target, byte_tables, v1):
+    def interleave_fp4_part(source: np.ndarray, target: np.ndarray, byte_tables: np.ndarray, v1: bool):
         """SM90 fp4 interleave of uint8 ``source [r, c]`` (unit column stride, any row stride),
         zero-padded to ``target``'s shape, into ``target``: the output bytes as C-contiguous uint32
         ``[rows, row_bytes / 4]`` (``rows % 16 == 0``, ``row_bytes % 32 == 0``).
@@ -137,14 +140,15 @@ if numba is not None:
                 high[8 * padding:] = 0
 
     @_jit
-    def _interleave_row_pair(a, b, low, high, partitions, v1, t0, t1, t2, t3):
+    def _interleave_row_pair(a: np.ndarray, b: np.ndarray, low: np.ndarray, high: np.ndarray, partitions: tuple[int, int], v1: bool,
+                             t0: np.ndarray, t1: np.ndarray, t2: np.ndarray, t3: np.ndarray):
         if v1:
             _v1_row_pair(a, b, low.view(np.uint8), high.view(np.uint8), partitions)
         else:
             _v2_row_pair(a, b, low, high, partitions, t0, t1, t2, t3)
 
     @_jit
-    def fold_scales_part(source, target, first_row, rows):
+    def fold_scales_part(source: np.ndarray, target: np.ndarray, first_row: int, rows: int):
         """SM90 scale fold (uint8 E8M0, group 32) of rows ``[first_row, first_row + rows)`` of a stacked scale
         matrix whose rows ``first_row + r`` are ``source [r, :]`` zero-padded (``r`` past the source too).
 
@@ -159,7 +163,7 @@ if numba is not None:
                     target[big, kb, f, 4 * m + g] = _byte(source, r, 4 * kb + g)
 
     @_jit
-    def _marlin_nibbles(v):
+    def _marlin_nibbles(v: np.uint64):
         """8 source bytes as a little-endian word ``v`` (``X_d`` = byte ``d``, ``Y_d`` = byte ``4 + d``, ``d`` in
         ``[0, 4)``: the ``b0 = 0, 1`` halves of 16 ``k``) -> (lo, hi): byte ``d`` of lo is ``lo(X_d) | lo(Y_d) << 4``
         (``a = 0``), of hi ``hi(X_d) | hi(Y_d) << 4`` (``a = 1``)."""
@@ -168,7 +172,7 @@ if numba is not None:
         return np.uint32(lo), np.uint32(hi)
 
     @_jit
-    def marlin_repack_part(source, target):
+    def marlin_repack_part(source: np.ndarray, target: np.ndarray):
         """Marlin repack (``gptq_marlin_repack``, 4 bits) of ``source``, uint64 ``[r, c]`` (8 bytes of one row
         each, unit column stride, any row stride), zero-padded to ``[N, K/16]``, into uint32 ``target [K/16, 2N]``
         (unit column stride, any row stride: one part's column range of a stacked output). Element ``(n, k)``,
@@ -204,7 +208,7 @@ if numba is not None:
                             target[kt, o + 4 * d] = 0
 
     @_jit
-    def marlin_scales_part(source, target, row_fill, column_fill):
+    def marlin_scales_part(source: np.ndarray, target: np.ndarray, row_fill: int, column_fill: int):
         """Marlin scale order of uint8 ``source [r, c]`` (any strides) padded to ``[N, G]`` (columns past ``c`` of
         its rows with ``column_fill`` first, then rows past ``r`` with ``row_fill``), into uint8 ``target [G, N]``
         (unit column stride, any row stride): ``target[kg, m] = padded[n, kg]`` where, in each run of 64,
@@ -225,7 +229,7 @@ if numba is not None:
                     out[m] = source[n, kg]
 
     @_jit
-    def _humming_signs(x):
+    def _humming_signs(x: np.uint32):
         """Nibble ``i``'s sign bit of ``x`` to nibble ``2i + 1`` (``i < 4``) or ``2(i - 4)`` (``SIGN_DESTINATION``)."""
         m = np.uint32
         return ((x & m(0x77777777)) | ((x & m(0x8)) << m(4)) | ((x & m(0x80)) << m(8)) | ((x & m(0x800)) << m(12))
@@ -233,7 +237,7 @@ if numba is not None:
                 | ((x & m(0x8000000)) >> m(8)) | ((x & m(0x80000000)) >> m(4)))
 
     @_jit
-    def humming_weight_expert(source, delta, byte_lut, target):
+    def humming_weight_expert(source: np.ndarray, delta: np.ndarray, byte_lut: np.ndarray, target: np.ndarray):
         """Humming payload rewrite and ``fp4_fp8`` interleave of one expert (see :mod:`moebake.layouts.sm90_humming`):
         uint8 ``source [n, k/2]`` (unit column stride), its scale deltas uint8 ``[n, k/32]``, ``byte_lut`` uint8
         ``[65536]`` (``delta << 8 | byte`` -> the byte rewritten) into uint32 ``target [n, k/8]``. Uint16 column

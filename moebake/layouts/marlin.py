@@ -38,6 +38,7 @@ stack (compiled kernel when available, these torch steps otherwise).
 """
 
 import functools
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -65,7 +66,7 @@ def repack(w: torch.Tensor) -> torch.Tensor:
     return repack_padded((w,), tuple(w.shape[1:]))
 
 
-def repack_padded(parts, part_shape: tuple[int, int]) -> torch.Tensor:
+def repack_padded(parts: Sequence[torch.Tensor], part_shape: tuple[int, int]) -> torch.Tensor:
     """:func:`repack` of ``parts`` (``[e, r_i, c_i]``, any 1-byte dtype, any strides) stacked along rows,
     each zero-padded at its ends to ``part_shape = (rows, row_bytes)`` (``rows % 64 == 0``): equal to
     ``repack(torch.cat([pad_to(p, part_shape) for p in parts], 1))``, the padded stack never built
@@ -131,7 +132,7 @@ def permute_scales(s: torch.Tensor) -> torch.Tensor:
     return t.permute(0, 1, 2, 6, 3, 5, 4).reshape(e, groups, n).contiguous()
 
 
-def permute_scales_padded(parts, part_shape: tuple[int, int], row_fill: int, column_fill: int) -> torch.Tensor:
+def permute_scales_padded(parts: Sequence[torch.Tensor], part_shape: tuple[int, int], row_fill: int, column_fill: int) -> torch.Tensor:
     """:func:`permute_scales` of 1-byte ``parts`` (``[e, r_i, c_i]``, any strides) stacked along rows, each padded to
     ``part_shape = (rows, groups)`` (``rows % 64 == 0``): columns past ``c_i`` with ``column_fill`` first, then rows past
     ``r_i`` with ``row_fill`` (``pad_to`` twice, in that order; fills are bytes). Returns ``[e, groups, len(parts) * rows]``, ``parts``'

@@ -3,7 +3,7 @@
 Input and output are uint8 ``[E, n, k/2]``: ``n`` output rows of ``k`` packed E2M1 elements
 (low nibble = even element), with ``n % 16 == 0`` and ``k % 64 == 0``. The transform equals
 ``flashinfer.fused_moe.interleave_moe_weights_for_sm90_mixed_gemm(w, "fp4")`` bit for bit, for
-the FlashInfer release family named by the layout id (see :mod:`moebake.layouts.flashinfer_versions`).
+the FlashInfer release family named by the layout id (see :mod:`moebake.schema.flashinfer_versions`).
 
 Index names used below, for one expert (bytes ``W[row][col]``):
   ``row = 16*G + 8*half + r0`` with ``r0 in [0, 8)``;
@@ -42,14 +42,15 @@ are its oracle and the fallback.
 
 import functools
 import threading
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from moebake.errors import InternalError, InvalidArgumentError
 from moebake.layouts.compiled import kernels
-from moebake.layouts.flashinfer_versions import LAYOUTS
 from moebake.layouts.parallel import run_in_threads
+from moebake.schema.flashinfer_versions import LAYOUTS
 
 # (mask, shift) pairs of FlashInfer's interleave_fp4_weights_for_sm90_mixed_gemm_kernel (v2):
 # each masked group of source bits moves left by `shift` (right when negative).
@@ -61,7 +62,7 @@ _V2_MASK_SHIFTS = (
 )
 
 
-def _bit_destinations(mask_shifts) -> tuple[int, ...]:
+def _bit_destinations(mask_shifts: Sequence[tuple[int, int]]) -> tuple[int, ...]:
     """Destination bit of each of the 32 source bits; checks the result is a permutation."""
     destination = [-1] * 32
     for mask, shift in mask_shifts:
@@ -77,7 +78,7 @@ V2_BIT_PERMUTATION = _bit_destinations(_V2_MASK_SHIFTS)
 """``V2_BIT_PERMUTATION[i]`` is the destination bit of source bit ``i`` in each 32-bit word."""
 
 
-def _nibble_table(destination) -> np.ndarray:
+def _nibble_table(destination: Sequence[int]) -> np.ndarray:
     """uint16 ``[65536]``: index bits ``4t + s`` (bit ``s`` of byte ``t``'s low nibble) -> destination bits.
 
     Valid because the permutation sends low-nibble bits to bits 0-15 and each high-nibble bit
@@ -94,7 +95,7 @@ def _nibble_table(destination) -> np.ndarray:
     return table.astype(np.uint16)
 
 
-def _byte_tables(destination) -> np.ndarray:
+def _byte_tables(destination: Sequence[int]) -> np.ndarray:
     """uint32 ``[4, 256]``: ``[t][x]`` = the bits of byte value ``x`` at byte ``t`` of a word, permuted;
     a word's permutation is the OR of its four bytes' entries (the compiled kernel's form)."""
     values = np.arange(256, dtype=np.uint32)
@@ -238,7 +239,7 @@ def interleave_fp4(weight: torch.Tensor, layout: str = "v2") -> torch.Tensor:
     return interleave_fp4_padded((weight,), tuple(weight.shape[1:]), layout)
 
 
-def interleave_fp4_padded(parts, part_shape: tuple[int, int], layout: str = "v2") -> torch.Tensor:
+def interleave_fp4_padded(parts: Sequence[torch.Tensor], part_shape: tuple[int, int], layout: str = "v2") -> torch.Tensor:
     """SM90 interleave of ``parts`` stacked along rows, each zero-padded at its ends to ``part_shape``.
 
     ``parts``: uint8 ``[E, r_i, c_i]`` tensors (any strides, e.g. the up and gate rows of a GPT-OSS

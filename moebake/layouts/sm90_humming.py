@@ -33,6 +33,7 @@ of the forward weight run as one compiled kernel when available (:mod:`moebake.l
 """
 
 import functools
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -53,7 +54,7 @@ SIGN_DESTINATION = (1, 3, 5, 7, 0, 2, 4, 6)
 _EXPONENT_MANTISSA = np.uint32(0x77777777)
 
 
-def _sign_shifts(destination) -> tuple[tuple[np.uint32, int], ...]:
+def _sign_shifts(destination: Sequence[int]) -> tuple[tuple[np.uint32, int], ...]:
     return tuple((np.uint32(1 << (4 * i + 3)), 4 * (destination[i] - i)) for i in range(8))
 
 
@@ -61,7 +62,7 @@ _FORWARD_SIGNS = _sign_shifts(SIGN_DESTINATION)
 _INVERSE_SIGNS = _sign_shifts(tuple(int(i) for i in np.argsort(SIGN_DESTINATION)))
 
 
-def _move_signs(words: np.ndarray, shifts) -> np.ndarray:
+def _move_signs(words: np.ndarray, shifts: Sequence[tuple[np.uint32, int]]) -> np.ndarray:
     """uint32 words with their nibbles' sign bits moved as ``shifts`` say (a new array)."""
     out = words & _EXPONENT_MANTISSA
     for mask, shift in shifts:
@@ -99,7 +100,7 @@ def _deinterleave_expert(source: np.ndarray, target: np.ndarray) -> None:
     np.copyto(halves[:, 1], (words >> np.uint32(16)).astype(np.uint16))
 
 
-def _per_expert(function, weight: torch.Tensor) -> torch.Tensor:
+def _per_expert(function: Callable[[torch.Tensor], torch.Tensor], weight: torch.Tensor) -> torch.Tensor:
     experts, rows, row_bytes = _check_weight(weight)
     source = weight.contiguous()
     if source.data_ptr() % 4:

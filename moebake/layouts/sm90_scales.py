@@ -19,6 +19,7 @@ available (:func:`moebake.layouts.compiled.kernels`), with :func:`fold_scales` a
 """
 
 import functools
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -81,7 +82,7 @@ def unfold_scales_v1(folded: torch.Tensor, group_size: int = 32) -> torch.Tensor
         E, line // per_k128, k_blocks * per_k128)
 
 
-def fold_scales_padded(parts, part_shape: tuple[int, int], group_size: int = 32) -> torch.Tensor:
+def fold_scales_padded(parts: Sequence[torch.Tensor], part_shape: tuple[int, int], group_size: int = 32) -> torch.Tensor:
     """``fold_scales(torch.cat([pad_to(p, part_shape) for p in parts], 1), group_size)``.
 
     ``parts``: ``[E, r_i, g_i]`` scale tensors of one dtype (any strides), ``r_i <= rows`` and
@@ -114,7 +115,7 @@ FOLDS = {"v2": (fold_scales, unfold_scales), "v1": (fold_scales_v1, unfold_scale
 """FlashInfer SM90 layout id -> (fold, unfold) of its block scales."""
 
 
-def fold_scales_for(layout: str, parts, part_shape: tuple[int, int]) -> torch.Tensor:
+def fold_scales_for(layout: str, parts: Sequence[torch.Tensor], part_shape: tuple[int, int]) -> torch.Tensor:
     """The scales of ``parts`` (stacked along rows, each zero-padded to ``part_shape``) folded as FlashInfer layout
     ``layout`` reads them (uint8 E8M0, groups of 32)."""
     if layout == "v2":

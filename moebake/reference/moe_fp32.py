@@ -10,6 +10,7 @@ reproduce to BF16 accuracy. :func:`decode_inputs` makes one rank's hidden states
 including tokens that select fewer than ``top_k`` experts (``-1`` ids) and one that selects none.
 """
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -28,7 +29,7 @@ class SourceExperts:
     down: torch.Tensor
 
 
-def read_source_experts(source, prefix: str) -> SourceExperts:
+def read_source_experts(source: str | os.PathLike, prefix: str) -> SourceExperts:
     """All experts of the source layer whose tensors start with ``prefix`` (``...mlp.experts.``), on CPU."""
     model = open_model(open_checkpoint(source))
     layer = next((layer for layer in model.layers if layer.prefix == prefix), None)
@@ -57,7 +58,7 @@ def moe_fp32(experts: SourceExperts, hidden: torch.Tensor, topk_ids: torch.Tenso
     return out
 
 
-def source_moe_fp32(source, prefix: str, hidden: torch.Tensor, topk_ids: torch.Tensor,
+def source_moe_fp32(source: str | os.PathLike, prefix: str, hidden: torch.Tensor, topk_ids: torch.Tensor,
                     topk_weights: torch.Tensor) -> torch.Tensor:
     """:func:`moe_fp32` with the experts of layer ``prefix`` read from source checkpoint ``source``."""
     return moe_fp32(read_source_experts(source, prefix), hidden, topk_ids, topk_weights)

@@ -26,7 +26,7 @@ BF16_STYLES = {
 }
 
 
-def _bf16_experts(prefix: str, E: int, H: int, I: int, fused: bool, names: tuple[str, str, str], g) -> dict:
+def _bf16_experts(prefix: str, E: int, H: int, I: int, fused: bool, names: tuple[str, str, str], g: torch.Generator) -> dict:
     """BF16 expert weights ``[out, in]``: fused ``gate_up_proj`` ``[E, 2I, H]`` (gate half first) + ``down_proj``, or per expert."""
     gate, up, down = ((torch.randn(E, *shape, generator=g) * 0.05).to(torch.bfloat16) for shape in ((I, H), (I, H), (H, I)))
     if fused:
@@ -50,7 +50,7 @@ def write_bf16_moe(
     E, H, I = num_experts, hidden, intermediate
     g = torch.Generator().manual_seed(seed)
 
-    def rand(*shape):
+    def rand(*shape: int):
         return (torch.randn(*shape, generator=g) * 0.02).to(torch.bfloat16)
 
     def layer(base: str) -> dict:
@@ -87,7 +87,8 @@ MODELOPT_MISMATCHES = ((1, 0.3), (3, 4.0))
 """Default (expert, up/gate global ratio) pairs of :func:`write_modelopt_nvfp4`: up rescaled, then gate."""
 
 
-def _nvfp4_linear(prefix: str, N: int, K: int, weight_global: float, input_global: float | None, scalar_shape, g) -> dict:
+def _nvfp4_linear(prefix: str, N: int, K: int, weight_global: float, input_global: float | None, scalar_shape: tuple[int, ...],
+                  g: torch.Generator) -> dict:
     """One ModelOpt NVFP4 linear ``[N, K]``: packed E2M1 ``weight`` U8 ``[N, K/2]``, ``weight_scale`` F8_E4M3
     ``[N, K/16]`` (every positive finite code, subnormals included), F32 ``weight_scale_2``/``input_scale``
     (no ``input_scale`` for a weight-only W4A16_NVFP4 linear: ``input_global`` None)."""
@@ -101,7 +102,7 @@ def _nvfp4_linear(prefix: str, N: int, K: int, weight_global: float, input_globa
     return linear
 
 
-def _fp8_linear(prefix: str, N: int, K: int, g) -> dict:
+def _fp8_linear(prefix: str, N: int, K: int, g: torch.Generator) -> dict:
     """One ModelOpt FP8 linear (per-tensor): F8_E4M3 ``weight`` ``[N, K]``, F32 scalar ``weight_scale``/``input_scale``."""
     return {prefix + "weight": (torch.randn(N, K, generator=g) * 0.5).to(torch.float8_e4m3fn),
             prefix + "weight_scale": torch.tensor(0.01, dtype=torch.float32),
@@ -138,7 +139,7 @@ def write_modelopt_nvfp4(
     g = torch.Generator().manual_seed(seed)
     ratios = dict(mismatches)
 
-    def rand(*shape):
+    def rand(*shape: int):
         return (torch.randn(*shape, generator=g) * 0.02).to(torch.bfloat16)
 
     def globals_():
@@ -226,7 +227,7 @@ def _mixed_precision_groups(quantized_layers: dict[str, dict]) -> dict:
     return groups
 
 
-def _deepseek_v4_layer(base: str, E: int, H: int, I: int, vocab: int, top_k: int, hash_routed: bool, g,
+def _deepseek_v4_layer(base: str, E: int, H: int, I: int, vocab: int, top_k: int, hash_routed: bool, g: torch.Generator,
                        placeholder_attention: bool = True) -> dict:
     """One DeepSeek-V4 block under ``base`` (``layers.L.`` / ``mtp.J.``) with DeepSeek's on-disk dtypes.
 
@@ -235,10 +236,10 @@ def _deepseek_v4_layer(base: str, E: int, H: int, I: int, vocab: int, top_k: int
     ``placeholder_attention`` False leaves out the few small attention tensors that stand for the real ones
     (a servable checkpoint writes those with :func:`_deepseek_v4_attention` instead).
     """
-    def bf16(*shape):
+    def bf16(*shape: int):
         return (torch.randn(*shape, generator=g) * 0.02).to(torch.bfloat16)
 
-    def e8m0(*shape):
+    def e8m0(*shape: int):
         return torch.randint(118, 123, shape, dtype=torch.uint8, generator=g).view(torch.float8_e8m0fnu)
 
     def fp8_block(out: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -341,7 +342,7 @@ DEEPSEEK_V4_ROPE_SCALING = {"type": "yarn", "factor": 16, "original_max_position
 ``original_max_position_embeddings`` from it unconditionally)."""
 
 
-def _deepseek_v4_attention(base: str, H: int, geometry: dict, compress_ratio: int, g) -> dict:
+def _deepseek_v4_attention(base: str, H: int, geometry: dict, compress_ratio: int, g: torch.Generator) -> dict:
     """The attention of one servable DeepSeek-V4 block under ``base``: the names, dtypes and shapes SGLang 0.5.17's
     ``MQALayer`` loads, in DeepSeek's on-disk form (``attn.wq_a``/``wkv``/``wq_b``/``wo_a``/``wo_b`` F8_E4M3 with
     F8_E8M0 128x128 block scales; norms BF16; ``attn_sink`` F32), the compressor of a ``compress_ratio`` 4 or 128 layer
@@ -357,7 +358,7 @@ def _deepseek_v4_attention(base: str, H: int, geometry: dict, compress_ratio: in
         scale = torch.full((round_up(out, 128) // 128, round_up(k, 128) // 128), exponent, dtype=torch.uint8)
         return {f"{base}{name}.weight": weight, f"{base}{name}.scale": scale.view(torch.float8_e8m0fnu)}
 
-    def bf16(*shape, spread: float = 1.0):
+    def bf16(*shape: int, spread: float = 1.0):
         return (torch.randn(*shape, generator=g) * spread / math.sqrt(shape[-1])).to(torch.bfloat16)
 
     def compressor(name: str, dim: int) -> dict:

@@ -12,6 +12,9 @@ The converter, ``verify`` and the runtime all check files through :func:`checksu
 
 import hashlib
 import os
+from collections.abc import Callable
+from io import RawIOBase
+from typing import Any, BinaryIO, cast
 
 import xxhash
 
@@ -20,20 +23,21 @@ from moebake.schema.files import open_regular
 
 CHECKSUM = "xxh3-128"
 """The algorithm of the checksums a conversion writes into a new manifest."""
-ALGORITHMS = {"xxh3-128": xxhash.xxh3_128, "sha256": hashlib.sha256}
+ALGORITHMS: dict[str, Callable[[], Any]] = {"xxh3-128": xxhash.xxh3_128, "sha256": hashlib.sha256}
 """Checksum algorithms a manifest may name, by name: a constructor of hashlib-style objects."""
 
 READ_BLOCK = 8 << 20
 
 
-def hash_range(digest, f, start: int, stop: int | None = None) -> int:
+def hash_range(digest: Any, f: BinaryIO, start: int, stop: int | None = None) -> int:
     """Update ``digest`` with bytes ``[start, stop)`` of open file ``f`` (to its end if None); returns bytes hashed."""
     buffer = memoryview(bytearray(READ_BLOCK))
+    readinto = cast(RawIOBase, f).readinto  # the files opened here (open_regular) are binary file objects
     f.seek(start)
     total = 0
     while stop is None or start + total < stop:
         want = READ_BLOCK if stop is None else min(READ_BLOCK, stop - start - total)
-        if not (n := f.readinto(buffer[:want])):
+        if not (n := readinto(buffer[:want])):
             break
         digest.update(buffer[:n])
         total += n

@@ -20,6 +20,7 @@ import json
 import math
 import os
 from dataclasses import dataclass
+from typing import cast
 
 from moebake.errors import CheckpointError, MoebakeError
 from moebake.schema.files import open_regular
@@ -52,7 +53,7 @@ def read_json_object(path: str | os.PathLike) -> dict:
     return value
 
 
-def json_type(value) -> str:
+def json_type(value: object) -> str:
     """The JSON name of a parsed value's type, for error lines."""
     if isinstance(value, bool):
         return "a boolean"
@@ -62,7 +63,7 @@ def json_type(value) -> str:
     return kinds.get(type(value), type(value).__name__)
 
 
-def short_repr(value, limit: int = 60) -> str:
+def short_repr(value: object, limit: int = 60) -> str:
     """``value`` as JSON text (``true``, ``NaN``, ``"abc"``), cut to ``limit`` characters (it may be huge)."""
     try:
         text = json.dumps(value)
@@ -71,7 +72,7 @@ def short_repr(value, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def as_count(value, *, minimum: int = 0, maximum: int = MAX_COUNT, integral_floats: bool = True) -> int | None:
+def as_count(value: object, *, minimum: int = 0, maximum: float = MAX_COUNT, integral_floats: bool = True) -> int | None:
     """``value`` as an int in ``[minimum, maximum]`` (a JSON integer, or an integral float if
     ``integral_floats``), else None. ``true``/``false`` are never integers."""
     if isinstance(value, bool):
@@ -107,11 +108,11 @@ class ConfigValues:
     def __contains__(self, key: str) -> bool:
         return key in self.data
 
-    def raw(self, key: str, default=None):
+    def raw(self, key: str, default: object = None):
         """The untyped value (for echoing only; never compute with it)."""
         return self.data.get(key, default)
 
-    def _get(self, key: str, default):
+    def _get(self, key: str, default: object):
         if key not in self.data:
             if default is _REQUIRED:
                 raise self.fail(key, "is missing")
@@ -135,13 +136,13 @@ class ConfigValues:
         for name, value in outer.data.items():
             if not isinstance(value, dict):
                 raise outer.fail(name, f"is {json_type(value)}, expected a JSON object")
-        return {name: outer.section(name) for name in outer.data}
+        return {name: ConfigValues(value, outer.file, outer.name(name)) for name, value in outer.data.items()}
 
-    def integer(self, key: str, default=_REQUIRED, *, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
+    def integer(self, key: str, default: object = _REQUIRED, *, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
         """Integer ``key`` in ``[minimum, maximum]`` (``default`` when absent; required without one)."""
         value = self._get(key, default)
         if value is _REQUIRED:
-            return default
+            return cast(int, default)  # the caller's default, of its own choosing
         count = as_count(value, minimum=minimum, maximum=maximum)
         if count is None:
             if as_count(value, minimum=minimum, maximum=math.inf) is not None:  # an integer, too large
@@ -150,22 +151,22 @@ class ConfigValues:
             raise self.fail(key, f"is {short_repr(value)}, expected {bound}" + (f" (at most {maximum})" if maximum != MAX_COUNT else ""))
         return count
 
-    def number(self, key: str, default=_REQUIRED, *, positive: bool = False) -> float:
+    def number(self, key: str, default: object = _REQUIRED, *, positive: bool = False) -> float:
         """Finite number ``key`` (``default`` when absent), > 0 if ``positive``."""
         value = self._get(key, default)
         if value is _REQUIRED:
-            return default
+            return cast(float, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise self.fail(key, f"is {short_repr(value)}, expected a finite number")
         if positive and value <= 0:
             raise self.fail(key, f"is {short_repr(value)}, expected a number > 0")
         return float(value)
 
-    def string(self, key: str, default=_REQUIRED) -> str:
+    def string(self, key: str, default: object = _REQUIRED) -> str:
         """String ``key`` (``default`` when absent)."""
         value = self._get(key, default)
         if value is _REQUIRED:
-            return default
+            return cast(str, default)
         if not isinstance(value, str):
             raise self.fail(key, f"is {json_type(value)}, expected a string")
         return value

@@ -4,7 +4,7 @@ Two version vocabularies live here and must not be confused:
 
   * :class:`FlashInferLayout` -- the *era* of FlashInfer's SM90 W4A16 fp4 byte interleave
     (``v1``/``v2``, chosen with ``--flashinfer-layout``; FlashInfer releases alternate between them,
-    see :mod:`moebake.layouts.flashinfer_versions`). Recorded as ``flashinfer_layout.id``.
+    see :mod:`moebake.schema.flashinfer_versions`). Recorded as ``flashinfer_layout.id``.
   * the *target layout version* -- an integer each target bumps when the bytes it writes change for
     the same options (``target_layout_version`` in the manifest; a runtime reads exactly one).
 """

@@ -49,11 +49,15 @@ import json
 import logging
 import math
 import os
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
+from typing import Any, Literal, overload
 
 from moebake.errors import CheckpointError, ManifestError
 from moebake.schema.config_values import parse_json
+from moebake.schema.engine_release import EngineRelease
 from moebake.schema.enums import ActivationKind, DType, FlashInferLayout, GateUpOrder
 from moebake.schema.files import open_regular
 
@@ -168,7 +172,7 @@ def _written_before_checksums_were_named(manifest: dict) -> bool:
 class _Fields:
     """Typed access to one JSON object of the manifest; every failure names ``where`` and the field path."""
 
-    def __init__(self, data, where, path: str):
+    def __init__(self, data: object, where: object, path: str):
         if not isinstance(data, dict):
             raise ManifestError(f"{where}: {path or 'the manifest'} is {_kind(data)}, expected an object")
         self.data, self.where, self.path = data, where, path
@@ -176,7 +180,7 @@ class _Fields:
     def name(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
 
-    def get(self, key: str, check, expected: str, optional: bool = False):
+    def get(self, key: str, check: Callable[[Any], bool], expected: str, optional: bool = False) -> Any:
         if key not in self.data:
             if optional:
                 return None
@@ -186,11 +190,21 @@ class _Fields:
             return value
         raise ManifestError(f"{self.where}: field {self.name(key)} is {_kind(value)}, expected {expected}")
 
+    @overload
+    def integer(self, key: str, optional: Literal[False] = False) -> int: ...
+    @overload
+    def integer(self, key: str, optional: bool) -> int | None: ...
+
     def integer(self, key: str, optional: bool = False) -> int | None:
         return self.get(key, lambda v: type(v) is int and v >= 0, "a non-negative integer", optional)
 
     def boolean(self, key: str) -> bool:
         return self.get(key, lambda v: isinstance(v, bool), "true or false")
+
+    @overload
+    def string(self, key: str, optional: Literal[False] = False) -> str: ...
+    @overload
+    def string(self, key: str, optional: bool) -> str | None: ...
 
     def string(self, key: str, optional: bool = False) -> str | None:
         return self.get(key, lambda v: isinstance(v, str), "a string", optional)
@@ -198,25 +212,35 @@ class _Fields:
     def number(self, key: str, optional: bool = False) -> float | None:
         return self.get(key, lambda v: type(v) in (int, float) and math.isfinite(v), "a finite number", optional)
 
+    @overload
+    def shape(self, key: str, optional: Literal[False] = False) -> tuple[int, ...]: ...
+    @overload
+    def shape(self, key: str, optional: bool) -> tuple[int, ...] | None: ...
+
     def shape(self, key: str, optional: bool = False) -> tuple[int, ...] | None:
         value = self.get(key, lambda v: isinstance(v, list) and all(type(d) is int and d >= 0 for d in v),
                          "a list of non-negative integers", optional)
         return None if value is None else tuple(value)
 
-    def choice(self, key: str, enum, optional: bool = False):
+    def choice(self, key: str, enum: type[Enum], optional: bool = False) -> Any:
         value = self.get(key, lambda v: isinstance(v, str) and v in {m.value for m in enum},
                          f"one of {', '.join(m.value for m in enum)}", optional)
         return None if value is None else enum(value)
+
+    @overload
+    def obj(self, key: str, optional: Literal[False] = False) -> "_Fields": ...
+    @overload
+    def obj(self, key: str, optional: bool) -> "_Fields | None": ...
 
     def obj(self, key: str, optional: bool = False) -> "_Fields | None":
         value = self.get(key, lambda v: isinstance(v, dict), "an object", optional)
         return None if value is None else _Fields(value, self.where, self.name(key))
 
-    def extra(self, known) -> dict:
+    def extra(self, known: Collection[str]) -> dict:
         return {key: value for key, value in self.data.items() if key not in known}
 
 
-def _kind(value) -> str:
+def _kind(value: object) -> str:
     return "null" if value is None else f"{type(value).__name__} {json.dumps(value)[:60]}"
 
 
@@ -250,7 +274,7 @@ class TensorRecord:
         return out | self.extra
 
     @classmethod
-    def from_json(cls, data, where, path: str = "tensor") -> "TensorRecord":
+    def from_json(cls, data: Any, where: object, path: str = "tensor") -> "TensorRecord":
         f = _Fields(data, where, path)
         source = f.get("source", lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(s, str) for s in v)),
                        "a tensor name or a list of them", optional=True)
@@ -299,7 +323,7 @@ class LayerRecord:
         return out | self.extra | {"tensors": {short: spec.to_json() for short, spec in self.tensors.items()}}
 
     @classmethod
-    def from_json(cls, data, where, path: str = "layer") -> "LayerRecord":
+    def from_json(cls, data: Any, where: object, path: str = "layer") -> "LayerRecord":
         f = _Fields(data, where, path)
         tensors = f.obj("tensors")
         return cls(
@@ -328,7 +352,7 @@ class Activation:
         return {"kind": str(self.kind), "alpha": self.alpha, "beta": self.beta, "limit": self.limit}
 
     @classmethod
-    def from_json(cls, data, where, path: str = "activation") -> "Activation":
+    def from_json(cls, data: Any, where: object, path: str = "activation") -> "Activation":
         f = _Fields(data, where, path)
         kind = f.string("kind")
         known = kind in {member.value for member in ActivationKind}
@@ -349,7 +373,7 @@ class SourceRecord:
         return {"format": self.format, "location": self.location, "revision": self.revision, "files": dict(self.files)}
 
     @classmethod
-    def from_json(cls, data, where, path: str = "source") -> "SourceRecord":
+    def from_json(cls, data: Any, where: object, path: str = "source") -> "SourceRecord":
         f = _Fields(data, where, path)
         files = f.get("files", lambda v: isinstance(v, dict) and all(isinstance(d, str) for d in v.values()),
                       "an object of file name: checksum")
@@ -368,7 +392,7 @@ class FileRecord:
         return {**self.checksums, "bytes": self.bytes}
 
     @classmethod
-    def from_json(cls, data, where, path: str) -> "FileRecord":
+    def from_json(cls, data: Any, where: object, path: str) -> "FileRecord":
         f = _Fields(data, where, path)
         checksums = {key: f.string(key) for key in data if key != "bytes"}
         return cls(checksums=checksums, bytes=f.integer("bytes"))
@@ -406,17 +430,23 @@ class EngineRecord:
     intermediate_scale_fill: int = 0
     moe_parallelism: str = EXPERT_PARALLEL_ONLY
     engine_flags: str = ""
-    releases: tuple[str, ...] | None = None
+    releases: tuple[EngineRelease, ...] | None = None
     """Every release of the engine whose own load-time code was proven to build these bytes (the release matrix,
-    :mod:`moebake.schema.release_matrix`); None in manifests before the field, which name only ``version``."""
+    :mod:`moebake.schema.release_matrix`); None in manifests before the field, which name only ``version``. The
+    manifest lists their versions."""
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
-    def serving_releases(self) -> tuple[str, ...]:
+    def release(self) -> EngineRelease:
+        """The release the bake was made for."""
+        return EngineRelease(self.name, self.version)
+
+    @property
+    def serving_releases(self) -> tuple[EngineRelease, ...]:
         """The releases that may serve this bake: :attr:`releases`, or ``version`` for manifests before it."""
         if self.releases is not None:
             return self.releases
-        return (self.version,) if self.exact else ()
+        return (self.release,) if self.exact else ()
 
     _KEYS = ("name", "version", "runner_backend", "a2a_backend", "engine_method", "hidden_multiple",
              "intermediate_multiple", "hidden_scale_fill", "verified", "parameter_names", "exact", "not_exact_because")
@@ -428,27 +458,31 @@ class EngineRecord:
         if self.engine_flags:  # written only where there are some (manifests before it have none)
             out["engine_flags"] = self.engine_flags
         if self.releases is not None:
-            out["releases"] = list(self.releases)
+            out["releases"] = [release.version for release in self.releases]
         return out | {"moe_parallelism": self.moe_parallelism} | self.extra
 
     @classmethod
-    def from_json(cls, data, where, path: str = "engine") -> "EngineRecord":
+    def from_json(cls, data: Any, where: object, path: str = "engine") -> "EngineRecord":
         f = _Fields(data, where, path)
         names = f.get("parameter_names", lambda v: isinstance(v, dict) and all(isinstance(n, str) for n in v.values()),
                       "an object of baked name: engine name")
-        return cls(**{key: f.string(key) for key in cls._KEYS[:5]}, **{key: f.integer(key) for key in cls._KEYS[5:8]},
+        strings: dict[str, Any] = {key: f.string(key) for key in cls._KEYS[:5]}
+        integers: dict[str, Any] = {key: f.integer(key) for key in cls._KEYS[5:8]}
+        return cls(**strings, **integers,
                    verified=f.boolean("verified"), parameter_names=dict(names), exact=f.boolean("exact"),
                    not_exact_because=f.string("not_exact_because", optional=True),
                    intermediate_scale_fill=f.integer("intermediate_scale_fill", optional=True) or 0,
                    moe_parallelism=f.string("moe_parallelism", optional=True) or EXPERT_PARALLEL_ONLY,
                    engine_flags=f.string("engine_flags", optional=True) or "",
-                   releases=_optional_tuple(f.get("releases", lambda v: isinstance(v, list) and all(isinstance(r, str) for r in v),
-                                                  "a list of release strings", optional=True)),
+                   releases=_releases(f.string("name"), f.get(
+                       "releases", lambda v: isinstance(v, list) and all(isinstance(r, str) for r in v),
+                       "a list of release strings", optional=True)),
                    extra=f.extra((*cls._KEYS, "intermediate_scale_fill", "moe_parallelism", "engine_flags", "releases")))
 
 
-def _optional_tuple(values: list | None) -> tuple | None:
-    return None if values is None else tuple(values)
+def _releases(engine: str, versions: list[str] | None) -> tuple[EngineRelease, ...] | None:
+    """A record's ``releases``, read: ``engine``'s releases of those versions (None where the manifest has none)."""
+    return None if versions is None else tuple(EngineRelease(engine, version) for version in versions)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -487,7 +521,7 @@ class Manifest:
         } | self.extra
 
     @classmethod
-    def from_json(cls, data, where) -> "Manifest":
+    def from_json(cls, data: Any, where: object) -> "Manifest":
         f = _Fields(data, where, "")
         schema = f.get("schema", lambda v: v in KNOWN_SCHEMAS, f"one of {', '.join(KNOWN_SCHEMAS)}")
         layout = f.obj("flashinfer_layout", optional=True)

@@ -5,10 +5,12 @@
 was proven to build; ``refused`` cells are explained below the table, one line per reason.
 """
 
-from moebake.schema.profiles import PROFILES, RULES, pinned_flashinfer, pinned_layout, refused_because, release_profile, releases, rule_name
+from moebake.schema import release_matrix
+from moebake.schema.profiles import ENGINES, RULES, pinned_flashinfer, pinned_layout, refused_because, releases
+from moebake.schema.release_matrix import Cell
 
 
-def cells() -> list[tuple[str, str]]:
+def cells() -> list[Cell]:
     """Every (target, source format) some rule of some engine holds, in rule order."""
     seen: dict[tuple[str, str], None] = {}
     for rule in RULES.values():
@@ -20,24 +22,26 @@ def rows() -> tuple[list[str], list[list[str]], dict[str, list[str]]]:
     """The header, one row per engine release (newest first within each engine), and each refusal reason -> the
     ``engine release target/source`` cells it explains."""
     header = ["engine", "release", "FlashInfer (SM90 layout)"] + [f"{target} {source}" for target, source in cells()]
-    table, reasons = [], {}
-    for engine in PROFILES:
+    table: list[list[str]] = []
+    reasons: dict[str, list[str]] = {}
+    for engine in ENGINES:
         for release in reversed(releases(engine)):
-            pinned = pinned_flashinfer(engine, release)
-            row = [engine, release, f"{pinned} ({pinned_layout(engine, release)})" if pinned else "-"]
-            profile = release_profile(engine, release)
+            pinned = pinned_flashinfer(release)
+            row = [engine, release.version, f"{pinned} ({pinned_layout(release)})" if pinned else "-"]
+            rules = release_matrix.MATRIX[engine][release.version].cells
             for target, source in cells():
-                if (target, source) in profile.targets:
-                    row.append(rule_name(engine, (target, source), profile.targets[(target, source)]).removeprefix(f"{engine}-"))
+                if (target, source) in rules:
+                    row.append(RULES[rules[(target, source)]].first.version)
                 else:
                     row.append("refused")
-                    reasons.setdefault(refused_because(engine, release, target, source), []).append(
-                        f"{engine} {release} {target}/{source}")
+                    reasons.setdefault(refused_because(release, target, source), []).append(
+                        f"{engine} {release.version} {target}/{source}")
             table.append(row)
     return header, table, reasons
 
 
 def markdown() -> str:
+    """docs/engines.md's release-matrix block."""
     header, table, reasons = rows()
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in table]

@@ -18,6 +18,7 @@ does). What an engine builds per release (its flags, padding, parameter names) i
 
 from dataclasses import dataclass
 
+from moebake.schema.release_matrix import releases
 from moebake.schema.targets import TARGET_SPECS, target_spec
 
 SGLANG, VLLM, SERVE = "sglang", "vllm", "moebake.serve"
@@ -47,7 +48,11 @@ class ServingRecord:
         return self.route is not None
 
 
-_VLLM_HUMMING = ("vLLM 0.33.0's HUMMING MXFP4 MoE backend runs the humming package's own GEMM on weights laid out by its "
+_VLLM_NEWEST = releases(VLLM)[-1].version
+"""The newest vLLM release of the release matrix: the one whose code the vLLM reasons below were read from (the
+release matrix's proofs show the older releases lack those paths too)."""
+
+_VLLM_HUMMING = (f"vLLM {_VLLM_NEWEST}'s HUMMING MXFP4 MoE backend runs the humming package's own GEMM on weights laid out by its "
                  "own transform (humming.transform), not FlashInfer's SM90 cutlass_fused_moe Humming layout this bake holds; "
                  "serve it with SGLang --flashinfer-mxfp4-moe-precision fp8")
 
@@ -76,11 +81,11 @@ RECORDS = (
                   kernel_backend="MARLIN"),
     ServingRecord(server=VLLM, target="sm90-cutlass-w4a8", why_not=_VLLM_HUMMING),
     ServingRecord(server=VLLM, target="deepep-bf16", source_format="bf16-moe", why_not=(
-        "vLLM 0.33.0's unquantized MoE has no DeepGEMM kernel (map_unquantized_backend offers triton, batched_triton, "
+        f"vLLM {_VLLM_NEWEST}'s unquantized MoE has no DeepGEMM kernel (map_unquantized_backend offers triton, batched_triton, "
         "flashinfer_trtllm, flashinfer_cutlass, aiter; behind deepep_low_latency select_unquantized_moe_backend takes "
         "BATCHED_TRITON), so this target's DeepGEMM m_grouped_bf16_gemm_nt_masked path does not exist there")),
     ServingRecord(server=VLLM, target="sm90-marlin", source_format="gpt-oss", why_not=(
-        "vLLM 0.33.0's GptOssMxfp4MoEMethod hands prepare_moe_mxfp4_layer_for_marlin W13 as its GPT-OSS loader leaves it, "
+        f"vLLM {_VLLM_NEWEST}'s GptOssMxfp4MoEMethod hands prepare_moe_mxfp4_layer_for_marlin W13 as its GPT-OSS loader leaves it, "
         "the checkpoint's interleaved (gate, up) row pairs with the padding rows after them and zero scale padding, for "
         "its SWIGLUOAI activation, which reads gate and up interleaved; this target holds SGLang's [gate; up] halves, "
         "each padded, with scale padding 127")),

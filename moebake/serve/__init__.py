@@ -14,6 +14,7 @@ serving records (:mod:`moebake.schema.serving`), each a :class:`~moebake.serve.b
 subclass named by its route.
 """
 
+import os
 from pathlib import Path
 
 from moebake.errors import UnsupportedError
@@ -29,7 +30,7 @@ RUNTIMES: dict[str, type[BakedCheckpoint]] = {r.target: _CLASSES[r.route] for r 
 """Target -> its runtime class (a view of the serving records)."""
 
 
-def open(path, *, platform: Platform | None = None) -> BakedCheckpoint:  # noqa: A001 - moebake.serve.open
+def open(path: str | os.PathLike, *, platform: Platform | None = None) -> BakedCheckpoint:  # noqa: A001 - moebake.serve.open
     """Open baked output directory ``path`` with the runtime of its manifest's target.
 
     ``platform`` overrides detected facts (FlashInfer version, GPU capability) for the checks

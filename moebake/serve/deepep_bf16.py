@@ -29,6 +29,10 @@ picks DeepEP when it is importable.
 Expert parallelism: EP rank ``r`` of ``n`` holds experts ``[r*E/n, (r+1)*E/n)``, as DeepEP numbers them.
 """
 
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -46,6 +50,10 @@ from moebake.serve.dispatch import StandInDispatcher, combine, dispatch, expecte
 from moebake.serve.masked_activation import silu_and_mul_masked, zero_rows_past
 from moebake.serve.masked_gemm import MaskedGemm, get_backend
 from moebake.serving_core.staged_reader import LoadStats
+
+if TYPE_CHECKING:
+    from moebake.schema.manifest import Manifest
+    from moebake.serve.platform import Platform
 
 TENSORS = DEEPEP_BF16.required_tensors  # w13_weight, w2_weight
 
@@ -103,7 +111,7 @@ class DeepEPBf16Experts:
         return zero_rows_past(y[:, :T, :H], masked_m).contiguous()
 
     def forward(self, hidden_states: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
-                dispatcher=None) -> torch.Tensor:
+                dispatcher: Any = None) -> torch.Tensor:
         """Token-major MoE: ``hidden_states`` BF16 ``[T, H]``, global ``topk_ids`` / ``topk_weights`` ``[T, k]``
         (``-1`` ids select nothing) -> ``[T, H]`` BF16.
 
@@ -135,7 +143,7 @@ class DeepEPBf16Checkpoint(BakedCheckpoint):
     target = DEEPEP_BF16.name
     layout_version = DEEPEP_BF16.layout_version
 
-    def __init__(self, root, manifest, platform):
+    def __init__(self, root: Path, manifest: Manifest, platform: Platform):
         super().__init__(root, manifest, platform)
         if manifest.activation != ACTIVATION:
             raise MoebakeError(f"{self.manifest_path}: activation {manifest.activation.to_json()} is not the silu(gate) * up "
@@ -155,7 +163,7 @@ class DeepEPBf16Checkpoint(BakedCheckpoint):
             raise MoebakeError(f"{self.manifest_path}: MoE layer index {layer} is ambiguous ({', '.join(matches)}); pass the prefix")
         return super().layer(layer)
 
-    def load_experts(self, layer: int | str, device="cuda", ep_rank: int = 0, ep_size: int = 1, verify: bool = False,
+    def load_experts(self, layer: int | str, device: torch.device | str = "cuda", ep_rank: int = 0, ep_size: int = 1, verify: bool = False,
                      backend: MaskedGemm | str | None = None) -> DeepEPBf16Experts:
         """Read layer ``layer``'s (index or prefix) experts of EP rank ``ep_rank`` of ``ep_size`` onto ``device``.
 
@@ -201,7 +209,7 @@ class DeepEPBf16Checkpoint(BakedCheckpoint):
 DISPATCHERS = ("auto", "deepep", "standin")
 
 
-def make_dispatcher(spec: LowLatencySpec, group=None, kind: str = "auto", device: torch.device | str = "cuda",
+def make_dispatcher(spec: LowLatencySpec, group: Any = None, kind: str = "auto", device: torch.device | str = "cuda",
                     buffer: LowLatencyBuffer | None = None):
     """A dispatcher of ``kind`` for ``spec`` on EP group ``group`` (None: one rank, no group).
 

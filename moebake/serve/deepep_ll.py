@@ -30,6 +30,7 @@ import functools
 import math
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import torch
 
@@ -178,7 +179,7 @@ class LowLatencyBuffer:
     (also collective: all ranks switch in the same order). :meth:`close` releases NVSHMEM.
     """
 
-    def __init__(self, group, specs: list[LowLatencySpec]):
+    def __init__(self, group: Any, specs: list[LowLatencySpec]):
         deep_ep = require_deep_ep()
         if not specs:
             raise InvalidArgumentError("LowLatencyBuffer needs at least one spec to size the buffer")
@@ -241,7 +242,7 @@ class DeepEPDispatcher:
             self.spec.num_experts, use_fp8=False)
         return recv_x, masked_m, handle
 
-    def combine(self, expert_out: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, handle) -> torch.Tensor:
+    def combine(self, expert_out: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, handle: Any) -> torch.Tensor:
         combined, _, _ = self.buffer.buffer.low_latency_combine(
             expert_out.contiguous(), topk_ids.to(self.buffer.topk_idx_dtype).contiguous(),
             topk_weights.float().contiguous(), handle)

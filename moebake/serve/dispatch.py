@@ -23,6 +23,7 @@ rank runs its experts on all of them, and the fp32 partial sums are all-reduced.
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -102,7 +103,7 @@ class StandInDispatcher:
 
     name = "standin"
 
-    def __init__(self, spec, group=None):
+    def __init__(self, spec: Any, group: Any = None):
         spec.check(deep_ep=False)
         ranks = 1 if group is None else group.size()
         if spec.num_ranks != ranks:
@@ -110,7 +111,7 @@ class StandInDispatcher:
         self.spec, self.group = spec, group
         self.rank = 0 if group is None else group.rank()
 
-    def _gather(self, local: torch.Tensor, fill) -> torch.Tensor:
+    def _gather(self, local: torch.Tensor, fill: float) -> torch.Tensor:
         """``[ranks * max_tokens, ...]``: every rank's ``local`` rows, each padded with ``fill`` to max_tokens."""
         padded = local.new_full((self.spec.max_tokens_per_rank, *local.shape[1:]), fill)
         padded[: local.shape[0]] = local

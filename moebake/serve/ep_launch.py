@@ -68,7 +68,7 @@ def check_ranks(ranks: int, device: str) -> None:
             raise PlatformError(f"{ranks} EP ranks need {ranks} GPUs (one process per GPU); this machine has {gpus}")
 
 
-def _rank_main(rank: int, fn: Callable, ranks: int, device: str, port: int, out_dir: str, payload) -> None:
+def _rank_main(rank: int, fn: Callable, ranks: int, device: str, port: int, out_dir: str, payload: Any) -> None:
     if device == "cuda":
         torch.cuda.set_device(rank)
         dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ranks,
@@ -85,7 +85,7 @@ def _rank_main(rank: int, fn: Callable, ranks: int, device: str, port: int, out_
         dist.destroy_process_group()
 
 
-def run_ranks(fn: Callable, ranks: int, device: str, payload) -> list:
+def run_ranks(fn: Callable, ranks: int, device: str, payload: Any) -> list:
     """Run ``fn(RankContext, payload)`` in ``ranks`` new processes (one per GPU on ``cuda``; gloo on ``cpu``);
     returns each rank's return value, by rank. ``fn`` must be a module-level function; an exception
     in any rank is raised here (``torch.multiprocessing.ProcessRaisedException``)."""
@@ -219,7 +219,7 @@ def layer_worker(ctx: RankContext, config: LaunchConfig) -> list[dict]:
     return results
 
 
-def _graph_replay_equals_eager(experts, dispatcher, inputs, spec, job: LayerJob, ctx: RankContext) -> bool:
+def _graph_replay_equals_eager(experts: Any, dispatcher: Any, inputs: Any, spec: Any, job: LayerJob, ctx: RankContext) -> bool:
     """Capture ``experts.forward`` on static copies of ``inputs``, write the next seed's inputs into them, replay,
     and compare with an eager forward on those inputs (collective: every rank runs the same sequence)."""
     static = [t.clone() for t in inputs]

@@ -12,17 +12,24 @@ functions run FlashInfer's code unchanged, minus its API-logging wrapper. Only t
 :data:`moebake.serve.flashinfer_build.TESTED_FLASHINFER_VERSIONS` are accepted.
 """
 
+from __future__ import annotations
+
 import functools
 import inspect
+from collections.abc import Callable
 from types import FunctionType, SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 from moebake.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    import torch
 
 QUANT_TYPES = {"fp4": 1, "fp4_fp8": 2, "int4": 0}
 """``interleave_moe_weights_for_sm90_mixed_gemm``'s quant types, as FlashInfer's wrapper numbers them for the op."""
 
 
-def _rebound(function, namespace: dict) -> FunctionType:
+def _rebound(function: FunctionType, namespace: dict) -> FunctionType:
     """``function``'s code (under its decorators) with ``namespace`` as its globals; defaults kept."""
     code = inspect.unwrap(function)
     rebuilt = FunctionType(code.__code__, namespace, code.__name__, code.__defaults__, code.__closure__)
@@ -32,7 +39,7 @@ def _rebound(function, namespace: dict) -> FunctionType:
     return rebuilt
 
 
-def own_getter(make_spec):
+def own_getter(make_spec: Callable[..., Any]):
     """``(get_cutlass_fused_moe_module, cutlass_fused_moe)`` of FlashInfer's code, with ``make_spec()`` (called on the
     getter's first SM90 call) as the SM90 module's spec."""
     import flashinfer.fused_moe.core as core
@@ -55,7 +62,7 @@ def sm90_moe_ops() -> SimpleNamespace:
     check_flashinfer_version()
     getter, cutlass_fused_moe = own_getter(reduced_module_spec)
 
-    def interleave_weights(weight, quant_type: str = "fp4"):
+    def interleave_weights(weight: torch.Tensor, quant_type: str = "fp4"):
         """FlashInfer's SM90 mixed-GEMM weight interleave on the reduced module: ``[E, n, k // 2]`` uint8 CUDA
         tensor (two 4-bit values a byte) -> a new tensor of the same shape and dtype. FlashInfer's own wrapper
         (``fused_moe.prepare``) imports its getter at call time, so it cannot be rebound like ``cutlass_fused_moe``."""

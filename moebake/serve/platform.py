@@ -3,7 +3,7 @@
 A baked checkpoint is only right for the kernel it was baked for: the ``sm90-cutlass`` bytes are
 SM90 (Hopper) CUTLASS operands, and their fp4 byte interleave is the one a FlashInfer release
 family reads (``flashinfer_layout.id`` in the manifest, see
-:mod:`moebake.layouts.flashinfer_versions`). A mismatch raises no error in the kernel; it gives
+:mod:`moebake.schema.flashinfer_versions`). A mismatch raises no error in the kernel; it gives
 wrong numbers. So the runtime checks both before it loads anything.
 
 :class:`Platform` carries the facts the checks need. Fields left ``None`` are detected (the CUDA
@@ -11,6 +11,7 @@ device's compute capability, ``flashinfer.__version__``); tests and engines that
 pass them in.
 """
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -54,7 +55,7 @@ def require_gpu(capability: tuple[int, int], device: torch.device, target: str) 
         raise PlatformError(refusal)
 
 
-def require_flashinfer_layout(baked_layout: str, flashinfer_version: str, manifest_path) -> None:
+def require_flashinfer_layout(baked_layout: str, flashinfer_version: str, manifest_path: str | os.PathLike) -> None:
     """PlatformError unless FlashInfer ``flashinfer_version`` reads the SM90 fp4 layout ``baked_layout``."""
     if refusal := flashinfer_layout_refusal(baked_layout, flashinfer_version, str(manifest_path)):
         raise PlatformError(refusal)

@@ -30,7 +30,12 @@ called with global expert ids (FlashInfer's ``ep_size``/``ep_rank``); tokens rou
 ranks' experts contribute nothing to this rank's output, so the ranks' outputs sum to the whole.
 """
 
+from __future__ import annotations
+
 import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +49,10 @@ from moebake.serve.flashinfer_ops import sm90_moe_ops
 from moebake.serve.platform import require_flashinfer_layout, require_gpu
 from moebake.serving_core.staged_reader import LoadStats
 
+if TYPE_CHECKING:
+    from moebake.schema.manifest import Manifest
+    from moebake.serve.platform import Platform
+
 BIAS_TENSORS = SM90_CUTLASS.optional_tensors      # w13/w2 biases: both or neither (both targets)
 HUMMING_RESIDUALS = tuple(n for n in SM90_CUTLASS_W4A8.required_tensors if n not in SM90_CUTLASS.required_tensors)
 """The tensors only an ``sm90-cutlass-w4a8`` bake holds: ``w13_humming_residual_scale``, ``w2_humming_residual_scale``."""
@@ -53,7 +62,7 @@ HUMMING_RESIDUALS = tuple(n for n in SM90_CUTLASS_W4A8.required_tensors if n not
 SWIGLU_DEFAULTS = {"swiglu_oai": {}, "swiglu": {"alpha": 1.0, "beta": 0.0, "limit": math.inf}}
 
 
-def swiglu_parameters(activation: Activation, where) -> tuple[float, float, float]:
+def swiglu_parameters(activation: Activation, where: str | os.PathLike) -> tuple[float, float, float]:
     """``(alpha, beta, limit)`` of a manifest ``activation`` record; MoebakeError for other kinds.
 
     ``swiglu_oai`` (GPT-OSS) must give all three; ``swiglu`` (e.g. DeepSeek-V4) is
@@ -79,7 +88,7 @@ class Sm90CutlassCheckpoint(BakedCheckpoint):
     target = spec.name
     layout_version = spec.layout_version
 
-    def __init__(self, root, manifest, platform):
+    def __init__(self, root: Path, manifest: Manifest, platform: Platform):
         super().__init__(root, manifest, platform)
         self.flashinfer_layout = manifest.flashinfer_layout
 
@@ -89,7 +98,7 @@ class Sm90CutlassCheckpoint(BakedCheckpoint):
         if device.type == "cuda":
             require_gpu(self.platform.device_capability(device), device, self.target)
 
-    def load_experts(self, layer: int, device="cuda", ep_rank: int = 0, ep_size: int = 1,
+    def load_experts(self, layer: int, device: torch.device | str = "cuda", ep_rank: int = 0, ep_size: int = 1,
                      verify: bool = False) -> "Sm90CutlassExperts":
         """Read layer ``layer``'s experts of EP rank ``ep_rank`` of ``ep_size`` onto ``device``.
 
@@ -194,7 +203,7 @@ class Sm90CutlassExperts:
         (no padding, cast or allocation per call) that can be captured in a CUDA graph."""
         return Sm90DecodeStep(self, max_tokens, top_k)
 
-    def _check_inputs(self, hidden_states, topk_ids, topk_weights) -> None:
+    def _check_inputs(self, hidden_states: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> None:
         problems = []
         if hidden_states.dtype != torch.bfloat16 or hidden_states.dim() != 2 or hidden_states.shape[1] != self.hidden:
             problems.append(f"hidden_states is {hidden_states.dtype} {list(hidden_states.shape)}, expected bfloat16 [T, {self.hidden}]")

@@ -51,6 +51,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -107,7 +108,7 @@ class DirectLoadStats:
                 f"{len(self.passed)} ({self.passed_bytes} bytes) through the engine")
 
 
-def _tensor_bytes(tensor) -> int:
+def _tensor_bytes(tensor: Any) -> int:
     return tensor.numel() * tensor.element_size() if isinstance(tensor, torch.Tensor) else 0
 
 
@@ -128,7 +129,7 @@ class DirectParameterLoader:
                  plain_copy: PlainCopy | None = None, row_shard: ShardRule | None = None, exclude: Collection[str] = (),
                  files: CheckpointTensors | None = None, batch_bytes: int = DEFAULT_BATCH_BYTES, staged: bool | None = None,
                  chunk_bytes: int | None = None, slots: int | None = None, reader: StagedReader | None = None,
-                 readahead=None):
+                 readahead: Any = None):
         self.params = dict(model.named_parameters())
         self.files = files or CheckpointTensors(directory)
         self.device = torch.device(device)
@@ -157,7 +158,7 @@ class DirectParameterLoader:
             return False
         return self.device.index is None or param.device.index == self.device.index
 
-    def direct_range(self, name: str, tensor) -> ByteRange | None:
+    def direct_range(self, name: str, tensor: Any) -> ByteRange | None:
         """The file range that fills parameter ``name`` with the stored tensor, or None when ``name`` keeps the
         engine's path (see the module docstring). Reads metadata only: of ``tensor``, its shape and dtype. For a
         row shard, the range fills the parameter's first bytes (:meth:`filter` sets the rest to zero)."""
@@ -182,7 +183,7 @@ class DirectParameterLoader:
         offset = shard.data_start + entry.begin + rows.start * row_bytes
         return ByteRange(shard.path, offset, dest[:(rows.stop - rows.start) * row_bytes], name)
 
-    def _stored(self, name: str, tensor):
+    def _stored(self, name: str, tensor: Any):
         """``(shard, entry, param)`` where ``name`` is a parameter (not excluded) stored with the dtype and shape of
         the handed ``tensor`` and the parameter's dtype, the parameter contiguous on the loader's device; else None."""
         param = self.params.get(name)

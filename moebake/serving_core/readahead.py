@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from moebake.serving_core.staged_reader import open_without_readahead, pread_fully
 
@@ -100,7 +101,7 @@ def _pread_scratch(fd: int, buffer: memoryview, offset: int, nbytes: int) -> Non
         raise OSError(f"file ends at byte {offset + done}")
 
 
-def _as_planned(piece) -> PlannedRange:
+def _as_planned(piece: Any) -> PlannedRange:
     """A :class:`PlannedRange` of a :class:`PlannedRange` or a loader's
     :class:`~moebake.serving_core.staged_reader.ByteRange` (its file bytes only; its destination is not kept)."""
     if isinstance(piece, PlannedRange):

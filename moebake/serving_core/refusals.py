@@ -9,8 +9,8 @@ or an engine.
 
 from collections.abc import Iterable
 
-from moebake.layouts.flashinfer_versions import layout_for_flashinfer
 from moebake.schema.enums import GpuFamily
+from moebake.schema.flashinfer_versions import layout_for_flashinfer
 from moebake.schema.targets import target_spec
 
 

@@ -9,8 +9,9 @@ passes and so does every plugin test about it (:func:`plugin_cells`).
   python -m tests.engine_releases.prove                 check: every release of the matrix proves what it says
   python -m tests.engine_releases.prove --write sglang==0.5.24
                                                         discover: try each rule (newest first) on that release, write
-                                                        the cells it proves into moebake/schema/release_matrix.py, and
-                                                        print what differs where no rule matches
+                                                        the cells it proves into moebake/schema/release_matrix.json,
+                                                        and what the oracle run printed where no rule matched into
+                                                        tests/engine_releases/unproven.json
 
 Run from the repository root with the full ``.venv`` (``bin/prove-releases`` does).
 """
@@ -18,8 +19,8 @@ Run from the repository root with the full ``.venv`` (``bin/prove-releases`` doe
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import pprint
 import re
 import subprocess
 import sys
@@ -29,13 +30,17 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from moebake.schema.release_matrix import MatrixRow
+
 REPO = Path(__file__).resolve().parents[2]
 ORACLE_FILES = {"sglang": "tests/test_engine_profiles.py", "vllm": "tests/test_vllm_profile.py"}
 PLUGIN_FILES = {"sglang": ("tests/test_sglang_plugin.py", "tests/test_sglang_plugin_targets.py", "tests/test_sglang_whole_model.py"),
                 "vllm": ("tests/vllm_plugin",)}
 """The plugin's CPU tests, run against the same release: a cell is proven only where the plugin serves it there too."""
 RELEASE_ENV = {"sglang": "MOEBAKE_SGLANG_RELEASE", "vllm": "MOEBAKE_VLLM_RELEASE"}
-MATRIX_FILE = REPO / "moebake" / "schema" / "release_matrix.py"
+MATRIX_FILE = REPO / "moebake" / "schema" / "release_matrix.json"
+UNPROVEN_FILE = Path(__file__).with_name("unproven.json")
+"""What each release's oracle run printed for the cells no rule's bytes matched (the proof's log, never user output)."""
 
 
 def pinned_flashinfer(tree: Path) -> str | None:
@@ -157,54 +162,55 @@ def cell_outcome(results, test: str, cell: tuple[str, str] | None = None, engine
     return bool(runs) and not bad and any(o == "passed" for o, _ in runs), (bad[0] if bad else "no test ran")
 
 
-def discover(engine: str, release: str) -> dict:
-    """The matrix entry of ``engine`` ``release``: each cell's first rule (newest first) whose bytes its code builds."""
-    from moebake.schema.profiles import RULES, rule_name
+def discover(engine: str, release: str) -> tuple[MatrixRow, dict[str, str]]:
+    """The matrix row of ``engine`` ``release`` (each cell's first rule, newest first, whose bytes its code builds), and
+    what the oracle run printed for the cells no rule matched."""
+    from moebake.schema.engine_release import EngineRelease
+    from moebake.schema.profiles import RULES
     from tests.engine_releases.trees import release_tree
 
-    rules = sorted((r for r in RULES.values() if r.engine == engine), key=lambda r: Version(r.version), reverse=True)
-    cells, unproven = {}, {}
+    rules = sorted((r for r in RULES.values() if r.first.engine == engine), key=lambda r: r.first, reverse=True)
+    cells: dict[tuple[str, str], str] = {}
+    unproven: dict[str, str] = {}
     for rule in rules:
-        name = f"{rule.engine}-{rule.version}"
-        wanted = [cell for cell in rule.targets if f"{cell[0]}/{cell[1]}" not in cells]
+        wanted = [cell for cell in rule.targets if cell not in cells]
         if not wanted:
-            break
-        results = run_oracles(engine, release, name)
+            continue
+        results = run_oracles(engine, release, rule.name)
         for cell in wanted:
             test = cells_of(engine).get(cell)
             ok, why = cell_outcome(results, test, cell, engine) if test else (False, "no oracle test")
             key = f"{cell[0]}/{cell[1]}"
             if ok:
-                cells[key] = rule_name(engine, cell, rule.targets[cell])
+                cells[cell] = rule.name
                 unproven.pop(key, None)
             else:
-                unproven.setdefault(key, f"{name}: {why}")
-    from moebake.layouts.flashinfer_versions import layout_for_flashinfer
-
+                unproven.setdefault(key, f"{rule.name}: {why}")
     flashinfer = pinned_flashinfer(release_tree(engine, release))
-    return {"flashinfer": flashinfer, "flashinfer_layout": layout_for_flashinfer(flashinfer) if flashinfer else None,
-            "cells": dict(sorted(cells.items())), "unproven": dict(sorted(unproven.items()))}
+    return MatrixRow(EngineRelease(engine, release), flashinfer, cells), dict(sorted(unproven.items()))
 
 
-def check(engine: str, release: str, entry: dict) -> list[str]:
-    """What ``engine`` ``release``'s oracle run contradicts in its matrix ``entry`` (empty: proven as written)."""
-    if not entry["cells"]:
+def check(engine: str, release: str, row: MatrixRow) -> list[str]:
+    """What ``engine`` ``release``'s oracle run contradicts in its matrix ``row`` (empty: proven as written)."""
+    if not row.cells:
         return []  # nothing claimed: every cell is refused
     results = run_oracles(engine, release)
     problems = []
-    for (target, source), test in cells_of(engine).items():
-        key = f"{target}/{source}"
-        ok, why = cell_outcome(results, test, (target, source), engine)
-        if key in entry["cells"] and not ok:
-            problems.append(f"{engine} {release} {key}: the matrix says {entry['cells'][key]}, but {test}: {why}")
+    for cell, test in cells_of(engine).items():
+        ok, why = cell_outcome(results, test, cell, engine)
+        if cell in row.cells and not ok:
+            problems.append(f"{engine} {release} {cell[0]}/{cell[1]}: the matrix says {row.cells[cell]}, but {test}: {why}")
     return problems
 
 
-def write_matrix(matrix: dict) -> None:
-    text = MATRIX_FILE.read_text()
-    head = text[:text.index("MATRIX = ")]
-    ordered = {engine: dict(sorted(matrix[engine].items(), key=lambda item: Version(item[0]))) for engine in sorted(matrix)}
-    MATRIX_FILE.write_text(head + "MATRIX = " + pprint.pformat(ordered, width=120, sort_dicts=False) + "\n")
+def write_matrix(matrix: dict[str, dict[str, MatrixRow]], unproven: dict[str, dict[str, dict[str, str]]]) -> None:
+    """Write the matrix's data file and, beside the tests, the oracle runs' words for the cells left unproven."""
+    from moebake.schema.release_matrix import to_json
+
+    MATRIX_FILE.write_text(to_json(matrix))
+    ordered = {engine: {release: cells for release, cells in sorted(unproven[engine].items(), key=lambda item: Version(item[0]))
+                        if cells} for engine in sorted(unproven)}
+    UNPROVEN_FILE.write_text(json.dumps(ordered, indent=2) + "\n")
 
 
 def main(argv=None) -> int:
@@ -214,23 +220,25 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from moebake.schema import release_matrix
 
-    matrix = {engine: dict(entries) for engine, entries in release_matrix.MATRIX.items()}
+    matrix = {engine: dict(rows) for engine, rows in release_matrix.MATRIX.items()}
     if args.write:
+        unproven = json.loads(UNPROVEN_FILE.read_text()) if UNPROVEN_FILE.is_file() else {}
         for spec in args.write:
             engine, release = spec.split("==")
-            entry = discover(engine, release)
-            matrix.setdefault(engine, {})[release] = entry
-            print(f"{engine} {release} (FlashInfer {entry['flashinfer']}): proven {len(entry['cells'])} cells; "
-                  f"unproven: {entry['unproven'] or 'none'}", flush=True)
-        write_matrix(matrix)
+            row, words = discover(engine, release)
+            matrix.setdefault(engine, {})[row.release.version] = row
+            unproven.setdefault(engine, {})[row.release.version] = words
+            print(f"{engine} {release} (FlashInfer {row.flashinfer}): proven {len(row.cells)} cells; "
+                  f"unproven: {words or 'none'}", flush=True)
+        write_matrix(matrix, unproven)
         return 0
     problems = []
     for engine, entries in matrix.items():
         if args.engine and engine != args.engine:
             continue
-        for release, entry in entries.items():
-            found = check(engine, release, entry)
-            print(f"{engine} {release}: {len(entry['cells']) - len(found)}/{len(entry['cells'])} cells proven"
+        for release, row in entries.items():
+            found = check(engine, release, row)
+            print(f"{engine} {release}: {len(row.cells) - len(found)}/{len(row.cells)} cells proven"
                   + "".join(f"\n  {p}" for p in found), flush=True)
             problems += found
     return 1 if problems else 0

@@ -197,9 +197,9 @@ def test_plugin_equals_stock_sglang_and_starts_faster(oracle, bake):
 def server_flags(target: str) -> dict[str, str]:
     """SGLang's server arguments for a GPT-OSS ``target`` bake, read from its SGLang engine profile: the MoE runner
     backend and the engine flags (``--flashinfer-mxfp4-moe-precision fp8`` -> ``flashinfer_mxfp4_moe_precision``)."""
-    from moebake.schema.profiles import PROFILES
+    from moebake.schema.profiles import newest, release_profile
 
-    entry = PROFILES["sglang"].target(target, "gpt-oss")
+    entry = release_profile(newest("sglang")).target(target, "gpt-oss")
     words = entry.engine_flags.split()
     flags = {name.removeprefix("--").replace("-", "_"): value for name, value in zip(words[::2], words[1::2])}
     return {"moe_runner_backend": entry.runner_backend, **flags}

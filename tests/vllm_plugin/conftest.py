@@ -63,9 +63,10 @@ def baked_for_vllm(source: Path, name: str, options, serves: list[str]) -> Path:
 def vllm_layout() -> str:
     """The SM90 fp4 layout the vLLM under test's pinned FlashInfer reads: what an SGLang bake it is to serve is made in
     (``ConvertOptions(..., flashinfer_layout=vllm_layout())``: the newest SGLang release whose FlashInfer reads it)."""
+    from moebake.schema.engine_release import EngineRelease
     from moebake.schema.profiles import pinned_layout
 
-    return pinned_layout("vllm", vllm_oracle.VLLM_VERSION)
+    return pinned_layout(EngineRelease("vllm", vllm_oracle.VLLM_VERSION))
 
 
 def moebake_config(directory: Path, hf_config=None):

@@ -4,6 +4,10 @@ for what each target is). Importing this package registers them all in :data:`TA
 A target reads the source formats its spec lists (tried in registry order, see :mod:`moebake.formats`).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from moebake.convert.options import ConvertOptions
 
 # Each module registers its target on import; this order is the registry's (the CLI's and inspect's).
@@ -20,6 +24,9 @@ from moebake.convert.targets.base import TARGETS, Target
 from moebake.errors import MoebakeError, UnsupportedError
 from moebake.formats import SOURCE_FORMATS, detect_format, detected_format
 
+if TYPE_CHECKING:
+    from moebake.formats.checkpoint import SourceCheckpoint
+
 
 def get_target(name: str) -> Target:
     if name not in TARGETS:
@@ -27,7 +34,7 @@ def get_target(name: str) -> Target:
     return TARGETS[name]
 
 
-def model_for_target(checkpoint, name: str, *, name_fits: bool = True):
+def model_for_target(checkpoint: SourceCheckpoint, name: str, *, name_fits: bool = True):
     """The source model target ``name`` bakes from opened ``checkpoint``: detected among the target's
     ``spec.source_formats`` (so a ModelOpt checkpoint's BF16 MTP layers are ``bf16-moe`` for ``deepep-bf16``).
 
@@ -43,7 +50,7 @@ def model_for_target(checkpoint, name: str, *, name_fits: bool = True):
                        f"this one is {other}{fits}")
 
 
-def plan_target(checkpoint, name: str, options: ConvertOptions | None = None):
+def plan_target(checkpoint: SourceCheckpoint, name: str, options: ConvertOptions | None = None):
     """``(model, output tensors, layer records)`` of target ``name`` on ``checkpoint`` (default options if
     None); MoebakeError with the target's own reason when it does not fit. Reads headers and scalars only."""
     model = model_for_target(checkpoint, name, name_fits=False)
@@ -51,7 +58,7 @@ def plan_target(checkpoint, name: str, options: ConvertOptions | None = None):
     return model, converted, layers
 
 
-def fitting_targets(checkpoint) -> list[str]:
+def fitting_targets(checkpoint: SourceCheckpoint) -> list[str]:
     """Names of the targets that can bake ``checkpoint`` with default options."""
     fits = []
     for name in TARGETS:

@@ -22,7 +22,7 @@ the layer's :class:`~moebake.schema.manifest.LayerRecord`. A target refines :met
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -68,11 +68,11 @@ class Target:
         H, I = model.hidden_size, model.intermediate_size
         return LayerDims(experts=model.num_experts, hidden=H, hidden_padded=H, intermediate=I, intermediate_padded=I)
 
-    def layer_facts(self, model: SourceModel, layer) -> dict:
+    def layer_facts(self, model: SourceModel, layer: Any) -> dict:
         """Target-specific fields of a layer record (:class:`~moebake.schema.manifest.LayerRecord`'s optional ones)."""
         return {}
 
-    def layer_tensors(self, model: SourceModel, layer, dims: LayerDims, options: ConvertOptions) -> dict[str, Planned]:
+    def layer_tensors(self, model: SourceModel, layer: Any, dims: LayerDims, options: ConvertOptions) -> dict[str, Planned]:
         """``{short name: Planned}`` of one layer; a short name must be in the spec's table (optional
         entries may be left out)."""
         raise NotImplementedError
@@ -87,7 +87,7 @@ class Target:
         beyond what :meth:`layer_facts` needs)."""
         self.check(model, options)
         dims = self.layer_dims(model, options)
-        layout = options.flashinfer_layout if self.spec.uses_flashinfer_layout else None
+        layout = options.flashinfer_layout
         tensors, records = [], []
         for layer in model.layers:
             planned = self.layer_tensors(model, layer, dims, options)

@@ -15,6 +15,10 @@ needs K (``H`` for w13, ``I`` for w2) to be a multiple of 64; :mod:`moebake.serv
 pads at load time when it is not, so the baked tensors stay the shapes SGLang allocates.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 import torch
 
 from moebake.convert.options import ConvertOptions
@@ -26,6 +30,9 @@ from moebake.layouts.gate_up import split_halves
 from moebake.schema.enums import GateUpOrder
 from moebake.schema.manifest import LayerRecord
 from moebake.schema.targets import DEEPEP_BF16, LayerDims
+
+if TYPE_CHECKING:
+    from moebake.formats.source_model import SourceModel
 
 DISPATCHER_OUTPUT_DTYPE = "bf16"
 
@@ -42,10 +49,10 @@ def _cat_rows(*parts: torch.Tensor) -> torch.Tensor:
 class DeepEPBf16(Target):
     spec = DEEPEP_BF16
 
-    def layer_facts(self, model, layer) -> dict:
+    def layer_facts(self, model: SourceModel, layer: Any) -> dict:
         return {"dispatcher_output_dtype": DISPATCHER_OUTPUT_DTYPE}
 
-    def layer_tensors(self, model, layer: Bf16MoeLayer, dims: LayerDims, options: ConvertOptions) -> dict[str, Planned]:
+    def layer_tensors(self, model: Any, layer: Bf16MoeLayer, dims: LayerDims, options: ConvertOptions) -> dict[str, Planned]:
         E, checkpoint = dims.experts, model.checkpoint
         planned = {}
         for short, sources, order in (("w13_weight", layer.gate_up, GateUpOrder.GATE_UP if layer.fused else GateUpOrder.SEPARATE),

@@ -7,8 +7,11 @@ a few experts at a time. :func:`restore_layer` maps canonical parts recovered by
 back to source tensors, through the layer records.
 """
 
+from __future__ import annotations
+
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -22,6 +25,9 @@ from moebake.schema.enums import DType, GateUpOrder
 from moebake.schema.manifest import LayerRecord
 from moebake.schema.sizes import round_up
 from moebake.schema.targets import LayerDims
+
+if TYPE_CHECKING:
+    from moebake.schema.profiles import Padding
 
 
 @dataclass(frozen=True)
@@ -42,7 +48,7 @@ class PaddedScales:
     """E8M0 block scales padded to a layer's ``H_pad`` / ``I_pad`` at the engine profile's fill bytes (hidden padding
     first, then intermediate padding: the order SGLang's scale buffers fill them in)."""
 
-    def __init__(self, dims: LayerDims, padding):
+    def __init__(self, dims: LayerDims, padding: Padding):
         self.Hp, self.Ip = dims.hidden_padded, dims.intermediate_padded
         self.hidden_fill, self.intermediate_fill = padding.hidden_scale_fill, padding.intermediate_scale_fill
 
@@ -60,12 +66,12 @@ class PaddedScales:
 class Mxfp4Target(Target):
     """A target baking canonical MXFP4 experts (GPT-OSS, DeepSeek-V4); subclasses give :meth:`bakes`."""
 
-    def bakes(self, model, dims: LayerDims, options: ConvertOptions) -> dict[str, Bake]:
+    def bakes(self, model: Any, dims: LayerDims, options: ConvertOptions) -> dict[str, Bake]:
         """``{short name: Bake}`` of a layer's tensors; entries whose canonical tensor the model lacks
         (biases of DeepSeek-V4) are left out of the layer."""
         raise NotImplementedError
 
-    def layer_dims(self, model, options: ConvertOptions) -> LayerDims:
+    def layer_dims(self, model: Any, options: ConvertOptions) -> LayerDims:
         """H and I padded to the engine profile's multiples (or the options' overrides). Models whose
         engine path does not pad (``model.padding_allowed`` false) must already be multiples of them
         (UnsupportedError)."""
@@ -76,12 +82,12 @@ class Mxfp4Target(Target):
             raise UnsupportedError(
                 f"{model.checkpoint.root / 'config.json'}: hidden size {H} and expert intermediate size {I} must be "
                 f"multiples of {hidden_multiple} and {intermediate_multiple} for target {self.spec.name}: "
-                f"{model.format_name} experts are not padded (the {options.engine} profile's multiples; moebake pads "
+                f"{model.format_name} experts are not padded (the {options.engine_text} profile's multiples; moebake pads "
                 f"no {model.format_name} expert)"
             )
         return LayerDims(experts=model.num_experts, hidden=H, hidden_padded=Hp, intermediate=I, intermediate_padded=Ip)
 
-    def layer_tensors(self, model, layer, dims: LayerDims, options: ConvertOptions) -> dict[str, Planned]:
+    def layer_tensors(self, model: Any, layer: Any, dims: LayerDims, options: ConvertOptions) -> dict[str, Planned]:
         E, sources, planned = dims.experts, model.expert_sources(layer), {}
         for short, bake in self.bakes(model, dims, options).items():
             if bake.canonical is None:
@@ -91,7 +97,7 @@ class Mxfp4Target(Target):
                 continue
             source, read = sources[bake.canonical], [sources[bake.canonical], *(sources[name] for name in bake.also)]
 
-            def combine(*chunks, read=read, transform=bake.transform):
+            def combine(*chunks: torch.Tensor, read: list[Any] = read, transform: Callable[..., torch.Tensor] = bake.transform):
                 parts, start = [], 0
                 for each in read:
                     parts += each.parts(*chunks[start:start + len(each.names)])

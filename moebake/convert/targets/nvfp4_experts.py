@@ -32,7 +32,7 @@ it under ``gate_up_global_scale``.
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -85,7 +85,7 @@ class Nvfp4Target(Target):
         ``w2_input_scale``; SGLang's shapes) -> the target's derived F32 tensors."""
         raise NotImplementedError
 
-    def check(self, model, options: ConvertOptions) -> None:
+    def check(self, model: Any, options: ConvertOptions) -> None:
         super().check(model, options)
         name = self.spec.name
         if model.weight_only:
@@ -112,30 +112,30 @@ class Nvfp4Target(Target):
         E, Hp, Ip, order = dims.experts, dims.hidden_padded, dims.intermediate_padded, self.order
         step = max(1, options.chunk_bytes // (Ip * Hp))  # one expert's gate + up weights: 2 * I_pad * H_pad/2 bytes
 
-        def stack(proj, part, start, stop):
+        def stack(proj: str, part: str, start: int, stop: int):
             return torch.stack([model.consumed(layer, e, proj, part) for e in range(start, stop)])
 
-        def gate_up(part, cols, start, stop):
+        def gate_up(part: str, cols: int, start: int, stop: int):
             gate, up = (pad_to(stack(proj, part, start, stop), (Ip, cols)) for proj in ("gate", "up"))
             return order.rows(gate, up)
 
-        def w13_weight(start, stop):
+        def w13_weight(start: int, stop: int):
             return gate_up("weight", Hp // 2, start, stop)
 
-        def w13_scale(start, stop):
+        def w13_scale(start: int, stop: int):
             rows = gate_up("weight_scale", Hp // GROUP_SIZE, start, stop)
             return swizzle_128x4(rows).reshape(stop - start, 2 * Ip, Hp // GROUP_SIZE)
 
-        def w2_weight(start, stop):
+        def w2_weight(start: int, stop: int):
             return pad_to(stack("down", "weight", start, stop), (Hp, Ip // 2))
 
-        def w2_scale(start, stop):
+        def w2_scale(start: int, stop: int):
             scales = pad_to(stack("down", "weight_scale", start, stop), (Hp, Ip // GROUP_SIZE))
             return swizzle_128x4(scales).reshape(stop - start, Hp, Ip // GROUP_SIZE)
 
         @functools.cache
         def scalars():
-            def column(proj, part):
+            def column(proj: str, part: str):
                 return stack(proj, part, 0, E).reshape(E)
 
             raw = {

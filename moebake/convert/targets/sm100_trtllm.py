@@ -26,6 +26,8 @@ pad (DeepSeek-V4) must have H and I multiples of the padding multiples. ``--flas
 does not apply.
 """
 
+from typing import Any
+
 import torch
 
 from moebake.convert.options import ConvertOptions
@@ -50,7 +52,7 @@ def _swizzled(scales: torch.Tensor) -> torch.Tensor:
     return swizzle_128x4(scales).reshape(scales.shape)
 
 
-def _constants(model, experts: int) -> dict[str, Bake]:
+def _constants(model: Any, experts: int) -> dict[str, Bake]:
     """Per-expert SwiGLU parameters SGLang registers for this path: alpha/beta for GPT-OSS's SwiGLU, the limit."""
     activation = model.activation()
     values = {"gemm1_clamp_limit": activation.limit}
@@ -64,10 +66,10 @@ def _constants(model, experts: int) -> dict[str, Bake]:
 class Sm100Trtllm(Mxfp4Target):
     spec = SM100_TRTLLM
 
-    def layer_facts(self, model, layer) -> dict:
+    def layer_facts(self, model: Any, layer: Any) -> dict:
         return {"epilogue_tile_m": EPILOGUE_TILE_M}
 
-    def bakes(self, model, dims: LayerDims, options: ConvertOptions) -> dict[str, Bake]:
+    def bakes(self, model: Any, dims: LayerDims, options: ConvertOptions) -> dict[str, Bake]:
         Hp, Ip = dims.hidden_padded, dims.intermediate_padded
         scales = PaddedScales(dims, options.padding(model.format_name))
         return {

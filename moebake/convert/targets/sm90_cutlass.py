@@ -23,6 +23,8 @@ real columns). Either way the padded weights are zero, so the padding contribute
 intermediate lanes have gate = 0). The kernel reads the scales as ``.view(torch.int32)``.
 """
 
+from typing import Any
+
 import torch
 
 from moebake.convert.options import ConvertOptions
@@ -39,7 +41,7 @@ from moebake.schema.targets import SM90_CUTLASS, LayerDims
 class Sm90Cutlass(Mxfp4Target):
     spec = SM90_CUTLASS
 
-    def bakes(self, model, dims: LayerDims, options: ConvertOptions) -> dict[str, Bake]:
+    def bakes(self, model: Any, dims: LayerDims, options: ConvertOptions) -> dict[str, Bake]:
         layout, Hp, Ip = options.flashinfer_layout, dims.hidden_padded, dims.intermediate_padded
         fill = options.padding(model.format_name).hidden_scale_fill
 

@@ -26,6 +26,9 @@ plugin makes it. The Humming rewrite loses information by design (:attr:`TargetS
 target has no inverse: ``restore`` refuses and ``verify --source`` proves re-bake equality.
 """
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 
 from moebake.convert.options import ConvertOptions
@@ -38,7 +41,7 @@ from moebake.schema.manifest import LayerRecord
 from moebake.schema.targets import SM90_CUTLASS_W4A8, LayerDims
 
 
-def filled_scales(parts, part_shape: tuple[int, int]) -> torch.Tensor:
+def filled_scales(parts: Sequence[torch.Tensor], part_shape: tuple[int, int]) -> torch.Tensor:
     """Block-scale parts ``[e, r, g]`` (W13: up, gate; W2: down) stacked along rows, each padded to
     ``part_shape``; the padding holds each expert's first scale of the *last* part given (W13: the gate's,
     which is row 0 of SGLang's loaded pairs/halves buffer; W2: the only part), as SGLang's Humming path fills it."""
@@ -54,16 +57,16 @@ def filled_scales(parts, part_shape: tuple[int, int]) -> torch.Tensor:
 class Sm90CutlassW4a8(Mxfp4Target):
     spec = SM90_CUTLASS_W4A8
 
-    def bakes(self, model, dims: LayerDims, options: ConvertOptions) -> dict[str, Bake]:
+    def bakes(self, model: Any, dims: LayerDims, options: ConvertOptions) -> dict[str, Bake]:
         Hp, Ip = dims.hidden_padded, dims.intermediate_padded
 
-        def w13_scales(gate_scale, up_scale):
+        def w13_scales(gate_scale: torch.Tensor, up_scale: torch.Tensor):
             return filled_scales((up_scale, gate_scale), (Ip, Hp // 32))
 
-        def w2_scales(down_scale):
+        def w2_scales(down_scale: torch.Tensor):
             return filled_scales((down_scale,), (Hp, Ip // 32))
 
-        def residual(scales):
+        def residual(scales: torch.Tensor):
             return humming_scale_outputs(scales)[1] * RESIDUAL_COMPENSATION
 
         return {

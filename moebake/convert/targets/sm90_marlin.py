@@ -19,6 +19,8 @@ Scale padding holds the profile's fills (SGLang's GPT-OSS profile: 127 = E8M0 1.
 what its scale buffers are created with); padded weights are zero, so padding contributes nothing.
 """
 
+from typing import Any
+
 import torch
 
 from moebake.convert.options import ConvertOptions
@@ -39,7 +41,7 @@ def _e8m0(scales: torch.Tensor) -> torch.Tensor:
 class Sm90Marlin(Mxfp4Target):
     spec = SM90_MARLIN
 
-    def check(self, model, options: ConvertOptions) -> None:
+    def check(self, model: Any, options: ConvertOptions) -> None:
         """The engines' Marlin MXFP4 path takes hidden sizes that are multiples of 64 only (SGLang 0.5.23's
         ``check_moe_marlin_supports_layer`` with tile padding), whatever it pads them to."""
         super().check(model, options)
@@ -47,7 +49,7 @@ class Sm90Marlin(Mxfp4Target):
             raise UnsupportedError(f"{model.checkpoint.root / 'config.json'}: hidden size {model.hidden_size} is not a multiple "
                                    f"of 64, which target {self.spec.name} needs (the engines' Marlin MXFP4 MoE path refuses it)")
 
-    def bakes(self, model, dims: LayerDims, options: ConvertOptions) -> dict[str, Bake]:
+    def bakes(self, model: Any, dims: LayerDims, options: ConvertOptions) -> dict[str, Bake]:
         Hp, Ip = dims.hidden_padded, dims.intermediate_padded
         fills = options.padding(model.format_name)  # the engine profile's scale padding bytes
         return {

@@ -11,7 +11,6 @@ and dtype checks, runs no transform, and executes through SGLang's own runner. T
 that SGLang would copy whole are read by moebake too (:mod:`moebake.engines.sglang.whole_model`).
 """
 
-QUANT_NAME = "moebake"
 
 
 def register() -> None:
@@ -20,10 +19,11 @@ def register() -> None:
 
     from moebake.engines.sglang import internals, loader_hook, shard_iterator, whole_model
     from moebake.engines.sglang.config import MoebakeConfig
+    from moebake.schema.config_json import QUANT_METHOD
 
-    QUANTIZATION_METHODS[QUANT_NAME] = MoebakeConfig
+    QUANTIZATION_METHODS[QUANT_METHOD] = MoebakeConfig
     choices, add_choices = internals.quantization_choices()
-    if QUANT_NAME not in choices:
-        add_choices([QUANT_NAME])
+    if QUANT_METHOD not in choices:
+        add_choices([QUANT_METHOD])
     loader_hook.install(whole_model.intercept, shard_iterator.lazy)  # a bake's tensors through moebake (whole_model's,
     # shard_iterator's docstrings)

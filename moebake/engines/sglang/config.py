@@ -190,7 +190,7 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
     def get_scaled_act_names(self) -> list[str]:
         return []
 
-    def update_packed_modules_mapping(self, mapping) -> None:
+    def update_packed_modules_mapping(self, mapping: dict) -> None:
         super().update_packed_modules_mapping(mapping)
         if self.original is not None:
             self.original.update_packed_modules_mapping(mapping)

@@ -16,12 +16,21 @@ the real SGLang 0.5.23):
   and ``process_weights_after_loading`` runs once per layer after every weight was handed out.
 """
 
+from __future__ import annotations
+
 import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from moebake.engines.release_check import release_refusal, unknown_release_refusal
+from moebake.engines.release_check import installed_release, release_refusal, unknown_release_refusal
 from moebake.engines.sglang.refusals import MoebakeRefusal
+
+if TYPE_CHECKING:
+    from moebake.schema.manifest import Manifest
+
+ENGINE = "sglang"
 
 
 def import_problem(module: str) -> str | None:
@@ -66,21 +75,15 @@ def quantization_choices():
     return QUANTIZATION_CHOICES, add_quantization_method_choices
 
 
-def installed_release() -> str:
-    import sglang
-
-    return sglang.__version__
-
-
 def check_version() -> None:
     """Refuse an installed SGLang that the release matrix does not hold."""
-    if refusal := unknown_release_refusal("sglang", installed_release()):
+    if refusal := unknown_release_refusal(installed_release(ENGINE)):
         raise MoebakeRefusal(refusal)
 
 
-def check_release(manifest) -> None:
+def check_release(manifest: Manifest) -> None:
     """Refuse a bake (its manifest) that the installed SGLang's own code was not proven to build."""
-    if refusal := release_refusal("sglang", installed_release(), manifest):
+    if refusal := release_refusal(installed_release(ENGINE), manifest):
         raise MoebakeRefusal(refusal)
 
 
@@ -114,7 +117,7 @@ def fp4_scale_vector_size() -> int:
     return _FP4_SF_VEC_SIZE
 
 
-def is_cutedsl_v2_standard(method) -> bool:
+def is_cutedsl_v2_standard(method: Any) -> bool:
     """``ModelOptNvFp4FusedMoEMethod._is_cutedsl_v2_standard``: the standard (not DeepEP) CuteDSL path."""
     return bool(method._is_cutedsl_v2_standard)
 
@@ -129,38 +132,38 @@ def route_as_unquantized_deepep(layer: torch.nn.Module) -> None:
         layer.deprecate_flag = True
 
 
-def clear_routing_bias(layer) -> None:
+def clear_routing_bias(layer: torch.nn.Module) -> None:
     """What SGLang's ``trtllm_sm100`` post-load step sets besides the weights: ``layer._situ_routing_bias_bf16``."""
     layer._situ_routing_bias_bf16 = None
 
 
-def register_static_scale_ones(method, layer) -> None:
+def register_static_scale_ones(method: Any, layer: torch.nn.Module) -> None:
     """``Mxfp4FlashinferTrtllmMoEMethod._register_static_scale_ones``: the unit activation scales it registers."""
     method._register_static_scale_ones(layer)
 
 
-def set_padded_hidden(method, hidden_padded: int) -> None:
+def set_padded_hidden(method: Any, hidden_padded: int) -> None:
     """``Mxfp4MoEMethod._padded_hidden``: the hidden size its SM90 forward pads activations to (the bake's ``H_pad``)."""
     method._padded_hidden = hidden_padded
 
 
-def uses_sm90_humming(method) -> bool:
+def uses_sm90_humming(method: Any) -> bool:
     """``Mxfp4MoEMethod._use_sm90_humming``: whether the server runs FlashInfer's Humming W4A8 path
     (``--flashinfer-mxfp4-moe-precision fp8``); releases before 0.5.19 have no such path (False)."""
     return bool(getattr(method, "_use_sm90_humming", False))
 
 
-def set_mxfp4_backend(layer, backend: str) -> None:
+def set_mxfp4_backend(layer: torch.nn.Module, backend: str) -> None:
     """``layer._mxfp4_backend``: the runner ``Mxfp4MoEMethod``'s forward dispatches on (its post-load step sets it)."""
     layer._mxfp4_backend = backend
 
 
-def set_dsv4_mxfp4_backend(layer, backend: str) -> None:
+def set_dsv4_mxfp4_backend(layer: torch.nn.Module, backend: str) -> None:
     """``layer._dsv4_mxfp4_backend``: the runner DeepSeek-V4's MXFP4 methods dispatch on (their post-load step sets it)."""
     layer._dsv4_mxfp4_backend = backend
 
 
-def cutedsl_derived(method, layer) -> None:
+def cutedsl_derived(method: Any, layer: torch.nn.Module) -> None:
     """SGLang's CuteDSL post-load step (``ModelOptNvFp4FusedMoEMethod.process_weights_after_loading``) minus its
     transforms (the bake holds their result): the
     swizzled-scale aliases, on the standard path the load-time F32 scalars the bake does not store
@@ -196,7 +199,7 @@ names bound in ``sglang.srt.model_loader.loader``, each taking ``hf_weights_file
 SAFETENSORS_ITERATOR_OPTIONS = ("disable_mmap", "prefetch", "drop_cache_after_load")
 
 
-def wrap_safetensors_iterators(wrap) -> None:
+def wrap_safetensors_iterators(wrap: Callable[..., Any]) -> None:
     """Replace each of :data:`SAFETENSORS_ITERATORS` in ``sglang.srt.model_loader.loader`` by ``wrap(original)``, once
     per process. MoebakeRefusal, in one line, where one is missing or takes other parameters (a release that moved
     it)."""
@@ -214,7 +217,7 @@ def wrap_safetensors_iterators(wrap) -> None:
             parameters = ()
         if parameters[:1] != ("hf_weights_files",) or not set(SAFETENSORS_ITERATOR_OPTIONS) <= set(parameters):
             raise MoebakeRefusal(
-                f"SGLang {installed_release()} changed sglang.srt.model_loader.loader.{name} (expected a function of "
+                f"SGLang {installed_release(ENGINE).version} changed sglang.srt.model_loader.loader.{name} (expected a function of "
                 f"hf_weights_files and {', '.join(SAFETENSORS_ITERATOR_OPTIONS)}, found "
                 f"{'nothing' if function is None else parameters}), through which SGLang hands out a bake's tensors; "
                 f"install an SGLang of the release matrix (pip install 'moebake[sglang]') or update "
@@ -231,7 +234,7 @@ LOAD_WEIGHTS_AND_POSTPROCESS = "sglang.srt.model_loader.loader.DefaultModelLoade
 LOAD_WEIGHTS_AND_POSTPROCESS_PARAMETERS = ("model", "weights", "target_device")
 
 
-def wrap_load_weights_and_postprocess(wrap) -> None:
+def wrap_load_weights_and_postprocess(wrap: Callable[..., Any]) -> None:
     """Replace ``DefaultModelLoader.load_weights_and_postprocess(model, weights, target_device)`` (a staticmethod in
     0.5.17-0.5.23: every model SGLang's default, sharded-state-free loaders build gets its weights through it) by
     ``wrap(original)``, once per process. MoebakeRefusal, in one line, where the function is missing or is not a
@@ -251,7 +254,7 @@ def wrap_load_weights_and_postprocess(wrap) -> None:
         what = ("missing" if found is None else f"a staticmethod{parameters}" if function is not None
                 else f"a {type(found).__name__}, not a staticmethod")
         raise MoebakeRefusal(
-            f"SGLang {installed_release()} changed {LOAD_WEIGHTS_AND_POSTPROCESS} (expected a staticmethod"
+            f"SGLang {installed_release(ENGINE).version} changed {LOAD_WEIGHTS_AND_POSTPROCESS} (expected a staticmethod"
             f"{LOAD_WEIGHTS_AND_POSTPROCESS_PARAMETERS}, found {what}), through which the plugin reads a bake's "
             f"non-expert tensors; install an SGLang of the release matrix (pip install 'moebake[sglang]') or "
             f"update moebake/engines/sglang/internals.py for this release")

@@ -6,13 +6,16 @@ it is given (:func:`moebake.engines.sglang.whole_model.intercept`) and, when giv
 and :func:`check_installed` raises it when a bake is served (other models start as usual).
 """
 
+from collections.abc import Callable
+from typing import Any
+
 from moebake.engines.sglang import internals
 from moebake.engines.sglang.refusals import MoebakeRefusal
 
 _install_problem: MoebakeRefusal | None = None
 
 
-def install(intercept, iterators=None) -> None:
+def install(intercept: Callable[..., Any], iterators: Callable[..., Any] | None = None) -> None:
     """Wrap SGLang's loader with ``intercept(original) -> replacement`` and its safetensors iterators with
     ``iterators(original) -> replacement`` (if given), or keep why that cannot be done."""
     global _install_problem

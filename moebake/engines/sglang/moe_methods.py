@@ -26,6 +26,8 @@ factory here registers under its route's name (:func:`route`). Refusals (one lin
 
 import functools
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -47,7 +49,7 @@ FACTORIES: dict = {}
 def route(name: str):
     """Register the decorated method factory as the SGLang route ``name``."""
 
-    def register(factory):
+    def register(factory: Callable[..., Any]):
         FACTORIES[name] = factory
         return factory
 
@@ -64,7 +66,7 @@ class SelfLoadingExperts:
 
     WHOLE_TENSORS: frozenset[str] = frozenset()
 
-    def _bake_init(self, config, record: LayerRecord) -> None:
+    def _bake_init(self, config: Any, record: LayerRecord) -> None:
         self.moebake_config, self.record, self.loaded = config, record, set()
         self.load_stats = None
 
@@ -105,14 +107,14 @@ class SelfLoadingExperts:
         except Exception as err:
             logger.debug("moebake: no early ring or read-ahead for %s (%s)", self.record.prefix, err)
 
-    def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
-                       **extra_weight_attrs):
+    def create_weights(self, layer: torch.nn.Module, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
+                       params_dtype: torch.dtype, **extra_weight_attrs: Any):
         """SGLang's hook: the manifest's parameters instead of the method's own. Methods whose SGLang runner reads
         attributes its own ``create_weights`` sets override this and set them first."""
         self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
 
     def _note_baked(self, name: str, spec: TensorRecord, dtype: torch.dtype, param: torch.nn.Parameter,
-                    loaded: torch.Tensor, *args, **kwargs) -> None:
+                    loaded: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """The checkpoint names baked tensor ``name``: check its shape and dtype (metadata only; its data is
         never read here, the post-load step reads the rank's rows from the files)."""
         where = f"{self.record.prefix}{name}"
@@ -136,7 +138,7 @@ class SelfLoadingExperts:
             raise MoebakeRefusal(f"{err}; run `moebake verify` on the checkpoint") from None
 
 
-def _common_refusals(config, target: str) -> None:
+def _common_refusals(config: Any, target: str) -> None:
     from sglang.srt.layers.moe.utils import get_moe_a2a_backend, get_moe_runner_backend
 
     manifest = config.manifest
@@ -159,23 +161,23 @@ def _sm90_cutlass_method(humming: bool = False):
         ``cutlass_fused_moe`` W4A16), as ``Mxfp4MoEMethod``'s ``cutlass_sm90`` path runs them; with ``humming``,
         baked ``sm90-cutlass-w4a8`` experts as its ``_use_sm90_humming`` path (W4A8) runs them."""
 
-        def __init__(self, config, record: LayerRecord, prefix: str):
+        def __init__(self, config: Any, record: LayerRecord, prefix: str):
             Mxfp4MoEMethod.__init__(self, prefix)
             self._bake_init(config, record)
             internals.set_padded_hidden(self, record.hidden_padded)
             refusals.check_humming_precision(config.manifest.target, humming, internals.uses_sm90_humming(self))
 
-        def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
-                           with_bias=False, **extra_weight_attrs):
+        def create_weights(self, layer: torch.nn.Module, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
+                           params_dtype: torch.dtype, with_bias: bool = False, **extra_weight_attrs: Any):
             self.num_experts = num_experts
             self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
 
-        def process_weights_after_loading(self, layer) -> None:
+        def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
             self._load_baked_rows(layer)
             activation, local = self.moebake_config.manifest.activation, layer.num_local_experts
             device = layer.w13_weight.device
 
-            def per_expert(value):
+            def per_expert(value: float):
                 return None if value is None else torch.nn.Parameter(
                     torch.full((local,), value, dtype=torch.float32, device=device), requires_grad=False)
 
@@ -201,11 +203,11 @@ def _deepep_bf16_method():
         """Baked ``deepep-bf16`` experts (``[gate; up]`` W13) through SGLang's unquantized DeepEP
         low-latency + DeepGEMM path, whose own post-load step transforms nothing."""
 
-        def __init__(self, config, record: LayerRecord, prefix: str):
+        def __init__(self, config: Any, record: LayerRecord, prefix: str):
             UnquantizedFusedMoEMethod.__init__(self, use_deep_gemm=True)
             self._bake_init(config, record)
 
-        def process_weights_after_loading(self, layer) -> None:
+        def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
             self._load_baked_rows(layer)
             UnquantizedFusedMoEMethod.process_weights_after_loading(self, layer)  # sets the dispatcher to BF16 only
             internals.route_as_unquantized_deepep(layer)
@@ -222,17 +224,17 @@ def _sm100_trtllm_method():
         (``trtllm_fp4_block_scale_moe``), as ``Mxfp4MoEMethod``'s ``trtllm_sm100`` path runs them: the bake holds
         the shuffled weights, swizzled scales, F32 biases and the per-expert SwiGLU constants it makes."""
 
-        def __init__(self, config, record: LayerRecord, prefix: str):
+        def __init__(self, config: Any, record: LayerRecord, prefix: str):
             Mxfp4MoEMethod.__init__(self, prefix)
             self._bake_init(config, record)
 
-        def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
-                           with_bias=False, **extra_weight_attrs):
+        def create_weights(self, layer: torch.nn.Module, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
+                           params_dtype: torch.dtype, with_bias: bool = False, **extra_weight_attrs: Any):
             self.num_experts, self.with_bias = num_experts, with_bias
             self.hidden_size, self.intermediate_size_per_partition = self.record.hidden_padded, self.record.intermediate_padded
             self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
 
-        def process_weights_after_loading(self, layer) -> None:
+        def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
             self._load_baked_rows(layer)
             internals.clear_routing_bias(layer)
 
@@ -248,11 +250,11 @@ def _sm100_deepseek_v4_method():
         (``trtllm_fp4_block_scale_moe``). SGLang names the scales ``w*_weight_scale_inv`` and holds the shuffled
         weights as uint8: the post-load step binds those names to the baked tensors (same storage)."""
 
-        def __init__(self, config, record: LayerRecord, prefix: str):
+        def __init__(self, config: Any, record: LayerRecord, prefix: str):
             Mxfp4FlashinferTrtllmMoEMethod.__init__(self, None, prefix)  # its FP8 method only prepares weights: baked
             self._bake_init(config, record)
 
-        def process_weights_after_loading(self, layer) -> None:
+        def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
             self._load_baked_rows(layer)
             for weight in (layer.w13_weight, layer.w2_weight):
                 weight.data = weight.data.view(torch.uint8)  # the same bytes, typed as SGLang's shuffle leaves them
@@ -272,18 +274,18 @@ def _sm90_marlin_method():
         ``prepare_moe_mxfp4_layer_for_marlin`` leaves (repacked int32 weights, E8M0 scales, BF16 biases); the
         Marlin runner makes its own workspace per call."""
 
-        def __init__(self, config, record: LayerRecord, prefix: str):
+        def __init__(self, config: Any, record: LayerRecord, prefix: str):
             Mxfp4MoEMethod.__init__(self, prefix)
             self._bake_init(config, record)
 
-        def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
-                           with_bias=False, **extra_weight_attrs):
+        def create_weights(self, layer: torch.nn.Module, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
+                           params_dtype: torch.dtype, with_bias: bool = False, **extra_weight_attrs: Any):
             self.num_experts, self.with_bias = num_experts, with_bias
             self.hidden_size, self.intermediate_size_per_partition = self.record.hidden_padded, self.record.intermediate_padded
             self.hidden_pad = self.record.hidden_padded - self.record.hidden
             self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
 
-        def process_weights_after_loading(self, layer) -> None:
+        def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
             self._load_baked_rows(layer)
             internals.set_mxfp4_backend(layer, "marlin")
 
@@ -298,11 +300,11 @@ def _sm90_marlin_deepseek_v4_method():
         """Baked DeepSeek-V4 ``sm90-marlin`` experts through SGLang's ``Mxfp4MarlinMoEMethod`` (``marlin`` runner),
         whose Marlin preparation leaves ``w*_weight`` / ``w*_weight_scale`` as the bake holds them."""
 
-        def __init__(self, config, record: LayerRecord, prefix: str):
+        def __init__(self, config: Any, record: LayerRecord, prefix: str):
             Mxfp4MarlinMoEMethod.__init__(self, None, prefix)  # its FP8 method only prepares weights: baked
             self._bake_init(config, record)
 
-        def process_weights_after_loading(self, layer) -> None:
+        def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
             self._load_baked_rows(layer)
             internals.set_dsv4_mxfp4_backend(layer, "marlin")
 
@@ -321,19 +323,19 @@ def _cutedsl_method():
 
         WHOLE_TENSORS = frozenset({"w13_input_scale", "w2_input_scale"})  # SGLang keeps them for all experts
 
-        def __init__(self, config, record: LayerRecord, prefix: str):
+        def __init__(self, config: Any, record: LayerRecord, prefix: str):
             ModelOptNvFp4FusedMoEMethod.__init__(self, config.original)
             self._bake_init(config, record)
             _check_cutedsl_w4a4(self)
 
-        def process_weights_after_loading(self, layer) -> None:
+        def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
             self._load_baked_rows(layer)
             internals.cutedsl_derived(self, layer)
 
     return MoebakeCuteDslMoEMethod
 
 
-def _check_cutedsl_w4a4(method) -> None:
+def _check_cutedsl_w4a4(method: Any) -> None:
     """The bake's scalars are SGLang's for static W4A4 activation scales; refuse the modes that neutralise them."""
     if getattr(method.quant_config, "use_per_token_activation", False) or (
             internals.is_cutedsl_v2_standard(method) and internals.cutedsl_w4a16_requested()):
@@ -350,7 +352,7 @@ METHODS = {r.target: FACTORIES[r.route] for r in serving.routes(serving.SGLANG) 
 """Target -> its method factory, for every source format of the target (a view of the serving records)."""
 
 
-def moe_method(config, record: LayerRecord, prefix: str):
+def moe_method(config: Any, record: LayerRecord, prefix: str):
     """The moebake MoE method for ``config``'s target and source format and the layer ``record`` (refusing first if
     it must)."""
     manifest = config.manifest

@@ -5,6 +5,8 @@ reports it like its own errors).
 Every check here is a pure function of the manifest and SGLang's state, tested on CPU.
 """
 
+from typing import Any
+
 from moebake.errors import EngineRefusal
 from moebake.schema.enums import GpuFamily
 from moebake.schema.manifest import EngineRecord, LayerRecord, Manifest
@@ -29,7 +31,7 @@ def _raise(refusal: str | None) -> None:
         raise MoebakeRefusal(refusal)
 
 
-def check_gpu(target: str, platform) -> None:
+def check_gpu(target: str, platform: Any) -> None:
     """SGLang's platform says which GPU family it runs on (``is_sm90`` / ``is_sm100``)."""
     present = GpuFamily.SM90 if getattr(platform, "is_sm90", False) else \
         GpuFamily.SM100 if getattr(platform, "is_sm100", False) else None

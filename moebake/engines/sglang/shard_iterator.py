@@ -18,7 +18,9 @@ import functools
 import inspect
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from moebake.engines.sglang.internals import SAFETENSORS_ITERATOR_OPTIONS
 from moebake.engines.sglang.whole_model import DISABLE_ENV
@@ -34,12 +36,12 @@ def is_bake_shards(files: list[str]) -> bool:
     return len(folders) == 1 and (folders.pop() / MANIFEST_NAME).is_file()
 
 
-def lazy(original):
+def lazy(original: Callable[..., Any]):
     """``original`` (one of SGLang's safetensors iterators) handing a bake's tensors unread (module docstring)."""
     signature = inspect.signature(original)
 
     @functools.wraps(original)
-    def iterator(*args, **kwargs):
+    def iterator(*args: Any, **kwargs: Any):
         options = signature.bind(*args, **kwargs)
         options.apply_defaults()
         files = [str(f) for f in options.arguments["hf_weights_files"]]

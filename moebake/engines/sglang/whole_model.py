@@ -23,7 +23,9 @@ quantized, packed, presharded or GGUF weights). The baked expert tensors, and ev
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -78,14 +80,14 @@ class DirectParameterLoader(_EngineNeutralLoader):
     ``weights = loader.filter(weights)`` (SGLang's ``(name, tensor)`` iterator in, the pairs SGLang must still load
     out), ``model.load_weights(weights)``, then ``loader.stats`` (:class:`DirectLoadStats`)."""
 
-    def __init__(self, model: torch.nn.Module, directory: str | Path, device: torch.device | str, **options):
+    def __init__(self, model: torch.nn.Module, directory: str | Path, device: torch.device | str, **options: Any):
         config = _bake_config(model)
         baked = {record.prefix + short for record in config.manifest.layers for short in record.tensors} if config else set()
         super().__init__(model, directory, device, plain_copy=plain_copy, row_shard=vocab_rows,
                          exclude=baked | set(options.pop("exclude", ())), **options)
 
     @classmethod
-    def for_served_model(cls, model: torch.nn.Module, device: torch.device | str, **options) -> "DirectParameterLoader":
+    def for_served_model(cls, model: torch.nn.Module, device: torch.device | str, **options: Any) -> "DirectParameterLoader":
         """The loader of the bake SGLang serves: its directory is the one ``model.quant_config``'s manifest is in,
         else :func:`moebake.engines.sglang.config.model_directory` (``--model-path``). With a bake's config it reads
         through the config's reader onto ``device`` (the one the experts' loads use)."""
@@ -113,10 +115,10 @@ def _loader_for(model: torch.nn.Module, target_device: torch.device) -> DirectPa
     return loader
 
 
-def intercept(original):
+def intercept(original: Callable[..., Any]):
     """``original`` (SGLang's ``load_weights_and_postprocess``) with a bake's plain-copy tensors read by moebake."""
 
-    def load_weights_and_postprocess(model, weights, target_device):
+    def load_weights_and_postprocess(model: torch.nn.Module, weights: Any, target_device: torch.device):
         config = _bake_config(model)
         try:
             loader = _loader_for(model, target_device)

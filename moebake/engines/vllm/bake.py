@@ -19,12 +19,15 @@ Every problem is a :class:`moebake.errors.MoebakeError` whose message is one lin
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from moebake.engines.release_check import installed_release
 from moebake.errors import EngineRefusal, MoebakeError
+from moebake.formats.gpt_oss import DEFAULT_SWIGLU_LIMIT, SWIGLU_ALPHA, SWIGLU_BETA
 from moebake.schema import serving
 from moebake.schema.enums import DType
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
-from moebake.schema.profiles import PROFILES, SHARED_GLOBALS, get_profile, releases
+from moebake.schema.profiles import SHARED_GLOBALS, ReleaseProfile, newest, release_profile, releases
 from moebake.schema.serving import ServingRecord
 from moebake.schema.targets import target_spec
 from moebake.serving_core.served_manifest import read_served_manifest
@@ -32,18 +35,11 @@ from moebake.serving_core.served_manifest import read_served_manifest
 ENGINE = "vllm"
 
 
-def installed_release() -> str:
-    """The installed vLLM release (the plugin serves a bake only where the bake lists it: ``engine.releases``)."""
-    import vllm
-
-    return vllm.__version__
-
-
-def installed_profile():
+def installed_profile() -> ReleaseProfile:
     """The installed vLLM release's profile (the release matrix's; its newest release's where it holds no such one,
     which the plugin refuses before serving anything)."""
-    release = installed_release()
-    return get_profile(f"{ENGINE}=={release}") if release in releases(ENGINE) else PROFILES[ENGINE]
+    release = installed_release(ENGINE)
+    return release_profile(release if release in releases(ENGINE) else newest(ENGINE))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,8 +110,9 @@ GPT_OSS_KINDS = tuple(s for s in SERVED.values() if s.holding.architecture == _G
 DEEPSEEK_V4_KINDS = tuple(s for s in SERVED.values() if s.holding.architecture == _DEEPSEEK_V4)
 MTP_DRAFT = "DeepSeekV4MTPModel"
 """The architecture vLLM 0.33.0's speculative config gives DeepSeek-V4's MTP draft model (not served)."""
-SWIGLU = {"alpha": 1.702, "beta": 1.0, "limit": 7.0}
-"""GPT-OSS SwiGLU constants vLLM 0.33.0's ``GptOssMxfp4MoEMethod`` passes to the kernel (hard-coded)."""
+SWIGLU = {"alpha": SWIGLU_ALPHA, "beta": SWIGLU_BETA, "limit": DEFAULT_SWIGLU_LIMIT}
+"""GPT-OSS SwiGLU constants vLLM's ``GptOssMxfp4MoEMethod`` passes to the kernel (hard-coded there; GPT-OSS's own,
+:mod:`moebake.formats.gpt_oss`)."""
 PREFIX = "moebake (vLLM plugin): "
 
 
@@ -167,19 +164,20 @@ def check_manifest(manifest: Manifest, hf_config: dict, where: Path) -> None:
     if served is None:
         raise refuse(f"{where}: {serving.unserved(serving.VLLM, manifest.target, manifest.source.format)}")
     engines = ([manifest.engine] if manifest.engine is not None else []) + list(manifest.serves)  # same bytes
-    ours = [e for e in engines if e.name == ENGINE and installed_release() in e.serving_releases]
+    installed = installed_release(ENGINE)
+    ours = [e for e in engines if e.name == ENGINE and installed in e.serving_releases]
     if not ours or not ours[0].exact:
         engine = manifest.engine
         because = engine.not_exact_because if engine is not None else None
         keep = " --gate-up-globals keep" if because and because.startswith(SHARED_GLOBALS) else ""
         if served in DEEPSEEK_V4_KINDS and (unpadded := vllm_would_pad(manifest, served)):
-            raise refuse(f"{where}: baked for {engine and engine.name} {engine and engine.version}, not vLLM {installed_release()}'s "
+            raise refuse(f"{where}: baked for {engine and engine.name} {engine and engine.version}, not vLLM {installed.version}'s "
                          f"bytes, and no vLLM bake of this model exists: {unpadded}; serve this bake with "
                          f"{engine and engine.name}")
         raise refuse(f"{where}: baked for {engine and engine.name} {engine and engine.version} "
                      f"({'engine-exact' if engine and engine.exact else 'not engine-exact'}{': ' + because if because else ''}), "
-                     f"not vLLM {installed_release()}'s bytes; re-bake with: moebake convert SRC OUT --target {served.target} "
-                     f"--engine {ENGINE}=={installed_release()}{keep}")
+                     f"not vLLM {installed.version}'s bytes; re-bake with: moebake convert SRC OUT --target {served.target} "
+                     f"--engine {installed.spec}{keep}")
     architectures = hf_config.get("architectures") or []
     if served in DEEPSEEK_V4_KINDS and MTP_DRAFT in architectures:
         raise refuse(f"{where}: vLLM builds DeepSeek-V4's MTP draft model ({MTP_DRAFT}, --speculative-config); the vLLM "
@@ -204,7 +202,7 @@ def vllm_would_pad(manifest: Manifest, served: Served) -> str | None:
     profile = installed_profile().target(served.target, served.source_format)
     for record in manifest.layers:
         if record.hidden % profile.hidden_multiple or record.intermediate % profile.intermediate_multiple:
-            return (f"vLLM {installed_release()} pads DeepSeek-V4's hidden size {record.hidden} and expert intermediate size "
+            return (f"vLLM {installed_release(ENGINE).version} pads DeepSeek-V4's hidden size {record.hidden} and expert intermediate size "
                     f"{record.intermediate} to multiples of {profile.hidden_multiple} and {profile.intermediate_multiple} "
                     f"for --moe-backend {served.moe_backend}, and moebake pads no {served.source_format} expert")
     return None
@@ -214,8 +212,8 @@ def check_gpt_oss(manifest: Manifest, hf_config: dict, where: Path, served: Serv
     """Refuse a GPT-OSS bake whose activation or sizes disagree with config.json or with vLLM's kernel set-up."""
     activation = manifest.activation
     if {k: getattr(activation, k) for k in SWIGLU} != SWIGLU:
-        raise refuse(f"{where}: activation {activation.to_json()}; vLLM {installed_release()}'s GPT-OSS MXFP4 kernel set-up uses "
-                     f"SwiGLU {SWIGLU} (config.json and the manifest disagree with vLLM)")
+        raise refuse(f"{where}: activation {activation.to_json()}; vLLM {installed_release(ENGINE).version}'s GPT-OSS MXFP4 "
+                     f"kernel set-up uses SwiGLU {SWIGLU} (config.json and the manifest disagree with vLLM)")
     expected = {"hidden": hf_config.get("hidden_size"), "intermediate": hf_config.get("intermediate_size"),
                 "experts": hf_config.get("num_local_experts")}
     for record in manifest.layers:
@@ -226,7 +224,7 @@ def check_gpt_oss(manifest: Manifest, hf_config: dict, where: Path, served: Serv
         unknown = set(record.tensors) - set(served.holding.held) - set(served.holding.not_held)
         if unknown:
             raise refuse(f"{where}: layer {record.prefix} has tensors {sorted(unknown)} that vLLM "
-                         f"{installed_release()}'s GptOssMxfp4MoEMethod does not hold")
+                         f"{installed_release(ENGINE).version}'s GptOssMxfp4MoEMethod does not hold")
 
 
 def check_deepseek_v4(manifest: Manifest, hf_config: dict, where: Path, served: Served) -> None:
@@ -243,7 +241,7 @@ def check_deepseek_v4(manifest: Manifest, hf_config: dict, where: Path, served: 
             raise refuse(f"{where}: layer {record.prefix} has {got}, config.json says {expected} "
                          "(config.json and the manifest disagree)")
         if set(record.tensors) - set(served.holding.not_held) != set(served.holding.held):
-            raise refuse(f"{where}: layer {record.prefix} has tensors {sorted(record.tensors)}; vLLM {installed_release()}'s "
+            raise refuse(f"{where}: layer {record.prefix} has tensors {sorted(record.tensors)}; vLLM {installed_release(ENGINE).version}'s "
                          f"Mxfp4MoEMethod holds {sorted(served.holding.held)}")
 
 
@@ -268,7 +266,7 @@ def locate_checkpoint(model: str, revision: str | None) -> Path:
     return Path(hf_hub_download(model, MANIFEST_NAME, revision=revision)).parent
 
 
-def hf_config_dict(hf_config) -> dict:
+def hf_config_dict(hf_config: Any) -> dict:
     """A transformers config (or a dict) as the plain dict config.json holds."""
     if isinstance(hf_config, dict):
         return hf_config

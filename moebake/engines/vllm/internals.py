@@ -7,22 +7,27 @@ installed release (:func:`since`). :func:`check_version` refuses, in one line, a
 hold before a bake is served.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from packaging.version import Version
 
-from moebake.engines.release_check import unknown_release_refusal
-from moebake.engines.vllm.bake import installed_release, refuse
+from moebake.engines.release_check import installed_release, unknown_release_refusal
+from moebake.engines.vllm.bake import ENGINE, refuse
+
+if TYPE_CHECKING:
+    import torch
 
 
-def since(release: str) -> bool:
-    """Whether the installed vLLM is ``release`` or later."""
-    return Version(installed_release()) >= Version(release)
+def since(version: str) -> bool:
+    """Whether the installed vLLM is release ``version`` or later."""
+    return installed_release(ENGINE).parsed >= Version(version)
 
 
 def check_version() -> None:
     """Refuse an installed vLLM that the release matrix does not hold."""
-    import vllm
-
-    if refusal := unknown_release_refusal("vllm", vllm.__version__):
+    if refusal := unknown_release_refusal(installed_release(ENGINE)):
         raise refuse(refusal)
 
 
@@ -40,18 +45,18 @@ def registered_model_loader(load_format: str):
     return _LOAD_FORMAT_TO_MODEL_LOADER.get(load_format)
 
 
-def local_slot(layer, expert: int) -> int:
+def local_slot(layer: torch.nn.Module, expert: int) -> int:
     """The row of global expert ``expert`` in this EP rank's parameters (negative: not held here);
     ``FusedMoE._map_global_expert_id_to_local_expert_id``."""
     return layer._map_global_expert_id_to_local_expert_id(expert)
 
 
-def expert_routing_tables(layer):
+def expert_routing_tables(layer: torch.nn.Module):
     """``FusedMoE._expert_routing_tables()``: what the modular kernel needs to route to this rank's experts."""
     return layer._expert_routing_tables()
 
 
-def build_nvfp4_moe_kernel(method, layer) -> None:
+def build_nvfp4_moe_kernel(method: Any, layer: torch.nn.Module) -> None:
     """``ModelOptNvFp4FusedMoE._build_moe_kernel(layer)``: the modular kernel over weights already in its format (what
     its ``process_weights_after_loading`` runs after the weight conversion). Before 0.30.0 the method has no such
     function: its ``process_weights_after_loading`` runs the same steps inline after the conversion
@@ -69,7 +74,7 @@ def build_nvfp4_moe_kernel(method, layer) -> None:
     method.moe_kernel.fused_experts.process_weights_after_loading(layer)
 
 
-def build_mxfp4_moe_kernel(method, layer) -> None:
+def build_mxfp4_moe_kernel(method: Any, layer: torch.nn.Module) -> None:
     """``Mxfp4MoEMethod._build_moe_kernel(layer)``: the modular kernel over weights already in its format (what
     its ``process_weights_after_loading`` runs after the weight conversion). Before 0.30.0 the method has no such
     function: its ``_setup_kernel`` builds the kernel inline after the conversion (:func:`build_mxfp4_kernel_inline`)."""
@@ -81,7 +86,7 @@ def build_mxfp4_moe_kernel(method, layer) -> None:
     Mxfp4MoEMethod._build_moe_kernel(method, layer)
 
 
-def build_mxfp4_kernel_inline(method, layer) -> None:
+def build_mxfp4_kernel_inline(method: Any, layer: torch.nn.Module) -> None:
     """The kernel set-up the MXFP4 methods' ``_setup_kernel`` runs after its weight conversion where the release has
     no function of its own for it (``GptOssMxfp4MoEMethod`` in every release, ``Mxfp4MoEMethod`` before 0.30.0):
     ``get_fused_moe_quant_config``, then ``make_mxfp4_moe_kernel`` over the layer's routing tables (before 0.28.0 also
@@ -99,7 +104,7 @@ def build_mxfp4_kernel_inline(method, layer) -> None:
         method.moe_kernel.fused_experts.process_weights_after_loading(layer)
 
 
-def mxfp4_method_options(stock) -> dict:
+def mxfp4_method_options(stock: Any) -> dict:
     """What ``Mxfp4MoEMethod(moe, **options)`` takes besides the MoE config, from the ``stock`` method vLLM's config
     gives the layer: its ``activation_key`` from 0.32.0 (releases before take the MoE config only)."""
     return {"activation_key": stock.activation_key} if since("0.32.0") else {}

@@ -19,6 +19,7 @@ tell every other layer (e.g. the KV-cache scales) that its tensors are post-proc
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -44,12 +45,12 @@ def weight_map(files: BakeFiles) -> dict[str, str]:
         raise refuse(str(err)) from None
 
 
-def local_expert_runs(layer, experts: int) -> list[ExpertRun]:
+def local_expert_runs(layer: torch.nn.Module, experts: int) -> list[ExpertRun]:
     """The runs of global experts this EP rank holds, and the parameter rows vLLM gives them."""
     return runs_from_slots(internals.local_slot(layer, expert) for expert in range(experts))
 
 
-def copy_baked_experts(layer, method: LoaderFilledExperts, loader: RankLoader) -> None:
+def copy_baked_experts(layer: torch.nn.Module, method: LoaderFilledExperts, loader: RankLoader) -> None:
     """Fill ``layer``'s baked parameters from the files: this rank's experts' rows of each tensor vLLM holds as
     it is (read by ``loader`` straight into the parameters), then what the method derives from whole baked tensors."""
     record = method.layer_record
@@ -69,7 +70,7 @@ def copy_baked_experts(layer, method: LoaderFilledExperts, loader: RankLoader) -
     for parameter in parameters:
         parameter.moebake_loaded = True
 
-    def read_whole(short):
+    def read_whole(short: str):
         shard, entry = loader.files.stored(record, short)
         with safe_open(shard.path, framework="pt") as f:
             return f.get_tensor(entry.name)
@@ -113,7 +114,7 @@ def other_tensors(files: CheckpointTensors, skip: set[str]) -> Iterator[tuple[st
 class MoebakeModelLoader(BaseModelLoader):
     """``--load-format moebake``: baked experts copied here, the rest through ``model.load_weights``."""
 
-    def checkpoint_directory(self, model_config) -> Path:
+    def checkpoint_directory(self, model_config: Any) -> Path:
         path = Path(model_config.model)
         if path.is_dir():
             return path
@@ -122,10 +123,10 @@ class MoebakeModelLoader(BaseModelLoader):
         return Path(download_weights_from_hf(model_config.model, self.load_config.download_dir, _PATTERNS,
                                              model_config.revision, ignore_patterns=self.load_config.ignore_patterns))
 
-    def download_model(self, model_config) -> None:
+    def download_model(self, model_config: Any) -> None:
         self.checkpoint_directory(model_config)
 
-    def load_weights(self, model: torch.nn.Module, model_config) -> None:
+    def load_weights(self, model: torch.nn.Module, model_config: Any) -> None:
         directory = self.checkpoint_directory(model_config)
         layers = [(name, module) for name, module in model.named_modules()
                   if isinstance(getattr(module, "quant_method", None), LoaderFilledExperts)]

@@ -4,6 +4,9 @@ whole-expert bake cannot serve, and creates, lists and checks the parameters the
 A mixin placed before vLLM's own MoE method class (``class M(LoaderFilledExperts, VllmMethod)``); no vLLM import.
 """
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from moebake.engines.vllm.bake import VllmBake, refuse
@@ -20,7 +23,7 @@ class LoaderFilledExperts:
     fills: the method registers them empty and checks them filled, and reads no file itself (see the module
     docstring; contrast the SGLang plugin's self-loading methods)."""
 
-    def adopt(self, bake: VllmBake, prefix: str, moe) -> None:
+    def adopt(self, bake: VllmBake, prefix: str, moe: Any) -> None:
         """Take the layer of ``bake`` vLLM builds at ``prefix``; refuse MoE tensor parallelism (the experts are
         baked whole) and an EP size that does not divide the expert count (``moe``: vLLM's ``FusedMoEConfig``)."""
         self.bake = bake
@@ -49,7 +52,7 @@ class LoaderFilledExperts:
         names = self.bake.served.parameter_names
         return {short: names[short] for short in self.layer_record.tensors if short in names}
 
-    def load_derived(self, layer: torch.nn.Module, read_whole, local_experts: list[int]) -> None:
+    def load_derived(self, layer: torch.nn.Module, read_whole: Callable[[str], torch.Tensor], local_experts: list[int]) -> None:
         """Fill the parameters vLLM computes from the bake's tensors at load (none by default).
         ``read_whole(short) -> tensor``: a whole baked tensor of this layer (every expert), checked against the
         manifest; ``local_experts``: the global expert ids this rank holds, in slot order."""

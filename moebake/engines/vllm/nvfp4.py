@@ -11,6 +11,9 @@ reduction; the post-load step then only builds vLLM's CuteDSL kernel (which mult
 into the weight globals, as in stock vLLM).
 """
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import NvFp4MoeBackend
 from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4FusedMoE
@@ -49,7 +52,7 @@ class MoebakeNvfp4MoEMethod(LoaderFilledExperts, ModelOptNvFp4FusedMoE):
 
     supports_pre_processed_weights = True
 
-    def __init__(self, stock, moe, bake: VllmBake, prefix: str):
+    def __init__(self, stock: Any, moe: Any, bake: VllmBake, prefix: str):
         if not isinstance(stock, ModelOptNvFp4FusedMoE):
             raise refuse(f"{prefix}: the source's quantization config gives this MoE layer {type(stock).__name__}, "
                          "not ModelOpt NVFP4 experts (config.json and the manifest disagree)")
@@ -60,8 +63,8 @@ class MoebakeNvfp4MoEMethod(LoaderFilledExperts, ModelOptNvFp4FusedMoE):
             raise refuse(f"{prefix}: vLLM selected MoE backend {self.nvfp4_backend.value}; the bake is for FlashInfer "
                          f"CuteDSL ({expected.name}): start vLLM with --moe-backend {MODELOPT_NVFP4.moe_backend}")
 
-    def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
-                       **extra_weight_attrs):
+    def create_weights(self, layer: torch.nn.Module, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
+                       params_dtype: torch.dtype, **extra_weight_attrs: Any):
         """Parameters at the bake's final shapes for this rank's ``num_experts`` experts; filled by the moebake loader."""
         record = self.layer_record
         if (hidden_size, intermediate_size_per_partition) != (record.hidden, record.intermediate):
@@ -73,7 +76,7 @@ class MoebakeNvfp4MoEMethod(LoaderFilledExperts, ModelOptNvFp4FusedMoE):
         scalars = {name: (DType.F32, (num_experts,)) for name in SCALARS}
         self.register_baked(layer, parameter_specs(record, MODELOPT_NVFP4, num_experts) | scalars)
 
-    def load_derived(self, layer, read_whole, local_experts: list[int]) -> None:
+    def load_derived(self, layer: torch.nn.Module, read_whole: Callable[[str], torch.Tensor], local_experts: list[int]) -> None:
         """vLLM's scalar parameters from the bake's (:func:`cutedsl_scalars`)."""
         baked = {name: read_whole(name) for name in SCALARS}
         eplb = self.moe.moe_parallel_config.enable_eplb
@@ -82,7 +85,7 @@ class MoebakeNvfp4MoEMethod(LoaderFilledExperts, ModelOptNvFp4FusedMoE):
             parameter.data.copy_(value)
             parameter.moebake_loaded = True
 
-    def process_weights_after_loading(self, layer) -> None:
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         """No weight transform: check every baked parameter was loaded, record the padded sizes in the layer's
         MoE config as vLLM's conversion does, then build vLLM's CuteDSL kernel over the parameters."""
         self.check_loaded(layer)

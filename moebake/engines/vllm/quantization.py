@@ -20,7 +20,10 @@ created at the bake's final shapes for this EP rank's experts; they are filled b
 (``supports_pre_processed_weights``: it runs the same under ``weights_already_processed()``).
 """
 
+from __future__ import annotations
+
 from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 import torch
 from vllm.model_executor.layers.fused_moe import RoutedExperts
@@ -29,14 +32,15 @@ from vllm.model_executor.layers.quantization.base_config import QuantizationConf
 from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4Config, GptOssMxfp4MoEMethod, Mxfp4MoEMethod
 
 from moebake.engines.quantization_identity import MoebakeQuantization
+from moebake.engines.release_check import installed_release
 from moebake.engines.vllm import internals
 from moebake.engines.vllm.bake import (
     DEEPSEEK_V4_KINDS,
+    ENGINE,
     GPT_OSS_KINDS,
     MODELOPT_NVFP4,
     VllmBake,
     hf_config_dict,
-    installed_release,
     locate_checkpoint,
     parameter_specs,
     read_bake,
@@ -45,6 +49,9 @@ from moebake.engines.vllm.bake import (
 from moebake.engines.vllm.loader_filled_experts import LoaderFilledExperts
 from moebake.schema.enums import GpuFamily
 from moebake.serving_core.refusals import flashinfer_layout_refusal, gpu_refusal
+
+if TYPE_CHECKING:
+    from moebake.engines.vllm.bake import Served
 
 LOAD_FORMAT = "moebake"
 
@@ -77,7 +84,7 @@ def source_quantization_config(bake: VllmBake, quantization_config: dict) -> Qua
         # What vLLM's config parsing does for config.json's quantization_config of a model_type deepseek_v4 model.
         if DeepseekV4FP8Config.override_quantization_method(original, None, SimpleNamespace(model_type="deepseek_v4")) is None:
             raise refuse(f"{bake.directory}: config.json's quantization_config.original is not DeepSeek-V4's FP8 config "
-                         f"(quant_method {original.get('quant_method')!r}; vLLM {installed_release()} reads "
+                         f"(quant_method {original.get('quant_method')!r}; vLLM {installed_release(ENGINE).version} reads "
                          "'fp8' or 'deepseek_v4_fp8' with DeepseekV4FP8Config)")
         return DeepseekV4FP8Config.from_config(original)
     from vllm.model_executor.layers.quantization.modelopt import ModelOptMixedPrecisionConfig, ModelOptNvFp4Config
@@ -102,7 +109,7 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
     def from_config(cls, config: dict) -> "MoebakeConfig":
         return cls(dict(config))
 
-    def maybe_update_config(self, model_name: str, hf_config=None, revision: str | None = None):
+    def maybe_update_config(self, model_name: str, hf_config: Any = None, revision: str | None = None):
         """Read and check the bake's manifest (vLLM calls this once the model's config is known)."""
         internals.check_version()
         directory = locate_checkpoint(model_name, revision)
@@ -128,7 +135,7 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
         """The source config's FP8 block size (vLLM's DeepSeek-V4 model pads its shared experts by it), or None."""
         return getattr(self.source_config, "weight_block_size", None)
 
-    def apply_vllm_mapper(self, hf_to_vllm_mapper) -> None:
+    def apply_vllm_mapper(self, hf_to_vllm_mapper: Any) -> None:
         """The model's checkpoint-to-vLLM name mapper, applied to the source config's module names (ignored layers)."""
         if self.source_config is not None:
             self.source_config.apply_vllm_mapper(hf_to_vllm_mapper)
@@ -162,13 +169,13 @@ class BakedMxfp4(LoaderFilledExperts):
     """What both MXFP4 methods share: vLLM's backend must be the bake's (its serving record's ``kernel_backend``), its
     padded sizes the bake's, its parameters are created at the bake's final shapes (placed before vLLM's method class)."""
 
-    def check_backend(self, served) -> None:
+    def check_backend(self, served: Served) -> None:
         expected = Mxfp4MoeBackend[served.record.kernel_backend]
         if self.mxfp4_backend != expected:
             raise refuse(f"{self.prefix}: vLLM selected MoE backend {self.mxfp4_backend.value}; the bake is for "
                          f"{expected.value}: start vLLM with --moe-backend {served.moe_backend}")
 
-    def maybe_roundup_sizes(self, hidden_size, intermediate_size_per_partition, act_dtype, moe_parallel_config):
+    def maybe_roundup_sizes(self, hidden_size: int, intermediate_size_per_partition: int, act_dtype: torch.dtype, moe_parallel_config: Any):
         """vLLM's padded sizes for the selected backend, refused unless they are the bake's."""
         padded = super().maybe_roundup_sizes(hidden_size, intermediate_size_per_partition, act_dtype, moe_parallel_config)
         record = self.layer_record
@@ -177,8 +184,8 @@ class BakedMxfp4(LoaderFilledExperts):
                          f"({record.hidden_padded}, {record.intermediate_padded}) (config.json and the manifest disagree)")
         return padded
 
-    def create_weights(self, layer, num_experts, hidden_size, intermediate_size_per_partition, params_dtype,
-                       **extra_weight_attrs):
+    def create_weights(self, layer: torch.nn.Module, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
+                       params_dtype: torch.dtype, **extra_weight_attrs: Any):
         """Parameters at the bake's final shapes for this rank's ``num_experts`` experts; filled by the moebake loader."""
         self.num_experts = num_experts
         self.intermediate_size = intermediate_size_per_partition
@@ -194,12 +201,12 @@ class MoebakeMxfp4MoEMethod(BakedMxfp4, GptOssMxfp4MoEMethod):
 
     supports_pre_processed_weights = True
 
-    def __init__(self, moe, bake: VllmBake, prefix: str):
+    def __init__(self, moe: Any, bake: VllmBake, prefix: str):
         super().__init__(moe)  # vLLM's own backend selection
         self.adopt(bake, prefix, moe)
         self.check_backend(bake.served)
 
-    def process_weights_after_loading(self, layer) -> None:
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         """No transform: check every baked parameter was loaded, then build vLLM's kernel over them."""
         self.check_loaded(layer)
         internals.build_mxfp4_kernel_inline(self, layer)
@@ -217,12 +224,12 @@ class MoebakeDeepseekV4Mxfp4MoEMethod(BakedMxfp4, Mxfp4MoEMethod):
 
     supports_pre_processed_weights = True
 
-    def __init__(self, moe, bake: VllmBake, prefix: str, options: dict):
+    def __init__(self, moe: Any, bake: VllmBake, prefix: str, options: dict):
         super().__init__(moe, **options)  # vLLM's own backend selection (options: internals.mxfp4_method_options)
         self.adopt(bake, prefix, moe)
         self.check_backend(bake.served)
 
-    def process_weights_after_loading(self, layer) -> None:
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         """No byte transform: check every baked parameter was loaded, view int8 weights (``sm100-trtllm`` keeps the
         checkpoint's dtype) as the uint8 vLLM's conversion gives them, then build vLLM's kernel over them."""
         from vllm.model_executor.utils import replace_parameter

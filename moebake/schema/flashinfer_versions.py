@@ -22,17 +22,21 @@ _RANGES = (
 LAYOUTS = tuple(layout.value for layout in FlashInferLayout)
 """The SM90 fp4 layout ids (``--flashinfer-layout``; :class:`~moebake.schema.enums.FlashInferLayout`); v2 is the default."""
 
-DESCRIPTIONS = {
-    "v2": "FlashInfer 0.6.16, 0.6.16.post1/.post2 and >= 0.6.18 (incl. 0.7.x): bit-scrambled words, PR #3738",
-    "v1": ("FlashInfer 0.6.10-0.6.15.post1, 0.6.16.post3/.post4, 0.6.17: nibble swap between rows r and r+8, PR #3084, "
-           "scales folded [E, K/128, 4*rows]"),
+_HOW = {
+    "v2": "bit-scrambled words, PR #3738",
+    "v1": "nibble swap between rows r and r+8, PR #3084, scales folded [E, K/128, 4*rows]",
 }
+"""What each layout does to the bytes (the releases that read it are the table's)."""
 
 
 def release_ranges(layout: str) -> str:
     """The FlashInfer releases that read ``layout``, in words, from the table above (``0.6.10 to before 0.6.16, ...``)."""
     return ", ".join(f"{first} and later" if following is None else f"{first} to before {following}"
                      for first, following, read in _RANGES if read == layout)
+
+
+DESCRIPTIONS = {layout: f"FlashInfer {release_ranges(layout)}: {_HOW[layout]}" for layout in LAYOUTS}
+"""Each layout as a manifest's ``flashinfer_layout.description`` says it: the releases that read it and how."""
 
 
 def markdown() -> str:
