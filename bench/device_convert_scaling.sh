@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The --workers scaling curve of `moebake convert` on the GPU machine's 16 CPU cores. Run ON THE
-# DEVICE, from the repo root (the command given to the device tool), with ".whl/bench" carried
+# DEVICE, from the repo root (as the GPU host runs it), with ".whl/bench" carried
 # (made here by bench/device_wheels.sh: numba, llvmlite, xxhash, psutil and moebake's pure-Python
 # dependencies, cp312 manylinux x86_64; each is installed only if the machine lacks it):
 #

@@ -5,7 +5,7 @@
 # pure-Python dependencies and psutil (the benchmark's RSS/CPU polling), each installed there only
 # if the machine lacks it. numpy is left out (the torch image has it; it would not fit).
 #
-# A device call carries at most 64 MiB, and llvmlite's wheel alone is 60 MB (zip deflate): it is
+# A copy to the GPU host carries at most 64 MiB, and llvmlite's wheel alone is 60 MB (zip deflate): it is
 # recompressed here with LZMA (zip method 14, which pip's installer reads), to ~41 MB, same files
 # and RECORD. That takes a few minutes once. Total: ~53 MB.
 #

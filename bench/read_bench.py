@@ -49,7 +49,7 @@ refused, the file is evicted from it with ``posix_fadvise(DONTNEED)``, said once
 :func:`benchkit.drop_page_cache`). Warm, the whole file is read once before the first method (``limit-buffered``'s
 read, untimed) and the cache is left as it is, so ``limit-buffered`` measures the page cache's limit: 8 threads copying
 out of it into buffers of their own, no device. ``--rounds`` N (default 2): each round runs every method once, round i starting
-at the i-th method (a rotated order), so a drift over the session weighs on all alike.
+at the i-th method (a rotated order), so a drift over the run weighs on all alike.
 
 Each run (``--out``, ``{"runs": [...]}``, appended to; ``machine``: what ``--machine`` says, when given; one JSON line
 per run on stdout as it ends): ``method``, ``round``, ``cache``, ``file`` (its path), ``file_bytes``, ``segment_bytes``,

@@ -648,7 +648,7 @@ def run_all(args) -> None:
 
 def _variants(args) -> list[tuple[str, bool | None]]:
     """``(path, read-ahead on?)`` for each run of one (EP, cache) or deployment: the bake once per ``--readahead``
-    setting (``both``: off, on, on, off, so that a drift over the session (a disk's burst credit running out, seen on
+    setting (``both``: off, on, on, off, so that a drift over the run (a disk's burst credit running out, seen on
     the CPU box: the second of two identical cold loads took 1.2-1.5x the first) weighs on both alike), the other
     paths once (None: they have no read-ahead)."""
     settings = {"on": [True], "off": [False], "both": [False, True, True, False]}[args.readahead]

@@ -175,7 +175,7 @@ def measure_limits(directory: Path, node_ranks: Iterable[int] = ()) -> dict:
 
 def _share(limits: dict, one: str, node: str, ep: int) -> float:
     """GB/s a rank gets of ``limits[one]`` (one rank alone), or its share of ``limits[node][str(ep)]`` (``ep`` ranks
-    at once, their total) where the session measured that and it is less; infinite where neither was measured."""
+    at once, their total) where the run measured that and it is less; infinite where neither was measured."""
     together = limits.get(node, {}).get(str(ep))
     return min(limits.get(one, float("inf")), together / ep if together else float("inf"))
 

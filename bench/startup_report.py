@@ -59,7 +59,7 @@ def _sections(runs: list[dict]) -> list[tuple]:
 
 
 def _section_title(section: tuple, experts: int, before_session: str = ", ") -> str:
-    """A section's title: ``{model}-shaped, {layers} MoE layers of {experts} experts``, then its session, if any, after
+    """A section's title: ``{model}-shaped, {layers} MoE layers of {experts} experts``, then its run set, if any, after
     ``before_session`` (a plot's title puts it on a line of its own)."""
     model, layers, session = section
     return f"{model}-shaped, {layers} MoE layers of {experts} experts" + (f"{before_session}{session}" if session else "")
@@ -67,7 +67,7 @@ def _section_title(section: tuple, experts: int, before_session: str = ", ") -> 
 
 def _claims(entry: dict, section: tuple, runs: list[dict]) -> bool:
     """Whether a limits or notes ``entry`` (``model``, ``layers``, maybe ``session``) belongs to ``section``: the same
-    model and layers, and its session, or, for the unlabelled section, a session no run of the file has."""
+    model and layers, and its run set, or, for the unlabelled section, a run set no run of the file has."""
     model, layers, session = section
     if (entry.get("model"), entry.get("layers")) != (model, layers):
         return False
@@ -387,8 +387,8 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
     lines += ["One node: seconds to ready (slowest rank; from building the model to the last layer's post-load step) "
               "of stock SGLang from the source, SGLang's presharded reload of its own dump, and the bake through "
               "moebake's plugin; the physical limit (the fastest the bake's bytes can reach the GPUs: cold, every "
-              "rank's bytes through the one disk at the faster of the session's disk probes; warm, a rank's bytes out "
-              "of the page cache, at its share of the node's where the session measured the node's ranks reading at "
+              "rank's bytes through the one disk at the faster of the run's disk probes; warm, a rank's bytes out "
+              "of the page cache, at its share of the node's where the run measured the node's ranks reading at "
               "once; never faster than pinned host-to-device copies); bytes read from the block device "
               "(all ranks); peak GPU memory beyond the parameters resident at the end (largest rank); peak host RSS "
               "(largest rank, mapped file pages included).", ""]
@@ -432,11 +432,11 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
     lines += ["## What limits each number", "",
               "Cold: the disk. Every path reads the bytes it needs from it once; the bake reads more bytes than "
               "stock (its padding, SGLang's profile: H 2880 -> 3072, I 2880 -> 2944), so bake/limit near 1 means "
-              "it runs at the disk's speed. A session that probed the disk with O_DIRECT only underestimates it "
+              "it runs at the disk's speed. A run that probed the disk with O_DIRECT only underestimates it "
               "(buffered reads with the kernel's readahead are faster on this machine), so its limit lies above "
               "the measured times (bake/limit below 1).", "",
               "Warm: the page cache and the host-to-device copies. The source's bytes are in memory; the limit is "
-              "a rank's bytes at the page-cache probe's speed. A session whose limits name the probe's threads "
+              "a rank's bytes at the page-cache probe's speed. A run whose limits name the probe's threads "
               "probed as a rank's reader reads (its threads and chunks, copying out of the page cache into buffers "
               "of their own, no device), and as the node's ranks read at once; an older probe read 4 "
               "files with a thread each, an estimate the loader beat (bake/limit below 1). The probe only reads: a "

@@ -200,7 +200,7 @@ def sm90_gpu():
 
     sm90_moe_ops()  # moebake's runtime: its own getter of the reduced module
     # The engines' own code run by the GPU tests (stock vLLM's post-load interleave, ...) calls FlashInfer's getter,
-    # whose full module does not build in a device call: route it to the reduced module for the test session.
+    # whose full module takes 30+ minutes to build: route it to the reduced module for the test session.
     ensure_flashinfer_sm90_moe()
     return torch.device("cuda")
 

@@ -182,7 +182,7 @@ def test_cli_convert_from_the_hub_records_repo_and_commit(tmp_path, gpt_oss_tiny
 
 @pytest.mark.parametrize("location, repo", [
     ("openai/gpt-oss-20b", "openai/gpt-oss-20b"),
-    (f"/root/.cache/huggingface/hub/models--openai--gpt-oss-120b/snapshots/{SHA}", "openai/gpt-oss-120b"),
+    (f"/srv/hf/.cache/huggingface/hub/models--openai--gpt-oss-120b/snapshots/{SHA}", "openai/gpt-oss-120b"),
     ("/data/checkpoints/gpt-oss-20b", None), (None, None),
 ])
 def test_hub_repo_of_a_source_location(location, repo):
