@@ -647,7 +647,7 @@ def test_startup_bench_host_memory_is_read_from_meminfo_in_gib(tmp_path):
     assert bench._host_memory_gib(meminfo) == {"free": 1.0, "cached": 2.0, "dirty": 1 / 1024, "writeback": 0.0}
 
 
-@pytest.mark.parametrize("name", ["startup_h200x2", "startup_h100", "startup_h200", "startup_cpu_2core",
+@pytest.mark.parametrize("name", ["startup_h200x2", "startup_cpu_2core",
                                   "startup_warm_h200x2"])
 def test_startup_bench_redraws_the_committed_results(tmp_path, name):
     png = load_bench("startup_bench.py").plot(RESULTS / f"{name}.json", tmp_path / "startup.png")
