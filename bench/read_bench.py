@@ -67,7 +67,7 @@ and ``plot`` group the runs by (cache, file, file size, segment, ranks, rank, de
     python bench/read_bench.py run --file /data/rb/f --ranks 4 --rank 1 --rounds 2 \\
         --out bench/results/read_h200x2.json --machine "2 x H200, virtio /dev/vda"
     python bench/read_bench.py run --file /data/rb/f --ranks 1 --rank 0 --cache warm --rounds 4 \\
-        --out bench/results/read_chunks_h200.json --machine "1 x H200"
+        --out bench/results/read_h200.json --machine "1 x H200"
     python bench/read_bench.py table bench/results/read_h200x2.json     # the .md beside it
     python bench/read_bench.py plot bench/results/read_h200x2.json      # the .png beside it
 """

@@ -3,7 +3,7 @@ the CLI reads it for ``moebake convert --io``).
 
 Which is faster depends on the machine. ``O_DIRECT`` saves the CPU the kernel's copies cost, which decides
 on a few cores; buffered writes let the kernel keep the disk busier, which decides where cores are
-plentiful (measurements: docs/benchmarks.md and bench/results/convert_bench_16core_io.md).
+plentiful (measurements: docs/benchmarks.md and bench/results/convert_bench_16core.md).
 :data:`IO_ENV` chooses: ``direct``, ``plain``, or ``auto`` (the default: ``O_DIRECT`` below
 :data:`PLAIN_IO_CORES` usable cores, plain I/O from there). Bytes never change.
 """

@@ -122,4 +122,4 @@ memory, while two stay under it (docs/benchmarks.md, bench/results/convert_bench
 WRITERS_PER_DEVICE = 1
 """Worker processes per storage device of the output, unless ``--writers-per-device`` raises it. A second
 writer to one disk was slower than one at every size and page-cache state measured, on 2 and on 16 cores
-(bench/results/convert_bench_workers_2core.md, bench/results/convert_bench_16core.md)."""
+(bench/results/convert_bench_16core.md)."""

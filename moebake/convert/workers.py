@@ -117,7 +117,7 @@ def worker_chunk_bytes(chunk_bytes: int, workers: int) -> int:
     chunks alive (read ahead, transformed, queued for hashing and writing); besides the workers, the
     process tree holds the converting process and the fork server (their torch, ~380 MiB together), so
     the halved share keeps ``--workers 2`` near one process's peak memory (16 MiB instead of 32 per worker
-    at the default 64 MiB). Smaller chunks change no byte (speed: bench/results/convert_bench_pss_2core.md)."""
+    at the default 64 MiB). Smaller chunks change no byte."""
     return max(MIN_CHUNK_BYTES, chunk_bytes // (2 * workers))
 
 
