@@ -211,7 +211,7 @@ def run_sequence(args) -> dict:
                                      order=label, engine="sglang", caches=caches)
         if install is not None:
             record["kernels_uninstall"] = moebake(["kernels", "uninstall", str(bake_dir)], caches)
-        record |= {"sequence": args.sequence, "node": node, "cache": cache, "page_cache_dropped": dropped,
+        record |= {"sequence": args.sequence if not args.cells else "custom", "node": node, "cache": cache, "page_cache_dropped": dropped,
                    "kernels_install": install}
         if record.get("start_wall") is not None and Path(record["log"]).is_file():
             ready_wall = record["start_wall"] + record["ready_seconds"] if record.get("ready_seconds") else None
@@ -232,9 +232,21 @@ def run_sequence(args) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- report
+def label(run: dict) -> str:
+    """A run's name in the table and the plot: its file's sequence and its place in it, then what it was."""
+    place = str(run["order"]).split("-", 1)[0][1:]
+    return f"{run['sequence']} {place}: {run['path']}, {run['node']}, {run['cache']}"
+
+
+def _runs(results: list[dict], with_phases: bool = False) -> list[dict]:
+    """Every run of ``results``, each with its file's sequence (``A``, ``B`` or ``custom``)."""
+    return [dict(run, sequence=result["meta"]["sequence"]) for result in results for run in result["runs"]
+            if run.get("phases") or not with_phases]
+
+
 def table(results: list[dict]) -> str:
     """The Markdown table of every run (fresh nodes first), then the ratios the targets name."""
-    runs = [run for result in results for run in result["runs"]]
+    runs = _runs(results)
     order = {"fresh": 0, "fresh+kernels": 1, "restarted": 2}
     runs.sort(key=lambda r: (order.get(r["node"], 9), r["cache"], r["path"], str(r["order"])))
     head = ["run", "path", "node", "page cache", "ready s", "install s", "load s (SGLang)", *PHASES]
@@ -242,7 +254,7 @@ def table(results: list[dict]) -> str:
     for run in runs:
         p = run.get("phases") or {}
         install = (run.get("kernels_install") or {}).get("seconds")
-        cells = [str(run["order"]), run["path"], run["node"], run["cache"], _f(run.get("ready_seconds")), _f(install),
+        cells = [label(run), run["path"], run["node"], run["cache"], _f(run.get("ready_seconds")), _f(install),
                  _f(run.get("load_seconds")), *(_f(p.get(name)) for name in PHASES)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", *summary(runs)]
@@ -290,8 +302,8 @@ def plot(results: list[dict], png: Path) -> None:
     from benchkit import pyplot, save
 
     plt = pyplot()
-    runs = [run for result in results for run in result["runs"] if run.get("phases")]
-    figure, axis = plt.subplots(figsize=(11, 0.45 * len(runs) + 1.6))
+    runs = _runs(results, with_phases=True)
+    figure, axis = plt.subplots(figsize=(12, 0.45 * len(runs) + 1.6))
     colors = dict(zip((*PHASES, "install"), plt.cm.tab10.colors))
     for row, run in enumerate(runs):
         left = 0.0
@@ -301,14 +313,14 @@ def plot(results: list[dict], png: Path) -> None:
             axis.barh(row, seconds, left=left, color=colors[name], label=name if row == 0 else None)
             left += seconds
         axis.text(left + 1, row, f"{left:.0f} s", va="center", fontsize=8)
-    axis.set_yticks(range(len(runs)), [f"{run['order']}" for run in runs], fontsize=8)
+    axis.set_yticks(range(len(runs)), [label(run) for run in runs], fontsize=8)
     axis.invert_yaxis()
     axis.set_xlabel("seconds from process start to ready (kernel install before it)")
     meta = results[0]["meta"]
     axis.set_title(f"SGLang {meta['release']} time to ready, {meta['layers']} layers x {meta['experts']} experts, "
                    f"{meta['target']}", fontsize=10)
     handles, labels = axis.get_legend_handles_labels()
-    axis.legend(handles, labels, fontsize=7, loc="lower right")
+    axis.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     save(figure, png, 120)
 
 

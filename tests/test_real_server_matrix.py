@@ -95,6 +95,6 @@ def test_report_table_and_plot(tmp_path):
     matrix.main(["report", str(results)])
     text = results.with_suffix(".md").read_text()
     assert text.splitlines()[0].startswith("| run | path | node | page cache | ready s | install s |")
-    assert "| A3-stock-fresh-cold | stock | fresh | cold | 201.20 |" in text
+    assert "| A 3: stock, fresh, cold | stock | fresh | cold | 201.20 |" in text
     assert "fresh node with its kernels (install included) 99.0 s vs restarted node (warm page cache) 90.0 s: 1.10x" in text
     assert results.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
