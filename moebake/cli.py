@@ -138,7 +138,7 @@ def one_line(err: click.ClickException) -> OneLineError:
             not isinstance(err, click.BadParameter) or isinstance(err, click.MissingParameter)):
         message += f" (see: {context.command_path} --help)"
     line = OneLineError(message)
-    line.exit_code = err.exit_code
+    setattr(line, "exit_code", err.exit_code)  # the usage error's own status (click's: 2)
     return line
 
 

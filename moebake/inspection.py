@@ -16,7 +16,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from moebake.convert.options import ConvertOptions
 from moebake.convert.targets import TARGETS, kernel_description, plan_target
@@ -44,7 +44,7 @@ def inspect_path(path: str | os.PathLike) -> dict:
 def source_report(path: Path) -> dict:
     checkpoint = open_checkpoint(path)
     config, quant = checkpoint.config, checkpoint.values.section("quantization_config")
-    report = {
+    report: dict[str, Any] = {
         "kind": "source", "path": str(path),
         "model_type": _shown(config.get("model_type")), "architectures": _shown_list(config.get("architectures")),
         "quantization": None, "quant_method": _shown(quant.raw("quant_method") if quant else None),

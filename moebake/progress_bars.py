@@ -34,24 +34,26 @@ def rate_text(nbytes: int, seconds: float) -> str:
     return f"{size_text(int(nbytes / seconds))}/s" if seconds > 0 else "-"
 
 
-class _ByteBar(tqdm):
-    """A tqdm bar whose clock starts at the first bytes reported (module docstring)."""
+class ByteBar(tqdm):
+    """A tqdm bar whose clock starts at the first bytes reported (module docstring), with a counter of shards."""
 
     _flowing = False
+    shards_total: int | None = None
+    shards_done: int = 0
 
-    def update(self, n: int = 1):
+    def update(self, n: float | None = 1) -> bool | None:
         if not self._flowing and n and not self.disable:
             self._flowing = True
-            self.start_t = self.last_print_t = self._time()
+            self.start_t = self.last_print_t = getattr(self, "_time")()  # tqdm's clock
             self.initial = self.n + n  # neither earlier bytes nor this first report count towards the rate
         return super().update(n)
 
 
 def byte_bar(total: int, desc: str, *, enabled: bool = True, initial: int = 0, shards: int | None = None,
-             what: str = "shard") -> tqdm:
+             what: str = "shard") -> ByteBar:
     """A tqdm bar over ``total`` bytes (``initial`` of them already done); ``shards``: total for the counter of ``what``."""
     interactive = enabled and sys.stderr.isatty()
-    bar = _ByteBar(total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1000, desc=desc,
+    bar = ByteBar(total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1000, desc=desc,
                dynamic_ncols=True, smoothing=0, mininterval=0.5, disable=not interactive, file=sys.stderr)
     bar.shards_total = shards
     bar.shards_done = 0
@@ -60,7 +62,7 @@ def byte_bar(total: int, desc: str, *, enabled: bool = True, initial: int = 0, s
     return bar
 
 
-def shard_done(bar: tqdm, name: str, nbytes: int, verb: str = "baked", what: str = "shard") -> None:
+def shard_done(bar: ByteBar, name: str, nbytes: int, verb: str = "baked", what: str = "shard") -> None:
     """Count one finished shard (or ``what``: file, layer) on ``bar`` and log it (DEBUG: shown with ``-v``, one line each)."""
     bar.shards_done += 1
     counter = f"{bar.shards_done}/{bar.shards_total}" if bar.shards_total else str(bar.shards_done)

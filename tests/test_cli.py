@@ -278,9 +278,9 @@ def test_progress_rate_starts_with_the_first_bytes():
     """Workers take seconds to start: that wait, and the first few bytes, must not make the ETA hours."""
     import io
 
-    from moebake.progress_bars import _ByteBar
+    from moebake.progress_bars import ByteBar
 
-    bar = _ByteBar(total=10**9, initial=10**8, file=io.StringIO(), smoothing=0, unit_divisor=1000)
+    bar = ByteBar(total=10**9, initial=10**8, file=io.StringIO(), smoothing=0, unit_divisor=1000)
     bar.start_t -= 60  # the bar was made a minute before any worker reported
     bar.update(4096)
     assert bar.format_dict["elapsed"] < 1 and bar.initial == 10**8 + 4096

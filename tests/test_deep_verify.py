@@ -174,12 +174,12 @@ def test_every_phase_shows_a_bar_and_a_line_per_step(baked, gpt_oss_tiny, monkey
 
     bars = []
 
-    class Recording(moebake.progress_bars._ByteBar):
+    class Recording(moebake.progress_bars.ByteBar):
         def __init__(self, *args, **kwargs):
             bars.append(kwargs["desc"])
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(moebake.progress_bars, "_ByteBar", Recording)
+    monkeypatch.setattr(moebake.progress_bars, "ByteBar", Recording)
     result = CliRunner().invoke(main, ["-v", "verify", str(baked), "--source", str(gpt_oss_tiny)])
     logging.getLogger("moebake").setLevel(logging.INFO)
     assert result.exit_code == 0, result.output

@@ -254,6 +254,7 @@ class OutputFile:
         if self._writers is None:
             self._writers = ThreadPoolExecutor(max(1, write_depth()), thread_name_prefix="moebake-direct-write")
         full = self._buffer
+        assert full is not None  # a direct file holds a buffer until it turns plain
         future = self._writers.submit(_pwrite_all, self._fd, memoryview(full), self._on_disk)
         self._in_flight.append((future, full))
         self._on_disk += WRITE_BLOCK
@@ -267,6 +268,7 @@ class OutputFile:
     def _write_first(self, length: int) -> None:
         """Write the buffer's first ``length`` bytes (the gathered ones, zero-padded to ``ALIGN``) as the file's
         first; where ``O_DIRECT`` is refused at this write, write the gathered bytes plainly and stay plain."""
+        assert self._buffer is not None  # the first write of a direct file
         try:
             _write_all(self._fd, memoryview(self._buffer)[:length])
             self._on_disk += length

@@ -13,9 +13,14 @@ import re
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from moebake.convert.stages import STAGES
 from moebake.schema.checksums import ALGORITHMS, CHECKSUM, hash_range
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
 _SHA256_NAME = re.compile(r"[0-9a-f]{64}")
 _PENDING_PIECES = 2  # pieces queued for hashing; a reader blocks (and so bounds memory) beyond this
@@ -60,7 +65,7 @@ class StreamHash:
         self._thread = threading.Thread(target=self._hash_pieces, name="moebake-source-hash", daemon=True)
         self._thread.start()
 
-    def feed(self, offset: int, data: bytes | memoryview) -> None:
+    def feed(self, offset: int, data: "bytes | memoryview | np.ndarray | torch.Tensor") -> None:
         """Bytes ``data`` (a uint8 array or tensor, not modified afterwards) were read at ``offset``."""
         end = offset + len(data)
         if offset <= self._position < end and not self._closed:

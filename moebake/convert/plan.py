@@ -60,12 +60,12 @@ def passthrough(checkpoint: SourceCheckpoint, name: str, chunk_bytes: int) -> Ou
 def assign_shards(checkpoint: SourceCheckpoint, converted: list[OutputTensor], chunk_bytes: int) -> list[OutputShard]:
     """Place converted tensors and pass-through copies of all other source tensors into shards."""
     consumed = {source for tensor in converted for source in tensor.sources}
-    by_first_source = {tensor.sources[0]: [] for tensor in converted}
+    by_first_source: dict[str, list[OutputTensor]] = {tensor.sources[0]: [] for tensor in converted}
     for tensor in converted:
         by_first_source[tensor.sources[0]].append(tensor)
     shards = []
     for file_name, shard in checkpoint.shards.items():
-        tensors = []
+        tensors: list[OutputTensor] = []
         for entry in sorted(shard.tensors.values(), key=lambda e: e.begin):
             if checkpoint.locations.get(entry.name) != file_name:
                 continue

@@ -20,6 +20,7 @@ def read_ahead(reads: list[Callable[[], T]]) -> Iterator[T]:
     uses the current one. Time spent waiting for a result counts as ``read``."""
     upcoming = _reader.submit(reads[0]) if reads else None
     for index in range(len(reads)):
+        assert upcoming is not None  # submitted for every index below len(reads)
         with STAGES.timing("read", 0):  # waiting for the reading thread
             result = upcoming.result()
         upcoming = _reader.submit(reads[index + 1]) if index + 1 < len(reads) else None

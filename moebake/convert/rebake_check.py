@@ -119,7 +119,7 @@ def rebake_problems(out: str | os.PathLike, shards: list[OutputShard], progress:
     return problems
 
 
-def _compare_tensor(stored: SafetensorsFile, tensor: OutputTensor, on_bytes: Callable[[int], None]) -> str | None:
+def _compare_tensor(stored: SafetensorsFile, tensor: OutputTensor, on_bytes: Callable[[int], object]) -> str | None:
     entry = stored.tensors.get(tensor.name)
     if entry is None:
         return f"{stored.path}: tensor {tensor.name} is missing (re-baking the source produces it)"

@@ -73,7 +73,7 @@ _worker: dict = {}  # in a worker process: its Conversion, shards by name, and t
 
 
 def bake_in_workers(source: str | os.PathLike, options: ConvertOptions, names: list[str], staging: Path, workers: int,
-                    on_bytes: Callable[[int], None], on_shard: Callable[[str, str, str | None], None]) -> None:
+                    on_bytes: Callable[[int], object], on_shard: Callable[[str, str, str | None], None]) -> None:
     """Bake the output shards ``names`` into ``staging`` with ``workers`` processes.
 
     ``on_bytes(n)`` is called here as workers write; ``on_shard(name, digest, source checksum or None)``
@@ -211,7 +211,7 @@ def _kill_workers(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _drain(progress: Any, on_bytes: Callable[[int], None]) -> None:
+def _drain(progress: Any, on_bytes: Callable[[int], object]) -> None:
     while True:
         try:
             on_bytes(progress.get_nowait())
@@ -245,6 +245,7 @@ def _exit_with_parent() -> None:
     parent = multiprocessing.parent_process()
 
     def watch() -> None:
+        assert parent is not None  # a worker has the process that asked for it
         parent.join()
         os._exit(1)
 

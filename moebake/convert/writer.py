@@ -34,7 +34,7 @@ while writing goes on: the disk writes while the CPU works, the final ``fsync`` 
 dirty pages stay few."""
 
 
-def write_shard(shard: OutputShard, path: str | os.PathLike, on_bytes: Callable[[int], None] = lambda n: None) -> str:
+def write_shard(shard: OutputShard, path: str | os.PathLike, on_bytes: Callable[[int], object] = lambda n: None) -> str:
     """Write ``shard`` to ``path`` (fsynced) and return the file's hex digest (:data:`CHECKSUM`).
 
     ``on_bytes(n)`` is called (from the writer thread) after each chunk with the number of data
@@ -58,7 +58,7 @@ def _header(shard: OutputShard) -> bytes:
     return header
 
 
-def _write_shard(shard: OutputShard, path: str | os.PathLike, on_bytes: Callable[[int], None]) -> str:
+def _write_shard(shard: OutputShard, path: str | os.PathLike, on_bytes: Callable[[int], object]) -> str:
     header = _header(shard)
     f = OutputFile(path)
     f.write(header)
@@ -97,7 +97,7 @@ def _timed_chunks(chunks: Iterator[torch.Tensor]) -> Iterator[memoryview]:
 class _WriterThread:
     """Hashes and writes byte chunks to :class:`OutputFile` ``f``, in order, in a thread of its own."""
 
-    def __init__(self, f: OutputFile, digest: Any, on_bytes: Callable[[int], None]):
+    def __init__(self, f: OutputFile, digest: Any, on_bytes: Callable[[int], object]):
         self._f, self._digest, self._on_bytes = f, digest, on_bytes
         self._queue: queue.Queue = queue.Queue(maxsize=QUEUE_DEPTH)
         self._error: BaseException | None = None
@@ -105,7 +105,7 @@ class _WriterThread:
         self._thread = threading.Thread(target=self._run, name="moebake-writer", daemon=True)
         self._thread.start()
 
-    def put(self, data: memoryview) -> None:
+    def put(self, data: memoryview | None) -> None:
         """Queue ``data`` (waits while the queue is full); raises what the writer thread raised."""
         while True:
             if self._error is not None:

@@ -123,7 +123,7 @@ def _config_dims(checkpoint: SourceCheckpoint) -> dict[str, int]:
     dims = {dim: first_model_integer(config, keys)[1] for dim, keys in _DIM_KEYS.items()}
     scope = next((s for s in model_scopes(config) if "hidden_act" in s), None)
     activation = "silu" if scope is None else scope.string("hidden_act")
-    if activation not in SILU_ACTIVATIONS:
+    if scope is not None and activation not in SILU_ACTIVATIONS:
         raise scope.fail("hidden_act", f"is {activation!r}, not supported (bf16-moe experts are silu(gate) * up)")
     return dims
 

@@ -123,7 +123,7 @@ def open_checkpoint(root: str | os.PathLike, reader: SourceReader | None = None)
         if not os.path.lexists(root / name):
             raise CheckpointError(f"{index_path}: names shard {name}, which is missing")
         shards[name] = read_header(root / name, reader)
-    locations = {}
+    locations: dict[str, str] = {}
     for name, shard in shards.items():
         for tensor in shard.tensors:
             if tensor in locations:

@@ -22,6 +22,7 @@ tensor pass through.
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from moebake.errors import CheckpointError
 from moebake.formats.checkpoint import EXPERT_INDEX, SourceCheckpoint, first_missing_expert, per_expert_names
@@ -97,7 +98,8 @@ def _config(checkpoint: SourceCheckpoint) -> dict:
     expert_dtype = config.string("expert_dtype", "fp4")
     if expert_dtype != "fp4":
         raise config.fail("expert_dtype", f"is {expert_dtype!r}: only MXFP4 routed experts (\"fp4\") are supported")
-    dims = {key: config.integer(key) for key in ("hidden_size", "moe_intermediate_size", "n_routed_experts")}
+    dims: dict[str, Any] = {key: config.integer(key)
+            for key in ("hidden_size", "moe_intermediate_size", "n_routed_experts")}
     for key in ("hidden_size", "moe_intermediate_size"):
         if dims[key] % 32:
             raise config.fail(key, f"is {dims[key]}, not a multiple of the MXFP4 block (32)")
@@ -127,7 +129,8 @@ def open_model(checkpoint: SourceCheckpoint) -> DeepseekV4Model:
     """Validate the config and every routed-expert tensor's dtype/shape; raise MoebakeError on mismatch."""
     dims = _config(checkpoint)
     H, I, E = dims["hidden_size"], dims["moe_intermediate_size"], dims["n_routed_experts"]
-    prefixes, experts = {}, {}
+    prefixes: dict[str, int] = {}
+    experts: dict[str, set[int]] = {}
     for name in checkpoint.locations:
         match = _EXPERT_RE.match(name)
         if match:

@@ -71,5 +71,6 @@ def source_tensors(spec: TensorRecord, parts: tuple[torch.Tensor, ...]) -> dict[
     """Inverse of :meth:`ExpertSource.parts`, from a tensor's manifest record ``spec`` (its ``source``,
     ``source_gate_up_order`` and ``source_shape``): canonical parts ``[e, ...]`` -> ``{source name or pattern:
     [e, *source_shape]}`` holding the source bytes (one-byte dtypes as uint8)."""
-    stacked = [merge_pairs(*parts)] if spec.source_gate_up_order == GateUpOrder.PAIRS else list(parts)
+    assert spec.source_shape is not None, "an expert tensor's record names its source shape"
+    stacked = [merge_pairs(parts[0], parts[1])] if spec.source_gate_up_order == GateUpOrder.PAIRS else list(parts)
     return {name: t.reshape(t.shape[0], *spec.source_shape).contiguous() for name, t in zip(spec.sources, stacked)}

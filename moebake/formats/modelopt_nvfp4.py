@@ -151,7 +151,7 @@ class ModelOptNvfp4Model:
     def expected_specs(self, layer: NvFp4Layer) -> dict[str, tuple[str, tuple[int, ...]]]:
         """Expected (dtype, shape) of every expert tensor of ``layer``."""
         H, I = self.hidden_size, self.intermediate_size
-        specs = {}
+        specs: dict[str, tuple[str, tuple[int, ...]]] = {}
         for expert in range(self.num_experts):
             for proj, (rows, cols) in (("gate", (I, H)), ("up", (I, H)), ("down", (H, I))):
                 specs[layer.name(expert, proj, "weight")] = ("U8", (rows, cols // 2))
@@ -218,7 +218,7 @@ class ModelOptNvfp4Model:
         baked tensors must invert to (:meth:`consumed` for quantized layers, else the file's)."""
         match = _EXPERT_RE.match(pattern.replace(EXPERT_INDEX, "0"))
         layer = next((layer for layer in self.layers if match and layer.prefix == match["prefix"]), None)
-        if layer is None:
+        if layer is None or match is None:
             return self.checkpoint.read_experts(pattern, start, stop)
         return torch.stack([self.consumed(layer, e, match["proj"], match["part"]) for e in range(start, stop)])
 
@@ -227,7 +227,7 @@ class ModelOptNvfp4Model:
         ``rescaled_gate``/``rescaled_up`` expert ids, ``max_relative_change`` = 1 - the smallest ratio,
         and the :class:`~moebake.formats.nvfp4_gate_up.RoundingBound` fields over the rescaled experts;
         under ``keep`` none is rescaled and ``experts_kept_apart`` counts those whose globals differ."""
-        rescaled = {"gate": [], "up": []}
+        rescaled: dict[str, list[int]] = {"gate": [], "up": []}
         smallest_ratio, bound, kept_apart = 1.0, RoundingBound(), 0
         for expert in range(self.num_experts):
             shared = self.shared_global(layer, expert)
@@ -335,6 +335,9 @@ def _scan_layers(checkpoint: SourceCheckpoint, quant: QuantConfig) -> tuple[list
 def open_model(checkpoint: SourceCheckpoint) -> ModelOptNvfp4Model:
     """Validate quantization settings, config and every expert tensor's dtype/shape; MoebakeError on mismatch."""
     quant = read_quant_config(checkpoint)
+    if quant is None:
+        raise UnsupportedError(f"{checkpoint.root}: config.json has no ModelOpt quantization_config and there is no "
+                               "hf_quant_config.json: not a modelopt-nvfp4 checkpoint")
     _check_quant(quant)
     layers, excluded, expert_algo, present = _scan_layers(checkpoint, quant)
     if not layers:

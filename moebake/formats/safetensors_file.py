@@ -14,7 +14,7 @@ import json
 import math
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -168,7 +168,7 @@ def _parse_entry(path: str, name: str, spec: object) -> TensorEntry:
     return TensorEntry(name, dtype, shape, begin, end)
 
 
-def _check_tiling(path: str, entries: list[TensorEntry], buffer_len: int) -> None:
+def _check_tiling(path: str, entries: Iterable[TensorEntry], buffer_len: int) -> None:
     position = 0
     for entry in sorted(entries, key=lambda e: (e.begin, e.end)):
         if entry.begin != position:

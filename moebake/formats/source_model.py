@@ -39,6 +39,8 @@ class StoredExperts:
     """Mixin of formats whose baked tensors invert to the file's own bytes: :meth:`SourceModel.read_experts`
     is :meth:`SourceCheckpoint.read_experts` of the model's ``checkpoint``."""
 
+    checkpoint: SourceCheckpoint
+
     def read_experts(self, name: str, start: int, stop: int) -> torch.Tensor:
         """Experts ``[start, stop)`` of ``name`` as stored."""
         return self.checkpoint.read_experts(name, start, stop)

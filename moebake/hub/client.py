@@ -44,7 +44,7 @@ def _http_client_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
-HUB_ERRORS = (OSError, ValueError, *_http_client_errors())
+HUB_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, *_http_client_errors())
 """What a Hub call raises for a refused request, a missing repo/revision/file, offline mode or a
 dead connection (``HfHubHTTPError``, ``LocalEntryNotFoundError`` and ``OfflineModeIsEnabled`` are
 OSErrors; ``HFValidationError`` is a ValueError)."""
@@ -68,7 +68,7 @@ def hub_reason(err: BaseException) -> str | None:
     the exceptions it was raised from are read (huggingface_hub raises LocalEntryNotFoundError from the cause)."""
     from huggingface_hub import constants, errors
 
-    def kind(name: str) -> type:
+    def kind(name: str) -> type | tuple[()]:
         return getattr(errors, name, ())  # () matches nothing: a huggingface_hub release without that class
 
     chain = list(_raised_from(err))

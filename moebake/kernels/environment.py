@@ -49,7 +49,7 @@ def torch_cuda_version() -> str | None:
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(t, ast.Name) and t.id == "cuda" for t in targets) and isinstance(node.value, ast.Constant):
-                return node.value.value
+                return node.value.value if isinstance(node.value.value, str) else None
     return None
 
 

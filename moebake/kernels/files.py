@@ -41,7 +41,8 @@ def copy_hashed(source: Path, target: Path, mode: int = 0o644) -> tuple[str, int
 def walk_regular(root: Path) -> tuple[list[str], list[str]]:
     """(regular files, other entries) under ``root``, as sorted ``/``-separated paths relative to it; symbolic links
     are reported, never followed."""
-    found, other = [], []
+    found: list[str] = []
+    other: list[str] = []
     for folder, dirs, names in os.walk(root, followlinks=False):
         base = Path(folder)
         for name in list(dirs):

@@ -41,7 +41,7 @@ def _arch_folder_matches(name: str, arch: str) -> bool:
     return re.fullmatch(rf"{arch[2:]}[a-z]?", name) is not None
 
 
-def harvest_files(roots: Mapping[str, Path], arch: str, flashinfer_version: str | None) -> tuple[dict[str, Path], list[str]]:
+def harvest_files(roots: Mapping[str, Path | None], arch: str, flashinfer_version: str | None) -> tuple[dict[str, Path], list[str]]:
     """``{path in the set: file}`` found under ``roots``, and what was skipped (links, other entries)."""
     files: dict[str, Path] = {}
     skipped: list[str] = []

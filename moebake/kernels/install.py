@@ -245,11 +245,11 @@ def _commit(bake: Path, kernel_set: KernelSet, source_dir: Path, plan, destinati
             if any(str(d).startswith(str(root) + os.sep) for d, _ in done):
                 _write_ledger(root, ledger)
     except BaseException:
-        for dest, backup in reversed(done):
+        for dest, replaced in reversed(done):
             if os.path.lexists(dest):
                 os.unlink(dest)
-            if backup is not None:
-                os.rename(backup, dest)
+            if replaced is not None:
+                os.rename(replaced, dest)
         for temporary, _, _ in staged:
             if os.path.lexists(temporary):
                 os.unlink(temporary)
@@ -257,9 +257,9 @@ def _commit(bake: Path, kernel_set: KernelSet, source_dir: Path, plan, destinati
             if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
         raise
-    for _, backup in done:
-        if backup is not None:
-            os.unlink(backup)
+    for _, replaced in done:
+        if replaced is not None:
+            os.unlink(replaced)
 
 
 def uninstall_kernels(bake: Path, *, identifier: str | None = None, roots: Mapping[str, Path] | None = None,

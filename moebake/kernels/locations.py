@@ -121,7 +121,7 @@ def install_roots(env: Mapping[str, str], engine: str | None, given: Mapping[str
     return roots | dict(given or {})
 
 
-def harvest_roots(env: Mapping[str, str], engine: str | None, given: Mapping[str, Path] | None = None) -> dict[str, Path]:
+def harvest_roots(env: Mapping[str, str], engine: str | None, given: Mapping[str, Path] | None = None) -> dict[str, Path | None]:
     """Where ``harvest`` reads each kind's files (``given`` roots first): as :func:`install_roots`, but FlashInfer's
     modules are read from its JIT cache folder (``<base>/.cache/flashinfer``), where a server builds them."""
     roots = install_roots(env, engine) | {"flashinfer": flashinfer_base(env)}

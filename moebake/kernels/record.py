@@ -61,7 +61,7 @@ class KernelSet:
     def bytes(self) -> int:
         return sum(f.bytes for f in self.files.values())
 
-    def kinds(self) -> dict[str, tuple[int, int]]:
+    def kinds(self) -> dict[str, tuple[int, ...]]:
         """``{kind: (files, bytes)}`` in :data:`KINDS` order."""
         counts: dict[str, list[int]] = {}
         for path, record in self.files.items():

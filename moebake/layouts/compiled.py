@@ -268,7 +268,7 @@ if numba is not None:
     _bytes, _words = numba.types.Array(numba.uint8, 2, "C"), numba.types.Array(numba.uint32, 2, "C")
     _longs, _any_longs = numba.types.Array(numba.uint64, 2, "C"), numba.types.Array(numba.uint64, 2, "A")  # A: any row stride
     _any_bytes, _any_words = numba.types.Array(numba.uint8, 2, "A"), numba.types.Array(numba.uint32, 2, "A")
-    _SIGNATURES = {
+    _SIGNATURES: dict[Any, list[tuple[Any, ...]]] = {
         interleave_fp4_part: [(_bytes, _words, _words, numba.boolean), (_any_bytes, _words, _words, numba.boolean)],
         fold_scales_part: [(_bytes, numba.types.Array(numba.uint8, 4, "C"), numba.int64, numba.int64)],
         marlin_repack_part: [(source, target) for source in (_longs, _any_longs) for target in (_words, _any_words)],

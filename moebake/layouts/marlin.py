@@ -63,7 +63,7 @@ def _nibble_transpose(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def repack(w: torch.Tensor) -> torch.Tensor:
     """uint8 ``[e, N, K/2]`` (any 1-byte dtype) -> int32 ``[e, K/16, 2N]``, ``gptq_marlin_repack``'s bytes per expert."""
-    return repack_padded((w,), tuple(w.shape[1:]))
+    return repack_padded((w,), (w.shape[1], w.shape[2]))
 
 
 def repack_padded(parts: Sequence[torch.Tensor], part_shape: tuple[int, int]) -> torch.Tensor:

@@ -236,7 +236,7 @@ def _check_weight(weight: torch.Tensor) -> None:
 def interleave_fp4(weight: torch.Tensor, layout: str = "v2") -> torch.Tensor:
     """Row-major packed MXFP4 uint8 ``[E, n, k/2]`` (any strides) -> SM90 interleaved uint8 ``[E, n, k/2]``."""
     _check_weight(weight)
-    return interleave_fp4_padded((weight,), tuple(weight.shape[1:]), layout)
+    return interleave_fp4_padded((weight,), (weight.shape[1], weight.shape[2]), layout)
 
 
 def interleave_fp4_padded(parts: Sequence[torch.Tensor], part_shape: tuple[int, int], layout: str = "v2") -> torch.Tensor:

@@ -100,7 +100,7 @@ def _deinterleave_expert(source: np.ndarray, target: np.ndarray) -> None:
     np.copyto(halves[:, 1], (words >> np.uint32(16)).astype(np.uint16))
 
 
-def _per_expert(function: Callable[[torch.Tensor], torch.Tensor], weight: torch.Tensor) -> torch.Tensor:
+def _per_expert(function: Callable[[np.ndarray, np.ndarray], None], weight: torch.Tensor) -> torch.Tensor:
     experts, rows, row_bytes = _check_weight(weight)
     source = weight.contiguous()
     if source.data_ptr() % 4:

@@ -8,6 +8,7 @@ writer's docstring gives its tensors' names, dtypes and shapes.
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -16,7 +17,7 @@ from moebake.synthetic import save_shards
 
 # BF16 MoE styles: where the layers live, the MoE module's name, the per-expert projection names
 # (gate, up, down), whether experts are fused by default, and how config.json names the dimensions.
-BF16_STYLES = {
+BF16_STYLES: dict[str, dict[str, Any]] = {
     "qwen3.5": {"layers": "model.language_model.layers.", "moe": "mlp", "names": ("gate_proj", "up_proj", "down_proj"),
                 "fused": True, "model_type": "qwen3_5_moe", "architecture": "Qwen3_5MoeForConditionalGeneration"},
     "qwen3": {"layers": "model.layers.", "moe": "mlp", "names": ("gate_proj", "up_proj", "down_proj"),
@@ -45,7 +46,7 @@ def write_bf16_moe(
     (An NVFP4 checkpoint with a BF16 MTP layer: :func:`write_modelopt_nvfp4`.)
     """
     path = Path(path)
-    spec = BF16_STYLES[style]
+    spec: dict[str, Any] = BF16_STYLES[style]
     fused = spec["fused"] if fused is None else fused
     E, H, I = num_experts, hidden, intermediate
     g = torch.Generator().manual_seed(seed)
@@ -185,7 +186,7 @@ def write_modelopt_nvfp4(
     exclude = ["lm_head", "model.embed_tokens", "*.mlp.gate", f"model.layers.{L}*"]
     if not mixed_precision:
         exclude.insert(2, "*.self_attn*")
-    config = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": H,
+    config: dict[str, Any] = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": H,
               "intermediate_size": 2 * I, "moe_intermediate_size": I, "n_routed_experts": E, "n_shared_experts": 1,
               "num_experts_per_tok": min(2, E), "first_k_dense_replace": 1, "num_hidden_layers": L,
               "num_nextn_predict_layers": 1, "hidden_act": "silu", "vocab_size": vocab}
@@ -216,8 +217,8 @@ def _mixed_precision_groups(quantized_layers: dict[str, dict]) -> dict:
     for module, setting in quantized_layers.items():
         by_setting.setdefault(tuple(sorted(setting.items())), []).append(module)
     groups = {}
-    for index, (setting, modules) in enumerate(by_setting.items()):
-        setting = dict(setting)
+    for index, (pairs, modules) in enumerate(by_setting.items()):
+        setting = dict(pairs)
         bits = 8 if setting["quant_algo"] == "FP8" else 4
         weights = {"dynamic": False, "num_bits": bits, "type": "float", **({"group_size": setting["group_size"]} if bits == 4 else {})}
         group = {"weights": weights, "targets": sorted(modules)}
@@ -321,7 +322,7 @@ def _deepseek_v4_config(H: int, I: int, E: int, top_k: int, num_layers: int, mtp
     return config
 
 
-DEEPSEEK_V4_FLASH_ATTENTION = {
+DEEPSEEK_V4_FLASH_ATTENTION: dict[str, Any] = {
     "num_attention_heads": 64, "num_key_value_heads": 1, "head_dim": 512, "qk_nope_head_dim": 448, "qk_rope_head_dim": 64,
     "v_head_dim": 512, "kv_lora_rank": 512, "q_lora_rank": 1024, "o_lora_rank": 1024, "o_groups": 8, "window_size": 128,
     "sliding_window": 128,
@@ -407,7 +408,7 @@ def write_deepseek_v4_servable(
     assert len(compress_ratios) == num_layers and set(compress_ratios) <= {0, 4, 128}, compress_ratios
     path = Path(path)
     E, H, I, geometry = num_experts, hidden, intermediate, DEEPSEEK_V4_FLASH_ATTENTION
-    hc = geometry["hc_mult"]
+    hc: int = geometry["hc_mult"]
     g = torch.Generator().manual_seed(seed)
 
     def head_mixing(base: str) -> dict:

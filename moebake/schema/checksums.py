@@ -23,7 +23,7 @@ from moebake.schema.files import open_regular
 
 CHECKSUM = "xxh3-128"
 """The algorithm of the checksums a conversion writes into a new manifest."""
-ALGORITHMS: dict[str, Callable[[], Any]] = {"xxh3-128": xxhash.xxh3_128, "sha256": hashlib.sha256}
+ALGORITHMS: dict[str, Callable[..., Any]] = {"xxh3-128": xxhash.xxh3_128, "sha256": hashlib.sha256}
 """Checksum algorithms a manifest may name, by name: a constructor of hashlib-style objects."""
 
 READ_BLOCK = 8 << 20

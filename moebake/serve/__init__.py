@@ -26,7 +26,7 @@ from moebake.serve.platform import Platform
 from moebake.serve.sm90_cutlass import Sm90CutlassCheckpoint, Sm90CutlassW4A8Checkpoint
 
 _CLASSES = {runtime.__name__: runtime for runtime in (Sm90CutlassCheckpoint, Sm90CutlassW4A8Checkpoint, DeepEPBf16Checkpoint)}
-RUNTIMES: dict[str, type[BakedCheckpoint]] = {r.target: _CLASSES[r.route] for r in serving.routes(serving.SERVE)}
+RUNTIMES: dict[str, type[BakedCheckpoint]] = {r.target: _CLASSES[str(r.route)] for r in serving.routes(serving.SERVE)}
 """Target -> its runtime class (a view of the serving records)."""
 
 

@@ -65,7 +65,8 @@ class BakedCheckpoint:
         Reads those shards whole (once per checkpoint object); MoebakeError on the first mismatch.
         """
         files = self.manifest.files
-        for shard_name in sorted({self.weight_map.get(n) for n in tensor_names} - self._verified - {None}):
+        named = {self.weight_map.get(n) for n in tensor_names}
+        for shard_name in sorted({name for name in named if name is not None} - self._verified):
             path = self.root / shard_name
             record = files.get(shard_name)
             if record is None:

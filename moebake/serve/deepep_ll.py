@@ -195,7 +195,7 @@ class LowLatencyBuffer:
                                      num_qps_per_rank=self.num_qps_per_rank, allow_nvlink_for_low_latency_mode=True,
                                      explicitly_destroy=True)
         self.topk_idx_dtype = deep_ep.topk_idx_t
-        self._layout = None
+        self._layout: tuple[int, int, int] | None = None
 
     def dispatcher(self, spec: LowLatencySpec) -> "DeepEPDispatcher":
         """A dispatcher for ``spec`` on this buffer; LowLatencyRefusal if it does not fit."""

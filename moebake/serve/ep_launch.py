@@ -188,7 +188,7 @@ def layer_worker(ctx: RankContext, config: LaunchConfig) -> list[dict]:
     results = []
     try:
         for index, (job, spec) in enumerate(zip(config.jobs, config.specs)):
-            checkpoint = moebake.serve.open(job.bake)
+            checkpoint: Any = moebake.serve.open(job.bake)  # the target's runtime class, which loads experts
             prefix = checkpoint.layer(job.layer).prefix
             experts = checkpoint.load_experts(job.layer, ctx.device, ep_rank=ctx.rank, ep_size=ctx.ranks, backend=config.backend)
             dispatcher = make_dispatcher(spec, ctx.group, config.dispatcher, ctx.device, buffer)

@@ -257,7 +257,7 @@ def ensure_flashinfer_sm90_moe(prebuilt: Optional[os.PathLike | str] = None, con
         return spec
 
     gen_cutlass_fused_moe_sm90_module.__doc__ = f"moebake: returns the reduced module spec {MODULE_NAME}."
-    gen_cutlass_fused_moe_sm90_module._moebake = True
+    setattr(gen_cutlass_fused_moe_sm90_module, "_moebake", True)
     core.gen_cutlass_fused_moe_sm90_module = gen_cutlass_fused_moe_sm90_module
     core.get_cutlass_fused_moe_module.cache_clear()
     _installed, _installed_key = spec, key

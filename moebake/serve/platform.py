@@ -41,7 +41,8 @@ class Platform:
     def device_capability(self, device: torch.device) -> tuple[int, int]:
         """Compute capability ``(major, minor)`` of a CUDA ``device`` (or the injected one)."""
         if self.capability is not None:
-            return tuple(self.capability)
+            major, minor = self.capability
+            return major, minor
         if not torch.cuda.is_available():
             raise PlatformError(f"device {device}: CUDA is not available in this torch build or machine")
         return torch.cuda.get_device_capability(device)
@@ -55,7 +56,7 @@ def require_gpu(capability: tuple[int, int], device: torch.device, target: str) 
         raise PlatformError(refusal)
 
 
-def require_flashinfer_layout(baked_layout: str, flashinfer_version: str, manifest_path: str | os.PathLike) -> None:
+def require_flashinfer_layout(baked_layout: str | None, flashinfer_version: str, manifest_path: str | os.PathLike) -> None:
     """PlatformError unless FlashInfer ``flashinfer_version`` reads the SM90 fp4 layout ``baked_layout``."""
     if refusal := flashinfer_layout_refusal(baked_layout, flashinfer_version, str(manifest_path)):
         raise PlatformError(refusal)

@@ -214,7 +214,7 @@ class DirectParameterLoader:
                     continue
                 found = self.files.find(name)
                 torch_dtype = DTYPES[found[1].dtype][0] if found is not None else None
-                if torch_dtype is None:
+                if found is None or torch_dtype is None:
                     continue
                 piece = self.direct_range(name, torch.empty(found[1].shape, dtype=torch_dtype, device="meta"))
                 if piece is not None and piece.dest.numel():

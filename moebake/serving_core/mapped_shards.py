@@ -52,6 +52,7 @@ def mapped_tensors(headers: Sequence[SafetensorsFile]) -> Iterator[tuple[str, to
         for name in sorted(shard.tensors):
             entry = shard.tensors[name]
             torch_dtype, bits = DTYPES[entry.dtype]
+            assert torch_dtype is not None  # mapped_tensors is called where mappable() holds
             count = entry.nbytes // (bits // 8)
             if count == 0:
                 yield name, torch.empty(entry.shape, dtype=torch_dtype)

@@ -251,6 +251,7 @@ class ReadAhead:
                 return self._fetch(path, offset, nbytes)
             if path not in fds:
                 fds[path] = open_without_readahead(path)
+            assert scratch is not None  # made whenever there is no injected fetch
             _pread_scratch(fds[path], scratch, offset, nbytes)
 
         try:

@@ -102,6 +102,8 @@ class Target:
                     raise InternalError(f"target {self.spec.name} did not plan its tensor {entry.name}")
                 made = planned[entry.name]
                 dtype, shape = entry.dtype or made.dtype, entry.shape_for(dims, layout)
+                if dtype is None:
+                    raise InternalError(f"target {self.spec.name}: tensor {entry.name} has no dtype in the table or the plan")
                 tensors.append(OutputTensor(name=layer.prefix + entry.name, dtype=dtype, shape=shape, sources=made.stored,
                                             produce=made.produce))
                 specs[entry.name] = TensorRecord(dtype=dtype, shape=shape, source=made.source, gate_up_order=entry.gate_up_order,

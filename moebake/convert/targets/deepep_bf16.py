@@ -69,7 +69,10 @@ class DeepEPBf16(Target):
         if isinstance(gate_up, str):
             out = {gate_up: w13}
         else:
+            assert gate_up is not None  # the layer record names W13's sources
             gate, up = split_halves(w13, (I, H))
             out = {gate_up[0]: gate, gate_up[1]: up}
-        out[record.tensors["w2_weight"].source] = baked["w2_weight"]
+        down = record.tensors["w2_weight"].source
+        assert isinstance(down, str)  # W2 is one source tensor (or one per-expert pattern)
+        out[down] = baked["w2_weight"]
         return {name: value.contiguous() for name, value in out.items()}

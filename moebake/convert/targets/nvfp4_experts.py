@@ -32,7 +32,7 @@ it under ``gate_up_global_scale``.
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 
@@ -41,6 +41,7 @@ from moebake.convert.targets.base import Planned, Target, constant
 from moebake.errors import UnsupportedError
 from moebake.formats.checkpoint import EXPERT_INDEX, per_expert_names
 from moebake.formats.modelopt_nvfp4 import GROUP_SIZE, ModelOptNvfp4Model, NvFp4Layer
+from moebake.formats.source_model import SourceModel
 from moebake.layouts.block_scale_swizzle import swizzle_128x4, unswizzle_128x4
 from moebake.layouts.gate_up import pad_to
 from moebake.schema.enums import GateUpOrder
@@ -97,18 +98,21 @@ class Nvfp4Target(Target):
                                    f"moe_intermediate_size % {INTERMEDIATE_MULTIPLE} == 0 (CuteDSL tiles), got {H} and {I}")
         model.use_gate_up_globals(options.gate_up_globals)  # the plan's first step: before any tensor is planned or read back
 
-    def layer_dims(self, model: ModelOptNvfp4Model, options: ConvertOptions) -> LayerDims:
+    def layer_dims(self, source_model: SourceModel, options: ConvertOptions) -> LayerDims:
         """H and I padded to the engine profile's multiples (or the options' overrides)."""
+        model = cast(ModelOptNvfp4Model, source_model)  # this target's only source format
         H, I = model.hidden_size, model.intermediate_size
         hidden_multiple, intermediate_multiple, *_ = options.padding(model.format_name)
         return LayerDims(experts=model.num_experts, hidden=H, hidden_padded=round_up(H, hidden_multiple), intermediate=I,
                          intermediate_padded=round_up(I, intermediate_multiple))
 
-    def layer_facts(self, model: ModelOptNvfp4Model, layer: NvFp4Layer) -> dict:
+    def layer_facts(self, source_model: SourceModel, layer: Any) -> dict:
+        model = cast(ModelOptNvfp4Model, source_model)
         return {"scalar_shape": tuple(model.scalar_shape), "gate_up_global_scale": model.reconciliation(layer)}
 
-    def layer_tensors(self, model: ModelOptNvfp4Model, layer: NvFp4Layer, dims: LayerDims,
+    def layer_tensors(self, source_model: SourceModel, layer: Any, dims: LayerDims,
                       options: ConvertOptions) -> dict[str, Planned]:
+        model = cast(ModelOptNvfp4Model, source_model)
         E, Hp, Ip, order = dims.experts, dims.hidden_padded, dims.intermediate_padded, self.order
         step = max(1, options.chunk_bytes // (Ip * Hp))  # one expert's gate + up weights: 2 * I_pad * H_pad/2 bytes
 
@@ -164,7 +168,10 @@ class Nvfp4Target(Target):
         for entry in self.spec.tensors:
             short = entry.name
             patterns = sources.get(short, all_scalar_sources)
-            produce = producers.get(short) or constant(lambda short=short: scalars()[short])
+            def scalar(name: str = short) -> torch.Tensor:
+                return scalars()[name]
+
+            produce = producers.get(short) or constant(scalar)
             stored = tuple(name for p in patterns for name in per_expert_names(p, E))
             planned[short] = Planned(produce, stored, patterns, GateUpOrder.SEPARATE if short in _W13_TENSORS else None)
         return planned
@@ -184,6 +191,7 @@ def restore_layer(record: LayerRecord, baked: dict[str, torch.Tensor], order: W1
     """
     H, I, Hp, Ip = record.hidden, record.intermediate, record.hidden_padded, record.intermediate_padded
     n = baked["w13_weight"].shape[0]
+    assert record.scalar_shape is not None  # an NVFP4 layer record names its scalars' shape
     scalar_shape = (n, *record.scalar_shape)
     pattern = functools.partial(_pattern, NvFp4Layer(record.index, record.prefix))
 

@@ -94,7 +94,9 @@ class Sm100Trtllm(Mxfp4Target):
             "w2_weight_scale": (unshuffle_rows(_unswizzled(baked["w2_weight_scale"]), EPILOGUE_TILE_M)[:, :H, : I // 32],),
         }
         if "w13_weight_bias" in record.tensors:
-            bias_dtype = DTYPES[record.tensors["w13_weight_bias"].source_dtype][0]
+            source_dtype = record.tensors["w13_weight_bias"].source_dtype
+            assert source_dtype is not None  # an MXFP4 layer's bias record names its source dtype
+            bias_dtype = DTYPES[source_dtype][0]
             gate, up = _unw13(baked["w13_weight_bias"], (I,))
             canonical["w13_weight_bias"] = (gate.to(bias_dtype), up.to(bias_dtype))
             down = unshuffle_rows(baked["w2_weight_bias"], EPILOGUE_TILE_M)[:, :H]

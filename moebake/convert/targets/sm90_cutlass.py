@@ -43,6 +43,7 @@ class Sm90Cutlass(Mxfp4Target):
 
     def bakes(self, model: Any, dims: LayerDims, options: ConvertOptions) -> dict[str, Bake]:
         layout, Hp, Ip = options.flashinfer_layout, dims.hidden_padded, dims.intermediate_padded
+        assert layout is not None  # ConvertOptions resolves it for a target whose bytes depend on it
         fill = options.padding(model.format_name).hidden_scale_fill
 
         def w13_hidden_filled(scales: torch.Tensor) -> torch.Tensor:
@@ -66,8 +67,9 @@ class Sm90Cutlass(Mxfp4Target):
     def restore(self, record: LayerRecord, baked: dict[str, torch.Tensor], layout: str | None) -> dict[str, torch.Tensor]:
         """Padding is dropped here (the forward re-bake checks it)."""
         H, I = record.hidden, record.intermediate
+        assert layout is not None  # an sm90-cutlass bake records its layout
         unfold_scales = FOLDS[layout][1]
-        canonical = {}
+        canonical: dict[str, tuple[torch.Tensor, ...]] = {}
         for name, unfold, row_bytes in (("w13_weight", lambda w: deinterleave_fp4(w, layout), H // 2),
                                         ("w13_weight_scale", unfold_scales, H // 32)):
             up, gate = split_halves(unfold(baked[name]), (I, row_bytes))

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from sglang.srt.layers.quantization.base_config import QuantizationConfig
 
+from moebake.engines.layer_type import EngineLayer
 from moebake.engines.quantization_identity import MoebakeQuantization
 from moebake.engines.sglang import internals, loader_hook, refusals
 from moebake.engines.sglang.refusals import MoebakeRefusal, check_parallelism
@@ -202,7 +203,7 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
         prefix = prefix.rstrip(".") + "."
         return self.records.get(prefix) or self.records.get(deepseek_native_prefix(prefix))
 
-    def get_quant_method(self, layer: torch.nn.Module, prefix: str):
+    def get_quant_method(self, layer: EngineLayer, prefix: str):
         from sglang.srt.layers.moe.fused_moe_triton import FusedMoE
 
         if isinstance(layer, FusedMoE):

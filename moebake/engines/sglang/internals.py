@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from moebake.engines.layer_type import EngineLayer
 from moebake.engines.release_check import installed_release, release_refusal, unknown_release_refusal
 from moebake.engines.sglang.refusals import MoebakeRefusal
 
@@ -122,7 +123,7 @@ def is_cutedsl_v2_standard(method: Any) -> bool:
     return bool(method._is_cutedsl_v2_standard)
 
 
-def route_as_unquantized_deepep(layer: torch.nn.Module) -> None:
+def route_as_unquantized_deepep(layer: EngineLayer) -> None:
     """``DeepEPMoE.deprecate_flag`` (0.5.17-0.5.23): SGLang's ``DeepEPMoE`` runs an unquantized BF16 layer on the
     ``deep_gemm`` runner behind DeepEP through FusedMoE's runner (``UnquantizedFusedMoEMethod.apply``, DeepGEMM's masked
     grouped GEMM) when its ``quant_config is None``; a ``--quantization moebake`` layer has a config, so SGLang would
@@ -132,12 +133,12 @@ def route_as_unquantized_deepep(layer: torch.nn.Module) -> None:
         layer.deprecate_flag = True
 
 
-def clear_routing_bias(layer: torch.nn.Module) -> None:
+def clear_routing_bias(layer: EngineLayer) -> None:
     """What SGLang's ``trtllm_sm100`` post-load step sets besides the weights: ``layer._situ_routing_bias_bf16``."""
     layer._situ_routing_bias_bf16 = None
 
 
-def register_static_scale_ones(method: Any, layer: torch.nn.Module) -> None:
+def register_static_scale_ones(method: Any, layer: EngineLayer) -> None:
     """``Mxfp4FlashinferTrtllmMoEMethod._register_static_scale_ones``: the unit activation scales it registers."""
     method._register_static_scale_ones(layer)
 
@@ -153,17 +154,17 @@ def uses_sm90_humming(method: Any) -> bool:
     return bool(getattr(method, "_use_sm90_humming", False))
 
 
-def set_mxfp4_backend(layer: torch.nn.Module, backend: str) -> None:
+def set_mxfp4_backend(layer: EngineLayer, backend: str) -> None:
     """``layer._mxfp4_backend``: the runner ``Mxfp4MoEMethod``'s forward dispatches on (its post-load step sets it)."""
     layer._mxfp4_backend = backend
 
 
-def set_dsv4_mxfp4_backend(layer: torch.nn.Module, backend: str) -> None:
+def set_dsv4_mxfp4_backend(layer: EngineLayer, backend: str) -> None:
     """``layer._dsv4_mxfp4_backend``: the runner DeepSeek-V4's MXFP4 methods dispatch on (their post-load step sets it)."""
     layer._dsv4_mxfp4_backend = backend
 
 
-def cutedsl_derived(method: Any, layer: torch.nn.Module) -> None:
+def cutedsl_derived(method: Any, layer: EngineLayer) -> None:
     """SGLang's CuteDSL post-load step (``ModelOptNvFp4FusedMoEMethod.process_weights_after_loading``) minus its
     transforms (the bake holds their result): the
     swizzled-scale aliases, on the standard path the load-time F32 scalars the bake does not store
@@ -262,4 +263,5 @@ def wrap_load_weights_and_postprocess(wrap: Callable[..., Any]) -> None:
         return  # installed already (plugins load once per process, but twice must not wrap twice)
     wrapped = wrap(function)
     wrapped.moebake_original = function
+    assert cls is not None  # a found staticmethod has its class
     cls.load_weights_and_postprocess = staticmethod(wrapped)

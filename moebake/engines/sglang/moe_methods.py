@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from moebake.engines.layer_type import EngineLayer
 from moebake.engines.sglang import internals, refusals
 from moebake.engines.sglang.refusals import MoebakeRefusal
 from moebake.errors import MoebakeError
@@ -67,10 +68,11 @@ class SelfLoadingExperts:
     WHOLE_TENSORS: frozenset[str] = frozenset()
 
     def _bake_init(self, config: Any, record: LayerRecord) -> None:
-        self.moebake_config, self.record, self.loaded = config, record, set()
+        self.moebake_config, self.record = config, record
+        self.loaded: set[str] = set()
         self.load_stats = None
 
-    def _create_baked_weights(self, layer: torch.nn.Module, num_experts: int, hidden_size: int,
+    def _create_baked_weights(self, layer: EngineLayer, num_experts: int, hidden_size: int,
                               intermediate_size_per_partition: int) -> None:
         record = self.record
         refusals.check_parallelism(record, layer.moe_tp_size, layer.moe_ep_size)
@@ -82,15 +84,15 @@ class SelfLoadingExperts:
             shape = [local, *spec.shape[1:]] if per_expert else list(spec.shape)
             param = torch.nn.Parameter(torch.empty(shape, dtype=dtype), requires_grad=False)
             layer.register_parameter(name, param)
-            param.weight_loader = functools.partial(self._note_baked, name, spec, dtype)
+            setattr(param, "weight_loader", functools.partial(self._note_baked, name, spec, dtype))  # as SGLang sets it
         self._prepare_reads(layer)
 
-    def _rows(self, layer: torch.nn.Module) -> tuple[dict[str, torch.Tensor], list]:
+    def _rows(self, layer: EngineLayer) -> tuple[dict[str, torch.Tensor], list]:
         """What the post-load step reads: ``({baked tensor: its parameter's data}, this EP rank's expert runs)``."""
         destinations = {name: getattr(layer, name).data for name in self.record.tensors}
         return destinations, rank_runs(self.record.experts, layer.moe_ep_rank, layer.moe_ep_size)
 
-    def _prepare_reads(self, layer: torch.nn.Module) -> None:
+    def _prepare_reads(self, layer: EngineLayer) -> None:
         """As the layer is built: on a CUDA device, begin pinning the bake's reader's ring (its first read, the
         whole-model loader's or a post-load step's, then finds it ready: :meth:`StagedReader.start_ring`), and plan
         the byte ranges the post-load step will read (the same :meth:`RankLoader.byte_ranges` call) on the bake's
@@ -107,13 +109,13 @@ class SelfLoadingExperts:
         except Exception as err:
             logger.debug("moebake: no early ring or read-ahead for %s (%s)", self.record.prefix, err)
 
-    def create_weights(self, layer: torch.nn.Module, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
+    def create_weights(self, layer: EngineLayer, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
                        params_dtype: torch.dtype, **extra_weight_attrs: Any):
         """SGLang's hook: the manifest's parameters instead of the method's own. Methods whose SGLang runner reads
         attributes its own ``create_weights`` sets override this and set them first."""
         self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
 
-    def _note_baked(self, name: str, spec: TensorRecord, dtype: torch.dtype, param: torch.nn.Parameter,
+    def _note_baked(self, name: str, spec: TensorRecord, dtype: torch.dtype | None, param: torch.nn.Parameter,
                     loaded: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """The checkpoint names baked tensor ``name``: check its shape and dtype (metadata only; its data is
         never read here, the post-load step reads the rank's rows from the files)."""
@@ -126,7 +128,7 @@ class SelfLoadingExperts:
     def _check_loaded(self) -> None:
         refusals.check_all_loaded(self.record, self.loaded)
 
-    def _load_baked_rows(self, layer: torch.nn.Module) -> None:
+    def _load_baked_rows(self, layer: EngineLayer) -> None:
         """Refuse unless the checkpoint named every baked tensor, then read this EP rank's rows of each from the
         files into the layer's parameters (tensors in ``WHOLE_TENSORS``, and those not per expert, whole)."""
         self._check_loaded()
@@ -167,12 +169,12 @@ def _sm90_cutlass_method(humming: bool = False):
             internals.set_padded_hidden(self, record.hidden_padded)
             refusals.check_humming_precision(config.manifest.target, humming, internals.uses_sm90_humming(self))
 
-        def create_weights(self, layer: torch.nn.Module, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
+        def create_weights(self, layer: EngineLayer, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
                            params_dtype: torch.dtype, with_bias: bool = False, **extra_weight_attrs: Any):
             self.num_experts = num_experts
             self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
 
-        def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        def process_weights_after_loading(self, layer: EngineLayer) -> None:
             self._load_baked_rows(layer)
             activation, local = self.moebake_config.manifest.activation, layer.num_local_experts
             device = layer.w13_weight.device
@@ -207,7 +209,7 @@ def _deepep_bf16_method():
             UnquantizedFusedMoEMethod.__init__(self, use_deep_gemm=True)
             self._bake_init(config, record)
 
-        def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        def process_weights_after_loading(self, layer: EngineLayer) -> None:
             self._load_baked_rows(layer)
             UnquantizedFusedMoEMethod.process_weights_after_loading(self, layer)  # sets the dispatcher to BF16 only
             internals.route_as_unquantized_deepep(layer)
@@ -228,13 +230,13 @@ def _sm100_trtllm_method():
             Mxfp4MoEMethod.__init__(self, prefix)
             self._bake_init(config, record)
 
-        def create_weights(self, layer: torch.nn.Module, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
+        def create_weights(self, layer: EngineLayer, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
                            params_dtype: torch.dtype, with_bias: bool = False, **extra_weight_attrs: Any):
             self.num_experts, self.with_bias = num_experts, with_bias
             self.hidden_size, self.intermediate_size_per_partition = self.record.hidden_padded, self.record.intermediate_padded
             self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
 
-        def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        def process_weights_after_loading(self, layer: EngineLayer) -> None:
             self._load_baked_rows(layer)
             internals.clear_routing_bias(layer)
 
@@ -254,7 +256,7 @@ def _sm100_deepseek_v4_method():
             Mxfp4FlashinferTrtllmMoEMethod.__init__(self, None, prefix)  # its FP8 method only prepares weights: baked
             self._bake_init(config, record)
 
-        def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        def process_weights_after_loading(self, layer: EngineLayer) -> None:
             self._load_baked_rows(layer)
             for weight in (layer.w13_weight, layer.w2_weight):
                 weight.data = weight.data.view(torch.uint8)  # the same bytes, typed as SGLang's shuffle leaves them
@@ -278,14 +280,14 @@ def _sm90_marlin_method():
             Mxfp4MoEMethod.__init__(self, prefix)
             self._bake_init(config, record)
 
-        def create_weights(self, layer: torch.nn.Module, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
+        def create_weights(self, layer: EngineLayer, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
                            params_dtype: torch.dtype, with_bias: bool = False, **extra_weight_attrs: Any):
             self.num_experts, self.with_bias = num_experts, with_bias
             self.hidden_size, self.intermediate_size_per_partition = self.record.hidden_padded, self.record.intermediate_padded
             self.hidden_pad = self.record.hidden_padded - self.record.hidden
             self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
 
-        def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        def process_weights_after_loading(self, layer: EngineLayer) -> None:
             self._load_baked_rows(layer)
             internals.set_mxfp4_backend(layer, "marlin")
 
@@ -304,7 +306,7 @@ def _sm90_marlin_deepseek_v4_method():
             Mxfp4MarlinMoEMethod.__init__(self, None, prefix)  # its FP8 method only prepares weights: baked
             self._bake_init(config, record)
 
-        def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        def process_weights_after_loading(self, layer: EngineLayer) -> None:
             self._load_baked_rows(layer)
             internals.set_dsv4_mxfp4_backend(layer, "marlin")
 
@@ -328,7 +330,7 @@ def _cutedsl_method():
             self._bake_init(config, record)
             _check_cutedsl_w4a4(self)
 
-        def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        def process_weights_after_loading(self, layer: EngineLayer) -> None:
             self._load_baked_rows(layer)
             internals.cutedsl_derived(self, layer)
 

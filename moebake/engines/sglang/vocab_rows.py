@@ -14,12 +14,14 @@ and the parameter is materialized, not GGUF, and has the layer's ``num_embedding
 fact is read from the parameter's owning layer (public attributes); anything else keeps SGLang's path.
 """
 
+from typing import Any
+
 import torch
 
 from moebake.serving_core.direct_loader import RowShard
 
 
-def loader_owner(param: torch.nn.Parameter, layer_class: type):
+def loader_owner(param: torch.nn.Parameter, layer_class: Any) -> Any:
     """The ``layer_class`` instance whose own ``layer_class.weight_loader`` is ``param``'s weight loader, or None."""
     loader = getattr(param, "weight_loader", None)
     function, owner = getattr(loader, "__func__", None), getattr(loader, "__self__", None)

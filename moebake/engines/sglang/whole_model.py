@@ -111,7 +111,7 @@ def _loader_for(model: torch.nn.Module, target_device: torch.device) -> DirectPa
                     "tensors keep SGLang's loader", type(model).__name__, ", ".join(sorted(VERIFIED_MODELS)))
         return None
     loader = DirectParameterLoader.for_served_model(model, target_device)
-    model.moebake_direct_load = loader
+    setattr(model, "moebake_direct_load", loader)  # the engine model's own attribute namespace
     return loader
 
 

@@ -88,6 +88,7 @@ class Served:
 
     @property
     def source_format(self) -> str:
+        assert self.record.source_format is not None  # SERVED holds records of one source format
         return self.record.source_format
 
     @property
@@ -101,7 +102,15 @@ class Served:
         return {short: renamed.get(short, short) for short in self.holding.held}
 
 
-SERVED = {(r.target, r.source_format): Served(r, HOLDINGS[r.route]) for r in serving.routes(serving.VLLM)}
+def _served() -> dict[tuple[str, str], Served]:
+    served = {}
+    for r in serving.routes(serving.VLLM):
+        assert r.route is not None and r.source_format is not None  # every vLLM route names its source format
+        served[r.target, r.source_format] = Served(r, HOLDINGS[r.route])
+    return served
+
+
+SERVED = _served()
 """(target, source format) -> the kind of bake the plugin serves (a view of the serving records)."""
 GPT_OSS = SERVED[("sm90-cutlass", "gpt-oss")]
 GPT_OSS_SM100 = SERVED[("sm100-trtllm", "gpt-oss")]

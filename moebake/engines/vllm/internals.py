@@ -9,15 +9,13 @@ hold before a bake is served.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from packaging.version import Version
 
+from moebake.engines.layer_type import EngineLayer
 from moebake.engines.release_check import installed_release, unknown_release_refusal
 from moebake.engines.vllm.bake import ENGINE, refuse
-
-if TYPE_CHECKING:
-    import torch
 
 
 def since(version: str) -> bool:
@@ -45,18 +43,18 @@ def registered_model_loader(load_format: str):
     return _LOAD_FORMAT_TO_MODEL_LOADER.get(load_format)
 
 
-def local_slot(layer: torch.nn.Module, expert: int) -> int:
+def local_slot(layer: EngineLayer, expert: int) -> int:
     """The row of global expert ``expert`` in this EP rank's parameters (negative: not held here);
     ``FusedMoE._map_global_expert_id_to_local_expert_id``."""
     return layer._map_global_expert_id_to_local_expert_id(expert)
 
 
-def expert_routing_tables(layer: torch.nn.Module):
+def expert_routing_tables(layer: EngineLayer):
     """``FusedMoE._expert_routing_tables()``: what the modular kernel needs to route to this rank's experts."""
     return layer._expert_routing_tables()
 
 
-def build_nvfp4_moe_kernel(method: Any, layer: torch.nn.Module) -> None:
+def build_nvfp4_moe_kernel(method: Any, layer: EngineLayer) -> None:
     """``ModelOptNvFp4FusedMoE._build_moe_kernel(layer)``: the modular kernel over weights already in its format (what
     its ``process_weights_after_loading`` runs after the weight conversion). Before 0.30.0 the method has no such
     function: its ``process_weights_after_loading`` runs the same steps inline after the conversion
@@ -74,7 +72,7 @@ def build_nvfp4_moe_kernel(method: Any, layer: torch.nn.Module) -> None:
     method.moe_kernel.fused_experts.process_weights_after_loading(layer)
 
 
-def build_mxfp4_moe_kernel(method: Any, layer: torch.nn.Module) -> None:
+def build_mxfp4_moe_kernel(method: Any, layer: EngineLayer) -> None:
     """``Mxfp4MoEMethod._build_moe_kernel(layer)``: the modular kernel over weights already in its format (what
     its ``process_weights_after_loading`` runs after the weight conversion). Before 0.30.0 the method has no such
     function: its ``_setup_kernel`` builds the kernel inline after the conversion (:func:`build_mxfp4_kernel_inline`)."""
@@ -86,7 +84,7 @@ def build_mxfp4_moe_kernel(method: Any, layer: torch.nn.Module) -> None:
     Mxfp4MoEMethod._build_moe_kernel(method, layer)
 
 
-def build_mxfp4_kernel_inline(method: Any, layer: torch.nn.Module) -> None:
+def build_mxfp4_kernel_inline(method: Any, layer: EngineLayer) -> None:
     """The kernel set-up the MXFP4 methods' ``_setup_kernel`` runs after its weight conversion where the release has
     no function of its own for it (``GptOssMxfp4MoEMethod`` in every release, ``Mxfp4MoEMethod`` before 0.30.0):
     ``get_fused_moe_quant_config``, then ``make_mxfp4_moe_kernel`` over the layer's routing tables (before 0.28.0 also

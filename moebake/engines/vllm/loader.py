@@ -25,6 +25,7 @@ import torch
 from safetensors import safe_open
 from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
+from moebake.engines.layer_type import EngineLayer
 from moebake.engines.vllm import internals
 from moebake.engines.vllm.bake import refuse
 from moebake.engines.vllm.loader_filled_experts import LoaderFilledExperts
@@ -45,12 +46,12 @@ def weight_map(files: BakeFiles) -> dict[str, str]:
         raise refuse(str(err)) from None
 
 
-def local_expert_runs(layer: torch.nn.Module, experts: int) -> list[ExpertRun]:
+def local_expert_runs(layer: EngineLayer, experts: int) -> list[ExpertRun]:
     """The runs of global experts this EP rank holds, and the parameter rows vLLM gives them."""
     return runs_from_slots(internals.local_slot(layer, expert) for expert in range(experts))
 
 
-def copy_baked_experts(layer: torch.nn.Module, method: LoaderFilledExperts, loader: RankLoader) -> None:
+def copy_baked_experts(layer: EngineLayer, method: LoaderFilledExperts, loader: RankLoader) -> None:
     """Fill ``layer``'s baked parameters from the files: this rank's experts' rows of each tensor vLLM holds as
     it is (read by ``loader`` straight into the parameters), then what the method derives from whole baked tensors."""
     record = method.layer_record
@@ -126,7 +127,7 @@ class MoebakeModelLoader(BaseModelLoader):
     def download_model(self, model_config: Any) -> None:
         self.checkpoint_directory(model_config)
 
-    def load_weights(self, model: torch.nn.Module, model_config: Any) -> None:
+    def load_weights(self, model: Any, model_config: Any) -> None:
         directory = self.checkpoint_directory(model_config)
         layers = [(name, module) for name, module in model.named_modules()
                   if isinstance(getattr(module, "quant_method", None), LoaderFilledExperts)]

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from moebake.engines.layer_type import EngineLayer
 from moebake.engines.vllm.bake import VllmBake, refuse
 from moebake.schema.enums import DType
 from moebake.serving_core.refusals import parallelism_refusal, unloaded_refusal
@@ -34,12 +35,12 @@ class LoaderFilledExperts:
                                           use_expert_parallelism=USE_EXPERT_PARALLELISM, choose_ep_size=CHOOSE_EP_SIZE):
             raise refuse(refusal)
 
-    def register_baked(self, layer: torch.nn.Module, specs: dict[str, tuple[DType, tuple[int, ...]]]) -> None:
+    def register_baked(self, layer: EngineLayer, specs: dict[str, tuple[DType, tuple[int, ...]]]) -> None:
         """Register on ``layer`` one empty parameter per ``{vLLM name: (dtype, shape)}``, marked not loaded."""
         self.baked_names = list(specs)
         for name, (dtype, shape) in specs.items():
             parameter = torch.nn.Parameter(torch.empty(shape, dtype=dtype.torch), requires_grad=False)
-            parameter.moebake_loaded = False
+            setattr(parameter, "moebake_loaded", False)
             layer.register_parameter(name, parameter)
 
     def baked_parameters(self) -> list[str]:
@@ -52,12 +53,12 @@ class LoaderFilledExperts:
         names = self.bake.served.parameter_names
         return {short: names[short] for short in self.layer_record.tensors if short in names}
 
-    def load_derived(self, layer: torch.nn.Module, read_whole: Callable[[str], torch.Tensor], local_experts: list[int]) -> None:
+    def load_derived(self, layer: EngineLayer, read_whole: Callable[[str], torch.Tensor], local_experts: list[int]) -> None:
         """Fill the parameters vLLM computes from the bake's tensors at load (none by default).
         ``read_whole(short) -> tensor``: a whole baked tensor of this layer (every expert), checked against the
         manifest; ``local_experts``: the global expert ids this rank holds, in slot order."""
 
-    def check_loaded(self, layer: torch.nn.Module) -> None:
+    def check_loaded(self, layer: EngineLayer) -> None:
         """Refuse a layer whose baked parameters were not all filled."""
         missing = [name for name in self.baked_parameters() if not getattr(layer, name).moebake_loaded]
         if refusal := unloaded_refusal(self.prefix.rstrip(".") + ".", missing, "start vLLM with --load-format moebake and "

@@ -19,6 +19,7 @@ from vllm.model_executor.layers.fused_moe.oracle.nvfp4 import NvFp4MoeBackend
 from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4FusedMoE
 from vllm.model_executor.layers.quantization.utils.quant_utils import amax_for_moe_activation_quant
 
+from moebake.engines.layer_type import EngineLayer
 from moebake.engines.vllm import internals
 from moebake.engines.vllm.bake import MODELOPT_NVFP4, VllmBake, parameter_specs, refuse
 from moebake.engines.vllm.loader_filled_experts import LoaderFilledExperts
@@ -63,7 +64,7 @@ class MoebakeNvfp4MoEMethod(LoaderFilledExperts, ModelOptNvFp4FusedMoE):
             raise refuse(f"{prefix}: vLLM selected MoE backend {self.nvfp4_backend.value}; the bake is for FlashInfer "
                          f"CuteDSL ({expected.name}): start vLLM with --moe-backend {MODELOPT_NVFP4.moe_backend}")
 
-    def create_weights(self, layer: torch.nn.Module, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
+    def create_weights(self, layer: EngineLayer, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
                        params_dtype: torch.dtype, **extra_weight_attrs: Any):
         """Parameters at the bake's final shapes for this rank's ``num_experts`` experts; filled by the moebake loader."""
         record = self.layer_record
@@ -76,7 +77,7 @@ class MoebakeNvfp4MoEMethod(LoaderFilledExperts, ModelOptNvFp4FusedMoE):
         scalars = {name: (DType.F32, (num_experts,)) for name in SCALARS}
         self.register_baked(layer, parameter_specs(record, MODELOPT_NVFP4, num_experts) | scalars)
 
-    def load_derived(self, layer: torch.nn.Module, read_whole: Callable[[str], torch.Tensor], local_experts: list[int]) -> None:
+    def load_derived(self, layer: EngineLayer, read_whole: Callable[[str], torch.Tensor], local_experts: list[int]) -> None:
         """vLLM's scalar parameters from the bake's (:func:`cutedsl_scalars`)."""
         baked = {name: read_whole(name) for name in SCALARS}
         eplb = self.moe.moe_parallel_config.enable_eplb
@@ -85,7 +86,7 @@ class MoebakeNvfp4MoEMethod(LoaderFilledExperts, ModelOptNvFp4FusedMoE):
             parameter.data.copy_(value)
             parameter.moebake_loaded = True
 
-    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+    def process_weights_after_loading(self, layer: EngineLayer) -> None:
         """No weight transform: check every baked parameter was loaded, record the padded sizes in the layer's
         MoE config as vLLM's conversion does, then build vLLM's CuteDSL kernel over the parameters."""
         self.check_loaded(layer)

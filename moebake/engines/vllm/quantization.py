@@ -31,6 +31,7 @@ from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4Config, GptOssMxfp4MoEMethod, Mxfp4MoEMethod
 
+from moebake.engines.layer_type import EngineLayer
 from moebake.engines.quantization_identity import MoebakeQuantization
 from moebake.engines.release_check import installed_release
 from moebake.engines.vllm import internals
@@ -127,8 +128,9 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
         """vLLM hands the model's fused-module mapping to the config (``configure_quant_config``); the source config's
         ``get_quant_method`` matches ignored layers through it, so it gets the same mapping."""
         self._packed_modules_mapping = mapping
-        if getattr(self, "source_config", None) is not None:
-            self.source_config.packed_modules_mapping = mapping
+        source_config = getattr(self, "source_config", None)
+        if source_config is not None:
+            source_config.packed_modules_mapping = mapping
 
     @property
     def weight_block_size(self):
@@ -140,7 +142,7 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
         if self.source_config is not None:
             self.source_config.apply_vllm_mapper(hf_to_vllm_mapper)
 
-    def get_quant_method(self, layer: torch.nn.Module, prefix: str):
+    def get_quant_method(self, layer: EngineLayer, prefix: str):
         if self.bake is None or self.source_config is None:
             raise refuse("the manifest was not read (vLLM did not call MoebakeConfig.maybe_update_config)")
         if not isinstance(layer, RoutedExperts):
@@ -169,6 +171,8 @@ class BakedMxfp4(LoaderFilledExperts):
     """What both MXFP4 methods share: vLLM's backend must be the bake's (its serving record's ``kernel_backend``), its
     padded sizes the bake's, its parameters are created at the bake's final shapes (placed before vLLM's method class)."""
 
+    mxfp4_backend: Any  # set by the vLLM MXFP4 method class placed after this one
+
     def check_backend(self, served: Served) -> None:
         expected = Mxfp4MoeBackend[served.record.kernel_backend]
         if self.mxfp4_backend != expected:
@@ -177,14 +181,15 @@ class BakedMxfp4(LoaderFilledExperts):
 
     def maybe_roundup_sizes(self, hidden_size: int, intermediate_size_per_partition: int, act_dtype: torch.dtype, moe_parallel_config: Any):
         """vLLM's padded sizes for the selected backend, refused unless they are the bake's."""
-        padded = super().maybe_roundup_sizes(hidden_size, intermediate_size_per_partition, act_dtype, moe_parallel_config)
+        padded = super().maybe_roundup_sizes(  # type: ignore[misc]  # vLLM's method class, after this one
+            hidden_size, intermediate_size_per_partition, act_dtype, moe_parallel_config)
         record = self.layer_record
         if tuple(padded) != (record.hidden_padded, record.intermediate_padded):
             raise refuse(f"{self.prefix}: vLLM pads H, I to {tuple(padded)}, the bake to "
                          f"({record.hidden_padded}, {record.intermediate_padded}) (config.json and the manifest disagree)")
         return padded
 
-    def create_weights(self, layer: torch.nn.Module, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
+    def create_weights(self, layer: EngineLayer, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
                        params_dtype: torch.dtype, **extra_weight_attrs: Any):
         """Parameters at the bake's final shapes for this rank's ``num_experts`` experts; filled by the moebake loader."""
         self.num_experts = num_experts
@@ -206,7 +211,7 @@ class MoebakeMxfp4MoEMethod(BakedMxfp4, GptOssMxfp4MoEMethod):
         self.adopt(bake, prefix, moe)
         self.check_backend(bake.served)
 
-    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+    def process_weights_after_loading(self, layer: EngineLayer) -> None:
         """No transform: check every baked parameter was loaded, then build vLLM's kernel over them."""
         self.check_loaded(layer)
         internals.build_mxfp4_kernel_inline(self, layer)
@@ -229,7 +234,7 @@ class MoebakeDeepseekV4Mxfp4MoEMethod(BakedMxfp4, Mxfp4MoEMethod):
         self.adopt(bake, prefix, moe)
         self.check_backend(bake.served)
 
-    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+    def process_weights_after_loading(self, layer: EngineLayer) -> None:
         """No byte transform: check every baked parameter was loaded, view int8 weights (``sm100-trtllm`` keeps the
         checkpoint's dtype) as the uint8 vLLM's conversion gives them, then build vLLM's kernel over them."""
         from vllm.model_executor.utils import replace_parameter
