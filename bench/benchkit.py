@@ -42,7 +42,7 @@ def cuda_medians_ms(calls: dict[str, Callable[[], object]], iters: int, warmup: 
             calls[name]()
     times: dict[str, list[float]] = {name: [] for name in names}
     for i in range(iters):
-        for name in names[i % len(names):] + names[: i % len(names)]:
+        for name in names[i % len(names) :] + names[: i % len(names)]:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             calls[name]()
@@ -98,8 +98,11 @@ def evict_from_page_cache(files: Iterable[Path]) -> int:
 DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 
 
-def drop_page_cache(files: Iterable[Path], note: Callable[[str, int], str] | None = None,
-                    say: Callable[[str], object] = lambda text: print(text, flush=True)) -> bool:
+def drop_page_cache(
+    files: Iterable[Path],
+    note: Callable[[str, int], str] | None = None,
+    say: Callable[[str], object] = lambda text: print(text, flush=True),
+) -> bool:
     """Empty the page cache (root: ``sync``, then ``3`` to ``/proc/sys/vm/drop_caches``); where that is refused,
     evict each of ``files`` (the benchmark's own) from it with :func:`evict_from_page_cache`, which needs no root and
     leaves other processes' pages alone. Either way the next read of those files' bytes comes from the disk.
@@ -115,8 +118,12 @@ def drop_page_cache(files: Iterable[Path], note: Callable[[str, int], str] | Non
         refused = err.strerror
     evicted = evict_from_page_cache(files)
     if not _EVICTION_SAID:
-        say(note(refused, evicted) if note else f"note: the page cache cannot be dropped here ({refused}): the "
-            f"benchmark's {evicted} files are evicted from it instead (posix_fadvise DONTNEED)")
+        say(
+            note(refused, evicted)
+            if note
+            else f"note: the page cache cannot be dropped here ({refused}): the "
+            f"benchmark's {evicted} files are evicted from it instead (posix_fadvise DONTNEED)"
+        )
         _EVICTION_SAID = True
     return False
 

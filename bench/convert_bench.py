@@ -73,8 +73,15 @@ def full_source(cache: Path, layers: int, experts: int, hidden: int, vocab: int 
     if not (path / COMPLETE).is_file():
         shutil.rmtree(path, ignore_errors=True)
         print(f"generating {path} ...", flush=True)
-        write_gpt_oss(path, num_layers=layers, num_experts=experts, hidden=hidden, intermediate=hidden,
-                      layers_per_shard=1, **{**GPT_OSS_20B_ATTENTION, "vocab": vocab})
+        write_gpt_oss(
+            path,
+            num_layers=layers,
+            num_experts=experts,
+            hidden=hidden,
+            intermediate=hidden,
+            layers_per_shard=1,
+            **{**GPT_OSS_20B_ATTENTION, "vocab": vocab},
+        )
         (path / COMPLETE).write_text("")
     return path
 
@@ -119,8 +126,12 @@ def warm_up(cache: Path, scratch: Path) -> None:
         (tiny / COMPLETE).write_text("")
     out = scratch / "warm-up"
     shutil.rmtree(out, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "moebake", "convert", str(tiny), str(out), "--target", "sm90-cutlass", "--quiet"],
-                   check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "moebake", "convert", str(tiny), str(out), "--target", "sm90-cutlass", "--quiet"],
+        check=True,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+    )
     shutil.rmtree(out)
 
 
@@ -149,8 +160,9 @@ def run_measured(command: list[str], env: dict | None = None) -> dict:
     waited for, and the sum of every process of the tree as last seen by the 50 ms polling."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                               env={**os.environ, **(env or {})})
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, **(env or {})}
+    )
     watched, peak, peak_pss, polled_cpu = psutil.Process(process.pid), 0, 0, {}
     while process.poll() is None:
         try:
@@ -174,8 +186,7 @@ def run_measured(command: list[str], env: dict | None = None) -> dict:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     # ``cpu`` counts the descendants the command waited for; those it leaves to end on their own
     # (moebake --workers does not wait out its workers' teardown) only appear in the polled times.
-    return {"wall_s": wall, "cpu_s": max(cpu, sum(polled_cpu.values())), "peak_rss": peak, "peak_pss": peak_pss,
-            "stderr": stderr}
+    return {"wall_s": wall, "cpu_s": max(cpu, sum(polled_cpu.values())), "peak_rss": peak, "peak_pss": peak_pss, "stderr": stderr}
 
 
 def measure_copy(source: Path, scratch: Path, cache: str) -> dict:
@@ -193,8 +204,25 @@ def measure_convert(source: Path, scratch: Path, workers: int, cache: str, env: 
     out = scratch / "baked"
     shutil.rmtree(out, ignore_errors=True)
     prepare_cache(source, cache)
-    result = run_measured([sys.executable, "-m", "moebake", "convert", str(source), str(out), "--target", target,
-                           "--quiet", "--profile", "--workers", str(workers), "--writers-per-device", str(workers)], env)
+    result = run_measured(
+        [
+            sys.executable,
+            "-m",
+            "moebake",
+            "convert",
+            str(source),
+            str(out),
+            "--target",
+            target,
+            "--quiet",
+            "--profile",
+            "--workers",
+            str(workers),
+            "--writers-per-device",
+            str(workers),
+        ],
+        env,
+    )
     shutil.rmtree(out)
     result["profile"] = [line for line in result["stderr"].splitlines() if line.startswith("profile:")]
     return result
@@ -210,50 +238,93 @@ VARIANTS = {
 """Conversion variants by label suffix: environment switches that turn one optimisation off (same bytes)."""
 
 
-def run_size(source: Path, scratch: Path, workers_list: list[int], caches: list[str], variants: list[str],
-             variant_workers: list[int], targets: tuple[str, ...] = ("sm90-cutlass",)) -> list[dict]:
+def run_size(
+    source: Path,
+    scratch: Path,
+    workers_list: list[int],
+    caches: list[str],
+    variants: list[str],
+    variant_workers: list[int],
+    targets: tuple[str, ...] = ("sm90-cutlass",),
+) -> list[dict]:
     size = source_bytes(source)
     free = shutil.disk_usage(scratch).free
     if free < 1.1 * size:
         raise SystemExit(f"{scratch}: {free / 1e9:.1f} GB free, a copy of {source} needs {size / 1e9:.1f} GB")
     rows = []
     for cache in caches:
-        conversions = [(f"moebake w{w}" + (f", {v}" if v else ""), w, VARIANTS[v], "sm90-cutlass") for w in workers_list
-                       for v in variants if not v or w in variant_workers]
+        conversions = [
+            (f"moebake w{w}" + (f", {v}" if v else ""), w, VARIANTS[v], "sm90-cutlass")
+            for w in workers_list
+            for v in variants
+            if not v or w in variant_workers
+        ]
         conversions += [(f"moebake w{w}, {t}", w, {}, t) for t in targets if t != "sm90-cutlass" for w in workers_list]
         runs = []
-        for tool, measure in [("copy", lambda: measure_copy(source, scratch, cache)),
-                              *[(label, lambda w=w, env=env, t=t: measure_convert(source, scratch, w, cache, env, t))
-                                for label, w, env, t in conversions],
-                              ("copy", lambda: measure_copy(source, scratch, cache))]:
+        for tool, measure in [
+            ("copy", lambda: measure_copy(source, scratch, cache)),
+            *[(label, lambda w=w, env=env, t=t: measure_convert(source, scratch, w, cache, env, t)) for label, w, env, t in conversions],
+            ("copy", lambda: measure_copy(source, scratch, cache)),
+        ]:
             load = os.getloadavg()[0]
             result = measure()
             runs.append({"tool": tool, "load": load, **result})
-            print(f"  {cache:4s} {tool:26s} {result['wall_s']:7.1f} s  {size / result['wall_s'] / 1e9:5.2f} GB/s  "
-                  f"cpu {result['cpu_s']:6.1f} s  peak RSS {result['peak_rss'] / 2**20:6.0f} MiB  "
-                  f"PSS {result['peak_pss'] / 2**20:6.0f} MiB  load {load:.1f}", flush=True)
+            print(
+                f"  {cache:4s} {tool:26s} {result['wall_s']:7.1f} s  {size / result['wall_s'] / 1e9:5.2f} GB/s  "
+                f"cpu {result['cpu_s']:6.1f} s  peak RSS {result['peak_rss'] / 2**20:6.0f} MiB  "
+                f"PSS {result['peak_pss'] / 2**20:6.0f} MiB  load {load:.1f}",
+                flush=True,
+            )
             for line in result.get("profile", []):
                 print("    " + line, flush=True)
         copies = [r for r in runs if r["tool"] == "copy"]
-        copy = {"tool": "copy", **{key: sum(r[key] for r in copies) / len(copies) for key in ("wall_s", "cpu_s", "load")},
-                "peak_rss": max(r["peak_rss"] for r in copies), "peak_pss": max(r["peak_pss"] for r in copies)}
+        copy = {
+            "tool": "copy",
+            **{key: sum(r[key] for r in copies) / len(copies) for key in ("wall_s", "cpu_s", "load")},
+            "peak_rss": max(r["peak_rss"] for r in copies),
+            "peak_pss": max(r["peak_pss"] for r in copies),
+        }
         for run in [copy, *(r for r in runs if r["tool"] != "copy")]:
-            rows.append({"source_gb": size / 1e9, "cache": cache, "tool": run["tool"], "wall_s": run["wall_s"],
-                         "gb_per_s": size / run["wall_s"] / 1e9, "ratio_to_copy": run["wall_s"] / copy["wall_s"],
-                         "cpu_s": run["cpu_s"], "cpu_floor_ratio": run["cpu_s"] / CORES / copy["wall_s"],
-                         "peak_rss_mib": run["peak_rss"] / 2**20, "peak_pss_mib": run["peak_pss"] / 2**20, "load": run["load"],
-                         "profile": "\n".join(line.removeprefix("profile: ") for line in run.get("profile", []))})
+            rows.append(
+                {
+                    "source_gb": size / 1e9,
+                    "cache": cache,
+                    "tool": run["tool"],
+                    "wall_s": run["wall_s"],
+                    "gb_per_s": size / run["wall_s"] / 1e9,
+                    "ratio_to_copy": run["wall_s"] / copy["wall_s"],
+                    "cpu_s": run["cpu_s"],
+                    "cpu_floor_ratio": run["cpu_s"] / CORES / copy["wall_s"],
+                    "peak_rss_mib": run["peak_rss"] / 2**20,
+                    "peak_pss_mib": run["peak_pss"] / 2**20,
+                    "load": run["load"],
+                    "profile": "\n".join(line.removeprefix("profile: ") for line in run.get("profile", [])),
+                }
+            )
     return rows
 
 
-COLUMNS = ["source_gb", "cache", "tool", "wall_s", "gb_per_s", "ratio_to_copy", "cpu_s", "cpu_floor_ratio", "peak_rss_mib",
-           "peak_pss_mib", "load"]
+COLUMNS = [
+    "source_gb",
+    "cache",
+    "tool",
+    "wall_s",
+    "gb_per_s",
+    "ratio_to_copy",
+    "cpu_s",
+    "cpu_floor_ratio",
+    "peak_rss_mib",
+    "peak_pss_mib",
+    "load",
+]
 
 
 def machine_line() -> str:
     memory = psutil.virtual_memory().total / 2**30
-    return (f"{CORES} cores ({platform.processor() or platform.machine()}), {memory:.0f} GiB RAM, "
-            f"Linux {platform.release()}, Python {platform.python_version()}")
+    return (
+        f"{CORES} cores ({platform.processor() or platform.machine()}), {memory:.0f} GiB RAM, "
+        f"Linux {platform.release()}, Python {platform.python_version()}"
+    )
 
 
 def write_results(rows: list[dict], results: Path, stem: str, draw: bool = True) -> None:
@@ -264,15 +335,23 @@ def write_results(rows: list[dict], results: Path, stem: str, draw: bool = True)
         for row in rows:
             # significant digits, not decimals: a tiny run's GB/s (a few thousandths) must not round to 0
             writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
-    table = [f"| source GB | page cache | tool | wall s | GB/s | x copy | CPU s | CPU floor (/{CORES} cores) x copy | "
-             "peak RSS MiB | peak PSS MiB | load |", "|" + "---|" * 11]
+    table = [
+        f"| source GB | page cache | tool | wall s | GB/s | x copy | CPU s | CPU floor (/{CORES} cores) x copy | "
+        "peak RSS MiB | peak PSS MiB | load |",
+        "|" + "---|" * 11,
+    ]
     for row in rows:
-        table.append(f"| {row['source_gb']:.1f} | {row['cache']} | {row['tool']} | {row['wall_s']:.1f} | {row['gb_per_s']:.2f} | "
-                     f"{row['ratio_to_copy']:.2f} | {row['cpu_s']:.1f} | {row['cpu_floor_ratio']:.2f} | "
-                     f"{row['peak_rss_mib']:.0f} | {row['peak_pss_mib']:.0f} | {row['load']:.1f} |")
+        table.append(
+            f"| {row['source_gb']:.1f} | {row['cache']} | {row['tool']} | {row['wall_s']:.1f} | {row['gb_per_s']:.2f} | "
+            f"{row['ratio_to_copy']:.2f} | {row['cpu_s']:.1f} | {row['cpu_floor_ratio']:.2f} | "
+            f"{row['peak_rss_mib']:.0f} | {row['peak_pss_mib']:.0f} | {row['load']:.1f} |"
+        )
     largest = max(row["source_gb"] for row in rows)
-    profiles = [f"{row['tool']}, {row['cache']}, {row['source_gb']:.1f} GB (moebake convert --profile):\n\n```\n{row['profile']}\n```"
-                for row in rows if row["source_gb"] == largest and row["profile"]]
+    profiles = [
+        f"{row['tool']}, {row['cache']}, {row['source_gb']:.1f} GB (moebake convert --profile):\n\n```\n{row['profile']}\n```"
+        for row in rows
+        if row["source_gb"] == largest and row["profile"]
+    ]
     header = f"Machine: {machine_line()}. Load: 1-minute load average before each run (column).\n\n"
     (results / f"{stem}.md").write_text(header + "\n".join(table) + "\n\n" + "\n\n".join(profiles) + "\n")
     print(header + "\n".join(table))
@@ -305,7 +384,7 @@ def plot(rows: list[dict], path: Path, cores: int = CORES) -> None:
     figure, (ratio, speed, memory) = plt.subplots(1, 3, figsize=(15, 4.4))
     styles = {"cold": "o-", "warm": "s--"}  # one colour per tool, one line style per page-cache state
     colours = {tool: f"C{index}" for index, tool in enumerate(dict.fromkeys(row["tool"] for row in rows))}
-    for (tool, cache) in dict.fromkeys((row["tool"], row["cache"]) for row in rows):
+    for tool, cache in dict.fromkeys((row["tool"], row["cache"]) for row in rows):
         mine = [row for row in rows if row["tool"] == tool and row["cache"] == cache]
         sizes = [row["source_gb"] for row in mine]
         look = {"color": colours[tool], "label": f"{tool} ({cache})"}
@@ -316,8 +395,11 @@ def plot(rows: list[dict], path: Path, cores: int = CORES) -> None:
     loads = [row["load"] for row in rows]
     ratio.axhline(1.3, color="grey", linestyle=":", label="1.3x target")
     ratio.axhline(1.0, color="black", linewidth=0.8)
-    ratio.set(xlabel="source checkpoint (GB)", ylabel="wall time / cp + sync wall time",
-              title=f"convert vs copy, {cores} cores (load {min(loads):.1f}-{max(loads):.1f})")
+    ratio.set(
+        xlabel="source checkpoint (GB)",
+        ylabel="wall time / cp + sync wall time",
+        title=f"convert vs copy, {cores} cores (load {min(loads):.1f}-{max(loads):.1f})",
+    )
     speed.set(xlabel="source checkpoint (GB)", ylabel="GB/s (source bytes / wall s)", title="throughput")
     measure = "PSS" if all(row.get("peak_pss_mib") for row in rows) else "RSS"
     memory.set(xlabel="source checkpoint (GB)", ylabel=f"peak {measure} of the process tree (MiB)", title="peak memory")
@@ -351,8 +433,9 @@ def plot_scaling(rows: list[dict], path: Path, cores: int, plt) -> None:
         workers = [w for w, _ in curve]
         ratio.plot(workers, [row["ratio_to_copy"] for _, row in curve], "o-", color=colour, label=f"moebake ({cache})")
         speed.plot(workers, [row["gb_per_s"] for _, row in curve], "o-", color=colour, label=f"moebake ({cache})")
-        memory.plot(workers, [row.get("peak_pss_mib") or row["peak_rss_mib"] for _, row in curve], "o-", color=colour,
-                    label=f"moebake ({cache})")
+        memory.plot(
+            workers, [row.get("peak_pss_mib") or row["peak_rss_mib"] for _, row in curve], "o-", color=colour, label=f"moebake ({cache})"
+        )
         copies = [row["gb_per_s"] for row in mine if row["tool"] == "copy"]
         if copies:
             speed.axhline(sum(copies) / len(copies), color=colour, linestyle=":", label=f"cp + sync ({cache})")
@@ -375,22 +458,39 @@ def plot_scaling(rows: list[dict], path: Path, cores: int, plt) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, nargs="+", default=[3, 6, 12, 24], help="model sizes, in MoE layers")
-    parser.add_argument("--generate-layers", type=int, default=24,
-                        help="layers of the generated checkpoint; smaller sizes are its first shards")
+    parser.add_argument(
+        "--generate-layers", type=int, default=24, help="layers of the generated checkpoint; smaller sizes are its first shards"
+    )
     parser.add_argument("--experts", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=2880, help="H = I")
     parser.add_argument("--vocab", type=int, default=GPT_OSS_20B_ATTENTION["vocab"], help="vocabulary (embedding rows)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="moebake --workers values to run")
-    parser.add_argument("--cache-states", nargs="+", choices=["cold", "warm"], default=["cold", "warm"],
-                        help="page-cache states of the source to measure")
-    parser.add_argument("--targets", nargs="+", default=["sm90-cutlass"],
-                        help="targets to bake (rows 'moebake wN, TARGET'; sm90-cutlass is the plain 'moebake wN' row)")
-    parser.add_argument("--variants", nargs="+", choices=[v for v in VARIANTS if v], default=[],
-                        help="also run --variant-workers with one optimisation off each (same bytes)")
-    parser.add_argument("--variant-workers", type=int, nargs="+", default=None,
-                        help="the --workers values the --variants also run with (default: the first)")
-    parser.add_argument("--quick", action="store_true",
-                        help="3 layers, --workers 1, results to convert_bench_quick.* (not the committed full results)")
+    parser.add_argument(
+        "--cache-states", nargs="+", choices=["cold", "warm"], default=["cold", "warm"], help="page-cache states of the source to measure"
+    )
+    parser.add_argument(
+        "--targets",
+        nargs="+",
+        default=["sm90-cutlass"],
+        help="targets to bake (rows 'moebake wN, TARGET'; sm90-cutlass is the plain 'moebake wN' row)",
+    )
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=[v for v in VARIANTS if v],
+        default=[],
+        help="also run --variant-workers with one optimisation off each (same bytes)",
+    )
+    parser.add_argument(
+        "--variant-workers",
+        type=int,
+        nargs="+",
+        default=None,
+        help="the --workers values the --variants also run with (default: the first)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="3 layers, --workers 1, results to convert_bench_quick.* (not the committed full results)"
+    )
     parser.add_argument("--cache", type=Path, default=REPO / ".bench-cache", help="where sources and scratch copies go")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     parser.add_argument("--name", default=None, help="results file stem (default convert_bench, or convert_bench_quick)")
@@ -402,9 +502,17 @@ def main() -> None:
         args.layers, args.workers = [3], [1]
     if args.plot_only:
         with open(args.results / f"{stem}.csv", newline="") as f:
-            rows = [{**row, **{k: float(row[k]) for k in ("source_gb", "gb_per_s", "ratio_to_copy", "peak_rss_mib", "peak_pss_mib",
-                                                         "load") if row.get(k)}}
-                    for row in csv.DictReader(f)]
+            rows = [
+                {
+                    **row,
+                    **{
+                        k: float(row[k])
+                        for k in ("source_gb", "gb_per_s", "ratio_to_copy", "peak_rss_mib", "peak_pss_mib", "load")
+                        if row.get(k)
+                    },
+                }
+                for row in csv.DictReader(f)
+            ]
         plot(rows, args.results / f"{stem}.png", measured_cores(rows))
         return
 
@@ -418,8 +526,17 @@ def main() -> None:
     for layers in sorted(args.layers):
         source = full if layers == args.generate_layers else prefix_source(full, layers)
         print(f"{layers} layers: {source_bytes(source) / 1e9:.2f} GB ({source}); {machine_line()}", flush=True)
-        rows.extend(run_size(source, scratch, args.workers, args.cache_states, ["", *args.variants],
-                             args.variant_workers or args.workers[:1], tuple(args.targets)))
+        rows.extend(
+            run_size(
+                source,
+                scratch,
+                args.workers,
+                args.cache_states,
+                ["", *args.variants],
+                args.variant_workers or args.workers[:1],
+                tuple(args.targets),
+            )
+        )
     write_results(rows, args.results, stem, draw=not args.no_plot)
 
 

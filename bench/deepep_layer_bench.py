@@ -54,8 +54,11 @@ def bench_worker(ctx, args: dict) -> dict:
     from moebake.serve.deepep_ll import LowLatencyBuffer, LowLatencySpec
     from moebake.serve.dispatch import expected_m
 
-    specs = {name: LowLatencySpec(s["hidden"], s["experts"], MAX_TOKENS_PER_RANK, ctx.ranks, s["top_k"])
-             for name, s in SHAPES.items() if name in args["shapes"]}
+    specs = {
+        name: LowLatencySpec(s["hidden"], s["experts"], MAX_TOKENS_PER_RANK, ctx.ranks, s["top_k"])
+        for name, s in SHAPES.items()
+        if name in args["shapes"]
+    }
     buffer = LowLatencyBuffer(ctx.group, list(specs.values()))
     rows = []
     out_path = args.get("partial")
@@ -64,14 +67,15 @@ def bench_worker(ctx, args: dict) -> dict:
             s = SHAPES[name]
             E_l, H, I = spec.num_local_experts, s["hidden"], s["intermediate"]
             g = torch.Generator(device=ctx.device).manual_seed(ctx.rank)
-            w13 = (torch.randn(E_l, 2 * I, H, generator=g, device=ctx.device) / H ** 0.5).to(torch.bfloat16)
-            w2 = (torch.randn(E_l, H, I, generator=g, device=ctx.device) / I ** 0.5).to(torch.bfloat16)
+            w13 = (torch.randn(E_l, 2 * I, H, generator=g, device=ctx.device) / H**0.5).to(torch.bfloat16)
+            w2 = (torch.randn(E_l, H, I, generator=g, device=ctx.device) / I**0.5).to(torch.bfloat16)
             dispatcher = buffer.dispatcher(spec)
             for backend in args["backends"]:
                 experts = DeepEPBf16Experts(w13, w2, backend=backend, first_expert=spec.first_expert(ctx.rank))
                 for tokens in args["tokens"]:
-                    x, ids, weights = decode_inputs(tokens, H, spec.num_experts, spec.top_k, seed=1000 * ctx.rank + tokens,
-                                                    device=ctx.device, drop=False)
+                    x, ids, weights = decode_inputs(
+                        tokens, H, spec.num_experts, spec.top_k, seed=1000 * ctx.rank + tokens, device=ctx.device, drop=False
+                    )
                     hint = expected_m(tokens, spec.top_k, spec.num_experts, spec.num_ranks)
 
                     def step(events=None):
@@ -105,13 +109,24 @@ def bench_worker(ctx, args: dict) -> dict:
                     ms["step"] = statistics.median([sum(parts) for parts in zip(*samples.values())])
                     if args.get("graph") and backend == "deep_gemm":
                         ms["graph_step"] = _graph_step_ms(step, args["iters"])
-                    row = {"shape": name, "backend": backend, "tokens": tokens, "ranks": ctx.ranks, "rank": ctx.rank,
-                           "expected_m": hint, "ms": ms, "first_step_s": first_s}
+                    row = {
+                        "shape": name,
+                        "backend": backend,
+                        "tokens": tokens,
+                        "ranks": ctx.ranks,
+                        "rank": ctx.rank,
+                        "expected_m": hint,
+                        "ms": ms,
+                        "first_step_s": first_s,
+                    }
                     rows.append(row)
                     if ctx.rank == 0:
-                        print(f"[rank 0] {name} {backend:9} tokens {tokens:4}: step {ms['step']:.3f} ms (dispatch "
-                              f"{ms['dispatch']:.3f}, experts {ms['experts']:.3f}, combine {ms['combine']:.3f}); "
-                              f"first step {first_s:.2f} s", flush=True)
+                        print(
+                            f"[rank 0] {name} {backend:9} tokens {tokens:4}: step {ms['step']:.3f} ms (dispatch "
+                            f"{ms['dispatch']:.3f}, experts {ms['experts']:.3f}, combine {ms['combine']:.3f}); "
+                            f"first step {first_s:.2f} s",
+                            flush=True,
+                        )
                         if out_path:
                             Path(out_path).write_text(json.dumps(rows, indent=1))
                 experts = None  # drop this backend's weights before the next one's (the step closure reads the name)
@@ -141,22 +156,36 @@ def run(args) -> dict:
     from moebake.serve.masked_gemm import deep_gemm_status
 
     if not torch.cuda.is_available():
-        raise SystemExit("deepep_layer_bench.py times GPU work: it needs CUDA GPUs with DeepEP and DeepGEMM; "
-                         "without them, only --plot-only runs")
+        raise SystemExit(
+            "deepep_layer_bench.py times GPU work: it needs CUDA GPUs with DeepEP and DeepGEMM; without them, only --plot-only runs"
+        )
     for module, why in (deep_ep_status(), deep_gemm_status()):
         if module is None:
             raise SystemExit(f"not usable here: {why}")
-    payload = {"shapes": args.shapes, "backends": args.backends, "tokens": args.tokens, "warmup": args.warmup,
-               "iters": args.iters, "graph": args.graph, "partial": str(args.json) + ".partial" if args.json else None}
+    payload = {
+        "shapes": args.shapes,
+        "backends": args.backends,
+        "tokens": args.tokens,
+        "warmup": args.warmup,
+        "iters": args.iters,
+        "graph": args.graph,
+        "partial": str(args.json) + ".partial" if args.json else None,
+    }
     per_rank = run_ranks(bench_worker, args.ranks, "cuda", payload)
     import deep_ep
     import deep_gemm
 
     return {
-        "device": per_rank[0]["device"], "ranks": args.ranks, "torch": torch.__version__,
-        "deep_gemm": getattr(deep_gemm, "__version__", "?"), "deep_ep": "tokenspeed-deepep 1.2.1.post20251110",
-        "deep_ep_module": getattr(deep_ep, "__file__", "?"), "max_tokens_per_rank": MAX_TOKENS_PER_RANK,
-        "shapes": {name: SHAPES[name] for name in args.shapes}, "warmup": args.warmup, "iters": args.iters,
+        "device": per_rank[0]["device"],
+        "ranks": args.ranks,
+        "torch": torch.__version__,
+        "deep_gemm": getattr(deep_gemm, "__version__", "?"),
+        "deep_ep": "tokenspeed-deepep 1.2.1.post20251110",
+        "deep_ep_module": getattr(deep_ep, "__file__", "?"),
+        "max_tokens_per_rank": MAX_TOKENS_PER_RANK,
+        "shapes": {name: SHAPES[name] for name in args.shapes},
+        "warmup": args.warmup,
+        "iters": args.iters,
         "rows": [row for rank in per_rank for row in rank["rows"]],
     }
 
@@ -166,11 +195,13 @@ def table(results: dict) -> str:
     by_key = {}
     for row in results["rows"]:
         by_key.setdefault((row["shape"], row["tokens"], row["backend"]), []).append(row)
-    lines = [f"{results['device']} x {results['ranks']} (EP={results['ranks']}), torch {results['torch']}, deep_gemm "
-             f"{results['deep_gemm']}, {results['deep_ep']}; eager decode step, median of {results['iters']} (CUDA events), "
-             f"buffer for {results['max_tokens_per_rank']} tokens/rank",
-             f"{'shape':18} {'tok/rank':>8} | {'DeepGEMM step':>13} {'dispatch':>8} {'experts':>8} {'combine':>8} | "
-             f"{'torch step':>10} {'experts':>8} | {'speed-up':>8} {'max-rank DG':>11} | {'DG graph step':>13}"]
+    lines = [
+        f"{results['device']} x {results['ranks']} (EP={results['ranks']}), torch {results['torch']}, deep_gemm "
+        f"{results['deep_gemm']}, {results['deep_ep']}; eager decode step, median of {results['iters']} (CUDA events), "
+        f"buffer for {results['max_tokens_per_rank']} tokens/rank",
+        f"{'shape':18} {'tok/rank':>8} | {'DeepGEMM step':>13} {'dispatch':>8} {'experts':>8} {'combine':>8} | "
+        f"{'torch step':>10} {'experts':>8} | {'speed-up':>8} {'max-rank DG':>11} | {'DG graph step':>13}",
+    ]
     for shape in results["shapes"]:
         for tokens in sorted({r["tokens"] for r in results["rows"] if r["shape"] == shape}):
             dg, tt = by_key.get((shape, tokens, "deep_gemm")), by_key.get((shape, tokens, "torch"))
@@ -179,10 +210,12 @@ def table(results: dict) -> str:
             d0 = next(r for r in dg if r["rank"] == 0)["ms"]
             t0 = next(r for r in tt if r["rank"] == 0)["ms"]
             worst = max(r["ms"]["step"] for r in dg)
-            lines.append(f"{shape:18} {tokens:>8} | {d0['step']:>13.3f} {d0['dispatch']:>8.3f} {d0['experts']:>8.3f} "
-                         f"{d0['combine']:>8.3f} | {t0['step']:>10.3f} {t0['experts']:>8.3f} | "
-                         f"{t0['step'] / d0['step']:>7.2f}x {worst:>11.3f} | "
-                         f"{d0['graph_step'] if 'graph_step' in d0 else float('nan'):>13.3f}")
+            lines.append(
+                f"{shape:18} {tokens:>8} | {d0['step']:>13.3f} {d0['dispatch']:>8.3f} {d0['experts']:>8.3f} "
+                f"{d0['combine']:>8.3f} | {t0['step']:>10.3f} {t0['experts']:>8.3f} | "
+                f"{t0['step'] / d0['step']:>7.2f}x {worst:>11.3f} | "
+                f"{d0['graph_step'] if 'graph_step' in d0 else float('nan'):>13.3f}"
+            )
     return "\n".join(lines)
 
 
@@ -194,23 +227,37 @@ def plot(all_results: list[dict], png: Path) -> None:
         for results in all_results:
             style = "-" if results["ranks"] == 1 else "--"
             for backend in BACKENDS:
-                rows = sorted((r for r in results["rows"] if r["shape"] == shape and r["backend"] == backend and r["rank"] == 0),
-                              key=lambda r: r["tokens"])
+                rows = sorted(
+                    (r for r in results["rows"] if r["shape"] == shape and r["backend"] == backend and r["rank"] == 0),
+                    key=lambda r: r["tokens"],
+                )
                 if not rows:
                     continue
                 tokens = [r["tokens"] for r in rows]
                 label = f"{'DeepGEMM' if backend == 'deep_gemm' else 'torch bmm'}, EP={results['ranks']}"
                 axis.plot(tokens, [r["ms"]["step"] for r in rows], style, marker="o", color=colors[backend], label=f"step, {label}")
                 if backend == "deep_gemm":
-                    axis.plot(tokens, [r["ms"]["dispatch"] + r["ms"]["combine"] for r in rows], style, marker=".",
-                              color="tab:green", alpha=0.7, label=f"dispatch + combine, EP={results['ranks']}")
+                    axis.plot(
+                        tokens,
+                        [r["ms"]["dispatch"] + r["ms"]["combine"] for r in rows],
+                        style,
+                        marker=".",
+                        color="tab:green",
+                        alpha=0.7,
+                        label=f"dispatch + combine, EP={results['ranks']}",
+                    )
                     graphed = [r for r in rows if "graph_step" in r["ms"]]
                     if graphed:
-                        axis.plot([r["tokens"] for r in graphed], [r["ms"]["graph_step"] for r in graphed], style, marker="^",
-                                  color="tab:purple", label=f"step in a CUDA graph, DeepGEMM, EP={results['ranks']}")
+                        axis.plot(
+                            [r["tokens"] for r in graphed],
+                            [r["ms"]["graph_step"] for r in graphed],
+                            style,
+                            marker="^",
+                            color="tab:purple",
+                            label=f"step in a CUDA graph, DeepGEMM, EP={results['ranks']}",
+                        )
         s = SHAPES.get(shape, {})
-        axis.set_title(f"{shape}: E={s.get('experts')}, H={s.get('hidden')}, I={s.get('intermediate')}, top-{s.get('top_k')}",
-                       fontsize=10)
+        axis.set_title(f"{shape}: E={s.get('experts')}, H={s.get('hidden')}, I={s.get('intermediate')}, top-{s.get('top_k')}", fontsize=10)
         axis.set_xscale("log", base=2)
         axis.set_yscale("log")
         axis.set_xlabel("tokens per rank (decode step)")
@@ -218,8 +265,9 @@ def plot(all_results: list[dict], png: Path) -> None:
         axis.grid(True, which="both", alpha=0.3)
         axis.legend(fontsize=7)
     first = all_results[0]
-    fig.suptitle(f"deepep-bf16 MoE layer on DeepEP low-latency (BF16 dispatch), {first['device']}: "
-                 f"DeepGEMM masked GEMMs vs torch bmm", fontsize=10)
+    fig.suptitle(
+        f"deepep-bf16 MoE layer on DeepEP low-latency (BF16 dispatch), {first['device']}: DeepGEMM masked GEMMs vs torch bmm", fontsize=10
+    )
     benchkit.save(fig, png, dpi=120)
     print(f"wrote {png}")
 

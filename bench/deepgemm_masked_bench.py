@@ -34,16 +34,17 @@ def run(args) -> dict:
     from moebake.serve.masked_gemm import DEEP_GEMM, TORCH, deep_gemm_status
 
     if not torch.cuda.is_available():
-        raise SystemExit("deepgemm_masked_bench.py times GPU kernels: it needs a CUDA GPU with DeepGEMM; "
-                         "without one, only --plot-only runs")
+        raise SystemExit(
+            "deepgemm_masked_bench.py times GPU kernels: it needs a CUDA GPU with DeepGEMM; without one, only --plot-only runs"
+        )
     module, why = deep_gemm_status()
     if module is None:
         raise SystemExit(f"DeepGEMM is not usable here: {why}")
     device = torch.device("cuda")
     E, H, I, T = args.experts, args.hidden, args.intermediate, args.t_max
     g = torch.Generator(device=device).manual_seed(0)
-    w13 = (torch.randn(E, 2 * I, H, generator=g, device=device) / H ** 0.5).to(torch.bfloat16)
-    w2 = (torch.randn(E, H, I, generator=g, device=device) / I ** 0.5).to(torch.bfloat16)
+    w13 = (torch.randn(E, 2 * I, H, generator=g, device=device) / H**0.5).to(torch.bfloat16)
+    w2 = (torch.randn(E, H, I, generator=g, device=device) / I**0.5).to(torch.bfloat16)
     x = torch.randn(E, T, H, generator=g, device=device).to(torch.bfloat16)
     h = torch.randn(E, T, I, generator=g, device=device).to(torch.bfloat16)
     experts = {b.name: DeepEPBf16Experts(w13, w2, backend=b) for b in (DEEP_GEMM, TORCH)}
@@ -64,27 +65,32 @@ def run(args) -> dict:
         rows.append(row)
         print_row(row)
     return {
-        "device": torch.cuda.get_device_name(device), "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(device),
+        "torch": torch.__version__,
         "deep_gemm": getattr(module, "__version__", "?"),
         "shape": {"experts": E, "hidden": H, "intermediate": I, "t_max": T},
-        "warmup": args.warmup, "iters": args.iters, "rows": rows,
+        "warmup": args.warmup,
+        "iters": args.iters,
+        "rows": rows,
     }
 
 
-HEADER = (f"{'expected_m':>10} {'mean m':>7} {'T_max':>6} | " + " | ".join(
-    f"{op + ' DG ms':>13} {'torch ms':>9} {'speed-up':>8}" for op in OPS))
+HEADER = f"{'expected_m':>10} {'mean m':>7} {'T_max':>6} | " + " | ".join(
+    f"{op + ' DG ms':>13} {'torch ms':>9} {'speed-up':>8}" for op in OPS
+)
 
 
 def print_row(row: dict) -> None:
-    cells = " | ".join(f"{row['ms']['deep_gemm'][op]:>13.3f} {row['ms']['torch'][op]:>9.3f} {row['speedup'][op]:>7.2f}x"
-                       for op in OPS)
+    cells = " | ".join(f"{row['ms']['deep_gemm'][op]:>13.3f} {row['ms']['torch'][op]:>9.3f} {row['speedup'][op]:>7.2f}x" for op in OPS)
     print(f"{row['expected_m']:>10} {row['mean_masked_m']:>7.1f} {row['t_max']:>6} | {cells}", flush=True)
 
 
 def print_table(results: dict) -> None:
     s = results["shape"]
-    print(f"\n{results['device']}, torch {results['torch']}, deep_gemm {results['deep_gemm']}; E_local={s['experts']} "
-          f"H={s['hidden']} I={s['intermediate']} T_max={s['t_max']}; median of {results['iters']} (CUDA events)")
+    print(
+        f"\n{results['device']}, torch {results['torch']}, deep_gemm {results['deep_gemm']}; E_local={s['experts']} "
+        f"H={s['hidden']} I={s['intermediate']} T_max={s['t_max']}; median of {results['iters']} (CUDA events)"
+    )
     print(HEADER)
     for row in results["rows"]:
         print_row(row)
@@ -101,10 +107,22 @@ def plot(results: dict, png: Path) -> None:
         offsets = [i + (k - 1) * width for i in range(len(rows))]
         bars = left.bar(offsets, [r["speedup"][op] for r in rows], width, label=op)
         left.bar_label(bars, fmt="%.1fx", fontsize=8)
-        right.bar([o - width / 4 for o in offsets], [r["ms"]["deep_gemm"][op] for r in rows], width / 2,
-                  color=bars.patches[0].get_facecolor(), label=f"{op} DeepGEMM")
-        right.bar([o + width / 4 for o in offsets], [r["ms"]["torch"][op] for r in rows], width / 2,
-                  color=bars.patches[0].get_facecolor(), alpha=0.4, hatch="//", label=f"{op} torch bmm")
+        right.bar(
+            [o - width / 4 for o in offsets],
+            [r["ms"]["deep_gemm"][op] for r in rows],
+            width / 2,
+            color=bars.patches[0].get_facecolor(),
+            label=f"{op} DeepGEMM",
+        )
+        right.bar(
+            [o + width / 4 for o in offsets],
+            [r["ms"]["torch"][op] for r in rows],
+            width / 2,
+            color=bars.patches[0].get_facecolor(),
+            alpha=0.4,
+            hatch="//",
+            label=f"{op} torch bmm",
+        )
     left.axhline(1.0, color="grey", lw=0.8)
     left.set_ylabel("speed-up (torch ms / DeepGEMM ms)")
     right.set_ylabel("median ms")
@@ -113,8 +131,11 @@ def plot(results: dict, png: Path) -> None:
     left.legend()
     right.legend(fontsize=7, ncol=2)
     s = results["shape"]
-    fig.suptitle(f"BF16 masked grouped GEMM, {results['device']}: E_local={s['experts']}, H={s['hidden']}, "
-                 f"I={s['intermediate']}, T_max={s['t_max']} (deep_gemm {results['deep_gemm']})", fontsize=10)
+    fig.suptitle(
+        f"BF16 masked grouped GEMM, {results['device']}: E_local={s['experts']}, H={s['hidden']}, "
+        f"I={s['intermediate']}, T_max={s['t_max']} (deep_gemm {results['deep_gemm']})",
+        fontsize=10,
+    )
     benchkit.save(fig, png, dpi=120)
     print(f"wrote {png}")
 

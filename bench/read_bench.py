@@ -180,7 +180,7 @@ class Job:
 
         pieces, at = [], 0
         for offset, length in self.ranges:
-            pieces.append(ByteRange(str(self.path), offset, self.dest[at:at + length], f"segment@{offset}"))
+            pieces.append(ByteRange(str(self.path), offset, self.dest[at : at + length], f"segment@{offset}"))
             at += length
         return pieces
 
@@ -196,6 +196,7 @@ def _eighths(file_bytes: int, chunk: int) -> list[tuple[int, int]]:
 def _read_whole(job: Job, flags: int, buffer: Callable[[], object]) -> int:
     """Every byte of the file, each part of :func:`_eighths` sequentially in a thread of its own, ``PROBE_BYTES`` per
     ``preadv`` into the thread's ``buffer()``; the bytes read."""
+
     def read(part: tuple[int, int]) -> int:
         start, end = part
         fd, view = os.open(job.path, os.O_RDONLY | flags), memoryview(buffer())
@@ -238,10 +239,9 @@ def _split_tail_reader():
     class SplitTailReader(StagedReader):
         def _chunks(self, ranges):
             chunks = super()._chunks(ranges)
-            head, tail = chunks[:-self.slots], chunks[-self.slots:]
+            head, tail = chunks[: -self.slots], chunks[-self.slots :]
             step = max(self.chunk_bytes // self.slots, 1)
-            return head + [_Chunk(c.piece, c.offset + at, c.dest[at:at + step])
-                           for c in tail for at in range(0, c.dest.numel(), step)]
+            return head + [_Chunk(c.piece, c.offset + at, c.dest[at : at + step]) for c in tail for at in range(0, c.dest.numel(), step)]
 
     return SplitTailReader
 
@@ -303,9 +303,19 @@ def _thread_copy_reader(copy: bool = True):
     return ThreadCopyReader
 
 
-def _staged(job: Job, slots: int, chunk_bytes: int, before: Callable[[], None] | None = None, *,
-            per_range: bool = False, split_tail: bool = False, buffers: int | None = None,
-            thread_copy: bool = False, copy: bool = True, idle: bool = False) -> "Prepared":
+def _staged(
+    job: Job,
+    slots: int,
+    chunk_bytes: int,
+    before: Callable[[], None] | None = None,
+    *,
+    per_range: bool = False,
+    split_tail: bool = False,
+    buffers: int | None = None,
+    thread_copy: bool = False,
+    copy: bool = True,
+    idle: bool = False,
+) -> "Prepared":
     """The rank ranges into ``job.dest`` through a :class:`StagedReader` of ``slots`` x ``chunk_bytes`` (its ring:
     ``buffers``, default ``slots``); ``before()`` runs on the clock, before the read. ``per_range``: one ``read`` call
     per range (the loaders make one per MoE layer, and each call ends when its last chunk is on the device), not one
@@ -396,16 +406,20 @@ def _whole(read: Callable[[Job], None]) -> Method:
     return Method(THREADS, PROBE_BYTES, True, lambda job: Prepared(lambda: read(job), lambda: None))
 
 
-def _reader(slots: int, chunk_bytes: int, context: Callable[[], object] | None = None, willneed: bool = False,
-            **options) -> Method:
+def _reader(slots: int, chunk_bytes: int, context: Callable[[], object] | None = None, willneed: bool = False, **options) -> Method:
     """A rank method through :func:`_staged` (``options``: its ``per_range``, ``split_tail``, ``buffers``,
     ``thread_copy`` and ``copy``; a thread-copy reader's ring is ``THREAD_COPY_BUFFERS`` a thread); ``willneed``:
     :func:`_willneed` on the clock first."""
     if options.get("thread_copy"):
         options["buffers"] = THREAD_COPY_BUFFERS * slots
-    return Method(slots, chunk_bytes, False, lambda job: _staged(job, slots, chunk_bytes,
-                                                                (lambda: _willneed(job)) if willneed else None, **options),
-                  context, options.get("buffers") or slots)
+    return Method(
+        slots,
+        chunk_bytes,
+        False,
+        lambda job: _staged(job, slots, chunk_bytes, (lambda: _willneed(job)) if willneed else None, **options),
+        context,
+        options.get("buffers") or slots,
+    )
 
 
 METHODS = {
@@ -447,11 +461,25 @@ def measure(job: Job, name: str, round_: int, cache: str = "cold") -> dict:
     from moebake.errors import MoebakeError
 
     method = METHODS[name]
-    run = {"method": name, "round": round_, "cache": cache, "file": str(job.path), "file_bytes": job.file_bytes,
-           "segment_bytes": job.segment_bytes, "ranks": job.ranks, "rank": job.rank, "device": str(job.device),
-           "slots": method.slots, "chunk_bytes": method.chunk_bytes, "buffers": method.buffers, "ring_seconds": None,
-           "seconds": None, "bytes_requested": job.file_bytes if method.whole_file else job.requested,
-           "bytes_read": None, "gbps": None}
+    run = {
+        "method": name,
+        "round": round_,
+        "cache": cache,
+        "file": str(job.path),
+        "file_bytes": job.file_bytes,
+        "segment_bytes": job.segment_bytes,
+        "ranks": job.ranks,
+        "rank": job.rank,
+        "device": str(job.device),
+        "slots": method.slots,
+        "chunk_bytes": method.chunk_bytes,
+        "buffers": method.buffers,
+        "ring_seconds": None,
+        "seconds": None,
+        "bytes_requested": job.file_bytes if method.whole_file else job.requested,
+        "bytes_read": None,
+        "gbps": None,
+    }
     if cache == "cold":
         benchkit.drop_page_cache([job.path])
     try:
@@ -467,13 +495,27 @@ def measure(job: Job, name: str, round_: int, cache: str = "cold") -> dict:
             prepared.done()
     except (OSError, RuntimeError, MoebakeError) as err:  # refused (O_DIRECT), or out of memory: recorded
         return {**run, "error": f"{type(err).__name__}: {err}"}
-    return {**run, "ring_seconds": prepared.ring_seconds, "seconds": seconds,
-            "bytes_read": None if before is None or after is None else after - before,
-            "gbps": run["bytes_requested"] / seconds / 1e9}
+    return {
+        **run,
+        "ring_seconds": prepared.ring_seconds,
+        "seconds": seconds,
+        "bytes_read": None if before is None or after is None else after - before,
+        "gbps": run["bytes_requested"] / seconds / 1e9,
+    }
 
 
-def run_all(path: Path, segment_bytes: int, ranks: int, rank: int, device: str, methods: list[str], rounds: int,
-            out: Path, machine: str | None, cache: str = "cold") -> list[dict]:
+def run_all(
+    path: Path,
+    segment_bytes: int,
+    ranks: int,
+    rank: int,
+    device: str,
+    methods: list[str],
+    rounds: int,
+    out: Path,
+    machine: str | None,
+    cache: str = "cold",
+) -> list[dict]:
     """``rounds`` rounds of every method (round i from the i-th method on), each run appended to ``out`` as it ends
     and printed as a JSON line; then the summary. Warm: the file read whole once first. The runs."""
     job = Job.make(path, segment_bytes, ranks, rank, device)
@@ -506,13 +548,14 @@ def _means(runs: list[dict]) -> dict[str, dict]:
     for name, of in methods.items():
         ok = [r for r in of if r.get("error") is None and r["seconds"]]
         read = [r for r in ok if r["bytes_read"] is not None]
-        means[name] = {"rounds": len(ok),
-                       "seconds": statistics.mean(r["seconds"] for r in ok) if ok else None,
-                       "gbps": statistics.mean(r["gbps"] for r in ok) if ok else None,
-                       "gbps_range": (min(r["gbps"] for r in ok), max(r["gbps"] for r in ok)) if ok else None,
-                       "over_read": sum(r["bytes_read"] for r in read) / sum(r["bytes_requested"] for r in read)
-                       if read else None,
-                       "error": None if ok else of[-1].get("error")}
+        means[name] = {
+            "rounds": len(ok),
+            "seconds": statistics.mean(r["seconds"] for r in ok) if ok else None,
+            "gbps": statistics.mean(r["gbps"] for r in ok) if ok else None,
+            "gbps_range": (min(r["gbps"] for r in ok), max(r["gbps"] for r in ok)) if ok else None,
+            "over_read": sum(r["bytes_read"] for r in read) / sum(r["bytes_requested"] for r in read) if read else None,
+            "error": None if ok else of[-1].get("error"),
+        }
     return means
 
 
@@ -532,8 +575,10 @@ def summary(runs: list[dict]) -> str:
     lines = [f"{'method':16} {'rounds':>6} {'GB/s':>7} {'/ limit':>8} {'read/req':>9}"]
     for name, mean in means.items():
         ratio = _ratio(mean, means.get(LIMIT))
-        lines.append(f"{name:16} {mean['rounds']:>6} {_fmt(mean['gbps'], '7.3f')} {_fmt(ratio, '7.2f', 'x')} "
-                     f"{_fmt(mean['over_read'], '8.3f', 'x')}" + (f"  {mean['error']}" if mean["error"] else ""))
+        lines.append(
+            f"{name:16} {mean['rounds']:>6} {_fmt(mean['gbps'], '7.3f')} {_fmt(ratio, '7.2f', 'x')} "
+            f"{_fmt(mean['over_read'], '8.3f', 'x')}" + (f"  {mean['error']}" if mean["error"] else "")
+        )
     return "\n".join(lines)
 
 
@@ -550,8 +595,7 @@ def _groups(runs: list[dict]) -> dict[tuple, list[dict]]:
 
 def _group_title(key: tuple) -> str:
     cache, file, file_bytes, segment, ranks, rank, device = key
-    return (f"{cache}: {file} ({file_bytes / 1e9:.2f} GB), {segment / MIB:g} MiB segments, rank {rank} of {ranks}, "
-            f"{device}")
+    return f"{cache}: {file} ({file_bytes / 1e9:.2f} GB), {segment / MIB:g} MiB segments, rank {rank} of {ranks}, {device}"
 
 
 def table(results_path: Path, md: Path | None = None) -> Path:
@@ -560,24 +604,33 @@ def table(results_path: Path, md: Path | None = None) -> Path:
     bytes read / requested; then the JSON's ``notes`` (a list of strings), if any."""
     results = json.loads(results_path.read_text())
     md = Path(md) if md else results_path.with_suffix(".md")
-    lines = [f"# Reading a rank's byte ranges: {results_path.name}", "",
-             f"Generated by `python bench/read_bench.py table {results_path}`; do not edit by hand. The method and "
-             "the fields: `bench/read_bench.py`'s docstring.", ""]
+    lines = [
+        f"# Reading a rank's byte ranges: {results_path.name}",
+        "",
+        f"Generated by `python bench/read_bench.py table {results_path}`; do not edit by hand. The method and "
+        "the fields: `bench/read_bench.py`'s docstring.",
+        "",
+    ]
     if results.get("machine"):
         lines += [f"Machine: {results['machine']}.", ""]
     for key, runs in _groups(results["runs"]).items():
         means = _means(runs)
-        lines += [f"## {_group_title(key)}", "",
-                  "| method | rounds | mean s | mean GB/s | GB/s, slowest-fastest round | / limit-buffered | read / requested |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            f"## {_group_title(key)}",
+            "",
+            "| method | rounds | mean s | mean GB/s | GB/s, slowest-fastest round | / limit-buffered | read / requested |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for name, mean in means.items():
             if mean["error"]:
                 lines.append(f"| {name} | 0 | not run: {mean['error']} | | | | |")
                 continue
             low, high = mean["gbps_range"]
-            lines.append(f"| {name} | {mean['rounds']} | {_fmt(mean['seconds'], '.3f')} | {_fmt(mean['gbps'], '.3f')} | "
-                         f"{low:.3f}-{high:.3f} | {_fmt(_ratio(mean, means.get(LIMIT)), '.2f', 'x')} | "
-                         f"{_fmt(mean['over_read'], '.3f', 'x')} |")
+            lines.append(
+                f"| {name} | {mean['rounds']} | {_fmt(mean['seconds'], '.3f')} | {_fmt(mean['gbps'], '.3f')} | "
+                f"{low:.3f}-{high:.3f} | {_fmt(_ratio(mean, means.get(LIMIT)), '.2f', 'x')} | "
+                f"{_fmt(mean['over_read'], '.3f', 'x')} |"
+            )
         lines.append("")
     lines += [f"Note: {note}" for note in results.get("notes", [])]
     md.write_text("\n".join(lines) + "\n")
@@ -591,29 +644,47 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
     results = json.loads(results_path.read_text())
     png = Path(png) if png else results_path.with_suffix(".png")
     groups = {key: _means(runs) for key, runs in _groups(results["runs"]).items()}
-    figure, axes = plt.subplots(1, len(groups), figsize=(1.2 + 1.1 * max(map(len, groups.values())) * len(groups), 4.5),
-                                squeeze=False)
+    figure, axes = plt.subplots(1, len(groups), figsize=(1.2 + 1.1 * max(map(len, groups.values())) * len(groups), 4.5), squeeze=False)
     for ax, (key, means) in zip(axes[0], groups.items()):
         names, warm = list(means), key[0] == "warm"
         heights = [means[n]["gbps"] or 0.0 for n in names]
         ranges = [means[n]["gbps_range"] or (h, h) for n, h in zip(names, heights)]
         spread = [[h - low for h, (low, _) in zip(heights, ranges)], [high - h for h, (_, high) in zip(heights, ranges)]]
-        bars = ax.bar(range(len(names)), heights, yerr=spread, capsize=3, error_kw={"elinewidth": 0.8},
-                      color=["0.6" if n.startswith("limit") else "tab:blue" for n in names])
+        bars = ax.bar(
+            range(len(names)),
+            heights,
+            yerr=spread,
+            capsize=3,
+            error_kw={"elinewidth": 0.8},
+            color=["0.6" if n.startswith("limit") else "tab:blue" for n in names],
+        )
         for bar, name in zip(bars, names):
             over = means[name]["over_read"]
             label = "not run" if means[name]["error"] else f"{over:.3f}x read" if over is not None else "read n/a"
-            ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
-                        fontsize=7, xytext=(0, 2), textcoords="offset points")
+            ax.annotate(
+                label,
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                xytext=(0, 2),
+                textcoords="offset points",
+            )
         if means.get(LIMIT, {}).get("gbps"):
-            ax.axhline(means[LIMIT]["gbps"], color="tab:red", linestyle="--", linewidth=1,
-                       label=f"limit-buffered{' (page cache)' if warm else ''} {means[LIMIT]['gbps']:.2f} GB/s")
+            ax.axhline(
+                means[LIMIT]["gbps"],
+                color="tab:red",
+                linestyle="--",
+                linewidth=1,
+                label=f"limit-buffered{' (page cache)' if warm else ''} {means[LIMIT]['gbps']:.2f} GB/s",
+            )
             ax.legend(fontsize=7, loc="lower right")
         ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=8)
         ax.set_ylabel("GB/s (requested bytes / s)")
         cache, _, file_bytes, segment, ranks, rank, device = key
-        ax.set_title(f"{cache}: {file_bytes / 1e9:.2f} GB file, rank {rank} of {ranks}\n{segment / MIB:g} MiB segments, "
-                     f"{device}", fontsize=9)
+        ax.set_title(
+            f"{cache}: {file_bytes / 1e9:.2f} GB file, rank {rank} of {ranks}\n{segment / MIB:g} MiB segments, {device}", fontsize=9
+        )
     if results.get("machine"):  # wrapped to the figure's width (about 16 characters of 8-point text per inch)
         width = int(figure.get_size_inches()[0] * 16)
         figure.suptitle(textwrap.fill(results["machine"], width), fontsize=8)
@@ -644,8 +715,12 @@ def main(argv=None) -> None:
     p.add_argument("--segment-mib", type=float, default=512, help="segment (one baked tensor) size, MiB (default 512)")
     p.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--cache", choices=("cold", "warm"), default="cold",
-                   help="cold: the page cache dropped before every method (default); warm: the file read once first")
+    p.add_argument(
+        "--cache",
+        choices=("cold", "warm"),
+        default="cold",
+        help="cold: the page cache dropped before every method (default); warm: the file read once first",
+    )
     p.add_argument("--device", help="the destination's device (default: cuda:0 with CUDA, else cpu)")
     p.add_argument("--out", required=True)
     p.add_argument("--machine", help="what the machine is (the JSON's top-level machine)")
@@ -658,8 +733,18 @@ def main(argv=None) -> None:
     elif args.command == "run":
         if not 0 <= args.rank < args.ranks:
             parser.error(f"--rank must be in [0, {args.ranks})")
-        run_all(Path(args.file), int(args.segment_mib * MIB), args.ranks, args.rank, args.device or _default_device(),
-                args.methods, args.rounds, Path(args.out), args.machine, args.cache)
+        run_all(
+            Path(args.file),
+            int(args.segment_mib * MIB),
+            args.ranks,
+            args.rank,
+            args.device or _default_device(),
+            args.methods,
+            args.rounds,
+            Path(args.out),
+            args.machine,
+            args.cache,
+        )
 
 
 if __name__ == "__main__":

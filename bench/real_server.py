@@ -69,15 +69,27 @@ DEEPSEEK_V4_SERVER_ENV = {"SGLANG_JIT_DEEPGEMM_PRECOMPILE": "0", "SGLANG_DSV4_MH
 """SGLang's settings for a DeepSeek-V4 server, stock and bake alike: no warm-up compiles of DeepGEMM's FP8 GEMMs for
 every M (the first H200 run spent 136 s on the first of six shapes before its ready limit) or of TileLang's mHC kernels
 for every bucket; each kernel is compiled when the server first runs it (CUDA-graph capture, the first prefill)."""
-MODEL = {"layers": 2, "experts": 32, "hidden": 2880, "intermediate": 2880, "heads": 64, "kv_heads": 8, "head_dim": 64,
-         "vocab": 2048}
+MODEL = {"layers": 2, "experts": 32, "hidden": 2880, "intermediate": 2880, "heads": 64, "kv_heads": 8, "head_dim": 64, "vocab": 2048}
 # What GPT-OSS-20B's config.json says beyond what moebake.synthetic.write_gpt_oss writes (SGLang's GptOssForCausalLM
 # reads layer_types, sliding_window and the rope parameters).
-GPT_OSS_EXTRAS = {"attention_bias": True, "initial_context_length": 4096, "max_position_embeddings": 131072,
-                  "rms_norm_eps": 1e-05, "rope_theta": 150000, "sliding_window": 128, "tie_word_embeddings": False,
-                  "torch_dtype": "bfloat16", "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
-                                                              "original_max_position_embeddings": 4096,
-                                                              "rope_type": "yarn", "truncate": False}}
+GPT_OSS_EXTRAS = {
+    "attention_bias": True,
+    "initial_context_length": 4096,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 150000,
+    "sliding_window": 128,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "rope_scaling": {
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "factor": 32.0,
+        "original_max_position_embeddings": 4096,
+        "rope_type": "yarn",
+        "truncate": False,
+    },
+}
 DSV4_MODEL = {"layers": 2, "experts": 8, "hidden": 4096, "intermediate": 256, "vocab": 2048}
 """``--model deepseek-v4``: moebake's servable DeepSeek-V4-shaped checkpoint
 (:func:`moebake.reference.synthetic_sources.write_deepseek_v4_servable`: V4-Flash's attention, indexer and mHC geometry,
@@ -90,8 +102,16 @@ PROMPT_LENGTHS = (23, 57, 130, 301)
 
 
 # ----------------------------------------------------------------------------------------------- make
-def make(directory: Path, layers: int | None, experts: int | None, vocab: int | None, bakes: list[str], engine: str | None,
-         extra_convert: list[str], model: str = "gpt-oss") -> None:
+def make(
+    directory: Path,
+    layers: int | None,
+    experts: int | None,
+    vocab: int | None,
+    bakes: list[str],
+    engine: str | None,
+    extra_convert: list[str],
+    model: str = "gpt-oss",
+) -> None:
     """``directory/src``: a GPT-OSS-format (``model`` ``deepseek-v4``: DeepSeek-V4-format) checkpoint from moebake's
     writer; ``directory/<target>``: its bakes. ``layers``/``experts``/``vocab`` None: the model's defaults."""
     from moebake.synthetic import write_gpt_oss
@@ -102,9 +122,19 @@ def make(directory: Path, layers: int | None, experts: int | None, vocab: int | 
     layers, experts, vocab = layers or MODEL["layers"], experts or MODEL["experts"], vocab or MODEL["vocab"]
     if not (source / "config.json").is_file():
         start = time.monotonic()
-        write_gpt_oss(source, num_layers=layers, num_experts=experts, hidden=MODEL["hidden"],
-                      intermediate=MODEL["intermediate"], vocab=vocab, heads=MODEL["heads"], kv_heads=MODEL["kv_heads"],
-                      head_dim=MODEL["head_dim"], layers_per_shard=1, seed=0)
+        write_gpt_oss(
+            source,
+            num_layers=layers,
+            num_experts=experts,
+            hidden=MODEL["hidden"],
+            intermediate=MODEL["intermediate"],
+            vocab=vocab,
+            heads=MODEL["heads"],
+            kv_heads=MODEL["kv_heads"],
+            head_dim=MODEL["head_dim"],
+            layers_per_shard=1,
+            seed=0,
+        )
         config = json.loads((source / "config.json").read_text())
         config.update(GPT_OSS_EXTRAS)
         config["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
@@ -128,14 +158,20 @@ def make_deepseek_v4(source: Path, layers: int, experts: int, vocab: int) -> Non
     from moebake.reference.synthetic_sources import write_deepseek_v4_servable
 
     start = time.monotonic()
-    write_deepseek_v4_servable(source, num_layers=layers, num_experts=experts, hidden=DSV4_MODEL["hidden"],
-                               intermediate=DSV4_MODEL["intermediate"], vocab=vocab,
-                               compress_ratios=tuple((4, 128)[i % 2] for i in range(layers)), seed=0)
+    write_deepseek_v4_servable(
+        source,
+        num_layers=layers,
+        num_experts=experts,
+        hidden=DSV4_MODEL["hidden"],
+        intermediate=DSV4_MODEL["intermediate"],
+        vocab=vocab,
+        compress_ratios=tuple((4, 128)[i % 2] for i in range(layers)),
+        seed=0,
+    )
     config = json.loads((source / "config.json").read_text())
     config["eos_token_id"], config["bos_token_id"] = vocab - 1, vocab - 2
     (source / "config.json").write_text(json.dumps(config, indent=2))
-    print(f"make: DeepSeek-V4 source {source} ({layers} layers, {experts} experts) in {time.monotonic() - start:.1f} s",
-          flush=True)
+    print(f"make: DeepSeek-V4 source {source} ({layers} layers, {experts} experts) in {time.monotonic() - start:.1f} s", flush=True)
 
 
 # ----------------------------------------------------------------------------------------------- run
@@ -162,9 +198,12 @@ def _publish_plugins(meta_root: Path, with_moebake: bool, engine=None) -> None:
         meta = meta_root / f"moebake-{project['version']}.dist-info"
         meta.mkdir(exist_ok=True)
         (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: moebake\nVersion: {project['version']}\n")
-        (meta / "entry_points.txt").write_text("".join(
-            f"[{group}]\n" + "".join(f"{name} = {target}\n" for name, target in entries.items()) + "\n"
-            for group, entries in project["entry-points"].items()))
+        (meta / "entry_points.txt").write_text(
+            "".join(
+                f"[{group}]\n" + "".join(f"{name} = {target}\n" for name, target in entries.items()) + "\n"
+                for group, entries in project["entry-points"].items()
+            )
+        )
 
 
 def _free_port() -> int:
@@ -183,16 +222,20 @@ def _post(url: str, payload: dict, timeout: float = 300, raw: bool = False):
 def _outputs(response) -> list[dict]:
     """Each prompt's output token ids and their logprobs, from a /generate response (one prompt or a batch)."""
     items = response if isinstance(response, list) else [response]
-    return [{"output_ids": item["output_ids"],
-             "logprobs": [entry[0] for entry in item["meta_info"]["output_token_logprobs"]],
-             "logprob_ids": [entry[1] for entry in item["meta_info"]["output_token_logprobs"]]} for item in items]
+    return [
+        {
+            "output_ids": item["output_ids"],
+            "logprobs": [entry[0] for entry in item["meta_info"]["output_token_logprobs"]],
+            "logprob_ids": [entry[1] for entry in item["meta_info"]["output_token_logprobs"]],
+        }
+        for item in items
+    ]
 
 
 def parse_log(text: str) -> dict:
     """SGLang's own numbers from a server log: the load's seconds and memory (its "Load weight end." line)."""
     match = LOAD_RE.search(text)
-    return {"load_seconds": float(match.group(1)) if match else None,
-            "sglang_load_mem_usage_gib": float(match.group(2)) if match else None}
+    return {"load_seconds": float(match.group(1)) if match else None, "sglang_load_mem_usage_gib": float(match.group(2)) if match else None}
 
 
 def compare(outputs: list[dict], reference: list[dict]) -> tuple[bool, bool]:
@@ -211,9 +254,12 @@ def differences(outputs: list[dict], reference: list[dict]) -> list[dict]:
     for o, r in zip(outputs, reference):
         first = next((i for i, (a, b) in enumerate(zip(o["output_ids"], r["output_ids"])) if a != b), None)
         upto = first if first is not None else min(len(o["logprobs"]), len(r["logprobs"]))
-        found.append({"first_token_differing": first,
-                      "max_abs_logprob_difference": max((abs(a - b) for a, b in zip(o["logprobs"][:upto], r["logprobs"][:upto])),
-                                                        default=0.0)})
+        found.append(
+            {
+                "first_token_differing": first,
+                "max_abs_logprob_difference": max((abs(a - b) for a, b in zip(o["logprobs"][:upto], r["logprobs"][:upto])), default=0.0),
+            }
+        )
     return found
 
 
@@ -230,10 +276,28 @@ def attention_backend(model: Path) -> str:
 
 
 def server_command(model: Path, backend: str, bake: bool, port: int, extra: list[str]) -> list[str]:
-    command = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--port", str(port),
-               "--host", "127.0.0.1", "--skip-tokenizer-init", "--attention-backend", attention_backend(model),
-               "--moe-runner-backend", backend, "--context-length", "4096", "--mem-fraction-static", "0.5",
-               "--log-level", "info"]
+    command = [
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(model),
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--skip-tokenizer-init",
+        "--attention-backend",
+        attention_backend(model),
+        "--moe-runner-backend",
+        backend,
+        "--context-length",
+        "4096",
+        "--mem-fraction-static",
+        "0.5",
+        "--log-level",
+        "info",
+    ]
     return command + (["--quantization", "moebake"] if bake else []) + extra
 
 
@@ -290,14 +354,31 @@ def cache_env(caches: Path) -> dict[str, str]:
     looks): SGLang's tvm-ffi JIT modules, FlashInfer's JIT workspace, Triton's, TileLang's and DeepGEMM's caches (SGLang
     0.5.17 sets ``DG_JIT_CACHE_DIR`` from ``SGLANG_DG_CACHE_DIR``, so both), torch inductor's and the CUDA driver's PTX
     cache. An empty ``caches`` folder is a fresh node's caches."""
-    return {"TVM_FFI_CACHE_DIR": str(caches / "tvm-ffi"), "FLASHINFER_WORKSPACE_BASE": str(caches / "flashinfer"),
-            "TRITON_CACHE_DIR": str(caches / "triton"), "TILELANG_CACHE_DIR": str(caches / "tilelang"),
-            "DG_JIT_CACHE_DIR": str(caches / "deep_gemm"), "SGLANG_DG_CACHE_DIR": str(caches / "deep_gemm"),
-            "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"), "CUDA_CACHE_PATH": str(caches / "cuda")}
+    return {
+        "TVM_FFI_CACHE_DIR": str(caches / "tvm-ffi"),
+        "FLASHINFER_WORKSPACE_BASE": str(caches / "flashinfer"),
+        "TRITON_CACHE_DIR": str(caches / "triton"),
+        "TILELANG_CACHE_DIR": str(caches / "tilelang"),
+        "DG_JIT_CACHE_DIR": str(caches / "deep_gemm"),
+        "SGLANG_DG_CACHE_DIR": str(caches / "deep_gemm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
+        "CUDA_CACHE_PATH": str(caches / "cuda"),
+    }
 
 
-def run_one(directory: Path, path: str, backend: str, target: str | None, new_tokens: int, ready_timeout: float,
-            extra: list[str], log_dir: Path, order: int = 1, engine: str = "sglang", caches: Path | None = None) -> dict:
+def run_one(
+    directory: Path,
+    path: str,
+    backend: str,
+    target: str | None,
+    new_tokens: int,
+    ready_timeout: float,
+    extra: list[str],
+    log_dir: Path,
+    order: int = 1,
+    engine: str = "sglang",
+    caches: Path | None = None,
+) -> dict:
     """Start one server, wait until it is ready, send the requests, stop it; the run's record. ``caches``: the folder of
     its kernel caches (:func:`cache_env`; default ``$MOEBAKE_REAL_SERVER_CACHES``)."""
     server_kind = ENGINES[engine]
@@ -312,21 +393,44 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
     _publish_plugins(meta, with_moebake=bake, engine=server_kind)
     cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")  # SGLang's and FlashInfer's JIT kernels need nvcc
     caches = caches or Path(os.environ.get("MOEBAKE_REAL_SERVER_CACHES", "/tmp/moebake-real-server-caches"))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([server_kind.site(), str(ROOT), str(ROOT / "bench"), str(meta)]),
-               MOEBAKE_REAL_SERVER_PROBE=str(probe_path), MOEBAKE_REAL_SERVER_STACKS=str(stacks_path),
-               MOEBAKE_REAL_SERVER_JIT=str(jit_path), SGLANG_LOG_MS="1",  # log times to the millisecond: the phases
-               PYTHONUNBUFFERED="1", CUDA_HOME=cuda_home, **cache_env(caches),
-               PATH=f"{cuda_home}/bin{os.pathsep}{os.environ.get('PATH', '')}", **server_kind.env(caches))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([server_kind.site(), str(ROOT), str(ROOT / "bench"), str(meta)]),
+        MOEBAKE_REAL_SERVER_PROBE=str(probe_path),
+        MOEBAKE_REAL_SERVER_STACKS=str(stacks_path),
+        MOEBAKE_REAL_SERVER_JIT=str(jit_path),
+        SGLANG_LOG_MS="1",  # log times to the millisecond: the phases
+        PYTHONUNBUFFERED="1",
+        CUDA_HOME=cuda_home,
+        **cache_env(caches),
+        PATH=f"{cuda_home}/bin{os.pathsep}{os.environ.get('PATH', '')}",
+        **server_kind.env(caches),
+    )
     config = json.loads((directory / "src" / "config.json").read_text())
     if is_deepseek_v4(config):
         env |= DEEPSEEK_V4_SERVER_ENV
     port = _free_port()
     command = server_kind.command(model, backend, bake, port, extra)
-    record = {"order": order, "engine": engine, "release": _release(server_kind), "model": _model_name(config),
-              "layers": config.get("num_hidden_layers"), "target": target, "path": path, "moe_runner_backend": backend,
-              "server_flags": command[3:], "log": str(log_path), "jit_events": str(jit_path), "caches": str(caches),
-              "server_env": {k: env[k] for k in DEEPSEEK_V4_SERVER_ENV if k in env}, "ready_seconds": None,
-              "load_seconds": None, "peak_gpu_gib": None, "tokens_equal_to_stock": None, "logprobs_equal_to_stock": None}
+    record = {
+        "order": order,
+        "engine": engine,
+        "release": _release(server_kind),
+        "model": _model_name(config),
+        "layers": config.get("num_hidden_layers"),
+        "target": target,
+        "path": path,
+        "moe_runner_backend": backend,
+        "server_flags": command[3:],
+        "log": str(log_path),
+        "jit_events": str(jit_path),
+        "caches": str(caches),
+        "server_env": {k: env[k] for k in DEEPSEEK_V4_SERVER_ENV if k in env},
+        "ready_seconds": None,
+        "load_seconds": None,
+        "peak_gpu_gib": None,
+        "tokens_equal_to_stock": None,
+        "logprobs_equal_to_stock": None,
+    }
     if os.environ.get("MOEBAKE_FLASHINFER_MOE_SO"):  # bench/real_server_probe.py installs it in the server
         record["flashinfer_moe_module"] = reduced_module_of(Path(os.environ["MOEBAKE_FLASHINFER_MOE_SO"]))
     print(f"== {label}: {' '.join(command)}", flush=True)
@@ -361,8 +465,11 @@ def run_one(directory: Path, path: str, backend: str, target: str | None, new_to
         record["outputs"] = first + batch
         record["repeat_equal"] = compare(again, first) == (True, True)
         record["new_tokens"] = [len(o["output_ids"]) for o in record["outputs"]]
-        print(f"   {label}: ready in {record['ready_seconds']:.1f} s; new tokens {record['new_tokens']}; "
-              f"first ids {first[0]['output_ids'][:12]}...; repeat equal {record['repeat_equal']}", flush=True)
+        print(
+            f"   {label}: ready in {record['ready_seconds']:.1f} s; new tokens {record['new_tokens']}; "
+            f"first ids {first[0]['output_ids'][:12]}...; repeat equal {record['repeat_equal']}",
+            flush=True,
+        )
     finally:
         _stop(server)
     _keep_stacks_if_taken(record, stacks_path)
@@ -377,8 +484,10 @@ def _keep_stacks_if_taken(record: dict, stacks_path: Path) -> None:
         stacks_path.unlink(missing_ok=True)
 
 
-MODULE_CHECK = ("import flashinfer.fused_moe.core as core; from real_server_probe import install_reduced_module; "
-                "install_reduced_module(); core.get_cutlass_fused_moe_module('90')")
+MODULE_CHECK = (
+    "import flashinfer.fused_moe.core as core; from real_server_probe import install_reduced_module; "
+    "install_reduced_module(); core.get_cutlass_fused_moe_module('90')"
+)
 """Load the prebuilt reduced module with the servers' probe's own code (its sidecar checked against the engine's
 FlashInfer)."""
 
@@ -393,8 +502,9 @@ def check_reduced_module(engine: str = "sglang") -> None:
     done = subprocess.run([sys.executable, "-c", MODULE_CHECK], env=env, capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise SystemExit(f"error: the reduced FlashInfer module {so} does not load with {engine}'s FlashInfer: {last[:400]}; "
-                         "no server was started")
+        raise SystemExit(
+            f"error: the reduced FlashInfer module {so} does not load with {engine}'s FlashInfer: {last[:400]}; no server was started"
+        )
     print(f"reduced FlashInfer module {so}: loads", flush=True)
 
 
@@ -472,15 +582,27 @@ def release_of(dist_info: str) -> str:
 
 def _model_name(config: dict) -> str:
     if is_deepseek_v4(config):
-        return (f"deepseek-v4-shaped synthetic: {config['num_hidden_layers']} layers (+{config['num_nextn_predict_layers']} MTP), "
-                f"{config['n_routed_experts']} experts, H={config['hidden_size']}, I={config['moe_intermediate_size']}, "
-                f"vocab {config['vocab_size']}")
-    return (f"gpt-oss-shaped synthetic: {config['num_hidden_layers']} layers, {config['num_local_experts']} experts, "
-            f"H=I={config['hidden_size']}, vocab {config['vocab_size']}")
+        return (
+            f"deepseek-v4-shaped synthetic: {config['num_hidden_layers']} layers (+{config['num_nextn_predict_layers']} MTP), "
+            f"{config['n_routed_experts']} experts, H={config['hidden_size']}, I={config['moe_intermediate_size']}, "
+            f"vocab {config['vocab_size']}"
+        )
+    return (
+        f"gpt-oss-shaped synthetic: {config['num_hidden_layers']} layers, {config['num_local_experts']} experts, "
+        f"H=I={config['hidden_size']}, vocab {config['vocab_size']}"
+    )
 
 
-def run(directory: Path, specs: list[str], new_tokens: int, ready_timeout: float, extra: list[str], out: Path | None,
-        log_dir: Path, engine: str = "sglang") -> list[dict]:
+def run(
+    directory: Path,
+    specs: list[str],
+    new_tokens: int,
+    ready_timeout: float,
+    extra: list[str],
+    out: Path | None,
+    log_dir: Path,
+    engine: str = "sglang",
+) -> list[dict]:
     """Run ``specs`` (``stock:BACKEND`` or ``bake:BACKEND:TARGET``) in order; compare each bake, and each stock run after
     the first of its backend, with that backend's first stock run that answered. JIT builds (SGLang's Marlin MoE, Triton,
     FlashInfer) are cached on the machine by the first server that needs them: a later run's ready_seconds has them
@@ -494,8 +616,9 @@ def run(directory: Path, specs: list[str], new_tokens: int, ready_timeout: float
     for order, spec in enumerate(specs, 1):
         path, backend, *rest = spec.split(":")
         timeout = float(rest[1]) if len(rest) > 1 else ready_timeout
-        record = run_one(directory, path, backend, rest[0] if rest and rest[0] else None, new_tokens, timeout, extra, log_dir,
-                         order, engine)
+        record = run_one(
+            directory, path, backend, rest[0] if rest and rest[0] else None, new_tokens, timeout, extra, log_dir, order, engine
+        )
         record["device"] = device
         stock = next((r for r in runs if r["path"] == "stock" and r["moe_runner_backend"] == backend and "outputs" in r), None)
         runs.append(record)
@@ -503,8 +626,11 @@ def run(directory: Path, specs: list[str], new_tokens: int, ready_timeout: float
             record["tokens_equal_to_stock"], record["logprobs_equal_to_stock"] = compare(record["outputs"], stock["outputs"])
             record["stock_order"] = stock["order"]
             record["differences_per_prompt"] = differences(record["outputs"], stock["outputs"])
-            print(f"   {path} vs stock run {stock['order']} ({backend}): tokens equal {record['tokens_equal_to_stock']}, "
-                  f"logprobs equal {record['logprobs_equal_to_stock']}", flush=True)
+            print(
+                f"   {path} vs stock run {stock['order']} ({backend}): tokens equal {record['tokens_equal_to_stock']}, "
+                f"logprobs equal {record['logprobs_equal_to_stock']}",
+                flush=True,
+            )
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
@@ -526,8 +652,12 @@ def main(argv=None) -> None:
     for p in (p_make, p_run, p_all):
         p.add_argument("--dir", type=Path, required=True)
     for p in (p_make, p_all):
-        p.add_argument("--model", choices=MODELS, default="gpt-oss",
-                       help="the source's shape: gpt-oss (default) or deepseek-v4 (SGLang's DeepseekV4ForCausalLM)")
+        p.add_argument(
+            "--model",
+            choices=MODELS,
+            default="gpt-oss",
+            help="the source's shape: gpt-oss (default) or deepseek-v4 (SGLang's DeepseekV4ForCausalLM)",
+        )
         p.add_argument("--layers", type=int, default=None, help="default: the model's (2)")
         p.add_argument("--experts", type=int, default=None, help="default: the model's (gpt-oss 32, deepseek-v4 8)")
         p.add_argument("--vocab", type=int, default=None, help="default: 2048")
@@ -536,8 +666,12 @@ def main(argv=None) -> None:
     p_make.add_argument("--engine", default=None, help="moebake convert --engine (e.g. sglang==0.5.17, vllm==0.26.0)")
     for p in (p_run, p_all):
         p.add_argument("--engine", choices=sorted(ENGINES), default="sglang", help="the server to run (default sglang)")
-        p.add_argument("--runs", nargs="+", required=True,
-                       help="stock:BACKEND[::TIMEOUT] or bake:BACKEND:TARGET[:TIMEOUT], e.g. stock:marlin bake:marlin:sm90-marlin")
+        p.add_argument(
+            "--runs",
+            nargs="+",
+            required=True,
+            help="stock:BACKEND[::TIMEOUT] or bake:BACKEND:TARGET[:TIMEOUT], e.g. stock:marlin bake:marlin:sm90-marlin",
+        )
         p.add_argument("--new-tokens", type=int, default=48)
         p.add_argument("--ready-timeout", type=float, default=420)
         p.add_argument("--server-arg", action="append", default=[], help="one more server argument")
@@ -549,8 +683,16 @@ def main(argv=None) -> None:
         return
     if args.command == "all":
         release = _release(ENGINES[args.engine])
-        make(args.dir, args.layers, args.experts, args.vocab, _bakes_of(args.runs),
-             f"{args.engine}=={release}" if release else None, args.convert_arg, args.model)
+        make(
+            args.dir,
+            args.layers,
+            args.experts,
+            args.vocab,
+            _bakes_of(args.runs),
+            f"{args.engine}=={release}" if release else None,
+            args.convert_arg,
+            args.model,
+        )
     run(args.dir, args.runs, args.new_tokens, args.ready_timeout, args.server_arg, args.out, args.log_dir, args.engine)
 
 

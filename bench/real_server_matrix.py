@@ -54,10 +54,24 @@ import real_server  # noqa: E402
 from real_server_phases import WINDOWS, phases, read_events  # noqa: E402
 
 SEQUENCES = {
-    "A": ["bake:fresh", "bake:fresh+kernels", "stock:fresh", "stock:restarted:cold", "bake:restarted:cold",
-          "stock:restarted:warm", "bake:restarted:warm"],
-    "B": ["stock:fresh", "bake:fresh", "bake:fresh+kernels", "bake:restarted:warm", "stock:restarted:warm",
-          "bake:restarted:cold", "stock:restarted:cold"],
+    "A": [
+        "bake:fresh",
+        "bake:fresh+kernels",
+        "stock:fresh",
+        "stock:restarted:cold",
+        "bake:restarted:cold",
+        "stock:restarted:warm",
+        "bake:restarted:warm",
+    ],
+    "B": [
+        "stock:fresh",
+        "bake:fresh",
+        "bake:fresh+kernels",
+        "bake:restarted:warm",
+        "stock:restarted:warm",
+        "bake:restarted:cold",
+        "stock:restarted:cold",
+    ],
 }
 NODES = ("fresh", "restarted", "fresh+kernels")
 PHASES = (*WINDOWS, "kernel_builds")
@@ -100,8 +114,9 @@ def machine() -> dict:
         pass
     smi = shutil.which("nvidia-smi")
     if smi:
-        done = subprocess.run([smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"], capture_output=True, text=True
+        )
         info["gpus"] = [line.strip() for line in done.stdout.splitlines() if line.strip()]
     return info
 
@@ -138,10 +153,15 @@ def moebake(args: list[str], caches: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([real_server.S17_SITE, str(ROOT)]), **real_server.cache_env(caches))
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "moebake", *args], capture_output=True, text=True, env=env, cwd=ROOT)
-    result = {"command": "moebake " + " ".join(args), "rc": done.returncode, "seconds": round(time.monotonic() - start, 3),
-              "output": (done.stdout + done.stderr).strip().splitlines()[-20:]}
-    print(f"   {result['command']}: rc {done.returncode} in {result['seconds']:.1f} s\n     "
-          + "\n     ".join(result["output"]), flush=True)
+    result = {
+        "command": "moebake " + " ".join(args),
+        "rc": done.returncode,
+        "seconds": round(time.monotonic() - start, 3),
+        "output": (done.stdout + done.stderr).strip().splitlines()[-20:],
+    }
+    print(
+        f"   {result['command']}: rc {done.returncode} in {result['seconds']:.1f} s\n     " + "\n     ".join(result["output"]), flush=True
+    )
     return result
 
 
@@ -159,19 +179,34 @@ def run_sequence(args) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     args.log_dir.mkdir(parents=True, exist_ok=True)
     release = real_server._release(real_server.SGLang)
-    real_server.make(directory, args.layers, args.experts, args.vocab, [args.target],
-                     f"sglang=={release}" if release else None, args.convert_arg)
+    real_server.make(
+        directory, args.layers, args.experts, args.vocab, [args.target], f"sglang=={release}" if release else None, args.convert_arg
+    )
     real_server.check_reduced_module("sglang")
-    results = {"meta": {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                        "machine": machine(), "commit": commit(), "command": shlex.join([sys.executable, *sys.argv]),
-                        "sequence": args.sequence if not args.cells else "custom",
-                        "cells": [":".join(cell) for cell in plan], "engine": "sglang", "release": release,
-                        "layers": args.layers, "experts": args.experts, "target": args.target, "backend": args.backend,
-                        "server_args": args.server_arg,
-                        "flashinfer_moe_module": (real_server.reduced_module_of(Path(os.environ["MOEBAKE_FLASHINFER_MOE_SO"]))
-                                                  if os.environ.get("MOEBAKE_FLASHINFER_MOE_SO") else None),
-                        "kernels": []},
-               "runs": []}
+    results = {
+        "meta": {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": machine(),
+            "commit": commit(),
+            "command": shlex.join([sys.executable, *sys.argv]),
+            "sequence": args.sequence if not args.cells else "custom",
+            "cells": [":".join(cell) for cell in plan],
+            "engine": "sglang",
+            "release": release,
+            "layers": args.layers,
+            "experts": args.experts,
+            "target": args.target,
+            "backend": args.backend,
+            "server_args": args.server_arg,
+            "flashinfer_moe_module": (
+                real_server.reduced_module_of(Path(os.environ["MOEBAKE_FLASHINFER_MOE_SO"]))
+                if os.environ.get("MOEBAKE_FLASHINFER_MOE_SO")
+                else None
+            ),
+            "kernels": [],
+        },
+        "runs": [],
+    }
     latest_fresh: dict[str, Path] = {}
     kernels_ready = False
     for order, (path, node, cache) in enumerate(plan, 1):
@@ -189,8 +224,10 @@ def run_sequence(args) -> dict:
         if node == "fresh+kernels" and not kernels_ready:
             harvested = work / f"harvest-{label}"
             shutil.rmtree(harvested, ignore_errors=True)
-            step = {"from": str(latest_fresh["bake"]),
-                    "harvest": moebake(["kernels", "harvest", "--out", str(harvested)], latest_fresh["bake"])}
+            step = {
+                "from": str(latest_fresh["bake"]),
+                "harvest": moebake(["kernels", "harvest", "--out", str(harvested)], latest_fresh["bake"]),
+            }
             add = ["kernels", "add", str(bake_dir), "--from", str(harvested), "--replace"]
             if os.environ.get("MOEBAKE_FLASHINFER_MOE_SO"):
                 add += ["--reduced-module", os.environ["MOEBAKE_FLASHINFER_MOE_SO"]]
@@ -206,21 +243,36 @@ def run_sequence(args) -> dict:
         if node == "fresh+kernels":
             install = moebake(["kernels", "install", str(bake_dir)], caches)
         print(f"== {label}: caches {caches}, page cache {cache}" + (" (dropped)" if dropped else ""), flush=True)
-        record = real_server.run_one(directory, path, args.backend, args.target if path == "bake" else None,
-                                     args.new_tokens, args.ready_timeout, args.server_arg, args.log_dir,
-                                     order=label, engine="sglang", caches=caches)
+        record = real_server.run_one(
+            directory,
+            path,
+            args.backend,
+            args.target if path == "bake" else None,
+            args.new_tokens,
+            args.ready_timeout,
+            args.server_arg,
+            args.log_dir,
+            order=label,
+            engine="sglang",
+            caches=caches,
+        )
         if install is not None:
             record["kernels_uninstall"] = moebake(["kernels", "uninstall", str(bake_dir)], caches)
-        record |= {"sequence": args.sequence if not args.cells else "custom", "node": node, "cache": cache, "page_cache_dropped": dropped,
-                   "kernels_install": install}
+        record |= {
+            "sequence": args.sequence if not args.cells else "custom",
+            "node": node,
+            "cache": cache,
+            "page_cache_dropped": dropped,
+            "kernels_install": install,
+        }
         if record.get("start_wall") is not None and Path(record["log"]).is_file():
             ready_wall = record["start_wall"] + record["ready_seconds"] if record.get("ready_seconds") else None
-            record |= phases(Path(record["log"]).read_text(errors="replace"), record["start_wall"],
-                             read_events(Path(record["jit_events"])), ready_wall)
+            record |= phases(
+                Path(record["log"]).read_text(errors="replace"), record["start_wall"], read_events(Path(record["jit_events"])), ready_wall
+            )
         stock = next((r for r in results["runs"] if r["path"] == "stock" and "outputs" in r), None)
         if stock is not None and "outputs" in record:
-            record["tokens_equal_to_stock"], record["logprobs_equal_to_stock"] = real_server.compare(record["outputs"],
-                                                                                                    stock["outputs"])
+            record["tokens_equal_to_stock"], record["logprobs_equal_to_stock"] = real_server.compare(record["outputs"], stock["outputs"])
             record["stock_order"] = stock["order"]
         results["runs"].append(record)
         if node == "fresh":
@@ -240,8 +292,12 @@ def label(run: dict) -> str:
 
 def _runs(results: list[dict], with_phases: bool = False) -> list[dict]:
     """Every run of ``results``, each with its file's sequence (``A``, ``B`` or ``custom``)."""
-    return [dict(run, sequence=result["meta"]["sequence"]) for result in results for run in result["runs"]
-            if run.get("phases") or not with_phases]
+    return [
+        dict(run, sequence=result["meta"]["sequence"])
+        for result in results
+        for run in result["runs"]
+        if run.get("phases") or not with_phases
+    ]
 
 
 def table(results: list[dict]) -> str:
@@ -254,15 +310,25 @@ def table(results: list[dict]) -> str:
     for run in runs:
         p = run.get("phases") or {}
         install = (run.get("kernels_install") or {}).get("seconds")
-        cells = [label(run), run["path"], run["node"], run["cache"], _f(run.get("ready_seconds")), _f(install),
-                 _f(run.get("load_seconds")), *(_f(p.get(name)) for name in PHASES)]
+        cells = [
+            label(run),
+            run["path"],
+            run["node"],
+            run["cache"],
+            _f(run.get("ready_seconds")),
+            _f(install),
+            _f(run.get("load_seconds")),
+            *(_f(p.get(name)) for name in PHASES),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", *summary(runs)]
     metas = [result["meta"] for result in results]
     for meta in metas:
-        lines.append(f"- sequence {meta['sequence']}: {meta['date']}, {', '.join(meta['machine'].get('gpus', []))}, "
-                     f"{meta['machine'].get('cpus')} cores, commit {meta['commit']}, {meta['layers']} layers x "
-                     f"{meta['experts']} experts, target {meta['target']} ({meta['backend']}); `{meta['command']}`")
+        lines.append(
+            f"- sequence {meta['sequence']}: {meta['date']}, {', '.join(meta['machine'].get('gpus', []))}, "
+            f"{meta['machine'].get('cpus')} cores, commit {meta['commit']}, {meta['layers']} layers x "
+            f"{meta['experts']} experts, target {meta['target']} ({meta['backend']}); `{meta['command']}`"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -277,23 +343,34 @@ def _mean(values: list[float]) -> float | None:
 
 def summary(runs: list[dict]) -> list[str]:
     """The targets' ratios: a fresh node with the bake's kernels (install included) against a restarted node."""
+
     def ready(path, node, cache=None):
-        return _mean([r.get("ready_seconds") for r in runs if r["path"] == path and r["node"] == node
-                      and (cache is None or r["cache"] == cache)])
+        return _mean(
+            [r.get("ready_seconds") for r in runs if r["path"] == path and r["node"] == node and (cache is None or r["cache"] == cache)]
+        )
 
     lines = []
-    kernels = _mean([(r.get("ready_seconds") or 0) + ((r.get("kernels_install") or {}).get("seconds") or 0)
-                     for r in runs if r["node"] == "fresh+kernels" and r.get("ready_seconds")])
+    kernels = _mean(
+        [
+            (r.get("ready_seconds") or 0) + ((r.get("kernels_install") or {}).get("seconds") or 0)
+            for r in runs
+            if r["node"] == "fresh+kernels" and r.get("ready_seconds")
+        ]
+    )
     for cache in ("warm", "cold"):
         restarted = ready("bake", "restarted", cache)
         if kernels and restarted:
-            lines.append(f"- bake, fresh node with its kernels (install included) {kernels:.1f} s vs restarted node "
-                         f"({cache} page cache) {restarted:.1f} s: {kernels / restarted:.2f}x (target 1.2x)")
+            lines.append(
+                f"- bake, fresh node with its kernels (install included) {kernels:.1f} s vs restarted node "
+                f"({cache} page cache) {restarted:.1f} s: {kernels / restarted:.2f}x (target 1.2x)"
+            )
     for path in ("stock", "bake"):
         fresh = ready(path, "fresh")
         if fresh:
-            lines.append(f"- {path}: fresh node {fresh:.1f} s; restarted warm {_f(ready(path, 'restarted', 'warm'))} s, "
-                         f"cold {_f(ready(path, 'restarted', 'cold'))} s")
+            lines.append(
+                f"- {path}: fresh node {fresh:.1f} s; restarted warm {_f(ready(path, 'restarted', 'warm'))} s, "
+                f"cold {_f(ready(path, 'restarted', 'cold'))} s"
+            )
     return lines
 
 
@@ -307,8 +384,10 @@ def plot(results: list[dict], png: Path) -> None:
     colors = dict(zip((*PHASES, "install"), plt.cm.tab10.colors))
     for row, run in enumerate(runs):
         left = 0.0
-        parts = [("install", (run.get("kernels_install") or {}).get("seconds") or 0.0),
-                 *((name, run["phases"].get(name) or 0.0) for name in PHASES)]
+        parts = [
+            ("install", (run.get("kernels_install") or {}).get("seconds") or 0.0),
+            *((name, run["phases"].get(name) or 0.0) for name in PHASES),
+        ]
         for name, seconds in parts:
             axis.barh(row, seconds, left=left, color=colors[name], label=name if row == 0 else None)
             left += seconds
@@ -317,8 +396,9 @@ def plot(results: list[dict], png: Path) -> None:
     axis.invert_yaxis()
     axis.set_xlabel("seconds from process start to ready (kernel install before it)")
     meta = results[0]["meta"]
-    axis.set_title(f"SGLang {meta['release']} time to ready, {meta['layers']} layers x {meta['experts']} experts, "
-                   f"{meta['target']}", fontsize=10)
+    axis.set_title(
+        f"SGLang {meta['release']} time to ready, {meta['layers']} layers x {meta['experts']} experts, {meta['target']}", fontsize=10
+    )
     handles, labels = axis.get_legend_handles_labels()
     axis.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     save(figure, png, 120)

@@ -36,12 +36,14 @@ import time
 from pathlib import Path
 
 LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(\.\d+)?[^\]]*\] (.*)$")
-MARKS = (("imports", re.compile(r"server_args=ServerArgs\("), "first"),
-         ("scheduler_start", re.compile(r"Load weight begin\."), "first"),
-         ("load", re.compile(r"Load weight end\."), "first"),
-         ("post_load", re.compile(r"Capture .* begin\."), "first"),
-         ("cuda_graph_capture", re.compile(r"Capture .* end\."), "last"),
-         ("ready", re.compile(r"The server is fired up and ready to roll!"), "first"))
+MARKS = (
+    ("imports", re.compile(r"server_args=ServerArgs\("), "first"),
+    ("scheduler_start", re.compile(r"Load weight begin\."), "first"),
+    ("load", re.compile(r"Load weight end\."), "first"),
+    ("post_load", re.compile(r"Capture .* begin\."), "first"),
+    ("cuda_graph_capture", re.compile(r"Capture .* end\."), "last"),
+    ("ready", re.compile(r"The server is fired up and ready to roll!"), "first"),
+)
 """(window, the line that ends it, which occurrence): in order."""
 WINDOWS = tuple(name for name, _, _ in MARKS)
 
@@ -120,9 +122,18 @@ def phases(text: str, start: float, events: list[dict] | None = None, ready: flo
         entry["count"] += 1
         entry["seconds"] += event["end"] - event["start"]
     top = sorted(events or [], key=lambda e: e["start"] - e["end"])[:12]
-    return {"phases": {**{k: round(v, 3) for k, v in net.items()}, "kernel_builds": round(inside, 3)},
-            "phases_gross": {k: round(v, 3) for k, v in gross.items()},
-            "kernel_builds_by_kind": {k: {"count": v["count"], "seconds": round(v["seconds"], 3)} for k, v in by_kind.items()},
-            "kernel_builds_top": [{"kind": e.get("kind"), "name": e.get("name"), "seconds": round(e["end"] - e["start"], 3),
-                                   **({"built": e["built"]} if "built" in e else {})} for e in top],
-            "ready_from_log": round(previous - start, 3) if "ready" in windows else None}
+    return {
+        "phases": {**{k: round(v, 3) for k, v in net.items()}, "kernel_builds": round(inside, 3)},
+        "phases_gross": {k: round(v, 3) for k, v in gross.items()},
+        "kernel_builds_by_kind": {k: {"count": v["count"], "seconds": round(v["seconds"], 3)} for k, v in by_kind.items()},
+        "kernel_builds_top": [
+            {
+                "kind": e.get("kind"),
+                "name": e.get("name"),
+                "seconds": round(e["end"] - e["start"], 3),
+                **({"built": e["built"]} if "built" in e else {}),
+            }
+            for e in top
+        ],
+        "ready_from_log": round(previous - start, 3) if "ready" in windows else None,
+    }

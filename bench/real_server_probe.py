@@ -92,9 +92,11 @@ def patch_jit(import_missing: bool = False) -> None:
         elif module_name == "triton.runtime.jit" and hasattr(module, "JITFunction"):
             jit = module.JITFunction
             if hasattr(jit, "_do_compile") and not getattr(jit._do_compile, "_moebake_timed", False):
-                jit._do_compile = _timed("triton", jit._do_compile,
-                                         lambda a, k: getattr(a[0], "__name__", None) or getattr(getattr(a[0], "fn", None),
-                                                                                               "__name__", "?"))
+                jit._do_compile = _timed(
+                    "triton",
+                    jit._do_compile,
+                    lambda a, k: getattr(a[0], "__name__", None) or getattr(getattr(a[0], "fn", None), "__name__", "?"),
+                )
 
 
 def _so_changed(args, before):
@@ -119,10 +121,14 @@ def _measured_load(original, *args, **kwargs):
     start = time.perf_counter()
     result = original(*args, **kwargs)
     torch.cuda.synchronize()
-    record = {"load_model_seconds": time.perf_counter() - start, "allocated_before_gib": before / GIB,
-              "peak_allocated_gib": torch.cuda.max_memory_allocated() / GIB,
-              "peak_reserved_gib": torch.cuda.max_memory_reserved() / GIB,
-              "allocated_after_gib": torch.cuda.memory_allocated() / GIB, "pid": os.getpid()}
+    record = {
+        "load_model_seconds": time.perf_counter() - start,
+        "allocated_before_gib": before / GIB,
+        "peak_allocated_gib": torch.cuda.max_memory_allocated() / GIB,
+        "peak_reserved_gib": torch.cuda.max_memory_reserved() / GIB,
+        "allocated_after_gib": torch.cuda.memory_allocated() / GIB,
+        "pid": os.getpid(),
+    }
     path = os.environ.get("MOEBAKE_REAL_SERVER_PROBE")
     if path:
         with open(path, "a") as out:

@@ -47,11 +47,32 @@ class VLLM:
 
     @staticmethod
     def command(model: Path, backend: str, bake: bool, port: int, extra: list[str]) -> list[str]:
-        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                   "--served-model-name", SERVED_NAME, "--port", str(port), "--host", "127.0.0.1",
-                   "--skip-tokenizer-init", "--attention-backend", "TRITON_ATTN", "--moe-backend", backend,
-                   "--max-model-len", "4096", "--gpu-memory-utilization", "0.5", "--no-enable-prefix-caching",
-                   "--no-enable-flashinfer-autotune", "--seed", "0"]
+        command = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model),
+            "--served-model-name",
+            SERVED_NAME,
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+            "--skip-tokenizer-init",
+            "--attention-backend",
+            "TRITON_ATTN",
+            "--moe-backend",
+            backend,
+            "--max-model-len",
+            "4096",
+            "--gpu-memory-utilization",
+            "0.5",
+            "--no-enable-prefix-caching",
+            "--no-enable-flashinfer-autotune",
+            "--seed",
+            "0",
+        ]
         return command + (["--quantization", "moebake", "--load-format", "moebake"] if bake else []) + extra
 
     @staticmethod
@@ -70,22 +91,37 @@ class VLLM:
     def parse_log(text: str) -> dict:
         """vLLM's own numbers from a server log: the load's seconds and memory (its "Model loading took" line)."""
         match = LOAD_RE.search(text)
-        return {"load_seconds": float(match.group(2)) if match else None,
-                "vllm_load_mem_usage_gib": float(match.group(1)) if match else None}
+        return {
+            "load_seconds": float(match.group(2)) if match else None,
+            "vllm_load_mem_usage_gib": float(match.group(1)) if match else None,
+        }
 
     @staticmethod
     def request(prompt, new_tokens: int) -> dict:
         """A ``/v1/completions`` body for one prompt (a list of token ids) or a batch (a list of them)."""
-        return {"model": SERVED_NAME, "prompt": prompt, "max_tokens": new_tokens, "temperature": 0.0,
-                "ignore_eos": True, "logprobs": 0, "return_token_ids": True, "return_tokens_as_token_ids": True}
+        return {
+            "model": SERVED_NAME,
+            "prompt": prompt,
+            "max_tokens": new_tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+        }
 
     @staticmethod
     def outputs(response: dict) -> list[dict]:
         """Each prompt's output token ids and their logprobs, from a ``/v1/completions`` response, in prompt order."""
         choices = sorted(response["choices"], key=lambda choice: choice["index"])
-        return [{"output_ids": choice["token_ids"], "logprobs": choice["logprobs"]["token_logprobs"],
-                 "logprob_ids": [int(token.removeprefix("token_id:")) for token in choice["logprobs"]["tokens"]]}
-                for choice in choices]
+        return [
+            {
+                "output_ids": choice["token_ids"],
+                "logprobs": choice["logprobs"]["token_logprobs"],
+                "logprob_ids": [int(token.removeprefix("token_id:")) for token in choice["logprobs"]["tokens"]],
+            }
+            for choice in choices
+        ]
 
     @classmethod
     def ask(cls, port: int, prompts: list[list[int]], new_tokens: int, post) -> tuple[list, list, list]:

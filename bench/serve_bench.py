@@ -49,8 +49,9 @@ def make_checkpoints(workdir: Path, args) -> tuple[Path, Path, dict]:
     timings = {}
     if not (source / "config.json").is_file():
         start = time.perf_counter()
-        write_gpt_oss(source, num_layers=args.layers, num_experts=args.experts, hidden=args.hidden,
-                      intermediate=args.intermediate, vocab=64)
+        write_gpt_oss(
+            source, num_layers=args.layers, num_experts=args.experts, hidden=args.hidden, intermediate=args.intermediate, vocab=64
+        )
         timings["synthesize_s"] = time.perf_counter() - start
     if not (baked / "moebake.json").is_file():
         start = time.perf_counter()
@@ -83,8 +84,7 @@ def measure_ready(load, repeats: int) -> dict:
         peaks.append(torch.cuda.max_memory_allocated() - base)
         resident.append(torch.cuda.memory_allocated() - base)
         del kept
-    return {"seconds": statistics.median(seconds), "all_seconds": seconds,
-            "peak_bytes": max(peaks), "resident_bytes": max(resident)}
+    return {"seconds": statistics.median(seconds), "all_seconds": seconds, "peak_bytes": max(peaks), "resident_bytes": max(resident)}
 
 
 def bench_forward(experts, prepared: dict, swiglu_limit: float, args) -> list[dict]:
@@ -97,10 +97,15 @@ def bench_forward(experts, prepared: dict, swiglu_limit: float, args) -> list[di
     cutlass_fused_moe = sm90_moe_ops().cutlass_fused_moe
     p = experts.parameters()
     direct_args = dict(
-        fc1_expert_weights=p["w13_weight"], fc2_expert_weights=p["w2_weight"], output_dtype=torch.bfloat16,
+        fc1_expert_weights=p["w13_weight"],
+        fc2_expert_weights=p["w2_weight"],
+        output_dtype=torch.bfloat16,
         quant_scales=[p["w13_weight_scale"].view(torch.int32), p["w2_weight_scale"].view(torch.int32)],
-        fc1_expert_biases=p["w13_weight_bias"], fc2_expert_biases=p["w2_weight_bias"],
-        swiglu_alpha=experts.swiglu_alpha, swiglu_beta=experts.swiglu_beta, swiglu_limit=experts.swiglu_limit,
+        fc1_expert_biases=p["w13_weight_bias"],
+        fc2_expert_biases=p["w2_weight_bias"],
+        swiglu_alpha=experts.swiglu_alpha,
+        swiglu_beta=experts.swiglu_beta,
+        swiglu_limit=experts.swiglu_limit,
         use_w4_group_scaling=True,
     )
     swiglu = sglang_baseline.gpt_oss_swiglu(experts.num_experts, swiglu_limit, "cuda")
@@ -134,14 +139,25 @@ def bench_forward(experts, prepared: dict, swiglu_limit: float, args) -> list[di
         ours = experts.forward(x, ids, weights)
         theirs = sglang_baseline.sglang_moe_forward(prepared, swiglu, x, ids, weights)
         same = torch.equal(ours, out[:, : experts.hidden]) and torch.equal(ours, theirs)
-        row = {"tokens": tokens, "moebake_ms": ms["moebake"], "sglang_ms": ms["sglang"], "direct_ms": ms["direct"],
-               "ratio": ms["moebake"] / ms["direct"], "ratio_sglang": ms["moebake"] / ms["sglang"],
-               "iterations": iterations, "outputs_equal": same}
+        row = {
+            "tokens": tokens,
+            "moebake_ms": ms["moebake"],
+            "sglang_ms": ms["sglang"],
+            "direct_ms": ms["direct"],
+            "ratio": ms["moebake"] / ms["direct"],
+            "ratio_sglang": ms["moebake"] / ms["sglang"],
+            "iterations": iterations,
+            "outputs_equal": same,
+        }
         if graphs:
             same_graph = torch.equal(step.replay(), ours)
-            row.update(decode_graph_ms=ms["decode_graph"], direct_graph_ms=ms["direct_graph"],
-                       ratio_graph=ms["decode_graph"] / ms["direct_graph"], ratio_graph_vs_direct=ms["decode_graph"] / ms["direct"],
-                       outputs_equal=same and same_graph)
+            row.update(
+                decode_graph_ms=ms["decode_graph"],
+                direct_graph_ms=ms["direct_graph"],
+                ratio_graph=ms["decode_graph"] / ms["direct_graph"],
+                ratio_graph_vs_direct=ms["decode_graph"] / ms["direct"],
+                outputs_equal=same and same_graph,
+            )
         rows.append(row)
     return rows
 
@@ -149,24 +165,35 @@ def bench_forward(experts, prepared: dict, swiglu_limit: float, args) -> list[di
 def require_sm90_gpu() -> None:
     """SystemExit (one line) unless a CUDA SM90 GPU is here: everything but ``--plot-only`` times GPU work."""
     if not torch.cuda.is_available():
-        raise SystemExit("serve_bench.py times GPU work: it needs a CUDA SM90 GPU (H100/H200) and FlashInfer; "
-                         "without one, only --plot-only runs")
+        raise SystemExit(
+            "serve_bench.py times GPU work: it needs a CUDA SM90 GPU (H100/H200) and FlashInfer; without one, only --plot-only runs"
+        )
     capability = torch.cuda.get_device_capability()
     if capability != (9, 0):
-        raise SystemExit(f"serve_bench.py benchmarks the sm90-cutlass target: it needs an SM90 GPU, "
-                         f"not {torch.cuda.get_device_name()} (SM{capability[0]}{capability[1]})")
+        raise SystemExit(
+            f"serve_bench.py benchmarks the sm90-cutlass target: it needs an SM90 GPU, "
+            f"not {torch.cuda.get_device_name()} (SM{capability[0]}{capability[1]})"
+        )
 
 
 def layer_shape(checkpoint, top_k: int) -> dict:
     """The benchmarked shape: the bake's MoE layer count and its first layer's dims (as baked, and padded)."""
     layers = checkpoint.manifest.layers
     record = layers[0]
-    return {"layers": len(layers), "experts": record.experts, "hidden": record.hidden, "hidden_padded": record.hidden_padded,
-            "intermediate": record.intermediate, "intermediate_padded": record.intermediate_padded, "top_k": top_k}
+    return {
+        "layers": len(layers),
+        "experts": record.experts,
+        "hidden": record.hidden,
+        "hidden_padded": record.hidden_padded,
+        "intermediate": record.intermediate,
+        "intermediate_padded": record.intermediate_padded,
+        "top_k": top_k,
+    }
 
 
 def run(args) -> dict:
     import moebake.serve
+
     sglang_baseline = oracle()
     from moebake.serve.flashinfer_ops import sm90_moe_ops
 
@@ -228,15 +255,26 @@ def table(results: dict) -> str:
         "| outputs equal |",
         "|---|---|---|---|---|---|---|",
     ]
-    lines += [f"| {r['tokens']} | {r['moebake_ms']:.3f} | {r['sglang_ms']:.3f} | {r['direct_ms']:.3f} | {r['ratio_sglang']:.3f} | "
-              f"{r['ratio']:.3f} | {r['outputs_equal']} |" for r in results["forward"]]
+    lines += [
+        f"| {r['tokens']} | {r['moebake_ms']:.3f} | {r['sglang_ms']:.3f} | {r['direct_ms']:.3f} | {r['ratio_sglang']:.3f} | "
+        f"{r['ratio']:.3f} | {r['outputs_equal']} |"
+        for r in results["forward"]
+    ]
     graphed = [r for r in results["forward"] if "decode_graph_ms" in r]
     if graphed:
-        lines += ["", "Decode step (persistent buffers at the padded width, replayed from a CUDA graph) vs the bare kernel:",
-                  "", "| tokens | decode step, graph (ms) | bare kernel, graph (ms) | bare kernel, eager (ms) "
-                  "| step / bare graph | step / bare eager |", "|---|---|---|---|---|---|"]
-        lines += [f"| {r['tokens']} | {r['decode_graph_ms']:.4f} | {r['direct_graph_ms']:.4f} | {r['direct_ms']:.4f} | "
-                  f"{r['ratio_graph']:.3f} | {r['ratio_graph_vs_direct']:.3f} |" for r in graphed]
+        lines += [
+            "",
+            "Decode step (persistent buffers at the padded width, replayed from a CUDA graph) vs the bare kernel:",
+            "",
+            "| tokens | decode step, graph (ms) | bare kernel, graph (ms) | bare kernel, eager (ms) "
+            "| step / bare graph | step / bare eager |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['tokens']} | {r['decode_graph_ms']:.4f} | {r['direct_graph_ms']:.4f} | {r['direct_ms']:.4f} | "
+            f"{r['ratio_graph']:.3f} | {r['ratio_graph_vs_direct']:.3f} |"
+            for r in graphed
+        ]
     return "\n".join(lines)
 
 
@@ -278,8 +316,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--top-k", type=int, default=4)
     parser.add_argument("--tokens", type=lambda s: [int(t) for t in s.split(",")], default=[1, 64, 1024, 8192])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--graph-max-tokens", type=int, default=256,
-                        help="token counts up to this also time the decode step and the bare kernel in CUDA graphs")
+    parser.add_argument(
+        "--graph-max-tokens",
+        type=int,
+        default=256,
+        help="token counts up to this also time the decode step and the bare kernel in CUDA graphs",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--png", type=Path)
     parser.add_argument("--plot-only", type=Path, help="redraw --png (and print the table) from a saved JSON")

@@ -56,8 +56,10 @@ def run(args) -> dict:
     import torch
 
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        raise SystemExit("sm90_paths_bench.py times GPU work: it needs an SM90 GPU (H100/H200) with SGLang 0.5.23 and "
-                         "FlashInfer; without one, only --plot-only runs")
+        raise SystemExit(
+            "sm90_paths_bench.py times GPU work: it needs an SM90 GPU (H100/H200) with SGLang 0.5.23 and "
+            "FlashInfer; without one, only --plot-only runs"
+        )
     from moebake.convert.options import ConvertOptions
     from moebake.convert.run import convert
     from moebake.serve.flashinfer_build import ensure_flashinfer_sm90_moe
@@ -66,8 +68,9 @@ def run(args) -> dict:
     ensure_flashinfer_sm90_moe()
     harness, oracle = _harness(args.experts)
     root = Path(tempfile.mkdtemp(prefix="sm90-paths-bench-"))
-    source = write_gpt_oss(root / "src", num_layers=1, vocab=64, seed=3, num_experts=args.experts,
-                           hidden=args.hidden, intermediate=args.intermediate)
+    source = write_gpt_oss(
+        root / "src", num_layers=1, vocab=64, seed=3, num_experts=args.experts, hidden=args.hidden, intermediate=args.intermediate
+    )
     g = torch.Generator(device="cuda").manual_seed(0)
     inputs = {}
     for tokens in args.tokens:
@@ -87,24 +90,41 @@ def run(args) -> dict:
         del layer
         torch.cuda.empty_cache()
     rows = [{"tokens": t, "ms": {target: ms[target, t] for target in args.targets}} for t in args.tokens]
-    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "targets": list(args.targets),
-            "shape": {"experts": args.experts, "hidden": args.hidden, "intermediate": args.intermediate, "top_k": args.top_k},
-            "iters": args.iters, "warmup": args.warmup, "rows": rows}
+    return {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "targets": list(args.targets),
+        "shape": {"experts": args.experts, "hidden": args.hidden, "intermediate": args.intermediate, "top_k": args.top_k},
+        "iters": args.iters,
+        "warmup": args.warmup,
+        "rows": rows,
+    }
 
 
 def table(results: dict) -> str:
     s, targets = results["shape"], results["targets"]
     others = [t for t in targets if t != BASELINE]
-    lines = [f"{results['device']}, torch {results['torch']}; SGLang 0.5.23 plugin layers, E={s['experts']}, "
-             f"H={s['hidden']}, I={s['intermediate']}, top-{s['top_k']}; eager quant_method.apply, median of {results['iters']}",
-             "", "| tokens | " + " | ".join(f"{PATHS[t]} (ms)" for t in targets) + " | "
-             + " | ".join(f"{PATHS[t]} / W4A16" for t in others) + " | fastest |",
-             "|---" * (2 + len(targets) + len(others)) + "|"]
+    lines = [
+        f"{results['device']}, torch {results['torch']}; SGLang 0.5.23 plugin layers, E={s['experts']}, "
+        f"H={s['hidden']}, I={s['intermediate']}, top-{s['top_k']}; eager quant_method.apply, median of {results['iters']}",
+        "",
+        "| tokens | "
+        + " | ".join(f"{PATHS[t]} (ms)" for t in targets)
+        + " | "
+        + " | ".join(f"{PATHS[t]} / W4A16" for t in others)
+        + " | fastest |",
+        "|---" * (2 + len(targets) + len(others)) + "|",
+    ]
     for r in results["rows"]:
         times = r["ms"]
         fastest = PATHS[min(times, key=times.get)]
-        lines.append(f"| {r['tokens']} | " + " | ".join(f"{times[t]:.3f}" for t in targets) + " | "
-                     + " | ".join(f"{times[t] / times[BASELINE]:.2f}" for t in others) + f" | {fastest} |")
+        lines.append(
+            f"| {r['tokens']} | "
+            + " | ".join(f"{times[t]:.3f}" for t in targets)
+            + " | "
+            + " | ".join(f"{times[t] / times[BASELINE]:.2f}" for t in others)
+            + f" | {fastest} |"
+        )
     return "\n".join(lines)
 
 
@@ -131,8 +151,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--intermediate", type=int, default=2880)
     parser.add_argument("--top-k", type=int, default=4)
     parser.add_argument("--tokens", type=lambda s: [int(t) for t in s.split(",")], default=[1, 8, 64, 1024, 8192])
-    parser.add_argument("--targets", type=lambda s: s.split(","), default=list(PATHS),
-                        help=f"comma-separated, from {', '.join(PATHS)} ({BASELINE} is always timed: the baseline)")
+    parser.add_argument(
+        "--targets",
+        type=lambda s: s.split(","),
+        default=list(PATHS),
+        help=f"comma-separated, from {', '.join(PATHS)} ({BASELINE} is always timed: the baseline)",
+    )
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--json", type=Path)

@@ -90,18 +90,19 @@ import startup_presharded
 import startup_report
 from startup_report import PATHS, plot
 
-MODELS = {"gpt-oss-20b": {"layers": 24, "experts": 32, "shapes": "gpt-oss"},
-          "gpt-oss-120b": {"layers": 36, "experts": 128, "shapes": "gpt-oss"},
-          "deepseek-v4-flash": {"layers": 43, "experts": 256, "shapes": "deepseek-v4-flash"},
-          "tiny": {"layers": 2, "experts": 4, "shapes": "tiny"}}
-SHAPES = {"gpt-oss": {"hidden": 2880, "intermediate": 2880, "heads": 64, "kv_heads": 8, "head_dim": 64,
-                      "vocab": 201088, "top_k": 4},
-          # DeepSeek-V4-Flash's experts (config.json: hidden 4096, moe_intermediate 2048, 256 routed, top-6) and
-          # vocabulary; attention of GPT-OSS's kind at that width (its MLA tensors differ, and weigh little)
-          "deepseek-v4-flash": {"hidden": 4096, "intermediate": 2048, "heads": 64, "kv_heads": 8, "head_dim": 64,
-                                "vocab": 129280, "top_k": 6},
-          "tiny": {"hidden": 256, "intermediate": 128, "heads": 4, "kv_heads": 2, "head_dim": 32, "vocab": 64,
-                   "top_k": 2}}
+MODELS = {
+    "gpt-oss-20b": {"layers": 24, "experts": 32, "shapes": "gpt-oss"},
+    "gpt-oss-120b": {"layers": 36, "experts": 128, "shapes": "gpt-oss"},
+    "deepseek-v4-flash": {"layers": 43, "experts": 256, "shapes": "deepseek-v4-flash"},
+    "tiny": {"layers": 2, "experts": 4, "shapes": "tiny"},
+}
+SHAPES = {
+    "gpt-oss": {"hidden": 2880, "intermediate": 2880, "heads": 64, "kv_heads": 8, "head_dim": 64, "vocab": 201088, "top_k": 4},
+    # DeepSeek-V4-Flash's experts (config.json: hidden 4096, moe_intermediate 2048, 256 routed, top-6) and
+    # vocabulary; attention of GPT-OSS's kind at that width (its MLA tensors differ, and weigh little)
+    "deepseek-v4-flash": {"hidden": 4096, "intermediate": 2048, "heads": 64, "kv_heads": 8, "head_dim": 64, "vocab": 129280, "top_k": 6},
+    "tiny": {"hidden": 256, "intermediate": 128, "heads": 4, "kv_heads": 2, "head_dim": 32, "vocab": 64, "top_k": 2},
+}
 GIB = 2**30
 PHASE_SHARES = ("_reads", "_ring", "_batches")  # parts of another phase (iterate_reads of iterate ...), or beside the
 # clock's phases (pin_ring): not added
@@ -133,19 +134,27 @@ def write_source(path: Path, model: str, layers: int) -> Path:
     weight_map, total = {}, 0
     for i in range(layers):
         p, x = f"model.layers.{i}.", f"model.layers.{i}.mlp.experts."
-        tensors = {p + "input_layernorm.weight": torch.ones(H), p + "post_attention_layernorm.weight": torch.ones(H),
-                   p + "self_attn.q_proj.weight": bf16(i, q, H), p + "self_attn.q_proj.bias": bf16(i, q),
-                   p + "self_attn.k_proj.weight": bf16(i, kv, H), p + "self_attn.k_proj.bias": bf16(i, kv),
-                   p + "self_attn.v_proj.weight": bf16(i, kv, H), p + "self_attn.v_proj.bias": bf16(i, kv),
-                   p + "self_attn.o_proj.weight": bf16(i, H, q), p + "self_attn.o_proj.bias": bf16(i, H),
-                   p + "self_attn.sinks": bf16(i, s["heads"]), p + "mlp.router.weight": bf16(i, experts, H),
-                   p + "mlp.router.bias": bf16(i, experts),
-                   x + "gate_up_proj_blocks": u8(i, 0, 256, experts, 2 * I, H // 32, 16),
-                   x + "gate_up_proj_scales": u8(i, 118, 123, experts, 2 * I, H // 32),
-                   x + "gate_up_proj_bias": bf16(i, experts, 2 * I),
-                   x + "down_proj_blocks": u8(i, 0, 256, experts, H, I // 32, 16),
-                   x + "down_proj_scales": u8(i, 118, 123, experts, H, I // 32),
-                   x + "down_proj_bias": bf16(i, experts, H)}
+        tensors = {
+            p + "input_layernorm.weight": torch.ones(H),
+            p + "post_attention_layernorm.weight": torch.ones(H),
+            p + "self_attn.q_proj.weight": bf16(i, q, H),
+            p + "self_attn.q_proj.bias": bf16(i, q),
+            p + "self_attn.k_proj.weight": bf16(i, kv, H),
+            p + "self_attn.k_proj.bias": bf16(i, kv),
+            p + "self_attn.v_proj.weight": bf16(i, kv, H),
+            p + "self_attn.v_proj.bias": bf16(i, kv),
+            p + "self_attn.o_proj.weight": bf16(i, H, q),
+            p + "self_attn.o_proj.bias": bf16(i, H),
+            p + "self_attn.sinks": bf16(i, s["heads"]),
+            p + "mlp.router.weight": bf16(i, experts, H),
+            p + "mlp.router.bias": bf16(i, experts),
+            x + "gate_up_proj_blocks": u8(i, 0, 256, experts, 2 * I, H // 32, 16),
+            x + "gate_up_proj_scales": u8(i, 118, 123, experts, 2 * I, H // 32),
+            x + "gate_up_proj_bias": bf16(i, experts, 2 * I),
+            x + "down_proj_blocks": u8(i, 0, 256, experts, H, I // 32, 16),
+            x + "down_proj_scales": u8(i, 118, 123, experts, H, I // 32),
+            x + "down_proj_bias": bf16(i, experts, H),
+        }
         if i == 0:
             tensors["model.embed_tokens.weight"] = bf16(10_001, s["vocab"], H)
         if i == layers - 1:
@@ -156,14 +165,27 @@ def write_source(path: Path, model: str, layers: int) -> Path:
         weight_map.update(dict.fromkeys(tensors, name))
         total += sum(t.numel() * t.element_size() for t in tensors.values())
         print(f"make: {path.name} layer {i + 1}/{layers}", flush=True)
-    (path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
-                                                                   "weight_map": weight_map}, indent=1))
-    config = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": H,
-              "intermediate_size": I, "head_dim": s["head_dim"], "num_attention_heads": s["heads"],
-              "num_key_value_heads": s["kv_heads"], "num_hidden_layers": layers, "num_local_experts": experts,
-              "num_experts_per_tok": s["top_k"], "experts_per_token": s["top_k"], "hidden_act": "silu", "swiglu_limit": 7.0,
-              "vocab_size": s["vocab"], "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
-                  "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}}
+    (path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
+    config = {
+        "architectures": ["GptOssForCausalLM"],
+        "model_type": "gpt_oss",
+        "hidden_size": H,
+        "intermediate_size": I,
+        "head_dim": s["head_dim"],
+        "num_attention_heads": s["heads"],
+        "num_key_value_heads": s["kv_heads"],
+        "num_hidden_layers": layers,
+        "num_local_experts": experts,
+        "num_experts_per_tok": s["top_k"],
+        "experts_per_token": s["top_k"],
+        "hidden_act": "silu",
+        "swiglu_limit": 7.0,
+        "vocab_size": s["vocab"],
+        "quantization_config": {
+            "quant_method": "mxfp4",
+            "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"],
+        },
+    }
     (path / "config.json").write_text(json.dumps(config, indent=2))
     return path
 
@@ -178,8 +200,7 @@ def make(directory: Path, model: str, layers: int) -> None:
         write_source(source, model, layers)
     if not (out / "moebake.json").is_file():
         convert(source, out, ConvertOptions("sm90-cutlass"), progress=False)
-    (directory / "model.json").write_text(json.dumps({"model": model, "layers": layers,
-                                                      "experts": MODELS[model]["experts"]}))
+    (directory / "model.json").write_text(json.dumps({"model": model, "layers": layers, "experts": MODELS[model]["experts"]}))
 
 
 # ------------------------------------------------------------------------------------------ one rank
@@ -202,8 +223,7 @@ def _rss_gib() -> dict:
     return _proc_gib(Path("/proc/self/status"), {"VmRSS": "rss", "RssAnon": "anon", "RssFile": "file", "VmHWM": "peak"})
 
 
-MEMINFO_FIELDS = {"MemFree": "free", "Cached": "cached", "Dirty": "dirty", "Writeback": "writeback",
-                  "AnonHugePages": "anon_huge"}
+MEMINFO_FIELDS = {"MemFree": "free", "Cached": "cached", "Dirty": "dirty", "Writeback": "writeback", "AnonHugePages": "anon_huge"}
 """The host's memory state a rank records before its first byte (``/proc/meminfo`` field -> its key): how much the
 page cache holds, and what it still has to write back (a make's files), which a warm load competes with."""
 
@@ -234,17 +254,19 @@ def _sglang_world(ep: int, rank: int, device: str):
     import sglang.srt.model_loader.loader  # noqa: F401
     import sglang.srt.model_loader.weight_utils  # noqa: F401
     import sglang.srt.models.gpt_oss  # noqa: F401
+
     # No NCCL communicators: loading needs no GPU collective, and ranks that share a GPU (simulated nodes, dumps of
     # more ranks than GPUs) cannot each open one on it ("NCCL error: invalid usage").
     stack = ExitStack()
     original_group = parallel_state.init_model_parallel_group
-    stack.enter_context(mock.patch.object(parallel_state, "init_model_parallel_group",
-                                          lambda *a, **k: original_group(*a, **{**k, "use_pynccl": False})))
+    stack.enter_context(
+        mock.patch.object(parallel_state, "init_model_parallel_group", lambda *a, **k: original_group(*a, **{**k, "use_pynccl": False}))
+    )
     if parallel_state._WORLD is None:  # local rank = this process's GPU (ranks may share one), not its world rank
-        parallel_state.init_distributed_environment(world_size=ep, rank=rank, backend="gloo",
-                                                    local_rank=int(device.split(":")[1]) if ":" in device else 0)
-    stack.enter_context(sglang_oracle.sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90", ep=ep, rank=rank,
-                                                    role="bench"))
+        parallel_state.init_distributed_environment(
+            world_size=ep, rank=rank, backend="gloo", local_rank=int(device.split(":")[1]) if ":" in device else 0
+        )
+    stack.enter_context(sglang_oracle.sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90", ep=ep, rank=rank, role="bench"))
     stack.enter_context(mock.patch.object(mxfp4, "_FI_HAS_SM90_CUTLASS_MXFP4", True))
     if device.startswith("cuda"):
         from moebake.serve.flashinfer_ops import sm90_moe_ops
@@ -293,11 +315,23 @@ def _build_model(config: dict, quant_config, others: dict):
     model.add_module("layers", torch.nn.ModuleList())
     for i in range(config["num_hidden_layers"]):
         block, mlp = torch.nn.Module(), torch.nn.Module()
-        mlp.add_module("experts", FusedMoE(
-            num_experts=config["num_local_experts"], top_k=config["num_experts_per_tok"], layer_id=i,
-            hidden_size=config["hidden_size"], intermediate_size=config["intermediate_size"], quant_config=quant_config,
-            activation=config["hidden_act"], gemm1_alpha=SWIGLU_ALPHA, gemm1_clamp_limit=config["swiglu_limit"], with_bias=True,
-            prefix=f"model.layers.{i}.mlp.experts", use_weight_loader_fused=quant_config.get_name() != "mxfp4"))
+        mlp.add_module(
+            "experts",
+            FusedMoE(
+                num_experts=config["num_local_experts"],
+                top_k=config["num_experts_per_tok"],
+                layer_id=i,
+                hidden_size=config["hidden_size"],
+                intermediate_size=config["intermediate_size"],
+                quant_config=quant_config,
+                activation=config["hidden_act"],
+                gemm1_alpha=SWIGLU_ALPHA,
+                gemm1_clamp_limit=config["swiglu_limit"],
+                with_bias=True,
+                prefix=f"model.layers.{i}.mlp.experts",
+                use_weight_loader_fused=quant_config.get_name() != "mxfp4",
+            ),
+        )
         block.add_module("mlp", mlp)
         model.layers.append(block)
     for name, (shape, dtype) in others.items():
@@ -349,8 +383,7 @@ def _load_from_checkpoint(path: str, root, quant, files: list[str], directory: P
 
     params = dict(root.named_parameters())
     # SGLang's default iterator, as its loader module binds it (for a bake, the plugin's wrapper: shard_iterator)
-    weights = loader.buffered_multi_thread_safetensors_weights_iterator(
-        files, max_workers=loader.DefaultModelLoader.DEFAULT_NUM_THREADS)
+    weights = loader.buffered_multi_thread_safetensors_weights_iterator(files, max_workers=loader.DefaultModelLoader.DEFAULT_NUM_THREADS)
     requested = 0
 
     def load(name, tensor):
@@ -379,7 +412,7 @@ def _load_from_checkpoint(path: str, root, quant, files: list[str], directory: P
             held.clear()  # SGLang drops its held views once they are loaded
         else:  # as its generic load_weights: every tensor in the iterator's order (the post-load step replaces no parameter)
             direct = _direct_loader(root, quant, directory, device)
-            for name, tensor in (direct.filter(weights) if direct else weights):
+            for name, tensor in direct.filter(weights) if direct else weights:
                 if ".experts" in name:
                     params[name].weight_loader(params[name], tensor)  # the plugin's loader: metadata only
                 else:
@@ -403,9 +436,14 @@ def _load_from_checkpoint(path: str, root, quant, files: list[str], directory: P
     if stop is not None:
         found = stop()
         if found:
-            phases["readahead"] = {"seconds": found[0].seconds, "bytes": found[0].bytes,
-                                   "planned_bytes": found[0].planned_bytes, "skipped_bytes": found[0].skipped_bytes,
-                                   "max_ahead": found[0].max_ahead, "error": found[0].error}
+            phases["readahead"] = {
+                "seconds": found[0].seconds,
+                "bytes": found[0].bytes,
+                "planned_bytes": found[0].planned_bytes,
+                "skipped_bytes": found[0].skipped_bytes,
+                "max_ahead": found[0].max_ahead,
+                "error": found[0].error,
+            }
     if device.startswith("cuda"):
         with _timed(phases, "sync"):
             torch.cuda.synchronize()
@@ -486,13 +524,22 @@ def load_rank(path: str, directory: Path, ep: int, rank: int, device: str) -> di
             startup_presharded.record_dump(directory.parent, ep, dump)
     layers = _moe_layers(root)
     moe = {id(p) for layer in layers for p in layer.parameters()}
-    return {**result, "seconds": seconds, "phases": phases, "layer0_xxh3": _digest(layers[0].named_parameters()),
-            "others_xxh3": _digest((n, p) for n, p in root.named_parameters() if id(p) not in moe),
-            "peak_host_rss_gib": rss_after["peak"],
-            "rss_before_load_gib": rss_before.get("rss", 0.0), "rss_anon_after_gib": rss_after.get("anon", 0.0),
-            "rss_file_after_gib": rss_after.get("file", 0.0), "host_memory_before_load_gib": host_before,
-            "bytes_read": bytes_read, "bytes_requested": requested,
-            "peak_gpu_extra_gib": (peak - resident) / GIB, "resident_gib": resident / GIB}
+    return {
+        **result,
+        "seconds": seconds,
+        "phases": phases,
+        "layer0_xxh3": _digest(layers[0].named_parameters()),
+        "others_xxh3": _digest((n, p) for n, p in root.named_parameters() if id(p) not in moe),
+        "peak_host_rss_gib": rss_after["peak"],
+        "rss_before_load_gib": rss_before.get("rss", 0.0),
+        "rss_anon_after_gib": rss_after.get("anon", 0.0),
+        "rss_file_after_gib": rss_after.get("file", 0.0),
+        "host_memory_before_load_gib": host_before,
+        "bytes_read": bytes_read,
+        "bytes_requested": requested,
+        "peak_gpu_extra_gib": (peak - resident) / GIB,
+        "resident_gib": resident / GIB,
+    }
 
 
 def _digest(named_parameters) -> str:
@@ -505,7 +552,7 @@ def _digest(named_parameters) -> str:
         digest.update(name.encode())
         flat = parameter.data.contiguous().view(-1).view(torch.uint8)
         for start in range(0, flat.numel(), 64 << 20):
-            digest.update(flat[start:start + (64 << 20)].cpu().numpy())
+            digest.update(flat[start : start + (64 << 20)].cpu().numpy())
     return digest.hexdigest()
 
 
@@ -623,8 +670,13 @@ def run_all(args) -> None:
                     _ensure_dump(args, directory, ep, record)
                 startup_limits.drop_page_cache(directory) if cache == "cold" else _read_into_cache(_files_of(path, directory, ep))
                 ranks = _spawn(args, path, ep, directory, readahead=readahead)
-                record({**_ranks_record(path, ep, 1, ep, cache, [ranks]), **_readahead_field(readahead),
-                        "limit_seconds": startup_limits.limit_seconds(rank_bytes(directory, ep), ep, cache, limits)})
+                record(
+                    {
+                        **_ranks_record(path, ep, 1, ep, cache, [ranks]),
+                        **_readahead_field(readahead),
+                        "limit_seconds": startup_limits.limit_seconds(rank_bytes(directory, ep), ep, cache, limits),
+                    }
+                )
         if args.drop_dumps:
             startup_presharded.drop_dump(directory, ep)  # --drop-dumps: the disk holds one at a time
     for nodes in args.nodes:
@@ -635,11 +687,18 @@ def run_all(args) -> None:
             if path == "presharded":
                 _ensure_dump(args, directory, ep, record)
             ranks = _spawn(args, path, ep, directory, readahead=readahead, gpus_per_node=g)
-            per_node = [ranks[node * g:node * g + g] for node in range(nodes)]
-            record({**_ranks_record(path, ep, nodes, g, "cold", per_node), **_readahead_field(readahead),
+            per_node = [ranks[node * g : node * g + g] for node in range(nodes)]
+            record(
+                {
+                    **_ranks_record(path, ep, nodes, g, "cold", per_node),
+                    **_readahead_field(readahead),
                     "node_bytes_needed": needed,
-                    "limit_seconds": max(needed / (limits["disk_gbps"] * 1e9),
-                                         rank_bytes(directory, ep) / (limits.get("h2d_pinned_gbps", float("inf")) * 1e9))})
+                    "limit_seconds": max(
+                        needed / (limits["disk_gbps"] * 1e9),
+                        rank_bytes(directory, ep) / (limits.get("h2d_pinned_gbps", float("inf")) * 1e9),
+                    ),
+                }
+            )
         if args.drop_dumps:
             startup_presharded.drop_dump(directory, ep)  # --drop-dumps: the disk holds one at a time
     if differ:
@@ -664,32 +723,46 @@ def _ranks_record(path: str, ep: int, nodes: int, gpus_per_node: int, cache: str
     """One run's record from its ranks' results, node by node (``per_node[n]``: node n's ranks, in rank order)."""
     ranks = [r for node in per_node for r in node]
     slowest = max(ranks, key=lambda r: r["seconds"])
-    return {"path": path, "ep": ep, "nodes": nodes, "gpus_per_node": gpus_per_node, "cache": cache,
-            "seconds": max(r["seconds"] for r in ranks),
-            "node_seconds": [max(r["seconds"] for r in node) for node in per_node],
-            "node_bytes_read": [sum(r["bytes_read"] for r in node) for node in per_node],
-            "layer0_xxh3": [r["layer0_xxh3"] for r in ranks], "others_xxh3": [r["others_xxh3"] for r in ranks],
-            "bytes_read": sum(r["bytes_read"] for r in ranks), "bytes_requested": sum(r["bytes_requested"] for r in ranks),
-            "peak_gpu_extra_gib": max(r["peak_gpu_extra_gib"] for r in ranks),
-            "resident_gib": max(r["resident_gib"] for r in ranks),
-            "peak_host_rss_gib": max(r["peak_host_rss_gib"] for r in ranks),
-            **{key: max(r[key] for r in ranks) for key in ("rss_before_load_gib", "rss_anon_after_gib", "rss_file_after_gib")},
-            **({"phases": slowest["phases"]} if "phases" in slowest else {}),
-            "host_memory_before_load_gib": slowest["host_memory_before_load_gib"],
-            **({"readahead": slowest["readahead"]} if "readahead" in slowest else {})}
+    return {
+        "path": path,
+        "ep": ep,
+        "nodes": nodes,
+        "gpus_per_node": gpus_per_node,
+        "cache": cache,
+        "seconds": max(r["seconds"] for r in ranks),
+        "node_seconds": [max(r["seconds"] for r in node) for node in per_node],
+        "node_bytes_read": [sum(r["bytes_read"] for r in node) for node in per_node],
+        "layer0_xxh3": [r["layer0_xxh3"] for r in ranks],
+        "others_xxh3": [r["others_xxh3"] for r in ranks],
+        "bytes_read": sum(r["bytes_read"] for r in ranks),
+        "bytes_requested": sum(r["bytes_requested"] for r in ranks),
+        "peak_gpu_extra_gib": max(r["peak_gpu_extra_gib"] for r in ranks),
+        "resident_gib": max(r["resident_gib"] for r in ranks),
+        "peak_host_rss_gib": max(r["peak_host_rss_gib"] for r in ranks),
+        **{key: max(r[key] for r in ranks) for key in ("rss_before_load_gib", "rss_anon_after_gib", "rss_file_after_gib")},
+        **({"phases": slowest["phases"]} if "phases" in slowest else {}),
+        "host_memory_before_load_gib": slowest["host_memory_before_load_gib"],
+        **({"readahead": slowest["readahead"]} if "readahead" in slowest else {}),
+    }
 
 
 def _compare_with_earlier(run: dict, earlier: list[dict]) -> list[str]:
     """Set ``run["layer0_equal_to_stock"]`` (and ``others_equal_to_stock``) from the earlier runs of the same model and
     EP size on another path; what differs, in words."""
-    twins = [r for r in earlier if r["path"] not in (run["path"], "presharded-dump") and r["ep"] == run["ep"]
-             and (r["model"], r["layers"]) == (run["model"], run["layers"])]
+    twins = [
+        r
+        for r in earlier
+        if r["path"] not in (run["path"], "presharded-dump")
+        and r["ep"] == run["ep"]
+        and (r["model"], r["layers"]) == (run["model"], run["layers"])
+    ]
     found = []
     for key in ("layer0_xxh3", "others_xxh3"):
         mine = [r[key] for r in twins if key in r]
         run[key.replace("xxh3", "equal_to_stock")] = all(m == run[key] for m in mine) if mine else None
-        found += [f"ep={run['ep']} {key}: {run['path']} {run[key]} vs {r['path']} {r[key]}"
-                  for r in twins if key in r and r[key] != run[key]]
+        found += [
+            f"ep={run['ep']} {key}: {run['path']} {run[key]} vs {r['path']} {r[key]}" for r in twins if key in r and r[key] != run[key]
+        ]
     return found
 
 
@@ -715,14 +788,23 @@ def _ensure_dump(args, directory: Path, ep: int, record) -> None:
         return
     ranks = _spawn(args, "presharded-dump", ep, directory)
     dump = startup_presharded.recorded_dump(directory, ep)
-    record({"path": "presharded-dump", "ep": ep, "nodes": 1, "gpus_per_node": ep, "cache": "-",
-            "seconds": max(r["dump_seconds"] for r in ranks), "load_seconds": max(r["seconds"] for r in ranks),
-            "dump_bytes": startup_presharded.dump_bytes(dump), "layer0_xxh3": [r["layer0_xxh3"] for r in ranks],
-            "others_xxh3": [r["others_xxh3"] for r in ranks]})
+    record(
+        {
+            "path": "presharded-dump",
+            "ep": ep,
+            "nodes": 1,
+            "gpus_per_node": ep,
+            "cache": "-",
+            "seconds": max(r["dump_seconds"] for r in ranks),
+            "load_seconds": max(r["seconds"] for r in ranks),
+            "dump_bytes": startup_presharded.dump_bytes(dump),
+            "layer0_xxh3": [r["layer0_xxh3"] for r in ranks],
+            "others_xxh3": [r["others_xxh3"] for r in ranks],
+        }
+    )
 
 
-def _spawn(args, path: str, ep: int, directory: Path, readahead: bool | None = None,
-           gpus_per_node: int | None = None) -> list[dict]:
+def _spawn(args, path: str, ep: int, directory: Path, readahead: bool | None = None, gpus_per_node: int | None = None) -> list[dict]:
     """A world of ``ep`` rank processes of ``path`` at once, loading on GPUs 0, 1, ... (round-robin when there are
     more ranks than GPUs); every rank's result, in rank order. ``readahead``: the ranks run with
     ``MOEBAKE_READAHEAD=1`` (True) or ``=0``.
@@ -752,10 +834,29 @@ def _spawn(args, path: str, ep: int, directory: Path, readahead: bool | None = N
     for r in range(ep):
         local = r % gpus_per_node if gpus_per_node else r
         device = f"cuda:{local % gpus}" if args.device == "cuda" else "cpu"
-        procs.append(subprocess.Popen([sys.executable, __file__, "rank", "--dir", str(directory), "--path", path,
-                                       "--ep", str(ep), "--rank", str(r), "--device", device, "--result", str(outs[r])]
-                                      + (["--turns", str(turns), "--gpus-per-node", str(gpus_per_node)]
-                                         if gpus_per_node else []), env=env))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    "rank",
+                    "--dir",
+                    str(directory),
+                    "--path",
+                    path,
+                    "--ep",
+                    str(ep),
+                    "--rank",
+                    str(r),
+                    "--device",
+                    device,
+                    "--result",
+                    str(outs[r]),
+                ]
+                + (["--turns", str(turns), "--gpus-per-node", str(gpus_per_node)] if gpus_per_node else []),
+                env=env,
+            )
+        )
     drops = 0.0
     try:
         if gpus_per_node:
@@ -779,10 +880,12 @@ def _say_world_time(path: str, ep: int, wall: float, drops: float, ranks: list[d
     sum over the turns of each turn's slowest rank), the page-cache drops between turns, and the rest (exits)."""
     setup = max(r["lifecycle"]["setup_s"] for r in ranks)
     loads = [r["lifecycle"]["load_and_digest_s"] for r in ranks]
-    busy = sum(max(loads[i:i + per_turn]) for i in range(0, len(loads), per_turn))
-    print(f"{path} ep={ep}: {ep} rank processes, {wall:.0f} s from start to exit: setup {setup:.0f} s (slowest rank), "
-          f"loads and digests {busy:.0f} s, page-cache drops {drops:.0f} s, the rest {wall - setup - busy - drops:.0f} s",
-          flush=True)
+    busy = sum(max(loads[i : i + per_turn]) for i in range(0, len(loads), per_turn))
+    print(
+        f"{path} ep={ep}: {ep} rank processes, {wall:.0f} s from start to exit: setup {setup:.0f} s (slowest rank), "
+        f"loads and digests {busy:.0f} s, page-cache drops {drops:.0f} s, the rest {wall - setup - busy - drops:.0f} s",
+        flush=True,
+    )
 
 
 def _take_turns(directory: Path, turns: Path, outs: list[Path], gpus_per_node: int, procs: list) -> float:
@@ -794,7 +897,7 @@ def _take_turns(directory: Path, turns: Path, outs: list[Path], gpus_per_node: i
         startup_limits.drop_page_cache(directory)
         drops += time.perf_counter() - began
         (turns / f"go{node}").touch()
-        while not all(out.exists() for out in outs[node * gpus_per_node:(node + 1) * gpus_per_node]):
+        while not all(out.exists() for out in outs[node * gpus_per_node : (node + 1) * gpus_per_node]):
             if any(p.poll() not in (None, 0) for p in procs):
                 return drops
             time.sleep(0.05)
@@ -820,14 +923,20 @@ def main(argv=None) -> None:
     p.add_argument("--ep", type=int, nargs="*", default=[1], help="EP sizes on one node (none: only --nodes)")
     p.add_argument("--cache", nargs="+", choices=["cold", "warm"], default=["warm"])
     p.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
-    p.add_argument("--readahead", choices=["on", "off", "both"], default="off",
-                   help="the bake's read-ahead (MOEBAKE_READAHEAD, opt-in): off (default, as the plugin), on, or both "
-                        "(each bake load four times: off, on, on, off; the table compares the settings)")
-    p.add_argument("--nodes", type=int, nargs="*", default=[],
-                   help="simulated deployments of N nodes x --gpus-per-node GPUs, cold, one node at a time")
+    p.add_argument(
+        "--readahead",
+        choices=["on", "off", "both"],
+        default="off",
+        help="the bake's read-ahead (MOEBAKE_READAHEAD, opt-in): off (default, as the plugin), on, or both "
+        "(each bake load four times: off, on, on, off; the table compares the settings)",
+    )
+    p.add_argument(
+        "--nodes", type=int, nargs="*", default=[], help="simulated deployments of N nodes x --gpus-per-node GPUs, cold, one node at a time"
+    )
     p.add_argument("--gpus-per-node", type=int, default=1)
-    p.add_argument("--drop-dumps", action="store_true",
-                   help="delete each presharded dump once its EP size is measured (a disk that holds one)")
+    p.add_argument(
+        "--drop-dumps", action="store_true", help="delete each presharded dump once its EP size is measured (a disk that holds one)"
+    )
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--out", required=True)
     p = sub.add_parser("rank", help="(internal) one rank's load")

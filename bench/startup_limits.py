@@ -3,6 +3,7 @@ the disk (O_DIRECT and buffered), the page cache as a rank's reader and as a nod
 copies on one GPU and on a node's GPUs at once, and beside them, not a limit, the plugin's reader alone; and from
 those, the fastest a rank's bytes can reach its GPU (:func:`limit_seconds`). Every probe returns GB/s (1e9 bytes a
 second)."""
+
 import os
 import subprocess
 import time
@@ -18,16 +19,18 @@ def drop_page_cache(directory: Path) -> None:
     the model's bytes comes from the disk (each run records the bytes it read from the block device)."""
     benchkit.drop_page_cache(
         (p for p in directory.rglob("*") if p.is_file() and not p.is_symlink()),
-        lambda refused, evicted: f"note: the page cache cannot be dropped here ({refused}): each cold run evicts the "
-                                 f"{evicted} files under {directory} from it instead (posix_fadvise DONTNEED)")
+        lambda refused, evicted: (
+            f"note: the page cache cannot be dropped here ({refused}): each cold run evicts the "
+            f"{evicted} files under {directory} from it instead (posix_fadvise DONTNEED)"
+        ),
+    )
 
 
 def _dd_direct_gbps(files: list[Path], streams: int = 8) -> float:
     """Disk read bandwidth: ``streams`` parallel ``dd iflag=direct`` over the files (whole), GB/s."""
     files = files[:streams]
     began = time.perf_counter()
-    procs = [subprocess.Popen(["dd", f"if={f}", "of=/dev/null", "bs=16M", "iflag=direct"], stderr=subprocess.DEVNULL)
-             for f in files]
+    procs = [subprocess.Popen(["dd", f"if={f}", "of=/dev/null", "bs=16M", "iflag=direct"], stderr=subprocess.DEVNULL) for f in files]
     for p in procs:
         p.wait()
     return sum(f.stat().st_size for f in files) / (time.perf_counter() - began) / 1e9
@@ -97,8 +100,12 @@ def _reader_alone_gbps(files: list[Path], device: str, window_bytes: int = 1 << 
     from moebake.serving_core.staged_reader import ByteRange, own_reader
 
     window = torch.empty(window_bytes, dtype=torch.uint8, device=device)
-    ranges = [ByteRange(str(path), offset, window[: min(window_bytes, size - offset)], path.name)
-              for path in files for size in [path.stat().st_size] for offset in range(0, size, window_bytes)]
+    ranges = [
+        ByteRange(str(path), offset, window[: min(window_bytes, size - offset)], path.name)
+        for path in files
+        for size in [path.stat().st_size]
+        for offset in range(0, size, window_bytes)
+    ]
     reader = own_reader(device, staged=staged)
     try:
         reader.read(ranges)
@@ -156,8 +163,13 @@ def measure_limits(directory: Path, node_ranks: Iterable[int] = ()) -> dict:
     direct = _dd_direct_gbps(files)
     drop_page_cache(directory)
     buffered = _buffered_disk_gbps(files[:8])
-    limits = {"disk_direct_gbps": direct, "disk_buffered_gbps": buffered, "disk_gbps": max(direct, buffered),
-              "page_cache_gbps": _page_cache_gbps(files[:4]), "page_cache_threads": DEFAULT_SLOTS}
+    limits = {
+        "disk_direct_gbps": direct,
+        "disk_buffered_gbps": buffered,
+        "disk_gbps": max(direct, buffered),
+        "page_cache_gbps": _page_cache_gbps(files[:4]),
+        "page_cache_threads": DEFAULT_SLOTS,
+    }
     together = sorted({g for g in node_ranks if g > 1})  # ranks of one node reading (and copying) at once
     node = {str(g): _page_cache_gbps(files[:4], DEFAULT_SLOTS * g) for g in together}
     if node:
@@ -165,8 +177,9 @@ def measure_limits(directory: Path, node_ranks: Iterable[int] = ()) -> dict:
     import torch
 
     if torch.cuda.is_available():
-        limits.update(h2d_pinned_gbps=_h2d_gbps(True), h2d_pageable_gbps=_h2d_gbps(False),
-                      reader_alone_gbps=_reader_alone_gbps(files[:4], "cuda:0"))
+        limits.update(
+            h2d_pinned_gbps=_h2d_gbps(True), h2d_pageable_gbps=_h2d_gbps(False), reader_alone_gbps=_reader_alone_gbps(files[:4], "cuda:0")
+        )
         copies = {str(g): _h2d_gbps(True, g) for g in together if g <= torch.cuda.device_count()}
         if copies:
             limits["h2d_pinned_node_gbps"] = copies

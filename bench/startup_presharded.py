@@ -61,8 +61,13 @@ def _loader():
 def _model_config(source: Path, quantization: str):
     import torch
 
-    return SimpleNamespace(dtype=torch.bfloat16, quantization=quantization, model_path=str(source),
-                           is_draft_model=False, hf_config=SimpleNamespace(model_type="gpt_oss"))
+    return SimpleNamespace(
+        dtype=torch.bfloat16,
+        quantization=quantization,
+        model_path=str(source),
+        is_draft_model=False,
+        hf_config=SimpleNamespace(model_type="gpt_oss"),
+    )
 
 
 @contextmanager
@@ -71,8 +76,10 @@ def _holder_as_sglangs_model(build_model, quant_config):
     ``quant_config``."""
     import sglang.srt.model_loader.loader as loader_module
 
-    with mock.patch.object(loader_module, "_initialize_model", lambda *args, **kwargs: build_model()), \
-            mock.patch.object(loader_module, "_get_quantization_config", lambda *args, **kwargs: quant_config):
+    with (
+        mock.patch.object(loader_module, "_initialize_model", lambda *args, **kwargs: build_model()),
+        mock.patch.object(loader_module, "_get_quantization_config", lambda *args, **kwargs: quant_config),
+    ):
         yield
 
 
@@ -95,8 +102,7 @@ def reload(build_model, quant_config, source: Path, directory: Path, device: str
     """The model of this rank loaded from the dump at ``directory`` by SGLang's ``_load_from_presharded``."""
     loader = _loader()
     with _holder_as_sglangs_model(build_model, quant_config):
-        return loader._load_from_presharded(_model_config(source, quant_config.get_name()),
-                                            SimpleNamespace(device=device), str(directory))
+        return loader._load_from_presharded(_model_config(source, quant_config.get_name()), SimpleNamespace(device=device), str(directory))
 
 
 def dump_bytes(directory: Path) -> int:

@@ -87,8 +87,14 @@ def _multi_node(runs: list[dict]) -> list[dict]:
 
 def _deployment_runs(runs: list[dict]) -> list[dict]:
     """The scale-out view's runs: every simulated multi-node run, and the cold one-node one-GPU runs beside them."""
-    return [r for r in runs if r["path"] != "presharded-dump" and r["cache"] == "cold" and "node_seconds" in r
-            and (r["nodes"] > 1 or r["gpus_per_node"] == r["ep"] == 1)]
+    return [
+        r
+        for r in runs
+        if r["path"] != "presharded-dump"
+        and r["cache"] == "cold"
+        and "node_seconds" in r
+        and (r["nodes"] > 1 or r["gpus_per_node"] == r["ep"] == 1)
+    ]
 
 
 def _bars(ax, groups: list, pick, label) -> None:
@@ -103,18 +109,23 @@ def _bars(ax, groups: list, pick, label) -> None:
         centre = {path: j + (k - (len(PATHS) - 1) / 2) * width for k, path in enumerate(PATHS)}
         for path in PATHS:
             if path in chosen:
-                ax.bar(centre[path], chosen[path]["seconds"], width * 0.95, color=COLORS[path],
-                       label=path if path not in ax.get_legend_handles_labels()[1] else None)
+                ax.bar(
+                    centre[path],
+                    chosen[path]["seconds"],
+                    width * 0.95,
+                    color=COLORS[path],
+                    label=path if path not in ax.get_legend_handles_labels()[1] else None,
+                )
                 if len(each[path]) > 1:
                     ax.plot([centre[path]] * len(each[path]), each[path], "k.", ms=5)
         if "bake" in chosen:
-            ax.plot([j - 0.4, j + 0.4], [chosen["bake"]["limit_seconds"]] * 2, "k--", lw=1,
-                    label="bake's physical limit" if j == 0 else None)
+            ax.plot(
+                [j - 0.4, j + 0.4], [chosen["bake"]["limit_seconds"]] * 2, "k--", lw=1, label="bake's physical limit" if j == 0 else None
+            )
         if {"stock", "bake"} <= set(chosen):
             ratio = chosen["stock"]["seconds"] / chosen["bake"]["seconds"]
             top = max(*each["bake"], chosen["bake"]["limit_seconds"])  # above the bake's bar, its dots and its limit
-            ax.annotate(f"{ratio:.1f}x", (centre["bake"], top), xytext=(0, 3), textcoords="offset points", ha="center",
-                        fontsize=8)
+            ax.annotate(f"{ratio:.1f}x", (centre["bake"], top), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=8)
     ax.set_xticks(range(len(groups)), [label(g) for g in groups])
     if groups:
         ax.margins(y=0.1)
@@ -139,16 +150,19 @@ def plot(results_path: Path, png: Path | None = None) -> Path:
         single = _one_node(mine)
         groups = sorted({(r["ep"], r["cache"]) for r in single}, key=lambda g: (g[1], g[0]))
         ax = axes[0][col]
-        _bars(ax, groups, lambda g: [r for r in single if (r["ep"], r["cache"]) == g],
-              lambda g: f"EP {g[0]}\n{g[1]}")
+        _bars(ax, groups, lambda g: [r for r in single if (r["ep"], r["cache"]) == g], lambda g: f"EP {g[0]}\n{g[1]}")
         ax.set_ylabel("seconds to ready (lower is better)")
         ax.set_title(f"SGLang start-up, {label}: one node", fontsize=10 if session else None)
         if _multi_node(runs):
             multi = _deployment_runs(mine)
             deployments = sorted({(r["nodes"], r["gpus_per_node"]) for r in multi})
             ax = axes[1][col]
-            _bars(ax, deployments, lambda d: [r for r in multi if (r["nodes"], r["gpus_per_node"]) == d],
-                  lambda d: f"{d[0]} node(s)\nx {d[1]} GPU")
+            _bars(
+                ax,
+                deployments,
+                lambda d: [r for r in multi if (r["nodes"], r["gpus_per_node"]) == d],
+                lambda d: f"{d[0]} node(s)\nx {d[1]} GPU",
+            )
             ax.set_ylabel("seconds, slowest node (cold page cache)")
             ax.set_title(f"{model}-shaped: scale-out, each node cold")
         if alternate:
@@ -176,8 +190,13 @@ def _readahead_bars(ax, groups: list[list[dict]]) -> None:
             seconds = [r["seconds"] for r in group if r["readahead_enabled"] is on]
             means[on] = _mean(seconds)
             x = j + (0.2 if on else -0.2)
-            ax.bar(x, means[on], 0.38, color="tab:green" if on else COLORS["bake"],
-                   label=(f"bake, read-ahead {'on' if on else 'off'} (mean; dots: each run)") if j == 0 else None)
+            ax.bar(
+                x,
+                means[on],
+                0.38,
+                color="tab:green" if on else COLORS["bake"],
+                label=(f"bake, read-ahead {'on' if on else 'off'} (mean; dots: each run)") if j == 0 else None,
+            )
             ax.plot([x] * len(seconds), seconds, "k.", ms=5)
         ax.plot([j - 0.4, j + 0.4], [group[0]["limit_seconds"]] * 2, "k--", lw=1, label="physical limit" if j == 0 else None)
         ax.text(j, max(r["seconds"] for r in group) * 1.02, f"off/on {means[False] / means[True]:.2f}x", ha="center")
@@ -208,8 +227,10 @@ def _limits_line(limits: dict) -> str:
     for gpus, gbps in limits.get("h2d_pinned_node_gbps", {}).items():
         line += f", {gbps:.1f} GB/s pinned with {gpus} GPUs copying at once (their total)"
     if "reader_alone_gbps" in limits:
-        line += (f"; not a limit, the plugin's reader alone (reads and copies to one GPU, outside the server) "
-                 f"{limits['reader_alone_gbps']:.1f} GB/s")
+        line += (
+            f"; not a limit, the plugin's reader alone (reads and copies to one GPU, outside the server) "
+            f"{limits['reader_alone_gbps']:.1f} GB/s"
+        )
     return line
 
 
@@ -229,17 +250,18 @@ def _repeats(runs: list[dict]) -> list[dict]:
     by_path: dict[str, list[dict]] = {}
     for run in runs:
         by_path.setdefault(run["path"], []).append(run)
-    return [{path: each[i] for path, each in by_path.items() if i < len(each)}
-            for i in range(max(len(each) for each in by_path.values()))]
+    return [{path: each[i] for path, each in by_path.items() if i < len(each)} for i in range(max(len(each) for each in by_path.values()))]
 
 
 def _one_node_row(ep: int, cache: str, chosen: dict) -> str:
     seconds = " | ".join(f"{chosen[p]['seconds']:.2f}" if p in chosen else "-" for p in PATHS)
     limit = next(chosen[p]["limit_seconds"] for p in ("bake", "stock", "presharded") if p in chosen)
     over = f"{chosen['bake']['seconds'] / limit:.2f}" if "bake" in chosen else "-"
-    return (f"| {ep} | {cache} | {seconds} | {_ratio(chosen, 'stock', 'bake')} | {_ratio(chosen, 'presharded', 'bake')} | "
-            f"{limit:.2f} | {over} | {_each(chosen, 'bytes_read', 1e9)} | {_each(chosen, 'peak_gpu_extra_gib')} | "
-            f"{_each(chosen, 'peak_host_rss_gib')} |")
+    return (
+        f"| {ep} | {cache} | {seconds} | {_ratio(chosen, 'stock', 'bake')} | {_ratio(chosen, 'presharded', 'bake')} | "
+        f"{limit:.2f} | {over} | {_each(chosen, 'bytes_read', 1e9)} | {_each(chosen, 'peak_gpu_extra_gib')} | "
+        f"{_each(chosen, 'peak_host_rss_gib')} |"
+    )
 
 
 def _gb(nbytes: int | None) -> str:
@@ -254,9 +276,11 @@ def _node_rows(runs: list[dict], stock_by_deployment: dict) -> list[str]:
         each = ", ".join(f"{s:.2f}" for s in r["node_seconds"])
         read = max(r["node_bytes_read"]) / 1e9
         speedup = f"{stock['seconds'] / r['seconds']:.2f}x" if stock else "-"
-        rows.append(f"| {r['nodes']} x {r['gpus_per_node']} | {r['path']} | {r['seconds']:.2f} | {each} | {read:.2f} | "
-                    f"{_gb(r.get('node_bytes_needed'))} | {r['limit_seconds']:.2f} | {r['seconds'] / r['limit_seconds']:.2f} | "
-                    f"{speedup} | {r['peak_gpu_extra_gib']:.2f} |")
+        rows.append(
+            f"| {r['nodes']} x {r['gpus_per_node']} | {r['path']} | {r['seconds']:.2f} | {each} | {read:.2f} | "
+            f"{_gb(r.get('node_bytes_needed'))} | {r['limit_seconds']:.2f} | {r['seconds'] / r['limit_seconds']:.2f} | "
+            f"{speedup} | {r['peak_gpu_extra_gib']:.2f} |"
+        )
     return rows
 
 
@@ -266,12 +290,19 @@ def _rss_split(runs: list[dict]) -> list[str]:
     split = [r for r in runs if "rss_before_load_gib" in r]
     if not split:
         return []
-    lines = ["", "Host memory, GiB (largest rank): the process before its first byte (torch, CUDA context, SGLang's "
-             "imports), its peak, and its anonymous and file-backed (mapped shard pages) resident memory after the load.",
-             "", "| ep | cache | path | before load | peak RSS | anonymous after | file-backed after |", "|" + "---|" * 7]
+    lines = [
+        "",
+        "Host memory, GiB (largest rank): the process before its first byte (torch, CUDA context, SGLang's "
+        "imports), its peak, and its anonymous and file-backed (mapped shard pages) resident memory after the load.",
+        "",
+        "| ep | cache | path | before load | peak RSS | anonymous after | file-backed after |",
+        "|" + "---|" * 7,
+    ]
     for r in sorted(split, key=lambda r: (r["cache"], r["ep"], PATHS.index(r["path"]))):
-        lines.append(f"| {r['ep']} | {r['cache']} | {r['path']} | {r['rss_before_load_gib']:.2f} | "
-                     f"{r['peak_host_rss_gib']:.2f} | {r['rss_anon_after_gib']:.2f} | {r['rss_file_after_gib']:.2f} |")
+        lines.append(
+            f"| {r['ep']} | {r['cache']} | {r['path']} | {r['rss_before_load_gib']:.2f} | "
+            f"{r['peak_host_rss_gib']:.2f} | {r['rss_anon_after_gib']:.2f} | {r['rss_file_after_gib']:.2f} |"
+        )
     return lines
 
 
@@ -302,25 +333,43 @@ def _phase_rows(runs: list[dict], repeats: list[dict] = ()) -> list[str]:
         return []
     ahead = any("readahead" in r for r in timed)  # files from before the read-ahead keep their table as it was
     ringed = any("iterate_ring" in r["phases"] for r in timed)  # and files from before the ring's clock, theirs
-    lines = ["", "Where the time goes, seconds (slowest rank, wall clock): the model's construction; the weight iteration "
-             "with every loader it calls (in brackets: moebake's reads of the other tensors" + ("; of them, the "
-             "time the read calls spent on its reader's pinned ring, pinning it or, where the pinning's own time "
-             "follows, waiting for the pinning the plugin began as the model was built; and the first call's seconds "
-             "and bytes" if ringed else "") + "); every MoE layer's "
-             "post-load step (in brackets: moebake's reads of the experts); the final CUDA synchronize; the rest "
-             "(presharded: its reload but the build)" + ("; beside them, the bake's read-ahead: seconds from its first "
-                                                        "read to its last (in brackets: GB it read into the page cache)"
-                                                        if ahead else "") + ".", "",
-             "| nodes x GPUs | cache | path | total | build | iterate (moebake reads) | post-load (moebake reads) | sync "
-             "| other |" + (" read-ahead (GB) |" if ahead else ""), "|" + "---|" * (10 if ahead else 9)]
-    for r in sorted(timed, key=lambda r: (r["cache"], r.get("nodes", 1), r["ep"], PATHS.index(r["path"]),
-                                          bool(r.get("readahead_enabled")))):
+    lines = [
+        "",
+        "Where the time goes, seconds (slowest rank, wall clock): the model's construction; the weight iteration "
+        "with every loader it calls (in brackets: moebake's reads of the other tensors"
+        + (
+            "; of them, the "
+            "time the read calls spent on its reader's pinned ring, pinning it or, where the pinning's own time "
+            "follows, waiting for the pinning the plugin began as the model was built; and the first call's seconds "
+            "and bytes"
+            if ringed
+            else ""
+        )
+        + "); every MoE layer's "
+        "post-load step (in brackets: moebake's reads of the experts); the final CUDA synchronize; the rest "
+        "(presharded: its reload but the build)"
+        + (
+            "; beside them, the bake's read-ahead: seconds from its first read to its last (in brackets: GB it read into the page cache)"
+            if ahead
+            else ""
+        )
+        + ".",
+        "",
+        "| nodes x GPUs | cache | path | total | build | iterate (moebake reads) | post-load (moebake reads) | sync "
+        "| other |" + (" read-ahead (GB) |" if ahead else ""),
+        "|" + "---|" * (10 if ahead else 9),
+    ]
+    for r in sorted(
+        timed, key=lambda r: (r["cache"], r.get("nodes", 1), r["ep"], PATHS.index(r["path"]), bool(r.get("readahead_enabled")))
+    ):
         p = r["phases"]
         layout = _layout(r)
         path = r["path"] + (", read-ahead" if r.get("readahead_enabled") else ", repeat" if any(r is x for x in repeats) else "")
-        line = (f"| {layout} | {r['cache']} | {path} | {r['seconds']:.2f} | {_phase(p, 'build')} | "
-                f"{_phase(p, 'iterate', 'iterate_reads', 'iterate')} | {_phase(p, 'post_load', 'post_load_reads')} | "
-                f"{_phase(p, 'sync')} | {_phase(p, 'other')} |")
+        line = (
+            f"| {layout} | {r['cache']} | {path} | {r['seconds']:.2f} | {_phase(p, 'build')} | "
+            f"{_phase(p, 'iterate', 'iterate_reads', 'iterate')} | {_phase(p, 'post_load', 'post_load_reads')} | "
+            f"{_phase(p, 'sync')} | {_phase(p, 'other')} |"
+        )
         if ahead:
             read = r.get("readahead")
             line += f" {read['seconds']:.2f} ({read['bytes'] / 1e9:.2f}) |" if read else " - |"
@@ -337,38 +386,54 @@ def _readahead_rows(groups: list[list[dict]]) -> list[str]:
     the limit, on/limit, and the most bytes one node read from the block device."""
     if not groups:
         return []
-    lines = ["", "The bake's read-ahead (`moebake.serving_core.readahead`, opt-in), off and on in one run, in the "
-             "order off, on, on, off: each run's seconds (slowest node, or slowest rank on one node), the ratio of the "
-             "means, the limit and on/limit (the mean), and the most bytes one node read from the block device.", "",
-             "| nodes x GPUs | cache | off s | on s | off/on (means) | limit s | on/limit | read per node GB off / on |",
-             "|" + "---|" * 8]
+    lines = [
+        "",
+        "The bake's read-ahead (`moebake.serving_core.readahead`, opt-in), off and on in one run, in the "
+        "order off, on, on, off: each run's seconds (slowest node, or slowest rank on one node), the ratio of the "
+        "means, the limit and on/limit (the mean), and the most bytes one node read from the block device.",
+        "",
+        "| nodes x GPUs | cache | off s | on s | off/on (means) | limit s | on/limit | read per node GB off / on |",
+        "|" + "---|" * 8,
+    ]
 
     def read(run):
         return max(run["node_bytes_read"]) if "node_bytes_read" in run else run["bytes_read"]
+
     for g in sorted(groups, key=lambda g: (g[0]["cache"], g[0].get("nodes", 1), g[0]["ep"])):
         off, on = ([r for r in g if r["readahead_enabled"] is v] for v in (False, True))
         mean_off, mean_on = _mean([r["seconds"] for r in off]), _mean([r["seconds"] for r in on])
         limit = on[0]["limit_seconds"]
-        lines.append(f"| {_layout(g[0])} | {g[0]['cache']} | "
-                     f"{_each_seconds(off)} | {_each_seconds(on)} | {mean_off / mean_on:.2f}x | {limit:.2f} | "
-                     f"{mean_on / limit:.2f} | {max(map(read, off)) / 1e9:.2f} / {max(map(read, on)) / 1e9:.2f} |")
+        lines.append(
+            f"| {_layout(g[0])} | {g[0]['cache']} | "
+            f"{_each_seconds(off)} | {_each_seconds(on)} | {mean_off / mean_on:.2f}x | {limit:.2f} | "
+            f"{mean_on / limit:.2f} | {max(map(read, off)) / 1e9:.2f} / {max(map(read, on)) / 1e9:.2f} |"
+        )
     return lines
 
 
 def _dump_rows(dumps: list[dict]) -> list[str]:
     if not dumps:
         return []
-    lines = ["", "SGLang's presharded dumps (its first-time load: every rank at once, then each rank's post-processed "
-             "tensors written; valid for that EP/TP configuration only):", "",
-             "| ep | stock load s | dump s | dump GB on disk |", "|---|---|---|---|"]
+    lines = [
+        "",
+        "SGLang's presharded dumps (its first-time load: every rank at once, then each rank's post-processed "
+        "tensors written; valid for that EP/TP configuration only):",
+        "",
+        "| ep | stock load s | dump s | dump GB on disk |",
+        "|---|---|---|---|",
+    ]
     return lines + [f"| {d['ep']} | {d['load_seconds']:.2f} | {d['seconds']:.2f} | {d['dump_bytes'] / 1e9:.2f} |" for d in dumps]
 
 
-ONE_NODE_HEADER = ("| ep | cache | stock s | presharded s | bake s | stock/bake | presharded/bake | limit s | bake/limit "
-                   "| read from disk GB stock / presharded / bake | peak GPU extra GiB stock / presharded / bake "
-                   "| peak host RSS GiB stock / presharded / bake |")
-NODES_HEADER = ("| nodes x GPUs | path | slowest node s | each node s | read per node GB (largest) | bake's need per node GB "
-                "| limit s | path/limit | stock/path | peak GPU extra GiB |")
+ONE_NODE_HEADER = (
+    "| ep | cache | stock s | presharded s | bake s | stock/bake | presharded/bake | limit s | bake/limit "
+    "| read from disk GB stock / presharded / bake | peak GPU extra GiB stock / presharded / bake "
+    "| peak host RSS GiB stock / presharded / bake |"
+)
+NODES_HEADER = (
+    "| nodes x GPUs | path | slowest node s | each node s | read per node GB (largest) | bake's need per node GB "
+    "| limit s | path/limit | stock/path | peak GPU extra GiB |"
+)
 
 
 def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
@@ -378,20 +443,27 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
     results = json.loads(results_path.read_text())
     runs = results["runs"]
     shown = results_path.relative_to(ROOT) if results_path.is_relative_to(ROOT) else results_path
-    lines = [f"# Whole-model start-up through SGLang: stock, presharded and a bake ({results_path.name})", "",
-             f"Generated by `python bench/startup_bench.py table {shown}`"
-             f" from the JSON beside it (do not edit by hand); plot: `{results_path.with_suffix('.png').name}`; "
-             "script and method: `bench/startup_bench.py` (its docstring).", ""]
+    lines = [
+        f"# Whole-model start-up through SGLang: stock, presharded and a bake ({results_path.name})",
+        "",
+        f"Generated by `python bench/startup_bench.py table {shown}`"
+        f" from the JSON beside it (do not edit by hand); plot: `{results_path.with_suffix('.png').name}`; "
+        "script and method: `bench/startup_bench.py` (its docstring).",
+        "",
+    ]
     if "machine" in results:
         lines += [f"Machine: {results['machine']}; measured {results.get('date', '(no date)')}.", ""]
-    lines += ["One node: seconds to ready (slowest rank; from building the model to the last layer's post-load step) "
-              "of stock SGLang from the source, SGLang's presharded reload of its own dump, and the bake through "
-              "moebake's plugin; the physical limit (the fastest the bake's bytes can reach the GPUs: cold, every "
-              "rank's bytes through the one disk at the faster of the run's disk probes; warm, a rank's bytes out "
-              "of the page cache, at its share of the node's where the run measured the node's ranks reading at "
-              "once; never faster than pinned host-to-device copies); bytes read from the block device "
-              "(all ranks); peak GPU memory beyond the parameters resident at the end (largest rank); peak host RSS "
-              "(largest rank, mapped file pages included).", ""]
+    lines += [
+        "One node: seconds to ready (slowest rank; from building the model to the last layer's post-load step) "
+        "of stock SGLang from the source, SGLang's presharded reload of its own dump, and the bake through "
+        "moebake's plugin; the physical limit (the fastest the bake's bytes can reach the GPUs: cold, every "
+        "rank's bytes through the one disk at the faster of the run's disk probes; warm, a rank's bytes out "
+        "of the page cache, at its share of the node's where the run measured the node's ranks reading at "
+        "once; never faster than pinned host-to-device copies); bytes read from the block device "
+        "(all ranks); peak GPU memory beyond the parameters resident at the end (largest rank); peak host RSS "
+        "(largest rank, mapped file pages included).",
+        "",
+    ]
     for section in _sections(runs):
         everything = [r for r in runs if _section(r) == section]
         mine, alternate, readahead_groups = _split_readahead(everything)
@@ -407,8 +479,7 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
         else:
             lines += ["One node: no runs in this section."]
         for ep, cache in groups:
-            lines += [_one_node_row(ep, cache, chosen)
-                      for chosen in _repeats([r for r in single if (r["ep"], r["cache"]) == (ep, cache)])]
+            lines += [_one_node_row(ep, cache, chosen) for chosen in _repeats([r for r in single if (r["ep"], r["cache"]) == (ep, cache)])]
         eps, caches = sorted({r["ep"] for r in single}), sorted({r["cache"] for r in single})
         missing = [f"EP {ep} {cache}" for ep in eps for cache in caches if (ep, cache) not in groups]
         if missing:
@@ -416,11 +487,17 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
         multi = _deployment_runs(mine)
         if _multi_node(mine):
             stock = {(r["nodes"], r["gpus_per_node"]): r for r in multi if r["path"] == "stock"}
-            lines += ["", "Simulated nodes, cold: a deployment of N nodes x G GPUs (EP = N x G) measured one node at a "
-                      "time, the page cache dropped before each, the node's G ranks loading while the other nodes' "
-                      "ranks sit idle in the same world. Seconds of the slowest node and of each; bytes the node read "
-                      "from the block device; the bake's need (the other tensors once, and the node's ranks' experts); "
-                      "the limit (that need at the disk's speed).", "", NODES_HEADER, "|" + "---|" * 10]
+            lines += [
+                "",
+                "Simulated nodes, cold: a deployment of N nodes x G GPUs (EP = N x G) measured one node at a "
+                "time, the page cache dropped before each, the node's G ranks loading while the other nodes' "
+                "ranks sit idle in the same world. Seconds of the slowest node and of each; bytes the node read "
+                "from the block device; the bake's need (the other tensors once, and the node's ranks' experts); "
+                "the limit (that need at the disk's speed).",
+                "",
+                NODES_HEADER,
+                "|" + "---|" * 10,
+            ]
             lines += _node_rows(multi, stock)
         lines += _dump_rows([r for r in mine if r["path"] == "presharded-dump"])
         lines += _rss_split(single)
@@ -429,36 +506,44 @@ def table(results_path: Path, md: Path | None = None, *, method: str) -> Path:
         notes = sorted({r["note"] for r in everything if r.get("note")})
         notes += [n["text"] for n in results.get("notes", []) if _claims(n, section, runs)]
         lines += [""] + [f"Note: {n}" for n in notes] + ([""] if notes else [])
-    lines += ["## What limits each number", "",
-              "Cold: the disk. Every path reads the bytes it needs from it once; the bake reads more bytes than "
-              "stock (its padding, SGLang's profile: H 2880 -> 3072, I 2880 -> 2944), so bake/limit near 1 means "
-              "it runs at the disk's speed. A run that probed the disk with O_DIRECT only underestimates it "
-              "(buffered reads with the kernel's readahead are faster on this machine), so its limit lies above "
-              "the measured times (bake/limit below 1).", "",
-              "Warm: the page cache and the host-to-device copies. The source's bytes are in memory; the limit is "
-              "a rank's bytes at the page-cache probe's speed. A run whose limits name the probe's threads "
-              "probed as a rank's reader reads (its threads and chunks, copying out of the page cache into buffers "
-              "of their own, no device), and as the node's ranks read at once; an older probe read 4 "
-              "files with a thread each, an estimate the loader beat (bake/limit below 1). The probe only reads: a "
-              "loader must also copy each byte to the GPU, and the plugin's reader, reading and copying, reads at "
-              "0.53-0.87x of the reads alone (bench/results/read_pipeline_h200.md, and the limits lines of "
-              "startup_warm_h200x2.md and of startup_h200x2.md's 4 nodes of the 18-layer model); where a run "
-              "measured it, the "
-              "limits line gives the reader alone on the probe's files (not a limit). Where bake/limit is well "
-              "above 1, the parts are in the table of where the time goes: the model's build with the pinning of "
-              "the reader's ring, the other tensors, and each MoE layer's experts.", "",
-              "Simulated nodes: each node reads from its own (here: the one) disk with an empty page cache. A real "
-              "node has its own disk and its own page cache, so the nodes' times do not add up: a deployment is "
-              "ready when its slowest node is.", "",
-              "Presharded: SGLang's reload builds the model, runs the post-load step on the uninitialised "
-              "parameters (with that step's GPU memory), then reads its rank's files whole into host memory and "
-              "copies each tensor into its parameter. Its dump is made on the GPUs by a first-time load, and is "
-              "valid for that EP/TP configuration only.", "",
-              "Memory: peak GPU memory beyond the parameters is what a path needs on top of the loaded model "
-              "(stock: the source's tensors, their padded copies and the interleaved results at once; the bake "
-              "writes each rank's rows straight into the final parameters). Peak host RSS counts the mmap'd "
-              "source pages stock reads through SGLang's iterator; the bake path reads through a bounded "
-              "pinned ring.", ""]
+    lines += [
+        "## What limits each number",
+        "",
+        "Cold: the disk. Every path reads the bytes it needs from it once; the bake reads more bytes than "
+        "stock (its padding, SGLang's profile: H 2880 -> 3072, I 2880 -> 2944), so bake/limit near 1 means "
+        "it runs at the disk's speed. A run that probed the disk with O_DIRECT only underestimates it "
+        "(buffered reads with the kernel's readahead are faster on this machine), so its limit lies above "
+        "the measured times (bake/limit below 1).",
+        "",
+        "Warm: the page cache and the host-to-device copies. The source's bytes are in memory; the limit is "
+        "a rank's bytes at the page-cache probe's speed. A run whose limits name the probe's threads "
+        "probed as a rank's reader reads (its threads and chunks, copying out of the page cache into buffers "
+        "of their own, no device), and as the node's ranks read at once; an older probe read 4 "
+        "files with a thread each, an estimate the loader beat (bake/limit below 1). The probe only reads: a "
+        "loader must also copy each byte to the GPU, and the plugin's reader, reading and copying, reads at "
+        "0.53-0.87x of the reads alone (bench/results/read_pipeline_h200.md, and the limits lines of "
+        "startup_warm_h200x2.md and of startup_h200x2.md's 4 nodes of the 18-layer model); where a run "
+        "measured it, the "
+        "limits line gives the reader alone on the probe's files (not a limit). Where bake/limit is well "
+        "above 1, the parts are in the table of where the time goes: the model's build with the pinning of "
+        "the reader's ring, the other tensors, and each MoE layer's experts.",
+        "",
+        "Simulated nodes: each node reads from its own (here: the one) disk with an empty page cache. A real "
+        "node has its own disk and its own page cache, so the nodes' times do not add up: a deployment is "
+        "ready when its slowest node is.",
+        "",
+        "Presharded: SGLang's reload builds the model, runs the post-load step on the uninitialised "
+        "parameters (with that step's GPU memory), then reads its rank's files whole into host memory and "
+        "copies each tensor into its parameter. Its dump is made on the GPUs by a first-time load, and is "
+        "valid for that EP/TP configuration only.",
+        "",
+        "Memory: peak GPU memory beyond the parameters is what a path needs on top of the loaded model "
+        "(stock: the source's tensors, their padded copies and the interleaved results at once; the bake "
+        "writes each rank's rows straight into the final parameters). Peak host RSS counts the mmap'd "
+        "source pages stock reads through SGLang's iterator; the bake path reads through a bounded "
+        "pinned ring.",
+        "",
+    ]
     lines += ["## What is SGLang's and what is not", "", " ".join(method.split()).replace("``", "`"), ""]
     md = Path(md) if md else results_path.with_suffix(".md")
     md.write_text("\n".join(lines).rstrip("\n") + "\n")

@@ -65,10 +65,18 @@ def main() -> None:
     for kernels in ("compiled", "numpy"):
         os.environ[DISABLE_ENV] = "1" if kernels == "numpy" else "0"
         for layout in ("v2", "v1"):
-            results.append((f"interleave {layout} (W13, padded), {kernels}",
-                            rate(lambda: interleave_fp4_padded((up, gate), (padded, padded // 2), layout), size, args.repeat)))
-        results.append((f"fold scales (W13, padded), {kernels}",
-                        rate(lambda: fold_scales_padded((scale_up, scale_gate), (padded, padded // 32)), scales.numel(), args.repeat)))
+            results.append(
+                (
+                    f"interleave {layout} (W13, padded), {kernels}",
+                    rate(lambda: interleave_fp4_padded((up, gate), (padded, padded // 2), layout), size, args.repeat),
+                )
+            )
+        results.append(
+            (
+                f"fold scales (W13, padded), {kernels}",
+                rate(lambda: fold_scales_padded((scale_up, scale_gate), (padded, padded // 32)), scales.numel(), args.repeat),
+            )
+        )
     results.append(("deinterleave v2", rate(lambda: split_halves(deinterleave_fp4(baked), (H, H // 2)), size, args.repeat)))
 
     copy = results[0][1]

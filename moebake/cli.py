@@ -39,8 +39,7 @@ class EngineOption(click.ParamType):
 
     name = "ENGINE[==RELEASE]"
 
-    def convert(self, value: str | EngineRelease, param: click.Parameter | None,
-                ctx: click.Context | None) -> str | EngineRelease:
+    def convert(self, value: str | EngineRelease, param: click.Parameter | None, ctx: click.Context | None) -> str | EngineRelease:
         if isinstance(value, EngineRelease):
             return value
         try:
@@ -134,8 +133,11 @@ def one_line(err: click.ClickException) -> OneLineError:
     if message[:1].isupper() and message[1:2].islower():
         message = message[0].lower() + message[1:]
     context = getattr(err, "ctx", None)
-    if isinstance(err, click.UsageError) and context is not None and (
-            not isinstance(err, click.BadParameter) or isinstance(err, click.MissingParameter)):
+    if (
+        isinstance(err, click.UsageError)
+        and context is not None
+        and (not isinstance(err, click.BadParameter) or isinstance(err, click.MissingParameter))
+    ):
         message += f" (see: {context.command_path} --help)"
     line = OneLineError(message)
     setattr(line, "exit_code", err.exit_code)  # the usage error's own status (click's: 2)
@@ -219,48 +221,105 @@ def _resolve(source: str, revision: str | None, token: str | None):
 @click.argument("source")
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--target", required=True, type=click.Choice(TARGET_NAMES), help="Kernel layout to bake for (see `moebake list`).")
-@click.option("--flashinfer-layout", default=None, type=click.Choice(LAYOUTS),
-              help="SM90 fp4 layout, by the FlashInfer releases that read it (default: the one the --engine release's "
-                   "pinned FlashInfer reads): " + "; ".join(f"{layout} = {release_ranges(layout)}" for layout in LAYOUTS) + ".")
-@click.option("--engine", default=DEFAULT_ENGINE, show_default=True, type=EngineOption(),
-              help="Serving engine release whose load-time bytes the bake equals: " + " or ".join(ENGINES) + " (its newest "
-                   "proven release), or ENGINE==RELEASE (`moebake list` shows the proven releases).")
-@click.option("--hidden-multiple", type=int,
-              help=f"Override the engine profile's H padding multiple (a multiple of 128, at most {MAX_MULTIPLE}); the bake "
-                   "is then recorded as not engine-exact unless it equals the profile's.")
-@click.option("--intermediate-multiple", type=int,
-              help="Override the engine profile's I padding multiple (as --hidden-multiple).")
-@click.option("--allow-inexact", is_flag=True,
-              help="Bake even when --engine has no verified profile for this target and source (refused otherwise, naming "
-                   "the engines that do): the bake is recorded as NOT engine-exact, and that engine's plugin refuses it.")
-@click.option("--gate-up-globals", default="share", show_default=True, type=click.Choice(GATE_UP_GLOBALS),
-              help="NVFP4 experts whose gate and up global scales differ: share one (rescaled block scales; accurate, "
-                   "not the engine's bytes) or keep both (the engine's bytes; its kernels apply the gate's to both halves).")
-@click.option("--chunk-mb", default=DEFAULT_CHUNK_BYTES >> 20, show_default=True, type=click.IntRange(1, 16384),
-              help="Source MiB read per step (bounds memory).")
+@click.option(
+    "--flashinfer-layout",
+    default=None,
+    type=click.Choice(LAYOUTS),
+    help="SM90 fp4 layout, by the FlashInfer releases that read it (default: the one the --engine release's "
+    "pinned FlashInfer reads): " + "; ".join(f"{layout} = {release_ranges(layout)}" for layout in LAYOUTS) + ".",
+)
+@click.option(
+    "--engine",
+    default=DEFAULT_ENGINE,
+    show_default=True,
+    type=EngineOption(),
+    help="Serving engine release whose load-time bytes the bake equals: " + " or ".join(ENGINES) + " (its newest "
+    "proven release), or ENGINE==RELEASE (`moebake list` shows the proven releases).",
+)
+@click.option(
+    "--hidden-multiple",
+    type=int,
+    help=f"Override the engine profile's H padding multiple (a multiple of 128, at most {MAX_MULTIPLE}); the bake "
+    "is then recorded as not engine-exact unless it equals the profile's.",
+)
+@click.option("--intermediate-multiple", type=int, help="Override the engine profile's I padding multiple (as --hidden-multiple).")
+@click.option(
+    "--allow-inexact",
+    is_flag=True,
+    help="Bake even when --engine has no verified profile for this target and source (refused otherwise, naming "
+    "the engines that do): the bake is recorded as NOT engine-exact, and that engine's plugin refuses it.",
+)
+@click.option(
+    "--gate-up-globals",
+    default="share",
+    show_default=True,
+    type=click.Choice(GATE_UP_GLOBALS),
+    help="NVFP4 experts whose gate and up global scales differ: share one (rescaled block scales; accurate, "
+    "not the engine's bytes) or keep both (the engine's bytes; its kernels apply the gate's to both halves).",
+)
+@click.option(
+    "--chunk-mb",
+    default=DEFAULT_CHUNK_BYTES >> 20,
+    show_default=True,
+    type=click.IntRange(1, 16384),
+    help="Source MiB read per step (bounds memory).",
+)
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it is a previous moebake output (only once the new one is complete).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run with the same options (re-uses its checked shards).")
 @click.option("--dry-run", is_flag=True, help="Print the plan (layers, padding, every output tensor and size); write nothing.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--revision", help="Branch, tag or commit of a Hub SOURCE (same as ORG/NAME@REVISION).")
 @click.option("--token", help="Hugging Face token for a Hub SOURCE (default: HF_TOKEN or the saved login).")
-@click.option("--workers", default=1, show_default="1: one process, the fastest measured", type=click.IntRange(min=1),
-              help="Bake this many shards at once, in separate processes (output bytes do not change); capped at "
-                   "--writers-per-device, 2, the usable cores and the shards to bake (more were measured no faster "
-                   "and over 1 GB of memory).")
-@click.option("--writers-per-device", default=WRITERS_PER_DEVICE, show_default=True, type=click.IntRange(1, MAX_WORKERS),
-              help="Worker processes that may write to the output's storage device at once. Raise it only where "
-                   "bench/convert_bench.py measures more workers faster on your storage: on the disks measured so "
-                   "far, a second writer was slower.")
-@click.option("--io", "io_mode", type=click.Choice(IO_MODES), default=None,
-              help="Disk I/O: direct (O_DIRECT: least CPU), plain (through the page cache), or auto: direct below "
-                   f"{PLAIN_IO_CORES} usable cores, plain from there [default: auto, or ${IO_ENV}]. Bytes do not change.")
+@click.option(
+    "--workers",
+    default=1,
+    show_default="1: one process, the fastest measured",
+    type=click.IntRange(min=1),
+    help="Bake this many shards at once, in separate processes (output bytes do not change); capped at "
+    "--writers-per-device, 2, the usable cores and the shards to bake (more were measured no faster "
+    "and over 1 GB of memory).",
+)
+@click.option(
+    "--writers-per-device",
+    default=WRITERS_PER_DEVICE,
+    show_default=True,
+    type=click.IntRange(1, MAX_WORKERS),
+    help="Worker processes that may write to the output's storage device at once. Raise it only where "
+    "bench/convert_bench.py measures more workers faster on your storage: on the disks measured so "
+    "far, a second writer was slower.",
+)
+@click.option(
+    "--io",
+    "io_mode",
+    type=click.Choice(IO_MODES),
+    default=None,
+    help="Disk I/O: direct (O_DIRECT: least CPU), plain (through the page cache), or auto: direct below "
+    f"{PLAIN_IO_CORES} usable cores, plain from there [default: auto, or ${IO_ENV}]. Bytes do not change.",
+)
 @click.option("--profile", is_flag=True, help="Print busy time per stage (read, transform, hash, write) at the end.")
 @reports_errors
-def convert(source: str, out: Path, target: str, flashinfer_layout: str | None, engine: str | EngineRelease, hidden_multiple: int | None,
-            intermediate_multiple: int | None, allow_inexact: bool, gate_up_globals: str, chunk_mb: int, overwrite: bool, resume: bool,
-            dry_run: bool, quiet: bool, revision: str | None, token: str | None, workers: int, writers_per_device: int, io_mode: str | None,
-            profile: bool):
+def convert(
+    source: str,
+    out: Path,
+    target: str,
+    flashinfer_layout: str | None,
+    engine: str | EngineRelease,
+    hidden_multiple: int | None,
+    intermediate_multiple: int | None,
+    allow_inexact: bool,
+    gate_up_globals: str,
+    chunk_mb: int,
+    overwrite: bool,
+    resume: bool,
+    dry_run: bool,
+    quiet: bool,
+    revision: str | None,
+    token: str | None,
+    workers: int,
+    writers_per_device: int,
+    io_mode: str | None,
+    profile: bool,
+):
     """Bake checkpoint SOURCE into OUT for --target.
 
     SOURCE is a checkpoint directory or a Hub model repo ORG/NAME[@REVISION] (only the files needed
@@ -273,19 +332,30 @@ def convert(source: str, out: Path, target: str, flashinfer_layout: str | None, 
     from moebake.progress_bars import rate_text, size_text
 
     _refuse_options_without_effect(target)
-    options = ConvertOptions(target, flashinfer_layout=FlashInferLayout(flashinfer_layout) if flashinfer_layout else None,
-                             hidden_multiple=hidden_multiple, intermediate_multiple=intermediate_multiple,
-                             chunk_bytes=chunk_mb << 20, engine=engine, gate_up_globals=GateUpGlobals(gate_up_globals))
+    options = ConvertOptions(
+        target,
+        flashinfer_layout=FlashInferLayout(flashinfer_layout) if flashinfer_layout else None,
+        hidden_multiple=hidden_multiple,
+        intermediate_multiple=intermediate_multiple,
+        chunk_bytes=chunk_mb << 20,
+        engine=engine,
+        gate_up_globals=GateUpGlobals(gate_up_globals),
+    )
     finished = finished_bake(output_paths(out), options.as_dict(), source) if resume and not overwrite and not dry_run else None
     if finished:
-        click.echo(f"nothing to do: {out} is already a finished bake of {source} with these options "
-                   f"(`moebake verify {out}` checks it; --overwrite bakes it again)")
+        click.echo(
+            f"nothing to do: {out} is already a finished bake of {source} with these options "
+            f"(`moebake verify {out}` checks it; --overwrite bakes it again)"
+        )
         return
     if finished is False:
-        raise OutputError(f"{out}: already a finished bake, from another source or with other options; --resume continues "
-                          "only an interrupted conversion (pass --overwrite to replace it)")
-    check_output(output_paths(out), overwrite=overwrite, resume=resume,
-                 source=source if Path(source).exists() else None)  # before a Hub download
+        raise OutputError(
+            f"{out}: already a finished bake, from another source or with other options; --resume continues "
+            "only an interrupted conversion (pass --overwrite to replace it)"
+        )
+    check_output(
+        output_paths(out), overwrite=overwrite, resume=resume, source=source if Path(source).exists() else None
+    )  # before a Hub download
     resolved = _resolve(source, revision, token)
     if dry_run:
         from moebake.convert.conversion import open_conversion
@@ -300,10 +370,19 @@ def convert(source: str, out: Path, target: str, flashinfer_layout: str | None, 
     if io_mode is not None:
         os.environ[IO_ENV] = io_mode  # read by every file opened from here on, in this process and its workers
     began = time.perf_counter()
-    baked = run_convert(resolved.path, out, options, overwrite=overwrite, resume=resume, progress=not quiet,
-                        source_location=resolved.repo_id, source_revision=resolved.revision, workers=workers,
-                        writers_per_device=writers_per_device,
-                        allow_inexact=allow_inexact)
+    baked = run_convert(
+        resolved.path,
+        out,
+        options,
+        overwrite=overwrite,
+        resume=resume,
+        progress=not quiet,
+        source_location=resolved.repo_id,
+        source_revision=resolved.revision,
+        workers=workers,
+        writers_per_device=writers_per_device,
+        allow_inexact=allow_inexact,
+    )
     if profile:
         from moebake.convert.stages import STAGES, profile_lines
 
@@ -311,20 +390,24 @@ def convert(source: str, out: Path, target: str, flashinfer_layout: str | None, 
     seconds = time.perf_counter() - began
     layout = f", FlashInfer layout {baked.flashinfer_layout}" if baked.flashinfer_layout else ""
     written = sum(record.bytes for record in baked.files.values())
-    click.echo(f"wrote {out} ({len(baked.layers)} MoE layers, target {target}{layout}): "
-               f"{len(baked.files)} files, {size_text(written)} in {seconds:.1f} s ({rate_text(written, seconds)})")
+    click.echo(
+        f"wrote {out} ({len(baked.layers)} MoE layers, target {target}{layout}): "
+        f"{len(baked.files)} files, {size_text(written)} in {seconds:.1f} s ({rate_text(written, seconds)})"
+    )
     record = baked.engine
     assert record is not None  # a conversion always records its engine
     exactness = "engine-exact" if record.exact else f"NOT engine-exact: {record.not_exact_because}"
     flags = serving_flags(record)
     if flags is None:
-        click.echo(f"engine {record.name} {record.version}: {exactness}, so no flags serve it: moebake's {record.name} "
-                   "plugin refuses this bake")
+        click.echo(
+            f"engine {record.name} {record.version}: {exactness}, so no flags serve it: moebake's {record.name} plugin refuses this bake"
+        )
     else:
         click.echo(f"engine {record.name} {record.version} ({flags}): {exactness}")
     if record.releases:
-        click.echo(f"proven on {record.name} {release_span(record.name, record.releases)} (each release's own load-time code "
-                   "builds these bytes)")
+        click.echo(
+            f"proven on {record.name} {release_span(record.name, record.releases)} (each release's own load-time code builds these bytes)"
+        )
     for other in baked.serves:
         click.echo(f"also serves {other.name} {other.version} (the same bytes; {serving_flags(other)})")
     gate_up = gate_up_summary(baked)
@@ -343,19 +426,25 @@ def _refuse_options_without_effect(target: str) -> None:
 
     context, spec = click.get_current_context(), target_spec(target)
     for name, flag, matters, what in (
-            ("flashinfer_layout", "--flashinfer-layout", lambda s: s.uses_flashinfer_layout, "FlashInfer SM90 fp4 layout"),
-            ("gate_up_globals", "--gate-up-globals", lambda s: NVFP4 in s.source_formats, "NVFP4 experts")):
+        ("flashinfer_layout", "--flashinfer-layout", lambda s: s.uses_flashinfer_layout, "FlashInfer SM90 fp4 layout"),
+        ("gate_up_globals", "--gate-up-globals", lambda s: NVFP4 in s.source_formats, "NVFP4 experts"),
+    ):
         if context.get_parameter_source(name) is ParameterSource.COMMANDLINE and not matters(spec):
             users = [other.name for other in TARGET_SPECS.values() if matters(other)]
-            raise OptionError(f"{flag} {context.params[name]}: changes nothing for target {target}, which bakes no {what} "
-                              f"(only {', '.join(users)} {'does' if len(users) == 1 else 'do'}); drop the option")
+            raise OptionError(
+                f"{flag} {context.params[name]}: changes nothing for target {target}, which bakes no {what} "
+                f"(only {', '.join(users)} {'does' if len(users) == 1 else 'do'}); drop the option"
+            )
 
 
 @main.command()
 @verbose_option
 @click.argument("out", type=click.Path(path_type=Path))
-@click.option("--source", help="Also prove bit-exactness against SOURCE (a directory or ORG/NAME[@REVISION]): "
-                               "invert every baked expert tensor, and re-bake every output byte.")
+@click.option(
+    "--source",
+    help="Also prove bit-exactness against SOURCE (a directory or ORG/NAME[@REVISION]): "
+    "invert every baked expert tensor, and re-bake every output byte.",
+)
 @click.option("--revision", help="Branch, tag or commit of a Hub --source.")
 @click.option("--token", help="Hugging Face token for a Hub SOURCE.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
@@ -372,16 +461,25 @@ def verify(out: Path, source: str | None, revision: str | None, token: str | Non
         click.echo(json.dumps({"ok": False, "out": str(out), "source": source, "error": str(err)}, indent=2))
         sys.exit(2)
     if as_json:
-        click.echo(json.dumps({"ok": not problems, "out": str(out), "source": source, "problems": problems,
-                               "checked": None if problems else checked}, indent=2))
+        click.echo(
+            json.dumps(
+                {"ok": not problems, "out": str(out), "source": source, "problems": problems, "checked": None if problems else checked},
+                indent=2,
+            )
+        )
     else:
         for problem in problems[:MISMATCH_LINES]:
             click.echo(f"mismatch: {problem}", err=True)
         if len(problems) > MISMATCH_LINES:
             click.echo(f"mismatch: ... and {len(problems) - MISMATCH_LINES} more (--json lists them all)", err=True)
         if problems:
-            against = "" if source is None else f" against {source}" if compared else \
-                f" (not compared with {source}: the bake fails its own checks first)"
+            against = (
+                ""
+                if source is None
+                else f" against {source}"
+                if compared
+                else f" (not compared with {source}: the bake fails its own checks first)"
+            )
             click.echo(f"failed: {out}: {_problem_count(problems)}{against}", err=True)
         else:
             click.echo(f"ok: {out} ({checked})")
@@ -440,8 +538,10 @@ def inspect(path: Path, as_json: bool):
     if not os.path.lexists(path) and (spec := parse_repo_spec(str(path))) is not None:
         repo, revision = spec
         download = f"hf download {repo}" + (f" --revision {revision}" if revision else "") + f" --local-dir {repo.split('/')[1]}"
-        raise OptionError(f"{path}: no such local directory; inspect reads a checkpoint on disk and downloads nothing: "
-                          f"download the Hub repo first ({download}) and inspect that folder")
+        raise OptionError(
+            f"{path}: no such local directory; inspect reads a checkpoint on disk and downloads nothing: "
+            f"download the Hub repo first ({download}) and inspect that folder"
+        )
     report = inspect_path(path)
     click.echo(json.dumps(report, indent=2) if as_json else render_text(report), nl=as_json)
     if report.get("file_problems"):  # a bake with a listed file missing or of another size
@@ -459,8 +559,7 @@ def list_command():
     for source_format in SOURCE_FORMAT_NAMES:
         cells = ("yes" if source_format in target.spec.source_formats else "-" for target in TARGETS.values())
         lines.append(source_format.ljust(width) + "  ".join(c.ljust(len(name)) for c, name in zip(cells, TARGETS)))
-    lines += ["", "(bf16-moe also covers the BF16 MTP/draft layers of a ModelOpt NVFP4 checkpoint: deepep-bf16 bakes them.)",
-              "", "targets"]
+    lines += ["", "(bf16-moe also covers the BF16 MTP/draft layers of a ModelOpt NVFP4 checkpoint: deepep-bf16 bakes them.)", "", "targets"]
     lines += [f"  {name:<{max(map(len, TARGETS)) + 2}}{kernel_description(name)}" for name in TARGETS]
     lines += ["", "Which of them fit one checkpoint, and why not: moebake inspect SOURCE"]
     from moebake.schema.release_table import text
@@ -479,11 +578,23 @@ def list_command():
 @click.option("--create-pr", is_flag=True, help="Open a pull request instead of committing to the branch.")
 @click.option("--source", help="Before uploading, also prove bit-exactness against SOURCE (directory or ORG/NAME[@REV]).")
 @click.option("--token", help="Hugging Face token (default: HF_TOKEN or the saved login).")
-@click.option("--dry-run", is_flag=True, help="Verify, then print the model card and the files that would be uploaded; "
-                                              "send nothing (needs no token or network).")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Verify, then print the model card and the files that would be uploaded; send nothing (needs no token or network).",
+)
 @reports_errors
-def upload(repo_id: str | None, path: Path | None, old_repo_id: str | None, private: bool, revision: str | None, create_pr: bool,
-           source: str | None, token: str | None, dry_run: bool):
+def upload(
+    repo_id: str | None,
+    path: Path | None,
+    old_repo_id: str | None,
+    private: bool,
+    revision: str | None,
+    create_pr: bool,
+    source: str | None,
+    token: str | None,
+    dry_run: bool,
+):
     """Verify baked output PATH (default: the current directory), write its model card (README.md) and
     upload it to Hub model repo REPO_ID (ORG/NAME, created if missing), as `hf upload REPO_ID [PATH]`.
     Re-run to resume."""
@@ -502,13 +613,11 @@ def upload(repo_id: str | None, path: Path | None, old_repo_id: str | None, priv
         _upload_preview(out, repo_id, token, revision=revision, create_pr=create_pr, source=source)
         return
     require_token(token)  # before any network access
-    commit = publish(out, repo_id, hub_client(token), private=private, revision=revision, create_pr=create_pr,
-                     source=source, progress=True)
+    commit = publish(out, repo_id, hub_client(token), private=private, revision=revision, create_pr=create_pr, source=source, progress=True)
     click.echo(f"uploaded {out} to {repo_id}: {commit.pr_url or commit.commit_url}")
 
 
-def _upload_preview(out: Path, repo_id: str, token: str | None, *, revision: str | None, create_pr: bool,
-                    source: str | None) -> None:
+def _upload_preview(out: Path, repo_id: str, token: str | None, *, revision: str | None, create_pr: bool, source: str | None) -> None:
     """``upload --dry-run``: what the upload would send (its checks made), on stdout; nothing sent or written."""
     from moebake.hub.client import hub_client
     from moebake.hub.publish import preview
@@ -517,11 +626,13 @@ def _upload_preview(out: Path, repo_id: str, token: str | None, *, revision: str
     shown = preview(out, repo_id, hub_client(token), revision=revision, create_pr=create_pr, source=source, progress=True)
     where = f"a pull request to {repo_id}" if create_pr else f"{repo_id}" + (f" ({revision})" if revision else "")
     total = sum(size for _, size, _ in shown.files)
-    lines = [f"would upload {out} to {where}: {len(shown.files)} files, {size_text(total)}, commit \"{shown.message}\" "
-             "(--dry-run: nothing sent)"]
+    lines = [
+        f'would upload {out} to {where}: {len(shown.files)} files, {size_text(total)}, commit "{shown.message}" (--dry-run: nothing sent)'
+    ]
     width = max(len(name) for name, _, _ in shown.files)
-    lines += [f"  {name:<{width}}  {size_text(size):>9}" + ("  (written by the upload)" if written else "")
-              for name, size, written in shown.files]
+    lines += [
+        f"  {name:<{width}}  {size_text(size):>9}" + ("  (written by the upload)" if written else "") for name, size, written in shown.files
+    ]
     lines += ["", "model card (README.md):", "", shown.card.rstrip("\n")]
     click.echo("\n".join(lines))
 
@@ -542,15 +653,21 @@ def _upload_arguments(repo_id: str, path: Path | None) -> Path:
     except MoebakeError:
         if path is not None:
             raise
-        raise OutputError(f"no PATH given, and the current directory ({Path.cwd()}) is not a moebake output: "
-                          f"moebake upload {repo_id} PATH") from None
+        raise OutputError(
+            f"no PATH given, and the current directory ({Path.cwd()}) is not a moebake output: moebake upload {repo_id} PATH"
+        ) from None
     return out
 
 
 @main.command()
 @verbose_option
-@click.option("--workdir", type=click.Path(path_type=Path), default=Path("moebake-demo"), show_default=True,
-              help="Where the example source and baked output are written.")
+@click.option(
+    "--workdir",
+    type=click.Path(path_type=Path),
+    default=Path("moebake-demo"),
+    show_default=True,
+    help="Where the example source and baked output are written.",
+)
 @reports_errors
 def demo(workdir: Path):
     """Bake a built-in small GPT-OSS-shaped example, verify it, print a summary."""

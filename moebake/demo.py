@@ -32,8 +32,7 @@ def claim_workdir(workdir: Path) -> None:
         foreign = sorted(p.name for p in workdir.iterdir()) if not (workdir / MARKER).is_file() else []
         foreign = [name for name in foreign if name not in (SOURCE_NAME, OUT_NAME, MARKER)]
         if foreign:
-            raise OutputError(f"{workdir}: exists and is not a moebake demo directory (it holds {foreign[0]}); "
-                               "pass another --workdir")
+            raise OutputError(f"{workdir}: exists and is not a moebake demo directory (it holds {foreign[0]}); pass another --workdir")
     try:
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / MARKER).write_text("made by moebake demo: it may rewrite the folders here\n")
@@ -46,8 +45,10 @@ def run_demo(workdir: Path) -> None:
     source, out = workdir / SOURCE_NAME, workdir / OUT_NAME
     if not (source / "config.json").is_file():
         shape = DEMO_SHAPE
-        click.echo(f"writing example GPT-OSS checkpoint to {source} ({shape['num_layers']} layers, {shape['num_experts']} experts, "
-                   f"hidden {shape['hidden']}, intermediate {shape['intermediate']})")
+        click.echo(
+            f"writing example GPT-OSS checkpoint to {source} ({shape['num_layers']} layers, {shape['num_experts']} experts, "
+            f"hidden {shape['hidden']}, intermediate {shape['intermediate']})"
+        )
         write_gpt_oss(source, **DEMO_SHAPE)
     started = time.perf_counter()
     baked = convert(source, out, ConvertOptions(target="sm90-cutlass"), overwrite=True, resume=True)

@@ -45,12 +45,19 @@ def source_report(path: Path) -> dict:
     checkpoint = open_checkpoint(path)
     config, quant = checkpoint.config, checkpoint.values.section("quantization_config")
     report: dict[str, Any] = {
-        "kind": "source", "path": str(path),
-        "model_type": _shown(config.get("model_type")), "architectures": _shown_list(config.get("architectures")),
-        "quantization": None, "quant_method": _shown(quant.raw("quant_method") if quant else None),
-        "shards": len(checkpoint.shards), "tensors": len(checkpoint.locations),
+        "kind": "source",
+        "path": str(path),
+        "model_type": _shown(config.get("model_type")),
+        "architectures": _shown_list(config.get("architectures")),
+        "quantization": None,
+        "quant_method": _shown(quant.raw("quant_method") if quant else None),
+        "shards": len(checkpoint.shards),
+        "tensors": len(checkpoint.locations),
         "tensor_bytes": sum(checkpoint.entry(name).nbytes for name in checkpoint.locations),
-        "format": None, "problem": None, "moe": None, "targets": {},
+        "format": None,
+        "problem": None,
+        "moe": None,
+        "targets": {},
     }
     try:
         report["format"] = detect_format(checkpoint)
@@ -61,10 +68,12 @@ def source_report(path: Path) -> dict:
         return report
     report["quantization"] = model.expert_quantization
     report["moe"] = {
-        "layers": len(model.layers), "hidden_layers": as_count(first_model_value(checkpoint.values, "num_hidden_layers")),
+        "layers": len(model.layers),
+        "hidden_layers": as_count(first_model_value(checkpoint.values, "num_hidden_layers")),
         "experts": model.num_experts,
         "experts_per_token": as_count(first_model_value(checkpoint.values, "num_experts_per_tok")),
-        "hidden": model.hidden_size, "intermediate": model.intermediate_size,
+        "hidden": model.hidden_size,
+        "intermediate": model.intermediate_size,
         "activation": model.activation().to_json(),
     }
     report["targets"] = {name: _ask_target(name, checkpoint) for name in TARGETS}
@@ -89,8 +98,12 @@ def _ask_target(name: str, checkpoint: SourceCheckpoint) -> dict:
     except MoebakeError as err:
         return {"convertible": False, "reason": str(err)}
     dims = {key: getattr(layers[0], key) for key in ("hidden", "hidden_padded", "intermediate", "intermediate_padded")}
-    return {"convertible": True, "kernel": kernel_description(name), "default_padding": dims,
-            "baked_expert_bytes": sum(t.nbytes for t in converted)}
+    return {
+        "convertible": True,
+        "kernel": kernel_description(name),
+        "default_padding": dims,
+        "baked_expert_bytes": sum(t.nbytes for t in converted),
+    }
 
 
 def baked_report(path: Path) -> dict:
@@ -98,17 +111,24 @@ def baked_report(path: Path) -> dict:
     first, source = manifest.layers[0], manifest.source
     layout = manifest.flashinfer_layout
     return {
-        "kind": "baked", "path": str(path),
-        "target": manifest.target, "target_layout_version": manifest.target_layout_version,
+        "kind": "baked",
+        "path": str(path),
+        "target": manifest.target,
+        "target_layout_version": manifest.target_layout_version,
         "kernel": kernel_description(manifest.target) if manifest.target in TARGETS else None,
         "flashinfer_layout": None if layout is None else {"id": layout, "description": manifest.flashinfer_layout_description},
         "source": {"format": source.format, "location": source.location, "revision": source.revision},
-        "moebake_version": manifest.moebake_version, "created": manifest.created,
-        "options": _options(manifest), "activation": manifest.activation.to_json(),
-        "moe": {"layers": len(manifest.layers),
-                **{key: getattr(first, key) for key in ("experts", "hidden", "hidden_padded", "intermediate", "intermediate_padded")}},
+        "moebake_version": manifest.moebake_version,
+        "created": manifest.created,
+        "options": _options(manifest),
+        "activation": manifest.activation.to_json(),
+        "moe": {
+            "layers": len(manifest.layers),
+            **{key: getattr(first, key) for key in ("experts", "hidden", "hidden_padded", "intermediate", "intermediate_padded")},
+        },
         "expert_tensors": {short: {"dtype": spec.dtype, "shape": list(spec.shape)} for short, spec in first.tensors.items()},
-        "files": len(manifest.files), "bytes": sum(record.bytes for record in manifest.files.values()),
+        "files": len(manifest.files),
+        "bytes": sum(record.bytes for record in manifest.files.values()),
         "file_problems": _file_problems(path, manifest),
         "engine": _engine_report(manifest.engine),
         "serves": [_engine_report(other) for other in manifest.serves],
@@ -164,26 +184,32 @@ def render_text(report: dict) -> str:
 
 def _source_lines(r: dict) -> list[str]:
     family = f"{', '.join(r['architectures'] or ['?'])}, model_type {r['model_type']}"
-    lines = [f"{r['path']}: source checkpoint",
-             f"  format         {r['format'] or 'not supported'} ({family})",
-             f"  quantization   {r['quantization'] or '?'} (config.json quant_method: {r['quant_method'] or 'none'})",
-             f"  weights        {r['shards']} shards, {r['tensors']} tensors, {size_text(r['tensor_bytes'])}"]
+    lines = [
+        f"{r['path']}: source checkpoint",
+        f"  format         {r['format'] or 'not supported'} ({family})",
+        f"  quantization   {r['quantization'] or '?'} (config.json quant_method: {r['quant_method'] or 'none'})",
+        f"  weights        {r['shards']} shards, {r['tensors']} tensors, {size_text(r['tensor_bytes'])}",
+    ]
     if r["problem"]:
         lines.append(f"  problem        {r['problem']}")
     if r["moe"]:
         m = r["moe"]
-        lines += [f"  MoE layers     {m['layers']} ({m['hidden_layers'] or '?'} hidden layers in config.json), "
-                  f"{m['experts']} experts, {m['experts_per_token'] or '?'} per token",
-                  f"  dims           hidden {m['hidden']}, intermediate {m['intermediate']}",
-                  f"  activation     {json.dumps(m['activation'])}"]
+        lines += [
+            f"  MoE layers     {m['layers']} ({m['hidden_layers'] or '?'} hidden layers in config.json), "
+            f"{m['experts']} experts, {m['experts_per_token'] or '?'} per token",
+            f"  dims           hidden {m['hidden']}, intermediate {m['intermediate']}",
+            f"  activation     {json.dumps(m['activation'])}",
+        ]
     lines.append("targets")
     width = max(map(len, r["targets"])) + 1
     for name, answer in r["targets"].items():
         if answer["convertible"]:
             p = answer["default_padding"]
-            lines.append(f"  {name:<{width}} yes: {answer['kernel']}; default padding hidden {p['hidden']} -> "
-                         f"{p['hidden_padded']}, intermediate {p['intermediate']} -> {p['intermediate_padded']}; "
-                         f"baked experts {size_text(answer['baked_expert_bytes'])}")
+            lines.append(
+                f"  {name:<{width}} yes: {answer['kernel']}; default padding hidden {p['hidden']} -> "
+                f"{p['hidden_padded']}, intermediate {p['intermediate']} -> {p['intermediate_padded']}; "
+                f"baked experts {size_text(answer['baked_expert_bytes'])}"
+            )
         else:
             lines.append(f"  {name:<{width}} no: {_within(answer['reason'], r['path'])}")
     return lines
@@ -194,31 +220,34 @@ def _within(reason: str, path: str) -> str:
     (``/data/m: target ...`` -> ``target ...``; ``/data/m/config.json: ...`` -> ``config.json: ...``)."""
     for prefix in (f"{path}: ", f"{path.rstrip('/')}/"):
         if reason.startswith(prefix):
-            return reason[len(prefix):]
+            return reason[len(prefix) :]
     return reason
 
 
 def _baked_lines(r: dict) -> list[str]:
     m, s, layout = r["moe"], r["source"], r["flashinfer_layout"] or {}
     created = f", {r['created']}" if r["created"] else ""
-    lines = [f"{r['path']}: baked checkpoint (moebake {r['moebake_version']}{created})",
-             f"  target         {r['target']} (layout version {r['target_layout_version']}): {r['kernel'] or 'unknown to this moebake'}",
-             *([f"  FlashInfer     layout {layout['id']}: {layout['description']}"] if layout else []),
-             f"  source         {s['format']} {s['location']}" + (f" @ {s['revision']}" if s["revision"] else ""),
-             f"  MoE layers     {m['layers']}, {m['experts']} experts",
-             f"  padding        hidden {m['hidden']} -> {m['hidden_padded']}, "
-             f"intermediate {m['intermediate']} -> {m['intermediate_padded']}",
-             f"  activation     {json.dumps(r['activation'])}",
-             f"  options        {json.dumps(r['options'])}",
-             f"  engine         {_engine_line(r['engine']) if r['engine'] else 'not recorded (baked before engine profiles)'}",
-             *(f"  also serves    {_engine_line(other)} (the same bytes)" for other in r["serves"]),
-             f"  files          {r['files']} files, {size_text(r['bytes'])} (plus moebake.json)",
-             *(f"  problem        {problem}" for problem in r["file_problems"]),
-             *kernel_lines(r.get("kernels") or []),
-             "  expert tensors (per MoE layer)"]
+    lines = [
+        f"{r['path']}: baked checkpoint (moebake {r['moebake_version']}{created})",
+        f"  target         {r['target']} (layout version {r['target_layout_version']}): {r['kernel'] or 'unknown to this moebake'}",
+        *([f"  FlashInfer     layout {layout['id']}: {layout['description']}"] if layout else []),
+        f"  source         {s['format']} {s['location']}" + (f" @ {s['revision']}" if s["revision"] else ""),
+        f"  MoE layers     {m['layers']}, {m['experts']} experts",
+        f"  padding        hidden {m['hidden']} -> {m['hidden_padded']}, intermediate {m['intermediate']} -> {m['intermediate_padded']}",
+        f"  activation     {json.dumps(r['activation'])}",
+        f"  options        {json.dumps(r['options'])}",
+        f"  engine         {_engine_line(r['engine']) if r['engine'] else 'not recorded (baked before engine profiles)'}",
+        *(f"  also serves    {_engine_line(other)} (the same bytes)" for other in r["serves"]),
+        f"  files          {r['files']} files, {size_text(r['bytes'])} (plus moebake.json)",
+        *(f"  problem        {problem}" for problem in r["file_problems"]),
+        *kernel_lines(r.get("kernels") or []),
+        "  expert tensors (per MoE layer)",
+    ]
     lines += [f"    {short:<18} {spec['dtype']:<5} {spec['shape']}" for short, spec in r["expert_tensors"].items()]
-    lines.append(f"checked: the manifest, and each listed file's presence and size, not its bytes: `moebake verify {r['path']}` "
-                 "checks every file's checksum and header")
+    lines.append(
+        f"checked: the manifest, and each listed file's presence and size, not its bytes: `moebake verify {r['path']}` "
+        "checks every file's checksum and header"
+    )
     return lines
 
 
@@ -231,13 +260,17 @@ def gate_up_summary(manifest: Manifest) -> str | None:
     rescaled = sum(r["experts_rescaled"] for r in reports)
     kept_apart = sum(r.get("experts_kept_apart", 0) for r in reports)
     if kept_apart:
-        return (f"gate/up global scales kept as the source has them (--gate-up-globals keep): they differ in {kept_apart} of "
-                f"{experts} experts, whose up halves a kernel taking one W13 alpha dequantizes with the gate's global")
+        return (
+            f"gate/up global scales kept as the source has them (--gate-up-globals keep): they differ in {kept_apart} of "
+            f"{experts} experts, whose up halves a kernel taking one W13 alpha dequantizes with the gate's global"
+        )
     if not rescaled:
         return f"gate/up global scales: already one per expert in all {experts} experts"
     keys = ("max_relative_change", "max_relative_error", "subnormal_below", "zero_at_or_below")
     worst = {key: max(r[key] for r in reports) for key in keys}
-    return (f"gate/up global scales made one in {rescaled} of {experts} experts: the smaller half's block scales rescaled "
-            f"(largest relative change {worst['max_relative_change']:.2%}); E4M3 rounding of any block scale >= "
-            f"{worst['subnormal_below']:.3g}: at most {worst['max_relative_error']:.2%}; smaller ones lose precision, "
-            f"those <= {worst['zero_at_or_below']:.3g} become 0 (--gate-up-globals keep bakes the engine's bytes instead)")
+    return (
+        f"gate/up global scales made one in {rescaled} of {experts} experts: the smaller half's block scales rescaled "
+        f"(largest relative change {worst['max_relative_change']:.2%}); E4M3 rounding of any block scale >= "
+        f"{worst['subnormal_below']:.3g}: at most {worst['max_relative_error']:.2%}; smaller ones lose precision, "
+        f"those <= {worst['zero_at_or_below']:.3g} become 0 (--gate-up-globals keep bakes the engine's bytes instead)"
+    )

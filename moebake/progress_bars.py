@@ -49,12 +49,22 @@ class ByteBar(tqdm):
         return super().update(n)
 
 
-def byte_bar(total: int, desc: str, *, enabled: bool = True, initial: int = 0, shards: int | None = None,
-             what: str = "shard") -> ByteBar:
+def byte_bar(total: int, desc: str, *, enabled: bool = True, initial: int = 0, shards: int | None = None, what: str = "shard") -> ByteBar:
     """A tqdm bar over ``total`` bytes (``initial`` of them already done); ``shards``: total for the counter of ``what``."""
     interactive = enabled and sys.stderr.isatty()
-    bar = ByteBar(total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1000, desc=desc,
-               dynamic_ncols=True, smoothing=0, mininterval=0.5, disable=not interactive, file=sys.stderr)
+    bar = ByteBar(
+        total=total,
+        initial=initial,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1000,
+        desc=desc,
+        dynamic_ncols=True,
+        smoothing=0,
+        mininterval=0.5,
+        disable=not interactive,
+        file=sys.stderr,
+    )
     bar.shards_total = shards
     bar.shards_done = 0
     if shards:

@@ -58,9 +58,19 @@ def _gpt_oss_layer(index: int, E: int, H: int, I: int, heads: int, kv_heads: int
 
 
 def write_gpt_oss(
-    path: str | Path, *, num_layers: int = 2, num_experts: int = 4, hidden: int = 2880, intermediate: int = 2880,
-    vocab: int = 1024, heads: int = 4, kv_heads: int = 2, head_dim: int = 64, layers_per_shard: int = 1,
-    swiglu_limit: float = 7.0, seed: int = 0,
+    path: str | Path,
+    *,
+    num_layers: int = 2,
+    num_experts: int = 4,
+    hidden: int = 2880,
+    intermediate: int = 2880,
+    vocab: int = 1024,
+    heads: int = 4,
+    kv_heads: int = 2,
+    head_dim: int = 64,
+    layers_per_shard: int = 1,
+    swiglu_limit: float = 7.0,
+    seed: int = 0,
 ) -> Path:
     """Write a GPT-OSS-format checkpoint (HF layout, MXFP4 experts) to ``path``; returns ``path``."""
     path = Path(path)
@@ -81,13 +91,24 @@ def write_gpt_oss(
 
     save_shards(path, shards(), len(groups))
     config = {
-        "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": hidden,
-        "intermediate_size": intermediate, "head_dim": head_dim, "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads, "num_hidden_layers": num_layers, "num_local_experts": num_experts,
-        "num_experts_per_tok": min(4, num_experts), "experts_per_token": min(4, num_experts), "hidden_act": "silu",
-        "swiglu_limit": swiglu_limit, "vocab_size": vocab,
-        "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
-            "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]},
+        "architectures": ["GptOssForCausalLM"],
+        "model_type": "gpt_oss",
+        "hidden_size": hidden,
+        "intermediate_size": intermediate,
+        "head_dim": head_dim,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "num_hidden_layers": num_layers,
+        "num_local_experts": num_experts,
+        "num_experts_per_tok": min(4, num_experts),
+        "experts_per_token": min(4, num_experts),
+        "hidden_act": "silu",
+        "swiglu_limit": swiglu_limit,
+        "vocab_size": vocab,
+        "quantization_config": {
+            "quant_method": "mxfp4",
+            "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"],
+        },
     }
     (path / "config.json").write_text(json.dumps(config, indent=2))
     (path / "generation_config.json").write_text(json.dumps({"do_sample": True, "eos_token_id": [vocab - 1]}))

@@ -83,8 +83,18 @@ CASES = {
 
 # Manifest fields whose value is fixed by the source bytes and the options (not the run's time,
 # place or moebake version); each is hashed on its own, so a failure names the field.
-MANIFEST_FIELDS = ("schema", "target", "target_layout_version", "flashinfer_layout", "source.format", "source.files",
-                   "options", "activation", "layers", "files")
+MANIFEST_FIELDS = (
+    "schema",
+    "target",
+    "target_layout_version",
+    "flashinfer_layout",
+    "source.format",
+    "source.files",
+    "options",
+    "activation",
+    "layers",
+    "files",
+)
 
 
 def _field(manifest: dict, dotted: str):
@@ -96,8 +106,9 @@ def _field(manifest: dict, dotted: str):
 
 def file_hashes(directory: Path) -> dict[str, str]:
     """``{file: sha256}`` of every output file but the manifest, plus ``moebake.json:FIELD`` for its stable fields."""
-    hashes = {path.name: hashlib.sha256(path.read_bytes()).hexdigest()
-              for path in sorted(directory.iterdir()) if path.name != "moebake.json"}
+    hashes = {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(directory.iterdir()) if path.name != "moebake.json"
+    }
     manifest = json.loads((directory / "moebake.json").read_text())
     for name in MANIFEST_FIELDS:
         blob = json.dumps(_field(manifest, name), sort_keys=True).encode()

@@ -50,7 +50,8 @@ def _hide_installed(names: str) -> None:
         return
     for entry in [e for e in sys.path if e.endswith("site-packages")]:
         finder = sys.path_importer_cache.get(entry) or importlib.machinery.FileFinder(
-            entry, *importlib.machinery._bootstrap_external._get_supported_file_loaders())
+            entry, *importlib.machinery._bootstrap_external._get_supported_file_loaders()
+        )
         sys.path_importer_cache[entry] = _HidingFinder(finder, hidden)
 
 
@@ -69,7 +70,8 @@ def pytest_configure(config):
         name, version = engine.split("==")
         release = EngineRelease(name, version)
         release_matrix.MATRIX[name][release.version] = release_matrix.MatrixRow(
-            release, os.environ.get("MOEBAKE_ORACLE_FLASHINFER") or None, dict.fromkeys(RULES[rule].targets, rule))
+            release, os.environ.get("MOEBAKE_ORACLE_FLASHINFER") or None, dict.fromkeys(RULES[rule].targets, rule)
+        )
 
 
 def pytest_sessionstart(session):
@@ -77,8 +79,11 @@ def pytest_sessionstart(session):
 
     if os.environ.get("MOEBAKE_REQUIRE_ENGINES") != "1":
         return
-    wrong = [f"{package} {_installed(package) or 'absent'} (want {version})"
-             for package, version in ENGINE_PACKAGES.items() if _installed(package) != version]
+    wrong = [
+        f"{package} {_installed(package) or 'absent'} (want {version})"
+        for package, version in ENGINE_PACKAGES.items()
+        if _installed(package) != version
+    ]
     if wrong:
         pytest.exit(f"MOEBAKE_REQUIRE_ENGINES=1 but {', '.join(wrong)}: run bin/setup", returncode=2)
 
@@ -91,14 +96,23 @@ def pytest_report_header(config):
     import numpy
 
     build = torch.__config__.show()
-    torch_blas, capability = (next(iter(re.findall(pattern, build)), "unknown")
-                              for pattern in (r"BLAS_INFO=([^,\s]+)", r"CPU capability usage: (\S+)"))
+    torch_blas, capability = (
+        next(iter(re.findall(pattern, build)), "unknown") for pattern in (r"BLAS_INFO=([^,\s]+)", r"CPU capability usage: (\S+)")
+    )
     numpy_blas = numpy.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {})
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    cpu = (
+        next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), platform.processor())
+        if Path("/proc/cpuinfo").exists()
+        else platform.processor()
+    )
     engines = ", ".join(f"{p} {_installed(p) or 'absent'}" for p in ENGINE_PACKAGES)
-    return [f"cpu: {cpu}", f"torch {torch.__version__}: BLAS {torch_blas}, CPU kernels {capability}; numpy {numpy.__version__}: BLAS "
-            f"{numpy_blas.get('name', 'unknown')} {numpy_blas.get('version', '')}".rstrip(), f"oracles: {engines}"]
+    return [
+        f"cpu: {cpu}",
+        f"torch {torch.__version__}: BLAS {torch_blas}, CPU kernels {capability}; numpy {numpy.__version__}: BLAS "
+        f"{numpy_blas.get('name', 'unknown')} {numpy_blas.get('version', '')}".rstrip(),
+        f"oracles: {engines}",
+    ]
+
 
 # A GPT-OSS shape whose dims need padding: H=160 -> 256, I=96 -> 128.
 TINY = {"num_layers": 2, "num_experts": 3, "hidden": 160, "intermediate": 96, "vocab": 64}
@@ -172,8 +186,7 @@ def assert_parameters_equal(plugin: torch.nn.Module, stock, what: str) -> list[s
         assert name in stock_params, f"{name}: not a parameter of {what}"
         reference = stock_params[name]
         assert (tensor.dtype, tensor.shape, tensor.device) == (reference.dtype, reference.shape, reference.device), name
-        assert torch.equal(tensor.reshape(-1).view(torch.uint8), reference.reshape(-1).view(torch.uint8)), (
-            f"{name} differs from {what}")
+        assert torch.equal(tensor.reshape(-1).view(torch.uint8), reference.reshape(-1).view(torch.uint8)), f"{name} differs from {what}"
         checked.append(name)
     assert sorted(checked) == sorted(stock_params), f"{sorted(checked)} != {what}'s {sorted(stock_params)}"
     return sorted(checked)

@@ -10,9 +10,24 @@ import torch
 
 # (mask, shift) pairs of interleave_fp4_weights_for_sm90_mixed_gemm_kernel; negative = right shift.
 KERNEL_MASK_SHIFTS = [
-    (0x80, 24), (0x70, 18), (0x08, 12), (0x07, 6), (0x8000, 13), (0x7000, 7), (0x0800, 1), (0x0700, -5),
-    (0x800000, 2), (0x700000, -4), (0x080000, -10), (0x070000, -16), (0x80000000, -1), (0x10000000, 1),
-    (0x60000000, -3), (0x08000000, -13), (0x01000000, -11), (0x06000000, -15),
+    (0x80, 24),
+    (0x70, 18),
+    (0x08, 12),
+    (0x07, 6),
+    (0x8000, 13),
+    (0x7000, 7),
+    (0x0800, 1),
+    (0x0700, -5),
+    (0x800000, 2),
+    (0x700000, -4),
+    (0x080000, -10),
+    (0x070000, -16),
+    (0x80000000, -1),
+    (0x10000000, 1),
+    (0x60000000, -3),
+    (0x08000000, -13),
+    (0x01000000, -11),
+    (0x06000000, -15),
 ]
 
 
@@ -76,8 +91,9 @@ def block_scale_interleave_cpu(scales: torch.Tensor) -> torch.Tensor:
     return _swizzle_cutile_fp4_scales(scales.view(torch.uint8)[None], scale_block_size=32).reshape(-1)
 
 
-def gptq_marlin_repack_reference(b_q_weight: torch.Tensor, perm: torch.Tensor, size_k: int, size_n: int, num_bits: int,
-                                 **_) -> torch.Tensor:
+def gptq_marlin_repack_reference(
+    b_q_weight: torch.Tensor, perm: torch.Tensor, size_k: int, size_n: int, num_bits: int, **_
+) -> torch.Tensor:
     """Stand-in for the CUDA op ``gptq_marlin_repack`` as the engines call it for MXFP4 (no act-order ``perm``,
     4 bits): int32 ``[K/8, N]`` (8 consecutive ``k`` per word) -> int32 ``[K/16, 2N]``, by vLLM's pure-Python
     reference of Marlin packing (``marlin_utils_test.marlin_weights`` with ``get_weight_perm(4)``), not by moebake."""
@@ -91,8 +107,14 @@ def gptq_marlin_repack_reference(b_q_weight: torch.Tensor, perm: torch.Tensor, s
 
 # preprocess_fp4x8_signs_for_fp8: (mask, shift) of each sign bit; the exponent/mantissa bits 0x77777777 stay.
 KERNEL_FP8_SIGN_SHIFTS = [
-    (0x00000008, 4), (0x00000080, 8), (0x00000800, 12), (0x00008000, 16),
-    (0x00080000, -16), (0x00800000, -12), (0x08000000, -8), (0x80000000, -4),
+    (0x00000008, 4),
+    (0x00000080, 8),
+    (0x00000800, 12),
+    (0x00008000, 16),
+    (0x00080000, -16),
+    (0x00800000, -12),
+    (0x08000000, -8),
+    (0x80000000, -4),
 ]
 
 

@@ -81,14 +81,15 @@ def test_tiny_file_is_not_safetensors(gpt_oss_copy, tmp_path):
 
 
 def test_index_names_missing_file(gpt_oss_copy, tmp_path):
-    edit_json(gpt_oss_copy / "model.safetensors.index.json",
-              lambda index: index["weight_map"].update({"lm_head.weight": "model-00010-of-00010.safetensors"}))
+    edit_json(
+        gpt_oss_copy / "model.safetensors.index.json",
+        lambda index: index["weight_map"].update({"lm_head.weight": "model-00010-of-00010.safetensors"}),
+    )
     assert_clean_failure(run_convert(gpt_oss_copy, tmp_path / "out"), tmp_path / "out", "model-00010-of-00010.safetensors", "missing")
 
 
 def test_index_names_tensor_not_in_shard(gpt_oss_copy, tmp_path):
-    edit_json(gpt_oss_copy / "model.safetensors.index.json",
-              lambda index: index["weight_map"].update({"lm_head.weight": SHARD0}))
+    edit_json(gpt_oss_copy / "model.safetensors.index.json", lambda index: index["weight_map"].update({"lm_head.weight": SHARD0}))
     assert_clean_failure(run_convert(gpt_oss_copy, tmp_path / "out"), tmp_path / "out", "lm_head.weight", SHARD0)
 
 
@@ -104,8 +105,12 @@ def test_unsupported_quantization(gpt_oss_copy, tmp_path):
 
 def test_shape_not_matching_config(gpt_oss_copy, tmp_path):
     edit_json(gpt_oss_copy / "config.json", lambda c: c.update(hidden_size=192))
-    assert_clean_failure(run_convert(gpt_oss_copy, tmp_path / "out"), tmp_path / "out",
-                         "model.layers.0.mlp.experts.gate_up_proj_blocks", "expected U8 [3, 192, 6, 16]")
+    assert_clean_failure(
+        run_convert(gpt_oss_copy, tmp_path / "out"),
+        tmp_path / "out",
+        "model.layers.0.mlp.experts.gate_up_proj_blocks",
+        "expected U8 [3, 192, 6, 16]",
+    )
 
 
 def test_dtype_not_matching(gpt_oss_copy, tmp_path):
@@ -124,10 +129,13 @@ def test_out_exists(gpt_oss_tiny, tmp_path):
     assert list(out.iterdir()) == []
 
 
-@pytest.mark.parametrize("option, value, needle", [
-    ("--hidden-multiple", "100", "multiple of 128"),
-    ("--intermediate-multiple", "0", "multiple of 128"),
-])
+@pytest.mark.parametrize(
+    "option, value, needle",
+    [
+        ("--hidden-multiple", "100", "multiple of 128"),
+        ("--intermediate-multiple", "0", "multiple of 128"),
+    ],
+)
 def test_bad_options(gpt_oss_tiny, tmp_path, option, value, needle):
     assert_clean_failure(run_convert(gpt_oss_tiny, tmp_path / "out", option, value), tmp_path / "out", needle)
 

@@ -22,16 +22,30 @@ from moebake.convert.stages import NAMES as STAGES
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
 RESULTS = BENCH / "results"
-PYTHON_SCRIPTS = ["convert_bench.py", "transform_bench.py", "serve_bench.py", "deepep_layer_bench.py", "deepgemm_masked_bench.py",
-                  "startup_bench.py", "sm90_paths_bench.py", "real_server.py", "read_bench.py",
-                  "real_server_matrix.py"]  # its smoke test: tests/test_real_server_matrix.py
+PYTHON_SCRIPTS = [
+    "convert_bench.py",
+    "transform_bench.py",
+    "serve_bench.py",
+    "deepep_layer_bench.py",
+    "deepgemm_masked_bench.py",
+    "startup_bench.py",
+    "sm90_paths_bench.py",
+    "real_server.py",
+    "read_bench.py",
+    "real_server_matrix.py",
+]  # its smoke test: tests/test_real_server_matrix.py
 SHELL_SCRIPTS = ["device_convert_scaling.sh", "device_wheels.sh"]
-HELPERS = ["benchkit.py", "real_server_probe.py", "real_server_phases.py", "real_server_vllm.py", "real_server_vllm_probe.py",
-           "startup_limits.py", "startup_presharded.py",  # imported by the scripts (or their servers),
-           "startup_report.py"]  # not run
+HELPERS = [
+    "benchkit.py",
+    "real_server_probe.py",
+    "real_server_phases.py",
+    "real_server_vllm.py",
+    "real_server_vllm_probe.py",
+    "startup_limits.py",
+    "startup_presharded.py",  # imported by the scripts (or their servers),
+    "startup_report.py",
+]  # not run
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal on a machine without a GPU")
-
-
 
 
 def test_every_bench_script_has_a_smoke_test():
@@ -43,11 +57,18 @@ def test_a_gpu_benchmark_run_as_documented_finds_moebake_and_the_oracles(tmp_pat
     """``python bench/serve_bench.py`` from the repository root, with nothing on PYTHONPATH: the checkout's moebake
     and the tests' SGLang oracle import (before the GPU check), and the run ends in the one-line refusal."""
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    result = subprocess.run([sys.executable, "bench/serve_bench.py", "--workdir", str(tmp_path / "work")], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=600)
-    assert (result.returncode, result.stderr.splitlines()[-1:]) == (1, [
-        "serve_bench.py times GPU work: it needs a CUDA SM90 GPU (H100/H200) and FlashInfer; without one, only --plot-only runs"
-    ]), result.stderr[-3000:]
+    result = subprocess.run(
+        [sys.executable, "bench/serve_bench.py", "--workdir", str(tmp_path / "work")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert (result.returncode, result.stderr.splitlines()[-1:]) == (
+        1,
+        ["serve_bench.py times GPU work: it needs a CUDA SM90 GPU (H100/H200) and FlashInfer; without one, only --plot-only runs"],
+    ), result.stderr[-3000:]
     assert "Traceback" not in result.stderr
 
 
@@ -110,7 +131,14 @@ def test_serve_bench_shape_of_a_cpu_bake(tmp_path):
     source, baked, timings = bench.make_checkpoints(tmp_path, args)
     assert sorted(timings) == ["bake_cpu_s", "synthesize_s"]
     assert bench.layer_shape(moebake.serve.open(baked), args.top_k) == {
-        "layers": 2, "experts": 4, "hidden": 160, "hidden_padded": 256, "intermediate": 96, "intermediate_padded": 128, "top_k": 2}
+        "layers": 2,
+        "experts": 4,
+        "hidden": 160,
+        "hidden_padded": 256,
+        "intermediate": 96,
+        "intermediate_padded": 128,
+        "top_k": 2,
+    }
     assert bench.make_checkpoints(tmp_path, args) == (source, baked, {})  # re-used, not made again
 
 
@@ -149,8 +177,13 @@ def test_serve_bench_table_and_plot_show_the_graph_captured_decode_step(tmp_path
     lines = bench.table(results).splitlines()
     tokens, direct = results["forward"][0]["tokens"], results["forward"][0]["direct_ms"]
     assert f"| {tokens} | 0.2000 | 0.2000 | {direct:.4f} | 1.000 | 0.500 |" in lines
-    decode = lines[lines.index("| tokens | decode step, graph (ms) | bare kernel, graph (ms) | bare kernel, eager (ms) "
-                               "| step / bare graph | step / bare eager |") + 2:]
+    decode = lines[
+        lines.index(
+            "| tokens | decode step, graph (ms) | bare kernel, graph (ms) | bare kernel, eager (ms) "
+            "| step / bare graph | step / bare eager |"
+        )
+        + 2 :
+    ]
     assert len(decode) == sum("decode_graph_ms" in r for r in results["forward"])
     bench.plot(results, tmp_path / "serve.png")
     assert (tmp_path / "serve.png").stat().st_size > 10_000
@@ -194,8 +227,11 @@ def test_deepep_layer_bench_arguments():
 
 @pytest.mark.parametrize("argv", [["--shapes", "no-such-shape"], ["--backends", "cublas"], ["--tokens", "129"]])
 def test_deepep_layer_bench_refuses_what_it_cannot_run(argv):
-    with pytest.raises(SystemExit, match=r"^shapes from \['qwen3.5-35b-a3b', 'qwen3.5-397b-a17b'\], backends from "
-                                         r"\['deep_gemm', 'torch'\], tokens <= 128$"):
+    with pytest.raises(
+        SystemExit,
+        match=r"^shapes from \['qwen3.5-35b-a3b', 'qwen3.5-397b-a17b'\], backends from "
+        r"\['deep_gemm', 'torch'\], tokens <= 128$",
+    ):
         load_bench("deepep_layer_bench.py").main(argv)
 
 
@@ -215,8 +251,9 @@ def test_deepep_layer_bench_plot_only(tmp_path, capsys):
         for (shape, tokens, backend), ms in rank0.items():
             if backend == "deep_gemm":
                 speedup = rank0[(shape, tokens, "torch")]["step"] / ms["step"]
-                assert any(line.startswith(f"{shape:18} {tokens:>8} | {ms['step']:>13.3f}") and f"{speedup:>7.2f}x" in line
-                           for line in lines), (shape, tokens)
+                assert any(
+                    line.startswith(f"{shape:18} {tokens:>8} | {ms['step']:>13.3f}") and f"{speedup:>7.2f}x" in line for line in lines
+                ), (shape, tokens)
     assert (tmp_path / "ep.png").stat().st_size > 10_000
 
 
@@ -228,8 +265,11 @@ def test_deepep_layer_bench_shows_the_graph_step(tmp_path, capsys):
     results = json.loads((RESULTS / "deepep_layer_h200_ep1.json").read_text())
     row = next(r for r in results["rows"] if r["rank"] == 0 and r["backend"] == "deep_gemm")
     row["ms"]["graph_step"] = 0.123
-    line = next(line for line in bench.table(results).splitlines()
-                if line.startswith(f"{row['shape']:18} {row['tokens']:>8} | {row['ms']['step']:>13.3f}"))
+    line = next(
+        line
+        for line in bench.table(results).splitlines()
+        if line.startswith(f"{row['shape']:18} {row['tokens']:>8} | {row['ms']['step']:>13.3f}")
+    )
     assert line.endswith(f"| {0.123:>13.3f}")
     bench.plot([results], tmp_path / "ep.png")
     assert (tmp_path / "ep.png").stat().st_size > 10_000
@@ -258,10 +298,15 @@ def test_sm90_paths_bench_table_and_plot(tmp_path, capsys):
     """A results file made up here: the ratios to W4A16, which path is fastest, and the plot."""
     pytest.importorskip("matplotlib")
     targets = ["sm90-cutlass", "sm90-cutlass-w4a8", "sm90-marlin"]
-    results = {"device": "GPU", "torch": "2.x", "targets": targets,
-               "shape": {"experts": 8, "hidden": 2880, "intermediate": 2880, "top_k": 4}, "iters": 3, "warmup": 1,
-               "rows": [{"tokens": 1, "ms": dict(zip(targets, (0.2, 0.3, 0.1)))},
-                        {"tokens": 8192, "ms": dict(zip(targets, (10.0, 8.0, 15.0)))}]}
+    results = {
+        "device": "GPU",
+        "torch": "2.x",
+        "targets": targets,
+        "shape": {"experts": 8, "hidden": 2880, "intermediate": 2880, "top_k": 4},
+        "iters": 3,
+        "warmup": 1,
+        "rows": [{"tokens": 1, "ms": dict(zip(targets, (0.2, 0.3, 0.1)))}, {"tokens": 8192, "ms": dict(zip(targets, (10.0, 8.0, 15.0)))}],
+    }
     (tmp_path / "r.json").write_text(json.dumps(results))
     load_bench("sm90_paths_bench.py").main(["--plot-only", str(tmp_path / "r.json"), "--png", str(tmp_path / "m.png")])
     lines = capsys.readouterr().out.splitlines()
@@ -286,10 +331,17 @@ def test_transform_bench_tiny(monkeypatch, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["one", "thread,", "median", "of", "1", "GB/s", "x", "copy"]
     names = [line[:44].rstrip() for line in lines[1:]]
-    assert names == ["copy (torch.clone)", "xxh3-128 (xxhash)", "sha256 (hashlib)",
-                     *[f"{what}, {kernels}" for kernels in ("compiled", "numpy")
-                       for what in ("interleave v2 (W13, padded)", "interleave v1 (W13, padded)", "fold scales (W13, padded)")],
-                     "deinterleave v2"]
+    assert names == [
+        "copy (torch.clone)",
+        "xxh3-128 (xxhash)",
+        "sha256 (hashlib)",
+        *[
+            f"{what}, {kernels}"
+            for kernels in ("compiled", "numpy")
+            for what in ("interleave v2 (W13, padded)", "interleave v1 (W13, padded)", "fold scales (W13, padded)")
+        ],
+        "deinterleave v2",
+    ]
     assert float(lines[1].split()[-1]) == 1.0 and all(float(line.split()[-2]) > 0 for line in lines[1:])
 
 
@@ -300,10 +352,20 @@ def test_device_convert_scaling_tiny_run(tmp_path):
     """The device script, with this Python and no carried wheels, runs convert_bench.py on a tiny source:
     one layer, --workers 1, warm page cache; its results redraw with --plot-only."""
     out, cache = tmp_path / "out", tmp_path / "cache"
-    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out), "CACHE": str(cache), "CACHE_STATES": "warm",
-           "EXPERTS": "2", "HIDDEN": "64", "VOCAB": "64", "NAME": "tiny"}
-    result = subprocess.run(["bash", str(BENCH / "device_convert_scaling.sh"), "1", "1"], env=env, capture_output=True,
-                            text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "OUT": str(out),
+        "CACHE": str(cache),
+        "CACHE_STATES": "warm",
+        "EXPERTS": "2",
+        "HIDDEN": "64",
+        "VOCAB": "64",
+        "NAME": "tiny",
+    }
+    result = subprocess.run(
+        ["bash", str(BENCH / "device_convert_scaling.sh"), "1", "1"], env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     with open(out / "tiny.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -314,8 +376,12 @@ def test_device_convert_scaling_tiny_run(tmp_path):
     assert "== " in (out / "device_convert_scaling.log").read_text()
     assert [p.name for p in (cache / "scratch").iterdir()] == []  # every output deleted after its run
     if importlib.util.find_spec("matplotlib"):
-        redraw = subprocess.run([sys.executable, str(BENCH / "convert_bench.py"), "--plot-only", "--results", str(out), "--name", "tiny"],
-                                capture_output=True, text=True, cwd=REPO)
+        redraw = subprocess.run(
+            [sys.executable, str(BENCH / "convert_bench.py"), "--plot-only", "--results", str(out), "--name", "tiny"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
         assert redraw.returncode == 0, redraw.stderr
         assert (out / "tiny.png").stat().st_size > 10_000
 
@@ -354,8 +420,12 @@ else:
     os.execv({sys.executable!r}, [{sys.executable!r}, *sys.argv[1:]])
 """)
     stub.chmod(0o755)
-    result = subprocess.run(["bash", str(BENCH / "device_wheels.sh")], env={**os.environ, "DEST": str(dest), "PYTHON": str(stub)},
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["bash", str(BENCH / "device_wheels.sh")],
+        env={**os.environ, "DEST": str(dest), "PYTHON": str(stub)},
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in dest.iterdir()) == ["args", "llvmlite-0.1-cp312-cp312-manylinux2014_x86_64.whl"]
     asked = (dest / "args").read_text().split()
@@ -364,7 +434,6 @@ else:
         assert {info.filename: info.compress_type for info in wheel.infolist()} == dict.fromkeys(files, zipfile.ZIP_LZMA)
         assert {name: wheel.read(name) for name in files} == files
     assert "recompressed llvmlite-0.1-cp312-cp312-manylinux2014_x86_64.whl" in result.stdout
-
 
 
 # benchkit.drop_page_cache: a cold page cache for the benchmarks (startup_bench's, read_bench's)
@@ -384,12 +453,15 @@ def test_drop_page_cache_evicts_the_files_where_refused_and_says_so_once(tmp_pat
     startup.drop_page_cache(tmp_path / "model")
     assert capsys.readouterr().out == (
         "note: the page cache cannot be dropped here (No such file or directory): each cold run evicts the 2 files "
-        f"under {tmp_path / 'model'} from it instead (posix_fadvise DONTNEED)\n")
+        f"under {tmp_path / 'model'} from it instead (posix_fadvise DONTNEED)\n"
+    )
     said = []
     monkeypatch.setattr(benchkit, "_EVICTION_SAID", False)
     assert benchkit.drop_page_cache([tmp_path / "model" / "a"], say=said.append) is False
-    assert said == ["note: the page cache cannot be dropped here (No such file or directory): the benchmark's 1 files "
-                    "are evicted from it instead (posix_fadvise DONTNEED)"]
+    assert said == [
+        "note: the page cache cannot be dropped here (No such file or directory): the benchmark's 1 files "
+        "are evicted from it instead (posix_fadvise DONTNEED)"
+    ]
 
 
 # read_bench.py: a rank's byte ranges read several ways, cold or warm, against the limit (GPU; the CPU device here)
@@ -439,23 +511,48 @@ def test_read_bench_make_run_table_and_plot_on_the_cpu(tmp_path, monkeypatch, ca
     bench.main(["make", "--file", str(f), "--mib", "2.2"])
     data = f.read_bytes()
     assert len(data) == int(2.2 * 2**20) and not (tmp_path / "f.partial").exists()
-    blocks = [data[i:i + (256 << 10)] for i in range(0, 2 << 20, 256 << 10)]
+    blocks = [data[i : i + (256 << 10)] for i in range(0, 2 << 20, 256 << 10)]
     assert 0 not in data and len(set(blocks)) == 8 and len(set(data)) == 255
     segment = 2**19  # 0.5 MiB: 4 whole segments and a partial one of 0.2 MiB; rank 1 of 4: [128, 256) KiB of each
     expected = [(s + (128 << 10), min(s + (256 << 10), len(data)) - s - (128 << 10)) for s in range(0, len(data), segment)]
     assert expected[-1][1] == len(data) - 4 * segment - (128 << 10) > 0  # the last one clipped
-    wanted = b"".join(data[offset:offset + length] for offset, length in expected)
+    wanted = b"".join(data[offset : offset + length] for offset, length in expected)
 
     job = bench.Job.make(f, segment, 4, 1, "cpu")
     assert job.ranges == expected and job.requested == len(wanted)
     rank_methods = [name for name, method in bench.METHODS.items() if not method.whole_file]
-    assert rank_methods == ["staged-8x16M", "staged-16x16M", "staged-8x64M", "staged-4x64M", "staged-8x8M",
-                            "staged-16x8M", "staged-8x4M", "staged-16x4M", "ring16-8x8M", "ring16-8x4M",
-                            "ring12-8x8M", "thread-copy-8x8M", "thread-copy-8x4M", "reads-only-8x8M", "idle6s-8x8M",
-                            "willneed-8x16M", "normal-8x16M", "per-range-8x16M", "per-range-split-tail-8x16M"]
+    assert rank_methods == [
+        "staged-8x16M",
+        "staged-16x16M",
+        "staged-8x64M",
+        "staged-4x64M",
+        "staged-8x8M",
+        "staged-16x8M",
+        "staged-8x4M",
+        "staged-16x4M",
+        "ring16-8x8M",
+        "ring16-8x4M",
+        "ring12-8x8M",
+        "thread-copy-8x8M",
+        "thread-copy-8x4M",
+        "reads-only-8x8M",
+        "idle6s-8x8M",
+        "willneed-8x16M",
+        "normal-8x16M",
+        "per-range-8x16M",
+        "per-range-split-tail-8x16M",
+    ]
     assert [bench.METHODS[name].buffers for name in rank_methods[8:13]] == [16, 16, 12, 16, 16]  # two a thread-copier
     assert [(bench.METHODS[name].slots, bench.METHODS[name].chunk_bytes >> 20) for name in rank_methods[:8]] == [
-        (8, 16), (16, 16), (8, 64), (4, 64), (8, 8), (16, 8), (8, 4), (16, 4)]
+        (8, 16),
+        (16, 16),
+        (8, 64),
+        (4, 64),
+        (8, 8),
+        (16, 8),
+        (8, 4),
+        (16, 4),
+    ]
     for name in rank_methods:
         job.dest.fill_(0)
         assert bench.METHODS[name].read(job) is job.dest
@@ -492,8 +589,27 @@ def test_read_bench_make_run_table_and_plot_on_the_cpu(tmp_path, monkeypatch, ca
 
     out = tmp_path / "read_cpu.json"
     capsys.readouterr()
-    bench.main(["run", "--file", str(f), "--ranks", "4", "--rank", "1", "--segment-mib", "0.5", "--device", "cpu",
-                "--rounds", "2", "--out", str(out), "--machine", "the CPU box"])
+    bench.main(
+        [
+            "run",
+            "--file",
+            str(f),
+            "--ranks",
+            "4",
+            "--rank",
+            "1",
+            "--segment-mib",
+            "0.5",
+            "--device",
+            "cpu",
+            "--rounds",
+            "2",
+            "--out",
+            str(out),
+            "--machine",
+            "the CPU box",
+        ]
+    )
     stdout = capsys.readouterr().out.splitlines()
     assert sum(line.startswith("note: the page cache cannot be dropped here") for line in stdout) == 1
     results = json.loads(out.read_text())
@@ -502,14 +618,29 @@ def test_read_bench_make_run_table_and_plot_on_the_cpu(tmp_path, monkeypatch, ca
     assert results["machine"] == "the CPU box"
     assert [run["method"] for run in runs] == names + names[1:] + names[:1]  # round 1 starts at the 2nd method
     assert [json.loads(line) for line in stdout if line.startswith("{")] == runs
-    fields = {"method", "round", "cache", "file", "file_bytes", "segment_bytes", "ranks", "rank", "device", "slots",
-              "chunk_bytes", "ring_seconds", "seconds", "bytes_requested", "bytes_read", "gbps"}
+    fields = {
+        "method",
+        "round",
+        "cache",
+        "file",
+        "file_bytes",
+        "segment_bytes",
+        "ranks",
+        "rank",
+        "device",
+        "slots",
+        "chunk_bytes",
+        "ring_seconds",
+        "seconds",
+        "bytes_requested",
+        "bytes_read",
+        "gbps",
+    }
     for run in runs:
         assert fields <= set(run), run
         assert run["cache"] == "cold"
         assert (run["ring_seconds"] is None) == (run["method"].startswith("limit-") or bool(run.get("error"))), run
-        assert (run["file_bytes"], run["segment_bytes"], run["ranks"], run["rank"], run["device"]) == (
-            len(data), segment, 4, 1, "cpu")
+        assert (run["file_bytes"], run["segment_bytes"], run["ranks"], run["rank"], run["device"]) == (len(data), segment, 4, 1, "cpu")
         whole = run["method"].startswith("limit-")
         assert run["bytes_requested"] == (len(data) if whole else len(wanted)), run
         if run.get("error"):  # only O_DIRECT may be refused (tmpfs)
@@ -518,20 +649,63 @@ def test_read_bench_make_run_table_and_plot_on_the_cpu(tmp_path, monkeypatch, ca
         assert run["seconds"] > 0 and run["gbps"] == pytest.approx(run["bytes_requested"] / run["seconds"] / 1e9)
         assert run["bytes_read"] is None or run["bytes_read"] >= 0
     assert stdout[-len(names) - 1].split() == ["method", "rounds", "GB/s", "/", "limit", "read/req"]
-    summary = {line.split()[0]: line.split() for line in stdout[-len(names):]}
+    summary = {line.split()[0]: line.split() for line in stdout[-len(names) :]}
     assert list(summary) == names and summary["limit-buffered"][3] == "1.00x"
 
-    bench.main(["run", "--file", str(f), "--ranks", "4", "--rank", "1", "--segment-mib", "0.5", "--device", "cpu",
-                "--rounds", "1", "--methods", "staged-8x16M", "--out", str(out)])
+    bench.main(
+        [
+            "run",
+            "--file",
+            str(f),
+            "--ranks",
+            "4",
+            "--rank",
+            "1",
+            "--segment-mib",
+            "0.5",
+            "--device",
+            "cpu",
+            "--rounds",
+            "1",
+            "--methods",
+            "staged-8x16M",
+            "--out",
+            str(out),
+        ]
+    )
     assert len(json.loads(out.read_text())["runs"]) == len(runs) + 1  # appended to
 
     capsys.readouterr()
-    bench.main(["run", "--file", str(f), "--ranks", "1", "--rank", "0", "--segment-mib", "0.5", "--device", "cpu",
-                "--cache", "warm", "--rounds", "1", "--methods", "limit-buffered", "staged-16x8M", "--out", str(out)])
+    bench.main(
+        [
+            "run",
+            "--file",
+            str(f),
+            "--ranks",
+            "1",
+            "--rank",
+            "0",
+            "--segment-mib",
+            "0.5",
+            "--device",
+            "cpu",
+            "--cache",
+            "warm",
+            "--rounds",
+            "1",
+            "--methods",
+            "limit-buffered",
+            "staged-16x8M",
+            "--out",
+            str(out),
+        ]
+    )
     assert "note: the page cache cannot be dropped" not in capsys.readouterr().out  # warm: nothing dropped or evicted
     warm = json.loads(out.read_text())["runs"][-2:]
     assert [(r["method"], r["cache"], r["bytes_requested"]) for r in warm] == [
-        ("limit-buffered", "warm", len(data)), ("staged-16x8M", "warm", len(data))]
+        ("limit-buffered", "warm", len(data)),
+        ("staged-16x8M", "warm", len(data)),
+    ]
 
     bench.main(["table", str(out)])
     text = out.with_suffix(".md").read_text()
@@ -566,9 +740,31 @@ def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_pa
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     subprocess.run([*script, "make", "--model", "tiny", "--dir", str(tmp_path)], check=True, env=env, capture_output=True)
     results = tmp_path / "results.json"
-    done = subprocess.run([*script, "all", "--dir", str(tmp_path), "--ep", "1", "--nodes", "2", "--cache", "warm",
-                           "--device", "cpu", "--drop-dumps", "--readahead", "both", "--out", str(results)],
-                          env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [
+            *script,
+            "all",
+            "--dir",
+            str(tmp_path),
+            "--ep",
+            "1",
+            "--nodes",
+            "2",
+            "--cache",
+            "warm",
+            "--device",
+            "cpu",
+            "--drop-dumps",
+            "--readahead",
+            "both",
+            "--out",
+            str(results),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     every = json.loads(results.read_text())["runs"]
     off = [r for r in every if r.get("readahead_enabled") is False]  # --readahead both: each bake load off, on, on, off
@@ -577,7 +773,9 @@ def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_pa
     assert [r["readahead_enabled"] for r in every if r["path"] == "bake"] == [False, True, True, False] * 2
     for r in off:
         assert "readahead" not in r and (r["layer0_xxh3"], r["others_xxh3"]) == (
-            runs["stock", r["ep"], r["nodes"]]["layer0_xxh3"], runs["stock", r["ep"], r["nodes"]]["others_xxh3"])
+            runs["stock", r["ep"], r["nodes"]]["layer0_xxh3"],
+            runs["stock", r["ep"], r["nodes"]]["others_xxh3"],
+        )
     loads = {("stock", 1, 1), ("presharded", 1, 1), ("bake", 1, 1), ("stock", 2, 2), ("presharded", 2, 2), ("bake", 2, 2)}
     assert set(runs) == loads | {("presharded-dump", 1, 1), ("presharded-dump", 2, 1)}
     for ep, nodes in ((1, 1), (2, 2)):
@@ -590,17 +788,23 @@ def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_pa
         assert runs["bake", ep, nodes]["layer0_equal_to_stock"] is True and runs["bake", ep, nodes]["others_equal_to_stock"]
     assert len(runs["bake", 2, 2]["node_seconds"]) == 2 and runs["bake", 2, 2]["gpus_per_node"] == 1
     assert runs["presharded-dump", 2, 1]["dump_bytes"] > 0
-    said = re.findall(r"^(\S+) ep=(\d): \d rank processes, (\d+) s from start to exit: setup (\d+) s \(slowest rank\), "
-                      r"loads and digests (\d+) s, page-cache drops (\d+) s, the rest (-?\d+) s$", done.stdout, re.M)
+    said = re.findall(
+        r"^(\S+) ep=(\d): \d rank processes, (\d+) s from start to exit: setup (\d+) s \(slowest rank\), "
+        r"loads and digests (\d+) s, page-cache drops (\d+) s, the rest (-?\d+) s$",
+        done.stdout,
+        re.M,
+    )
     worlds = ["stock", "presharded-dump", "presharded"] + ["bake"] * 4  # each path's world; the bake's 4 read-ahead runs
     assert [(p, int(e)) for p, e, *_ in said] == [(p, 1) for p in worlds] + [(p, 2) for p in worlds]  # EP 1, 2 nodes
     assert all(int(wall) >= int(setup) > 0 for _, _, wall, setup, *_ in said)  # where each world's wall clock went
     for (path, ep, nodes), run in runs.items():  # the slowest rank's phases: what ran in the timed region, no more
         if path != "presharded-dump":
             parts = {"build", "other"} | ({"iterate", "post_load"} if path != "presharded" else set())
-            shares = {"iterate_reads", "iterate_ring", "pin_ring", "iterate_batches", "post_load_reads",
-                      "post_load_batches"} \
-                if path == "bake" else set()
+            shares = (
+                {"iterate_reads", "iterate_ring", "pin_ring", "iterate_batches", "post_load_reads", "post_load_batches"}
+                if path == "bake"
+                else set()
+            )
             assert parts | shares == set(run["phases"])
             whole = sum(v for k, v in run["phases"].items() if k not in shares)
             assert abs(whole - run["seconds"]) < 1e-6 and run["phases"]["build"] > 0
@@ -616,8 +820,11 @@ def test_startup_bench_on_the_cpu_loads_every_path_to_the_same_parameters(tmp_pa
     from moebake.schema.manifest import Manifest, read_manifest
 
     manifest = Manifest.from_json(read_manifest(tmp_path / "out"), tmp_path / "out" / "moebake.json")
-    baked = sum(int(torch.Size(t.shape).numel()) * torch.empty(0, dtype=t.dtype.torch).element_size()
-                for layer in manifest.layers for t in layer.tensors.values())
+    baked = sum(
+        int(torch.Size(t.shape).numel()) * torch.empty(0, dtype=t.dtype.torch).element_size()
+        for layer in manifest.layers
+        for t in layer.tensors.values()
+    )
     others = runs["bake", 1, 1]["bytes_requested"] - baked  # EP 1 reads every baked byte once, then the other tensors
     assert others > 0 and runs["bake", 2, 2]["bytes_requested"] == baked + 2 * others  # each rank: its half, all the others
     png = subprocess.run([*script, "plot", str(results)], check=True, capture_output=True, text=True).stdout.strip()
@@ -642,13 +849,14 @@ def test_startup_bench_host_memory_is_read_from_meminfo_in_gib(tmp_path):
     from kB to GiB, the other fields left out."""
     bench = load_bench("startup_bench.py")
     meminfo = tmp_path / "meminfo"
-    meminfo.write_text("MemTotal:       263000000 kB\nMemFree:        1048576 kB\nCached:         2097152 kB\n"
-                       "SwapCached:            0 kB\nDirty:             1024 kB\nWriteback:            0 kB\n")
+    meminfo.write_text(
+        "MemTotal:       263000000 kB\nMemFree:        1048576 kB\nCached:         2097152 kB\n"
+        "SwapCached:            0 kB\nDirty:             1024 kB\nWriteback:            0 kB\n"
+    )
     assert bench._host_memory_gib(meminfo) == {"free": 1.0, "cached": 2.0, "dirty": 1 / 1024, "writeback": 0.0}
 
 
-@pytest.mark.parametrize("name", ["startup_h200x2", "startup_cpu_2core",
-                                  "startup_warm_h200x2"])
+@pytest.mark.parametrize("name", ["startup_h200x2", "startup_cpu_2core", "startup_warm_h200x2"])
 def test_startup_bench_redraws_the_committed_results(tmp_path, name):
     png = load_bench("startup_bench.py").plot(RESULTS / f"{name}.json", tmp_path / "startup.png")
     assert png.stat().st_size > 10_000
@@ -723,8 +931,11 @@ def test_startup_bench_warm_table_is_the_committed_markdown(tmp_path):
     assert "| 1 | warm | 1.58 | - | 0.44 | 3.61x | - | 0.27 | 1.63 |" in six
     assert "| 2 | warm | 2.01 | - | 0.35 | 5.75x | - | 0.20 | 1.74 |" in six
     assert "110.0 GB/s pinned with 2 GPUs copying at once" in six  # the node's copies: no less than 2 x one GPU's
-    layers = [run["phases"]["post_load_batches"] for run in runs
-              if "post_load_batches" in run.get("phases", {}) and (run["model"], run["layers"]) == ("gpt-oss-120b", 6)]
+    layers = [
+        run["phases"]["post_load_batches"]
+        for run in runs
+        if "post_load_batches" in run.get("phases", {}) and (run["model"], run["layers"]) == ("gpt-oss-120b", 6)
+    ]
     assert len(layers) == 2 and all(len(calls) == 6 for calls in layers)  # a read call per MoE layer, EP 1 and 2
     assert v4.startswith("the three paths against the physical limit") and v4.count("Limits measured") == 2
     assert "| 1 | warm | 5.21 | 4.05 | 1.32 | 3.95x | 3.07x | 0.61 | 2.15 |" in v4
@@ -737,8 +948,11 @@ def test_startup_bench_warm_table_is_the_committed_markdown(tmp_path):
     assert eighteen.startswith("the bake alone") and "| 1 | warm | - | - | 1.27 | - | - | 0.67 | 1.91 |" in eighteen
     memory = [r for r in runs if "host_memory_before_load_gib" in r]
     assert len(memory) == 3 and all(r["host_memory_before_load_gib"]["dirty"] < 0.01 for r in memory)
-    assert all(r["layer0_equal_to_stock"] and r["others_equal_to_stock"] for r in runs
-               if r["path"] in ("presharded", "bake") and r["layer0_equal_to_stock"] is not None)
+    assert all(
+        r["layer0_equal_to_stock"] and r["others_equal_to_stock"]
+        for r in runs
+        if r["path"] in ("presharded", "bake") and r["layer0_equal_to_stock"] is not None
+    )
     assert all(r["peak_gpu_extra_gib"] == 0.0 for r in runs if r["path"] == "bake")
 
 
@@ -767,8 +981,7 @@ def _committed_read_table(tmp_path, name: str) -> tuple[str, list[dict]]:
     command after the results change): the Markdown, and the JSON's runs."""
     md = load_bench("read_bench.py").table(RESULTS / f"{name}.json", tmp_path / "read.md")
     text = md.read_text()
-    assert text == (RESULTS / f"{name}.md").read_text().replace(
-        f"table bench/results/{name}.json", f"table {RESULTS / (name + '.json')}")
+    assert text == (RESULTS / f"{name}.md").read_text().replace(f"table bench/results/{name}.json", f"table {RESULTS / (name + '.json')}")
     return text, json.loads((RESULTS / f"{name}.json").read_text())["runs"]
 
 
@@ -779,8 +992,9 @@ def test_read_bench_h200_table_is_the_committed_markdown(tmp_path):
     text, runs = _committed_read_table(tmp_path, "read_h200")
     assert "| staged-8x16M | 3 | 2.768 | 1.553 | 1.499-1.597 | 0.93x | 1.002x |" in text  # rank 1 of 2
     assert "| normal-8x16M | 3 | 1.433 | 1.502 | 1.405-1.568 | 0.92x | 1.063x |" in text  # rank 1 of 4, readahead on
-    first_cuda = {next(i for i, r in enumerate(runs) if r["ranks"] == ranks and r["method"].startswith("staged"))
-                  for ranks in (4, 2)}  # these two also loaded CUDA's libraries (26 and 13 MB; the bench now warms up)
+    first_cuda = {
+        next(i for i, r in enumerate(runs) if r["ranks"] == ranks and r["method"].startswith("staged")) for ranks in (4, 2)
+    }  # these two also loaded CUDA's libraries (26 and 13 MB; the bench now warms up)
     for i, run in enumerate(runs):
         if run["method"].startswith(("staged", "willneed")) and i not in first_cuda:
             assert run["bytes_read"] <= run["bytes_requested"] * 1.001, run
@@ -802,8 +1016,10 @@ def test_startup_bench_peak_rss_is_the_rank_process_own_not_its_parents(tmp_path
     before) carries the parent's peak over fork and exec."""
     held = bytearray(512 << 20)
     held[::4096] = b"\1" * len(range(0, len(held), 4096))  # every page resident in this (the parent) process
-    child = ("import json, resource, sys; sys.path.insert(0, 'bench'); import startup_bench; "
-             "print(json.dumps([startup_bench._rss_gib()['peak'], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss]))")
+    child = (
+        "import json, resource, sys; sys.path.insert(0, 'bench'); import startup_bench; "
+        "print(json.dumps([startup_bench._rss_gib()['peak'], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss]))"
+    )
     parent_gib = load_bench("startup_bench.py")._rss_gib()["rss"]
     done = subprocess.run([sys.executable, "-c", child], cwd=REPO, capture_output=True, text=True, check=True)
     peak_gib, maxrss_kib = json.loads(done.stdout)
@@ -929,30 +1145,64 @@ def test_startup_bench_reader_alone_reads_every_byte_twice_through_the_plugins_r
 def test_startup_bench_table_of_a_tiny_results_file(tmp_path, capsys):
     """Ratios, the limit, GB and the missing (ep, cache) of a results file made up here, one node (a run repeated
     gets a row of its own) and simulated nodes; the ``table`` subcommand."""
-    run = {"engine": "sglang", "model": "tiny", "layers": 2, "experts": 4, "bytes_read": 3e9, "peak_gpu_extra_gib": 0.5,
-           "peak_host_rss_gib": 1.25, "limit_seconds": 2.0}
+    run = {
+        "engine": "sglang",
+        "model": "tiny",
+        "layers": 2,
+        "experts": 4,
+        "bytes_read": 3e9,
+        "peak_gpu_extra_gib": 0.5,
+        "peak_host_rss_gib": 1.25,
+        "limit_seconds": 2.0,
+    }
     node = {**run, "ep": 2, "nodes": 2, "gpus_per_node": 1, "cache": "cold", "node_bytes_needed": 2e9}
-    runs = [{**run, "path": "stock", "ep": 1, "cache": "cold", "seconds": 6.0},
-            {**run, "path": "presharded", "ep": 1, "cache": "cold", "seconds": 4.0, "peak_gpu_extra_gib": 1.0},
-            {**run, "path": "bake", "ep": 1, "cache": "cold", "seconds": 3.0, "peak_gpu_extra_gib": 0.0},
-            {**run, "path": "bake", "ep": 2, "cache": "warm", "seconds": 1.0,
-             "phases": {"build": 0.1, "iterate": 0.3, "iterate_reads": 0.2, "post_load": 0.5, "post_load_reads": 0.4,
-                        "sync": 0.05, "other": 0.05}},
-            {**run, "path": "bake", "ep": 2, "cache": "warm", "seconds": 1.5, "limit_seconds": 1.0},  # a repeat
-            {**node, "path": "stock", "seconds": 8.0, "node_seconds": [8.0, 7.5], "node_bytes_read": [4e9, 3.9e9]},
-            {**node, "path": "bake", "seconds": 2.5, "node_seconds": [2.5, 2.4], "node_bytes_read": [2.1e9, 2e9],
-             "peak_gpu_extra_gib": 0.0},
-            {"engine": "sglang", "model": "tiny", "layers": 2, "experts": 4, "path": "presharded-dump", "ep": 2,
-             "nodes": 1, "gpus_per_node": 2, "cache": "-", "seconds": 1.5, "load_seconds": 6.5, "dump_bytes": 3.25e9}]
+    runs = [
+        {**run, "path": "stock", "ep": 1, "cache": "cold", "seconds": 6.0},
+        {**run, "path": "presharded", "ep": 1, "cache": "cold", "seconds": 4.0, "peak_gpu_extra_gib": 1.0},
+        {**run, "path": "bake", "ep": 1, "cache": "cold", "seconds": 3.0, "peak_gpu_extra_gib": 0.0},
+        {
+            **run,
+            "path": "bake",
+            "ep": 2,
+            "cache": "warm",
+            "seconds": 1.0,
+            "phases": {
+                "build": 0.1,
+                "iterate": 0.3,
+                "iterate_reads": 0.2,
+                "post_load": 0.5,
+                "post_load_reads": 0.4,
+                "sync": 0.05,
+                "other": 0.05,
+            },
+        },
+        {**run, "path": "bake", "ep": 2, "cache": "warm", "seconds": 1.5, "limit_seconds": 1.0},  # a repeat
+        {**node, "path": "stock", "seconds": 8.0, "node_seconds": [8.0, 7.5], "node_bytes_read": [4e9, 3.9e9]},
+        {**node, "path": "bake", "seconds": 2.5, "node_seconds": [2.5, 2.4], "node_bytes_read": [2.1e9, 2e9], "peak_gpu_extra_gib": 0.0},
+        {
+            "engine": "sglang",
+            "model": "tiny",
+            "layers": 2,
+            "experts": 4,
+            "path": "presharded-dump",
+            "ep": 2,
+            "nodes": 1,
+            "gpus_per_node": 2,
+            "cache": "-",
+            "seconds": 1.5,
+            "load_seconds": 6.5,
+            "dump_bytes": 3.25e9,
+        },
+    ]
     results = tmp_path / "startup.json"
-    results.write_text(json.dumps({"runs": runs, "limits": [{"model": "tiny", "layers": 2, "disk_gbps": 1.0,
-                                                            "page_cache_gbps": 10.0}]}))
+    results.write_text(json.dumps({"runs": runs, "limits": [{"model": "tiny", "layers": 2, "disk_gbps": 1.0, "page_cache_gbps": 10.0}]}))
     load_bench("startup_bench.py").main(["table", str(results)])
     md = Path(capsys.readouterr().out.strip())
     assert md == results.with_suffix(".md")
     text = md.read_text()
-    assert ("| 1 | cold | 6.00 | 4.00 | 3.00 | 2.00x | 1.33x | 2.00 | 1.50 | 3.00 / 3.00 / 3.00 | 0.50 / 1.00 / 0.00 "
-            "| 1.25 / 1.25 / 1.25 |") in text
+    assert (
+        "| 1 | cold | 6.00 | 4.00 | 3.00 | 2.00x | 1.33x | 2.00 | 1.50 | 3.00 / 3.00 / 3.00 | 0.50 / 1.00 / 0.00 | 1.25 / 1.25 / 1.25 |"
+    ) in text
     assert "| 2 | warm | - | - | 1.00 | - | - | 2.00 | 0.50 | - / - / 3.00 | - / - / 0.50 | - / - / 1.25 |" in text
     assert "| 2 | warm | - | - | 1.50 | - | - | 1.00 | 1.50 |" in text  # the repeat: a row of its own, after the first
     assert text.index("| 2 | warm | - | - | 1.00 |") < text.index("| 2 | warm | - | - | 1.50 |")
@@ -970,8 +1220,7 @@ def test_startup_bench_plot_bars_the_first_run_and_dots_each_repeat():
     report = load_bench("startup_report.py")
     plt = report.benchkit.pyplot()
     run = {"limit_seconds": 1.0}
-    runs = [{**run, "path": "stock", "seconds": 6.0}, {**run, "path": "bake", "seconds": 2.0},
-            {**run, "path": "bake", "seconds": 3.0}]
+    runs = [{**run, "path": "stock", "seconds": 6.0}, {**run, "path": "bake", "seconds": 2.0}, {**run, "path": "bake", "seconds": 3.0}]
     fig, ax = plt.subplots()
     report._bars(ax, ["g"], lambda g: runs, str)
     assert sorted(p.get_height() for p in ax.patches) == [2.0, 6.0]
@@ -1002,13 +1251,16 @@ def test_real_server_says_where_two_runs_part():
     bench = load_bench("real_server.py")
     reference = [{"output_ids": [5, 6, 7, 8], "logprobs": [-0.5, -1.25, -2.0, -3.0]}, {"output_ids": [1], "logprobs": [-0.125]}]
     other = [{"output_ids": [5, 6, 9, 8], "logprobs": [-0.5, -1.0, -2.5, -3.0]}, {"output_ids": [1], "logprobs": [-0.125]}]
-    assert bench.differences(other, reference) == [{"first_token_differing": 2, "max_abs_logprob_difference": 0.25},
-                                                   {"first_token_differing": None, "max_abs_logprob_difference": 0.0}]
+    assert bench.differences(other, reference) == [
+        {"first_token_differing": 2, "max_abs_logprob_difference": 0.25},
+        {"first_token_differing": None, "max_abs_logprob_difference": 0.0},
+    ]
 
 
 def test_real_server_reads_sglangs_load_line():
-    line = ("[2026-11-27 21:40:01] Load weight end. elapsed=1.87 s, type=GptOssForCausalLM, quant=mxfp4, "
-            "avail mem=70.12 GB, mem usage=1.73 GB.")
+    line = (
+        "[2026-11-27 21:40:01] Load weight end. elapsed=1.87 s, type=GptOssForCausalLM, quant=mxfp4, avail mem=70.12 GB, mem usage=1.73 GB."
+    )
     assert load_bench("real_server.py").parse_log(f"noise\n{line}\nmore") == {"load_seconds": 1.87, "sglang_load_mem_usage_gib": 1.73}
     assert load_bench("real_server.py").parse_log("no load line") == {"load_seconds": None, "sglang_load_mem_usage_gib": None}
 
@@ -1020,7 +1272,7 @@ def test_real_server_command_and_prompts():
     for flag in ("--skip-tokenizer-init", "--attention-backend", "--moe-runner-backend"):
         assert flag in stock
     assert "--disable-cuda-graph" not in stock and "--quantization" not in stock  # CUDA graphs on, the source's mxfp4
-    assert bake[len(stock):] == ["--quantization", "moebake", "--x"]
+    assert bake[len(stock) :] == ["--quantization", "moebake", "--x"]
     asked = bench.prompts(2048)
     assert [len(p) for p in asked] == list(bench.PROMPT_LENGTHS) and asked == bench.prompts(2048)
     assert max(max(p) for p in asked) < 2046  # below the pad and eos ids
@@ -1044,8 +1296,23 @@ def test_real_server_makes_a_deepseek_v4_source_and_its_sglang_bake(tmp_path):
     alternating compress ratios 4 and 128, eos/bos above the prompts) and its sm90-marlin bake for SGLang 0.5.17, which
     keeps the attention; the server command picks SGLang's dsv4 attention backend for it and triton for GPT-OSS."""
     bench = load_bench("real_server.py")
-    bench.main(["make", "--model", "deepseek-v4", "--dir", str(tmp_path), "--experts", "2", "--vocab", "256",
-                "--bake", "sm90-marlin", "--engine", "sglang==0.5.17"])
+    bench.main(
+        [
+            "make",
+            "--model",
+            "deepseek-v4",
+            "--dir",
+            str(tmp_path),
+            "--experts",
+            "2",
+            "--vocab",
+            "256",
+            "--bake",
+            "sm90-marlin",
+            "--engine",
+            "sglang==0.5.17",
+        ]
+    )
     for model in ("src", "sm90-marlin"):
         config = json.loads((tmp_path / model / "config.json").read_text())
         assert config["model_type"] == "deepseek_v4" and config["compress_ratios"] == [4, 128, 0]
@@ -1074,8 +1341,7 @@ def test_real_server_probe_hooks_a_method_sglang_has():
         pytest.skip("sglang is not installed")
     root = Path(sglang.origin).parent.parent
     tree = ast.parse((root / (module.replace(".", "/") + ".py")).read_text())
-    methods = {f.name for c in tree.body if isinstance(c, ast.ClassDef) and c.name == cls for f in c.body
-               if isinstance(f, ast.FunctionDef)}
+    methods = {f.name for c in tree.body if isinstance(c, ast.ClassDef) and c.name == cls for f in c.body if isinstance(f, ast.FunctionDef)}
     assert method in methods
     registry = ast.parse((root / "sglang/srt/plugins/hook_registry.py").read_text())
     assert "AROUND" in {t.id for n in ast.walk(registry) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
@@ -1084,8 +1350,10 @@ def test_real_server_probe_hooks_a_method_sglang_has():
 def test_real_server_names_the_release_and_the_compilers_it_waits_for():
     bench = load_bench("real_server.py")
     assert bench.release_of("sglang-0.5.17.dist-info") == "0.5.17"
-    ps = ("   12 /usr/local/cuda/bin/nvcc -c /c/moe_wna16_marlin.cu -o /b/moe_wna16_marlin.cuda.o\n"
-          "    3 /usr/bin/python3 -m sglang.launch_server --model-path m\n   40 /usr/bin/ninja -v -j 16\n")
+    ps = (
+        "   12 /usr/local/cuda/bin/nvcc -c /c/moe_wna16_marlin.cu -o /b/moe_wna16_marlin.cuda.o\n"
+        "    3 /usr/bin/python3 -m sglang.launch_server --model-path m\n   40 /usr/bin/ninja -v -j 16\n"
+    )
     assert bench.compilers_running(ps) == ["nvcc (12 s) /c/moe_wna16_marlin.cu /b/moe_wna16_marlin.cuda.o", "ninja (40 s) "]
     assert bench.compilers_running("    3 /usr/bin/python3 x.py\n") == []
 
@@ -1097,22 +1365,40 @@ def test_real_server_compares_each_run_with_its_backends_first_stock_run(tmp_pat
 
     def fake_run_one(directory, path, backend, target, new_tokens, timeout, extra, log_dir, order, engine):
         assert engine == "sglang"
-        record = {"order": order, "path": path, "moe_runner_backend": backend, "target": target,
-                  "tokens_equal_to_stock": None, "logprobs_equal_to_stock": None}
+        record = {
+            "order": order,
+            "path": path,
+            "moe_runner_backend": backend,
+            "target": target,
+            "tokens_equal_to_stock": None,
+            "logprobs_equal_to_stock": None,
+        }
         if answers[order] is not None:
             record["outputs"] = [{"output_ids": ids, "logprobs": [-1.0] * len(ids)} for ids in answers[order]]
         return record
 
     monkeypatch.setattr(bench, "run_one", fake_run_one)
     out = tmp_path / "r.json"
-    runs = bench.run(tmp_path, ["stock:marlin", "bake:marlin:sm90-marlin", "bake:marlin:sm90-marlin", "stock:flashinfer_mxfp4",
-                                "stock:marlin"], 48, 60, [], out, tmp_path)
+    runs = bench.run(
+        tmp_path,
+        ["stock:marlin", "bake:marlin:sm90-marlin", "bake:marlin:sm90-marlin", "stock:flashinfer_mxfp4", "stock:marlin"],
+        48,
+        60,
+        [],
+        out,
+        tmp_path,
+    )
     assert [(r["tokens_equal_to_stock"], r.get("stock_order")) for r in runs] == [
-        (None, None), (True, 1), (False, 1), (None, None), (True, 1)]
+        (None, None),
+        (True, 1),
+        (False, 1),
+        (None, None),
+        (True, 1),
+    ]
     assert json.loads(out.read_text())["runs"] == runs
 
 
-FAKE_SERVER_PRELUDE = '''
+FAKE_SERVER_PRELUDE = """
 import faulthandler, json, os, signal, sys, time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -1130,11 +1416,13 @@ class JsonHandler(BaseHTTPRequestHandler):
 
     def log_message(self, *a):
         pass
-'''
+"""
 """What both stand-in servers start with: the stacks on SIGUSR2 (as bench/real_server.py asks for) and a JSON reply."""
 
 
-FAKE_LAUNCH_SERVER = FAKE_SERVER_PRELUDE + '''
+FAKE_LAUNCH_SERVER = (
+    FAKE_SERVER_PRELUDE
+    + '''
 """A stand-in for ``python -m sglang.launch_server``: SGLang's two log lines and its /generate answer format."""
 port, model = int(args[args.index("--port") + 1]), args[args.index("--model-path") + 1]
 if "hang" in model:
@@ -1167,6 +1455,7 @@ print("[t] Load weight end. elapsed=0.25 s, type=GptOssForCausalLM, avail mem=70
 print("[t] The server is fired up and ready to roll!", flush=True)
 server.serve_forever()
 '''
+)
 
 
 def test_real_server_serves_compares_and_stops_each_server(tmp_path, monkeypatch):
@@ -1184,10 +1473,18 @@ def test_real_server_serves_compares_and_stops_each_server(tmp_path, monkeypatch
     work = tmp_path / "work"
     for model in ("src", "same", "other", "hang"):
         (work / model).mkdir(parents=True)
-    (work / "src" / "config.json").write_text(json.dumps({"vocab_size": 2048, "num_hidden_layers": 4, "num_local_experts": 32,
-                                                          "hidden_size": 2880}))
-    runs = bench.run(work, ["stock:marlin", "bake:marlin:same", "bake:marlin:other", "bake:marlin:hang:3"], 8, 60, [],
-                     tmp_path / "r.json", tmp_path / "logs")
+    (work / "src" / "config.json").write_text(
+        json.dumps({"vocab_size": 2048, "num_hidden_layers": 4, "num_local_experts": 32, "hidden_size": 2880})
+    )
+    runs = bench.run(
+        work,
+        ["stock:marlin", "bake:marlin:same", "bake:marlin:other", "bake:marlin:hang:3"],
+        8,
+        60,
+        [],
+        tmp_path / "r.json",
+        tmp_path / "logs",
+    )
     stock, same, other, hang = runs
     assert stock["release"] == "0.5.17" and stock["ready_seconds"] > 0 and stock["new_tokens"] == [8] * 5
     assert (stock["load_seconds"], stock["sglang_load_mem_usage_gib"], stock["repeat_equal"]) == (0.25, 0.5, True)
@@ -1203,9 +1500,20 @@ def test_real_server_serves_compares_and_stops_each_server(tmp_path, monkeypatch
     assert "SGLANG_JIT_DEEPGEMM_PRECOMPILE=unset" in (tmp_path / "logs" / "server-1-stock-marlin.log").read_text()
 
     # A DeepSeek-V4 source: both servers start with SGLang's no-warm-up settings (bench's DEEPSEEK_V4_SERVER_ENV).
-    (work / "src" / "config.json").write_text(json.dumps({"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
-                                                          "vocab_size": 2048, "num_hidden_layers": 2, "num_nextn_predict_layers": 1,
-                                                          "n_routed_experts": 8, "hidden_size": 4096, "moe_intermediate_size": 256}))
+    (work / "src" / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["DeepseekV4ForCausalLM"],
+                "model_type": "deepseek_v4",
+                "vocab_size": 2048,
+                "num_hidden_layers": 2,
+                "num_nextn_predict_layers": 1,
+                "n_routed_experts": 8,
+                "hidden_size": 4096,
+                "moe_intermediate_size": 256,
+            }
+        )
+    )
     monkeypatch.delenv("SGLANG_JIT_DEEPGEMM_PRECOMPILE", raising=False)
     v4_stock, v4_bake = bench.run(work, ["stock:marlin", "bake:marlin:same"], 8, 60, [], None, tmp_path / "v4logs")
     for record, label in ((v4_stock, "1-stock-marlin"), (v4_bake, "2-bake-marlin-same")):
@@ -1250,43 +1558,60 @@ def test_real_server_vllm_command_parses_with_vllm_0_26s_own_arguments():
     stock = vllm_server.VLLM.command(Path("/m/src"), "flashinfer_cutlass", False, 30000, [])
     bake = vllm_server.VLLM.command(Path("/m/sm90-cutlass"), "flashinfer_cutlass", True, 30000, [])
     assert stock[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
-    assert bake[len(stock):] == ["--quantization", "moebake", "--load-format", "moebake"]
-    script = ("import json, sys\nfrom vllm import platforms\nfrom vllm.platforms.cpu import CpuPlatform\n"
-              "platforms._current_platform = CpuPlatform()\n"
-              "from vllm.entrypoints.openai.cli_args import make_arg_parser\n"
-              "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
-              "for argv in json.loads(sys.argv[1]):\n"
-              "    a = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)\n"
-              "    print(json.dumps([a.model, str(a.attention_backend), a.moe_backend, a.skip_tokenizer_init,\n"
-              "                      a.enable_prefix_caching, a.enable_flashinfer_autotune, a.enforce_eager,\n"
-              "                      a.quantization, a.load_format, a.served_model_name]))\n")
+    assert bake[len(stock) :] == ["--quantization", "moebake", "--load-format", "moebake"]
+    script = (
+        "import json, sys\nfrom vllm import platforms\nfrom vllm.platforms.cpu import CpuPlatform\n"
+        "platforms._current_platform = CpuPlatform()\n"
+        "from vllm.entrypoints.openai.cli_args import make_arg_parser\n"
+        "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+        "for argv in json.loads(sys.argv[1]):\n"
+        "    a = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)\n"
+        "    print(json.dumps([a.model, str(a.attention_backend), a.moe_backend, a.skip_tokenizer_init,\n"
+        "                      a.enable_prefix_caching, a.enable_flashinfer_autotune, a.enforce_eager,\n"
+        "                      a.quantization, a.load_format, a.served_model_name]))\n"
+    )
     env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", PYTHONPATH=os.pathsep.join([str(_vllm_tree()), str(REPO)]))
-    done = subprocess.run([sys.executable, "-c", script, json.dumps([stock[3:], bake[3:]])], env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps([stock[3:], bake[3:]])], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     parsed = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("[")]
     assert [p[:9] for p in parsed] == [
         ["/m/src", "TRITON_ATTN", "flashinfer_cutlass", True, False, False, False, None, "auto"],
-        ["/m/sm90-cutlass", "TRITON_ATTN", "flashinfer_cutlass", True, False, False, False, "moebake", "moebake"]]
+        ["/m/sm90-cutlass", "TRITON_ATTN", "flashinfer_cutlass", True, False, False, False, "moebake", "moebake"],
+    ]
     assert parsed[0][9] in (vllm_server.SERVED_NAME, [vllm_server.SERVED_NAME])
 
 
 def test_real_server_reads_vllms_load_line_and_completions_answer():
     vllm_server = load_bench("real_server_vllm.py")
-    line = ("(EngineCore pid=812) INFO 11-28 03:10:01 [gpu_model_runner.py:5348] Model loading took 1.73 GiB memory and "
-            "4.250000 seconds")
+    line = "(EngineCore pid=812) INFO 11-28 03:10:01 [gpu_model_runner.py:5348] Model loading took 1.73 GiB memory and 4.250000 seconds"
     assert vllm_server.VLLM.parse_log(f"noise\n{line}\nmore") == {"load_seconds": 4.25, "vllm_load_mem_usage_gib": 1.73}
     assert vllm_server.VLLM.parse_log("INFO Model loading took 0.5 GiB and 2.0 seconds")["load_seconds"] == 2.0  # the v2 runner's
     assert vllm_server.VLLM.parse_log("no load line") == {"load_seconds": None, "vllm_load_mem_usage_gib": None}
-    response = {"choices": [
-        {"index": 1, "text": "", "token_ids": [9], "logprobs": {"token_logprobs": [-0.5], "tokens": ["token_id:9"]}},
-        {"index": 0, "text": "", "token_ids": [4, 5], "logprobs": {"token_logprobs": [-1.0, -0.25],
-                                                                   "tokens": ["token_id:4", "token_id:5"]}}]}
-    assert vllm_server.VLLM.outputs(response) == [{"output_ids": [4, 5], "logprobs": [-1.0, -0.25], "logprob_ids": [4, 5]},
-                                                  {"output_ids": [9], "logprobs": [-0.5], "logprob_ids": [9]}]
+    response = {
+        "choices": [
+            {"index": 1, "text": "", "token_ids": [9], "logprobs": {"token_logprobs": [-0.5], "tokens": ["token_id:9"]}},
+            {
+                "index": 0,
+                "text": "",
+                "token_ids": [4, 5],
+                "logprobs": {"token_logprobs": [-1.0, -0.25], "tokens": ["token_id:4", "token_id:5"]},
+            },
+        ]
+    }
+    assert vllm_server.VLLM.outputs(response) == [
+        {"output_ids": [4, 5], "logprobs": [-1.0, -0.25], "logprob_ids": [4, 5]},
+        {"output_ids": [9], "logprobs": [-0.5], "logprob_ids": [9]},
+    ]
     body = vllm_server.VLLM.request([[1, 2], [3]], 48)
     assert (body["prompt"], body["max_tokens"], body["temperature"], body["ignore_eos"], body["logprobs"]) == (
-        [[1, 2], [3]], 48, 0.0, True, 0)
+        [[1, 2], [3]],
+        48,
+        0.0,
+        True,
+        0,
+    )
 
 
 def test_real_server_vllm_probe_wraps_a_method_vllm_0_26_has():
@@ -1296,8 +1621,13 @@ def test_real_server_vllm_probe_wraps_a_method_vllm_0_26_has():
 
     module, cls, method = load_bench("real_server_vllm_probe.py").TARGET.rsplit(".", 2)
     tree = ast.parse((_vllm_tree() / (module.replace(".", "/") + ".py")).read_text())
-    (function,) = [f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == cls for f in c.body
-                   if isinstance(f, ast.FunctionDef) and f.name == method]
+    (function,) = [
+        f
+        for c in tree.body
+        if isinstance(c, ast.ClassDef) and c.name == cls
+        for f in c.body
+        if isinstance(f, ast.FunctionDef) and f.name == method
+    ]
     assert "self.model_runner.load_model(" in ast.unparse(function)
 
 
@@ -1329,7 +1659,9 @@ def test_real_server_vllm_probe_measures_each_load_once(tmp_path, monkeypatch):
     assert loads == ["measured", True]
 
 
-FAKE_VLLM_API_SERVER = FAKE_SERVER_PRELUDE + '''
+FAKE_VLLM_API_SERVER = (
+    FAKE_SERVER_PRELUDE
+    + '''
 """A stand-in for ``python -m vllm.entrypoints.openai.api_server``: vLLM's load line, /health and /v1/completions."""
 port, model, name = int(args[args.index("--port") + 1]), args[args.index("--model") + 1], args[args.index("--served-model-name") + 1]
 if "hang" in model:
@@ -1363,6 +1695,7 @@ print("(EngineCore pid=1) INFO [gpu_model_runner.py:5348] Model loading took 0.5
       flush=True)
 HTTPServer(("127.0.0.1", port), Handler).serve_forever()
 '''
+)
 
 
 def test_real_server_serves_vllm_compares_and_stops_each_server(tmp_path, monkeypatch):
@@ -1381,11 +1714,20 @@ def test_real_server_serves_vllm_compares_and_stops_each_server(tmp_path, monkey
     work = tmp_path / "work"
     for model in ("src", "same", "other", "hang"):
         (work / model).mkdir(parents=True)
-    (work / "src" / "config.json").write_text(json.dumps({"vocab_size": 2048, "num_hidden_layers": 4, "num_local_experts": 32,
-                                                          "hidden_size": 2880}))
+    (work / "src" / "config.json").write_text(
+        json.dumps({"vocab_size": 2048, "num_hidden_layers": 4, "num_local_experts": 32, "hidden_size": 2880})
+    )
     backend = "flashinfer_cutlass"
-    runs = bench.run(work, [f"stock:{backend}", f"bake:{backend}:same", f"bake:{backend}:other", f"bake:{backend}:hang:3"], 8,
-                     60, [], tmp_path / "r.json", tmp_path / "logs", engine="vllm")
+    runs = bench.run(
+        work,
+        [f"stock:{backend}", f"bake:{backend}:same", f"bake:{backend}:other", f"bake:{backend}:hang:3"],
+        8,
+        60,
+        [],
+        tmp_path / "r.json",
+        tmp_path / "logs",
+        engine="vllm",
+    )
     stock, same, other, hang = runs
     assert (stock["engine"], stock["release"], stock["new_tokens"]) == ("vllm", "0.26.0", [8] * 5)
     assert (stock["load_seconds"], stock["vllm_load_mem_usage_gib"], stock["repeat_equal"]) == (0.25, 0.5, True)
@@ -1393,9 +1735,10 @@ def test_real_server_serves_vllm_compares_and_stops_each_server(tmp_path, monkey
     assert (same["tokens_equal_to_stock"], same["logprobs_equal_to_stock"]) == (True, True)
     assert (other["tokens_equal_to_stock"], other["logprobs_equal_to_stock"]) == (False, False)
     assert hang["error"] == "not ready after 3 s" and hang["ready_seconds"] is None
-    assert ["--moe-backend", backend] == stock["server_flags"][stock["server_flags"].index("--moe-backend"):][:2]
+    assert ["--moe-backend", backend] == stock["server_flags"][stock["server_flags"].index("--moe-backend") :][:2]
     assert "--quantization" in same["server_flags"] and "--quantization" not in stock["server_flags"]
-    entry_points = Path("/tmp/moebake-real-server-meta/2-bake-flashinfer_cutlass-same/moebake_real_server_probe-0.dist-info"
-                        "/entry_points.txt").read_text()
+    entry_points = Path(
+        "/tmp/moebake-real-server-meta/2-bake-flashinfer_cutlass-same/moebake_real_server_probe-0.dist-info/entry_points.txt"
+    ).read_text()
     assert entry_points == "[vllm.general_plugins]\nmoebake_real_server_probe = real_server_vllm_probe:register\n"
     assert json.loads((tmp_path / "r.json").read_text())["runs"] == runs

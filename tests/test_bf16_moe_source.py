@@ -50,14 +50,15 @@ def test_qwen35_fused_layers_and_mtp_layer(sources):
     assert model.format_name == "bf16-moe"
     assert (model.hidden_size, model.intermediate_size, model.num_experts) == (32, 16, 3)
     assert [(layer.prefix, layer.index) for layer in model.layers] == [
-        ("model.language_model.layers.0.mlp.experts.", 0), ("model.language_model.layers.1.mlp.experts.", 1),
-        ("mtp.layers.0.mlp.experts.", 0)]
+        ("model.language_model.layers.0.mlp.experts.", 0),
+        ("model.language_model.layers.1.mlp.experts.", 1),
+        ("mtp.layers.0.mlp.experts.", 0),
+    ]
     first = model.layers[0]
     assert first.fused and first.gate_up == (first.prefix + "gate_up_proj",) and first.down == first.prefix + "down_proj"
 
 
-@pytest.mark.parametrize("style, gate, up, down", [
-    ("qwen3", "gate_proj", "up_proj", "down_proj"), ("mixtral", "w1", "w3", "w2")])
+@pytest.mark.parametrize("style, gate, up, down", [("qwen3", "gate_proj", "up_proj", "down_proj"), ("mixtral", "w1", "w3", "w2")])
 def test_per_expert_layers_are_name_patterns(sources, style, gate, up, down):
     layer = open_source(sources[style]).layers[1]
     assert not layer.fused
@@ -84,15 +85,22 @@ def test_config_dims_may_live_in_text_config_or_at_the_top(sources, tmp_path):
     assert open_source(root).intermediate_size == 16
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda c: c["text_config"].update(moe_intermediate_size=24),
-     r"model-00001-of-00002\.safetensors: tensor model\.language_model\.layers\.0\.mlp\.experts\.gate_up_proj "
-     r"is BF16 \[3, 32, 32\], expected BF16 \[3, 48, 32\] from config\.json$"),
-    (lambda c: c["text_config"].pop("num_experts"),
-     r"config\.json: none of num_experts / num_local_experts / n_routed_experts is set"),
-    (lambda c: c["text_config"].update(num_experts=True), r"config\.json: text_config\.num_experts is true, expected a positive integer"),
-    (lambda c: c["text_config"].update(hidden_act="gelu"), r"config\.json: text_config\.hidden_act is 'gelu', not supported"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda c: c["text_config"].update(moe_intermediate_size=24),
+            r"model-00001-of-00002\.safetensors: tensor model\.language_model\.layers\.0\.mlp\.experts\.gate_up_proj "
+            r"is BF16 \[3, 32, 32\], expected BF16 \[3, 48, 32\] from config\.json$",
+        ),
+        (lambda c: c["text_config"].pop("num_experts"), r"config\.json: none of num_experts / num_local_experts / n_routed_experts is set"),
+        (
+            lambda c: c["text_config"].update(num_experts=True),
+            r"config\.json: text_config\.num_experts is true, expected a positive integer",
+        ),
+        (lambda c: c["text_config"].update(hidden_act="gelu"), r"config\.json: text_config\.hidden_act is 'gelu', not supported"),
+    ],
+)
 def test_config_mismatch_is_one_line_naming_file_and_tensor(sources, tmp_path, change, message):
     root = shutil.copytree(sources["qwen3.5"], tmp_path / "bad")
     edit_config(root, change)
@@ -116,14 +124,18 @@ def rename(old, new):
 P = "model.layers.1.mlp.experts."
 
 
-@pytest.mark.parametrize("change, message", [
-    (drop(P + "2.up_proj.weight"), rf"tensor {P}2\.up_proj\.weight is missing"),
-    (retype(P + "1.down_proj.weight", torch.float16),
-     rf"tensor {P}1\.down_proj\.weight is F16 \[32, 16\], expected BF16 \[32, 16\]"),
-    (rename(P + "2.gate_proj.weight", P + "7.gate_proj.weight"),
-     rf"tensor {P}7\.gate_proj\.weight has expert index 7, but config\.json says 3"),
-    (rename(P + "0.up_proj.weight", P + "0.w3.weight"), rf"layer {P} names its up experts both up_proj and w3"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (drop(P + "2.up_proj.weight"), rf"tensor {P}2\.up_proj\.weight is missing"),
+        (retype(P + "1.down_proj.weight", torch.float16), rf"tensor {P}1\.down_proj\.weight is F16 \[32, 16\], expected BF16 \[32, 16\]"),
+        (
+            rename(P + "2.gate_proj.weight", P + "7.gate_proj.weight"),
+            rf"tensor {P}7\.gate_proj\.weight has expert index 7, but config\.json says 3",
+        ),
+        (rename(P + "0.up_proj.weight", P + "0.w3.weight"), rf"layer {P} names its up experts both up_proj and w3"),
+    ],
+)
 def test_per_expert_damage_is_named(sources, tmp_path, change, message):
     with pytest.raises(MoebakeError, match=message) as err:
         open_source(damaged_copy(tmp_path, sources["qwen3"], change))

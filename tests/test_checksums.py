@@ -34,8 +34,10 @@ def as_old_manifest(out):
     """Rewrite ``out``'s manifest the way moebake wrote it before checksums were named: bare SHA-256s."""
     path = out / "moebake.json"
     manifest = json.loads(path.read_text())
-    manifest["files"] = {name: {"sha256": hashlib.sha256((out / name).read_bytes()).hexdigest(), "bytes": record["bytes"]}
-                         for name, record in manifest["files"].items()}
+    manifest["files"] = {
+        name: {"sha256": hashlib.sha256((out / name).read_bytes()).hexdigest(), "bytes": record["bytes"]}
+        for name, record in manifest["files"].items()
+    }
     manifest["source"]["files"] = {name: "0" * 64 for name in manifest["source"]["files"]}
     del manifest["manifest_sha256"]  # nor did manifests protect themselves then
     del manifest["engine"]  # nor name an engine profile (their config.json was the source's)
@@ -65,7 +67,8 @@ def test_a_record_without_a_known_checksum_is_a_problem(gpt_oss_tiny, tmp_path):
     manifest["files"][SHARD] = {"md5": "0" * 32, "bytes": manifest["files"][SHARD]["bytes"]}
     write_manifest(out, manifest)  # as a moebake writing an unknown algorithm would
     assert [p for p in verify_output(out) if SHARD in p] == [
-        f"{out / SHARD}: no checksum of a known algorithm (xxh3-128, sha256) in ['bytes', 'md5']"]
+        f"{out / SHARD}: no checksum of a known algorithm (xxh3-128, sha256) in ['bytes', 'md5']"
+    ]
 
 
 def test_tagged_checksums_round_trip_and_bare_hex_is_sha256():

@@ -43,25 +43,37 @@ def nvfp4_tiny(tmp_path_factory):
     return write_modelopt_nvfp4(tmp_path_factory.mktemp("nvfp4") / "src")
 
 
-ENGINE_REFUSAL = ("error: --engine vllm: vllm 0.33.0 cannot serve cutedsl-deepep bakes of modelopt-nvfp4 checkpoints exactly (no verified "
-                  "profile); sglang 0.5.17-0.5.23 can (--engine sglang==RELEASE); pass --allow-inexact to bake it anyway, recorded as NOT "
-                  "engine-exact\n")
+ENGINE_REFUSAL = (
+    "error: --engine vllm: vllm 0.33.0 cannot serve cutedsl-deepep bakes of modelopt-nvfp4 checkpoints exactly (no verified "
+    "profile); sglang 0.5.17-0.5.23 can (--engine sglang==RELEASE); pass --allow-inexact to bake it anyway, recorded as NOT "
+    "engine-exact\n"
+)
 
 
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_an_engine_that_cannot_serve_the_pair_exactly_is_refused_naming_those_that_can(nvfp4_tiny, tmp_path, dry_run):
-    result = run("convert", nvfp4_tiny, tmp_path / "out", "--target", "cutedsl-deepep", "--engine", "vllm", "--quiet",
-                 *(["--dry-run"] if dry_run else []))
+    result = run(
+        "convert",
+        nvfp4_tiny,
+        tmp_path / "out",
+        "--target",
+        "cutedsl-deepep",
+        "--engine",
+        "vllm",
+        "--quiet",
+        *(["--dry-run"] if dry_run else []),
+    )
     assert (result.exit_code, result.output) == (2, ENGINE_REFUSAL)
     assert list(tmp_path.iterdir()) == []  # neither OUT nor its staging directory
 
 
 def test_an_inexact_bake_asked_for_explicitly_is_written_and_says_not_engine_exact(nvfp4_tiny, tmp_path):
-    result = run("convert", nvfp4_tiny, tmp_path / "out", "--target", "cutedsl-deepep", "--engine", "vllm", "--quiet",
-                 "--allow-inexact")
+    result = run("convert", nvfp4_tiny, tmp_path / "out", "--target", "cutedsl-deepep", "--engine", "vllm", "--quiet", "--allow-inexact")
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[1] == ("engine vllm 0.33.0: NOT engine-exact: no profile of this engine for this target "
-                                             "and source, so no flags serve it: moebake's vllm plugin refuses this bake")
+    assert result.output.splitlines()[1] == (
+        "engine vllm 0.33.0: NOT engine-exact: no profile of this engine for this target "
+        "and source, so no flags serve it: moebake's vllm plugin refuses this bake"
+    )
     assert "unknown" not in result.output  # no runner backend to name (issue 37: it said --moe-backend unknown)
     inspected = run("inspect", tmp_path / "out")
     assert "unknown" not in inspected.output and "no flags serve it" in inspected.output, inspected.output
@@ -72,8 +84,9 @@ def test_an_inexact_bake_asked_for_explicitly_is_written_and_says_not_engine_exa
 
 
 def test_other_explicit_inexact_choices_need_no_allow_inexact(gpt_oss_tiny, tmp_path):
-    result = run("convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm90-cutlass", "--engine", "vllm", "--quiet",
-                 "--hidden-multiple", "512")
+    result = run(
+        "convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm90-cutlass", "--engine", "vllm", "--quiet", "--hidden-multiple", "512"
+    )
     assert result.exit_code == 0, result.output
     assert "NOT engine-exact: padding multiples overridden\n" in result.output
 
@@ -120,8 +133,11 @@ def test_verbose_logs_a_line_per_shard_and_warnings_are_prefixed(gpt_oss_copy, t
     logging.getLogger("moebake").setLevel(logging.INFO)
 
 
-@pytest.mark.parametrize("command", [["convert", "{src}", "{out}", "--target", "sm90-cutlass", "--quiet"], ["verify", "{out}"],
-                                     ["inspect", "{out}"], ["list"]], ids=["convert", "verify", "inspect", "list"])
+@pytest.mark.parametrize(
+    "command",
+    [["convert", "{src}", "{out}", "--target", "sm90-cutlass", "--quiet"], ["verify", "{out}"], ["inspect", "{out}"], ["list"]],
+    ids=["convert", "verify", "inspect", "list"],
+)
 def test_verbose_is_accepted_after_the_subcommand(gpt_oss_tiny, tmp_path, command):
     """Issue 37: `moebake convert ... -v` said "No such option '-v'" (it worked only before the subcommand)."""
     if command[0] != "convert":
@@ -148,13 +164,17 @@ def test_resume_of_a_fresh_run_says_nothing_and_of_a_finished_one_that_there_is_
     manifest = (out / "moebake.json").read_bytes()
     again = run("convert", gpt_oss_tiny, out, "--target", "sm90-cutlass", "--quiet", "--resume", "--chunk-mb", "8")
     assert again.exit_code == 0, again.output
-    assert again.output == (f"nothing to do: {out} is already a finished bake of {gpt_oss_tiny} with these options "
-                            f"(`moebake verify {out}` checks it; --overwrite bakes it again)\n")
+    assert again.output == (
+        f"nothing to do: {out} is already a finished bake of {gpt_oss_tiny} with these options "
+        f"(`moebake verify {out}` checks it; --overwrite bakes it again)\n"
+    )
     assert (out / "moebake.json").read_bytes() == manifest
     other = run("convert", gpt_oss_tiny, out, "--target", "sm90-cutlass", "--quiet", "--resume", "--flashinfer-layout", "v1")
     assert other.exit_code == 2
-    assert other.output == (f"error: {out}: already a finished bake, from another source or with other options; --resume "
-                            "continues only an interrupted conversion (pass --overwrite to replace it)\n")
+    assert other.output == (
+        f"error: {out}: already a finished bake, from another source or with other options; --resume "
+        "continues only an interrupted conversion (pass --overwrite to replace it)\n"
+    )
     assert (out / "moebake.json").read_bytes() == manifest
 
 
@@ -180,18 +200,34 @@ def test_a_bake_given_as_the_source_is_named_a_bake(gpt_oss_tiny, tmp_path):
     assert result.exit_code == 2 and result.output == (
         f"error: {tmp_path / 'baked'}: is already a moebake bake for target sm90-cutlass, from source gpt-oss-tiny (config.json's "
         f"quant_method is moebake); convert its source checkpoint instead (`moebake inspect {tmp_path / 'baked'}` describes "
-        "this bake)\n")
+        "this bake)\n"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["baked"]
 
 
-@pytest.mark.parametrize("target, option, line", [
-    ("sm100-trtllm", ["--flashinfer-layout", "v1"], "error: --flashinfer-layout v1: changes nothing for target sm100-trtllm, which "
-     "bakes no FlashInfer SM90 fp4 layout (only sm90-cutlass does); drop the option"),
-    ("sm90-marlin", ["--flashinfer-layout", "v2"], "error: --flashinfer-layout v2: changes nothing for target sm90-marlin, which "
-     "bakes no FlashInfer SM90 fp4 layout (only sm90-cutlass does); drop the option"),
-    ("sm90-cutlass", ["--gate-up-globals", "keep"], "error: --gate-up-globals keep: changes nothing for target sm90-cutlass, which "
-     "bakes no NVFP4 experts (only cutedsl, cutedsl-deepep do); drop the option"),
-])
+@pytest.mark.parametrize(
+    "target, option, line",
+    [
+        (
+            "sm100-trtllm",
+            ["--flashinfer-layout", "v1"],
+            "error: --flashinfer-layout v1: changes nothing for target sm100-trtllm, which "
+            "bakes no FlashInfer SM90 fp4 layout (only sm90-cutlass does); drop the option",
+        ),
+        (
+            "sm90-marlin",
+            ["--flashinfer-layout", "v2"],
+            "error: --flashinfer-layout v2: changes nothing for target sm90-marlin, which "
+            "bakes no FlashInfer SM90 fp4 layout (only sm90-cutlass does); drop the option",
+        ),
+        (
+            "sm90-cutlass",
+            ["--gate-up-globals", "keep"],
+            "error: --gate-up-globals keep: changes nothing for target sm90-cutlass, which "
+            "bakes no NVFP4 experts (only cutedsl, cutedsl-deepep do); drop the option",
+        ),
+    ],
+)
 def test_an_option_that_changes_nothing_for_the_target_is_refused(gpt_oss_tiny, tmp_path, target, option, line):
     """Issue 37: such options were accepted and recorded in the manifest, as if they mattered."""
     result = run("convert", gpt_oss_tiny, tmp_path / "out", "--target", target, *option, "--quiet")
@@ -208,7 +244,7 @@ def test_list_shows_sources_by_targets():
     assert lines[0].split()[2:] == list(TARGET_NAMES)
     assert lines[1].split() == ["gpt-oss", "yes", "yes", "-", "-", "-", "yes", "yes"]
     assert any(line.split()[:2] == ["deepep-bf16", "DeepGEMM"] for line in lines)
-    rows = lines[lines.index("targets") + 1:lines.index("targets") + 1 + len(TARGET_NAMES)]
+    rows = lines[lines.index("targets") + 1 : lines.index("targets") + 1 + len(TARGET_NAMES)]
     assert [row.split()[0] for row in rows] == list(TARGET_NAMES), rows  # issue 37: "sm90-cutlass-w4a8FlashInfer ..."
     assert len({len(row) - len(row[2:].split(" ", 1)[1].lstrip()) for row in rows}) == 1, rows  # descriptions in one column
 
@@ -222,8 +258,10 @@ def test_verify_says_what_it_checked_and_speaks_json(gpt_oss_tiny, tmp_path):
     from moebake.schema.profiles import release_span
 
     proven = [EngineRelease("sglang", v) for v in json.loads((tmp_path / "out" / "moebake.json").read_text())["engine"]["releases"]]
-    assert f"index and 2 shard headers valid; 12 baked tensors as recorded; proven on sglang {release_span('sglang', proven)})" \
+    assert (
+        f"index and 2 shard headers valid; 12 baked tensors as recorded; proven on sglang {release_span('sglang', proven)})"
         in result.output
+    )
     report = json.loads(run("verify", tmp_path / "out", "--json").output)
     assert report["ok"] is True and report["problems"] == [] and "moebake.json intact" in report["checked"]
     (tmp_path / "out" / "extra.txt").write_text("x")
@@ -236,8 +274,12 @@ def test_verify_says_what_it_checked_and_speaks_json(gpt_oss_tiny, tmp_path):
 def test_verify_json_reports_an_error_as_json(tmp_path):
     result = run("verify", tmp_path / "nope", "--json")
     assert result.exit_code == 2
-    assert json.loads(result.output) == {"ok": False, "out": str(tmp_path / "nope"), "source": None,
-                                         "error": f"{tmp_path / 'nope'}: does not exist"}
+    assert json.loads(result.output) == {
+        "ok": False,
+        "out": str(tmp_path / "nope"),
+        "source": None,
+        "error": f"{tmp_path / 'nope'}: does not exist",
+    }
 
 
 def test_revision_is_for_hub_sources(gpt_oss_tiny, tmp_path):
@@ -249,8 +291,11 @@ def test_revision_goes_to_the_hub_download(gpt_oss_tiny, tmp_path, monkeypatch):
     from moebake.hub import download
 
     asked = []
-    monkeypatch.setattr(download, "download_source", lambda repo, revision, client: asked.append((repo, revision)) or
-                        download.ResolvedSource(gpt_oss_tiny, repo, "1" * 40))
+    monkeypatch.setattr(
+        download,
+        "download_source",
+        lambda repo, revision, client: asked.append((repo, revision)) or download.ResolvedSource(gpt_oss_tiny, repo, "1" * 40),
+    )
     result = run("convert", "acme/tiny", tmp_path / "out", "--target", "sm90-cutlass", "--quiet", "--revision", "v1.0")
     assert result.exit_code == 0, result.output
     assert asked == [("acme/tiny", "v1.0")]
@@ -314,8 +359,11 @@ def test_convert_summary_gives_files_bytes_time_and_speed(gpt_oss_tiny, tmp_path
     result = run("convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm90-cutlass", "--quiet")
     assert result.exit_code == 0
     first = result.output.splitlines()[0]
-    match = re.fullmatch(re.escape(f"wrote {tmp_path / 'out'} (2 MoE layers, target sm90-cutlass, FlashInfer layout v2): "
-                                   "6 files, 868.4 kB in ") + r"(\d+\.\d) s \((\d+\.\d) (kB|MB|GB)/s\)", first)
+    match = re.fullmatch(
+        re.escape(f"wrote {tmp_path / 'out'} (2 MoE layers, target sm90-cutlass, FlashInfer layout v2): 6 files, 868.4 kB in ")
+        + r"(\d+\.\d) s \((\d+\.\d) (kB|MB|GB)/s\)",
+        first,
+    )
     assert match, first
     written = sum(p.stat().st_size for p in (tmp_path / "out").iterdir() if p.name != "moebake.json")
     assert written == 868_370  # the 868.4 kB said

@@ -30,7 +30,17 @@ def test_workers_leave_no_leaked_semaphore_warning(gpt_oss_tiny, tmp_path):
     """The program leaves with os._exit; the semaphores of --workers' queues are released before it, so
     multiprocessing's resource tracker has none to warn about (it did in most runs before)."""
     for run in range(3):
-        done = moebake("convert", gpt_oss_tiny, tmp_path / f"out{run}", "--target", "sm90-cutlass", "--quiet",
-                       "--workers", "2", "--writers-per-device", "2")
+        done = moebake(
+            "convert",
+            gpt_oss_tiny,
+            tmp_path / f"out{run}",
+            "--target",
+            "sm90-cutlass",
+            "--quiet",
+            "--workers",
+            "2",
+            "--writers-per-device",
+            "2",
+        )
         assert done.returncode == 0, done.stderr
         assert done.stderr == "", done.stderr

@@ -21,8 +21,10 @@ CASES = {
     "choice": (("convert", "src", "out", "--target", "nope"), "error: invalid value for '--target': 'nope' is not one of "),
     "range": (("convert", "src", "out", *TARGET, "--chunk-mb", "0"), "error: invalid value for '--chunk-mb': 0 is not in the range"),
     "integer": (("convert", "src", "out", *TARGET, "--hidden-multiple", "x"), "error: invalid value for '--hidden-multiple': 'x' is "),
-    "engine release": (("convert", "src", "out", *TARGET, "--engine", "vllm==9.9"),
-                       "error: invalid value for '--engine': vllm 9.9 is newer than any release moebake has proven"),
+    "engine release": (
+        ("convert", "src", "out", *TARGET, "--engine", "vllm==9.9"),
+        "error: invalid value for '--engine': vllm 9.9 is newer than any release moebake has proven",
+    ),
     "option without its value": (("demo", "--workdir"), "error: option '--workdir' requires an argument"),
     "extra argument": (("demo", "userdir"), "error: got unexpected extra argument (userdir) (see: "),
     "verify without OUT": (("verify",), "error: missing argument 'OUT' (see: "),
@@ -43,8 +45,9 @@ def test_a_usage_error_is_one_error_line_and_status_2(case, tmp_path, monkeypatc
 
 def test_the_program_prints_one_line_for_a_usage_error():
     """``python -m moebake``, as a user runs it (click's standalone mode, its own exit)."""
-    done = subprocess.run([sys.executable, "-m", "moebake", "convert", "src", "out", "--target", "nope"], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "moebake", "convert", "src", "out", "--target", "nope"], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 2 and done.stdout == "", done
     assert done.stderr.startswith("error: invalid value for '--target': 'nope'") and done.stderr.count("\n") == 1, done.stderr
 

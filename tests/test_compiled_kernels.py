@@ -55,14 +55,14 @@ def test_load_covers_the_argument_types_of_a_conversion(gpt_oss_tiny, tmp_path, 
 
 # experts, source rows, source row bytes, padded rows, padded row bytes
 PADDED_SHAPES = [
-    (1, 16, 32, 16, 32),        # one block, nothing padded
-    (3, 16, 32, 32, 96),        # a whole padding block, two padding partitions
-    (2, 40, 48, 64, 64),        # last block half real, a partial partition
-    (5, 48, 64, 48, 64),        # odd expert count, nothing padded
-    (7, 1, 1, 16, 32),          # one byte of source
-    (3, 97, 80, 128, 128),      # partial partition and a row count that is no multiple of 8
+    (1, 16, 32, 16, 32),  # one block, nothing padded
+    (3, 16, 32, 32, 96),  # a whole padding block, two padding partitions
+    (2, 40, 48, 64, 64),  # last block half real, a partial partition
+    (5, 48, 64, 48, 64),  # odd expert count, nothing padded
+    (7, 1, 1, 16, 32),  # one byte of source
+    (3, 97, 80, 128, 128),  # partial partition and a row count that is no multiple of 8
     (1, 360, 1440, 368, 1440),  # GPT-OSS-20B-like row width, padded rows only
-    (2, 180, 720, 192, 768),    # padded rows and a whole padding partition
+    (2, 180, 720, 192, 768),  # padded rows and a whole padding partition
 ]
 
 
@@ -85,18 +85,28 @@ def test_interleave_unpadded_odd_strides_and_threads(layout, threads, oracle):
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        for weight in (random_u8(5, 64, 96, seed=1),
-                       random_u8(3, 32, 64 + 1, seed=2)[:, :, 1:],         # rows at odd addresses
-                       random_u8(3, 64, 32, seed=3).transpose(1, 2),      # column stride > 1
-                       random_u8(2, 2 * 48, 64, seed=4)[:, 1::2]):        # every other row
+        for weight in (
+            random_u8(5, 64, 96, seed=1),
+            random_u8(3, 32, 64 + 1, seed=2)[:, :, 1:],  # rows at odd addresses
+            random_u8(3, 64, 32, seed=3).transpose(1, 2),  # column stride > 1
+            random_u8(2, 2 * 48, 64, seed=4)[:, 1::2],
+        ):  # every other row
             assert torch.equal(interleave_fp4(weight, layout), oracle(interleave_fp4, weight, layout))
     finally:
         torch.set_num_threads(before)
 
 
-@pytest.mark.parametrize("shape", [
-    (1, 64, 4, 64, 4), (3, 48, 3, 64, 4), (2, 90, 22, 128, 24), (5, 96, 45, 128, 48), (1, 8, 1, 64, 8),
-], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (1, 64, 4, 64, 4),
+        (3, 48, 3, 64, 4),
+        (2, 90, 22, 128, 24),
+        (5, 96, 45, 128, 48),
+        (1, 8, 1, 64, 8),
+    ],
+    ids=lambda s: "x".join(map(str, s)),
+)
 def test_fold_scales_padded_equals_torch(shape, oracle):
     experts, source_rows, groups, rows, padded_groups = shape
     pairs = random_u8(experts, 2 * source_rows, groups, seed=sum(shape))
@@ -114,12 +124,12 @@ def test_fold_scales_padded_equals_torch(shape, oracle):
 
 # experts, source rows, source row bytes, padded rows, padded row bytes (Marlin: rows % 64 == 0, row bytes % 8 == 0)
 MARLIN_SHAPES = [
-    (1, 64, 8, 64, 8),            # one tile, nothing padded
-    (3, 40, 8, 64, 16),           # padded rows inside a group, a whole padding tile of K
-    (2, 64, 12, 128, 24),         # a whole padding group, a partial word of a row (copied, zero-padded)
-    (5, 96, 48, 128, 48),         # odd expert count, rows not a multiple of 64
-    (7, 1, 1, 64, 8),             # one byte of source
-    (1, 360, 1440, 384, 1536),    # GPT-OSS-20B-like row width, padded rows and columns
+    (1, 64, 8, 64, 8),  # one tile, nothing padded
+    (3, 40, 8, 64, 16),  # padded rows inside a group, a whole padding tile of K
+    (2, 64, 12, 128, 24),  # a whole padding group, a partial word of a row (copied, zero-padded)
+    (5, 96, 48, 128, 48),  # odd expert count, rows not a multiple of 64
+    (7, 1, 1, 64, 8),  # one byte of source
+    (1, 360, 1440, 384, 1536),  # GPT-OSS-20B-like row width, padded rows and columns
 ]
 
 
@@ -136,9 +146,17 @@ def test_marlin_repack_padded_gate_up_equals_numpy(shape, oracle):
     assert torch.equal(repack_padded((down.contiguous().view(torch.int8),), (rows, row_bytes)), expected)
 
 
-@pytest.mark.parametrize("shape", [
-    (1, 64, 2, 64, 2), (3, 48, 3, 64, 4), (2, 90, 22, 128, 24), (5, 96, 45, 128, 48), (1, 8, 1, 192, 8),
-], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (1, 64, 2, 64, 2),
+        (3, 48, 3, 64, 4),
+        (2, 90, 22, 128, 24),
+        (5, 96, 45, 128, 48),
+        (1, 8, 1, 192, 8),
+    ],
+    ids=lambda s: "x".join(map(str, s)),
+)
 def test_marlin_scales_padded_equals_torch(shape, oracle):
     experts, source_rows, groups, rows, padded_groups = shape
     pairs = random_u8(experts, 2 * source_rows, groups, seed=sum(shape))
@@ -156,8 +174,9 @@ def test_marlin_scales_padded_equals_torch(shape, oracle):
         assert permuted.dtype == e8m0 and torch.equal(permuted.view(torch.uint8), expected)
 
 
-@pytest.mark.parametrize("target, used", [("sm90-marlin", ("marlin_repack_part", "marlin_scales_part")),
-                                          ("sm90-cutlass-w4a8", ("humming_weight_expert",))])
+@pytest.mark.parametrize(
+    "target, used", [("sm90-marlin", ("marlin_repack_part", "marlin_scales_part")), ("sm90-cutlass-w4a8", ("humming_weight_expert",))]
+)
 def test_padded_conversion_loads_no_kernel_and_writes_identical_files(tmp_path, monkeypatch, target, used):
     """Padded (H 192 -> 256, I 96 -> 128): what :func:`load` loads is all the conversion calls, and the numpy path
     writes the same files."""

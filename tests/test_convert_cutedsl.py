@@ -74,8 +74,8 @@ def reference_layer(src, prefix, target):
     s13 = torch.zeros(E, 2 * I, H // 16, dtype=torch.uint8)
     for e in range(E):  # SGLang's per-expert loader: shard w1 (gate) / w3 (up) into its half
         for half, proj in enumerate((first, second)):
-            w13[e, half * I:(half + 1) * I] = src[f"{prefix}{e}.{proj}_proj.weight"]
-            s13[e, half * I:(half + 1) * I] = shared[e, proj]
+            w13[e, half * I : (half + 1) * I] = src[f"{prefix}{e}.{proj}_proj.weight"]
+            s13[e, half * I : (half + 1) * I] = shared[e, proj]
     if target == "cutedsl":
         w13 = prepare._interleave_linear_and_gate(w13, group_size=64, dim=1)
         s13 = prepare._interleave_linear_and_gate(s13, group_size=64, dim=1)
@@ -83,14 +83,17 @@ def reference_layer(src, prefix, target):
     s2 = torch.stack([src[f"{prefix}{e}.down_proj.weight_scale"].view(torch.uint8) for e in range(E)])
     swizzle = prepare._swizzle_cutile_fp4_scales
     return {
-        "w13_weight": w13, "w13_weight_scale_linear": s13,
+        "w13_weight": w13,
+        "w13_weight_scale_linear": s13,
         "w13_weight_scale": swizzle(s13, scale_block_size=16).reshape(E, 2 * I, H // 16),
-        "w2_weight": w2, "w2_weight_scale": swizzle(s2, scale_block_size=16).reshape(E, H, I // 16),
+        "w2_weight": w2,
+        "w2_weight_scale": swizzle(s2, scale_block_size=16).reshape(E, H, I // 16),
     } | reference_scalars(src, prefix, shared, target)
 
 
 def reference_scalars(src, prefix, shared, target):
     """SGLang's process_weights_after_loading (CuteDSL branch) and resolve_cutedsl_standard_scales, in numpy float32."""
+
     def column(proj, part):
         return np.array([np.float32(src[f"{prefix}{e}.{proj}_proj.{part}"]) for e in range(E)], dtype=np.float32)
 
@@ -102,12 +105,21 @@ def reference_scalars(src, prefix, shared, target):
     w13_input = np.full(E, in13.max(), dtype=np.float32)
     w13_quant, w2_quant = one / w13_input, one / in2
     if target == "cutedsl-deepep":
-        return raw | {"g1_alphas": w13_input * ws13[:, 0], "g1_alphas_up": w13_input * ws13[:, 1], "g2_alphas": in2 * ws2,
-                      "w13_input_scale_quant": w13_quant, "w2_input_scale_quant": w2_quant}
+        return raw | {
+            "g1_alphas": w13_input * ws13[:, 0],
+            "g1_alphas_up": w13_input * ws13[:, 1],
+            "g2_alphas": in2 * ws2,
+            "w13_input_scale_quant": w13_quant,
+            "w2_input_scale_quant": w2_quant,
+        }
     fc2 = w2_quant.min()
-    return raw | {"w1_alpha": ws13[:, 0] / w13_quant.min(), "w2_alpha": ws2 / fc2,
-                  "fc2_input_scale": np.array([fc2], dtype=np.float32), "w13_input_scale_quant": w13_quant,
-                  "g1_alphas_up": w13_input * ws13[:, 1]}
+    return raw | {
+        "w1_alpha": ws13[:, 0] / w13_quant.min(),
+        "w2_alpha": ws2 / fc2,
+        "fc2_input_scale": np.array([fc2], dtype=np.float32),
+        "w13_input_scale_quant": w13_quant,
+        "g1_alphas_up": w13_input * ws13[:, 1],
+    }
 
 
 @pytest.mark.oracle
@@ -121,8 +133,10 @@ def test_equals_sglang_style_construction(source, baked, target):
         assert set(record["tensors"]) == set(expected) - {"w13_weight_scale_linear"}
         for short, spec in record["tensors"].items():
             got, want = out[record["prefix"] + short], expected[short]
-            assert [spec["dtype"], spec["shape"]] == [{torch.uint8: "U8", torch.float8_e4m3fn: "F8_E4M3", torch.float32: "F32"}[got.dtype],
-                                                      list(got.shape)], short
+            assert [spec["dtype"], spec["shape"]] == [
+                {torch.uint8: "U8", torch.float8_e4m3fn: "F8_E4M3", torch.float32: "F32"}[got.dtype],
+                list(got.shape),
+            ], short
             if isinstance(want, np.ndarray):
                 assert np.array_equal(got.numpy().view(F32_BITS), want.astype(np.float32).view(F32_BITS)), short
             else:
@@ -140,9 +154,10 @@ def test_baked_scales_are_the_cutedsl_mma_layout(source, baked):
     src, out = load_all(source), load_all(baked["cutedsl"])
     for prefix in QUANTIZED:
         linear = reference_layer(src, prefix, "cutedsl")["w13_weight_scale_linear"]
-        for name, m, k, rows in (("w13_weight_scale", 2 * I, H, linear),
-                                 ("w2_weight_scale", H, I,
-                                  torch.stack([src[f"{prefix}{e}.down_proj.weight_scale"].view(torch.uint8) for e in range(E)]))):
+        for name, m, k, rows in (
+            ("w13_weight_scale", 2 * I, H, linear),
+            ("w2_weight_scale", H, I, torch.stack([src[f"{prefix}{e}.down_proj.weight_scale"].view(torch.uint8) for e in range(E)])),
+        ):
             view = mma_view(out[prefix + name].view(torch.uint8), m, k)
             g, r, c = torch.meshgrid(torch.arange(E), torch.arange(m), torch.arange(k // 16), indexing="ij")
             assert torch.equal(view[r % 32, r // 32 % 4, r // 128, c % 4, c // 4, g], rows), name
@@ -186,7 +201,7 @@ def test_manifest_reports_the_gate_up_sharing(source, baked, target):
             name = f"{record['prefix']}{e}.{proj}_proj.weight_scale"
             before = src[name].double() * float(src[name + "_2"])
             after = shared[e, proj].view(torch.float8_e4m3fn).double() * shared[e]
-            normal = before / shared[e] >= 2.0 ** -6
+            normal = before / shared[e] >= 2.0**-6
             assert float(((after - before).abs() / before)[normal].max()) <= report["max_relative_error"] * (1 + 1e-12)
             assert bool((src[name].double()[~normal] < report["subnormal_below"]).all())
             assert bool((src[name].double()[after == 0] <= report["zero_at_or_below"]).all())

@@ -82,8 +82,10 @@ def test_disk_full_keeps_the_finished_shards_and_resume_finishes(three_shards, t
     result = invoke("convert", source, tmp_path / "out", *TARGET)
     staging = tmp_path / ".out.partial"
     assert result.exit_code == 2
-    assert one_line(result) == (f"error: {staging / shards[1]}: No space left on device; 1 of 3 shard(s) are finished and kept "
-                                f"in {staging}; re-run the same command with --resume to bake the rest")
+    assert one_line(result) == (
+        f"error: {staging / shards[1]}: No space left on device; 1 of 3 shard(s) are finished and kept "
+        f"in {staging}; re-run the same command with --resume to bake the rest"
+    )
     assert sorted(p.name for p in staging.glob("*.safetensors")) == shards[:1]  # the half-written one is gone
     monkeypatch.undo()
     resumed = invoke("convert", source, tmp_path / "out", *TARGET, "--resume")
@@ -95,10 +97,13 @@ def test_disk_full_keeps_the_finished_shards_and_resume_finishes(three_shards, t
 NOTHING_KEPT = "no shard was finished, so nothing was kept; run the same command again to start over"
 
 
-@pytest.mark.parametrize("fault, status, start", [
-    (KeyboardInterrupt(), 130, "interrupted: "),
-    (OSError(errno.ENOSPC, "No space left on device"), 2, "error: {shard}: No space left on device; "),
-])
+@pytest.mark.parametrize(
+    "fault, status, start",
+    [
+        (KeyboardInterrupt(), 130, "interrupted: "),
+        (OSError(errno.ENOSPC, "No space left on device"), 2, "error: {shard}: No space left on device; "),
+    ],
+)
 def test_a_fault_in_the_first_shard_keeps_nothing_and_says_so(three_shards, tmp_path, monkeypatch, fault, status, start):
     source, reference, shards = three_shards
     stop_writing_at(monkeypatch, 0, fault)
@@ -118,8 +123,9 @@ def test_ctrl_c_after_a_shard_says_how_many_are_kept(three_shards, tmp_path, mon
     result = invoke("convert", source, tmp_path / "out", *TARGET)
     staging = tmp_path / ".out.partial"
     assert result.exit_code == 130
-    assert one_line(result) == (f"interrupted: 2 of 3 shard(s) are finished and kept in {staging}; "
-                                "re-run the same command with --resume to bake the rest")
+    assert one_line(result) == (
+        f"interrupted: 2 of 3 shard(s) are finished and kept in {staging}; re-run the same command with --resume to bake the rest"
+    )
     assert sorted(p.name for p in staging.glob("*.safetensors")) == shards[:2]
 
 
@@ -151,17 +157,28 @@ def test_too_little_free_space_is_refused_before_the_first_byte(three_shards, tm
 
 # ---- in a real process: SIGTERM, and a worker killed ------------------------------------------------
 
+
 def _sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def slow_convert(source: Path, out: Path, *flags: str) -> subprocess.Popen:
     """``moebake convert`` in a session of its own, every chunk written 0.3 s late."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MOEBAKE_TEST_SLOW_CHUNK": "0.3",
-           "PYTHONPATH": os.pathsep.join([str(SLOW_SITE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    return subprocess.Popen([sys.executable, "-m", "moebake", "convert", str(source), str(out), *TARGET, *flags], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            preexec_fn=_sigint_default)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "MOEBAKE_TEST_SLOW_CHUNK": "0.3",
+        "PYTHONPATH": os.pathsep.join([str(SLOW_SITE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "moebake", "convert", str(source), str(out), *TARGET, *flags],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_sigint_default,
+    )
 
 
 def wait_for_finished_shards(process: subprocess.Popen, staging: Path, count: int) -> None:
@@ -189,7 +206,8 @@ def test_sigterm_is_reported_like_ctrl_c_and_resume_finishes(three_shards, tmp_p
     finished = len(json.loads((staging / PROGRESS).read_text())["shards"])
     assert process.returncode == 143 and output.splitlines() == [
         f"terminated (SIGTERM): {finished} of 3 shard(s) are finished and kept in {staging}; "
-        "re-run the same command with --resume to bake the rest"], output
+        "re-run the same command with --resume to bake the rest"
+    ], output
     resumed = invoke("convert", source, out, *TARGET, "--resume")
     assert resumed.exit_code == 0, resumed.output
     assert_same_bake(out, reference)
@@ -216,11 +234,15 @@ def test_a_killed_worker_is_one_line_and_what_is_left_can_be_resumed(three_shard
     assert process.returncode == 2, output
     kept = len(json.loads((staging / PROGRESS).read_text())["shards"]) if staging.exists() else 0
     assert kept >= after_shards
-    what = (f"{kept} of 3 shard(s) are finished and kept in {staging}; re-run the same command with --resume to bake the rest"
-            if kept else "no shard was finished, so nothing was kept; run the same command again to start over")
+    what = (
+        f"{kept} of 3 shard(s) are finished and kept in {staging}; re-run the same command with --resume to bake the rest"
+        if kept
+        else "no shard was finished, so nothing was kept; run the same command again to start over"
+    )
     assert output.splitlines() == [
         "error: a worker process (--workers) was killed by SIGKILL (the out-of-memory killer sends it too) before finishing "
-        f"its shard; {what}"], output
+        f"its shard; {what}"
+    ], output
     again = invoke("convert", source, out, *TARGET, *(["--resume"] if kept else []))
     assert again.exit_code == 0, again.output
     assert_same_bake(out, reference)
@@ -246,12 +268,15 @@ def test_a_conversion_killed_before_its_first_shard_is_started_over_by_the_same_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
-@pytest.mark.parametrize("exit_codes, how", [
-    ([None, -9], "was killed by SIGKILL (the out-of-memory killer sends it too)"),
-    ([3, None], "exited with status 3"),
-    ([None, -11], "was killed by SIGSEGV"),
-    ([None, None], "died"),
-])
+@pytest.mark.parametrize(
+    "exit_codes, how",
+    [
+        ([None, -9], "was killed by SIGKILL (the out-of-memory killer sends it too)"),
+        ([3, None], "exited with status 3"),
+        ([None, -11], "was killed by SIGSEGV"),
+        ([None, None], "died"),
+    ],
+)
 def test_the_dead_worker_is_told_from_those_still_running(exit_codes, how):
     """At the broken pool, the other workers still run (they ignore the pool's SIGTERM): their exit code is None."""
     from types import SimpleNamespace

@@ -20,26 +20,28 @@ from mxfp4_oracle import dequantize
 KERNELS = {"v2": kernel_interleave_v2, "v1": kernel_interleave_v1}
 
 
-
 def sglang_style_layer(src, prefix, H, I, Hp, Ip, layout, fill=127):
     """What SGLang's _process_weights_for_sm90_cutlass builds, written out the way SGLang does it. The scale fold is the
     installed FlashInfer's for layout v2; for v1, that of FlashInfer's v1 releases (0.6.15.post1's
     ``interleave_moe_scales_for_sm90_mixed_gemm``, written out: the release-matrix run executes the real one)."""
-    fold = pytest.importorskip("flashinfer.fused_moe").interleave_moe_scales_for_sm90_mixed_gemm if layout == "v2" \
+    fold = (
+        pytest.importorskip("flashinfer.fused_moe").interleave_moe_scales_for_sm90_mixed_gemm
+        if layout == "v2"
         else _flashinfer_v1_scale_fold
+    )
     blocks = src[prefix + "gate_up_proj_blocks"]
     E = blocks.shape[0]
     blocks = blocks.reshape(E, 2 * I, H // 2)
     scales, bias = src[prefix + "gate_up_proj_scales"], src[prefix + "gate_up_proj_bias"]
     w13 = torch.zeros(E, 2 * Ip, Hp // 2, dtype=torch.uint8)
-    w13[:, :I, : H // 2], w13[:, Ip:Ip + I, : H // 2] = blocks[:, 1::2], blocks[:, 0::2]
+    w13[:, :I, : H // 2], w13[:, Ip : Ip + I, : H // 2] = blocks[:, 1::2], blocks[:, 0::2]
     # SGLang's scale buffers start at 127 (E8M0 1.0) over [I, H_pad/32] of each half (its loader
     # writes the checkpoint's H only); its post-load padding of I is zeros. W2 likewise over [H_pad, I/32].
     s13 = torch.zeros(E, 2 * Ip, Hp // 32, dtype=torch.uint8)
-    s13[:, :I], s13[:, Ip:Ip + I] = fill, fill
-    s13[:, :I, : H // 32], s13[:, Ip:Ip + I, : H // 32] = scales[:, 1::2], scales[:, 0::2]
+    s13[:, :I], s13[:, Ip : Ip + I] = fill, fill
+    s13[:, :I, : H // 32], s13[:, Ip : Ip + I, : H // 32] = scales[:, 1::2], scales[:, 0::2]
     b13 = torch.zeros(E, 2 * Ip, dtype=torch.bfloat16)
-    b13[:, :I], b13[:, Ip:Ip + I] = bias[:, 1::2], bias[:, 0::2]
+    b13[:, :I], b13[:, Ip : Ip + I] = bias[:, 1::2], bias[:, 0::2]
     w2 = torch.zeros(E, Hp, Ip // 2, dtype=torch.uint8)
     w2[:, :H, : I // 2] = src[prefix + "down_proj_blocks"].reshape(E, H, I // 2)
     s2 = torch.zeros(E, Hp, Ip // 32, dtype=torch.uint8)
@@ -48,8 +50,12 @@ def sglang_style_layer(src, prefix, H, I, Hp, Ip, layout, fill=127):
     b2 = torch.zeros(E, Hp, dtype=torch.bfloat16)
     b2[:, :H] = src[prefix + "down_proj_bias"]
     return {
-        "w13_weight": KERNELS[layout](w13), "w13_weight_scale": fold(s13, group_size=32), "w13_weight_bias": b13,
-        "w2_weight": KERNELS[layout](w2), "w2_weight_scale": fold(s2, group_size=32), "w2_weight_bias": b2,
+        "w13_weight": KERNELS[layout](w13),
+        "w13_weight_scale": fold(s13, group_size=32),
+        "w13_weight_bias": b13,
+        "w2_weight": KERNELS[layout](w2),
+        "w2_weight_scale": fold(s2, group_size=32),
+        "w2_weight_bias": b2,
     }
 
 
@@ -100,8 +106,9 @@ def test_gpt_oss_dims_2880_pad_like_sglang_0_5_23(tmp_path):
 
 @pytest.mark.oracle
 def test_overridden_multiples_are_recorded_as_not_engine_exact(gpt_oss_tiny, tmp_path):
-    manifest = convert(gpt_oss_tiny, tmp_path / "out", ConvertOptions("sm90-cutlass", hidden_multiple=128, intermediate_multiple=256),
-                       progress=False).to_json()
+    manifest = convert(
+        gpt_oss_tiny, tmp_path / "out", ConvertOptions("sm90-cutlass", hidden_multiple=128, intermediate_multiple=256), progress=False
+    ).to_json()
     _check_against_reference(gpt_oss_tiny, tmp_path / "out", 160, 96, 256, 256, "v2")
     assert manifest["engine"]["exact"] is False and manifest["engine"]["not_exact_because"] == "padding multiples overridden"
 
@@ -113,8 +120,11 @@ def test_an_overridden_multiple_that_pads_to_the_same_sizes_is_engine_exact(tmp_
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=128, vocab=32)
     default = convert(source, tmp_path / "default", ConvertOptions("sm90-cutlass"), progress=False)
     wider = convert(source, tmp_path / "wider", ConvertOptions("sm90-cutlass", hidden_multiple=512), progress=False)
-    same_shards = all((tmp_path / "default" / name).read_bytes() == (tmp_path / "wider" / name).read_bytes()
-                      for name in default.files if name.endswith(".safetensors"))
+    same_shards = all(
+        (tmp_path / "default" / name).read_bytes() == (tmp_path / "wider" / name).read_bytes()
+        for name in default.files
+        if name.endswith(".safetensors")
+    )
     assert same_shards is exact and default.engine.exact
     assert wider.engine.exact is exact
     if exact:
@@ -142,9 +152,17 @@ def test_output_files_index_manifest(gpt_oss_tiny, tmp_path):
     out = tmp_path / "out"
     manifest = convert(gpt_oss_tiny, out, ConvertOptions("sm90-cutlass"), progress=False).to_json()
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted(["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
-                            "model.safetensors.index.json", "moebake.json", "config.json",
-                            "generation_config.json", "tokenizer_config.json"])
+    assert names == sorted(
+        [
+            "model-00001-of-00002.safetensors",
+            "model-00002-of-00002.safetensors",
+            "model.safetensors.index.json",
+            "moebake.json",
+            "config.json",
+            "generation_config.json",
+            "tokenizer_config.json",
+        ]
+    )
     assert not list(tmp_path.glob(".*"))  # no staging directory left
     for shard in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
         with safe_open(out / shard, framework="pt") as f:
@@ -160,17 +178,27 @@ def test_output_files_index_manifest(gpt_oss_tiny, tmp_path):
     tensors = manifest["layers"][0]["tensors"]
     assert tensors["w13_weight"]["gate_up_order"] == "up_gate" and tensors["w13_weight"]["source_gate_up_order"] == "pairs"
     assert manifest["options"]["hidden_multiple"] is None and manifest["options"]["engine"] == "sglang"
-    assert manifest["engine"] == {"name": "sglang", "version": "0.5.23", "runner_backend": "flashinfer_mxfp4", "a2a_backend": "none",
-                                  "engine_method": "sglang.srt.layers.quantization.mxfp4.Mxfp4MoEMethod", "hidden_multiple": 256,
-                                  "intermediate_multiple": 128, "hidden_scale_fill": 127, "verified": True,
-                                  "parameter_names": {}, "exact": True, "not_exact_because": None,
-                                  "moe_parallelism": "expert-only",
-                                  "releases": ["0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]}  # FlashInfer v2 pins
+    assert manifest["engine"] == {
+        "name": "sglang",
+        "version": "0.5.23",
+        "runner_backend": "flashinfer_mxfp4",
+        "a2a_backend": "none",
+        "engine_method": "sglang.srt.layers.quantization.mxfp4.Mxfp4MoEMethod",
+        "hidden_multiple": 256,
+        "intermediate_multiple": 128,
+        "hidden_scale_fill": 127,
+        "verified": True,
+        "parameter_names": {},
+        "exact": True,
+        "not_exact_because": None,
+        "moe_parallelism": "expert-only",
+        "releases": ["0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"],
+    }  # FlashInfer v2 pins
     assert manifest["serves"] == []  # H 160 is padded: vLLM 0.33.0's bytes differ (128 multiple, zero fill)
     import xxhash
+
     for name, record in manifest["files"].items():
-        assert record == {"xxh3-128": xxhash.xxh3_128((out / name).read_bytes()).hexdigest(),
-                          "bytes": (out / name).stat().st_size}, name
+        assert record == {"xxh3-128": xxhash.xxh3_128((out / name).read_bytes()).hexdigest(), "bytes": (out / name).stat().st_size}, name
 
 
 def test_reads_are_bounded_by_the_chunk(gpt_oss_tiny, tmp_path, monkeypatch):
@@ -218,7 +246,8 @@ def test_verify_detects_a_missing_file(gpt_oss_tiny, tmp_path):
     assert result.exit_code == 1
     assert result.output.splitlines() == [  # issue 37: one problem, one line (not a header and 6 tensor lines more)
         f"mismatch: {out / 'model-00001-of-00002.safetensors'}: listed in moebake.json but missing",
-        f"failed: {out}: 1 mismatch in 1 file"]
+        f"failed: {out}: 1 mismatch in 1 file",
+    ]
 
 
 def interrupt_after_first_shard(source, out, monkeypatch) -> str:
@@ -288,13 +317,19 @@ def test_synthetic_shards_are_numbered_from_one_as_hugging_face_does(tmp_path):
 
     source = write_gpt_oss(tmp_path / "src", **{**TINY, "num_layers": 3})
     assert sorted(p.name for p in source.glob("*.safetensors")) == [
-        "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"]
+        "model-00001-of-00003.safetensors",
+        "model-00002-of-00003.safetensors",
+        "model-00003-of-00003.safetensors",
+    ]
 
 
-@pytest.mark.parametrize("intermediate, vllm_releases", [
-    (256, ["0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]),
-    (128, ["0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]),
-])
+@pytest.mark.parametrize(
+    "intermediate, vllm_releases",
+    [
+        (256, ["0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]),
+        (128, ["0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]),
+    ],
+)
 def test_serves_lists_every_vllm_release_whose_own_rule_gives_the_same_bytes(tmp_path, intermediate, vllm_releases):
     """An SGLang sm100-trtllm bake, H unpadded: vLLM 0.26.0's rule pads I to 256 and later ones to 128 (the release
     matrix's rules, each proven on its release's code), so at I 256 every release builds these bytes and at I 128

@@ -46,13 +46,16 @@ def test_stream_hash_of_in_order_reads_needs_no_second_read(data_file):
     assert STAGES.snapshot()["hash"][2] == 10_000 - 100  # every byte hashed once, none read again
 
 
-@pytest.mark.parametrize("pieces", [
-    [],                                          # never read: hashed from the file
-    [(4000, 10_000), (100, 4000)],               # out of order
-    [(100, 3000), (2000, 5000), (5000, 6000)],   # overlapping
-    [(100, 3000), (5000, 10_000)],               # a gap
-    [(0, 10_000)],                               # a read that covers the prefix too
-])
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        [],  # never read: hashed from the file
+        [(4000, 10_000), (100, 4000)],  # out of order
+        [(100, 3000), (2000, 5000), (5000, 6000)],  # overlapping
+        [(100, 3000), (5000, 10_000)],  # a gap
+        [(0, 10_000)],  # a read that covers the prefix too
+    ],
+)
 def test_stream_hash_is_exact_in_any_reading_order(data_file, pieces):
     path, data, expected = data_file
     assert fed(path, data, pieces) == expected
@@ -121,8 +124,22 @@ def test_writer_thread_errors_reach_the_caller(tmp_path):
 def test_workers_write_the_same_bytes_and_hashes_and_profile(gpt_oss_tiny, tmp_path):
     """--workers 2 (processes forked by the fork server) against one process; --profile's table lists every stage."""
     one = convert(gpt_oss_tiny, tmp_path / "one", ConvertOptions("sm90-cutlass"), progress=False).to_json()
-    result = CliRunner().invoke(main, ["convert", str(gpt_oss_tiny), str(tmp_path / "two"), "--target", "sm90-cutlass",
-                                       "--quiet", "--workers", "2", "--writers-per-device", "2", "--profile"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "convert",
+            str(gpt_oss_tiny),
+            str(tmp_path / "two"),
+            "--target",
+            "sm90-cutlass",
+            "--quiet",
+            "--workers",
+            "2",
+            "--writers-per-device",
+            "2",
+            "--profile",
+        ],
+    )
     assert result.exit_code == 0, result.output
     two = json.loads((tmp_path / "two" / "moebake.json").read_text())
     assert one["files"] == two["files"] and one["source"]["files"] == two["source"]["files"]
@@ -134,7 +151,8 @@ def test_workers_write_the_same_bytes_and_hashes_and_profile(gpt_oss_tiny, tmp_p
     lines = [line for line in result.output.splitlines() if line.startswith("profile:")]
     assert [line.split()[1] for line in lines[1:5]] == ["read", "transform", "hash", "write"]
     assert float(lines[4].split()[2]) * 1e9 == pytest.approx(
-        json.loads((tmp_path / "two" / "model.safetensors.index.json").read_text())["metadata"]["total_size"], abs=0.01e9)
+        json.loads((tmp_path / "two" / "model.safetensors.index.json").read_text())["metadata"]["total_size"], abs=0.01e9
+    )
 
 
 SLOW_SITE = Path(__file__).parent / "fuzz" / "slow_site"  # MOEBAKE_TEST_SLOW_CHUNK=<s>: every chunk written s late
@@ -159,12 +177,35 @@ def started_workers(source: Path, out: Path) -> tuple[subprocess.Popen, list[psu
     """``moebake convert --workers 2`` in a session of its own, slowed down, once both workers bake and the
     converting process handles SIGINT again (it ignores it while it starts them): the process and its
     descendants (resource tracker, fork server, workers)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MOEBAKE_TEST_SLOW_CHUNK": "0.5",
-           "PYTHONPATH": os.pathsep.join([str(SLOW_SITE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    process = subprocess.Popen([sys.executable, "-m", "moebake", "convert", str(source), str(out), "--target", "sm90-cutlass",
-                                "--quiet", "--workers", "2",
-                                "--writers-per-device", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True, preexec_fn=_sigint_default)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "MOEBAKE_TEST_SLOW_CHUNK": "0.5",
+        "PYTHONPATH": os.pathsep.join([str(SLOW_SITE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "moebake",
+            "convert",
+            str(source),
+            str(out),
+            "--target",
+            "sm90-cutlass",
+            "--quiet",
+            "--workers",
+            "2",
+            "--writers-per-device",
+            "2",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_sigint_default,
+    )
     staging, deadline = out.parent / f".{out.name}.partial", time.monotonic() + 60
     while time.monotonic() < deadline and process.poll() is None:
         descendants = psutil.Process(process.pid).children(recursive=True)
@@ -188,28 +229,43 @@ def test_workers_end_with_the_converting_process(gpt_oss_tiny, tmp_path, how):
     output = process.communicate(timeout=60)[0]
     if how == "ctrl-c":  # both shards were being baked, none finished: nothing is kept, and it says so
         assert process.returncode == 130 and output.splitlines() == [
-            "interrupted: no shard was finished, so nothing was kept; run the same command again to start over"], output
+            "interrupted: no shard was finished, so nothing was kept; run the same command again to start over"
+        ], output
         assert sorted(p.name for p in tmp_path.iterdir()) == []
     _, alive = psutil.wait_procs(descendants, timeout=10)
     assert not alive, alive
 
 
-ONE_WRITER = ("1 writer per storage device: the output is on one, and more writers to one disk were measured slower "
-              "than one; --writers-per-device raises it where your storage measures faster")
+ONE_WRITER = (
+    "1 writer per storage device: the output is on one, and more writers to one disk were measured slower "
+    "than one; --writers-per-device raises it where your storage measures faster"
+)
 
 
-@pytest.mark.parametrize("requested, shards, cores, writers, expected", [
-    (1, 5, 16, 1, (1, None)),
-    (2, 5, 16, 1, (1, ONE_WRITER)),
-    (8, 5, 16, 1, (1, ONE_WRITER)),
-    (2, 5, 16, 2, (2, None)),
-    (8, 5, 16, 2, (2, "2 writers per storage device: the output is on one, and more writers to one disk were measured "
-                      "slower than one; --writers-per-device raises it where your storage measures faster")),
-    (8, 5, 16, 3, (2, "at most 2: more were measured no faster, and over 1 GB of peak memory")),
-    (2, 5, 1, 2, (1, "1 usable core")),
-    (4, 1, 16, 2, (1, "1 shard to bake")),
-    (2, 0, 16, 2, (1, "0 shards to bake")),
-])
+@pytest.mark.parametrize(
+    "requested, shards, cores, writers, expected",
+    [
+        (1, 5, 16, 1, (1, None)),
+        (2, 5, 16, 1, (1, ONE_WRITER)),
+        (8, 5, 16, 1, (1, ONE_WRITER)),
+        (2, 5, 16, 2, (2, None)),
+        (
+            8,
+            5,
+            16,
+            2,
+            (
+                2,
+                "2 writers per storage device: the output is on one, and more writers to one disk were measured "
+                "slower than one; --writers-per-device raises it where your storage measures faster",
+            ),
+        ),
+        (8, 5, 16, 3, (2, "at most 2: more were measured no faster, and over 1 GB of peak memory")),
+        (2, 5, 1, 2, (1, "1 usable core")),
+        (4, 1, 16, 2, (1, "1 shard to bake")),
+        (2, 0, 16, 2, (1, "0 shards to bake")),
+    ],
+)
 def test_workers_are_capped_to_what_the_machine_can_use(requested, shards, cores, writers, expected):
     from moebake.convert.workers import usable_workers
 
@@ -218,16 +274,30 @@ def test_workers_are_capped_to_what_the_machine_can_use(requested, shards, cores
 
 def test_workers_default_to_one_writer_per_device(gpt_oss_tiny, tmp_path):
     """--workers 2 without --writers-per-device bakes in this process: the line says why, the bytes are the same."""
-    result = CliRunner().invoke(main, ["convert", str(gpt_oss_tiny), str(tmp_path / "out"), "--target", "sm90-cutlass",
-                                       "--quiet", "--workers", "2"])
+    result = CliRunner().invoke(
+        main, ["convert", str(gpt_oss_tiny), str(tmp_path / "out"), "--target", "sm90-cutlass", "--quiet", "--workers", "2"]
+    )
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[0] == f"--workers 2: using 1 ({ONE_WRITER})"
 
 
 def test_more_workers_than_usable_say_how_many_run(gpt_oss_tiny, tmp_path):
     """--workers 8 with two writers allowed: 2 workers (the tiny source has 2 shards), the same bytes as one process."""
-    result = CliRunner().invoke(main, ["convert", str(gpt_oss_tiny), str(tmp_path / "out"), "--target", "sm90-cutlass",
-                                       "--quiet", "--workers", "8", "--writers-per-device", "2"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "convert",
+            str(gpt_oss_tiny),
+            str(tmp_path / "out"),
+            "--target",
+            "sm90-cutlass",
+            "--quiet",
+            "--workers",
+            "8",
+            "--writers-per-device",
+            "2",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[0].startswith("--workers 8: using 2 ("), result.output
     one = convert(gpt_oss_tiny, tmp_path / "one", ConvertOptions("sm90-cutlass"), progress=False)

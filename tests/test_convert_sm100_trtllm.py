@@ -28,7 +28,6 @@ from moebake.schema.manifest import LayerRecord
 EXPERT_TENSOR = re.compile(r"\.experts\.(\d+\.|gate_up_proj_|down_proj_)")  # routed-expert source tensors
 
 
-
 def flashinfer_swizzle(sf: torch.Tensor) -> torch.Tensor:
     """FlashInfer's CPU 128x4 swizzle of ``[E, R, C]`` (R % 128 == 0, C % 4 == 0), kept ``[E, R, C]``."""
     prepare = pytest.importorskip("flashinfer.fused_moe.prepare")
@@ -52,7 +51,7 @@ def sglang_gpt_oss_layer(src, prefix, H, I, Hp, Ip):
 
     def swap_every_two_rows(x, axis):
         shape = list(x.shape)
-        pairs = shape[:axis] + [shape[axis] // 2, 2] + shape[axis + 1:]
+        pairs = shape[:axis] + [shape[axis] // 2, 2] + shape[axis + 1 :]
         return x.reshape(pairs).flip(axis + 1).reshape(shape)
 
     w13 = swap_every_two_rows(padded("gate_up_proj_blocks", (2 * Ip, Hp // 2), (2 * I, H // 2)), 1)

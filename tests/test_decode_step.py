@@ -12,12 +12,15 @@ E, H, H_PAD, I_PAD = 4, 2880, 3072, 2944
 
 @pytest.fixture
 def experts():
-    tensors = {"w13_weight": torch.zeros(E, 2 * I_PAD, H_PAD // 2, dtype=torch.uint8),
-               "w2_weight": torch.zeros(E, H_PAD, I_PAD // 2, dtype=torch.uint8),
-               "w13_weight_scale": torch.zeros(E, 2 * I_PAD // 64, H_PAD // 128, 16, 16, dtype=torch.uint8),
-               "w2_weight_scale": torch.zeros(E, H_PAD // 64, I_PAD // 128, 16, 16, dtype=torch.uint8)}
-    return Sm90CutlassExperts(tensors, hidden=H, hidden_padded=H_PAD, swiglu=(1.702, 1.0, 7.0), ep_rank=0, ep_size=1,
-                              load_stats=LoadStats(0, 0.0, 4, "cpu"))
+    tensors = {
+        "w13_weight": torch.zeros(E, 2 * I_PAD, H_PAD // 2, dtype=torch.uint8),
+        "w2_weight": torch.zeros(E, H_PAD, I_PAD // 2, dtype=torch.uint8),
+        "w13_weight_scale": torch.zeros(E, 2 * I_PAD // 64, H_PAD // 128, 16, 16, dtype=torch.uint8),
+        "w2_weight_scale": torch.zeros(E, H_PAD // 64, I_PAD // 128, 16, 16, dtype=torch.uint8),
+    }
+    return Sm90CutlassExperts(
+        tensors, hidden=H, hidden_padded=H_PAD, swiglu=(1.702, 1.0, 7.0), ep_rank=0, ep_size=1, load_stats=LoadStats(0, 0.0, 4, "cpu")
+    )
 
 
 def test_decode_step_buffers_are_the_kernels_inputs_at_the_padded_width(experts):

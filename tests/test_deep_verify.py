@@ -47,7 +47,7 @@ def flip(path, tensor, index, mask=0x01, byte_in_element=0):
     """XOR ``mask`` into one byte of element ``index`` of ``tensor`` in safetensors file ``path``."""
     raw = bytearray(path.read_bytes())
     (header_len,) = struct.unpack("<Q", raw[:8])
-    spec = json.loads(raw[8:8 + header_len])[tensor]
+    spec = json.loads(raw[8 : 8 + header_len])[tensor]
     size = ELEMENT_BYTES[spec["dtype"]]
     flat = int(np.ravel_multi_index(index, spec["shape"]))
     position = 8 + header_len + spec["data_offsets"][0] + flat * size + byte_in_element
@@ -60,13 +60,14 @@ def rehash(out, name):
     """Record ``name``'s new checksum in the manifest (and the manifest's digest in config.json), as a
     consistently wrong bake would have."""
     manifest = json.loads((out / "moebake.json").read_text())
-    manifest["files"][name] = {"sha256": hashlib.sha256((out / name).read_bytes()).hexdigest(),
-                               "bytes": (out / name).stat().st_size}
+    manifest["files"][name] = {"sha256": hashlib.sha256((out / name).read_bytes()).hexdigest(), "bytes": (out / name).stat().st_size}
     config = json.loads((out / "config.json").read_text())
     config["quantization_config"]["manifest_sha256"] = manifest_digest(manifest)
     (out / "config.json").write_text(json.dumps(config))
-    manifest["files"]["config.json"] = {"sha256": hashlib.sha256((out / "config.json").read_bytes()).hexdigest(),
-                                        "bytes": (out / "config.json").stat().st_size}
+    manifest["files"]["config.json"] = {
+        "sha256": hashlib.sha256((out / "config.json").read_bytes()).hexdigest(),
+        "bytes": (out / "config.json").stat().st_size,
+    }
     write_manifest(out, manifest)  # as a consistently wrong moebake would
 
 
@@ -91,8 +92,10 @@ def test_a_flipped_bias_is_reported_in_both_index_spaces(damaged, gpt_oss_tiny):
     problems = compare_with_source(damaged, gpt_oss_tiny)
     assert len(problems) == 2
     inverse, rebake = problems
-    assert inverse.startswith(f"{damaged / SHARD1}: {LAYER1}w13_weight_bias inverted to {LAYER1}gate_up_proj_bias: "
-                              f"first difference at index [{e}, {2 * j + 1}] (0x")
+    assert inverse.startswith(
+        f"{damaged / SHARD1}: {LAYER1}w13_weight_bias inverted to {LAYER1}gate_up_proj_bias: "
+        f"first difference at index [{e}, {2 * j + 1}] (0x"
+    )
     assert f"(restored != source {gpt_oss_tiny / SHARD1})" in inverse
     assert rebake.startswith(f"{damaged / SHARD1}: tensor {LAYER1}w13_weight_bias: first difference at index [{e}, {j}] (0x")
     stored, original = rebake.split("(0x")[1].split(")")[0].split(" != 0x")
@@ -186,11 +189,13 @@ def test_every_phase_shows_a_bar_and_a_line_per_step(baked, gpt_oss_tiny, monkey
     assert bars == ["verifying", "inverting baked experts", "re-baking from source"]
     lines = result.output.splitlines()
     assert [line for line in lines if line.startswith("debug: inverted")] == [
-        f"debug: inverted and compared layer {i + 1}/2: model.layers.{i}.mlp.experts. (159.7 kB)" for i in range(2)]
+        f"debug: inverted and compared layer {i + 1}/2: model.layers.{i}.mlp.experts. (159.7 kB)" for i in range(2)
+    ]
     assert sum(line.startswith("debug: re-baked and compared shard") for line in lines) == 2
     assert sum(line.startswith("debug: checked file") for line in lines) == 6
     assert lines[-1].startswith(f"ok: {baked} (") and lines[-1].endswith(
-        f"; bit-exact against {gpt_oss_tiny}: experts invert to it, and re-baking it reproduces every byte)")
+        f"; bit-exact against {gpt_oss_tiny}: experts invert to it, and re-baking it reproduces every byte)"
+    )
 
 
 def test_a_bake_that_rescaled_gate_up_scales_is_not_called_bit_exact(tmp_path):
@@ -198,14 +203,19 @@ def test_a_bake_that_rescaled_gate_up_scales_is_not_called_bit_exact(tmp_path):
 
     source = write_modelopt_nvfp4(tmp_path / "nvfp4")  # gate/up globals differ in 4 of 8 experts
     for globals_, expected in (
-            ("share", f"; against {source}: re-baking it reproduces every byte, and the experts invert to it except, by design "
-                      "(--gate-up-globals share), the gate/up block scales of 4 of 8 experts, which invert to its values "
-                      "rescaled to one shared global (largest relative change 75.00%); those are not bit-exact to the "
-                      "source (--gate-up-globals keep bakes its bytes))\n"),
-            ("keep", f"; bit-exact against {source}: experts invert to it, and re-baking it reproduces every byte)\n")):
+        (
+            "share",
+            f"; against {source}: re-baking it reproduces every byte, and the experts invert to it except, by design "
+            "(--gate-up-globals share), the gate/up block scales of 4 of 8 experts, which invert to its values "
+            "rescaled to one shared global (largest relative change 75.00%); those are not bit-exact to the "
+            "source (--gate-up-globals keep bakes its bytes))\n",
+        ),
+        ("keep", f"; bit-exact against {source}: experts invert to it, and re-baking it reproduces every byte)\n"),
+    ):
         out = tmp_path / globals_
-        converted = CliRunner().invoke(main, ["convert", str(source), str(out), "--target", "cutedsl", "--quiet",
-                                              "--gate-up-globals", globals_])
+        converted = CliRunner().invoke(
+            main, ["convert", str(source), str(out), "--target", "cutedsl", "--quiet", "--gate-up-globals", globals_]
+        )
         assert converted.exit_code == 0, converted.output
         assert ("NOT engine-exact" in converted.output) == (globals_ == "share")
         result = CliRunner().invoke(main, ["verify", str(out), "--source", str(source), "--quiet"])
@@ -222,8 +232,10 @@ def test_mismatches_stop_at_ten_lines_then_a_count_and_a_summary(baked, tmp_path
     lines = result.output.splitlines()
     assert lines[:10] == [f"mismatch: {problem}" for problem in problems[:10]]
     files = len({problem.split(": ", 1)[0] for problem in problems})
-    assert lines[10:] == [f"mismatch: ... and {len(problems) - 10} more (--json lists them all)",
-                          f"failed: {baked}: {len(problems)} mismatches in {files} files against {other}"]
+    assert lines[10:] == [
+        f"mismatch: ... and {len(problems) - 10} more (--json lists them all)",
+        f"failed: {baked}: {len(problems)} mismatches in {files} files against {other}",
+    ]
     report = json.loads(CliRunner().invoke(main, ["verify", str(baked), "--source", str(other), "--json"]).output)
     assert report["problems"] == problems
 
@@ -233,7 +245,8 @@ def test_a_differing_tensor_is_one_line_with_its_count(damaged, gpt_oss_tiny):
         flip(damaged / SHARD1, LAYER1 + "w2_weight", index)
     assert compare_with_source(damaged, gpt_oss_tiny) == [
         f"{damaged / SHARD1}: tensor {LAYER1}w2_weight: first difference at index [0, 170, 1] "
-        "(0x01 != 0x00) (stored != re-baked from source); 2 of 49152 bytes differ"]
+        "(0x01 != 0x00) (stored != re-baked from source); 2 of 49152 bytes differ"
+    ]
 
 
 def test_a_source_of_another_supported_format_is_named_as_such(baked, tmp_path):
@@ -245,12 +258,14 @@ def test_a_source_of_another_supported_format_is_named_as_such(baked, tmp_path):
     assert result.output.splitlines() == [
         f"mismatch: {baked / 'moebake.json'}: the source is not the checkpoint this was baked from: source.format is "
         f"'gpt-oss', {dsv4} is a deepseek-v4 checkpoint",
-        f"failed: {baked}: 1 mismatch in 1 file against {dsv4}"]
+        f"failed: {baked}: 1 mismatch in 1 file against {dsv4}",
+    ]
     out = tmp_path / "dsv4-baked"  # and DeepSeek-V4 is a source verify proves a bake against
     assert CliRunner().invoke(main, ["convert", str(dsv4), str(out), "--target", "sm90-cutlass", "--quiet"]).exit_code == 0
     result = CliRunner().invoke(main, ["verify", str(out), "--source", str(dsv4), "--quiet"])
-    assert result.exit_code == 0 and result.output.endswith(f"; bit-exact against {dsv4}: experts invert to it, and "
-                                                            "re-baking it reproduces every byte)\n"), result.output
+    assert result.exit_code == 0 and result.output.endswith(
+        f"; bit-exact against {dsv4}: experts invert to it, and re-baking it reproduces every byte)\n"
+    ), result.output
 
 
 def test_unsupported_model_lines_list_every_supported_format(gpt_oss_copy, tmp_path):

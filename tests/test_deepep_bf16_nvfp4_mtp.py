@@ -16,7 +16,6 @@ from moebake.schema.manifest import read_manifest
 L, E, H, I = 3, 4, 128, 64
 
 
-
 @pytest.fixture(scope="module")
 def baked(tmp_path_factory):
     root = tmp_path_factory.mktemp("nvfp4mtp")

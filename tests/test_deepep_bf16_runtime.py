@@ -48,7 +48,7 @@ def masked_reference(x, masked_m, w13, w2):
 
 def assert_bf16_close(got, expected):
     """Equal up to accumulation order: a few BF16 ulps of the values' scale."""
-    torch.testing.assert_close(got.float(), expected.float(), rtol=2 ** -6, atol=2e-3)
+    torch.testing.assert_close(got.float(), expected.float(), rtol=2**-6, atol=2e-3)
 
 
 def ll_input(E, T, H, masked_m, seed=1):
@@ -56,7 +56,7 @@ def ll_input(E, T, H, masked_m, seed=1):
     x = torch.randn(E, T, H, generator=torch.Generator().manual_seed(seed)).to(BF16)
     garbage = torch.tensor([float("nan"), float("inf"), -3e38], dtype=BF16)
     for e in range(E):
-        x[e, int(masked_m[e]):] = garbage[e % 3]
+        x[e, int(masked_m[e]) :] = garbage[e % 3]
     return x
 
 
@@ -81,7 +81,7 @@ def test_forward_masked_matches_the_per_token_loop(backend, E, T, H, I):
     assert got.dtype == BF16 and tuple(got.shape) == (E, T, H) and got.is_contiguous()
     assert_bf16_close(got, masked_reference(x, masked_m, w13, w2))
     for e in range(E):  # rows past masked_m: exactly zero whatever they held
-        assert torch.equal(got[e, int(masked_m[e]):], torch.zeros_like(got[e, int(masked_m[e]):]))
+        assert torch.equal(got[e, int(masked_m[e]) :], torch.zeros_like(got[e, int(masked_m[e]) :]))
 
 
 def test_padded_weights_keep_gate_and_up_halves_apart():
@@ -90,10 +90,10 @@ def test_padded_weights_keep_gate_and_up_halves_apart():
     experts = DeepEPBf16Experts(w13, w2, backend=ALIGNED)
     p = experts.parameters()
     assert tuple(p["w13_weight"].shape) == (E, 128, 64) and tuple(p["w2_weight"].shape) == (E, 64, 64)
-    assert torch.equal(p["w13_weight"][:, :I, :H], w13[:, :I]) and torch.equal(p["w13_weight"][:, 64:64 + I, :H], w13[:, I:])
+    assert torch.equal(p["w13_weight"][:, :I, :H], w13[:, :I]) and torch.equal(p["w13_weight"][:, 64 : 64 + I, :H], w13[:, I:])
     assert torch.equal(p["w2_weight"][:, :H, :I], w2)
     pad = torch.ones(E, 128, 64, dtype=torch.bool)
-    pad[:, :I, :H] = pad[:, 64:64 + I, :H] = False
+    pad[:, :I, :H] = pad[:, 64 : 64 + I, :H] = False
     assert not p["w13_weight"][pad].any()
     assert p["w2_weight"][:, H:].abs().sum() == 0 and p["w2_weight"][:, :, I:].abs().sum() == 0
 
@@ -143,8 +143,8 @@ def test_dispatch_packs_each_experts_tokens_in_token_order():
     for e in range(E_local):
         tokens = [t for t in range(T) if (offset + e) in ids[t].tolist()]
         assert int(masked_m[e]) == len(tokens)
-        assert torch.equal(recv_x[e, :len(tokens)], hidden[tokens])
-        assert not recv_x[e, len(tokens):].any()
+        assert torch.equal(recv_x[e, : len(tokens)], hidden[tokens])
+        assert not recv_x[e, len(tokens) :].any()
     with pytest.raises(ValueError, match="more than T_max=2"):
         dispatch(hidden, ids, E_local, max_tokens=2, expert_offset=offset)
 
@@ -214,10 +214,13 @@ def test_serve_open_refuses_an_ambiguous_index_and_uneven_ep(baked):
         checkpoint.load_experts("mtp.layers.1.mlp.experts.", device="cpu")
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("activation", {"kind": "swiglu_oai", "alpha": 1.702, "beta": 1.0, "limit": 7.0}, "is not the silu\\(gate\\) \\* up"),
-    ("target_layout_version", 2, "deepep-bf16 layout version 2; this runtime reads 1"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("activation", {"kind": "swiglu_oai", "alpha": 1.702, "beta": 1.0, "limit": 7.0}, "is not the silu\\(gate\\) \\* up"),
+        ("target_layout_version", 2, "deepep-bf16 layout version 2; this runtime reads 1"),
+    ],
+)
 def test_serve_open_refuses_what_the_runtime_would_compute_wrongly(baked, tmp_path, field, value, message):
     out = shutil.copytree(baked[1], tmp_path / "out")
     manifest = json.loads((out / "moebake.json").read_text())

@@ -29,7 +29,6 @@ CASES = {  # Qwen3.5 fused with a BF16 MTP layer, Qwen3 and Mixtral per expert
 }
 
 
-
 def source_expert(tensors, prefix, e):
     """(gate [I, H], up [I, H], down [H, I]) of expert ``e`` read the way each HF model defines them."""
     if prefix + "gate_up_proj" in tensors:  # Qwen3.5: gate_up_proj.chunk(2, dim=-2) -> gate, up
@@ -79,8 +78,13 @@ def test_baked_experts_compute_the_source_models_experts(baked):
                 assert torch.equal(baked_part.view(torch.int16), source_part.view(torch.int16)), (prefix, e)
             # The computation: float64 GEMMs of different shapes may round differently (MKL vs OpenBLAS
             # blocking), so the outputs agree to float64 rounding, not bit for bit.
-            torch.testing.assert_close(sglang_expert(x, w13[e], w2[e]), hf_expert(x, gate, up, down),
-                                       rtol=1e-12, atol=1e-12, msg=lambda m: f"{prefix} expert {e}: {m}")
+            torch.testing.assert_close(
+                sglang_expert(x, w13[e], w2[e]),
+                hf_expert(x, gate, up, down),
+                rtol=1e-12,
+                atol=1e-12,
+                msg=lambda m: f"{prefix} expert {e}: {m}",
+            )
 
 
 def test_manifest_records_bf16_dispatch_and_sources(baked):
@@ -93,7 +97,12 @@ def test_manifest_records_bf16_dispatch_and_sources(baked):
     for record, layer in zip(manifest["layers"], model.layers):
         assert record["dispatcher_output_dtype"] == "bf16"
         assert (record["prefix"], record["index"], record["experts"], record["hidden"], record["intermediate"]) == (
-            layer.prefix, layer.index, 8, 128, 64)
+            layer.prefix,
+            layer.index,
+            8,
+            128,
+            64,
+        )
         w13 = record["tensors"]["w13_weight"]
         assert w13["gate_up_order"] == "gate_up" and w13["shape"] == [8, 128, 128] and w13["dtype"] == "BF16"
         assert w13["source"] == (layer.gate_up[0] if layer.fused else list(layer.gate_up))

@@ -32,15 +32,19 @@ def one_line_refusal(call, match):
 
 # --- refusals -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("spec, match", [
-    (LowLatencySpec(1000, 8, 128), r"hidden size 1000 is not one DeepEP low-latency kernels are built for \(2048, 2560, 3072"),
-    (LowLatencySpec(2048, 64, 128, 1, 12), r"top-k 12 is above DeepEP low-latency's maximum of 11"),
-    (LowLatencySpec(2048, 64, 512), r"max tokens per rank 512 is above DeepEP low-latency's 511"),
-    (LowLatencySpec(2048, 10, 128, 4), r"10 experts cannot be split evenly over 4 EP ranks"),
-    (LowLatencySpec(2048, 8, 3, 1), r"ranks x max tokens per rank = 3 must be a multiple of 4"),
-    (LowLatencySpec(2048, 8, 128, 1, 9), r"top-k 9 is more than the layer's 8 experts"),
-    (LowLatencySpec(2048, 8, 0), r"max_tokens_per_rank must be a positive integer, got 0"),
-])
+
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        (LowLatencySpec(1000, 8, 128), r"hidden size 1000 is not one DeepEP low-latency kernels are built for \(2048, 2560, 3072"),
+        (LowLatencySpec(2048, 64, 128, 1, 12), r"top-k 12 is above DeepEP low-latency's maximum of 11"),
+        (LowLatencySpec(2048, 64, 512), r"max tokens per rank 512 is above DeepEP low-latency's 511"),
+        (LowLatencySpec(2048, 10, 128, 4), r"10 experts cannot be split evenly over 4 EP ranks"),
+        (LowLatencySpec(2048, 8, 3, 1), r"ranks x max tokens per rank = 3 must be a multiple of 4"),
+        (LowLatencySpec(2048, 8, 128, 1, 9), r"top-k 9 is more than the layer's 8 experts"),
+        (LowLatencySpec(2048, 8, 0), r"max_tokens_per_rank must be a positive integer, got 0"),
+    ],
+)
 def test_deep_ep_refusals(spec, match):
     one_line_refusal(lambda: spec.check(deep_ep=True), match)
 
@@ -69,8 +73,11 @@ def test_a_batch_larger_than_the_buffer_is_refused():
 
 # --- buffer sizing ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("tokens, ranks, expected", [(1, 1, 128), (128, 1, 128), (129, 1, 256), (1, 2, 64), (65, 2, 128),
-                                                       (1, 3, 128), (100, 8, 112), (1, 16, 8), (5, 256, 5)])
+
+@pytest.mark.parametrize(
+    "tokens, ranks, expected",
+    [(1, 1, 128), (128, 1, 128), (129, 1, 256), (1, 2, 64), (65, 2, 128), (1, 3, 128), (100, 8, 112), (1, 16, 8), (5, 256, 5)],
+)
 def test_max_tokens_per_rank_is_rounded_for_128_row_gemm_tiles(tokens, ranks, expected):
     spec = LowLatencySpec.for_tokens(4096, 512, tokens, ranks)
     assert spec.max_tokens_per_rank == expected and spec.t_max % 128 == 0
@@ -95,6 +102,7 @@ def test_rdma_bytes_follows_deep_eps_low_latency_layout():
 
 # --- dispatchers on one rank --------------------------------------------------------------------
 
+
 def weights(E, H, I, seed=0):
     g = torch.Generator().manual_seed(seed)
     return (torch.randn(E, 2 * I, H, generator=g) * 0.05).to(BF16), (torch.randn(E, H, I, generator=g) * 0.05).to(BF16)
@@ -107,7 +115,7 @@ def test_stand_in_dispatcher_on_one_rank_matches_the_plain_forward():
     hidden, ids, topk_weights = decode_inputs(T, H, E, k, seed=1)
     spec = LowLatencySpec.for_tokens(H, E, T, 1, k)
     got = experts.forward(hidden, ids, topk_weights, StandInDispatcher(spec))
-    torch.testing.assert_close(got.float(), experts.forward(hidden, ids, topk_weights).float(), rtol=2 ** -7, atol=1e-4)
+    torch.testing.assert_close(got.float(), experts.forward(hidden, ids, topk_weights).float(), rtol=2**-7, atol=1e-4)
     reference = moe_fp32(types.SimpleNamespace(gate_up=w13, down=w2), hidden, ids, topk_weights)
     assert relative_l2(got, reference) < 1e-2
     assert not got[2].any()  # token 2 selects no expert
@@ -133,9 +141,20 @@ class FakeDeepEPBuffer:
     def get_low_latency_rdma_size_hint(max_tokens, hidden, ranks, experts):
         return rdma_bytes(max_tokens, hidden, ranks, experts)
 
-    def __init__(self, group, num_nvl_bytes=0, num_rdma_bytes=0, low_latency_mode=False, num_qps_per_rank=24,
-                 allow_nvlink_for_low_latency_mode=True, allow_mnnvl=False, use_fabric=False, explicitly_destroy=False,
-                 enable_shrink=False, comm=None):
+    def __init__(
+        self,
+        group,
+        num_nvl_bytes=0,
+        num_rdma_bytes=0,
+        low_latency_mode=False,
+        num_qps_per_rank=24,
+        allow_nvlink_for_low_latency_mode=True,
+        allow_mnnvl=False,
+        use_fabric=False,
+        explicitly_destroy=False,
+        enable_shrink=False,
+        comm=None,
+    ):
         assert group.size() == 1 and low_latency_mode and num_nvl_bytes == 0
         self.kwargs = dict(num_rdma_bytes=num_rdma_bytes, num_qps_per_rank=num_qps_per_rank, explicitly_destroy=explicitly_destroy)
         self.cleaned, self.destroyed = [], False
@@ -147,14 +166,18 @@ class FakeDeepEPBuffer:
     def low_latency_dispatch(self, x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts, use_fp8=True, **kwargs):
         assert not use_fp8 and topk_idx.dtype == torch.int64 and x.dtype == BF16 and x.is_contiguous()
         assert x.shape[0] <= num_max_dispatch_tokens_per_rank and self.kwargs["num_rdma_bytes"] >= rdma_bytes(
-            num_max_dispatch_tokens_per_rank, x.shape[1], 1, num_experts)
+            num_max_dispatch_tokens_per_rank, x.shape[1], 1, num_experts
+        )
         recv_x, count, handle = dispatch(x, topk_idx, num_experts, max_tokens=num_max_dispatch_tokens_per_rank)
         order = torch.arange(recv_x.shape[1]).repeat(num_experts, 1)
         for e in range(num_experts):
             m = int(count[e])
             order[e, :m] = torch.randperm(m, generator=torch.Generator().manual_seed(e))
-        recv_x = torch.where(torch.arange(recv_x.shape[1])[None, :, None] < count[:, None, None],
-                             torch.gather(recv_x, 1, order[..., None].expand_as(recv_x)), float("nan")).to(BF16)
+        recv_x = torch.where(
+            torch.arange(recv_x.shape[1])[None, :, None] < count[:, None, None],
+            torch.gather(recv_x, 1, order[..., None].expand_as(recv_x)),
+            float("nan"),
+        ).to(BF16)
         return recv_x, count, (handle, order, num_max_dispatch_tokens_per_rank), None, None
 
     def low_latency_combine(self, x, topk_idx, topk_weights, handle, **kwargs):
@@ -162,6 +185,7 @@ class FakeDeepEPBuffer:
         handle, order, _ = handle
         unshuffled = torch.empty_like(x).scatter_(1, order[..., None].expand_as(x), x)
         from moebake.serve.dispatch import combine
+
         return combine(unshuffled, topk_weights, handle), None, None
 
     def destroy(self):
@@ -188,7 +212,7 @@ def test_deep_ep_dispatcher_calls_the_ll_buffer_as_deep_ep_expects(fake_deep_ep)
         got = experts.forward(hidden, ids, topk_weights, make_dispatcher(spec, FakeGroup(), "deepep", "cpu", buffer))
         expected = experts.forward(hidden, ids, topk_weights, StandInDispatcher(spec))
         assert not got.isnan().any()
-        torch.testing.assert_close(got.float(), expected.float(), rtol=2 ** -7, atol=1e-4)
+        torch.testing.assert_close(got.float(), expected.float(), rtol=2**-7, atol=1e-4)
     assert buffer.buffer.cleaned == [(256, H, E)]  # one layout switch, small -> large
     buffer.close()
     assert FakeDeepEPBuffer.made[0].destroyed and buffer.buffer is None
@@ -198,8 +222,9 @@ def test_deep_ep_buffer_refuses_a_spec_it_was_not_sized_for(fake_deep_ep):
     buffer = LowLatencyBuffer(FakeGroup(), [LowLatencySpec(2048, 8, 128, 1, 2)])
     one_line_refusal(lambda: buffer.dispatcher(LowLatencySpec(2048, 16, 128, 1, 2)), "bytes of DeepEP LL buffer, this buffer has")
     one_line_refusal(lambda: buffer.dispatcher(LowLatencySpec(1000, 8, 128, 1, 2)), "hidden size 1000")
-    one_line_refusal(lambda: LowLatencyBuffer(FakeGroup(), [LowLatencySpec(2048, 8, 128, 2, 2)]),
-                     "for 2 EP ranks cannot run on a group of 1")
+    one_line_refusal(
+        lambda: LowLatencyBuffer(FakeGroup(), [LowLatencySpec(2048, 8, 128, 2, 2)]), "for 2 EP ranks cannot run on a group of 1"
+    )
 
 
 def test_auto_dispatcher_falls_back_to_the_stand_in():
@@ -216,6 +241,7 @@ def test_auto_dispatcher_picks_deep_ep_when_usable(fake_deep_ep, monkeypatch):
 
 
 # --- the launcher -------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def bakes(tmp_path_factory):
@@ -235,8 +261,10 @@ def test_launcher_refuses_before_starting_any_rank(bakes):
     cases = [
         (LaunchConfig(3, (job,), device="cpu"), "8 experts cannot be split evenly over 3 EP ranks"),
         (LaunchConfig(2, (job,), device="cpu", dispatcher="deepep"), "hidden size 64 is not one DeepEP low-latency kernels"),
-        (LaunchConfig(1, (LayerJob(bake, 0, 300, top_k=2, max_tokens_per_rank=200),), device="cpu"),
-         "300 tokens on this rank are more than num_max_dispatch_tokens_per_rank=256"),
+        (
+            LaunchConfig(1, (LayerJob(bake, 0, 300, top_k=2, max_tokens_per_rank=200),), device="cpu"),
+            "300 tokens on this rank are more than num_max_dispatch_tokens_per_rank=256",
+        ),
         (LaunchConfig(1, (LayerJob(bake, 0, 4, top_k=9),), device="cpu"), "top-k 9 is more than the layer's 8 experts"),
         (LaunchConfig(1, (LayerJob(bake, 0, 0),), device="cpu"), "tokens per rank must be a positive integer, got 0"),
         (LaunchConfig(0, (job,), device="cpu"), "ranks must be a positive integer, got 0"),
@@ -264,8 +292,11 @@ def test_launcher_command_line_refusal_is_one_error_line(bakes, capsys):
 def test_launcher_two_gloo_ranks_each_load_half_and_match_the_source_fp32_moe(bakes):
     """2 CPU processes (gloo), the stand-in dispatcher: fused and per-expert sources, tokens with -1 ids."""
     (fused_src, fused_bake), (split_src, split_bake) = bakes["qwen3.5"], bakes["qwen3"]
-    jobs = (LayerJob(fused_bake, 0, 7, top_k=3, source=fused_src), LayerJob(split_bake, 0, 9, top_k=2, seed=1, source=split_src),
-            LayerJob(fused_bake, "model.language_model.layers.0.mlp.experts.", 1, top_k=8, seed=2, source=fused_src, drop=False))
+    jobs = (
+        LayerJob(fused_bake, 0, 7, top_k=3, source=fused_src),
+        LayerJob(split_bake, 0, 9, top_k=2, seed=1, source=split_src),
+        LayerJob(fused_bake, "model.language_model.layers.0.mlp.experts.", 1, top_k=8, seed=2, source=fused_src, drop=False),
+    )
     results = launch(LaunchConfig(2, jobs, device="cpu", keep_outputs=True))
     assert [r["rank"] for r, *_ in results] == [0, 1]
     for rank, rank_results in enumerate(results):
@@ -285,10 +316,10 @@ def test_launcher_two_gloo_ranks_each_load_half_and_match_the_source_fp32_moe(ba
 def test_launcher_one_rank_matches_rank_0_of_two(bakes):
     source, bake = bakes["qwen3.5"]
     job = LayerJob(bake, 0, 7, top_k=3, source=source)
-    (one,), = launch(LaunchConfig(1, (job,), device="cpu", keep_outputs=True))
+    ((one,),) = launch(LaunchConfig(1, (job,), device="cpu", keep_outputs=True))
     two = launch(LaunchConfig(2, (job,), device="cpu", keep_outputs=True))
     assert one["experts"] == (0, 8) and two[0][0]["experts"] == (0, 4)
-    torch.testing.assert_close(one["output"].float(), two[0][0]["output"].float(), rtol=2 ** -7, atol=1e-5)
+    torch.testing.assert_close(one["output"].float(), two[0][0]["output"].float(), rtol=2**-7, atol=1e-5)
 
 
 def test_serve_checkpoint_gives_the_low_latency_spec(bakes):

@@ -26,7 +26,6 @@ DIMS = {"num_layers": 2, "num_experts": 3, "hidden": 256, "intermediate": 128, "
 PREFIXES = ("layers.0.ffn.experts.", "layers.1.ffn.experts.", "mtp.0.ffn.experts.")
 
 
-
 @pytest.fixture(scope="module")
 def dsv4(tmp_path_factory):
     return write_deepseek_v4(tmp_path_factory.mktemp("dsv4") / "src", **DIMS)
@@ -50,17 +49,29 @@ def test_synthetic_has_deepseek_on_disk_names_and_dtypes(dsv4):
     assert "expert_dtype" not in config["quantization_config"]
     index = json.loads((dsv4 / "model.safetensors.index.json").read_text())["weight_map"]
     H, I = DIMS["hidden"], DIMS["intermediate"]
-    expected = {"w1.weight": ("I8", [I, H // 2]), "w1.scale": ("F8_E8M0", [I, H // 32]),
-                "w3.weight": ("I8", [I, H // 2]), "w3.scale": ("F8_E8M0", [I, H // 32]),
-                "w2.weight": ("I8", [H, I // 2]), "w2.scale": ("F8_E8M0", [H, I // 32])}
+    expected = {
+        "w1.weight": ("I8", [I, H // 2]),
+        "w1.scale": ("F8_E8M0", [I, H // 32]),
+        "w3.weight": ("I8", [I, H // 2]),
+        "w3.scale": ("F8_E8M0", [I, H // 32]),
+        "w2.weight": ("I8", [H, I // 2]),
+        "w2.scale": ("F8_E8M0", [H, I // 32]),
+    }
     for prefix in PREFIXES:
         for e in range(DIMS["num_experts"]):
             for suffix, (dtype, shape) in expected.items():
                 name = f"{prefix}{e}.{suffix}"
                 header = json.loads(_header(dsv4 / index[name]))
                 assert (header[name]["dtype"], header[name]["shape"]) == (dtype, shape), name
-    for name in ("layers.0.ffn.gate.weight", "layers.0.ffn.gate.tid2eid", "layers.1.ffn.shared_experts.w1.weight",
-                 "layers.1.attn.wq_a.scale", "mtp.0.ffn.gate.bias", "embed.weight", "head.weight"):
+    for name in (
+        "layers.0.ffn.gate.weight",
+        "layers.0.ffn.gate.tid2eid",
+        "layers.1.ffn.shared_experts.w1.weight",
+        "layers.1.attn.wq_a.scale",
+        "mtp.0.ffn.gate.bias",
+        "embed.weight",
+        "head.weight",
+    ):
         assert name in index
     experts_of_layer0 = {index[f"layers.0.ffn.experts.{e}.{s}"] for e in range(3) for s in expected}
     assert len(experts_of_layer0) > 1  # one layer's experts straddle shards, as in the real release
@@ -68,7 +79,7 @@ def test_synthetic_has_deepseek_on_disk_names_and_dtypes(dsv4):
 
 def _header(path):
     raw = path.read_bytes()
-    return raw[8:8 + int.from_bytes(raw[:8], "little")]
+    return raw[8 : 8 + int.from_bytes(raw[:8], "little")]
 
 
 def test_open_model_reads_config_and_layers(dsv4):
@@ -84,8 +95,12 @@ def test_canonical_parts_are_the_raw_source_bytes(dsv4):
     layer = model.layers[1]
     sources = model.expert_sources(layer)
     assert set(sources) == {"w13_weight", "w13_scale", "w2_weight", "w2_scale"}  # no biases
-    for key, projections, part in (("w13_weight", ("w1", "w3"), "weight"), ("w13_scale", ("w1", "w3"), "scale"),
-                                   ("w2_weight", ("w2",), "weight"), ("w2_scale", ("w2",), "scale")):
+    for key, projections, part in (
+        ("w13_weight", ("w1", "w3"), "weight"),
+        ("w13_scale", ("w1", "w3"), "scale"),
+        ("w2_weight", ("w2",), "weight"),
+        ("w2_scale", ("w2",), "scale"),
+    ):
         source = sources[key]
         chunks = [model.checkpoint.read_experts(name, 1, 3) for name in source.names]
         for got, projection in zip(source.parts(*chunks), projections):
@@ -98,8 +113,7 @@ def sglang_style_dsv4_layer(src, prefix, E):
     fold = pytest.importorskip("flashinfer.fused_moe").interleave_moe_scales_for_sm90_mixed_gemm
 
     def stacked(projections, part):
-        return torch.stack([torch.cat([src[f"{prefix}{e}.{p}.{part}"].view(torch.uint8) for p in projections])
-                            for e in range(E)])
+        return torch.stack([torch.cat([src[f"{prefix}{e}.{p}.{part}"].view(torch.uint8) for p in projections]) for e in range(E)])
 
     return {
         "w13_weight": kernel_interleave_v2(stacked(("w3", "w1"), "weight")),
@@ -143,6 +157,7 @@ def test_deep_verify_passes_and_catches_a_flipped_expert_byte(dsv4, dsv4_baked, 
     save_file(tensors, out / index[name], metadata={"format": "pt"})
     from moebake.convert.source_check import inverse_problems
     from moebake.schema.manifest import read_manifest_record
+
     problems = inverse_problems(out, read_manifest_record(out), open_source(dsv4))
     assert len(problems) == 1 and "layers.1.ffn.experts.*.w2.scale" in problems[0] and "index [1, 0, 0]" in problems[0]
 

@@ -71,8 +71,14 @@ def _sglang_oracle(*checkpoints: Path) -> list[dict]:
             raise
         pytest.skip(f"cannot fetch sglang {RELEASE}'s tree: {err}")
     env = prove.release_env("sglang", RELEASE)
-    done = subprocess.run([sys.executable, str(REPO / "tests" / "engine_oracles" / "sglang_dsv4_model.py"), *map(str, checkpoints)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "engine_oracles" / "sglang_dsv4_model.py"), *map(str, checkpoints)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     verdicts = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert len(verdicts) == len(checkpoints), done.stderr[-4000:]
     return verdicts
@@ -102,8 +108,7 @@ def _config_no_sliding_window(config):  # what the first real-server run had: SG
     return config
 
 
-MUTATIONS = {"shape": _shape, "missing": _missing, "extra": _extra, "mtp_shape": _mtp_shape,
-             "no_sliding_window": _config_no_sliding_window}
+MUTATIONS = {"shape": _shape, "missing": _missing, "extra": _extra, "mtp_shape": _mtp_shape, "no_sliding_window": _config_no_sliding_window}
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +168,8 @@ def test_sglang_0517_loads_every_tensor_of_the_bake_through_moebakes_plugin(verd
         assert layer + "w13_weight_scale_inv" not in baked["parameters"], layer
     source = verdicts["source"]["parameters"]
     assert {n: v for n, v in baked["parameters"].items() if ".experts." not in n} == {
-        n: v for n, v in source.items() if ".experts." not in n}
+        n: v for n, v in source.items() if ".experts." not in n
+    }
 
 
 def test_written_geometry_and_dtypes(servable):

@@ -79,10 +79,24 @@ def counting_direct_opens(monkeypatch) -> list:
 
 
 @pytest.mark.parametrize("cache", ["cold", "warm", "second-half-cold"])
-@pytest.mark.parametrize("offset, length", [
-    (0, 1), (0, ALIGN), (1, ALIGN), (ALIGN - 1, 2), (5000, 70_000), (3 * ALIGN, 5 * ALIGN),
-    (100_000, 5000), (99_000, 10_000), (100_000 - 1, 1), (100_000, 1), (0, 100_000), (7, 0), (49_000, 3000),
-])
+@pytest.mark.parametrize(
+    "offset, length",
+    [
+        (0, 1),
+        (0, ALIGN),
+        (1, ALIGN),
+        (ALIGN - 1, 2),
+        (5000, 70_000),
+        (3 * ALIGN, 5 * ALIGN),
+        (100_000, 5000),
+        (99_000, 10_000),
+        (100_000 - 1, 1),
+        (100_000, 1),
+        (0, 100_000),
+        (7, 0),
+        (49_000, 3000),
+    ],
+)
 def test_read_range_equals_the_file(io_path, tmp_path, monkeypatch, cache, offset, length):
     data = random_bytes(100_000)  # not a multiple of ALIGN: the last block is partial
     path = tmp_path / "data.bin"
@@ -93,7 +107,7 @@ def test_read_range_equals_the_file(io_path, tmp_path, monkeypatch, cache, offse
         nothing_cached(monkeypatch)
     direct_opens = counting_direct_opens(monkeypatch)
     got = read_range(str(path), offset, length)
-    assert got.dtype == np.uint8 and got.tobytes() == data[offset:offset + length]
+    assert got.dtype == np.uint8 and got.tobytes() == data[offset : offset + length]
     if io_path == "direct" and cache == "cold" and 0 < length and offset < len(data):
         assert direct_opens  # read from the disk, not the page cache
     if cache == "warm" or io_path == "plain":
@@ -111,7 +125,7 @@ def test_output_file_writes_exactly_what_it_is_given(io_path, tmp_path, monkeypa
         assert f.direct == (io_path == "direct")
         position = 0
         for size in pieces:
-            f.write(memoryview(data)[position:position + size])
+            f.write(memoryview(data)[position : position + size])
             position += size
     assert path.read_bytes() == data
 

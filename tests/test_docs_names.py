@@ -9,8 +9,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PAGES = [REPO / "README.md", REPO / "CONTRIBUTING.md", REPO / "CHANGELOG.md", REPO / "bench" / "results" / "README.md",
-         *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [
+    REPO / "README.md",
+    REPO / "CONTRIBUTING.md",
+    REPO / "CHANGELOG.md",
+    REPO / "bench" / "results" / "README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+]
 ROOTS = ("moebake/", "tests/", "bench/", "bin/", "docs/", ".ci/")
 CODE = re.compile(r"`([^`\n]+)`")
 DOTTED = re.compile(r"^moebake(\.[A-Za-z_]\w*)+$")

@@ -6,7 +6,6 @@ SGLang's own loaders and runs its ``process_weights_after_loading`` on CPU. Ever
 entry is covered here; the test of the registry itself fails if a verified entry has no oracle.
 """
 
-
 import pytest
 import torch
 
@@ -67,11 +66,14 @@ def _assert_bake_equals_engine(out, layer_prefix, engine_params, derived):
         assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{name} differs from SGLang's"
 
 
-@pytest.mark.parametrize("hidden, intermediate", [
-    (160, 96),     # pads H 160 -> 256 (127 scales), I 96 -> 128 (zeros)
-    (2880, 128),   # GPT-OSS's H: 2880 -> 3072
-    (256, 128),    # no padding
-])
+@pytest.mark.parametrize(
+    "hidden, intermediate",
+    [
+        (160, 96),  # pads H 160 -> 256 (127 scales), I 96 -> 128 (zeros)
+        (2880, 128),  # GPT-OSS's H: 2880 -> 3072
+        (256, 128),  # no padding
+    ],
+)
 def test_gpt_oss_sm90_cutlass_equals_sglang(tmp_path, hidden, intermediate):
     layout = flashinfer_layout_here()
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
@@ -124,11 +126,14 @@ def test_deepseek_v4_sm90_cutlass_equals_sglang(tmp_path):
         assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{name} differs from SGLang's"
 
 
-@pytest.mark.parametrize("hidden, intermediate", [
-    (160, 96),     # pads H 160 -> 256, I 96 -> 128: the scale padding holds each expert's first scale, not 127
-    (2880, 128),   # GPT-OSS's H: 2880 -> 3072 (FusedMoE's rounding: the loader's never-written tail is refilled too)
-    (256, 128),    # no padding
-])
+@pytest.mark.parametrize(
+    "hidden, intermediate",
+    [
+        (160, 96),  # pads H 160 -> 256, I 96 -> 128: the scale padding holds each expert's first scale, not 127
+        (2880, 128),  # GPT-OSS's H: 2880 -> 3072 (FusedMoE's rounding: the loader's never-written tail is refilled too)
+        (256, 128),  # no padding
+    ],
+)
 def test_gpt_oss_sm90_cutlass_w4a8_equals_sglang(tmp_path, hidden, intermediate):
     """--flashinfer-mxfp4-moe-precision fp8: SGLang's Humming path, FlashInfer's preprocess run on CPU (its torch code,
     its CUDA "fp4_fp8" interleave emulated), on scales wide enough that the range clamp rewrites groups."""
@@ -156,8 +161,7 @@ def test_deepseek_v4_sm90_cutlass_w4a8_equals_sglang(tmp_path):
     manifest = convert(source, tmp_path / "out", oracle_options("sm90-cutlass-w4a8"), progress=False).to_json()
     assert manifest["engine"]["exact"] is True
     record = manifest["layers"][0]
-    engine = sglang_oracle.deepseek_v4_sm90_cutlass(source, record["prefix"], 3, 256, 128, kernel_interleave_v2,
-                                                    kernel_interleave_fp4_fp8)
+    engine = sglang_oracle.deepseek_v4_sm90_cutlass(source, record["prefix"], 3, 256, 128, kernel_interleave_v2, kernel_interleave_fp4_fp8)
     assert engine.pop("humming_fc2_act_scale").tolist() == 1.0
     baked = load_all(tmp_path / "out")
     assert sorted(n.replace("_scale_inv", "_scale") for n in engine) == sorted(record["tensors"])
@@ -167,11 +171,14 @@ def test_deepseek_v4_sm90_cutlass_w4a8_equals_sglang(tmp_path):
         assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{name} differs from SGLang's"
 
 
-@pytest.mark.parametrize("hidden, intermediate", [
-    (160, 96),     # pads H 160 -> 256 and I 96 -> 128: 127 in all the scales' padding, zero weights and biases
-    (2880, 128),   # GPT-OSS's H: 2880 -> 3072
-    (256, 128),    # no padding
-])
+@pytest.mark.parametrize(
+    "hidden, intermediate",
+    [
+        (160, 96),  # pads H 160 -> 256 and I 96 -> 128: 127 in all the scales' padding, zero weights and biases
+        (2880, 128),  # GPT-OSS's H: 2880 -> 3072
+        (256, 128),  # no padding
+    ],
+)
 def test_gpt_oss_sm100_trtllm_equals_sglang(tmp_path, hidden, intermediate):
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
     manifest = convert(source, tmp_path / "out", oracle_options("sm100-trtllm"), progress=False).to_json()
@@ -207,17 +214,21 @@ CUTEDSL_WRAPPER_SCALARS = ("w1_alpha", "w2_alpha", "fc2_input_scale")
 
 @pytest.mark.parametrize("hidden, intermediate", [(256, 128), (384, 192)])
 @pytest.mark.parametrize("target, a2a", [("cutedsl", "none"), ("cutedsl-deepep", "deepep")])
-@pytest.mark.parametrize("mismatches, gate_up_globals", [
-    ((), "share"),                       # every expert's gate and up globals agree: nothing to share
-    (MODELOPT_MISMATCHES, "keep"),       # experts 1 and 3 differ (up x0.3, x4): kept apart, as SGLang keeps them
-])
+@pytest.mark.parametrize(
+    "mismatches, gate_up_globals",
+    [
+        ((), "share"),  # every expert's gate and up globals agree: nothing to share
+        (MODELOPT_MISMATCHES, "keep"),  # experts 1 and 3 differ (up x0.3, x4): kept apart, as SGLang keeps them
+    ],
+)
 def test_modelopt_nvfp4_cutedsl_equals_sglang(tmp_path, target, a2a, hidden, intermediate, mismatches, gate_up_globals):
     """SGLang's ModelOptNvFp4FusedMoEMethod (flashinfer_cutedsl; a2a deepep = its v1 path) on the source, against
     the bake: every parameter it holds after its post-load step, byte for byte, for experts whose gate and up
     globals agree, and for ones whose globals differ baked with ``--gate-up-globals keep`` (shared, the
     default, see the next test)."""
-    source = write_modelopt_nvfp4(tmp_path / "src", num_layers=2, num_experts=4, hidden=hidden, intermediate=intermediate,
-                                  mismatches=mismatches)
+    source = write_modelopt_nvfp4(
+        tmp_path / "src", num_layers=2, num_experts=4, hidden=hidden, intermediate=intermediate, mismatches=mismatches
+    )
     manifest = convert(source, tmp_path / "out", oracle_options(target, gate_up_globals=gate_up_globals), progress=False).to_json()
     assert manifest["engine"]["exact"] is True, manifest["engine"]
     baked = load_all(tmp_path / "out")
@@ -268,11 +279,14 @@ MARLIN_REPACKS = {"vllm-reference": gptq_marlin_repack_reference, "moebake": _mo
 
 
 @pytest.mark.parametrize("repack", MARLIN_REPACKS)
-@pytest.mark.parametrize("hidden, intermediate", [
-    (192, 96),     # pads H 192 -> 256 and I 96 -> 128: 127 in all the scales' padding, zero weights and biases
-    (2880, 128),   # GPT-OSS's H: 2880 -> 3072
-    (256, 128),    # no padding
-])
+@pytest.mark.parametrize(
+    "hidden, intermediate",
+    [
+        (192, 96),  # pads H 192 -> 256 and I 96 -> 128: 127 in all the scales' padding, zero weights and biases
+        (2880, 128),  # GPT-OSS's H: 2880 -> 3072
+        (256, 128),  # no padding
+    ],
+)
 def test_gpt_oss_sm90_marlin_equals_sglang(tmp_path, hidden, intermediate, repack):
     """SGLang's Marlin path (``--moe-runner-backend marlin``) with the CUDA op ``gptq_marlin_repack`` stood in for by
     vLLM's Python reference of Marlin packing (``tests/kernel_emulation.py``) or by moebake's repack: every parameter,
@@ -291,14 +305,12 @@ def test_deepseek_v4_sm90_marlin_equals_sglang(tmp_path, hidden, intermediate, r
     """SGLang's ``Mxfp4MarlinMoEMethod`` on SM90 (the repack as above); its scales end as ``w*_weight_scale``. Where the
     release pads I (0.5.17-0.5.21 to 128; I = 192 here) moebake bakes no such model: refused, and the engine's own
     W13 (Marlin ``[E, H/16, 4 * I_pad]``) shows the padding the profile names."""
-    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate,
-                               mtp_layers=0)
+    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate, mtp_layers=0)
     multiple = release_profile(parse_engine(ENGINE)).target("sm90-marlin", "deepseek-v4").intermediate_multiple
     if intermediate % multiple:
         with pytest.raises(UnsupportedError, match="experts are not padded"):
             convert(source, tmp_path / "out", oracle_options("sm90-marlin"), progress=False)
-        engine = sglang_oracle.deepseek_v4_marlin(source, "layers.0.ffn.experts.", 3, hidden, intermediate,
-                                                  MARLIN_REPACKS[repack])
+        engine = sglang_oracle.deepseek_v4_marlin(source, "layers.0.ffn.experts.", 3, hidden, intermediate, MARLIN_REPACKS[repack])
         assert engine["w13_weight"].shape[-1] == 4 * (-(-intermediate // multiple) * multiple), engine["w13_weight"].shape
         return
     manifest = convert(source, tmp_path / "out", oracle_options("sm90-marlin"), progress=False).to_json()

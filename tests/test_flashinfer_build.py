@@ -62,7 +62,7 @@ def test_every_instantiation_of_both_paths_is_compiled_or_stubbed_once(generated
 def test_the_binding_builds_only_the_two_runners(generated):
     spec, _ = generated
     binding = _text(spec, r"moebake_binding\.cu$")
-    constructor = binding[binding.index("// moebake reduced module"):binding.index("if (!mKernelRunner)")]
+    constructor = binding[binding.index("// moebake reduced module") : binding.index("if (!mKernelRunner)")]
     runners = re.findall(r"make_(?:shared|unique)<\s*kernels::CutlassMoeFCRunner<([^;]*)>>\(\)", constructor)
     assert [" ".join(r.split()) for r in runners] == [
         "__nv_bfloat16, kernels::Fp4Type",
@@ -78,8 +78,7 @@ def test_the_binding_builds_only_the_two_runners(generated):
 def test_configurations_parse_and_refuse_an_unknown_schedule(monkeypatch):
     monkeypatch.setenv(fp.W4A8_HUMMING.configs_env, "128x8x128/1x1x1/singlewarpgroupprefill")
     chosen = fp.selected_configs({"w4a16": [("64x16x128", "1x1x1", "pingpong")]})
-    assert chosen == {"w4a16": (("64x16x128", "1x1x1", "Pingpong"),),
-                      "w4a8": (("128x8x128", "1x1x1", "SingleWarpgroupPrefill"),)}
+    assert chosen == {"w4a16": (("64x16x128", "1x1x1", "Pingpong"),), "w4a8": (("128x8x128", "1x1x1", "SingleWarpgroupPrefill"),)}
     with pytest.raises(InvalidArgumentError, match="unknown mainloop schedule 'Rolling'"):
         fp.parse_configs("128x16x128/1x1x1/Rolling")
 
@@ -120,13 +119,19 @@ def generated_0_6(request, tmp_path_factory):
 
     tree = _release_tree(request.param)
     workspace = tmp_path_factory.mktemp("fi06")
-    env = dict(os.environ, FLASHINFER_WORKSPACE_BASE=str(workspace), FLASHINFER_CUDA_ARCH_LIST="9.0a",
-               PYTHONPATH=os.pathsep.join([str(tree), str(Path(__file__).parents[1])]))
+    env = dict(
+        os.environ,
+        FLASHINFER_WORKSPACE_BASE=str(workspace),
+        FLASHINFER_CUDA_ARCH_LIST="9.0a",
+        PYTHONPATH=os.pathsep.join([str(tree), str(Path(__file__).parents[1])]),
+    )
     env.pop(fp.W4A16.configs_env, None)
-    script = ("import json, flashinfer; from moebake.serve import flashinfer_build as fb; "
-              "spec = fb.gen_reduced_sm90_module(); "
-              "print(json.dumps({'version': flashinfer.__version__, "
-              "'sources': {p.name: p.read_text() for p in spec.sources if p.parent.name == 'moebake_90'}}))")
+    script = (
+        "import json, flashinfer; from moebake.serve import flashinfer_build as fb; "
+        "spec = fb.gen_reduced_sm90_module(); "
+        "print(json.dumps({'version': flashinfer.__version__, "
+        "'sources': {p.name: p.read_text() for p in spec.sources if p.parent.name == 'moebake_90'}}))"
+    )
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
@@ -141,8 +146,7 @@ def test_flashinfer_0_6s_generator_has_the_w4a16_configurations_compiled_with_it
     for tile, cluster, schedule in fp.W4A16_E2M1.default_configs:
         kernel = sources[f"moebake_w4a16_gemm_{tile}_c{cluster}_{schedule.lower()}.cu"]
         m, n, k = tile.split("x")
-        assert ("sm90_generic_mixed_moe_gemm_kernelLauncher<__nv_bfloat16, __nv_fp4_e2m1, __nv_bfloat16,"
-                in kernel), tile
+        assert "sm90_generic_mixed_moe_gemm_kernelLauncher<__nv_bfloat16, __nv_fp4_e2m1, __nv_bfloat16," in kernel, tile
         assert f"cute::Shape<cute::Int<{m}>, cute::Int<{n}>, cute::Int<{k}>>" in kernel
         assert f"KernelTmaWarpSpecialized{schedule}," in kernel
     assert not any("w4a8" in name for name in sources)
@@ -151,21 +155,27 @@ def test_flashinfer_0_6s_generator_has_the_w4a16_configurations_compiled_with_it
     assert stubs.count("template void sm90_generic_mixed_moe_gemm_kernelLauncher<__nv_bfloat16, __nv_fp4_e2m1,") > 50
     assert "template void sm90_generic_mixed_moe_gemm_kernelLauncher<half," not in stubs  # FP16 is not a path here
     binding = sources["moebake_binding.cu"]
-    constructor = binding[binding.index("// moebake reduced module"):binding.index("if (!mKernelRunner)")]
+    constructor = binding[binding.index("// moebake reduced module") : binding.index("if (!mKernelRunner)")]
     runners = re.findall(r"make_(?:shared|unique)<\s*kernels::CutlassMoeFCRunner<([^;]*)>>\(\)", constructor)
     assert runners == ["__nv_bfloat16, __nv_fp4_e2m1"]
     assert "template class CutlassMoeFCRunner<__nv_bfloat16, __nv_fp4_e2m1>;" in sources["moebake_runners.cu"]
-    assert "template class MoeGemmRunner<__nv_bfloat16, __nv_fp4_e2m1, __nv_bfloat16>;" in sources[
-        "moebake_w4a16_gemm_runner.cu"]
+    assert "template class MoeGemmRunner<__nv_bfloat16, __nv_fp4_e2m1, __nv_bfloat16>;" in sources["moebake_w4a16_gemm_runner.cu"]
 
 
 @pytest.mark.parametrize("release", FLASHINFER_0_6 + fp.REVISIONS[0].releases)
 def test_a_revision_compiles_the_block_scale_gemm_where_the_release_constructs_it_for_every_runner(release):
     """FlashInfer 0.6's ``CutlassMoeFCRunner`` constructor makes a DeepSeek FP8 block-scale GEMM runner for any runner
     types, so the W4A16 runner links ``fp8_blockscale_gemm.cu``; 0.7.2 makes it only for BF16 x FP8 weights."""
-    kernels = (_release_tree(release) / "flashinfer" / "data" / "csrc" / "fused_moe" / "cutlass_backend"
-               / "cutlass_fused_moe_kernels.cuh").read_text()
-    unconditional = re.search(r"::CutlassMoeFCRunner\(\)\s*:\s*blockscale_gemm_runner_\{\s*std::make_unique<"
-                              r"kernels::fp8_blockscale_gemm::CutlassFp8BlockScaleGemmRunner<", kernels) is not None
+    kernels = (
+        _release_tree(release) / "flashinfer" / "data" / "csrc" / "fused_moe" / "cutlass_backend" / "cutlass_fused_moe_kernels.cuh"
+    ).read_text()
+    unconditional = (
+        re.search(
+            r"::CutlassMoeFCRunner\(\)\s*:\s*blockscale_gemm_runner_\{\s*std::make_unique<"
+            r"kernels::fp8_blockscale_gemm::CutlassFp8BlockScaleGemmRunner<",
+            kernels,
+        )
+        is not None
+    )
     listed = any(source.endswith("/fp8_blockscale_gemm.cu") for source in fp.revision_for(release).stock_sources)
     assert unconditional == listed, release

@@ -47,8 +47,14 @@ def test_the_gpu_tests_collect_without_vllm_or_sglang():
     """``bin/gpu-harness all`` runs ``pytest -m gpu tests/`` where neither engine is installed: every test module
     imports (an engine is imported where a test runs, or the module skips), so collection does not stop."""
     env = {k: v for k, v in os.environ.items() if k != "MOEBAKE_REQUIRE_ENGINES"}
-    done = subprocess.run([sys.executable, "-c", WITHOUT_ENGINES, "--collect-only", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-                           "tests"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_ENGINES, "--collect-only", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "error" not in done.stdout.splitlines()[-1] and "tests/gpu/test_sm90_serve.py::" in done.stdout, done.stdout[-2000:]
 
@@ -64,8 +70,9 @@ def _stand_in_site(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("script, site_variable", [("gpu-sglang-stack", "S17_SITE"), ("gpu-vllm-stack", "V26_SITE")])
 def test_check_fails_when_an_import_fails(tmp_path, script, site_variable):
     """``check && serve-bg ...`` must not start a server on a stack that does not import."""
-    env = dict(os.environ, **{site_variable: str(_stand_in_site(tmp_path))},
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    env = dict(
+        os.environ, **{site_variable: str(_stand_in_site(tmp_path))}, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    )
     done = subprocess.run(["bash", str(REPO / "bin" / script), "check"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert "FAIL torch: ImportError: stand-in" in done.stdout
@@ -76,12 +83,11 @@ def test_module_says_at_once_that_it_needs_the_full_setup(tmp_path):
     """After ``bin/setup --light`` (no pynvml, no requests) the module build stops before downloading anything, in one
     line."""
     light = tmp_path / "python"
-    light.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")  # no site-packages: none of the full setup's packages
+    light.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')  # no site-packages: none of the full setup's packages
     light.chmod(0o755)
     work = tmp_path / "work"
     env = dict(os.environ, RM_PYTHON=str(light), RM_WORK=str(work), S17_MODULE=str(tmp_path / "module"))
-    done = subprocess.run(["bash", str(REPO / "bin" / "gpu-sglang-stack"), "module"], env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(["bash", str(REPO / "bin" / "gpu-sglang-stack"), "module"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"error: {light} lacks pynvml"), done.stderr
     assert "full bin/setup (not --light)" in done.stderr
@@ -103,14 +109,16 @@ def test_serve_wait_returns_at_most_8_files(tmp_path):
         (caches / cache).mkdir(parents=True)
         (caches / cache / "kernel.so").write_bytes(b"\0")
     env = dict(os.environ, S17_SERVE_DIR=str(bg), MOEBAKE_REAL_SERVER_CACHES=str(caches), OUT=str(out))
-    done = subprocess.run(["bash", str(REPO / "bin" / "gpu-sglang-stack"), "serve-wait", "0"], env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        ["bash", str(REPO / "bin" / "gpu-sglang-stack"), "serve-wait", "0"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and "finished, rc=0" in done.stdout, done.stdout + done.stderr
     returned = sorted(p.name for p in out.rglob("*") if p.is_file())
     assert len(returned) <= 8 and {"real_server.json", "run.log", "server-logs.tar.gz"} <= set(returned), returned
     listed = subprocess.run(["tar", "tzf", str(out / "server-logs.tar.gz")], capture_output=True, text=True, check=True)
-    assert sorted(listed.stdout.split()) == sorted(p.name for p in bg.iterdir() if p.suffix in (".log", ".jsonl", ".txt")
-                                                   and p.name != "run.log")
+    assert sorted(listed.stdout.split()) == sorted(
+        p.name for p in bg.iterdir() if p.suffix in (".log", ".jsonl", ".txt") and p.name != "run.log"
+    )
 
     # One server, no JIT cache: its files come back as they are.
     for p in out.iterdir():
@@ -118,7 +126,8 @@ def test_serve_wait_returns_at_most_8_files(tmp_path):
     for p in bg.glob("*2-bake*"):
         p.unlink()
     env["MOEBAKE_REAL_SERVER_CACHES"] = str(tmp_path / "no-caches")
-    done = subprocess.run(["bash", str(REPO / "bin" / "gpu-sglang-stack"), "serve-wait", "0"], env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        ["bash", str(REPO / "bin" / "gpu-sglang-stack"), "serve-wait", "0"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in bg.iterdir() if p.name != "done")

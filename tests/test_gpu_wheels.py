@@ -15,8 +15,13 @@ def test_sglang_split_leaves_sglang_and_at_most_the_carry_limit_in_the_second_ca
     first, second = tmp_path / ".whl-sglang", tmp_path / ".whl-sglang-2"
     first.mkdir()
     second.mkdir()
-    sizes = {"sglang-0.5.23-py3-none-any.whl": 19, "transformers-5.20.2-py3-none-any.whl": 13, "jedi-0.20.1-py3-none-any.whl": 5,
-             "tokenizers-0.23.3-cp310-abi3-manylinux.whl": 3, "openai-3.57.0-py3-none-any.whl": 2}
+    sizes = {
+        "sglang-0.5.23-py3-none-any.whl": 19,
+        "transformers-5.20.2-py3-none-any.whl": 13,
+        "jedi-0.20.1-py3-none-any.whl": 5,
+        "tokenizers-0.23.3-cp310-abi3-manylinux.whl": 3,
+        "openai-3.57.0-py3-none-any.whl": 2,
+    }
     sizes.update({f"small{i}-1.0-py3-none-any.whl": 1 for i in range(20)})  # 62 MiB in all
     for name, mib in sizes.items():
         with open(first / name, "wb") as wheel:

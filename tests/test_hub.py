@@ -49,12 +49,14 @@ class FakeHub:
         if self.upload_error:
             raise self.upload_error
         self.uploaded = {p.name: p.read_bytes() for p in sorted(Path(folder_path).iterdir())}
-        return types.SimpleNamespace(commit_url=f"https://hub.test/{repo_id}/commit/{SHA}",
-                                     pr_url=f"https://hub.test/{repo_id}/discussions/1" if create_pr else None)
+        return types.SimpleNamespace(
+            commit_url=f"https://hub.test/{repo_id}/commit/{SHA}", pr_url=f"https://hub.test/{repo_id}/discussions/1" if create_pr else None
+        )
 
     def snapshot_download(self, repo_id, *, revision, allow_patterns, ignore_patterns):
-        self.calls.append(("snapshot_download", repo_id, {"revision": revision, "allow_patterns": allow_patterns,
-                                                          "ignore_patterns": ignore_patterns}))
+        self.calls.append(
+            ("snapshot_download", repo_id, {"revision": revision, "allow_patterns": allow_patterns, "ignore_patterns": ignore_patterns})
+        )
         self._maybe_fail()
         return str(self.snapshot)
 
@@ -74,30 +76,61 @@ def cached_snapshot(tmp_path, source, repo="acme/gpt-oss-tiny"):
 
 # ---- repo specs and downloads ------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, expected", [
-    ("openai/gpt-oss-20b", ("openai/gpt-oss-20b", None)),
-    ("openai/gpt-oss-20b@main", ("openai/gpt-oss-20b", "main")),
-    ("org/name.v2@refs/pr/7", ("org/name.v2", "refs/pr/7")),
-    (f"org/name@{SHA}", ("org/name", SHA)),
-    ("/abs/path", None), ("./rel/dir", None), ("single", None), ("a/b/c", None), ("org/name@", None),
-])
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("openai/gpt-oss-20b", ("openai/gpt-oss-20b", None)),
+        ("openai/gpt-oss-20b@main", ("openai/gpt-oss-20b", "main")),
+        ("org/name.v2@refs/pr/7", ("org/name.v2", "refs/pr/7")),
+        (f"org/name@{SHA}", ("org/name", SHA)),
+        ("/abs/path", None),
+        ("./rel/dir", None),
+        ("single", None),
+        ("a/b/c", None),
+        ("org/name@", None),
+    ],
+)
 def test_parse_repo_spec(text, expected):
     assert parse_repo_spec(text) == expected
 
 
 def test_download_patterns_select_only_the_root_files_a_conversion_needs():
     gpt_oss_repo = [  # the file list of openai/gpt-oss-20b (checkpoint-formats-and-peers.md 1.1)
-        ".gitattributes", "LICENSE", "README.md", "USAGE_POLICY", "chat_template.jinja", "config.json",
-        "generation_config.json", "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
-        "model-00003-of-00003.safetensors", "model.safetensors.index.json", "special_tokens_map.json",
-        "tokenizer.json", "tokenizer_config.json", "original/config.json", "original/model.safetensors",
-        "original/dtypes.json", "metal/model.bin",
+        ".gitattributes",
+        "LICENSE",
+        "README.md",
+        "USAGE_POLICY",
+        "chat_template.jinja",
+        "config.json",
+        "generation_config.json",
+        "model-00001-of-00003.safetensors",
+        "model-00002-of-00003.safetensors",
+        "model-00003-of-00003.safetensors",
+        "model.safetensors.index.json",
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "original/config.json",
+        "original/model.safetensors",
+        "original/dtypes.json",
+        "metal/model.bin",
     ]
     chosen = set(filter_repo_objects(gpt_oss_repo, allow_patterns=SOURCE_PATTERNS, ignore_patterns=SUBFOLDERS))
-    assert chosen == {"LICENSE", "USAGE_POLICY", "chat_template.jinja", "config.json", "generation_config.json",
-                      "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
-                      "model-00003-of-00003.safetensors", "model.safetensors.index.json",
-                      "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"}
+    assert chosen == {
+        "LICENSE",
+        "USAGE_POLICY",
+        "chat_template.jinja",
+        "config.json",
+        "generation_config.json",
+        "model-00001-of-00003.safetensors",
+        "model-00002-of-00003.safetensors",
+        "model-00003-of-00003.safetensors",
+        "model.safetensors.index.json",
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    }
 
 
 def test_a_local_path_is_never_looked_up(gpt_oss_tiny):
@@ -110,8 +143,9 @@ def test_a_repo_spec_downloads_the_needed_files_and_resolves_the_commit(tmp_path
     hub = FakeHub(snapshot=cached_snapshot(tmp_path, gpt_oss_tiny))
     resolved = resolve_source("acme/gpt-oss-tiny@v1", hub)
     assert (resolved.repo_id, resolved.revision, resolved.path) == ("acme/gpt-oss-tiny", SHA, hub.snapshot)
-    assert hub.calls == [("snapshot_download", "acme/gpt-oss-tiny",
-                          {"revision": "v1", "allow_patterns": SOURCE_PATTERNS, "ignore_patterns": SUBFOLDERS})]
+    assert hub.calls == [
+        ("snapshot_download", "acme/gpt-oss-tiny", {"revision": "v1", "allow_patterns": SOURCE_PATTERNS, "ignore_patterns": SUBFOLDERS})
+    ]
 
 
 def _connect_error():
@@ -126,13 +160,23 @@ def _connect_error():
         return err
 
 
-@pytest.mark.parametrize("error, offline, reason", [
-    (LocalEntryNotFoundError("Cannot find an appropriate cached snapshot folder\nmore"), True,
-     "offline mode is on (HF_HUB_OFFLINE=1) and the Hugging Face cache does not have it"),
-    (OfflineModeIsEnabled("offline mode is enabled"), False,
-     "offline mode is on (HF_HUB_OFFLINE=1) and the Hugging Face cache does not have it"),
-    (_connect_error(), False, "the Hub cannot be reached (Name or service not known)"),
-], ids=["offline, not cached", "offline mode error", "no connection"])
+@pytest.mark.parametrize(
+    "error, offline, reason",
+    [
+        (
+            LocalEntryNotFoundError("Cannot find an appropriate cached snapshot folder\nmore"),
+            True,
+            "offline mode is on (HF_HUB_OFFLINE=1) and the Hugging Face cache does not have it",
+        ),
+        (
+            OfflineModeIsEnabled("offline mode is enabled"),
+            False,
+            "offline mode is on (HF_HUB_OFFLINE=1) and the Hugging Face cache does not have it",
+        ),
+        (_connect_error(), False, "the Hub cannot be reached (Name or service not known)"),
+    ],
+    ids=["offline, not cached", "offline mode error", "no connection"],
+)
 def test_a_source_neither_local_nor_on_the_hub_is_one_line(error, offline, reason, monkeypatch):
     """A mistyped local path with a slash is tried on the Hub: one line saying it is neither, and why the Hub could not
     be read, never the library's exceptions (``LocalEntryNotFoundError: Got: ConnectError: ...``)."""
@@ -149,16 +193,19 @@ def test_a_mistyped_local_path_says_its_folder_exists(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["convert", "models/gpt-oss-mnii", "out", "--target", "sm90-cutlass", "--quiet"])
     assert result.exit_code == 2 and result.stdout == "", result.output
-    assert result.stderr == ("error: models/gpt-oss-mnii: neither a local folder nor reachable on the Hugging Face Hub: "
-                             "offline mode is on (HF_HUB_OFFLINE=1) and the Hugging Face cache does not have it; ./models is a "
-                             "local folder: check the path\n")
+    assert result.stderr == (
+        "error: models/gpt-oss-mnii: neither a local folder nor reachable on the Hugging Face Hub: "
+        "offline mode is on (HF_HUB_OFFLINE=1) and the Hugging Face cache does not have it; ./models is a "
+        "local folder: check the path\n"
+    )
 
 
 def test_another_failed_download_is_one_line_with_the_hubs_error():
     with pytest.raises(MoebakeError) as caught:
         resolve_source("acme/missing@main", FakeHub(error=OSError("disk full\nmore")))
-    assert str(caught.value) == ("acme/missing@main: not a local path, and downloading it from the Hugging Face Hub failed: "
-                                 "OSError: disk full")
+    assert str(caught.value) == (
+        "acme/missing@main: not a local path, and downloading it from the Hugging Face Hub failed: OSError: disk full"
+    )
 
 
 def test_a_download_outside_the_cache_layout_is_refused(tmp_path):
@@ -180,11 +227,16 @@ def test_cli_convert_from_the_hub_records_repo_and_commit(tmp_path, gpt_oss_tiny
 
 # ---- model card --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("location, repo", [
-    ("openai/gpt-oss-20b", "openai/gpt-oss-20b"),
-    (f"/srv/hf/.cache/huggingface/hub/models--openai--gpt-oss-120b/snapshots/{SHA}", "openai/gpt-oss-120b"),
-    ("/data/checkpoints/gpt-oss-20b", None), (None, None),
-])
+
+@pytest.mark.parametrize(
+    "location, repo",
+    [
+        ("openai/gpt-oss-20b", "openai/gpt-oss-20b"),
+        (f"/srv/hf/.cache/huggingface/hub/models--openai--gpt-oss-120b/snapshots/{SHA}", "openai/gpt-oss-120b"),
+        ("/data/checkpoints/gpt-oss-20b", None),
+        (None, None),
+    ],
+)
 def test_hub_repo_of_a_source_location(location, repo):
     assert hub_repo_of(location) == repo
 
@@ -237,8 +289,7 @@ def test_card_shows_moebake_serve_only_for_targets_it_runs(baked, monkeypatch):
 
     manifest = json.loads((baked / "moebake.json").read_text())
     assert "moebake.serve.open(" in render_model_card(Manifest.from_json(manifest, "m"), "acme/tiny")
-    monkeypatch.setattr(serving, "RECORDS", tuple(r for r in serving.RECORDS
-                                                  if (r.server, r.target) != (serving.SERVE, "sm90-cutlass")))
+    monkeypatch.setattr(serving, "RECORDS", tuple(r for r in serving.RECORDS if (r.server, r.target) != (serving.SERVE, "sm90-cutlass")))
     card = render_model_card(Manifest.from_json(manifest, "m"), "acme/tiny")
     assert "moebake.serve" not in card and "## Load it in an engine" in card
 
@@ -256,6 +307,7 @@ def test_write_model_card_keeps_verify_green_and_the_source_licence(gpt_oss_copy
 
 
 # ---- upload ------------------------------------------------------------------------------------
+
 
 def test_upload_verifies_writes_the_card_and_uploads(baked):
     hub = FakeHub()
@@ -308,24 +360,30 @@ def test_create_pr_with_a_revision_is_refused(baked):
 def test_a_hub_failure_is_one_line_and_says_how_to_resume(baked):
     with pytest.raises(MoebakeError) as caught:
         publish(baked, "acme/tiny", FakeHub(upload_error=OSError("500 Server Error\nmore")))
-    assert str(caught.value) == (f"uploading {baked} to acme/tiny failed (re-run the same command to resume): "
-                                 "OSError: 500 Server Error")
+    assert str(caught.value) == (f"uploading {baked} to acme/tiny failed (re-run the same command to resume): OSError: 500 Server Error")
 
 
 def test_an_upload_in_offline_mode_says_so_and_what_to_do(baked):
     """Offline, or with the Hub out of reach, the line says what to do (re-running in offline mode cannot help)."""
     with pytest.raises(MoebakeError) as caught:
         publish(baked, "acme/tiny", FakeHub(error=OfflineModeIsEnabled("Cannot reach https://hub.test: offline mode")))
-    assert str(caught.value) == (f"uploading {baked} to acme/tiny: offline mode is on (HF_HUB_OFFLINE=1), so nothing was "
-                                 "sent; unset HF_HUB_OFFLINE to upload, or see what would be sent with --dry-run")
+    assert str(caught.value) == (
+        f"uploading {baked} to acme/tiny: offline mode is on (HF_HUB_OFFLINE=1), so nothing was "
+        "sent; unset HF_HUB_OFFLINE to upload, or see what would be sent with --dry-run"
+    )
     with pytest.raises(MoebakeError) as caught:
         publish(baked, "acme/tiny", FakeHub(error=_connect_error()))
-    assert str(caught.value) == (f"uploading {baked} to acme/tiny failed: the Hub cannot be reached (Name or service not "
-                                 "known); re-run the same command once it can be (an interrupted upload resumes)")
+    assert str(caught.value) == (
+        f"uploading {baked} to acme/tiny failed: the Hub cannot be reached (Name or service not "
+        "known); re-run the same command once it can be (an interrupted upload resumes)"
+    )
 
 
-@pytest.mark.parametrize("hub", [FakeHub(error=OfflineModeIsEnabled("offline")), FakeHub(upload_error=OSError("connection reset"))],
-                         ids=["no network", "upload fails"])
+@pytest.mark.parametrize(
+    "hub",
+    [FakeHub(error=OfflineModeIsEnabled("offline")), FakeHub(upload_error=OSError("connection reset"))],
+    ids=["no network", "upload fails"],
+)
 def test_a_failed_upload_leaves_out_byte_identical(baked, hub):
     before = {p.name: p.read_bytes() for p in sorted(baked.iterdir())}
     with pytest.raises(MoebakeError, match=f"uploading {baked} to acme/tiny"):
@@ -356,8 +414,13 @@ def test_cli_upload_dry_run_prints_the_card_and_the_files_and_sends_nothing(bake
     before = {p.name: p.read_bytes() for p in sorted(baked.iterdir())}
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE")}
     env.update(HF_HUB_OFFLINE="1", HF_TOKEN_PATH=str(tmp_path / "no-token"), HF_HOME=str(tmp_path / "hf-home"))
-    done = subprocess.run([sys.executable, "-m", "moebake", "upload", "acme/tiny", str(baked), "--dry-run"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "moebake", "upload", "acme/tiny", str(baked), "--dry-run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0 and done.stderr == "", done.stdout + done.stderr
     card = card_files(baked, "acme/tiny")["README.md"].decode()
     head, shown_card = done.stdout.split("\nmodel card (README.md):\n\n", 1)
@@ -365,7 +428,8 @@ def test_cli_upload_dry_run_prints_the_card_and_the_files_and_sends_nothing(bake
     lines = head.splitlines()
     names = sorted({*before, "README.md"})
     assert lines[0].startswith(f"would upload {baked} to acme/tiny: {len(names)} files, ") and lines[0].endswith(
-        'commit "moebake sm90-cutlass bake of gpt-oss-tiny" (--dry-run: nothing sent)'), lines[0]
+        'commit "moebake sm90-cutlass bake of gpt-oss-tiny" (--dry-run: nothing sent)'
+    ), lines[0]
     assert [line.split()[0] for line in lines[1:]] == names and head.endswith("\n")
     written = {line.split()[0] for line in lines[1:] if line.endswith("(written by the upload)")}
     assert written == {"README.md", "moebake.json"}
@@ -410,7 +474,8 @@ def test_cli_upload_old_argument_order_still_works_with_a_deprecation_line(baked
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == [
         "deprecated: `moebake upload OUT --repo-id REPO_ID` is now `moebake upload REPO_ID OUT`",
-        f"uploaded {baked} to acme/tiny: https://hub.test/acme/tiny/commit/{SHA}"]
+        f"uploaded {baked} to acme/tiny: https://hub.test/acme/tiny/commit/{SHA}",
+    ]
     assert hub.uploaded == {p.name: p.read_bytes() for p in sorted(baked.iterdir())}
 
 
@@ -424,17 +489,23 @@ def test_model_card_claims_bit_exactness_only_where_no_value_was_changed(baked, 
     convert(source, tmp_path / "shared", ConvertOptions("cutedsl"), progress=False)
     card = render_model_card(read_manifest_record(tmp_path / "shared"), "acme/nv")
     assert "proves them bit-exact" not in card
-    assert ("the experts invert to the source's bytes except, by design (`--gate-up-globals share`), the gate/up block "
-            "scales of 4 of 8 experts, which were rescaled to one shared gate/up global (largest relative change 75.00%) "
-            "and are not bit-exact to the source.") in card
+    assert (
+        "the experts invert to the source's bytes except, by design (`--gate-up-globals share`), the gate/up block "
+        "scales of 4 of 8 experts, which were rescaled to one shared gate/up global (largest relative change 75.00%) "
+        "and are not bit-exact to the source."
+    ) in card
 
 
-@pytest.mark.parametrize("args, line", [
-    (["{out}"], "error: {out}: not a Hub repo id (expected ORG/NAME); the repo comes first: moebake upload ORG/NAME {out}"),
-    (["up1"], "error: up1: not a Hub repo id (expected ORG/NAME)"),
-    (["acme/tiny"], "error: no PATH given, and the current directory ({cwd}) is not a moebake output: moebake upload acme/tiny PATH"),
-    (["acme/tiny", "{cwd}/missing"], "error: {cwd}/missing: does not exist"),
-], ids=["output as the one argument", "not a repo id", "current directory", "missing PATH"])
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["{out}"], "error: {out}: not a Hub repo id (expected ORG/NAME); the repo comes first: moebake upload ORG/NAME {out}"),
+        (["up1"], "error: up1: not a Hub repo id (expected ORG/NAME)"),
+        (["acme/tiny"], "error: no PATH given, and the current directory ({cwd}) is not a moebake output: moebake upload acme/tiny PATH"),
+        (["acme/tiny", "{cwd}/missing"], "error: {cwd}/missing: does not exist"),
+    ],
+    ids=["output as the one argument", "not a repo id", "current directory", "missing PATH"],
+)
 def test_cli_upload_argument_mistakes_come_before_the_token_and_say_what_to_run(baked, monkeypatch, tmp_path, args, line):
     """Issue 37: `upload up1 --token x` said "error: .: not a moebake output" (the one argument taken as the repo, PATH
     defaulted without saying so); without a token, the token error came before any argument check."""

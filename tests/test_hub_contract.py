@@ -102,8 +102,11 @@ class LoopbackHub:
             repo_id = f"{body['organization']}/{body['name']}"
             if repo_id in self.repos:  # the Hub's 409 carries the url; create_repo(exist_ok=True) returns it
                 return _json({"error": "You already created this model repo", "url": f"{self.endpoint}/{repo_id}"}, 409)
-            self.add_repo(repo_id, {".gitattributes": b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"},
-                          private=body.get("visibility") == "private")
+            self.add_repo(
+                repo_id,
+                {".gitattributes": b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"},
+                private=body.get("visibility") == "private",
+            )
             return _json({"url": f"{self.endpoint}/{repo_id}", "name": repo_id})
         if path == "/api/validate-yaml":
             return _json({"errors": [], "warnings": []})
@@ -114,9 +117,15 @@ class LoopbackHub:
             self.lfs[oid] = data
             return Response(status=200)
         if match := _LFS_BATCH.match(path):
-            objects = [{"oid": o["oid"], "size": o["size"], "authenticated": True,
-                        **({} if o["oid"] in self.lfs else {"actions": {"upload": {"href": f"{self.endpoint}/lfs-upload/{o['oid']}"}}})}
-                       for o in request.get_json()["objects"]]
+            objects = [
+                {
+                    "oid": o["oid"],
+                    "size": o["size"],
+                    "authenticated": True,
+                    **({} if o["oid"] in self.lfs else {"actions": {"upload": {"href": f"{self.endpoint}/lfs-upload/{o['oid']}"}}}),
+                }
+                for o in request.get_json()["objects"]
+            ]
             return _json({"transfer": "basic", "objects": objects})
         if match := _API.match(path):
             return getattr(self, "_" + match["op"])(request, match["repo"], urllib.parse.unquote(match["rev"]))
@@ -139,8 +148,7 @@ class LoopbackHub:
         for f in request.get_json()["files"]:
             old = existing.get(f["path"])
             oid = None if old is None else (hashlib.sha256(old).hexdigest() if is_lfs(f["path"]) else git_blob_sha1(old))
-            files.append({"path": f["path"], "uploadMode": "lfs" if is_lfs(f["path"]) else "regular",
-                          "shouldIgnore": False, "oid": oid})
+            files.append({"path": f["path"], "uploadMode": "lfs" if is_lfs(f["path"]) else "regular", "shouldIgnore": False, "oid": oid})
         return _json({"files": files})
 
     def _commit(self, request, repo_id, rev):
@@ -172,16 +180,22 @@ class LoopbackHub:
             ref = rev
         sha = self._store_commit(repo_id, ref, files)
         self.commits.append({"repo": repo_id, "ref": ref, "header": header["value"], "operations": operations})
-        return _json({"commitUrl": f"{self.endpoint}/{repo_id}/commit/{sha}", "commitOid": sha,
-                      "pullRequestUrl": f"{self.endpoint}/{repo_id}/discussions/{repo['prs']}" if create_pr else None})
+        return _json(
+            {
+                "commitUrl": f"{self.endpoint}/{repo_id}/commit/{sha}",
+                "commitOid": sha,
+                "pullRequestUrl": f"{self.endpoint}/{repo_id}/discussions/{repo['prs']}" if create_pr else None,
+            }
+        )
 
     def _revision(self, request, repo_id, rev):
         sha, error = self._resolve(repo_id, rev)
         if error:
             return error
         files = self.repos[repo_id]["commits"][sha]
-        return _json({"id": repo_id, "sha": sha, "private": self.repos[repo_id]["private"],
-                      "siblings": [{"rfilename": p} for p in sorted(files)]})
+        return _json(
+            {"id": repo_id, "sha": sha, "private": self.repos[repo_id]["private"], "siblings": [{"rfilename": p} for p in sorted(files)]}
+        )
 
     def _tree(self, request, repo_id, rev):
         sha, error = self._resolve(repo_id, rev)
@@ -201,7 +215,6 @@ class LoopbackHub:
             return _error(409, None, "Branch already exists")
         repo["refs"][branch] = repo["refs"]["main"]
         return _json({})
-
 
 
 def _json(value, status=200):
@@ -253,8 +266,12 @@ def test_without_a_reachable_hub_a_repo_spec_fails_in_one_line(loopback_only, mo
     with pytest.raises(MoebakeError) as caught:  # offline (bin/test) or nothing listening on the port
         resolve_source("openai/gpt-oss-20b", HfApi(endpoint="http://127.0.0.1:9", token=TOKEN))
     prefix = "openai/gpt-oss-20b: neither a local folder nor reachable on the Hugging Face Hub: "
-    assert str(caught.value).startswith((prefix + "offline mode is on (HF_HUB_OFFLINE=1) and the Hugging Face cache does not "
-                                         "have it", prefix + "the Hub cannot be reached (Connection refused)")), str(caught.value)
+    assert str(caught.value).startswith(
+        (
+            prefix + "offline mode is on (HF_HUB_OFFLINE=1) and the Hugging Face cache does not have it",
+            prefix + "the Hub cannot be reached (Connection refused)",
+        )
+    ), str(caught.value)
 
 
 def test_upload_commits_exactly_the_output(hub, api, baked):
@@ -304,9 +321,15 @@ def source_repo_files(tmp_path) -> dict[str, bytes]:
     """A tiny GPT-OSS repo laid out like openai/gpt-oss-20b, with files a conversion does not need."""
     src = write_gpt_oss(tmp_path / "hub-src", **TINY)
     files = {p.name: p.read_bytes() for p in src.iterdir()}
-    files.update({"README.md": b"---\nlicense: apache-2.0\n---\n# tiny\n", "LICENSE": b"Apache-2.0\n",
-                  "original/model.safetensors": files["model-00001-of-00002.safetensors"],
-                  "original/config.json": b"{}", "metal/model.bin": b"\0" * 64})
+    files.update(
+        {
+            "README.md": b"---\nlicense: apache-2.0\n---\n# tiny\n",
+            "LICENSE": b"Apache-2.0\n",
+            "original/model.safetensors": files["model-00001-of-00002.safetensors"],
+            "original/config.json": b"{}",
+            "metal/model.bin": b"\0" * 64,
+        }
+    )
     return files
 
 
@@ -337,8 +360,9 @@ def test_convert_from_the_hub_upload_download_and_verify(hub, api, tmp_path, mon
     assert result.exit_code == 0, result.output
     source = json.loads((out / "moebake.json").read_text())["source"]
     assert (source["location"], source["revision"]) == ("openai/gpt-oss-tiny", sha)
-    result = runner.invoke(main, ["upload", str(out), "--repo-id", "acme/gpt-oss-tiny-sm90", "--source", "openai/gpt-oss-tiny",
-                                  "--token", TOKEN])
+    result = runner.invoke(
+        main, ["upload", str(out), "--repo-id", "acme/gpt-oss-tiny-sm90", "--source", "openai/gpt-oss-tiny", "--token", TOKEN]
+    )
     assert result.exit_code == 0, result.output
     card = hub.head("acme/gpt-oss-tiny-sm90")["README.md"].decode()
     assert "base_model: openai/gpt-oss-tiny\n" in card and "base_model_relation: quantized\n" in card

@@ -24,8 +24,14 @@ def baked(gpt_oss_tiny, tmp_path_factory):
 
 def sm90_expert_bytes(E, H, I, Hp, Ip):
     """Bytes of one layer's six sm90-cutlass tensors, from the shapes the README documents."""
-    return (E * 2 * Ip * Hp // 2 + E * (2 * Ip // 64) * (Hp // 128) * 256 + E * 2 * Ip * 2
-            + E * Hp * Ip // 2 + E * (Hp // 64) * (Ip // 128) * 256 + E * Hp * 2)
+    return (
+        E * 2 * Ip * Hp // 2
+        + E * (2 * Ip // 64) * (Hp // 128) * 256
+        + E * 2 * Ip * 2
+        + E * Hp * Ip // 2
+        + E * (Hp // 64) * (Ip // 128) * 256
+        + E * Hp * 2
+    )
 
 
 def test_source_report(gpt_oss_tiny):
@@ -33,8 +39,15 @@ def test_source_report(gpt_oss_tiny):
     assert report["kind"] == "source" and report["format"] == "gpt-oss" and report["problem"] is None
     assert report["model_type"] == "gpt_oss" and report["architectures"] == ["GptOssForCausalLM"]
     assert report["quantization"].startswith("MXFP4 experts") and report["quant_method"] == "mxfp4" and report["shards"] == 2
-    assert report["moe"] == {"layers": 2, "hidden_layers": 2, "experts": 3, "experts_per_token": 3, "hidden": 160,
-                             "intermediate": 96, "activation": {"kind": "swiglu_oai", "alpha": 1.702, "beta": 1.0, "limit": 7.0}}
+    assert report["moe"] == {
+        "layers": 2,
+        "hidden_layers": 2,
+        "experts": 3,
+        "experts_per_token": 3,
+        "hidden": 160,
+        "intermediate": 96,
+        "activation": {"kind": "swiglu_oai", "alpha": 1.702, "beta": 1.0, "limit": 7.0},
+    }
     answer = report["targets"]["sm90-cutlass"]
     assert answer["convertible"] and "SM90" in answer["kernel"]
     assert answer["default_padding"] == {"hidden": 160, "hidden_padded": 256, "intermediate": 96, "intermediate_padded": 128}
@@ -84,8 +97,7 @@ def test_baked_report(baked, gpt_oss_tiny):
     manifest = json.loads((baked / "moebake.json").read_text())
     assert report["kind"] == "baked" and report["target"] == "sm90-cutlass" and report["flashinfer_layout"]["id"] == "v1"
     assert report["source"] == {"format": "gpt-oss", "location": "gpt-oss-tiny", "revision": None}  # the folder, never its path
-    assert report["moe"] == {"layers": 2, "experts": 3, "hidden": 160, "hidden_padded": 256,
-                             "intermediate": 96, "intermediate_padded": 128}
+    assert report["moe"] == {"layers": 2, "experts": 3, "hidden": 160, "hidden_padded": 256, "intermediate": 96, "intermediate_padded": 128}
     assert report["options"] == manifest["options"] and report["files"] == len(manifest["files"])
     assert report["bytes"] == sum(p.stat().st_size for p in baked.iterdir() if p.name != "moebake.json")
     assert report["expert_tensors"]["w2_weight"] == {"dtype": "U8", "shape": [3, 256, 64]}
@@ -109,8 +121,10 @@ def test_inspect_of_a_bake_says_what_it_did_not_check(baked, tmp_path, damage):
         shard.write_bytes(bytes(data))
     result = CliRunner().invoke(main, ["inspect", str(out)])
     lines = result.output.splitlines()
-    assert lines[-1] == (f"checked: the manifest, and each listed file's presence and size, not its bytes: `moebake verify {out}` "
-                         "checks every file's checksum and header")
+    assert lines[-1] == (
+        f"checked: the manifest, and each listed file's presence and size, not its bytes: `moebake verify {out}` "
+        "checks every file's checksum and header"
+    )
     problems = [line for line in lines if line.startswith("  problem ")]
     if damage == "missing shard":
         assert result.exit_code == 1 and problems == ["  problem        model-00001-of-00002.safetensors: missing"]
@@ -119,15 +133,21 @@ def test_inspect_of_a_bake_says_what_it_did_not_check(baked, tmp_path, damage):
     assert (CliRunner().invoke(main, ["verify", str(out)]).exit_code == 0) == (damage == "none")
 
 
-@pytest.mark.parametrize("spec, download", [("openai/gpt-oss-20b", "hf download openai/gpt-oss-20b --local-dir gpt-oss-20b"),
-                                            ("acme/moe@v2", "hf download acme/moe --revision v2 --local-dir moe")])
+@pytest.mark.parametrize(
+    "spec, download",
+    [
+        ("openai/gpt-oss-20b", "hf download openai/gpt-oss-20b --local-dir gpt-oss-20b"),
+        ("acme/moe@v2", "hf download acme/moe --revision v2 --local-dir moe"),
+    ],
+)
 def test_inspect_of_a_hub_repo_says_to_download_it(tmp_path, monkeypatch, spec, download):
     """Issue 37: `inspect openai/gpt-oss-20b` said only "not a checkpoint directory"."""
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["inspect", spec])
     assert result.exit_code == 2 and result.output == (
         f"error: {spec}: no such local directory; inspect reads a checkpoint on disk and downloads nothing: download the "
-        f"Hub repo first ({download}) and inspect that folder\n")
+        f"Hub repo first ({download}) and inspect that folder\n"
+    )
 
 
 def test_cli_text_json_and_errors(baked, tmp_path):
@@ -141,8 +161,7 @@ def test_cli_text_json_and_errors(baked, tmp_path):
 
 def test_multimodal_configs_are_read_through_text_config(gpt_oss_copy):
     config = json.loads((gpt_oss_copy / "config.json").read_text())
-    config["text_config"] = {"num_hidden_layers": config.pop("num_hidden_layers"),
-                             "num_experts_per_tok": config.pop("num_experts_per_tok")}
+    config["text_config"] = {"num_hidden_layers": config.pop("num_hidden_layers"), "num_experts_per_tok": config.pop("num_experts_per_tok")}
     (gpt_oss_copy / "config.json").write_text(json.dumps(config))
     moe = inspect_path(gpt_oss_copy)["moe"]
     assert (moe["hidden_layers"], moe["experts_per_token"]) == (2, 3)
@@ -151,12 +170,13 @@ def test_multimodal_configs_are_read_through_text_config(gpt_oss_copy):
 def test_baked_report_shows_the_engine_record(baked, tmp_path):
     manifest = json.loads((baked / "moebake.json").read_text())
     report = inspect_path(baked)
-    assert report["engine"] == manifest["engine"] | {
-        "serving_flags": "--quantization moebake --moe-runner-backend flashinfer_mxfp4"}
+    assert report["engine"] == manifest["engine"] | {"serving_flags": "--quantization moebake --moe-runner-backend flashinfer_mxfp4"}
     assert report["engine"]["exact"] is True
     text = render_text(report)
-    assert ("  engine         sglang 0.5.18: engine-exact; proven on sglang 0.5.17-0.5.18; serve with --quantization moebake "
-            "--moe-runner-backend flashinfer_mxfp4\n") in text
+    assert (
+        "  engine         sglang 0.5.18: engine-exact; proven on sglang 0.5.17-0.5.18; serve with --quantization moebake "
+        "--moe-runner-backend flashinfer_mxfp4\n"
+    ) in text
     assert json.loads(CliRunner().invoke(main, ["inspect", str(baked), "--json"]).output)["engine"] == report["engine"]
     from moebake.reference.synthetic_sources import write_modelopt_nvfp4
 
@@ -164,16 +184,26 @@ def test_baked_report_shows_the_engine_record(baked, tmp_path):
     assert CliRunner().invoke(main, ["convert", str(source), str(tmp_path / "nv"), "--target", "cutedsl", "--quiet"]).exit_code == 0
     report = inspect_path(tmp_path / "nv")
     assert report["engine"]["exact"] is False and report["serves"] == []
-    assert ("  engine         sglang 0.5.23: NOT engine-exact: gate and up global scales shared in 4 experts (sglang 0.5.23 "
-            "keeps both and applies the gate's to both halves); serve with --quantization moebake "
-            "--moe-runner-backend flashinfer_cutedsl\n") in render_text(report)
+    assert (
+        "  engine         sglang 0.5.23: NOT engine-exact: gate and up global scales shared in 4 experts (sglang 0.5.23 "
+        "keeps both and applies the gate's to both halves); serve with --quantization moebake "
+        "--moe-runner-backend flashinfer_cutedsl\n"
+    ) in render_text(report)
 
 
 def test_sizes_use_decimal_units_that_fit():
     from moebake.progress_bars import rate_text, size_text
 
     assert [size_text(n) for n in (0, 999, 1000, 868_352, 1_234_567, 999_999_999, 13_790_000_000, 2_500_000_000_000)] == [
-        "0 B", "999 B", "1.0 kB", "868.4 kB", "1.2 MB", "1000.0 MB", "13.79 GB", "2.50 TB"]
+        "0 B",
+        "999 B",
+        "1.0 kB",
+        "868.4 kB",
+        "1.2 MB",
+        "1000.0 MB",
+        "13.79 GB",
+        "2.50 TB",
+    ]
     assert rate_text(3_000_000, 2.0) == "1.5 MB/s" and rate_text(1, 0.0) == "-"
 
 

@@ -67,8 +67,14 @@ def caches(tmp_path):
 
 def installed_roots(tmp_path) -> dict[str, Path]:
     base = tmp_path / "node"
-    return {"flashinfer": base / "aot", "tvm-ffi": base / "tvm-ffi", "triton": base / "triton",
-            "deep-gemm": base / "deep_gemm", "tilelang": base / "tilelang", "flashinfer-cubins": base / "cubins"}
+    return {
+        "flashinfer": base / "aot",
+        "tvm-ffi": base / "tvm-ffi",
+        "triton": base / "triton",
+        "deep-gemm": base / "deep_gemm",
+        "tilelang": base / "tilelang",
+        "flashinfer-cubins": base / "cubins",
+    }
 
 
 def root_options(roots: dict[str, Path]) -> list[str]:
@@ -92,8 +98,12 @@ def placed_files(roots: dict[str, Path]) -> list[str]:
 def test_harvest_copies_the_modules_not_the_build_files(tmp_path, caches):
     out = harvested(tmp_path, caches)
     meta = json.loads((out / "harvest.json").read_text())
-    assert sorted(meta["files"]) == ["flashinfer/norm/norm.so", "triton/HASH1/_fwd_kernel.cubin",
-                                     "triton/HASH1/_fwd_kernel.json", f"tvm-ffi/{TVM_DIR}/sgl_kernel_jit_fused_rope_abc.so"]
+    assert sorted(meta["files"]) == [
+        "flashinfer/norm/norm.so",
+        "triton/HASH1/_fwd_kernel.cubin",
+        "triton/HASH1/_fwd_kernel.json",
+        f"tvm-ffi/{TVM_DIR}/sgl_kernel_jit_fused_rope_abc.so",
+    ]
     assert meta["engine"] == "sglang" and meta["release"] == environment.engine_release("sglang") and meta["arch"] == "sm90"
     assert meta["versions"]["cuda"] == "13.0" and meta["versions"]["torch"] == environment.installed_versions()["torch"]
     assert (out / "flashinfer/norm/norm.so").read_bytes() == b"\x7fELF norm module"
@@ -157,15 +167,29 @@ def test_a_changed_byte_is_refused_by_verify_and_install(tmp_path, baked, caches
     assert placed_files(roots) == []
 
 
-@pytest.mark.parametrize("option, field", [(("--arch", "sm100"), "GPU architecture expected sm90, found sm100"),
-                                           ((), "flashinfer expected 0.0.0, found")])
+@pytest.mark.parametrize(
+    "option, field", [(("--arch", "sm100"), "GPU architecture expected sm90, found sm100"), ((), "flashinfer expected 0.0.0, found")]
+)
 def test_a_version_or_architecture_mismatch_places_nothing(tmp_path, baked, caches, option, field):
     source = harvested(tmp_path, caches)
     (source / "harvest.json").unlink()  # versions given instead
     versions = environment.installed_versions()
-    given = ["--engine", f"sglang=={environment.engine_release('sglang')}", "--arch", "sm90", "--torch", versions["torch"],
-             "--cuda", "13.0", "--tvm-ffi", "0.1.11", "--triton", "3.6.0",
-             "--flashinfer", versions["flashinfer"] if option else "0.0.0"]
+    given = [
+        "--engine",
+        f"sglang=={environment.engine_release('sglang')}",
+        "--arch",
+        "sm90",
+        "--torch",
+        versions["torch"],
+        "--cuda",
+        "13.0",
+        "--tvm-ffi",
+        "0.1.11",
+        "--triton",
+        "3.6.0",
+        "--flashinfer",
+        versions["flashinfer"] if option else "0.0.0",
+    ]
     done = run("kernels", "add", baked, "--from", source, *given)
     assert done.exit_code == 0, done.output
     roots = installed_roots(tmp_path)
@@ -191,7 +215,7 @@ def test_install_replaces_its_own_files_only_while_unchanged(tmp_path, baked, ca
     roots = installed_roots(tmp_path)
     assert run("kernels", "install", baked, "--arch", "sm90", *root_options(roots)).exit_code == 0
     ours = roots["triton"] / "HASH1/_fwd_kernel.json"
-    ours.write_bytes(b"edited by hand")   # no longer what moebake placed: left alone
+    ours.write_bytes(b"edited by hand")  # no longer what moebake placed: left alone
     done = run("kernels", "install", baked, "--arch", "sm90", *root_options(roots))
     assert done.exit_code == 2 and ours.read_bytes() == b"edited by hand", done.output
     removed = run("kernels", "uninstall", baked, *root_options(roots))
@@ -228,16 +252,31 @@ def test_reduced_module_goes_in_with_its_sidecar_checked(tmp_path, baked):
 
     versions = environment.installed_versions()
     module = write(tmp_path / "module" / "fused_moe_90_moebake.so", b"\x7fELF reduced module")
-    sidecar = {"module": "fused_moe_90_moebake", "flashinfer": versions["flashinfer"], "tvm_ffi": "0.1.11",
-               "arch": "sm_90a", "sha256": sha256_file(module)[0]}
+    sidecar = {
+        "module": "fused_moe_90_moebake",
+        "flashinfer": versions["flashinfer"],
+        "tvm_ffi": "0.1.11",
+        "arch": "sm_90a",
+        "sha256": sha256_file(module)[0],
+    }
     module.with_suffix(".json").write_text(json.dumps(sidecar))
-    given = ["--engine", f"sglang=={environment.engine_release('sglang')}", "--arch", "sm90", "--torch", versions["torch"],
-             "--cuda", "13.0"]
+    given = [
+        "--engine",
+        f"sglang=={environment.engine_release('sglang')}",
+        "--arch",
+        "sm90",
+        "--torch",
+        versions["torch"],
+        "--cuda",
+        "13.0",
+    ]
     done = run("kernels", "add", baked, "--reduced-module", module, *given)
     assert done.exit_code == 0, done.output
     [kernel_set] = kernel_sets(read_manifest(baked), baked)
-    assert sorted(kernel_set.files) == ["flashinfer/fused_moe_90_moebake/fused_moe_90_moebake.json",
-                                        "flashinfer/fused_moe_90_moebake/fused_moe_90_moebake.so"]
+    assert sorted(kernel_set.files) == [
+        "flashinfer/fused_moe_90_moebake/fused_moe_90_moebake.json",
+        "flashinfer/fused_moe_90_moebake/fused_moe_90_moebake.so",
+    ]
     assert kernel_set.versions["flashinfer"] == versions["flashinfer"] and kernel_set.versions["tvm_ffi"] == "0.1.11"
     module.write_bytes(b"\x7fELF other bytes")
     done = run("kernels", "add", baked, "--reduced-module", module, "--replace", *given)

@@ -67,10 +67,22 @@ def test_dequantize_matches_bitfield_formula():
 
 
 # From the release table in shared/reference/flashinfer-layouts.md §1.2 (git history of the kernel file).
-@pytest.mark.parametrize("version, layout", [
-    ("0.6.9", None), ("0.6.10", "v1"), ("0.6.15.post1", "v1"), ("0.6.16", "v2"), ("0.6.16.post1", "v2"),
-    ("0.6.16.post2", "v2"), ("0.6.16.post3", "v1"), ("0.6.16.post4", "v1"), ("0.6.17", "v1"),
-    ("0.6.18", "v2"), ("0.7.2.post1", "v2"), ("0.7.2", "v2"),
-])
+@pytest.mark.parametrize(
+    "version, layout",
+    [
+        ("0.6.9", None),
+        ("0.6.10", "v1"),
+        ("0.6.15.post1", "v1"),
+        ("0.6.16", "v2"),
+        ("0.6.16.post1", "v2"),
+        ("0.6.16.post2", "v2"),
+        ("0.6.16.post3", "v1"),
+        ("0.6.16.post4", "v1"),
+        ("0.6.17", "v1"),
+        ("0.6.18", "v2"),
+        ("0.7.2.post1", "v2"),
+        ("0.7.2", "v2"),
+    ],
+)
 def test_flashinfer_layout_table(version, layout):
     assert layout_for_flashinfer(version) == layout

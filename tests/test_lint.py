@@ -18,8 +18,12 @@ def test_ruff_finds_nothing():
         if os.environ.get("MOEBAKE_REQUIRE_ENGINES") == "1":
             pytest.fail("ruff is not installed (the test extra has it: run bin/setup)")
         pytest.skip("ruff is not installed (the test extra has it)")
-    result = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise",
-                             "moebake", "bench", "tests"], cwd=REPO, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "moebake", "bench", "tests"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

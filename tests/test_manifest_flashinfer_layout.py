@@ -24,8 +24,18 @@ def test_layout_recorded_for_sm90_and_null_otherwise(gpt_oss_tiny, tmp_path):
 
 
 # FlashInfer releases and the SM90 fp4 layout each reads, as docs/targets-and-layouts.md tabulates them.
-RELEASES_READING = {"0.6.10": "v1", "0.6.15.post1": "v1", "0.6.16": "v2", "0.6.16.post1": "v2", "0.6.16.post2": "v2",
-                    "0.6.16.post3": "v1", "0.6.16.post4": "v1", "0.6.17": "v1", "0.6.18": "v2", "0.7.2.post1": "v2"}
+RELEASES_READING = {
+    "0.6.10": "v1",
+    "0.6.15.post1": "v1",
+    "0.6.16": "v2",
+    "0.6.16.post1": "v2",
+    "0.6.16.post2": "v2",
+    "0.6.16.post3": "v1",
+    "0.6.16.post4": "v1",
+    "0.6.17": "v1",
+    "0.6.18": "v2",
+    "0.7.2.post1": "v2",
+}
 
 
 def test_convert_help_names_the_releases_each_layout_is_for():
@@ -36,7 +46,7 @@ def test_convert_help_names_the_releases_each_layout_is_for():
     from packaging.version import Version
 
     text = " ".join(CliRunner().invoke(main, ["convert", "--help"], terminal_width=1000).output.split())
-    help_text = text[text.index("--flashinfer-layout"):text.index("--engine ENGINE")]
+    help_text = text[text.index("--flashinfer-layout") : text.index("--engine ENGINE")]
     ranges = {}
     for layout, spans in re.findall(r"(v\d) = ([^;]+?)(?:;|\.\s|\.$)", help_text):
         for span in spans.split(", "):
@@ -46,6 +56,9 @@ def test_convert_help_names_the_releases_each_layout_is_for():
             ranges.setdefault(layout, []).append((Version(first), Version(following) if following else None))
     assert sorted(ranges) == ["v1", "v2"], help_text
     for release, layout in RELEASES_READING.items():
-        holding = [name for name, spans in ranges.items()
-                   if any(first <= Version(release) and (following is None or Version(release) < following) for first, following in spans)]
+        holding = [
+            name
+            for name, spans in ranges.items()
+            if any(first <= Version(release) and (following is None or Version(release) < following) for first, following in spans)
+        ]
         assert holding == [layout], (release, holding, help_text)

@@ -43,8 +43,7 @@ def test_every_tensor_equals_safetensors_own_in_sorted_order(tmp_path):
 
 
 def test_a_tensor_at_an_offset_its_element_size_does_not_divide_is_not_mappable(tmp_path):
-    header = {"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},
-              "y": {"dtype": "BF16", "shape": [2], "data_offsets": [1, 5]}}
+    header = {"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}, "y": {"dtype": "BF16", "shape": [2], "data_offsets": [1, 5]}}
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
     path = tmp_path / "odd.safetensors"
@@ -56,7 +55,7 @@ def test_writing_a_mapped_tensor_leaves_the_file_unchanged(tmp_path):
     path = tmp_path / "model.safetensors"
     save_file({"w": torch.ones(64, dtype=torch.float32)}, path)
     before = path.read_bytes()
-    (_, tensor), = mapped_tensors(shard_headers([path]))
+    ((_, tensor),) = mapped_tensors(shard_headers([path]))
     tensor.zero_()  # a private (copy-on-write) mapping, as safetensors makes
     assert path.read_bytes() == before
 

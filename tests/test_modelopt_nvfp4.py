@@ -85,10 +85,12 @@ def test_consumed_view_shares_one_global_and_leaves_other_tensors_alone(source):
     for proj in ("gate", "up"):
         assert torch.equal(model.consumed(layer, 3, proj, "weight_scale_2"), up3)
         assert torch.equal(model.consumed(layer, 2, proj, "weight_scale"), stored[f"{EXPERT}{proj}_proj.weight_scale"].view(torch.uint8))
-    assert torch.equal(model.consumed(layer, 3, "up", "weight_scale"),
-                       stored["model.layers.1.mlp.experts.3.up_proj.weight_scale"].view(torch.uint8))
-    assert not torch.equal(model.consumed(layer, 3, "gate", "weight_scale"),
-                           stored["model.layers.1.mlp.experts.3.gate_proj.weight_scale"].view(torch.uint8))
+    assert torch.equal(
+        model.consumed(layer, 3, "up", "weight_scale"), stored["model.layers.1.mlp.experts.3.up_proj.weight_scale"].view(torch.uint8)
+    )
+    assert not torch.equal(
+        model.consumed(layer, 3, "gate", "weight_scale"), stored["model.layers.1.mlp.experts.3.gate_proj.weight_scale"].view(torch.uint8)
+    )
 
 
 def test_scalar_shape_one_is_accepted(tmp_path):

@@ -22,8 +22,15 @@ def test_rounding_matches_brute_force_on_random_and_midpoint_values():
     g = torch.Generator().manual_seed(0)
     table = ALL_FINITE_POSITIVE.view(E4M3).double()
     midpoints = (table[1:] + table[:-1]) / 2
-    values = torch.cat([torch.rand(4000, generator=g, dtype=torch.float64) * 448, torch.rand(2000, generator=g, dtype=torch.float64) * 0.02,
-                        midpoints, table, torch.tensor([0.0, 448.0, 2.0 ** -10, 2.0 ** -10 * 0.999, 2.0 ** -10 * 1.001])])
+    values = torch.cat(
+        [
+            torch.rand(4000, generator=g, dtype=torch.float64) * 448,
+            torch.rand(2000, generator=g, dtype=torch.float64) * 0.02,
+            midpoints,
+            table,
+            torch.tensor([0.0, 448.0, 2.0**-10, 2.0**-10 * 0.999, 2.0**-10 * 1.001]),
+        ]
+    )
     assert torch.equal(round_to_e4m3(values), brute_force_e4m3(values))
 
 
@@ -61,13 +68,13 @@ def test_bound_is_what_rescaling_every_e4m3_value_does(small, large):
     exact = scales.view(E4M3).double() * small / large
     assert torch.equal(rescaled, brute_force_e4m3(exact))
     value = rescaled.view(E4M3).double()
-    normal = exact >= 2.0 ** -6
+    normal = exact >= 2.0**-6
     bound = rounding_bound(small, large)
     assert bound.max_relative_error == float(((value - exact).abs() / exact)[normal].max())
     assert bound.subnormal_below == float(scales.view(E4M3).double()[normal].min())
     assert bound.zero_at_or_below == (float(scales.view(E4M3).double()[value == 0].max()) if bool((value == 0).any()) else 0.0)
     if small == large:
-        assert bound == RoundingBound(0.0, 2.0 ** -6, 0.0)
+        assert bound == RoundingBound(0.0, 2.0**-6, 0.0)
 
 
 def test_bounds_merge_to_the_worst_case():

@@ -44,8 +44,13 @@ def setup_commands(tmp_path: Path, *args: str, pip_fails: str = "") -> list[str]
     python.chmod(0o755)
     log = tmp_path / "pip.log"
     log.write_text("")
-    done = subprocess.run(["bash", str(repo / "bin" / "setup"), *args], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "SETUP_LOG": str(log), "SETUP_PIP_FAILS": pip_fails})
+    done = subprocess.run(
+        ["bash", str(repo / "bin" / "setup"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "SETUP_LOG": str(log), "SETUP_PIP_FAILS": pip_fails},
+    )
     assert done.returncode == 0, done.stderr
     return log.read_text().splitlines()
 
@@ -57,13 +62,14 @@ def test_light_setup_installs_moebake_and_cpu_torch_only(tmp_path):
     """Issue 37: it ran `pip install torch==2.13.0`, which on plain PyPI brings the CUDA wheels. Only a CPU build can
     match: a torch+cpu wheel pip has at hand (a local wheel, no download), else PyTorch's CPU wheel index."""
     commands = setup_commands(tmp_path, "--light")
-    assert commands == ["pip -q --disable-pip-version-check install torch==2.13.0+cpu",
-                        "pip -q --disable-pip-version-check install -e ."]
+    assert commands == ["pip -q --disable-pip-version-check install torch==2.13.0+cpu", "pip -q --disable-pip-version-check install -e ."]
     assert (tmp_path / "repo" / ".venv" / ".moebake-installed").read_text().endswith(" light\n")
     fallback = setup_commands(tmp_path / "no-local-wheel", "--light", pip_fails=r"torch==2\.13\.0\+cpu$")
-    assert fallback == ["pip -q --disable-pip-version-check install torch==2.13.0+cpu",
-                        f"pip -q --disable-pip-version-check install torch==2.13.0 --index-url {CPU_INDEX}",
-                        "pip -q --disable-pip-version-check install -e ."]
+    assert fallback == [
+        "pip -q --disable-pip-version-check install torch==2.13.0+cpu",
+        f"pip -q --disable-pip-version-check install torch==2.13.0 --index-url {CPU_INDEX}",
+        "pip -q --disable-pip-version-check install -e .",
+    ]
     readme = (ROOT / "README.md").read_text()
     assert f"pip install torch==2.13.0 --index-url {CPU_INDEX}" in readme  # the user's command: the same torch, the same index
 
@@ -81,15 +87,20 @@ def test_the_installed_torch_is_the_cpu_build():
     if not (Path(sys.prefix) / ".moebake-installed").is_file():
         pytest.skip("not running in a .venv made by bin/setup")
     assert torch.version.cuda is None and torch.__version__.endswith("+cpu"), torch.__version__
-    cuda = sorted(name for d in importlib.metadata.distributions() if (name := d.metadata["Name"] or "")
-                  and re.match(r"(nvidia-(?!ml-py)|triton$|cuda-)", name.lower()))
+    cuda = sorted(
+        name
+        for d in importlib.metadata.distributions()
+        if (name := d.metadata["Name"] or "") and re.match(r"(nvidia-(?!ml-py)|triton$|cuda-)", name.lower())
+    )
     assert cuda == [], cuda
 
 
 def test_full_setup_adds_the_test_tools_and_the_engines_oracles(tmp_path):
     commands = setup_commands(tmp_path)
-    assert commands[:2] == ["pip -q --disable-pip-version-check install torch==2.13.0+cpu",
-                            'pip -q --disable-pip-version-check install -e .[test,bench]']
+    assert commands[:2] == [
+        "pip -q --disable-pip-version-check install torch==2.13.0+cpu",
+        "pip -q --disable-pip-version-check install -e .[test,bench]",
+    ]
     installed = " ".join(commands)
     for package in ("flashinfer-python==0.7.2.post1", "vllm==0.33.0", "sglang==0.5.23"):
         assert f"--no-deps {package}" in installed, package
@@ -100,20 +111,26 @@ def test_full_setup_adds_the_test_tools_and_the_engines_oracles(tmp_path):
 def test_pip_resolver_noise_about_the_partial_engine_installs_is_filtered_and_nothing_else():
     import subprocess
 
-    noise = ["ERROR: pip's dependency resolver does not currently take into account all the packages that are installed. "
-             "This behaviour is the source of the following dependency conflicts.",
-             "sglang 0.5.23 requires sgl-kernel==0.3.9, which is not installed.",
-             "xgrammar 0.2.8 requires triton, which is not installed.",
-             "vllm 0.33.0 requires torch==2.14.0, but you have torch 2.13.0 which is incompatible.",
-             "flashinfer-python 0.7.2.post1 requires nvidia-cudnn-frontend>=1.13.0, which is not installed.",
-             "compressed-tensors 0.18.0 requires frozendict, which is not installed.",
-             # specifiers with commas (issue 37: these leaked through)
-             "vllm 0.33.0 requires mcp<3.0.0,>=2.2.0, which is not installed.",
-             "sglang 0.5.23 requires torch<2.15,>=2.14, but you have torch 2.13.0+cpu which is incompatible."]
-    kept = ["requests 2.0 requires urllib3<3, which is not installed.", "ERROR: No matching distribution found for foo",
-            "requests 2.0 requires urllib3<3,>=1.21.1, which is not installed."]
-    done = subprocess.run([str(ROOT / "bin" / "pip-noise-filter")], input="\n".join(noise + kept) + "\n",
-                          capture_output=True, text=True, timeout=30)
+    noise = [
+        "ERROR: pip's dependency resolver does not currently take into account all the packages that are installed. "
+        "This behaviour is the source of the following dependency conflicts.",
+        "sglang 0.5.23 requires sgl-kernel==0.3.9, which is not installed.",
+        "xgrammar 0.2.8 requires triton, which is not installed.",
+        "vllm 0.33.0 requires torch==2.14.0, but you have torch 2.13.0 which is incompatible.",
+        "flashinfer-python 0.7.2.post1 requires nvidia-cudnn-frontend>=1.13.0, which is not installed.",
+        "compressed-tensors 0.18.0 requires frozendict, which is not installed.",
+        # specifiers with commas (issue 37: these leaked through)
+        "vllm 0.33.0 requires mcp<3.0.0,>=2.2.0, which is not installed.",
+        "sglang 0.5.23 requires torch<2.15,>=2.14, but you have torch 2.13.0+cpu which is incompatible.",
+    ]
+    kept = [
+        "requests 2.0 requires urllib3<3, which is not installed.",
+        "ERROR: No matching distribution found for foo",
+        "requests 2.0 requires urllib3<3,>=1.21.1, which is not installed.",
+    ]
+    done = subprocess.run(
+        [str(ROOT / "bin" / "pip-noise-filter")], input="\n".join(noise + kept) + "\n", capture_output=True, text=True, timeout=30
+    )
     assert done.returncode == 0 and done.stdout.splitlines() == kept
 
 
@@ -137,12 +154,16 @@ def test_demo_runs_without_any_engine_package(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
     blocked = subprocess.run([sys.executable, "-c", "import sglang"], capture_output=True, text=True, env=env, timeout=60)
     assert blocked.returncode == 1 and "blocked" in blocked.stderr
-    done = subprocess.run([sys.executable, "-m", "moebake", "demo", "--workdir", str(tmp_path / "demo")], capture_output=True,
-                          text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "moebake", "demo", "--workdir", str(tmp_path / "demo")], capture_output=True, text=True, env=env, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert "verify        checksums, index and headers ok" in done.stdout
-    assert ("writing example GPT-OSS checkpoint to " f"{tmp_path / 'demo' / 'gpt-oss-mini'} (2 layers, 4 experts, hidden 2880, "
-            "intermediate 2880)\n") in done.stdout
+    assert (
+        "writing example GPT-OSS checkpoint to "
+        f"{tmp_path / 'demo' / 'gpt-oss-mini'} (2 layers, 4 experts, hidden 2880, "
+        "intermediate 2880)\n"
+    ) in done.stdout
     assert "activation    swiglu_oai (alpha 1.702, beta 1.0, limit 7.0)\n" in done.stdout
     assert not any(mark in done.stdout for mark in "{}'"), done.stdout  # issue 37: it printed Python dicts
     assert "resume:" not in done.stderr and "Traceback" not in done.stderr

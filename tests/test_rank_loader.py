@@ -45,8 +45,12 @@ def test_rank_runs_split_evenly_or_refuse():
 def test_runs_from_an_expert_map_join_adjacent_experts():
     #          expert: 0   1  2  3   4  5  6  7
     slots = [-1, 0, 1, 3, -1, 2, -1, 4]
-    assert runs_from_slots(slots) == [ExpertRun(first=1, slot=0, count=2), ExpertRun(first=3, slot=3, count=1),
-                                      ExpertRun(first=5, slot=2, count=1), ExpertRun(first=7, slot=4, count=1)]
+    assert runs_from_slots(slots) == [
+        ExpertRun(first=1, slot=0, count=2),
+        ExpertRun(first=3, slot=3, count=1),
+        ExpertRun(first=5, slot=2, count=1),
+        ExpertRun(first=7, slot=4, count=1),
+    ]
     assert runs_from_slots([-1, -1]) == []
 
 
@@ -79,18 +83,20 @@ def test_a_tensor_named_whole_gets_every_expert(bake):
     manifest, out = bake
     record = manifest.layers[0]
     loader = RankLoader(BakeFiles(out, manifest), "cpu")
-    destinations = {"w13_weight": empty_like_rows(record, "w13_weight", 2),
-                    "w2_weight": empty_like_rows(record, "w2_weight", EXPERTS)}
+    destinations = {"w13_weight": empty_like_rows(record, "w13_weight", 2), "w2_weight": empty_like_rows(record, "w2_weight", EXPERTS)}
     loader.load(record, destinations, [ExpertRun(first=4, slot=0, count=2)], whole={"w2_weight"})
     assert torch.equal(destinations["w13_weight"], stored(out, record.prefix + "w13_weight")[4:6])
     assert torch.equal(destinations["w2_weight"], stored(out, record.prefix + "w2_weight"))
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda t: t.to(torch.int8), "destination is torch.int8"),
-    (lambda t: t[:1].clone(), "expected contiguous torch.uint8"),
-    (lambda t: t.transpose(1, 2), "not contiguous"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda t: t.to(torch.int8), "destination is torch.int8"),
+        (lambda t: t[:1].clone(), "expected contiguous torch.uint8"),
+        (lambda t: t.transpose(1, 2), "not contiguous"),
+    ],
+)
 def test_a_destination_that_is_not_the_manifest_s_is_refused(bake, change, message):
     manifest, out = bake
     record = manifest.layers[0]
@@ -107,5 +113,6 @@ def test_a_stored_tensor_that_is_not_the_manifest_s_is_refused(bake, tmp_path):
     spec = record.tensors["w2_weight"]
     wrong = dataclasses.replace(record, tensors={**record.tensors, "w2_weight": dataclasses.replace(spec, shape=(EXPERTS, 1))})
     with pytest.raises(IntegrityError, match=r"tensor .*w2_weight is U8 \[.*\], the manifest says U8 \[8, 1\]"):
-        RankLoader(BakeFiles(out, manifest), "cpu").load(wrong, {"w2_weight": torch.empty(1, 1, dtype=torch.uint8)},
-                                              [ExpertRun(first=0, slot=0, count=1)])
+        RankLoader(BakeFiles(out, manifest), "cpu").load(
+            wrong, {"w2_weight": torch.empty(1, 1, dtype=torch.uint8)}, [ExpertRun(first=0, slot=0, count=1)]
+        )

@@ -40,6 +40,8 @@ def test_zip_expert_chunks_reads_names_in_step_within_the_chunk_budget(per_exper
     seen = []
     chunks = list(zip_expert_chunks(checkpoint, names, 5, 2 * one_expert, lambda g, u: (seen.append(len(g)), g - u)[1])())
     assert seen == [2, 2, 1]
-    expected = [stored[f"model.layers.0.mlp.experts.{e}.gate_proj.weight"] - stored[f"model.layers.0.mlp.experts.{e}.up_proj.weight"]
-                for e in range(5)]
+    expected = [
+        stored[f"model.layers.0.mlp.experts.{e}.gate_proj.weight"] - stored[f"model.layers.0.mlp.experts.{e}.up_proj.weight"]
+        for e in range(5)
+    ]
     assert torch.equal(torch.cat(chunks), torch.stack(expected))

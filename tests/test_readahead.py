@@ -79,7 +79,7 @@ def test_loaded_bytes_equal_without_read_ahead_and_only_planned_bytes_are_read(s
     reader.read(ranges)
     stats = ahead.stop()
     for mine, theirs, (offset, nbytes) in zip(ranges, plain, SPANS, strict=True):
-        assert torch.equal(mine.dest, theirs.dest) and torch.equal(mine.dest, data[offset:offset + nbytes])
+        assert torch.equal(mine.dest, theirs.dest) and torch.equal(mine.dest, data[offset : offset + nbytes])
     assert not inside(recorder.touched, read)  # nothing outside what the loader read
     assert stats.error is None and stats.max_ahead <= window and stats.bytes == sum(t[2] for t in recorder.touched)
     assert stats.bytes + stats.skipped_bytes <= sum(n for _, n in SPANS)
@@ -149,7 +149,7 @@ def test_an_error_in_the_read_ahead_does_not_break_the_load(shard):
     stats = ahead.stop()
     assert "injected read error" in stats.error and not ahead.running
     for piece, (offset, nbytes) in zip(ranges, SPANS, strict=True):
-        assert torch.equal(piece.dest, data[offset:offset + nbytes])
+        assert torch.equal(piece.dest, data[offset : offset + nbytes])
 
 
 def test_a_real_read_ahead_reads_the_file_and_stops(shard):

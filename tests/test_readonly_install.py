@@ -22,16 +22,17 @@ from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.layouts.compiled import DISABLE_ENV
 
-IN_MEMORY_LINE = ("debug: compiled kernels: no writable numba cache location (NUMBA_CACHE_DIR, the package's __pycache__, "
-                  "the user cache); compiling them in memory for this run")
+IN_MEMORY_LINE = (
+    "debug: compiled kernels: no writable numba cache location (NUMBA_CACHE_DIR, the package's __pycache__, "
+    "the user cache); compiling them in memory for this run"
+)
 
 
 @pytest.fixture(scope="module")
 def read_only_install(tmp_path_factory):
     """A copy of the moebake package that no one can write a cache beside, and a HOME no one can write under."""
     root = tmp_path_factory.mktemp("readonly")
-    package = shutil.copytree(Path(moebake.__file__).parent, root / "site" / "moebake",
-                              ignore=shutil.ignore_patterns("__pycache__"))
+    package = shutil.copytree(Path(moebake.__file__).parent, root / "site" / "moebake", ignore=shutil.ignore_patterns("__pycache__"))
     directories = [package, *(p for p in package.rglob("*") if p.is_dir())]
     for directory in directories:
         (directory / "__pycache__").write_bytes(b"")
@@ -46,19 +47,35 @@ def read_only_install(tmp_path_factory):
 
 
 def run_read_only(site: Path, home: Path, cwd: Path, *args):
-    environment = {key: value for key, value in os.environ.items()
-                   if key not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME", DISABLE_ENV, "PYTHONPATH")}
+    environment = {
+        key: value for key, value in os.environ.items() if key not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME", DISABLE_ENV, "PYTHONPATH")
+    }
     environment.update(PYTHONPATH=str(site), HOME=str(home))
-    return subprocess.run([sys.executable, "-m", "moebake", *map(str, args)], cwd=cwd, env=environment,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "moebake", *map(str, args)], cwd=cwd, env=environment, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_convert_from_a_read_only_install_compiles_in_memory(gpt_oss_tiny, tmp_path, read_only_install, workers):
     site, home = read_only_install
     reference = convert(gpt_oss_tiny, tmp_path / "reference", ConvertOptions("sm90-cutlass"), progress=False)
-    done = run_read_only(site, home, tmp_path, "-v", "convert", gpt_oss_tiny, tmp_path / "out", "--target", "sm90-cutlass",
-                         "--quiet", "--workers", workers, "--writers-per-device", workers)
+    done = run_read_only(
+        site,
+        home,
+        tmp_path,
+        "-v",
+        "convert",
+        gpt_oss_tiny,
+        tmp_path / "out",
+        "--target",
+        "sm90-cutlass",
+        "--quiet",
+        "--workers",
+        workers,
+        "--writers-per-device",
+        workers,
+    )
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.splitlines().count(IN_MEMORY_LINE) == 1, done.stderr
@@ -77,9 +94,14 @@ def test_a_writable_cache_is_still_used(tmp_path, gpt_oss_tiny, read_only_instal
     site, home = read_only_install
     environment = {key: value for key, value in os.environ.items() if key not in ("XDG_CACHE_HOME", DISABLE_ENV)}
     environment.update(PYTHONPATH=str(site), HOME=str(home), NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
-    done = subprocess.run([sys.executable, "-m", "moebake", "-v", "convert", str(gpt_oss_tiny), str(tmp_path / "out"),
-                           "--target", "sm90-cutlass", "--quiet"], cwd=tmp_path, env=environment,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "moebake", "-v", "convert", str(gpt_oss_tiny), str(tmp_path / "out"), "--target", "sm90-cutlass", "--quiet"],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "compiled kernels" not in done.stderr
     assert any(p.suffix == ".nbi" for p in (tmp_path / "numba-cache").rglob("*"))

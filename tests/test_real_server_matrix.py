@@ -33,13 +33,17 @@ def at(clock: str) -> float:
 
 def test_phases_from_the_log_and_the_build_events():
     start = at("10:00:00.000")
-    events = [{"kind": "tvm-ffi", "name": "sgl_kernel_jit_kvcache", "start": at("10:00:55.000"), "end": at("10:00:57.000")},
-              {"kind": "flashinfer", "name": "norm", "start": at("10:01:10.000"), "end": at("10:01:51.000"), "built": True},
-              {"kind": "triton", "name": "_fwd_kernel", "start": at("10:01:50.000"), "end": at("10:01:52.000")}]
+    events = [
+        {"kind": "tvm-ffi", "name": "sgl_kernel_jit_kvcache", "start": at("10:00:55.000"), "end": at("10:00:57.000")},
+        {"kind": "flashinfer", "name": "norm", "start": at("10:01:10.000"), "end": at("10:01:51.000"), "built": True},
+        {"kind": "triton", "name": "_fwd_kernel", "start": at("10:01:50.000"), "end": at("10:01:52.000")},
+    ]
     found = phases_module.phases(LOG, start, events)
     gross = found["phases_gross"]
-    assert gross == pytest.approx({"imports": 18.512, "scheduler_start": 31.588, "load": 9.07, "post_load": 5.83,
-                                   "cuda_graph_capture": 112.5, "ready": 12.6}, abs=1e-3)
+    assert gross == pytest.approx(
+        {"imports": 18.512, "scheduler_start": 31.588, "load": 9.07, "post_load": 5.83, "cuda_graph_capture": 112.5, "ready": 12.6},
+        abs=1e-3,
+    )
     net = found["phases"]
     assert net["kernel_builds"] == pytest.approx(2 + 42)  # the two overlapping builds counted once
     assert net["load"] == pytest.approx(9.07 - 2) and net["cuda_graph_capture"] == pytest.approx(112.5 - 42)
@@ -58,7 +62,7 @@ def test_phases_of_a_server_without_graphs_or_ready_line():
 
 def test_events_file_with_a_torn_line(tmp_path):
     path = tmp_path / "jit.jsonl"
-    path.write_text(json.dumps({"kind": "triton", "name": "k", "start": 1.0, "end": 2.0}) + "\n{\"kind\": \"tri")
+    path.write_text(json.dumps({"kind": "triton", "name": "k", "start": 1.0, "end": 2.0}) + '\n{"kind": "tri')
     assert [e["name"] for e in phases_module.read_events(path)] == ["k"]
     assert phases_module.read_events(tmp_path / "missing.jsonl") == []
 
@@ -66,8 +70,13 @@ def test_events_file_with_a_torn_line(tmp_path):
 def test_sequences_are_valid_plans_and_bad_ones_are_refused():
     for cells in matrix.SEQUENCES.values():
         plan = matrix.check_plan(cells)
-        assert {(p, n) for p, n, _ in plan} >= {("stock", "fresh"), ("bake", "fresh"), ("bake", "fresh+kernels"),
-                                                ("stock", "restarted"), ("bake", "restarted")}
+        assert {(p, n) for p, n, _ in plan} >= {
+            ("stock", "fresh"),
+            ("bake", "fresh"),
+            ("bake", "fresh+kernels"),
+            ("stock", "restarted"),
+            ("bake", "restarted"),
+        }
     for bad in (["stock:restarted:warm"], ["bake:fresh+kernels"], ["stock:fresh:warm"], ["bake:rebooted"]):
         with pytest.raises(ValueError):
             matrix.check_plan(bad)
@@ -76,20 +85,37 @@ def test_sequences_are_valid_plans_and_bad_ones_are_refused():
 def run_record(order, path, node, cache, ready, install=None):
     found = phases_module.phases(LOG, at("10:00:00.000"), [])
     scale = ready / found["ready_from_log"]
-    return {"order": order, "path": path, "node": node, "cache": cache, "ready_seconds": ready, "load_seconds": 9.07,
-            "kernels_install": {"seconds": install} if install else None,
-            "phases": {k: v * scale for k, v in found["phases"].items()}}
+    return {
+        "order": order,
+        "path": path,
+        "node": node,
+        "cache": cache,
+        "ready_seconds": ready,
+        "load_seconds": 9.07,
+        "kernels_install": {"seconds": install} if install else None,
+        "phases": {k: v * scale for k, v in found["phases"].items()},
+    }
 
 
 def test_report_table_and_plot(tmp_path):
-    meta = {"date": "2026-11-29T10:00:00+00:00", "machine": {"gpus": ["NVIDIA H200, 580.159.04, 143771 MiB"], "cpus": 16},
-            "commit": "0" * 40, "command": "python bench/real_server_matrix.py run --dir /tmp/rm --sequence A",
-            "sequence": "A", "release": "0.5.17", "layers": 24, "experts": 32, "target": "sm90-cutlass",
-            "backend": "flashinfer_mxfp4"}
-    runs = [run_record("A1-bake-fresh-cold", "bake", "fresh", "cold", 150.0),
-            run_record("A2-bake-fresh-kernels-cold", "bake", "fresh+kernels", "cold", 95.0, install=4.0),
-            run_record("A3-stock-fresh-cold", "stock", "fresh", "cold", 201.2),
-            run_record("A4-bake-restarted-warm", "bake", "restarted", "warm", 90.0)]
+    meta = {
+        "date": "2026-11-29T10:00:00+00:00",
+        "machine": {"gpus": ["NVIDIA H200, 580.159.04, 143771 MiB"], "cpus": 16},
+        "commit": "0" * 40,
+        "command": "python bench/real_server_matrix.py run --dir /tmp/rm --sequence A",
+        "sequence": "A",
+        "release": "0.5.17",
+        "layers": 24,
+        "experts": 32,
+        "target": "sm90-cutlass",
+        "backend": "flashinfer_mxfp4",
+    }
+    runs = [
+        run_record("A1-bake-fresh-cold", "bake", "fresh", "cold", 150.0),
+        run_record("A2-bake-fresh-kernels-cold", "bake", "fresh+kernels", "cold", 95.0, install=4.0),
+        run_record("A3-stock-fresh-cold", "stock", "fresh", "cold", 201.2),
+        run_record("A4-bake-restarted-warm", "bake", "restarted", "warm", 90.0),
+    ]
     results = tmp_path / "A.json"
     results.write_text(json.dumps({"meta": meta, "runs": runs}))
     matrix.main(["report", str(results)])

@@ -2,14 +2,25 @@
 
 Each run carries the fields issue 35 asks for, and a bake's verdict against stock is re-derived here from the two runs'
 recorded token ids and logprobs, so a hand-edited or mis-merged record fails."""
+
 import json
 from pathlib import Path
 
 import pytest
 
 RESULTS = sorted((Path(__file__).resolve().parents[1] / "bench" / "results").glob("real_server_*.json"))
-FIELDS = {"engine", "release", "model", "target", "path", "ready_seconds", "load_seconds", "peak_gpu_gib",
-          "tokens_equal_to_stock", "logprobs_equal_to_stock"}
+FIELDS = {
+    "engine",
+    "release",
+    "model",
+    "target",
+    "path",
+    "ready_seconds",
+    "load_seconds",
+    "peak_gpu_gib",
+    "tokens_equal_to_stock",
+    "logprobs_equal_to_stock",
+}
 
 
 def _runs(path: Path) -> list[dict]:
@@ -31,7 +42,7 @@ def test_a_bake_verdict_matches_the_recorded_outputs(path):
     runs = _runs(path)
     judged = [r for r in runs if r["path"] == "bake" and r.get("stock_order") is not None]
     for bake in judged:
-        stock, = [r for r in runs if r.get("sequence") == bake.get("sequence") and r["order"] == bake["stock_order"]]
+        (stock,) = [r for r in runs if r.get("sequence") == bake.get("sequence") and r["order"] == bake["stock_order"]]
         assert stock["path"] == "stock"
         assert (stock["engine"], stock["release"], stock["model"]) == (bake["engine"], bake["release"], bake["model"])
         pairs = list(zip(bake["outputs"], stock["outputs"], strict=True))

@@ -13,20 +13,22 @@ ORDINAL = r"(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|el
 ORDINAL += r"|previous|next|last)"
 DETERMINER = r"(same|that|this|each|one|other|a|the)"
 NARRATION = re.compile(
-    "|".join([
-        rf"\b{ORDINAL} (GPU )?(session|hold)s?\b",                 # "the sixth hold", "a later session"
-        rf"\b{DETERMINER} (GPU )?(session|hold)(?!s? (it|one|the|a|its|them|every|of its own)\b)(?=[\s,.;:)'])",  # "in one hold,"
-        r"\bGPU sessions?\b",
-        r"\bdevice[- ](minutes?|calls?|tool)\b",
-        r"\b[Cc]alls? \d+\b(?! s\b)",                             # "call 1, carry [...]", not "call 10 s later"
-        r"\bcarr(y|ied|ying) \[",
-        r"\bgive_back\b",
-        r"\bhelper-\d",
-        r"\bgpu-sessions\b",
-        r"(?<![\w.])/work/",                                        # one machine's checkout
-        r"(?<![\w.])/root/",
-        r"(?<![\w.])/home/[a-z]",
-    ]),
+    "|".join(
+        [
+            rf"\b{ORDINAL} (GPU )?(session|hold)s?\b",  # "the sixth hold", "a later session"
+            rf"\b{DETERMINER} (GPU )?(session|hold)(?!s? (it|one|the|a|its|them|every|of its own)\b)(?=[\s,.;:)'])",  # "in one hold,"
+            r"\bGPU sessions?\b",
+            r"\bdevice[- ](minutes?|calls?|tool)\b",
+            r"\b[Cc]alls? \d+\b(?! s\b)",  # "call 1, carry [...]", not "call 10 s later"
+            r"\bcarr(y|ied|ying) \[",
+            r"\bgive_back\b",
+            r"\bhelper-\d",
+            r"\bgpu-sessions\b",
+            r"(?<![\w.])/work/",  # one machine's checkout
+            r"(?<![\w.])/root/",
+            r"(?<![\w.])/home/[a-z]",
+        ]
+    ),
     re.IGNORECASE,
 )
 
@@ -54,9 +56,20 @@ def test_no_tracked_text_narrates_how_the_work_was_done():
 
 
 def test_the_pattern_catches_what_it_is_for():
-    for text in ("measured in the sixth hold", "a later session found", "device, call 1, carry [\".whl\"]",
-                 "S17_WHEELS=/work/main/.whl-s17", "the last 5 device-minutes", "measured in one hold, then"):
+    for text in (
+        "measured in the sixth hold",
+        "a later session found",
+        'device, call 1, carry [".whl"]',
+        "S17_WHEELS=/work/main/.whl-s17",
+        "the last 5 device-minutes",
+        "measured in one hold, then",
+    ):
         assert NARRATION.search(text), text
-    for text in ("the manifest holds every tensor", "a folder that holds a clone", "the same holds for vLLM",
-                 "each perf_counter call 10 s later", "moebake.serve holds one rank"):
+    for text in (
+        "the manifest holds every tensor",
+        "a folder that holds a clone",
+        "the same holds for vLLM",
+        "each perf_counter call 10 s later",
+        "moebake.serve holds one rank",
+    ):
         assert not NARRATION.search(text), text

@@ -63,7 +63,7 @@ def test_load_experts_gives_the_ranks_slice_of_every_tensor(baked, ep_rank, ep_s
     params = experts.parameters()
     assert sorted(params) == sorted(whole)
     for name, tensor in whole.items():
-        expected = tensor[ep_rank * per_rank:(ep_rank + 1) * per_rank]
+        expected = tensor[ep_rank * per_rank : (ep_rank + 1) * per_rank]
         assert params[name].dtype == expected.dtype and torch.equal(params[name], expected), name
     assert (experts.first_expert, experts.num_local_experts, experts.num_experts) == (ep_rank * per_rank, per_rank, SHAPE["num_experts"])
     assert (experts.hidden, experts.hidden_padded) == (160, 256)
@@ -81,7 +81,7 @@ def test_w4a8_experts_call_the_humming_path_with_their_ranks_residuals(tmp_path,
     assert type(ckpt).__name__ == "Sm90CutlassW4A8Checkpoint"
     experts = ckpt.load_experts(0, device="cpu", ep_rank=ep_rank, ep_size=ep_size)
     whole, per_rank = layer_tensors(tmp_path / "out", 0), SHAPE["num_experts"] // ep_size
-    mine = {name: tensor[ep_rank * per_rank:(ep_rank + 1) * per_rank] for name, tensor in whole.items()}
+    mine = {name: tensor[ep_rank * per_rank : (ep_rank + 1) * per_rank] for name, tensor in whole.items()}
     args = experts._kernel_args
     assert experts.humming and args["use_wfp4afp8_humming"] is True and args["use_w4_group_scaling"] is True
     w13_scale, w13_residual, fc2_act, w2_scale, w2_residual = args["quant_scales"]
@@ -166,12 +166,15 @@ def test_refuses_a_gpu_that_is_not_sm90(baked, capability):
         moebake.serve.open(baked, platform=platform).load_experts(0, device="cuda")
 
 
-@pytest.mark.parametrize("version, message", [
-    ("0.6.17", "installed FlashInfer 0.6.17 reads fp4 layout v1; re-bake with --flashinfer-layout v1"),
-    ("0.6.12", "installed FlashInfer 0.6.12 reads fp4 layout v1"),
-    ("0.6.16.post3", "installed FlashInfer 0.6.16.post3 reads fp4 layout v1"),
-    ("0.6.5", "installed FlashInfer 0.6.5 has no SM90 W4A16 fp4 layout"),
-])
+@pytest.mark.parametrize(
+    "version, message",
+    [
+        ("0.6.17", "installed FlashInfer 0.6.17 reads fp4 layout v1; re-bake with --flashinfer-layout v1"),
+        ("0.6.12", "installed FlashInfer 0.6.12 reads fp4 layout v1"),
+        ("0.6.16.post3", "installed FlashInfer 0.6.16.post3 reads fp4 layout v1"),
+        ("0.6.5", "installed FlashInfer 0.6.5 has no SM90 W4A16 fp4 layout"),
+    ],
+)
 def test_refuses_a_flashinfer_that_reads_another_layout(baked, version, message):
     expected = r"moebake.json: baked for FlashInfer SM90 fp4 layout v2, but the " + message.replace(".", r"\.")
     with pytest.raises(MoebakeError, match=expected):
@@ -186,8 +189,9 @@ def test_accepts_a_flashinfer_that_reads_the_baked_layout(baked, version):
 def test_refuses_a_v1_checkpoint_on_a_v2_flashinfer(tmp_path):
     source = write_gpt_oss(tmp_path / "src", **{**SHAPE, "num_layers": 1})
     convert(source, tmp_path / "out", ConvertOptions(target="sm90-cutlass", flashinfer_layout="v1"), progress=False)
-    with pytest.raises(MoebakeError,
-                       match="baked for FlashInfer SM90 fp4 layout v1, but the installed FlashInfer 0.7.2.post1 reads fp4 layout v2"):
+    with pytest.raises(
+        MoebakeError, match="baked for FlashInfer SM90 fp4 layout v1, but the installed FlashInfer 0.7.2.post1 reads fp4 layout v2"
+    ):
         moebake.serve.open(tmp_path / "out", platform=INSTALLED).load_experts(0, device="cpu")
 
 
@@ -231,11 +235,14 @@ def test_refuses_an_unknown_activation(baked_copy):
         moebake.serve.open(baked_copy, platform=INSTALLED).load_experts(0, device="cpu")
 
 
-@pytest.mark.parametrize("change", [
-    lambda tensors: tensors.pop("w2_weight_bias"),                    # one bias without the other
-    lambda tensors: tensors.pop("w2_weight_scale"),                   # a required tensor missing
-    lambda tensors: tensors.update(w13_residual=tensors["w2_weight"]),  # a tensor the runtime would ignore
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda tensors: tensors.pop("w2_weight_bias"),  # one bias without the other
+        lambda tensors: tensors.pop("w2_weight_scale"),  # a required tensor missing
+        lambda tensors: tensors.update(w13_residual=tensors["w2_weight"]),  # a tensor the runtime would ignore
+    ],
+)
 def test_refuses_a_tensor_set_it_cannot_run(baked_copy, change):
     edit_manifest(baked_copy, lambda m: change(m["layers"][0]["tensors"]))
     with pytest.raises(MoebakeError, match="layer 0 tensors .* do not fit the sm90-cutlass runtime"):
@@ -255,16 +262,35 @@ def test_forward_needs_cuda(baked):
         experts.forward(x, torch.zeros(2, 4, dtype=torch.int32), torch.ones(2, 4))
 
 
-@pytest.mark.parametrize("x, ids, weights, message", [
-    (torch.zeros(2, 256, dtype=torch.bfloat16), torch.zeros(2, 4, dtype=torch.int32), torch.ones(2, 4),
-     r"hidden_states is torch.bfloat16 \[2, 256\], expected bfloat16 \[T, 160\]"),
-    (torch.zeros(2, 160, dtype=torch.float16), torch.zeros(2, 4, dtype=torch.int32), torch.ones(2, 4),
-     r"hidden_states is torch.float16 \[2, 160\]"),
-    (torch.zeros(2, 160, dtype=torch.bfloat16), torch.zeros(3, 4, dtype=torch.int32), torch.ones(3, 4),
-     r"topk_ids is torch.int32 \[3, 4\], expected integer \[T, k\]"),
-    (torch.zeros(2, 160, dtype=torch.bfloat16), torch.zeros(2, 4, dtype=torch.int32), torch.ones(2, 4, dtype=torch.bfloat16),
-     r"topk_weights is torch.bfloat16 \[2, 4\], expected float32 \[2, 4\]"),
-])
+@pytest.mark.parametrize(
+    "x, ids, weights, message",
+    [
+        (
+            torch.zeros(2, 256, dtype=torch.bfloat16),
+            torch.zeros(2, 4, dtype=torch.int32),
+            torch.ones(2, 4),
+            r"hidden_states is torch.bfloat16 \[2, 256\], expected bfloat16 \[T, 160\]",
+        ),
+        (
+            torch.zeros(2, 160, dtype=torch.float16),
+            torch.zeros(2, 4, dtype=torch.int32),
+            torch.ones(2, 4),
+            r"hidden_states is torch.float16 \[2, 160\]",
+        ),
+        (
+            torch.zeros(2, 160, dtype=torch.bfloat16),
+            torch.zeros(3, 4, dtype=torch.int32),
+            torch.ones(3, 4),
+            r"topk_ids is torch.int32 \[3, 4\], expected integer \[T, k\]",
+        ),
+        (
+            torch.zeros(2, 160, dtype=torch.bfloat16),
+            torch.zeros(2, 4, dtype=torch.int32),
+            torch.ones(2, 4, dtype=torch.bfloat16),
+            r"topk_weights is torch.bfloat16 \[2, 4\], expected float32 \[2, 4\]",
+        ),
+    ],
+)
 def test_forward_refuses_bad_inputs(baked, x, ids, weights, message):
     experts = moebake.serve.open(baked, platform=INSTALLED).load_experts(0, device="cpu")
     with pytest.raises(MoebakeError, match="forward: .*" + message):

@@ -28,8 +28,11 @@ def test_prepared_like_sglang_equals_served(tmp_path, monkeypatch, ep_rank, ep_s
     monkeypatch.setattr(sglang_baseline, "sm90_moe_ops", lambda: stand_ins)
     source = write_gpt_oss(tmp_path / "src", **SHAPE)
     convert(source, tmp_path / "out", ConvertOptions(target="sm90-cutlass"), progress=False)
-    served = moebake.serve.open(tmp_path / "out", platform=Platform(flashinfer_version="0.7.2.post1")).load_experts(
-        0, device="cpu", ep_rank=ep_rank, ep_size=ep_size).parameters()
+    served = (
+        moebake.serve.open(tmp_path / "out", platform=Platform(flashinfer_version="0.7.2.post1"))
+        .load_experts(0, device="cpu", ep_rank=ep_rank, ep_size=ep_size)
+        .parameters()
+    )
     per_rank = SHAPE["num_experts"] // ep_size
     loaded = sglang_baseline.load_source_experts(source, 0, ep_rank * per_rank, (ep_rank + 1) * per_rank, "cpu")
     prepared = sglang_baseline.prepare_like_sglang(loaded, hidden_padded=256, intermediate_padded=128)

@@ -67,5 +67,6 @@ def test_a_target_wide_reason_is_said_alone():
     line = serving.unserved(serving.VLLM, "sm90-cutlass-w4a8", "gpt-oss")
     assert line.startswith("target 'sm90-cutlass-w4a8': the vLLM plugin cannot serve it: vLLM 0.33.0's HUMMING")
     line = serving.unserved(serving.VLLM, "deepep-bf16", "bf16-moe")
-    assert line.startswith("target 'deepep-bf16' of source format 'bf16-moe'; the vLLM plugin serves sm90-cutlass bakes "
-                           "of gpt-oss; ") and line.endswith("path does not exist there)")
+    assert line.startswith(
+        "target 'deepep-bf16' of source format 'bf16-moe'; the vLLM plugin serves sm90-cutlass bakes of gpt-oss; "
+    ) and line.endswith("path does not exist there)")

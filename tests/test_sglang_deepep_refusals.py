@@ -50,10 +50,12 @@ def quant_config(out, flags=FLAGS, absent=(), ep=1):
     from sglang.srt.layers.quantization import QUANTIZATION_METHODS
 
     config = json.loads((out / "config.json").read_text())
-    with (sglang_oracle.sglang_engine(gpu="sm90", **flags),
-          mock.patch("moebake.engines.sglang.config.model_directory", return_value=out),
-          mock.patch("moebake.engines.sglang.internals.import_problem", _importable(*absent)),
-          mock.patch("moebake.engines.sglang.config.BakeFiles", side_effect=AssertionError("the bake's files were read"))):
+    with (
+        sglang_oracle.sglang_engine(gpu="sm90", **flags),
+        mock.patch("moebake.engines.sglang.config.model_directory", return_value=out),
+        mock.patch("moebake.engines.sglang.internals.import_problem", _importable(*absent)),
+        mock.patch("moebake.engines.sglang.config.BakeFiles", side_effect=AssertionError("the bake's files were read")),
+    ):
         if ep > 1:
             sglang_oracle.override_parallel(tp_size=ep, attn_tp_size=ep, moe_ep_size=ep, moe_ep_rank=0)
         return QUANTIZATION_METHODS["moebake"].from_config(config["quantization_config"])
@@ -75,22 +77,30 @@ def test_the_set_up_it_is_for_reaches_the_bakes_files(bake):
         quant_config(bake)
 
 
-@pytest.mark.parametrize("flags, flag, wanted, got", [
-    ({"moe_runner_backend": "deep_gemm", "moe_a2a_backend": "none"}, "--moe-a2a-backend", "deepep", "none"),
-    ({"moe_runner_backend": "triton", "moe_a2a_backend": "deepep"}, "--moe-runner-backend", "deep_gemm", "triton"),
-    ({"moe_runner_backend": "auto", "moe_a2a_backend": "deepep"}, "--moe-runner-backend", "deep_gemm", "auto"),
-], ids=["no all-to-all", "triton runner", "automatic runner"])
+@pytest.mark.parametrize(
+    "flags, flag, wanted, got",
+    [
+        ({"moe_runner_backend": "deep_gemm", "moe_a2a_backend": "none"}, "--moe-a2a-backend", "deepep", "none"),
+        ({"moe_runner_backend": "triton", "moe_a2a_backend": "deepep"}, "--moe-runner-backend", "deep_gemm", "triton"),
+        ({"moe_runner_backend": "auto", "moe_a2a_backend": "deepep"}, "--moe-runner-backend", "deep_gemm", "auto"),
+    ],
+    ids=["no all-to-all", "triton runner", "automatic runner"],
+)
 def test_another_backend_is_refused_naming_the_flag(bake, flags, flag, wanted, got):
-    assert refusal(bake, flags=flags) == (f"moebake: this bake is for {flag} {wanted}, the server runs {flag} {got}; start it "
-                                          f"with {flag} {wanted}")
+    assert refusal(bake, flags=flags) == (
+        f"moebake: this bake is for {flag} {wanted}, the server runs {flag} {got}; start it with {flag} {wanted}"
+    )
 
 
-@pytest.mark.parametrize("module, project, flag", [("deep_ep", "DeepEP", "--moe-a2a-backend deepep"),
-                                                    ("deep_gemm", "DeepGEMM", "--moe-runner-backend deep_gemm")])
+@pytest.mark.parametrize(
+    "module, project, flag",
+    [("deep_ep", "DeepEP", "--moe-a2a-backend deepep"), ("deep_gemm", "DeepGEMM", "--moe-runner-backend deep_gemm")],
+)
 def test_a_backend_package_that_does_not_import_is_refused_naming_it(bake, module, project, flag):
     assert refusal(bake, absent=(module,)) == (
         f"moebake: this deepep-bf16 bake runs through {project} ({flag}), but {module} does not import here "
-        f"(ModuleNotFoundError: No module named '{module}'); install {project} (the {module} package)")
+        f"(ModuleNotFoundError: No module named '{module}'); install {project} (the {module} package)"
+    )
 
 
 def test_the_package_check_imports_the_module(bake):
@@ -103,8 +113,8 @@ def test_the_package_check_imports_the_module(bake):
 
 
 def test_an_ep_size_whose_ranks_cannot_hold_whole_experts_is_refused(bake):
-    assert refusal(bake, ep=3) == ("moebake: layer model.layers.0.mlp.experts: 4 experts do not split evenly over 3 EP "
-                                   "ranks; choose an --ep-size that divides 4")
+    assert refusal(bake, ep=3) == (
+        "moebake: layer model.layers.0.mlp.experts: 4 experts do not split evenly over 3 EP ranks; choose an --ep-size that divides 4"
+    )
     with pytest.raises(AssertionError, match="the bake's files were read"):
         quant_config(bake, ep=2)  # 2 experts a rank
-

@@ -37,16 +37,17 @@ PREFIX = "model.layers.0.mlp.experts."
 def serving(out, **engine):
     """SGLang's state for a one-GPU server of the bake ``out`` started with ``engine``'s flags. (The
     plugin finds the bake under ``--model-path``; resolving a real one here would probe for a GPU.)"""
-    with (sglang_oracle.sglang_engine(**engine),
-          mock.patch("moebake.engines.sglang.config.model_directory", return_value=out),
-          mock.patch("sglang.srt.layers.quantization.mxfp4._FI_HAS_SM90_CUTLASS_MXFP4", True)):  # FlashInfer on a GPU has it
+    with (
+        sglang_oracle.sglang_engine(**engine),
+        mock.patch("moebake.engines.sglang.config.model_directory", return_value=out),
+        mock.patch("sglang.srt.layers.quantization.mxfp4._FI_HAS_SM90_CUTLASS_MXFP4", True),
+    ):  # FlashInfer on a GPU has it
         yield
 
 
 @pytest.fixture(scope="module")
 def gpt_oss_bake(tmp_path_factory):
-    return sglang_oracle.gpt_oss_bake(tmp_path_factory.mktemp("plugin"), num_layers=1, num_experts=4, hidden=160,
-                                      intermediate=96, vocab=32)
+    return sglang_oracle.gpt_oss_bake(tmp_path_factory.mktemp("plugin"), num_layers=1, num_experts=4, hidden=160, intermediate=96, vocab=32)
 
 
 def _quant_config(out):
@@ -62,11 +63,20 @@ def _gpt_oss_layer(out, quant_config=None):
     config = json.loads((out / "config.json").read_text())
     if quant_config is None:
         quant_config = QUANTIZATION_METHODS["moebake"].from_config(config["quantization_config"])
-    return FusedMoE(num_experts=config["num_local_experts"], top_k=config["num_experts_per_tok"], layer_id=0,
-                    hidden_size=config["hidden_size"], intermediate_size=config["intermediate_size"],
-                    quant_config=quant_config, activation=config["hidden_act"], gemm1_alpha=1.702,
-                    gemm1_clamp_limit=config["swiglu_limit"], with_bias=True, prefix=PREFIX.rstrip("."),
-                    use_weight_loader_fused=quant_config.get_name() != "mxfp4")
+    return FusedMoE(
+        num_experts=config["num_local_experts"],
+        top_k=config["num_experts_per_tok"],
+        layer_id=0,
+        hidden_size=config["hidden_size"],
+        intermediate_size=config["intermediate_size"],
+        quant_config=quant_config,
+        activation=config["hidden_act"],
+        gemm1_alpha=1.702,
+        gemm1_clamp_limit=config["swiglu_limit"],
+        with_bias=True,
+        prefix=PREFIX.rstrip("."),
+        use_weight_loader_fused=quant_config.get_name() != "mxfp4",
+    )
 
 
 def test_plugin_is_found_through_the_entry_point():
@@ -93,7 +103,8 @@ def test_layer_parameters_are_the_manifest_and_load_the_files_bytes_untransforme
         layer = _gpt_oss_layer(gpt_oss_bake)
         params = dict(layer.named_parameters())
         assert {name: (str(p.dtype), list(p.shape)) for name, p in params.items()} == {
-            name: (str(baked[PREFIX + name].dtype), spec["shape"]) for name, spec in record["tensors"].items()}
+            name: (str(baked[PREFIX + name].dtype), spec["shape"]) for name, spec in record["tensors"].items()
+        }
         for name, param in params.items():
             param.data.view(torch.uint8).fill_(0xA5)
             # SGLang's default loader call for a named parameter, given a tensor without data (a meta tensor):
@@ -123,9 +134,10 @@ def test_each_expert_parallel_rank_loads_its_own_experts(gpt_oss_bake):
                 param.weight_loader(param, baked[PREFIX + name].to("meta"))
             layer.quant_method._load_baked_rows(layer)  # the post-load step's read (the rest needs a real TP group)
             for name, param in layer.named_parameters():
-                assert torch.equal(param.data.view(torch.uint8), baked[PREFIX + name][2 * rank:2 * rank + 2].view(torch.uint8))
+                assert torch.equal(param.data.view(torch.uint8), baked[PREFIX + name][2 * rank : 2 * rank + 2].view(torch.uint8))
             assert layer.quant_method.load_stats.bytes == sum(
-                t.numel() * t.element_size() // 2 for n, t in baked.items() if n.startswith(PREFIX))  # this rank's half only
+                t.numel() * t.element_size() // 2 for n, t in baked.items() if n.startswith(PREFIX)
+            )  # this rank's half only
 
 
 def _refusal(gpt_oss_bake, build=_gpt_oss_layer, **engine):
@@ -241,18 +253,28 @@ def test_sglang_runner_calls_the_kernel_with_stock_sglangs_arguments(tmp_path):
     x = torch.randn(5, 160, generator=g).to(torch.bfloat16)
     weights, ids = torch.topk(torch.softmax(torch.randn(5, 4, generator=g), -1), 2)
     dispatch = StandardDispatchOutput(x, None, StandardTopKOutput(weights, ids.to(torch.int32), None))
-    with (serving(out, moe_runner_backend="flashinfer_mxfp4", gpu="sm90"),
-          mock.patch.object(mxfp4, "interleave_moe_weights_for_sm90_mixed_gemm", lambda w, q: kernel_interleave_here(w), create=True),
-          mock.patch.object(mxfp4, "interleave_moe_scales_for_sm90_mixed_gemm", interleave_moe_scales_for_sm90_mixed_gemm,
-                            create=True),
-          mock.patch.object(runner, "_flashinfer_cutlass_fused_moe", lambda: (recorded_kernel, ActivationType))):
+    with (
+        serving(out, moe_runner_backend="flashinfer_mxfp4", gpu="sm90"),
+        mock.patch.object(mxfp4, "interleave_moe_weights_for_sm90_mixed_gemm", lambda w, q: kernel_interleave_here(w), create=True),
+        mock.patch.object(mxfp4, "interleave_moe_scales_for_sm90_mixed_gemm", interleave_moe_scales_for_sm90_mixed_gemm, create=True),
+        mock.patch.object(runner, "_flashinfer_cutlass_fused_moe", lambda: (recorded_kernel, ActivationType)),
+    ):
         from sglang.srt.distributed import parallel_state
 
         sglang_oracle.override_parallel(tp_group=parallel_state._TP)  # the runner's output allocation reads it
         config = json.loads((source / "config.json").read_text())
         stock = _gpt_oss_layer(source, quant_config=mxfp4.Mxfp4Config.from_config(config["quantization_config"]))
-        names = [PREFIX + s for s in ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
-                                      "down_proj_blocks", "down_proj_scales", "down_proj_bias")]
+        names = [
+            PREFIX + s
+            for s in (
+                "gate_up_proj_blocks",
+                "gate_up_proj_scales",
+                "gate_up_proj_bias",
+                "down_proj_blocks",
+                "down_proj_scales",
+                "down_proj_bias",
+            )
+        ]
         holder = sglang_oracle._Holder(PREFIX, stock, PretrainedConfig(**config))
         GptOssForCausalLM._load_mxfp4_experts_weights(holder, iter(sglang_oracle.read_tensors(source, names).items()))
         stock.quant_method.process_weights_after_loading(stock)
@@ -335,22 +357,29 @@ def test_a_bake_is_refused_on_a_proven_release_that_does_not_build_its_bytes(tmp
     assert "moebake convert SRC OUT --target sm90-cutlass --engine sglang==0.5.17" in message
 
 
-@pytest.mark.parametrize("original, expected", [
-    ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, {"NVFP4"}),
-    ({"quantization": {"quant_algo": "nvfp4", "kv_cache_quant_algo": None}}, {"NVFP4"}),
-    ({"quant_algo": "MIXED_PRECISION", "quantized_layers": {"a.up_proj": {"quant_algo": "NVFP4"}, "b.q_proj": {"quant_algo": "FP8"}}},
-     {"MIXED_PRECISION", "NVFP4", "FP8"}),
-    ({"config_groups": {"group_0": {"weights": {"quant_algo": "FP8"}}}}, {"FP8"}),
-    ({"quant_method": "modelopt", "producer": {"name": "modelopt", "version": "NVFP4-ish"}}, set()),  # a name, not an algorithm
-])
+@pytest.mark.parametrize(
+    "original, expected",
+    [
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, {"NVFP4"}),
+        ({"quantization": {"quant_algo": "nvfp4", "kv_cache_quant_algo": None}}, {"NVFP4"}),
+        (
+            {
+                "quant_algo": "MIXED_PRECISION",
+                "quantized_layers": {"a.up_proj": {"quant_algo": "NVFP4"}, "b.q_proj": {"quant_algo": "FP8"}},
+            },
+            {"MIXED_PRECISION", "NVFP4", "FP8"},
+        ),
+        ({"config_groups": {"group_0": {"weights": {"quant_algo": "FP8"}}}}, {"FP8"}),
+        ({"quant_method": "modelopt", "producer": {"name": "modelopt", "version": "NVFP4-ish"}}, set()),  # a name, not an algorithm
+    ],
+)
 def test_the_source_config_s_modelopt_algorithms_are_read_from_their_keys(original, expected):
     from moebake.engines.sglang.config import modelopt_algorithms
 
     assert modelopt_algorithms(original) == expected
 
 
-@pytest.mark.parametrize("flag, value", [(None, None), ("weight_loader_disable_mmap", True),
-                                         ("weight_loader_prefetch_checkpoints", True)])
+@pytest.mark.parametrize("flag, value", [(None, None), ("weight_loader_disable_mmap", True), ("weight_loader_prefetch_checkpoints", True)])
 def test_says_when_sglang_would_read_the_baked_bytes_itself(gpt_oss_bake, caplog, flag, value):
     """SGLang's default iterator hands lazy mmap views, which the plugin's loaders never read; the flags that make
     it read whole shards get one warning line naming the flag (the bake still loads, byte for byte)."""

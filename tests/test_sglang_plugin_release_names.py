@@ -27,8 +27,12 @@ Import = tuple[str, int, str, list[str]]
 
 
 def _sglang_imports(nodes, file: str) -> list[Import]:
-    return [(file, node.lineno, node.module, [alias.name for alias in node.names]) for root in nodes for node in ast.walk(root)
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "sglang"]
+    return [
+        (file, node.lineno, node.module, [alias.name for alias in node.names])
+        for root in nodes
+        for node in ast.walk(root)
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "sglang"
+    ]
 
 
 def plugin_imports() -> list[list[list[Import]]]:
@@ -40,8 +44,9 @@ def plugin_imports() -> list[list[list[Import]]]:
         tree = ast.parse(path.read_text())
         guarded = set()
         for node in ast.walk(tree):
-            if isinstance(node, ast.Try) and any(isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError")
-                                                 for h in node.handlers):
+            if isinstance(node, ast.Try) and any(
+                isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError") for h in node.handlers
+            ):
                 body = _sglang_imports(node.body, path.name)
                 handlers = _sglang_imports(node.handlers, path.name)
                 if body:
@@ -110,8 +115,14 @@ def test_every_plugin_import_exists_in_the_release(release):
     tree = release_tree(release)
     problems = []
     for requirement in plugin_imports():
-        gaps = [[f"{file}:{line} from {module} import {missing}" for file, line, module, names in alternative
-                 if (missing := missing_names(tree, module, names))] for alternative in requirement]
+        gaps = [
+            [
+                f"{file}:{line} from {module} import {missing}"
+                for file, line, module, names in alternative
+                if (missing := missing_names(tree, module, names))
+            ]
+            for alternative in requirement
+        ]
         if all(gaps):  # no alternative resolves in this release
             problems += [" or ".join("; ".join(gap) for gap in gaps)]
     assert not problems, f"sglang {release} lacks:\n" + "\n".join(problems)
@@ -133,8 +144,24 @@ def test_the_plugin_serves_a_gpt_oss_marlin_bake_in_sglang_0_5_17():
         if os.environ.get("MOEBAKE_REQUIRE_ENGINES") == "1":
             raise
         pytest.skip(f"cannot fetch sglang 0.5.17's tree: {err}")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_sglang_plugin_targets.py",
-                           "-k", "sm90-marlin/gpt-oss"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_sglang_plugin_targets.py",
+            "-k",
+            "sm90-marlin/gpt-oss",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-3000:]
 
 
@@ -147,8 +174,11 @@ def iterator_gaps(tree: Path) -> list[str]:
     loader = tree / "sglang" / "srt" / "model_loader" / "loader.py"
     utils = tree / "sglang" / "srt" / "model_loader" / "weight_utils.py"
     bound = top_level_names(loader) if loader.is_file() else set()
-    defined = {node.name: [a.arg for a in node.args.args] for node in ast.parse(utils.read_text()).body
-               if isinstance(node, ast.FunctionDef)} if utils.is_file() else {}
+    defined = (
+        {node.name: [a.arg for a in node.args.args] for node in ast.parse(utils.read_text()).body if isinstance(node, ast.FunctionDef)}
+        if utils.is_file()
+        else {}
+    )
     gaps = [f"loader.py binds no {name}" for name in SAFETENSORS_ITERATORS if name not in bound]
     for name in SAFETENSORS_ITERATORS:
         parameters = defined.get(name)

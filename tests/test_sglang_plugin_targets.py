@@ -68,6 +68,7 @@ def _dsv4(path):
 
 def _wide(write):
     """``write``, then the expert scales widened so that the Humming range clamp rewrites groups."""
+
     def written(path):
         from engine_oracles.humming_oracle import widen_mxfp4_scales
 
@@ -87,44 +88,115 @@ HUMMING = {"moe_runner_backend": "flashinfer_mxfp4", "flashinfer_mxfp4_moe_preci
 
 BLACKWELL, HOPPER = "Blackwell (SM100)", "Hopper (SM90)"
 CASES = {
-    "cutedsl/modelopt-nvfp4": Case(_modelopt, MODELOPT_PREFIX, {"moe_runner_backend": "flashinfer_cutedsl"}, "sm100", "sm90",
-                                   BLACKWELL, lambda src: sglang_oracle.modelopt_nvfp4_cutedsl(src, MODELOPT_PREFIX, E, H, I, "none")),
+    "cutedsl/modelopt-nvfp4": Case(
+        _modelopt,
+        MODELOPT_PREFIX,
+        {"moe_runner_backend": "flashinfer_cutedsl"},
+        "sm100",
+        "sm90",
+        BLACKWELL,
+        lambda src: sglang_oracle.modelopt_nvfp4_cutedsl(src, MODELOPT_PREFIX, E, H, I, "none"),
+    ),
     "cutedsl-deepep/modelopt-nvfp4": Case(
-        _modelopt, MODELOPT_PREFIX, {"moe_runner_backend": "flashinfer_cutedsl", "moe_a2a_backend": "deepep"}, "sm100", "sm90",
-        BLACKWELL, lambda src: sglang_oracle.modelopt_nvfp4_cutedsl(src, MODELOPT_PREFIX, E, H, I, "deepep")),
+        _modelopt,
+        MODELOPT_PREFIX,
+        {"moe_runner_backend": "flashinfer_cutedsl", "moe_a2a_backend": "deepep"},
+        "sm100",
+        "sm90",
+        BLACKWELL,
+        lambda src: sglang_oracle.modelopt_nvfp4_cutedsl(src, MODELOPT_PREFIX, E, H, I, "deepep"),
+    ),
     # experts 1 and 3 with gate and up globals that differ, baked with --gate-up-globals keep (SGLang's bytes)
     "cutedsl/modelopt-nvfp4/keep-globals": Case(
-        _modelopt_differing_globals, MODELOPT_PREFIX, {"moe_runner_backend": "flashinfer_cutedsl"}, "sm100", "sm90",
-        BLACKWELL, lambda src: sglang_oracle.modelopt_nvfp4_cutedsl(src, MODELOPT_PREFIX, E, H, I, "none")),
+        _modelopt_differing_globals,
+        MODELOPT_PREFIX,
+        {"moe_runner_backend": "flashinfer_cutedsl"},
+        "sm100",
+        "sm90",
+        BLACKWELL,
+        lambda src: sglang_oracle.modelopt_nvfp4_cutedsl(src, MODELOPT_PREFIX, E, H, I, "none"),
+    ),
     "cutedsl-deepep/modelopt-nvfp4/keep-globals": Case(
-        _modelopt_differing_globals, MODELOPT_PREFIX, {"moe_runner_backend": "flashinfer_cutedsl", "moe_a2a_backend": "deepep"},
-        "sm100", "sm90", BLACKWELL, lambda src: sglang_oracle.modelopt_nvfp4_cutedsl(src, MODELOPT_PREFIX, E, H, I, "deepep")),
+        _modelopt_differing_globals,
+        MODELOPT_PREFIX,
+        {"moe_runner_backend": "flashinfer_cutedsl", "moe_a2a_backend": "deepep"},
+        "sm100",
+        "sm90",
+        BLACKWELL,
+        lambda src: sglang_oracle.modelopt_nvfp4_cutedsl(src, MODELOPT_PREFIX, E, H, I, "deepep"),
+    ),
     "sm100-trtllm/gpt-oss": Case(
-        lambda path: write_gpt_oss(path, num_layers=1, num_experts=E, hidden=160, intermediate=96, vocab=32), GPT_OSS_PREFIX,
-        {"moe_runner_backend": "flashinfer_mxfp4"}, "sm100", "sm90", BLACKWELL, lambda src: sglang_oracle.gpt_oss_sm100_trtllm(src, 0)),
-    "sm100-trtllm/deepseek-v4": Case(_dsv4, DSV4_PREFIX, {"moe_runner_backend": "flashinfer_mxfp4"}, "sm100", "sm90", BLACKWELL,
-                                     lambda src: sglang_oracle.deepseek_v4_sm100_trtllm(src, DSV4_PREFIX, E, H, I)),
+        lambda path: write_gpt_oss(path, num_layers=1, num_experts=E, hidden=160, intermediate=96, vocab=32),
+        GPT_OSS_PREFIX,
+        {"moe_runner_backend": "flashinfer_mxfp4"},
+        "sm100",
+        "sm90",
+        BLACKWELL,
+        lambda src: sglang_oracle.gpt_oss_sm100_trtllm(src, 0),
+    ),
+    "sm100-trtllm/deepseek-v4": Case(
+        _dsv4,
+        DSV4_PREFIX,
+        {"moe_runner_backend": "flashinfer_mxfp4"},
+        "sm100",
+        "sm90",
+        BLACKWELL,
+        lambda src: sglang_oracle.deepseek_v4_sm100_trtllm(src, DSV4_PREFIX, E, H, I),
+    ),
     "sm90-cutlass/deepseek-v4": Case(
-        _dsv4, DSV4_PREFIX, {"moe_runner_backend": "flashinfer_mxfp4"}, "sm90", "sm100", HOPPER,
-        lambda src: sglang_oracle.deepseek_v4_sm90_cutlass(src, DSV4_PREFIX, E, H, I, kernel_interleave_here)),
+        _dsv4,
+        DSV4_PREFIX,
+        {"moe_runner_backend": "flashinfer_mxfp4"},
+        "sm90",
+        "sm100",
+        HOPPER,
+        lambda src: sglang_oracle.deepseek_v4_sm90_cutlass(src, DSV4_PREFIX, E, H, I, kernel_interleave_here),
+    ),
     "sm90-marlin/gpt-oss": Case(
-        lambda path: write_gpt_oss(path, num_layers=1, num_experts=E, hidden=192, intermediate=96, vocab=32), GPT_OSS_PREFIX,
-        {"moe_runner_backend": "marlin"}, "sm90", "sm100", HOPPER,
-        lambda src: sglang_oracle.gpt_oss_marlin(src, 0, gptq_marlin_repack_reference)),
-    "sm90-marlin/deepseek-v4": Case(_dsv4, DSV4_PREFIX, {"moe_runner_backend": "marlin"}, "sm90", "sm100", HOPPER,
-                                    lambda src: sglang_oracle.deepseek_v4_marlin(src, DSV4_PREFIX, E, H, I,
-                                                                                 gptq_marlin_repack_reference)),
+        lambda path: write_gpt_oss(path, num_layers=1, num_experts=E, hidden=192, intermediate=96, vocab=32),
+        GPT_OSS_PREFIX,
+        {"moe_runner_backend": "marlin"},
+        "sm90",
+        "sm100",
+        HOPPER,
+        lambda src: sglang_oracle.gpt_oss_marlin(src, 0, gptq_marlin_repack_reference),
+    ),
+    "sm90-marlin/deepseek-v4": Case(
+        _dsv4,
+        DSV4_PREFIX,
+        {"moe_runner_backend": "marlin"},
+        "sm90",
+        "sm100",
+        HOPPER,
+        lambda src: sglang_oracle.deepseek_v4_marlin(src, DSV4_PREFIX, E, H, I, gptq_marlin_repack_reference),
+    ),
     "sm90-cutlass-w4a8/gpt-oss": Case(
-        _wide(_gpt_oss), GPT_OSS_PREFIX, HUMMING, "sm90", "sm100", HOPPER,
-        lambda src: sglang_oracle.gpt_oss_sm90_cutlass(src, 0, kernel_interleave_v2, kernel_interleave_fp4_fp8)),
+        _wide(_gpt_oss),
+        GPT_OSS_PREFIX,
+        HUMMING,
+        "sm90",
+        "sm100",
+        HOPPER,
+        lambda src: sglang_oracle.gpt_oss_sm90_cutlass(src, 0, kernel_interleave_v2, kernel_interleave_fp4_fp8),
+    ),
     "sm90-cutlass-w4a8/deepseek-v4": Case(
-        _wide(_dsv4), DSV4_PREFIX, HUMMING, "sm90", "sm100", HOPPER,
-        lambda src: sglang_oracle.deepseek_v4_sm90_cutlass(src, DSV4_PREFIX, E, H, I, kernel_interleave_v2,
-                                                           kernel_interleave_fp4_fp8)),
+        _wide(_dsv4),
+        DSV4_PREFIX,
+        HUMMING,
+        "sm90",
+        "sm100",
+        HOPPER,
+        lambda src: sglang_oracle.deepseek_v4_sm90_cutlass(src, DSV4_PREFIX, E, H, I, kernel_interleave_v2, kernel_interleave_fp4_fp8),
+    ),
     "deepep-bf16/bf16-moe": Case(
-        lambda path: write_bf16_moe(path, style="qwen3", num_layers=1, num_experts=E, hidden=64, intermediate=32), BF16_PREFIX,
-        {"moe_runner_backend": "deep_gemm", "moe_a2a_backend": "deepep"}, "sm90", "neither", f"{HOPPER} or {BLACKWELL}",
-        lambda src: sglang_oracle.unquantized_deepep_bf16(src, BF16_PREFIX, E, 64, 32, ("gate_proj", "up_proj", "down_proj"))),
+        lambda path: write_bf16_moe(path, style="qwen3", num_layers=1, num_experts=E, hidden=64, intermediate=32),
+        BF16_PREFIX,
+        {"moe_runner_backend": "deep_gemm", "moe_a2a_backend": "deepep"},
+        "sm90",
+        "neither",
+        f"{HOPPER} or {BLACKWELL}",
+        lambda src: sglang_oracle.unquantized_deepep_bf16(src, BF16_PREFIX, E, 64, 32, ("gate_proj", "up_proj", "down_proj")),
+    ),
 }
 """Every target x source but GPT-OSS sm90-cutlass, which tests/test_sglang_plugin.py covers (and the H100 runs)."""
 
@@ -163,11 +235,15 @@ def serving(out, gpu="sm100", **flags):
     import sglang.srt.layers.moe.fused_moe_triton.layer as fused_moe_layer
     import sglang.srt.layers.quantization.mxfp4 as mxfp4
 
-    with (sglang_oracle.sglang_engine(gpu=gpu, **flags), standins.cutedsl_utils(), sglang_oracle._sm100_flashinfer(mxfp4),
-          mock.patch.object(fused_moe_layer, "create_moe_dispatcher", lambda *a, **k: sglang_oracle._DispatcherStandin()),
-          mock.patch.object(mxfp4, "_FI_HAS_SM90_CUTLASS_MXFP4", True),  # FlashInfer on a GPU has it
-          mock.patch("moebake.engines.sglang.config.model_directory", return_value=out),
-          mock.patch("moebake.engines.sglang.internals.import_problem", return_value=None)):
+    with (
+        sglang_oracle.sglang_engine(gpu=gpu, **flags),
+        standins.cutedsl_utils(),
+        sglang_oracle._sm100_flashinfer(mxfp4),
+        mock.patch.object(fused_moe_layer, "create_moe_dispatcher", lambda *a, **k: sglang_oracle._DispatcherStandin()),
+        mock.patch.object(mxfp4, "_FI_HAS_SM90_CUTLASS_MXFP4", True),  # FlashInfer on a GPU has it
+        mock.patch("moebake.engines.sglang.config.model_directory", return_value=out),
+        mock.patch("moebake.engines.sglang.internals.import_problem", return_value=None),
+    ):
         yield
 
 
@@ -180,14 +256,31 @@ def plugin_layer(out, prefix):
     quant_config = QUANTIZATION_METHODS["moebake"].from_config(config["quantization_config"])
     record = next(r for r in json.loads((out / "moebake.json").read_text())["layers"] if r["prefix"] == prefix)
     if config.get("model_type") == "gpt_oss":  # as GptOssSparseMoeBlock builds it
-        return FusedMoE(num_experts=config["num_local_experts"], top_k=config["num_experts_per_tok"], layer_id=0,
-                        hidden_size=config["hidden_size"], intermediate_size=config["intermediate_size"],
-                        quant_config=quant_config, activation=config["hidden_act"], gemm1_alpha=1.702,
-                        gemm1_clamp_limit=config["swiglu_limit"], with_bias=True, prefix=prefix.rstrip("."),
-                        use_weight_loader_fused=True)
-    return FusedMoE(num_experts=record["experts"], top_k=2, layer_id=record["index"], hidden_size=record["hidden"],
-                    intermediate_size=record["intermediate"], quant_config=quant_config, prefix=prefix.rstrip("."),
-                    params_dtype=torch.bfloat16, swiglu_limit=config.get("swiglu_limit"))
+        return FusedMoE(
+            num_experts=config["num_local_experts"],
+            top_k=config["num_experts_per_tok"],
+            layer_id=0,
+            hidden_size=config["hidden_size"],
+            intermediate_size=config["intermediate_size"],
+            quant_config=quant_config,
+            activation=config["hidden_act"],
+            gemm1_alpha=1.702,
+            gemm1_clamp_limit=config["swiglu_limit"],
+            with_bias=True,
+            prefix=prefix.rstrip("."),
+            use_weight_loader_fused=True,
+        )
+    return FusedMoE(
+        num_experts=record["experts"],
+        top_k=2,
+        layer_id=record["index"],
+        hidden_size=record["hidden"],
+        intermediate_size=record["intermediate"],
+        quant_config=quant_config,
+        prefix=prefix.rstrip("."),
+        params_dtype=torch.bfloat16,
+        swiglu_limit=config.get("swiglu_limit"),
+    )
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -213,7 +306,8 @@ def test_plugin_layer_equals_stock_sglang(bakes, name):
         got = got if got is not None else getattr(layer, engine_name.replace("_scale_inv", "_scale"))
         assert (got.dtype.itemsize, tuple(got.shape)) == (expected.dtype.itemsize, tuple(expected.shape)), engine_name
         assert torch.equal(got.reshape(-1).view(torch.uint8), expected.reshape(-1).view(torch.uint8)), (
-            f"{engine_name} differs from stock SGLang's")  # reshape: SGLang's humming_fc2_act_scale is 0-d
+            f"{engine_name} differs from stock SGLang's"
+        )  # reshape: SGLang's humming_fc2_act_scale is 0-d
 
 
 def test_cutedsl_expert_parallel_rank_holds_its_experts_and_sglangs_global_input_scales(bakes):
@@ -248,8 +342,10 @@ def test_refuses_a_humming_bake_without_the_fp8_precision(bakes, name):
     case, out = CASES[name], bakes[name][1]
     with serving(out, gpu="sm90", moe_runner_backend="flashinfer_mxfp4"), pytest.raises(MoebakeRefusal) as caught:
         plugin_layer(out, case.prefix)
-    assert str(caught.value) == ("moebake: this sm90-cutlass-w4a8 bake holds FlashInfer's Humming W4A8 weights, the server "
-                                 "runs SM90 MXFP4 MoE in W4A16; start it with --flashinfer-mxfp4-moe-precision fp8")
+    assert str(caught.value) == (
+        "moebake: this sm90-cutlass-w4a8 bake holds FlashInfer's Humming W4A8 weights, the server "
+        "runs SM90 MXFP4 MoE in W4A16; start it with --flashinfer-mxfp4-moe-precision fp8"
+    )
 
 
 def test_refuses_a_w4a16_bake_under_the_fp8_precision(bakes):
@@ -260,8 +356,10 @@ def test_refuses_a_w4a16_bake_under_the_fp8_precision(bakes):
     case, out = CASES["sm90-cutlass/deepseek-v4"], bakes["sm90-cutlass/deepseek-v4"][1]
     with serving(out, gpu="sm90", **HUMMING), pytest.raises(MoebakeRefusal) as caught:
         plugin_layer(out, case.prefix)
-    assert str(caught.value) == ("moebake: the server runs --flashinfer-mxfp4-moe-precision fp8 (Humming W4A8), this "
-                                 "sm90-cutlass bake holds W4A16 weights; drop that flag, or bake target sm90-cutlass-w4a8")
+    assert str(caught.value) == (
+        "moebake: the server runs --flashinfer-mxfp4-moe-precision fp8 (Humming W4A8), this "
+        "sm90-cutlass bake holds W4A16 weights; drop that flag, or bake target sm90-cutlass-w4a8"
+    )
 
 
 def test_sglang_sees_real_scalar_type_ids_through_the_stand_ins():
@@ -282,7 +380,12 @@ def test_sglang_sees_real_scalar_type_ids_through_the_stand_ins():
         ours, theirs = getattr(scalar_types, name), getattr(twin.scalar_types, name)
         assert isinstance(ours.id, int) and ours.id == theirs.id, name
         assert (ours.exponent, ours.mantissa, ours.signed, ours.bias, ours.size_bits) == (
-            theirs.exponent, theirs.mantissa, theirs.signed, theirs.bias, theirs.size_bits), name
+            theirs.exponent,
+            theirs.mantissa,
+            theirs.signed,
+            theirs.bias,
+            theirs.size_bits,
+        ), name
     assert scalar_types.float4_e2m1f == ScalarType.float_(2, 1, True, sgl_scalar_type.NanRepr.NONE)
 
 
@@ -302,8 +405,15 @@ def test_deepep_bf16_layer_takes_stock_sglangs_route_through_deepep_moe(bakes):
     config = json.loads((out / "config.json").read_text())
     record = next(r for r in json.loads((out / "moebake.json").read_text())["layers"] if r["prefix"] == case.prefix)
     baked = load_all(out)
-    shape = dict(num_experts=record["experts"], top_k=2, layer_id=record["index"], hidden_size=record["hidden"],
-                 intermediate_size=record["intermediate"], params_dtype=torch.bfloat16, prefix=case.prefix.rstrip("."))
+    shape = dict(
+        num_experts=record["experts"],
+        top_k=2,
+        layer_id=record["index"],
+        hidden_size=record["hidden"],
+        intermediate_size=record["intermediate"],
+        params_dtype=torch.bfloat16,
+        prefix=case.prefix.rstrip("."),
+    )
     with serving(out, gpu=case.gpu, **case.flags), mock.patch.object(deep_gemm_wrapper, "ENABLE_JIT_DEEPGEMM", True):
         stock = get_moe_impl_class(None)(quant_config=None, **shape)
         quant_config = QUANTIZATION_METHODS["moebake"].from_config(config["quantization_config"])

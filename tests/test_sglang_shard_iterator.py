@@ -30,8 +30,9 @@ ITERATORS = ("safetensors_weights_iterator", "buffered_multi_thread_safetensors_
 @pytest.fixture(scope="module")
 def bake(tmp_path_factory):
     """A two-layer GPT-OSS bake, sharded (one shard per layer), with expert tensors larger than a few pages."""
-    return sglang_oracle.gpt_oss_bake(tmp_path_factory.mktemp("shards"), num_layers=2, num_experts=8, hidden=512,
-                                      intermediate=512, vocab=64)
+    return sglang_oracle.gpt_oss_bake(
+        tmp_path_factory.mktemp("shards"), num_layers=2, num_experts=8, hidden=512, intermediate=512, vocab=64
+    )
 
 
 def _files(directory) -> list[str]:

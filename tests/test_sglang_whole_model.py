@@ -32,15 +32,16 @@ EXPERTS = "model.layers.0.mlp.experts."
 @pytest.fixture(scope="module")
 def bake(tmp_path_factory):
     """A one-layer GPT-OSS bake whose vocabulary (64) SGLang does not pad, so its embeddings are plain copies."""
-    return sglang_oracle.gpt_oss_bake(tmp_path_factory.mktemp("whole"), num_layers=1, num_experts=4, hidden=160,
-                                      intermediate=96, vocab=64)
+    return sglang_oracle.gpt_oss_bake(tmp_path_factory.mktemp("whole"), num_layers=1, num_experts=4, hidden=160, intermediate=96, vocab=64)
 
 
 @contextmanager
 def serving(out):
-    with (sglang_oracle.sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90"),
-          mock.patch("moebake.engines.sglang.config.model_directory", return_value=out),
-          mock.patch("sglang.srt.layers.quantization.mxfp4._FI_HAS_SM90_CUTLASS_MXFP4", True)):
+    with (
+        sglang_oracle.sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90"),
+        mock.patch("moebake.engines.sglang.config.model_directory", return_value=out),
+        mock.patch("sglang.srt.layers.quantization.mxfp4._FI_HAS_SM90_CUTLASS_MXFP4", True),
+    ):
         yield
 
 
@@ -90,8 +91,9 @@ def holder(files: dict[str, torch.Tensor]) -> torch.nn.Module:
         _place(root, "model.embed_tokens", VocabParallelEmbedding(vocab, hidden, params_dtype=torch.bfloat16))
         _place(root, "lm_head", ParallelLMHead(vocab, hidden, params_dtype=torch.bfloat16, padding_size=128))
         router = files["model.layers.0.mlp.router.weight"]
-        _place(root, "model.layers.0.mlp.router", ReplicatedLinear(router.shape[1], router.shape[0], bias=True,
-                                                                   params_dtype=torch.bfloat16))
+        _place(
+            root, "model.layers.0.mlp.router", ReplicatedLinear(router.shape[1], router.shape[0], bias=True, params_dtype=torch.bfloat16)
+        )
     for name, tensor in files.items():
         module_name, leaf = name.rsplit(".", 1)
         if name.startswith(EXPERTS) or name in dict(root.named_parameters()):
@@ -110,11 +112,20 @@ def holder(files: dict[str, torch.Tensor]) -> torch.nn.Module:
     return root
 
 
-DIRECT = {"model.embed_tokens.weight", "lm_head.weight", "model.layers.0.mlp.router.weight", "model.layers.0.mlp.router.bias",
-          "model.layers.0.self_attn.sinks", "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.k_proj.bias",
-          "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.v_proj.bias",
-          "model.layers.0.self_attn.q_proj.bias", "model.layers.0.self_attn.o_proj.weight",
-          "model.layers.0.self_attn.o_proj.bias"}
+DIRECT = {
+    "model.embed_tokens.weight",
+    "lm_head.weight",
+    "model.layers.0.mlp.router.weight",
+    "model.layers.0.mlp.router.bias",
+    "model.layers.0.self_attn.sinks",
+    "model.layers.0.self_attn.k_proj.weight",
+    "model.layers.0.self_attn.k_proj.bias",
+    "model.layers.0.self_attn.v_proj.weight",
+    "model.layers.0.self_attn.v_proj.bias",
+    "model.layers.0.self_attn.q_proj.bias",
+    "model.layers.0.self_attn.o_proj.weight",
+    "model.layers.0.self_attn.o_proj.bias",
+}
 """The holder's parameters SGLang fills by a plain full copy of a tensor of their own shape and dtype, and the head
 (its 64 rows into the first 64 of 128, the other 64 zeroed)."""
 
@@ -158,8 +169,12 @@ def test_other_loaders_shapes_and_dtypes_pass_through_untouched(bake):
         ours = holder(files)
         given = dict(sglang_weights(bake))
         yielded = dict(DirectParameterLoader(ours, bake, CPU).filter(iter(given.items())))
-    kept = {"model.layers.0.self_attn.q_proj.weight", "model.norm.weight",
-            "model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight"}
+    kept = {
+        "model.layers.0.self_attn.q_proj.weight",
+        "model.norm.weight",
+        "model.layers.0.input_layernorm.weight",
+        "model.layers.0.post_attention_layernorm.weight",
+    }
     assert kept | {n for n in files if n.startswith(EXPERTS)} == set(yielded)
     assert all(yielded[name] is given[name] for name in yielded)
 
@@ -254,8 +269,12 @@ def test_sglangs_gpt_oss_loader_intercepted_equals_sglangs_own(bake, monkeypatch
         intercepted(ours, sglang_weights(bake), CPU)
         assert_parameters_equal(ours, stock, "SGLang's own load_weights_and_postprocess")
         assert set(ours.moebake_direct_load.stats.loaded) == {
-            "model.embed_tokens.weight", "lm_head.weight", "model.layers.0.mlp.router.weight",
-            "model.layers.0.mlp.router.bias", "model.layers.0.self_attn.sinks"}
+            "model.embed_tokens.weight",
+            "lm_head.weight",
+            "model.layers.0.mlp.router.weight",
+            "model.layers.0.mlp.router.bias",
+            "model.layers.0.self_attn.sinks",
+        }
         first = ours.moebake_direct_load
         assert first.reader is ours.quant_config.rank_loader(torch.device("cpu")).reader  # one ring, one thread pool
         intercepted(ours, sglang_weights(bake), CPU)
@@ -304,8 +323,10 @@ def vocab_checkpoint(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("vocab")
     generator = torch.Generator().manual_seed(7)
-    tensors = {name: (torch.rand((VOCAB, HIDDEN)[:2 if name.endswith("weight") else 1], generator=generator) + 0.5)
-               .to(torch.bfloat16) for name in VOCAB_NAMES}
+    tensors = {
+        name: (torch.rand((VOCAB, HIDDEN)[: 2 if name.endswith("weight") else 1], generator=generator) + 0.5).to(torch.bfloat16)
+        for name in VOCAB_NAMES
+    }
     save_file(tensors, str(root / "model.safetensors"))
     return root
 
@@ -317,8 +338,17 @@ def tensor_parallel(tp: int, rank: int) -> None:
     from types import SimpleNamespace
 
     group = SimpleNamespace(world_size=tp, rank_in_group=rank)
-    sglang_oracle.override_parallel(tp_size=tp, tp_rank=rank, attn_tp_size=tp, attn_tp_rank=rank, moe_ep_size=tp,
-                                    moe_ep_rank=rank, tp_group=group, attn_tp_group=group, moe_ep_group=group)
+    sglang_oracle.override_parallel(
+        tp_size=tp,
+        tp_rank=rank,
+        attn_tp_size=tp,
+        attn_tp_rank=rank,
+        moe_ep_size=tp,
+        moe_ep_rank=rank,
+        tp_group=group,
+        attn_tp_group=group,
+        moe_ep_group=group,
+    )
 
 
 def vocab_holder(tp: int, rank: int) -> torch.nn.Module:
@@ -364,8 +394,8 @@ def test_each_tensor_parallel_ranks_vocabulary_rows_equal_sglangs_own_loading(vo
         for name, param in dict(stock.named_parameters()).items():  # the oracle is the layout it should be
             first, end, rows = rank_rows(padding[name], tp, rank)
             assert param.shape[0] == rows and (rank < tp - 1 or end - first < rows), (name, rank)  # last: padding
-            assert torch.equal(param[:end - first].view(torch.uint8), stored[name][first:end].view(torch.uint8))
-            assert not param[end - first:].view(torch.uint8).any(), (name, rank)
+            assert torch.equal(param[: end - first].view(torch.uint8), stored[name][first:end].view(torch.uint8))
+            assert not param[end - first :].view(torch.uint8).any(), (name, rank)
             read += stored[name][first:end].numel() * 2
         assert_parameters_equal(ours, stock, f"SGLang's own loading at TP rank {rank} of {tp}")
         stats = loader.stats
@@ -390,10 +420,16 @@ def test_other_vocabulary_layouts_keep_sglangs_path(vocab_checkpoint, layout):
         root = _Module()
         with torch.device(CPU):
             added = {"org_num_embeddings": VOCAB} if layout == "added vocabulary" else {}
-            _place(root, "model.embed_tokens", VocabParallelEmbedding(VOCAB + (16 if added else 0), HIDDEN,
-                                                                      params_dtype=torch.bfloat16, **added))
-            _place(root, "lm_head", ParallelLMHead(VOCAB, HIDDEN, bias=True, params_dtype=torch.bfloat16,
-                                                   use_presharded_weights=layout == "presharded"))
+            _place(
+                root,
+                "model.embed_tokens",
+                VocabParallelEmbedding(VOCAB + (16 if added else 0), HIDDEN, params_dtype=torch.bfloat16, **added),
+            )
+            _place(
+                root,
+                "lm_head",
+                ParallelLMHead(VOCAB, HIDDEN, bias=True, params_dtype=torch.bfloat16, use_presharded_weights=layout == "presharded"),
+            )
         if layout == "packed":
             root.lm_head.quant_method = PackWeightMethod(weight_names=["weight"])
         given = dict(sglang_weights(vocab_checkpoint))

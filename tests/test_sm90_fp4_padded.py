@@ -32,16 +32,19 @@ def poisoned_empty(monkeypatch):
 def padded_stack(parts, rows, row_bytes):
     out = torch.zeros(parts[0].shape[0], len(parts) * rows, row_bytes, dtype=torch.uint8)
     for index, part in enumerate(parts):
-        out[:, index * rows:index * rows + part.shape[1], :part.shape[2]] = part
+        out[:, index * rows : index * rows + part.shape[1], : part.shape[2]] = part
     return out
 
 
 @pytest.mark.parametrize("layout", ["v2", "v1"])
-@pytest.mark.parametrize("experts, source_rows, source_bytes, rows, row_bytes", [
-    (2, 40, 48, 64, 64),     # rows and columns padded, the last block only half real
-    (1, 48, 64, 48, 64),     # nothing padded
-    (3, 16, 32, 32, 96),     # a whole padding block and two padding partitions
-])
+@pytest.mark.parametrize(
+    "experts, source_rows, source_bytes, rows, row_bytes",
+    [
+        (2, 40, 48, 64, 64),  # rows and columns padded, the last block only half real
+        (1, 48, 64, 48, 64),  # nothing padded
+        (3, 16, 32, 32, 96),  # a whole padding block and two padding partitions
+    ],
+)
 def test_padded_pairs_equal_kernel_on_the_padded_stack(layout, experts, source_rows, source_bytes, rows, row_bytes):
     pairs = random_u8(experts, 2 * source_rows, source_bytes, seed=source_rows + row_bytes)
     gate, up = pairs[:, 0::2], pairs[:, 1::2]  # strided row views, as a GPT-OSS W13 splits

@@ -35,13 +35,12 @@ def test_every_byte_lands_where_asked(data_file, staged, chunk_bytes, slots):
     for _ in range(2):  # the ring is re-used by a second read
         stats = reader.read(ranges)
         for (offset, n), dest in zip(PIECES, dests):
-            assert torch.equal(dest, data[offset:offset + n])
+            assert torch.equal(dest, data[offset : offset + n])
     assert stats.bytes == sum(n for _, n in PIECES) and stats.tensors == len(PIECES) and stats.device == "cpu"
 
 
 @pytest.mark.parametrize("slots, ring", [(3, 3), (2, 5)])
-def test_a_buffer_is_refilled_only_after_its_copy_and_at_most_slots_reads_run_at_once(data_file, monkeypatch, slots,
-                                                                                      ring):
+def test_a_buffer_is_refilled_only_after_its_copy_and_at_most_slots_reads_run_at_once(data_file, monkeypatch, slots, ring):
     """``slots`` threads, a ring of ``ring`` buffers: every buffer is used, at most ``slots`` reads run at once, and
     each buffer's events go wait, read, copy, wait, read, copy... (its next read starts only after the wait on its last
     copy's event). The events are stand-ins that log (on CPU the copies are synchronous)."""
@@ -77,7 +76,7 @@ def test_a_buffer_is_refilled_only_after_its_copy_and_at_most_slots_reads_run_at
     dests = [torch.empty(n, dtype=torch.uint8) for _, n in PIECES]
     reader.read(_ranges(path, dests))
     reader.close()
-    assert all(torch.equal(dest, data[offset:offset + n]) for (offset, n), dest in zip(PIECES, dests))
+    assert all(torch.equal(dest, data[offset : offset + n]) for (offset, n), dest in zip(PIECES, dests))
     assert peak[0] <= slots
     per_slot = {slot: [kind for kind, at in log if at == slot] for slot in range(ring)}
     chunks = sum(-(-n // 1024) for _, n in PIECES)
@@ -97,8 +96,9 @@ def test_a_file_ending_early_names_the_tensor(data_file, staged):
     path, _ = data_file
     ranges = [ByteRange(str(path), 49_000, torch.empty(5000, dtype=torch.uint8), "model.layers.0.mlp.experts.w2_weight")]
     reader = StagedReader(torch.device("cpu"), chunk_bytes=1024, slots=2, staged=staged)
-    with pytest.raises(MoebakeError,
-                       match=r"blob.bin: tensor model.layers.0.mlp.experts.w2_weight is truncated \(file ends at byte 50000\)"):
+    with pytest.raises(
+        MoebakeError, match=r"blob.bin: tensor model.layers.0.mlp.experts.w2_weight is truncated \(file ends at byte 50000\)"
+    ):
         reader.read(ranges)
 
 
@@ -123,7 +123,7 @@ def test_the_reading_threads_and_the_ring_are_kept_between_reads_until_closed(da
     reader.close()
     assert not any(t.is_alive() for t in first) and reader._staging == []
     reader.read(_ranges(path, dests))  # starts again after close
-    assert all(torch.equal(dest, data[offset:offset + n]) for (offset, n), dest in zip(PIECES, dests))
+    assert all(torch.equal(dest, data[offset : offset + n]) for (offset, n), dest in zip(PIECES, dests))
     reader.close()
 
 
@@ -195,7 +195,7 @@ def test_staged_reads_go_through_the_ring_only(data_file, monkeypatch):
     assert len(ring) == 3 and all(size == 1024 for _, size in ring)
     assert len(seen) == sum(-(-n // 1024) for _, n in PIECES)
     assert all(any(start <= ptr and ptr + n <= start + size for start, size in ring) for ptr, n in seen)
-    assert all(torch.equal(dest, data[offset:offset + n]) for (offset, n), dest in zip(PIECES, dests))
+    assert all(torch.equal(dest, data[offset : offset + n]) for (offset, n), dest in zip(PIECES, dests))
     reader.close()
 
 
@@ -221,19 +221,21 @@ def test_a_slice_of_each_tensor_reads_no_bytes_beyond_the_slices(tmp_path):
     benchkit().evict_from_page_cache([path])  # written back, then out of the page cache: its bytes come from the disk
     before = _block_device_bytes_read()
     StagedReader(torch.device("cpu"), staged=True, chunk_bytes=1 << 20).read(
-        [ByteRange(str(path), offset, dest, f"t{i}") for i, ((offset, _), dest) in enumerate(zip(slices, dests))])
+        [ByteRange(str(path), offset, dest, f"t{i}") for i, ((offset, _), dest) in enumerate(zip(slices, dests))]
+    )
     read, asked = _block_device_bytes_read() - before, sum(n for _, n in slices)
-    assert all(dest.numpy().tobytes() == data[offset:offset + n] for (offset, n), dest in zip(slices, dests))
+    assert all(dest.numpy().tobytes() == data[offset : offset + n] for (offset, n), dest in zip(slices, dests))
     if read < asked:
-        pytest.skip(f"{read} of the {asked} bytes came from the disk: this filesystem (tmpfs, or one that ignores "
-                    "POSIX_FADV_DONTNEED) kept the file in memory")
+        pytest.skip(
+            f"{read} of the {asked} bytes came from the disk: this filesystem (tmpfs, or one that ignores "
+            "POSIX_FADV_DONTNEED) kept the file in memory"
+        )
     assert read == asked
 
 
 def test_the_readers_descriptors_have_readahead_off(data_file, monkeypatch):
     advised = []
-    monkeypatch.setattr(staged_reader.os, "posix_fadvise", lambda fd, offset, length, advice: advised.append(advice),
-                        raising=False)
+    monkeypatch.setattr(staged_reader.os, "posix_fadvise", lambda fd, offset, length, advice: advised.append(advice), raising=False)
     monkeypatch.setattr(staged_reader.os, "POSIX_FADV_RANDOM", 1, raising=False)
     path, data = data_file
     dest = torch.empty(1000, dtype=torch.uint8)
@@ -266,7 +268,7 @@ def test_start_ring_pins_the_ring_in_a_reading_thread_and_the_first_read_takes_i
     dests = [torch.empty(n, dtype=torch.uint8) for _, n in PIECES]
     reader.read(_ranges(path, dests))
     assert len(calls) == 1 and len(reader._staging) == 3 and reader.ring_wait_seconds < 0.1
-    assert all(torch.equal(dest, data[offset:offset + n]) for (offset, n), dest in zip(PIECES, dests))
+    assert all(torch.equal(dest, data[offset : offset + n]) for (offset, n), dest in zip(PIECES, dests))
     reader.start_ring()  # the ring is there: nothing to do
     assert len(calls) == 1 and reader._ring_started is None
     reader.close()
@@ -294,5 +296,5 @@ def test_close_drops_a_ring_being_pinned_and_a_later_read_makes_its_own(data_fil
     assert reader._ring_started is None and reader._staging == []
     dests = [torch.empty(n, dtype=torch.uint8) for _, n in PIECES]
     reader.read(_ranges(path, dests))
-    assert all(torch.equal(dest, data[offset:offset + n]) for (offset, n), dest in zip(PIECES, dests))
+    assert all(torch.equal(dest, data[offset : offset + n]) for (offset, n), dest in zip(PIECES, dests))
     reader.close()

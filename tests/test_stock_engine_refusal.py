@@ -32,9 +32,16 @@ def test_config_names_moebake_the_original_and_the_manifest_hash(baked, gpt_oss_
     quant = config.pop("quantization_config")
     assert config == {k: v for k, v in source.items() if k != "quantization_config"}
     manifest = json.loads((baked / "moebake.json").read_text())
-    assert quant == {"quant_method": "moebake", "original": source["quantization_config"], "original_file": "config.json",
-                     "manifest": "moebake.json", "manifest_sha256": manifest_digest(manifest), "target": "sm90-cutlass",
-                     "engine": "sglang", "engine_version": "0.5.23"}
+    assert quant == {
+        "quant_method": "moebake",
+        "original": source["quantization_config"],
+        "original_file": "config.json",
+        "manifest": "moebake.json",
+        "manifest_sha256": manifest_digest(manifest),
+        "target": "sm90-cutlass",
+        "engine": "sglang",
+        "engine_version": "0.5.23",
+    }
     assert "config.json" in manifest["files"]
 
 

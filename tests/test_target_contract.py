@@ -33,10 +33,16 @@ class ToyBf16(Target):
     """A toy target: BF16 experts with W13 rows ``[up; gate]`` (all a new target needs: spec, bake, restore)."""
 
     spec = TargetSpec(
-        name="toy-bf16", layout_version=1, source_formats=("bf16-moe",), kernel="a toy `[up; gate]` BF16 layout",
-        arch="Hopper (SM90)", gpus=(GpuFamily.SM90,),
-        tensors=(TensorSpec("w13_weight", DType.BF16, "E, 2 * I, H", gate_up_order=GateUpOrder.UP_GATE),
-                 TensorSpec("w2_weight", DType.BF16, "E, H, I")),
+        name="toy-bf16",
+        layout_version=1,
+        source_formats=("bf16-moe",),
+        kernel="a toy `[up; gate]` BF16 layout",
+        arch="Hopper (SM90)",
+        gpus=(GpuFamily.SM90,),
+        tensors=(
+            TensorSpec("w13_weight", DType.BF16, "E, 2 * I, H", gate_up_order=GateUpOrder.UP_GATE),
+            TensorSpec("w2_weight", DType.BF16, "E, H, I"),
+        ),
     )
 
     def layer_tensors(self, model, layer, dims: LayerDims, options: ConvertOptions) -> dict[str, Planned]:
@@ -50,8 +56,10 @@ class ToyBf16(Target):
             produce = zip_expert_chunks(model.checkpoint, sources, dims.experts, options.chunk_bytes, combine)
             return Planned(produce, stored_names(sources, dims.experts), sources[0] if len(sources) == 1 else sources, order)
 
-        return {"w13_weight": planned(layer.gate_up, up_gate, GateUpOrder.GATE_UP if layer.fused else GateUpOrder.SEPARATE),
-                "w2_weight": planned((layer.down,), lambda down: down, None)}
+        return {
+            "w13_weight": planned(layer.gate_up, up_gate, GateUpOrder.GATE_UP if layer.fused else GateUpOrder.SEPARATE),
+            "w2_weight": planned((layer.down,), lambda down: down, None),
+        }
 
     def restore(self, record, baked, layout):
         up, gate = split_halves(baked["w13_weight"], (record.intermediate, record.hidden))
@@ -97,8 +105,9 @@ def baked(sources, tmp_path_factory):
     def bake(target: str, source: str):
         if (target, source) not in outs:
             # allow_inexact: the toy target has no engine profile (convert refuses such a bake otherwise)
-            outs[target, source] = convert(sources[source], root / f"{target}-{source}", ConvertOptions(target), progress=False,
-                                           allow_inexact=True)
+            outs[target, source] = convert(
+                sources[source], root / f"{target}-{source}", ConvertOptions(target), progress=False, allow_inexact=True
+            )
         return root / f"{target}-{source}"
 
     return bake
@@ -168,7 +177,8 @@ def test_each_runtime_is_for_the_target_it_serves():
     """``moebake.serve.RUNTIMES`` (the serving records' ``moebake.serve`` routes) gives each target a runtime class
     made for that target."""
     assert moebake.serve.RUNTIMES and {name: runtime.target for name, runtime in moebake.serve.RUNTIMES.items()} == {
-        name: name for name in moebake.serve.RUNTIMES}
+        name: name for name in moebake.serve.RUNTIMES
+    }
 
 
 @pytest.mark.parametrize("source", list(SOURCES))

@@ -96,10 +96,13 @@ def test_a_target_without_the_flashinfer_sm90_layout_records_none(target):
         assert ConvertOptions(**options.as_dict()) == options
 
 
-@pytest.mark.parametrize("option, value, message", [
-    ("flashinfer_layout", "v3", "--flashinfer-layout 'v3': expected one of v2, v1"),
-    ("gate_up_globals", "average", "--gate-up-globals 'average': expected one of share, keep"),
-])
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("flashinfer_layout", "v3", "--flashinfer-layout 'v3': expected one of v2, v1"),
+        ("gate_up_globals", "average", "--gate-up-globals 'average': expected one of share, keep"),
+    ],
+)
 def test_an_option_outside_its_enum(option, value, message):
     with pytest.raises(OptionError, match=f"^{re.escape(message)}$"):
         ConvertOptions(target="sm90-cutlass", **{option: value})
@@ -107,8 +110,12 @@ def test_an_option_outside_its_enum(option, value, message):
 
 def test_no_built_in_raises_left():
     pattern = re.compile(r"raise (ValueError|RuntimeError|TypeError|KeyError|AssertionError)\b")
-    found = [f"{path.relative_to(MOEBAKE.parent)}:{number}" for path in sorted(MOEBAKE.rglob("*.py"))
-             for number, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    found = [
+        f"{path.relative_to(MOEBAKE.parent)}:{number}"
+        for path in sorted(MOEBAKE.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
     assert found == []
 
 

@@ -86,14 +86,14 @@ def test_every_safetensors_dtype_passes_through_as_bytes(gpt_oss_copy, tmp_path)
     header, offsets = encode_header(extra, {"format": "pt"})
     sizes = [DTYPES[d][1] * 32 // 8 for _, d, _ in extra]
     payload = bytes(range(256)) * 2
-    data = b"".join(payload[o % 200:o % 200 + n] for o, n in zip(offsets, sizes))
+    data = b"".join(payload[o % 200 : o % 200 + n] for o, n in zip(offsets, sizes))
     (gpt_oss_copy / "model-extra.safetensors").write_bytes(header + data)
     index = json.loads((gpt_oss_copy / INDEX).read_text())
     index["weight_map"].update({name: "model-extra.safetensors" for name, _, _ in extra})
     (gpt_oss_copy / INDEX).write_text(json.dumps(index))
     out = tmp_path / "out"
     convert(gpt_oss_copy, out, "sm90-cutlass")
-    assert (out / "model-extra.safetensors").read_bytes()[len(header):] == data
+    assert (out / "model-extra.safetensors").read_bytes()[len(header) :] == data
     assert shard.exists()
     with safe_open(out / "model-extra.safetensors", framework="numpy") as f:
         assert sorted(f.keys()) == sorted(name for name, _, _ in extra)

@@ -33,8 +33,10 @@ def test_a_missing_index_is_one_mismatch(copy):
     assert verify_output(copy) == [f"{copy / INDEX}: listed in moebake.json but missing"]
     result = CliRunner().invoke(main, ["verify", str(copy), "--quiet"])
     assert result.exit_code == 1
-    assert result.stderr.splitlines() == [f"mismatch: {copy / INDEX}: listed in moebake.json but missing",
-                                          f"failed: {copy}: 1 mismatch in 1 file"]
+    assert result.stderr.splitlines() == [
+        f"mismatch: {copy / INDEX}: listed in moebake.json but missing",
+        f"failed: {copy}: 1 mismatch in 1 file",
+    ]
 
 
 def test_without_the_index_the_shards_headers_are_still_checked(copy):
@@ -46,8 +48,10 @@ def test_without_the_index_the_shards_headers_are_still_checked(copy):
 def test_a_missing_index_and_a_missing_shard_are_two_mismatches(copy):
     (copy / INDEX).unlink()
     (copy / SHARD1).unlink()
-    assert verify_output(copy) == [f"{copy / SHARD1}: listed in moebake.json but missing",
-                                   f"{copy / INDEX}: listed in moebake.json but missing"]
+    assert verify_output(copy) == [
+        f"{copy / SHARD1}: listed in moebake.json but missing",
+        f"{copy / INDEX}: listed in moebake.json but missing",
+    ]
 
 
 def test_a_damaged_index_is_one_mismatch(copy):
@@ -66,5 +70,4 @@ def test_a_failed_check_before_the_source_is_not_reported_against_it(copy, gpt_o
     assert result.exit_code == 1
     lines = result.stderr.splitlines()
     assert len(lines) == 2 and lines[0].startswith(f"mismatch: {copy / SHARD0}: ") and "mismatch (manifest" in lines[0], lines
-    assert lines[1] == (f"failed: {copy}: 1 mismatch in 1 file (not compared with {gpt_oss_tiny}: the bake fails its own "
-                        "checks first)")
+    assert lines[1] == (f"failed: {copy}: 1 mismatch in 1 file (not compared with {gpt_oss_tiny}: the bake fails its own checks first)")

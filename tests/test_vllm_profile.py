@@ -39,10 +39,13 @@ def _release_of(record: dict) -> str:
     ``version`` (another engine's bake names its newest release in ``serves``, and lists the others)."""
     return vllm_oracle.VLLM_VERSION if vllm_oracle.VLLM_VERSION in record.get("releases", ()) else record["version"]
 
+
 if not vllm_oracle.vllm_installed():
     pytest.skip(f"vllm {vllm_oracle.VLLM_VERSION} is not installed (bin/setup installs it)", allow_module_level=True)
 
 KERNELS = {"v2": kernel_interleave_v2, "v1": kernel_interleave_v1}
+
+
 def _assert_bake_equals_vllm(out, layer_prefix, engine_params, parameter_names):
     baked = load_all(out)
     by_engine_name = {engine: short for short, engine in parameter_names.items()}
@@ -53,11 +56,14 @@ def _assert_bake_equals_vllm(out, layer_prefix, engine_params, parameter_names):
         assert torch.equal(got.view(torch.uint8), expected.contiguous().view(torch.uint8)), f"{name} differs from vLLM's"
 
 
-@pytest.mark.parametrize("hidden, intermediate", [
-    (160, 96),     # pads H 160 -> 256, I 96 -> 128 (zeros)
-    (2880, 128),   # GPT-OSS's H: 2880 -> 2944 (vLLM pads to 128, SGLang to 256)
-    (256, 64),     # no hidden padding: the same bytes as SGLang 0.5.23's, so the bake serves both
-])
+@pytest.mark.parametrize(
+    "hidden, intermediate",
+    [
+        (160, 96),  # pads H 160 -> 256, I 96 -> 128 (zeros)
+        (2880, 128),  # GPT-OSS's H: 2880 -> 2944 (vLLM pads to 128, SGLang to 256)
+        (256, 64),  # no hidden padding: the same bytes as SGLang 0.5.23's, so the bake serves both
+    ],
+)
 def test_gpt_oss_flashinfer_cutlass_equals_vllm(tmp_path, hidden, intermediate):
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=hidden, intermediate=intermediate, vocab=32)
     manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", engine=VLLM), progress=False).to_json()
@@ -76,20 +82,25 @@ def test_gpt_oss_flashinfer_cutlass_equals_vllm(tmp_path, hidden, intermediate):
 def test_sglang_bake_of_an_unpadded_hidden_size_serves_vllm_too(tmp_path):
     """The other direction: the default (SGLang) profile's bake lists vLLM when its bytes are vLLM's."""
     source = write_gpt_oss(tmp_path / "src", num_layers=1, num_experts=2, hidden=256, intermediate=96, vocab=32)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", flashinfer_layout=flashinfer_layout_here()),
-                       progress=False).to_json()
+    manifest = convert(
+        source, tmp_path / "out", ConvertOptions("sm90-cutlass", flashinfer_layout=flashinfer_layout_here()), progress=False
+    ).to_json()
     assert manifest["engine"]["name"] == "sglang"
     assert [(e["name"], e["exact"], e["parameter_names"]) for e in manifest["serves"]] == [
-        ("vllm", True, {"w13_weight_bias": "w13_bias", "w2_weight_bias": "w2_bias"})]
+        ("vllm", True, {"w13_weight_bias": "w13_bias", "w2_weight_bias": "w2_bias"})
+    ]
     engine = vllm_oracle.gpt_oss_flashinfer_cutlass(source, 0, KERNELS[flashinfer_layout_here()])
     _assert_bake_equals_vllm(tmp_path / "out", "model.layers.0.mlp.experts.", engine, manifest["serves"][0]["parameter_names"])
 
 
-@pytest.mark.parametrize("hidden, intermediate", [
-    (160, 96),     # pads H 160 -> 256, I 96 -> 128 (256 before vLLM 0.27.0) (zero scale padding, where SGLang leaves 127)
-    (2880, 128),   # GPT-OSS's H: 2880 -> 3072, as SGLang pads it
-    (256, 128),    # H not padded; I neither from vLLM 0.27.0 on: the same bytes as SGLang 0.5.23's, so the bake serves both
-])
+@pytest.mark.parametrize(
+    "hidden, intermediate",
+    [
+        (160, 96),  # pads H 160 -> 256, I 96 -> 128 (256 before vLLM 0.27.0) (zero scale padding, where SGLang leaves 127)
+        (2880, 128),  # GPT-OSS's H: 2880 -> 3072, as SGLang pads it
+        (256, 128),  # H not padded; I neither from vLLM 0.27.0 on: the same bytes as SGLang 0.5.23's, so the bake serves both
+    ],
+)
 def test_gpt_oss_sm100_trtllm_equals_vllm(tmp_path, hidden, intermediate):
     """GPT-OSS on SM100: vLLM's GptOssMxfp4MoEMethod with FLASHINFER_TRTLLM_MXFP4_BF16 holds the bake's six tensors byte
     for byte (biases F32, under vLLM's names), H padded to 256 and I to 128 (256 before 0.27.0) with zeros, as vLLM's
@@ -100,19 +111,36 @@ def test_gpt_oss_sm100_trtllm_equals_vllm(tmp_path, hidden, intermediate):
     engine_record, record = manifest["engine"], manifest["layers"][0]
     profile = release_profile(parse_engine(VLLM)).target("sm100-trtllm", "gpt-oss")
     assert (engine_record["name"], engine_record["version"], engine_record["exact"], engine_record["runner_backend"]) == (
-        "vllm", vllm_oracle.VLLM_VERSION, True, "flashinfer_trtllm")
-    assert (engine_record["hidden_multiple"], engine_record["intermediate_multiple"], engine_record["hidden_scale_fill"],
-            engine_record.get("intermediate_scale_fill", 0)) == (profile.hidden_multiple, profile.intermediate_multiple, 0, 0)
+        "vllm",
+        vllm_oracle.VLLM_VERSION,
+        True,
+        "flashinfer_trtllm",
+    )
+    assert (
+        engine_record["hidden_multiple"],
+        engine_record["intermediate_multiple"],
+        engine_record["hidden_scale_fill"],
+        engine_record.get("intermediate_scale_fill", 0),
+    ) == (profile.hidden_multiple, profile.intermediate_multiple, 0, 0)
     engine = vllm_oracle.gpt_oss_sm100_trtllm(source, 0)
-    assert (engine.pop("hidden_dim"), engine.pop("intermediate_size_per_partition")) == (
-        record["hidden_padded"], record["intermediate_padded"]) == (
-        -(-hidden // profile.hidden_multiple) * profile.hidden_multiple,
-        -(-intermediate // profile.intermediate_multiple) * profile.intermediate_multiple)
+    assert (
+        (engine.pop("hidden_dim"), engine.pop("intermediate_size_per_partition"))
+        == (record["hidden_padded"], record["intermediate_padded"])
+        == (
+            -(-hidden // profile.hidden_multiple) * profile.hidden_multiple,
+            -(-intermediate // profile.intermediate_multiple) * profile.intermediate_multiple,
+        )
+    )
     assert set(record["tensors"]) - {engine_record["parameter_names"].get(n, n) for n in record["tensors"]} == {
-        "w13_weight_bias", "w2_weight_bias"}
+        "w13_weight_bias",
+        "w2_weight_bias",
+    }
     _assert_bake_equals_vllm(tmp_path / "out", "model.layers.0.mlp.experts.", engine, engine_record["parameter_names"])
     assert set(record["tensors"]) - {"w13_weight_bias", "w2_weight_bias"} - set(engine) == {
-        "gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit"}
+        "gemm1_alpha",
+        "gemm1_beta",
+        "gemm1_clamp_limit",
+    }
     padded = (hidden, intermediate) != (record["hidden_padded"], record["intermediate_padded"])
     assert [(e["name"], e["version"]) for e in manifest["serves"]] == ([] if padded else [("sglang", "0.5.23")])
     sglang = convert(source, tmp_path / "sglang", ConvertOptions("sm100-trtllm"), progress=False).to_json()
@@ -129,19 +157,27 @@ def test_deepseek_v4_flashinfer_cutlass_equals_vllm(tmp_path, hidden, intermedia
     """DeepSeek-V4 MXFP4 on SM90: vLLM's generic Mxfp4MoEMethod (FLASHINFER_CUTLASS_MXFP4_BF16) holds the bake's four
     tensors byte for byte, under the bake's names. SGLang 0.5.23's bake is the same bytes (nothing is padded), so
     either engine's bake lists the other in ``serves``."""
-    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate,
-                               mtp_layers=0)
-    manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-cutlass", engine=_spec(engine),
-                                                                flashinfer_layout=flashinfer_layout_here()), progress=False).to_json()
+    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate, mtp_layers=0)
+    manifest = convert(
+        source,
+        tmp_path / "out",
+        ConvertOptions("sm90-cutlass", engine=_spec(engine), flashinfer_layout=flashinfer_layout_here()),
+        progress=False,
+    ).to_json()
     record = manifest["layers"][0]
     assert (manifest["engine"]["name"], manifest["engine"]["exact"]) == (engine, True)
     vllm = manifest["engine"] if engine == "vllm" else manifest["serves"][0]
     assert [(e["name"], e["exact"]) for e in manifest["serves"]] == [({"vllm": "sglang", "sglang": "vllm"}[engine], True)]
     assert (vllm["name"], _release_of(vllm), vllm["runner_backend"], vllm["parameter_names"]) == (
-        "vllm", vllm_oracle.VLLM_VERSION, "flashinfer_cutlass", {})
+        "vllm",
+        vllm_oracle.VLLM_VERSION,
+        "flashinfer_cutlass",
+        {},
+    )
     assert vllm["engine_method"] == "vllm.model_executor.layers.quantization.mxfp4.Mxfp4MoEMethod"
-    engine_params = vllm_oracle.deepseek_v4_flashinfer_cutlass(source, record["prefix"], 3, hidden, intermediate,
-                                                               KERNELS[flashinfer_layout_here()])
+    engine_params = vllm_oracle.deepseek_v4_flashinfer_cutlass(
+        source, record["prefix"], 3, hidden, intermediate, KERNELS[flashinfer_layout_here()]
+    )
     assert sorted(engine_params) == sorted(record["tensors"]) == sorted(MXFP4_WEIGHTS)
     baked = load_all(tmp_path / "out")
     for name, expected in engine_params.items():
@@ -157,8 +193,7 @@ def test_deepseek_v4_sm100_trtllm_equals_vllm(tmp_path, hidden, intermediate, en
     tensors byte for byte (vLLM views the weights as uint8, the bake keeps the checkpoint's int8), under the bake's
     names, with H and I unpadded; SGLang 0.5.23's bake is the same bytes, so either lists the other in ``serves``.
     The bake's gemm1_clamp_limit is not a vLLM parameter (vLLM's trtllm-gen kernel takes config.json's swiglu_limit)."""
-    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate,
-                               mtp_layers=0)
+    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate, mtp_layers=0)
     profile = release_profile(parse_engine(VLLM)).target("sm100-trtllm", "deepseek-v4")
     if intermediate % profile.intermediate_multiple:  # vLLM before 0.27.0 pads I to 256: the release refuses the model
         _assert_vllm_pads_deepseek_v4_sm100(tmp_path, source, hidden, intermediate, profile)
@@ -168,7 +203,12 @@ def test_deepseek_v4_sm100_trtllm_equals_vllm(tmp_path, hidden, intermediate, en
     vllm = manifest["engine"] if engine == "vllm" else manifest["serves"][0]
     assert [(e["name"], e["exact"]) for e in manifest["serves"]] == [({"vllm": "sglang", "sglang": "vllm"}[engine], True)]
     assert (vllm["name"], _release_of(vllm), vllm["runner_backend"], vllm["hidden_multiple"], vllm["exact"]) == (
-        "vllm", vllm_oracle.VLLM_VERSION, "flashinfer_trtllm", profile.hidden_multiple, True)
+        "vllm",
+        vllm_oracle.VLLM_VERSION,
+        "flashinfer_trtllm",
+        profile.hidden_multiple,
+        True,
+    )
     engine_params = vllm_oracle.deepseek_v4_sm100_trtllm(source, record["prefix"], 3, hidden, intermediate)
     assert (engine_params.pop("hidden_dim"), engine_params.pop("intermediate_size_per_partition")) == (hidden, intermediate)
     assert sorted(engine_params) == sorted(MXFP4_WEIGHTS) and set(record["tensors"]) == {*MXFP4_WEIGHTS, "gemm1_clamp_limit"}
@@ -186,8 +226,10 @@ def _assert_vllm_pads_deepseek_v4_sm100(tmp_path, source, hidden, intermediate, 
     from moebake.errors import UnsupportedError
 
     engine_params = vllm_oracle.deepseek_v4_sm100_trtllm(source, "layers.0.ffn.experts.", 3, hidden, intermediate)
-    padded = (-(-hidden // profile.hidden_multiple) * profile.hidden_multiple,
-              -(-intermediate // profile.intermediate_multiple) * profile.intermediate_multiple)
+    padded = (
+        -(-hidden // profile.hidden_multiple) * profile.hidden_multiple,
+        -(-intermediate // profile.intermediate_multiple) * profile.intermediate_multiple,
+    )
     assert padded != (hidden, intermediate)
     assert (engine_params["hidden_dim"], engine_params["intermediate_size_per_partition"]) == padded
     assert tuple(engine_params["w2_weight"].shape[1:]) == (padded[0], padded[1] // 2)
@@ -213,10 +255,13 @@ def test_deepseek_v4_sm100_trtllm_with_a_hidden_size_vllm_pads(tmp_path):
     assert manifest["serves"] == []
 
 
-@pytest.mark.parametrize("hidden, intermediate, mismatches", [
-    (384, 128, ()),                        # H 384 -> 512 (vLLM's 256-wide K tiles), I needs none
-    (256, 64, MODELOPT_MISMATCHES),        # no padding: SGLang 0.5.23's bytes too; experts 1, 3 differ (kept apart)
-])
+@pytest.mark.parametrize(
+    "hidden, intermediate, mismatches",
+    [
+        (384, 128, ()),  # H 384 -> 512 (vLLM's 256-wide K tiles), I needs none
+        (256, 64, MODELOPT_MISMATCHES),  # no padding: SGLang 0.5.23's bytes too; experts 1, 3 differ (kept apart)
+    ],
+)
 def test_modelopt_nvfp4_cutedsl_equals_vllm(tmp_path, hidden, intermediate, mismatches):
     """vLLM's ModelOptNvFp4FusedMoE on the source (--moe-backend flashinfer_cutedsl, its conversion): its W13/W2
     weights and swizzled block scales equal the bake's byte for byte, its four per-expert scalars equal the
@@ -224,8 +269,9 @@ def test_modelopt_nvfp4_cutedsl_equals_vllm(tmp_path, hidden, intermediate, mism
     are the manifest's."""
     from moebake.engines.vllm.nvfp4 import cutedsl_scalars
 
-    source = write_modelopt_nvfp4(tmp_path / "src", num_layers=2, num_experts=4, hidden=hidden, intermediate=intermediate,
-                                  mismatches=mismatches)
+    source = write_modelopt_nvfp4(
+        tmp_path / "src", num_layers=2, num_experts=4, hidden=hidden, intermediate=intermediate, mismatches=mismatches
+    )
     options = ConvertOptions("cutedsl", engine=VLLM, gate_up_globals="keep" if mismatches else "share")
     manifest = convert(source, tmp_path / "out", options, progress=False).to_json()
     engine_record, record = manifest["engine"], manifest["layers"][0]
@@ -233,17 +279,22 @@ def test_modelopt_nvfp4_cutedsl_equals_vllm(tmp_path, hidden, intermediate, mism
     assert (engine_record["name"], engine_record["exact"], engine_record["hidden_multiple"]) == ("vllm", True, multiple)
     assert [(e["name"], e["version"]) for e in manifest["serves"]] == ([("sglang", "0.5.23")] if hidden % multiple == 0 else [])
     engine = vllm_oracle.modelopt_nvfp4_cutedsl(source, record["prefix"], 4, hidden, intermediate)
-    assert (engine.pop("hidden_dim"), engine.pop("intermediate_size_per_partition")) == (
-        record["hidden_padded"], record["intermediate_padded"]) == (-(-hidden // multiple) * multiple, intermediate)
+    assert (
+        (engine.pop("hidden_dim"), engine.pop("intermediate_size_per_partition"))
+        == (record["hidden_padded"], record["intermediate_padded"])
+        == (-(-hidden // multiple) * multiple, intermediate)
+    )
     baked = {short: tensor for short, tensor in load_all(tmp_path / "out").items()}
     prefix = record["prefix"]
     for name in NVFP4_WEIGHTS:
         got, expected = baked[prefix + name], engine[name]
         assert (got.dtype, tuple(got.shape)) == (expected.dtype, tuple(expected.shape)), name
         assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{name} differs from vLLM's"
-    scalars = cutedsl_scalars({name: baked[prefix + name] for name in ("w13_weight_scale_2", "w2_weight_scale_2",
-                                                                       "w13_input_scale", "w2_input_scale")},
-                              torch.arange(4), enable_eplb=False)
+    scalars = cutedsl_scalars(
+        {name: baked[prefix + name] for name in ("w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale", "w2_input_scale")},
+        torch.arange(4),
+        enable_eplb=False,
+    )
     assert set(engine) == set(NVFP4_WEIGHTS) | set(scalars)
     for name, value in scalars.items():
         assert value.dtype == torch.float32 and torch.equal(value.view(torch.int32), engine[name].view(torch.int32)), name
@@ -281,7 +332,12 @@ def test_deepep_bf16_is_refused_for_vllm_with_the_reason_vllms_code_gives(tmp_pa
     why = NOT_SERVABLE[("vllm", "deepep-bf16", "bf16-moe")]
     backends = ("triton", "batched_triton", "flashinfer_trtllm", "flashinfer_cutlass", "aiter")
     assert [map_unquantized_backend(name).name for name in backends] == [
-        "TRITON", "BATCHED_TRITON", "FLASHINFER_TRTLLM", "FLASHINFER_CUTLASS", "AITER"]
+        "TRITON",
+        "BATCHED_TRITON",
+        "FLASHINFER_TRTLLM",
+        "FLASHINFER_CUTLASS",
+        "AITER",
+    ]
     for name in ("deep_gemm", "deepgemm"):
         with pytest.raises(ValueError, match="is not supported for unquantized MoE"):
             map_unquantized_backend(name)
@@ -293,15 +349,18 @@ def test_deepep_bf16_is_refused_for_vllm_with_the_reason_vllms_code_gives(tmp_pa
     record = manifest["layers"][0]
     baked = load_all(tmp_path / "sglang")
     w13, w2 = baked[record["prefix"] + "w13_weight"], baked[record["prefix"] + "w2_weight"]
-    triton13, triton2 = convert_to_unquantized_kernel_format(UnquantizedMoeBackend.BATCHED_TRITON, SimpleNamespace(),
-                                                             w13.clone(), w2.clone())
+    triton13, triton2 = convert_to_unquantized_kernel_format(
+        UnquantizedMoeBackend.BATCHED_TRITON, SimpleNamespace(), w13.clone(), w2.clone()
+    )
     assert torch.equal(triton13, w13) and torch.equal(triton2, w2)
-    cutlass13, _ = convert_to_unquantized_kernel_format(UnquantizedMoeBackend.FLASHINFER_CUTLASS,
-                                                        SimpleNamespace(is_act_and_mul=True), w13.clone(), w2.clone())
+    cutlass13, _ = convert_to_unquantized_kernel_format(
+        UnquantizedMoeBackend.FLASHINFER_CUTLASS, SimpleNamespace(is_act_and_mul=True), w13.clone(), w2.clone()
+    )
     assert torch.equal(cutlass13, torch.cat([w13[:, 32:], w13[:, :32]], 1))
 
-    result = CliRunner().invoke(main, ["convert", str(source), str(tmp_path / "vllm"), "--target", "deepep-bf16",
-                                       "--engine", "vllm", "--quiet"])
+    result = CliRunner().invoke(
+        main, ["convert", str(source), str(tmp_path / "vllm"), "--target", "deepep-bf16", "--engine", "vllm", "--quiet"]
+    )
     assert result.exit_code == 2 and result.output.count("\n") == 1 and result.output.startswith("error: "), result.output
     assert f"cannot serve deepep-bf16 bakes of bf16-moe checkpoints exactly ({why})" in result.output
     assert not (tmp_path / "vllm").exists()
@@ -324,8 +383,7 @@ def test_deepseek_v4_marlin_equals_vllm(tmp_path, hidden, intermediate, engine):
     tensors byte for byte, under the bake's names, with the CUDA ``gptq_marlin_repack`` done by vLLM's own Python
     reference of Marlin packing (``tests/kernel_emulation.py``). Nothing is padded, so SGLang 0.5.23's bake is the same
     bytes and either engine's bake lists the other in ``serves``."""
-    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate,
-                               mtp_layers=0)
+    source = write_deepseek_v4(tmp_path / "src", num_layers=1, num_experts=3, hidden=hidden, intermediate=intermediate, mtp_layers=0)
     manifest = convert(source, tmp_path / "out", ConvertOptions("sm90-marlin", engine=_spec(engine)), progress=False).to_json()
     record = manifest["layers"][0]
     assert (manifest["engine"]["name"], manifest["engine"]["exact"]) == (engine, True)
@@ -372,12 +430,17 @@ def test_gpt_oss_marlin_is_refused_for_vllm_and_says_why(tmp_path):
     checkpoint, prefix = load_all(source), "model.layers.0.mlp.experts."
     pairs = checkpoint[prefix + "gate_up_proj_blocks"].flatten(2)  # rows g0, u0, g1, u1, ...
     assert torch.equal(engine["w13_weight"], marlin.repack(pad_to(pairs, (2 * Ip, Hp // 2))))
-    assert torch.equal(engine["w13_weight_scale"].view(torch.uint8),
-                       marlin.permute_scales(pad_to(checkpoint[prefix + "gate_up_proj_scales"], (2 * Ip, Hp // 32), 0)))
-    assert torch.equal(engine["w2_weight_scale"].view(torch.uint8),
-                       marlin.permute_scales(pad_to(checkpoint[prefix + "down_proj_scales"], (Hp, Ip // 32), 0)))
-    assert torch.equal(engine["w13_bias"], marlin.permute_bias(pad_to(checkpoint[prefix + "gate_up_proj_bias"], (2 * Ip,)))
-                       .to(engine["w13_bias"].dtype))
+    assert torch.equal(
+        engine["w13_weight_scale"].view(torch.uint8),
+        marlin.permute_scales(pad_to(checkpoint[prefix + "gate_up_proj_scales"], (2 * Ip, Hp // 32), 0)),
+    )
+    assert torch.equal(
+        engine["w2_weight_scale"].view(torch.uint8),
+        marlin.permute_scales(pad_to(checkpoint[prefix + "down_proj_scales"], (Hp, Ip // 32), 0)),
+    )
+    assert torch.equal(
+        engine["w13_bias"], marlin.permute_bias(pad_to(checkpoint[prefix + "gate_up_proj_bias"], (2 * Ip,))).to(engine["w13_bias"].dtype)
+    )
 
     manifest = convert(source, tmp_path / "sglang", ConvertOptions("sm90-marlin"), progress=False).to_json()
     assert manifest["serves"] == []
@@ -387,10 +450,19 @@ def test_gpt_oss_marlin_is_refused_for_vllm_and_says_why(tmp_path):
     assert torch.equal(baked[prefix + "w2_weight"], engine["w2_weight"])  # W2 has no halves: only its scale padding differs
 
     why = NOT_SERVABLE[("vllm", "sm90-marlin", "gpt-oss")]
-    assert all(fact in why for fact in ("GptOssMxfp4MoEMethod", "prepare_moe_mxfp4_layer_for_marlin", "(gate, up) row pairs",
-                                        "zero scale padding", "SWIGLUOAI", "[gate; up] halves", "scale padding 127"))
+    assert all(
+        fact in why
+        for fact in (
+            "GptOssMxfp4MoEMethod",
+            "prepare_moe_mxfp4_layer_for_marlin",
+            "(gate, up) row pairs",
+            "zero scale padding",
+            "SWIGLUOAI",
+            "[gate; up] halves",
+            "scale padding 127",
+        )
+    )
     with pytest.raises(UnsupportedError) as refusal:
         convert(source, tmp_path / "out", ConvertOptions("sm90-marlin", engine=VLLM), progress=False)
     assert "\n" not in str(refusal.value)
-    assert f"vllm {vllm_oracle.VLLM_VERSION} cannot serve sm90-marlin bakes of gpt-oss checkpoints exactly ({why})" in str(
-        refusal.value)
+    assert f"vllm {vllm_oracle.VLLM_VERSION} cannot serve sm90-marlin bakes of gpt-oss checkpoints exactly ({why})" in str(refusal.value)

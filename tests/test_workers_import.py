@@ -30,11 +30,11 @@ class EditableFinder:
 sys.meta_path.insert(sys.meta_path.index(importlib.machinery.PathFinder) + 1, EditableFinder)
 '''
 
-CONSOLE_SCRIPT = '''import sys
+CONSOLE_SCRIPT = """import sys
 from moebake.cli import run
 if __name__ == "__main__":
     sys.exit(run())
-'''
+"""
 
 
 def test_workers_started_beside_a_moebake_folder_import_the_installed_package(gpt_oss_tiny, tmp_path):
@@ -45,9 +45,27 @@ def test_workers_started_beside_a_moebake_folder_import_the_installed_package(gp
     (scripts / "moebake").write_text(CONSOLE_SCRIPT)  # as pip's console script: sys.path[0] is its folder, not the cwd
     environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     environment["PYTHONPATH"] = str(site)
-    done = subprocess.run([sys.executable, str(scripts / "moebake"), "convert", str(gpt_oss_tiny), "out", "--target",
-                           "sm90-cutlass", "--quiet", "--workers", "2", "--writers-per-device", "2"],
-                          cwd=here, env=environment, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(scripts / "moebake"),
+            "convert",
+            str(gpt_oss_tiny),
+            "out",
+            "--target",
+            "sm90-cutlass",
+            "--quiet",
+            "--workers",
+            "2",
+            "--writers-per-device",
+            "2",
+        ],
+        cwd=here,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr == "", done.stderr
     assert sorted(p.name for p in here.iterdir()) == ["moebake", "out"]

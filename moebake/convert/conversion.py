@@ -64,8 +64,13 @@ class Conversion:
     def checkpoint(self) -> SourceCheckpoint:
         return self.model.checkpoint
 
-    def bake(self, shard: OutputShard, path: str | os.PathLike, on_bytes: Callable[[int], object],
-             write: Callable[[OutputShard, str | os.PathLike, Callable[[int], object]], str]) -> tuple[str, str | None]:
+    def bake(
+        self,
+        shard: OutputShard,
+        path: str | os.PathLike,
+        on_bytes: Callable[[int], object],
+        write: Callable[[OutputShard, str | os.PathLike, Callable[[int], object]], str],
+    ) -> tuple[str, str | None]:
         """Write ``shard`` to ``path`` with ``write`` (:func:`moebake.convert.writer.write_shard`).
 
         Returns the written file's hex digest and the checksum of the source shard of the same name

@@ -48,6 +48,8 @@ def write_depth() -> int:
     """How many :data:`WRITE_BLOCK` writes an ``O_DIRECT`` output file keeps in flight (:data:`WRITE_DEPTH_ENV`)."""
     value = os.environ.get(WRITE_DEPTH_ENV, "")
     return max(1, int(value)) if value.isdigit() else WRITE_DEPTH
+
+
 _O_DIRECT = getattr(os, "O_DIRECT", 0)  # 0 where the platform has none (macOS): plain I/O
 _refused_devices: set[int] = set()  # st_dev of file systems that refused O_DIRECT
 
@@ -74,7 +76,7 @@ def aligned_empty(nbytes: int) -> np.ndarray:
     """uint8 ``[nbytes]`` whose first byte's address is a multiple of :data:`ALIGN` (uninitialised)."""
     raw = np.empty(nbytes + ALIGN, np.uint8)
     start = -raw.ctypes.data % ALIGN
-    return raw[start:start + nbytes]
+    return raw[start : start + nbytes]
 
 
 def read_range(path: str, offset: int, length: int) -> np.ndarray:
@@ -89,14 +91,14 @@ def read_range(path: str, offset: int, length: int) -> np.ndarray:
     start = offset - offset % ALIGN
     buffer = aligned_empty(-(-(offset + length - start) // ALIGN) * ALIGN)
     view = memoryview(buffer)
-    cached, at_end = _read_cached(path, view[offset - start:offset - start + length], offset)
+    cached, at_end = _read_cached(path, view[offset - start : offset - start + length], offset)
     if cached == length or at_end:
-        return buffer[offset - start:offset - start + cached]
+        return buffer[offset - start : offset - start + cached]
     resume = offset + cached - (offset + cached) % ALIGN  # O_DIRECT from the block holding the first missing byte
-    got = _read_direct(path, view[resume - start:], resume)
+    got = _read_direct(path, view[resume - start :], resume)
     if got is None:
         return read_file_range(path, offset, length)
-    return buffer[offset - start:max(offset, resume + got) - start][:length]
+    return buffer[offset - start : max(offset, resume + got) - start][:length]
 
 
 _nowait_reads = hasattr(os, "RWF_NOWAIT")  # cleared if the kernel does not take the flag
@@ -207,7 +209,7 @@ class OutputFile:
         self.size += len(data)
         while len(data) and self._buffer is not None:
             take = min(len(data), WRITE_BLOCK - self._filled)
-            self._buffer[self._filled:self._filled + take] = np.frombuffer(data[:take], np.uint8)
+            self._buffer[self._filled : self._filled + take] = np.frombuffer(data[:take], np.uint8)
             self._filled += take
             data = data[take:]
             if self._filled == WRITE_BLOCK:
@@ -224,7 +226,7 @@ class OutputFile:
             self._wait_all()
             if self._buffer is not None and self._filled:
                 padded = -(-self._filled // ALIGN) * ALIGN
-                self._buffer[self._filled:padded] = 0
+                self._buffer[self._filled : padded] = 0
                 if self._on_disk:
                     _pwrite_all(self._fd, memoryview(self._buffer)[:padded], self._on_disk)
                 else:
@@ -278,7 +280,7 @@ class OutputFile:
             _refused(self.path)  # refused at the first write: plain I/O from the file's start on
             os.close(self._fd)
             self._fd = os.open(self.path, os.O_WRONLY)
-            _write_all(self._fd, memoryview(self._buffer)[:self._filled])
+            _write_all(self._fd, memoryview(self._buffer)[: self._filled])
             self._buffer = None
         self._filled = 0
 
@@ -297,7 +299,7 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
 
 def _write_all(fd: int, data: memoryview) -> None:
     while len(data):
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 _fdatasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync

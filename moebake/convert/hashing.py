@@ -38,8 +38,13 @@ def hub_blob_sha256(path: str | os.PathLike) -> str | None:
         return None
     blob = Path(os.path.realpath(path))
     snapshots = path.absolute().parent.parent
-    if (snapshots.name != "snapshots" or blob.parent.name != "blobs" or not _SHA256_NAME.fullmatch(blob.name)
-            or not blob.is_file() or blob.parent.parent != Path(os.path.realpath(snapshots.parent))):
+    if (
+        snapshots.name != "snapshots"
+        or blob.parent.name != "blobs"
+        or not _SHA256_NAME.fullmatch(blob.name)
+        or not blob.is_file()
+        or blob.parent.parent != Path(os.path.realpath(snapshots.parent))
+    ):
         return None
     return blob.name
 
@@ -69,7 +74,7 @@ class StreamHash:
         """Bytes ``data`` (a uint8 array or tensor, not modified afterwards) were read at ``offset``."""
         end = offset + len(data)
         if offset <= self._position < end and not self._closed:
-            self._queue.put(memoryview(data.numpy() if hasattr(data, "numpy") else data)[self._position - offset:])
+            self._queue.put(memoryview(data.numpy() if hasattr(data, "numpy") else data)[self._position - offset :])
             self._position = end
 
     def hexdigest(self) -> str:

@@ -19,8 +19,7 @@ def _index(flat: int, shape: tuple[int, ...]) -> list[int]:
     return [int(i) for i in np.unravel_index(flat, shape)]
 
 
-def first_difference(actual: torch.Tensor, expected: torch.Tensor, dtype: str, shape: tuple[int, ...],
-                     byte_offset: int = 0) -> str | None:
+def first_difference(actual: torch.Tensor, expected: torch.Tensor, dtype: str, shape: tuple[int, ...], byte_offset: int = 0) -> str | None:
     """``"index [...] (0xA != 0xE)"`` for the first element where the byte images differ, or None if equal.
 
     ``actual``/``expected``: flat uint8 tensors of equal length, bytes ``[byte_offset, byte_offset + n)``
@@ -39,6 +38,6 @@ def first_difference(actual: torch.Tensor, expected: torch.Tensor, dtype: str, s
     width = bits // 8
     flat = (byte_offset + position) // width
     start = position - position % width
-    a = int.from_bytes(bytes(actual[start:start + width].tolist()), "little")
-    e = int.from_bytes(bytes(expected[start:start + width].tolist()), "little")
+    a = int.from_bytes(bytes(actual[start : start + width].tolist()), "little")
+    e = int.from_bytes(bytes(expected[start : start + width].tolist()), "little")
     return f"index {_index(flat, shape)} (0x{a:0{2 * width}x} != 0x{e:0{2 * width}x})"

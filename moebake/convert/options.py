@@ -101,8 +101,12 @@ class ConvertOptions:
         options: dict[str, Any] = {"target": self.target}
         if self.flashinfer_layout is not None:
             options["flashinfer_layout"] = self.flashinfer_layout.value
-        options |= {"hidden_multiple": self.hidden_multiple, "intermediate_multiple": self.intermediate_multiple,
-                    "chunk_bytes": self.chunk_bytes, "engine": self.engine_text}
+        options |= {
+            "hidden_multiple": self.hidden_multiple,
+            "intermediate_multiple": self.intermediate_multiple,
+            "chunk_bytes": self.chunk_bytes,
+            "engine": self.engine_text,
+        }
         if self.gate_up_globals != GateUpGlobals.SHARE:
             options["gate_up_globals"] = self.gate_up_globals.value
         return options
@@ -110,8 +114,12 @@ class ConvertOptions:
     def padding(self, source_format: str) -> Padding:
         """The padding of ``source_format``'s experts: the release profile's, with this conversion's overridden multiples."""
         entry = self.profile.target(self.target, source_format)
-        return Padding(self.hidden_multiple or entry.hidden_multiple, self.intermediate_multiple or entry.intermediate_multiple,
-                       entry.hidden_scale_fill, entry.intermediate_scale_fill)
+        return Padding(
+            self.hidden_multiple or entry.hidden_multiple,
+            self.intermediate_multiple or entry.intermediate_multiple,
+            entry.hidden_scale_fill,
+            entry.intermediate_scale_fill,
+        )
 
 
 MAX_WORKERS = 2

@@ -84,8 +84,9 @@ def finished_bake(paths: OutputPaths, options: dict, source: str) -> bool | None
     recorded, location = manifest.get("options"), (manifest.get("source") or {}).get("location")
     if not isinstance(recorded, dict):
         return None
-    same = {k: v for k, v in recorded.items() if k not in MEMORY_ONLY_OPTIONS} == \
-        {k: v for k, v in options.items() if k not in MEMORY_ONLY_OPTIONS}
+    same = {k: v for k, v in recorded.items() if k not in MEMORY_ONLY_OPTIONS} == {
+        k: v for k, v in options.items() if k not in MEMORY_ONLY_OPTIONS
+    }
     if not os.path.lexists(source):
         return same and location == source.split("@", 1)[0]
     local = Path(source).resolve()
@@ -118,18 +119,21 @@ def check_destination(paths: OutputPaths, *, overwrite: bool) -> None:
     if not parent.is_dir():
         raise OutputError(f"{paths.label}: its parent {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"{paths.label}: cannot write in its parent directory {parent} "
-                           f"({'read-only file system' if _read_only(parent) else 'permission denied'})")
+        raise OutputError(
+            f"{paths.label}: cannot write in its parent directory {parent} "
+            f"({'read-only file system' if _read_only(parent) else 'permission denied'})"
+        )
     if os.path.lexists(paths.out):
         if not overwrite:
             if (problem := output_problem(paths.out)) is not None:  # --overwrite would refuse it too: say so now
-                raise OutputError(f"{paths.label}: already exists and is not a previous moebake output (it {problem}); "
-                                  "choose another OUT (--overwrite replaces only a previous moebake output)")
+                raise OutputError(
+                    f"{paths.label}: already exists and is not a previous moebake output (it {problem}); "
+                    "choose another OUT (--overwrite replaces only a previous moebake output)"
+                )
             raise OutputError(f"{paths.label}: already exists (a previous moebake output; pass --overwrite to replace it)")
         check_replaceable(paths.out, f"{paths.label}: --overwrite replaces only a previous moebake output, but it")
     if os.path.lexists(paths.retired):
-        check_replaceable(paths.retired, f"{paths.retired}: left by an interrupted --overwrite of {paths.label}, but it",
-                          "; move it away")
+        check_replaceable(paths.retired, f"{paths.retired}: left by an interrupted --overwrite of {paths.label}, but it", "; move it away")
 
 
 def check_free_space(paths: OutputPaths, staging: Path, nbytes: int) -> None:
@@ -138,9 +142,11 @@ def check_free_space(paths: OutputPaths, staging: Path, nbytes: int) -> None:
     st = os.statvfs(staging)
     free = st.f_bavail * st.f_frsize
     if free < nbytes:
-        raise OutputError(f"{paths.label}: not enough free space: the bake writes {size_text(nbytes)}, and the file system "
-                          f"holding {staging} has {size_text(free)} free; free {size_text(nbytes - free)} there, "
-                          "or choose an OUT on another file system")
+        raise OutputError(
+            f"{paths.label}: not enough free space: the bake writes {size_text(nbytes)}, and the file system "
+            f"holding {staging} has {size_text(free)} free; free {size_text(nbytes - free)} there, "
+            "or choose an OUT on another file system"
+        )
 
 
 def check_not_overlapping(paths: OutputPaths, source: Path) -> None:

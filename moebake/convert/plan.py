@@ -51,8 +51,12 @@ def passthrough(checkpoint: SourceCheckpoint, name: str, chunk_bytes: int) -> Ou
     source_file = checkpoint.file_of(name)
 
     def produce() -> Iterator[torch.Tensor]:
-        yield from read_ahead([functools.partial(source_file.read_bytes, entry, start, min(start + chunk_bytes, entry.nbytes))
-                               for start in range(0, entry.nbytes, chunk_bytes)])
+        yield from read_ahead(
+            [
+                functools.partial(source_file.read_bytes, entry, start, min(start + chunk_bytes, entry.nbytes))
+                for start in range(0, entry.nbytes, chunk_bytes)
+            ]
+        )
 
     return OutputTensor(name=name, dtype=entry.dtype, shape=entry.shape, sources=(name,), produce=produce)
 

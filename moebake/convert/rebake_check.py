@@ -46,14 +46,17 @@ def replan(out: Path, manifest: Manifest, model: SourceModel) -> tuple[list[Outp
     since byte comparisons against another model would only repeat them."""
     target = get_target(manifest.target)
     if manifest.target_layout_version != target.spec.layout_version:
-        return [], [f"{out / MANIFEST_NAME}: baked with {target.spec.name} layout version "
-                    f"{manifest.target_layout_version}, this moebake writes version {target.spec.layout_version}; "
-                    "cannot re-derive it"]
+        return [], [
+            f"{out / MANIFEST_NAME}: baked with {target.spec.name} layout version "
+            f"{manifest.target_layout_version}, this moebake writes version {target.spec.layout_version}; "
+            "cannot re-derive it"
+        ]
     options = recorded_options(out, manifest)
     converted, layers = target.plan(model, options)
     problems = _model_differences(out, manifest, model, target, options)
-    problems += _layer_differences(out, *(json.loads(json.dumps([layer.to_json() for layer in records]))
-                                          for records in (manifest.layers, layers)))
+    problems += _layer_differences(
+        out, *(json.loads(json.dumps([layer.to_json() for layer in records])) for records in (manifest.layers, layers))
+    )
     return ([] if problems else assign_shards(model.checkpoint, converted, options.chunk_bytes)), problems
 
 
@@ -70,8 +73,11 @@ def _model_differences(out: Path, manifest: Manifest, model: SourceModel, target
         "flashinfer_layout.id": manifest.flashinfer_layout and str(manifest.flashinfer_layout),
     }
     where = f"{out / MANIFEST_NAME}: the source is not the checkpoint this was baked from"
-    return [f"{where}: {key} is {recorded[key]!r}, the source gives {value!r}"
-            for key, value in expected.items() if json.loads(json.dumps(value)) != recorded[key]]
+    return [
+        f"{where}: {key} is {recorded[key]!r}, the source gives {value!r}"
+        for key, value in expected.items()
+        if json.loads(json.dumps(value)) != recorded[key]
+    ]
 
 
 def _layer_differences(out: Path, recorded: list[dict], planned: list[dict]) -> list[str]:
@@ -109,8 +115,9 @@ def rebake_problems(out: str | os.PathLike, shards: list[OutputShard], progress:
                 bar.update(shard.nbytes)
                 continue
             planned = {t.name for t in shard.tensors}
-            problems += [f"{stored.path}: tensor {name} is not produced by re-baking the source"
-                         for name in sorted(set(stored.tensors) - planned)]
+            problems += [
+                f"{stored.path}: tensor {name} is not produced by re-baking the source" for name in sorted(set(stored.tensors) - planned)
+            ]
             for tensor in shard.tensors:
                 problem = _compare_tensor(stored, tensor, bar.update)
                 if problem:
@@ -124,8 +131,10 @@ def _compare_tensor(stored: SafetensorsFile, tensor: OutputTensor, on_bytes: Cal
     if entry is None:
         return f"{stored.path}: tensor {tensor.name} is missing (re-baking the source produces it)"
     if (entry.dtype, entry.shape) != (tensor.dtype, tensor.shape):
-        return (f"{stored.path}: tensor {tensor.name} is {entry.dtype} {list(entry.shape)}, "
-                f"re-baking the source gives {tensor.dtype} {list(tensor.shape)}")
+        return (
+            f"{stored.path}: tensor {tensor.name} is {entry.dtype} {list(entry.shape)}, "
+            f"re-baking the source gives {tensor.dtype} {list(tensor.shape)}"
+        )
     position, first, differing = 0, None, 0
     for chunk in tensor.produce():
         expected = chunk.contiguous().view(-1).view(torch.uint8)
@@ -137,6 +146,8 @@ def _compare_tensor(stored: SafetensorsFile, tensor: OutputTensor, on_bytes: Cal
         position += len(expected)
         on_bytes(len(expected))
     if first:  # one line per tensor: the first difference, and how many bytes differ in all
-        return (f"{stored.path}: tensor {tensor.name}: first difference at {first} (stored != re-baked from source); "
-                f"{differing} of {position} bytes differ")
+        return (
+            f"{stored.path}: tensor {tensor.name}: first difference at {first} (stored != re-baked from source); "
+            f"{differing} of {position} bytes differ"
+        )
     return None

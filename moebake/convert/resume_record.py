@@ -45,8 +45,12 @@ PROGRESS_NAME = ".moebake-progress.json"
 RECORD = "moebake.progress/1"
 MEMORY_ONLY_OPTIONS = ("chunk_bytes",)
 """Options that change no output byte (only memory use): a resume may change them."""
-_OPTION_FLAGS = {"target": "--target", "flashinfer_layout": "--flashinfer-layout",
-                 "hidden_multiple": "--hidden-multiple", "intermediate_multiple": "--intermediate-multiple"}
+_OPTION_FLAGS = {
+    "target": "--target",
+    "flashinfer_layout": "--flashinfer-layout",
+    "hidden_multiple": "--hidden-multiple",
+    "intermediate_multiple": "--intermediate-multiple",
+}
 
 
 def run_identity(checkpoint: SourceCheckpoint, options: ConvertOptions, location: str, revision: str | None) -> dict:
@@ -151,8 +155,11 @@ def reusable_shards(staging: Path, record: dict, planned: set[str]) -> dict[str,
             st = os.lstat(path)
         except OSError:
             continue
-        if (stat.S_ISREG(st.st_mode) and [st.st_size, st.st_ino, st.st_ctime_ns] == [entry["bytes"], entry["inode"], entry["ctime_ns"]]
-                and file_digest(path) == entry["digest"]):
+        if (
+            stat.S_ISREG(st.st_mode)
+            and [st.st_size, st.st_ino, st.st_ctime_ns] == [entry["bytes"], entry["inode"], entry["ctime_ns"]]
+            and file_digest(path) == entry["digest"]
+        ):
             done[name] = entry["digest"]
     return done
 
@@ -182,8 +189,11 @@ def _shape_problem(record: dict) -> str | None:
     for name, entry in shards.items():
         if plain_name_problem(name) is not None:
             return f"shard {name!r} is not a plain file name"
-        if (not isinstance(entry, dict) or not isinstance(entry.get("digest"), str)
-                or any(type(entry.get(key)) is not int for key in ("bytes", "inode", "ctime_ns"))):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("digest"), str)
+            or any(type(entry.get(key)) is not int for key in ("bytes", "inode", "ctime_ns"))
+        ):
             return f"shard {name} has no digest, bytes, inode and ctime_ns"
     if not all(isinstance(value, str) for value in sources.values()):
         return "a source checksum is not a string"

@@ -112,8 +112,7 @@ def convert(
             check_destination(paths, overwrite=overwrite)  # again, now that the lock is held
             done = _resumed(staging, identity, conversion.shards, resume)
             check_free_space(paths, staging.path, _bytes_to_write(conversion, done))
-            manifest = _bake(conversion, source, options, staging.path, done,
-                             progress, workers, writers_per_device, location, revision)
+            manifest = _bake(conversion, source, options, staging.path, done, progress, workers, writers_per_device, location, revision)
             _publish(staging, paths, overwrite)
         except BaseException as err:
             replacement = after_stop(err, staging, [s.file_name for s in conversion.shards])
@@ -140,19 +139,35 @@ def _resumed(staging: Staging, identity: dict, shards: list[OutputShard], resume
     else:
         difference = identity_difference(record["identity"], identity)
         if difference is not None:
-            raise OutputError(f"{staging.path}: cannot --resume this partial conversion: {difference}; "
-                               f"pass the same options, or remove {staging.path} to start over")
+            raise OutputError(
+                f"{staging.path}: cannot --resume this partial conversion: {difference}; "
+                f"pass the same options, or remove {staging.path} to start over"
+            )
         done = reusable_shards(staging.path, record, {s.file_name for s in shards})
         resumed = ResumeRecord(staging.path, identity, {name: record["shards"][name] for name in done}, record["sources"])
     if resume and record is not None:  # a fresh run has nothing to resume: no line
-        LOG.info("resume: %d of %d shards reused (size, inode, ctime and checksum as recorded), %d to bake",
-                 len(resumed.shards), len(shards), len(shards) - len(resumed.shards))
+        LOG.info(
+            "resume: %d of %d shards reused (size, inode, ctime and checksum as recorded), %d to bake",
+            len(resumed.shards),
+            len(shards),
+            len(shards) - len(resumed.shards),
+        )
     resumed.save()
     return resumed
 
 
-def _bake(conversion: Conversion, source: str | os.PathLike, options: ConvertOptions, staging: Path, done: ResumeRecord, progress: bool,
-          workers: int, writers_per_device: int, location: str, revision: str | None) -> Manifest:
+def _bake(
+    conversion: Conversion,
+    source: str | os.PathLike,
+    options: ConvertOptions,
+    staging: Path,
+    done: ResumeRecord,
+    progress: bool,
+    workers: int,
+    writers_per_device: int,
+    location: str,
+    revision: str | None,
+) -> Manifest:
     """Bake every shard not ``done`` into ``staging``, then the index, side files and manifest."""
     model, target, checkpoint, shards = conversion.model, conversion.target, conversion.checkpoint, conversion.shards
     todo = [s for s in shards if s.file_name not in done.shards]
@@ -162,8 +177,13 @@ def _bake(conversion: Conversion, source: str | os.PathLike, options: ConvertOpt
         done.record_shard(name, digest, source_digest)
         shard_done(bar, name, sizes[name])
 
-    with byte_bar(sum(sizes.values()), f"baking {options.target}", enabled=progress,
-                  initial=sum(sizes[name] for name in done.shards), shards=len(shards)) as bar:
+    with byte_bar(
+        sum(sizes.values()),
+        f"baking {options.target}",
+        enabled=progress,
+        initial=sum(sizes[name] for name in done.shards),
+        shards=len(shards),
+    ) as bar:
         bar.shards_done = len(done.shards)
         for shard in todo:  # left by an interrupted run: never written through (it could be a link)
             if os.path.lexists(path := child(staging, shard.file_name)):
@@ -189,13 +209,23 @@ def _bake(conversion: Conversion, source: str | os.PathLike, options: ConvertOpt
     padding = options.padding(model.format_name)
     engine = manifest_engine(options.profile, options.target, model.format_name, padding, layout, conversion.layers)
     manifest = Manifest(
-        moebake_version=moebake.__version__, created=created(), target=options.target, target_layout_version=target.spec.layout_version,
-        flashinfer_layout=layout, flashinfer_layout_description=DESCRIPTIONS[layout] if layout else None,
-        source=SourceRecord(format=model.format_name, location=location, revision=revision,
-                            files=_source_files(checkpoint, done.sources)),
-        options=options.as_dict(), activation=model.activation(), layers=conversion.layers, files=_file_records(staging, files),
-        engine=engine, serves=tuple(_engines_with_same_bytes(options.profile, options.target, model.format_name, padding, layout,
-                                                             conversion.layers) if engine.exact else ()),
+        moebake_version=moebake.__version__,
+        created=created(),
+        target=options.target,
+        target_layout_version=target.spec.layout_version,
+        flashinfer_layout=layout,
+        flashinfer_layout_description=DESCRIPTIONS[layout] if layout else None,
+        source=SourceRecord(format=model.format_name, location=location, revision=revision, files=_source_files(checkpoint, done.sources)),
+        options=options.as_dict(),
+        activation=model.activation(),
+        layers=conversion.layers,
+        files=_file_records(staging, files),
+        engine=engine,
+        serves=tuple(
+            _engines_with_same_bytes(options.profile, options.target, model.format_name, padding, layout, conversion.layers)
+            if engine.exact
+            else ()
+        ),
     )
     write_baked_config(checkpoint.root, staging, manifest.to_json())  # names quant_method moebake and this manifest's hash
     files[CONFIG_NAME] = file_record(staging / CONFIG_NAME)
@@ -219,8 +249,9 @@ def copied_side_files(checkpoint: SourceCheckpoint) -> list[str]:
     return [name for name in checkpoint.side_files if name not in OWN_FILES]
 
 
-def _engines_with_same_bytes(profile: ReleaseProfile, target: str, source_format: str, padding: Padding,
-                             layout: FlashInferLayout | None, layers: list[LayerRecord]) -> list[EngineRecord]:
+def _engines_with_same_bytes(
+    profile: ReleaseProfile, target: str, source_format: str, padding: Padding, layout: FlashInferLayout | None, layers: list[LayerRecord]
+) -> list[EngineRecord]:
     """Other engines this bake's bytes also equal (see :func:`engines_with_same_bytes`); none without MoE layers."""
     if not layers:
         return []

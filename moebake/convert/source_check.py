@@ -54,8 +54,10 @@ def compare_with_source(out: str | os.PathLike, source: str | os.PathLike, progr
     manifest = read_manifest_record(out)
     checkpoint = open_checkpoint(source)
     if not SOURCE_FORMATS[manifest.source.format].detect(checkpoint) and (other := detected_format(checkpoint)) is not None:
-        return [f"{out / MANIFEST_NAME}: the source is not the checkpoint this was baked from: source.format is "
-                f"{manifest.source.format!r}, {source} is a {other} checkpoint"]
+        return [
+            f"{out / MANIFEST_NAME}: the source is not the checkpoint this was baked from: source.format is "
+            f"{manifest.source.format!r}, {source} is a {other} checkpoint"
+        ]
     model = open_model(checkpoint, (manifest.source.format,))  # as baked, e.g. bf16-moe of an NVFP4 checkpoint
     shards, problems = replan(out, manifest, model)
     if problems:
@@ -71,15 +73,19 @@ def proof_summary(out: str | os.PathLike, source: str) -> str:
     manifest = read_manifest_record(Path(out))
     lossy = get_target(manifest.target).spec.lossy
     if lossy:
-        return (f"against {source}: re-baking it reproduces every byte, so this is exactly what {manifest.target} makes "
-                f"of it; not inverted, and not bit-exact to it by design ({lossy})")
+        return (
+            f"against {source}: re-baking it reproduces every byte, so this is exactly what {manifest.target} makes "
+            f"of it; not inverted, and not bit-exact to it by design ({lossy})"
+        )
     rescaled, experts, change = rescaled_gate_up(manifest)
     if not rescaled:
         return f"bit-exact against {source}: experts invert to it, and re-baking it reproduces every byte"
-    return (f"against {source}: re-baking it reproduces every byte, and the experts invert to it except, by design "
-            f"(--gate-up-globals share), the gate/up block scales of {rescaled} of {experts} experts, which invert to "
-            f"its values rescaled to one shared global (largest relative change {change:.2%}); those are not "
-            f"bit-exact to the source (--gate-up-globals keep bakes its bytes)")
+    return (
+        f"against {source}: re-baking it reproduces every byte, and the experts invert to it except, by design "
+        f"(--gate-up-globals share), the gate/up block scales of {rescaled} of {experts} experts, which invert to "
+        f"its values rescaled to one shared global (largest relative change {change:.2%}); those are not "
+        f"bit-exact to the source (--gate-up-globals keep bakes its bytes)"
+    )
 
 
 def inverse_problems(out: Path, manifest: Manifest, model: SourceModel, progress: bool = False) -> list[str]:
@@ -115,8 +121,9 @@ def inverse_problems(out: Path, manifest: Manifest, model: SourceModel, progress
     return problems
 
 
-def _compare_restored(out: Path, weight_map: dict[str, str], record: LayerRecord, model: SourceModel, name: str, restored: torch.Tensor,
-                      start: int, stop: int) -> str | None:
+def _compare_restored(
+    out: Path, weight_map: dict[str, str], record: LayerRecord, model: SourceModel, name: str, restored: torch.Tensor, start: int, stop: int
+) -> str | None:
     """One line if ``restored`` (source tensor or per-expert pattern ``name``, experts ``[start, stop)``)
     differs from the source. A pattern's experts are compared as one ``[E, ...]`` stacked tensor.
     A model whose targets bake other bytes than the file's (ModelOpt NVFP4's shared gate/up global

@@ -140,14 +140,18 @@ def _lock(fd: int, staging: Path, out_label: str) -> None:
         if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise OutputError(f"{staging / LOCK_NAME}: cannot lock ({err.strerror})") from None
         holder = os.pread(fd, 200, 0).decode("utf-8", "replace").splitlines()[1:2]
-        raise OutputError(f"{out_label}: another moebake convert is writing it ({holder[0] if holder else 'lock held'} "
-                           f"on {staging / LOCK_NAME}); wait for it to finish") from None
+        raise OutputError(
+            f"{out_label}: another moebake convert is writing it ({holder[0] if holder else 'lock held'} "
+            f"on {staging / LOCK_NAME}); wait for it to finish"
+        ) from None
 
 
 def _partial_message(staging: Path, out_label: str) -> str:
     finished = finished_shard_count(staging)
-    return (f"{out_label}: a partial conversion is in {staging} ({finished} shard(s) finished); pass --resume to "
-            f"continue it with the same options, or remove {staging} to start over")
+    return (
+        f"{out_label}: a partial conversion is in {staging} ({finished} shard(s) finished); pass --resume to "
+        f"continue it with the same options, or remove {staging} to start over"
+    )
 
 
 def _remove_files(staging: Path, keep_lock: bool = False) -> None:
@@ -164,4 +168,3 @@ def _remove_files(staging: Path, keep_lock: bool = False) -> None:
         os.rmdir(staging)
     except OSError:
         pass
-

@@ -51,5 +51,7 @@ def _keep_finished(staging: Staging, planned: list[str]) -> str:
     for name in planned:
         if name not in finished and os.path.lexists(path := child(staging.path, name)):
             os.unlink(path)
-    return (f"{len(finished)} of {len(planned)} shard(s) are finished and kept in {staging.path}; "
-            "re-run the same command with --resume to bake the rest")
+    return (
+        f"{len(finished)} of {len(planned)} shard(s) are finished and kept in {staging.path}; "
+        "re-run the same command with --resume to bake the rest"
+    )

@@ -41,10 +41,11 @@ class VerifyReport:
     kernel_bytes: int = 0
 
     def summary(self) -> str:
-        kernels = (f"; {self.kernel_files} kernel files, {size_text(self.kernel_bytes)} match their sha256"
-                   if self.kernel_files else "")
-        return (f"{MANIFEST_NAME} intact; {self.files} files, {size_text(self.bytes)} match their checksums; "
-                f"index and {self.shards} shard headers valid; {self.tensors} baked tensors as recorded{kernels}")
+        kernels = f"; {self.kernel_files} kernel files, {size_text(self.kernel_bytes)} match their sha256" if self.kernel_files else ""
+        return (
+            f"{MANIFEST_NAME} intact; {self.files} files, {size_text(self.bytes)} match their checksums; "
+            f"index and {self.shards} shard headers valid; {self.tensors} baked tensors as recorded{kernels}"
+        )
 
 
 def verify_output(out: str | Path) -> list[str]:
@@ -97,8 +98,9 @@ def verify_report(out: str | Path, progress: bool = False) -> VerifyReport:
     return report
 
 
-def _check_layer_records(out: Path, manifest: Manifest, headers: dict[str, SafetensorsFile], unread: set[str] | None,
-                         report: VerifyReport) -> list[str]:
+def _check_layer_records(
+    out: Path, manifest: Manifest, headers: dict[str, SafetensorsFile], unread: set[str] | None, report: VerifyReport
+) -> list[str]:
     """Every baked tensor a layer record names is stored with the record's dtype and shape (those the index puts in
     an ``unread`` shard, already reported missing, aside; ``unread`` None: a shard is missing and no index says what it
     held, so a tensor no header holds is not reported again)."""
@@ -116,15 +118,18 @@ def _check_layer_records(out: Path, manifest: Manifest, headers: dict[str, Safet
                 continue
             header, entry = stored[name]
             if (spec.dtype, spec.shape) != (entry.dtype, tuple(entry.shape)):
-                problems.append(f"{header.path}: tensor {name} is {entry.dtype} {list(entry.shape)}, "
-                                f"{MANIFEST_NAME} records {spec.dtype} {list(spec.shape)}")
+                problems.append(
+                    f"{header.path}: tensor {name} is {entry.dtype} {list(entry.shape)}, "
+                    f"{MANIFEST_NAME} records {spec.dtype} {list(spec.shape)}"
+                )
             else:
                 report.tensors += 1
     return problems
 
 
-def _check_index(out: Path, absent: set[str], listed: set[str], reported: set[str]
-                 ) -> tuple[dict[str, SafetensorsFile], set[str] | None, list[str]]:
+def _check_index(
+    out: Path, absent: set[str], listed: set[str], reported: set[str]
+) -> tuple[dict[str, SafetensorsFile], set[str] | None, list[str]]:
     """The shard headers the index names, the tensors it maps to ``absent`` shards (already reported, not read),
     and problems with the index or the headers. Without a readable index: the headers of the shards the manifest
     lists (``listed``), so that the layer records are still checked and an intact shard's tensors are not reported
@@ -155,7 +160,7 @@ def _check_index(out: Path, absent: set[str], listed: set[str], reported: set[st
             problems.append(str(err))
             continue
         if header.metadata.get("format") != "pt":
-            problems.append(f"{out / shard_name}: __metadata__ lacks \"format\": \"pt\"")
+            problems.append(f'{out / shard_name}: __metadata__ lacks "format": "pt"')
         expected = index.tensors_of(shard_name)
         for tensor in sorted(expected - set(header.tensors)):
             problems.append(f"{index_path}: maps tensor {tensor} to {shard_name}, which does not contain it")

@@ -50,19 +50,25 @@ from moebake.errors import WorkerError
 from moebake.schema.files import child
 
 
-def usable_workers(requested: int, shards: int, cores: int | None = None,
-                   writers_per_device: int = WRITERS_PER_DEVICE) -> tuple[int, str | None]:
+def usable_workers(
+    requested: int, shards: int, cores: int | None = None, writers_per_device: int = WRITERS_PER_DEVICE
+) -> tuple[int, str | None]:
     """How many worker processes ``--workers requested`` gets for ``shards`` shards to bake on ``cores`` usable
     cores (default: this process's), and why fewer (None when as asked): ``writers_per_device`` for the one
     storage device the output is written to, at most :data:`MAX_WORKERS`, one per usable core and one per shard."""
     if cores is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    limits = [(writers_per_device, f"{writers_per_device} writer{'s' if writers_per_device != 1 else ''} per storage "
-               "device: the output is on one, and more writers to one disk were measured slower than one; "
-               "--writers-per-device raises it where your storage measures faster"),
-              (MAX_WORKERS, f"at most {MAX_WORKERS}: more were measured no faster, and over 1 GB of peak memory"),
-              (cores, f"{cores} usable core{'s' if cores != 1 else ''}"),
-              (shards, f"{shards} shard{'s' if shards != 1 else ''} to bake")]
+    limits = [
+        (
+            writers_per_device,
+            f"{writers_per_device} writer{'s' if writers_per_device != 1 else ''} per storage "
+            "device: the output is on one, and more writers to one disk were measured slower than one; "
+            "--writers-per-device raises it where your storage measures faster",
+        ),
+        (MAX_WORKERS, f"at most {MAX_WORKERS}: more were measured no faster, and over 1 GB of peak memory"),
+        (cores, f"{cores} usable core{'s' if cores != 1 else ''}"),
+        (shards, f"{shards} shard{'s' if shards != 1 else ''} to bake"),
+    ]
     limit, reason = min(limits, key=lambda item: item[0])
     if requested <= limit:
         return requested, None
@@ -72,8 +78,15 @@ def usable_workers(requested: int, shards: int, cores: int | None = None,
 _worker: dict = {}  # in a worker process: its Conversion, shards by name, and the progress queue
 
 
-def bake_in_workers(source: str | os.PathLike, options: ConvertOptions, names: list[str], staging: Path, workers: int,
-                    on_bytes: Callable[[int], object], on_shard: Callable[[str, str, str | None], None]) -> None:
+def bake_in_workers(
+    source: str | os.PathLike,
+    options: ConvertOptions,
+    names: list[str],
+    staging: Path,
+    workers: int,
+    on_bytes: Callable[[int], object],
+    on_shard: Callable[[str, str, str | None], None],
+) -> None:
     """Bake the output shards ``names`` into ``staging`` with ``workers`` processes.
 
     ``on_bytes(n)`` is called here as workers write; ``on_shard(name, digest, source checksum or None)``
@@ -85,8 +98,9 @@ def bake_in_workers(source: str | os.PathLike, options: ConvertOptions, names: l
     progress = context.Queue()
     threads = transform_threads(workers)
     share = replace(options, chunk_bytes=worker_chunk_bytes(options.chunk_bytes, workers))
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
-                               initargs=(str(source), share, progress, threads, dict(os.environ)))
+    pool = ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_start_worker, initargs=(str(source), share, progress, threads, dict(os.environ))
+    )
     processes = []
     try:
         with _signals_ignored():  # the workers start as the shards are submitted (in milliseconds), never half-way
@@ -234,8 +248,7 @@ def _start_worker(source: str, options: ConvertOptions, progress: Any, threads: 
 
 def _bake(name: str, staging: str) -> tuple[str, str, str | None, dict]:
     STAGES.reset()
-    digest, source_digest = _worker["conversion"].bake(_worker["shards"][name], child(staging, name),
-                                                        _worker["progress"].put, write_shard)
+    digest, source_digest = _worker["conversion"].bake(_worker["shards"][name], child(staging, name), _worker["progress"].put, write_shard)
     return name, digest, source_digest, STAGES.snapshot()
 
 

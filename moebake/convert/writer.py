@@ -89,8 +89,12 @@ def _timed_chunks(chunks: Iterator[torch.Tensor]) -> Iterator[memoryview]:
             return
         data = memoryview(chunk.contiguous().view(-1).view(torch.uint8).numpy())
         read, read_cpu = STAGES.own_reading()
-        STAGES.add("transform", time.perf_counter() - began - (read - read_before),
-                   time.thread_time() + helper_cpu_seconds() - began_cpu - (read_cpu - read_cpu_before), len(data))
+        STAGES.add(
+            "transform",
+            time.perf_counter() - began - (read - read_before),
+            time.thread_time() + helper_cpu_seconds() - began_cpu - (read_cpu - read_cpu_before),
+            len(data),
+        )
         yield data
 
 

@@ -25,9 +25,11 @@ def unknown_release_refusal(installed: EngineRelease) -> str | None:
     if installed in releases(engine):
         return None
     proven = release_span(engine, serving_releases(engine))
-    return (f"this moebake's {engine} plugin is proven on {engine} {proven} (their private names and load-time "
-            f"bytes), and {installed} is installed; install one of those (`pip install \".[{engine}]\"` from a "
-            f"moebake clone takes the newest), or prove {installed.version} first (docs/contributing.md: bin/prove-releases)")
+    return (
+        f"this moebake's {engine} plugin is proven on {engine} {proven} (their private names and load-time "
+        f'bytes), and {installed} is installed; install one of those (`pip install ".[{engine}]"` from a '
+        f"moebake clone takes the newest), or prove {installed.version} first (docs/contributing.md: bin/prove-releases)"
+    )
 
 
 def release_refusal(installed: EngineRelease, manifest: Manifest) -> str | None:
@@ -39,7 +41,12 @@ def release_refusal(installed: EngineRelease, manifest: Manifest) -> str | None:
     record = next((r for r in (manifest.engine, *manifest.serves) if r is not None and r.name == engine), None)
     if record is None or installed in record.serving_releases:
         return None  # another engine's bake: the plugin's own engine check words that refusal
-    can = f"{engine} {release_span(engine, record.serving_releases)} can serve it" if record.serving_releases else \
-        "no release can serve it exactly"
-    return (f"this bake's bytes are proven for {can}, not {installed}; install one of those, or bake for this "
-            f"release: moebake convert SRC OUT --target {manifest.target} --engine {installed.spec}")
+    can = (
+        f"{engine} {release_span(engine, record.serving_releases)} can serve it"
+        if record.serving_releases
+        else "no release can serve it exactly"
+    )
+    return (
+        f"this bake's bytes are proven for {can}, not {installed}; install one of those, or bake for this "
+        f"release: moebake convert SRC OUT --target {manifest.target} --engine {installed.spec}"
+    )

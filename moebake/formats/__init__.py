@@ -41,16 +41,20 @@ def detect_format(checkpoint: SourceCheckpoint, formats: tuple[str, ...] | None 
     quant = config.section("quantization_config")
     if quant and quant.raw("quant_method") == QUANT_METHOD:
         raise UnsupportedError(_already_baked(checkpoint.root))
-    model = (f"model_type={short_repr(config.raw('model_type'))}, "
-             f"quant_method={short_repr(quant.raw('quant_method') if quant else None)}")
+    model = f"model_type={short_repr(config.raw('model_type'))}, quant_method={short_repr(quant.raw('quant_method') if quant else None)}"
     candidates = [name for name in SOURCE_FORMATS if formats is None or name in formats]
     other = detected_format(checkpoint) if formats is not None else None
     if other is not None:  # a format moebake reads, but not one asked for here
         raise UnsupportedError(f"{config.file}: a {other} checkpoint ({model}); this needs {' or '.join(candidates)}")
     supported = ", ".join(SOURCE_FORMATS)
-    raise UnsupportedError(f"{config.file}: unsupported model ({model}); "
-                           + (f"supported here: {', '.join(candidates)} (moebake reads {supported})"
-                              if len(candidates) < len(SOURCE_FORMATS) else f"supported: {supported}"))
+    raise UnsupportedError(
+        f"{config.file}: unsupported model ({model}); "
+        + (
+            f"supported here: {', '.join(candidates)} (moebake reads {supported})"
+            if len(candidates) < len(SOURCE_FORMATS)
+            else f"supported: {supported}"
+        )
+    )
 
 
 def _already_baked(root: Path) -> str:
@@ -60,8 +64,10 @@ def _already_baked(root: Path) -> str:
         what = f" for target {manifest.target}, from source {manifest.source.location}"
     except MoebakeError:
         what = ""
-    return (f"{root}: is already a moebake bake{what} (config.json's quant_method is moebake); convert its source "
-            f"checkpoint instead (`moebake inspect {root}` describes this bake)")
+    return (
+        f"{root}: is already a moebake bake{what} (config.json's quant_method is moebake); convert its source "
+        f"checkpoint instead (`moebake inspect {root}` describes this bake)"
+    )
 
 
 def open_model(checkpoint: SourceCheckpoint, formats: tuple[str, ...] | None = None):

@@ -144,22 +144,27 @@ def _check(checkpoint: SourceCheckpoint, name: str, shape: tuple[int, ...]) -> N
         )
 
 
-def _per_expert_pattern(checkpoint: SourceCheckpoint, prefix: str, role: str, projections: dict, E: int, shape: tuple[int, ...],
-                        naming: int) -> str:
+def _per_expert_pattern(
+    checkpoint: SourceCheckpoint, prefix: str, role: str, projections: dict, E: int, shape: tuple[int, ...], naming: int
+) -> str:
     """Validate one role's per-expert tensors (all of ``[0, E)``, one naming) and return its name pattern."""
     if not projections:
         raise CheckpointError(f"{checkpoint.root}: tensor {prefix}0.{_PROJECTIONS[role][naming]}.weight is missing")
     if len(projections) > 1:
         raise CheckpointError(f"{checkpoint.root}: layer {prefix} names its {role} experts both {' and '.join(sorted(projections))}")
-    (projection, experts), = projections.items()
+    ((projection, experts),) = projections.items()
     beyond = sorted(e for e in experts if e >= E)
     if beyond:
-        raise CheckpointError(f"{checkpoint.file_of(experts[beyond[0]]).path}: tensor {experts[beyond[0]]} has expert index {beyond[0]}, "
-                           f"but config.json says {E} experts")
+        raise CheckpointError(
+            f"{checkpoint.file_of(experts[beyond[0]]).path}: tensor {experts[beyond[0]]} has expert index {beyond[0]}, "
+            f"but config.json says {E} experts"
+        )
     missing = first_missing_expert(experts, E)  # before the E names are made
     if missing is not None:
-        raise CheckpointError(f"{checkpoint.root}: tensor {prefix}{missing}.{projection}.weight is missing "
-                           f"(config.json says {E} experts, the checkpoint holds {len(experts)})")
+        raise CheckpointError(
+            f"{checkpoint.root}: tensor {prefix}{missing}.{projection}.weight is missing "
+            f"(config.json says {E} experts, the checkpoint holds {len(experts)})"
+        )
     pattern = f"{prefix}{EXPERT_INDEX}.{projection}.weight"
     for name in per_expert_names(pattern, E):
         _check(checkpoint, name, shape)
@@ -169,8 +174,9 @@ def _per_expert_pattern(checkpoint: SourceCheckpoint, prefix: str, role: str, pr
 def _layer(checkpoint: SourceCheckpoint, prefix: str, found: dict, dims: dict) -> Bf16MoeLayer:
     E, H, I = dims["experts"], dims["hidden"], dims["intermediate"]
     if found["fused"] and found["per_expert"]:
-        raise CheckpointError(f"{checkpoint.root}: layer {prefix} has both fused ({', '.join(found['fused'])}) "
-                              "and per-expert expert tensors")
+        raise CheckpointError(
+            f"{checkpoint.root}: layer {prefix} has both fused ({', '.join(found['fused'])}) and per-expert expert tensors"
+        )
     if found["fused"]:
         gate_up, down = prefix + "gate_up_proj", prefix + "down_proj"
         _check(checkpoint, gate_up, (E, 2 * I, H))
@@ -179,8 +185,9 @@ def _layer(checkpoint: SourceCheckpoint, prefix: str, found: dict, dims: dict) -
     roles = found["per_expert"]
     naming = max(_PROJECTIONS[role].index(p) for role, projections in roles.items() for p in projections)
     shapes = {"gate": (I, H), "up": (I, H), "down": (H, I)}
-    patterns = {role: _per_expert_pattern(checkpoint, prefix, role, roles.get(role, {}), E, shape, naming)
-                for role, shape in shapes.items()}
+    patterns = {
+        role: _per_expert_pattern(checkpoint, prefix, role, roles.get(role, {}), E, shape, naming) for role, shape in shapes.items()
+    }
     return Bf16MoeLayer(found["index"], prefix, (patterns["gate"], patterns["up"]), patterns["down"])
 
 

@@ -60,9 +60,9 @@ class SourceCheckpoint:
 
     root: Path
     config: dict
-    shards: dict[str, SafetensorsFile]   # shard file name -> parsed header, in shard-name order
-    locations: dict[str, str]            # tensor name -> shard file name
-    side_files: list[str]                # root-level non-weight files (config, tokenizer, ...)
+    shards: dict[str, SafetensorsFile]  # shard file name -> parsed header, in shard-name order
+    locations: dict[str, str]  # tensor name -> shard file name
+    side_files: list[str]  # root-level non-weight files (config, tokenizer, ...)
 
     def entry(self, name: str) -> TensorEntry:
         return self.shards[self.locations[name]].tensors[name]
@@ -135,10 +135,16 @@ def open_checkpoint(root: str | os.PathLike, reader: SourceReader | None = None)
                 raise CheckpointError(f"{index_path}: maps tensor {tensor} to {shard_name}, which does not contain it")
         unlisted = sorted(set(locations) - set(weight_map))
         if unlisted:
-            LOG.warning("%s: does not list %d tensor(s) its shards hold (first: %s in %s); they are carried through",
-                        index_path, len(unlisted), unlisted[0], locations[unlisted[0]])
+            LOG.warning(
+                "%s: does not list %d tensor(s) its shards hold (first: %s in %s); they are carried through",
+                index_path,
+                len(unlisted),
+                unlisted[0],
+                locations[unlisted[0]],
+            )
     side_files = sorted(
-        p.name for p in root.iterdir()
+        p.name
+        for p in root.iterdir()
         if p.is_file() and not p.name.startswith(".") and p.suffix not in WEIGHT_SUFFIXES and p.name != SAFETENSORS_INDEX_FILE
     )
     for name in side_files:  # copied into the output at the end: unreadable ones are refused now

@@ -97,9 +97,8 @@ def _config(checkpoint: SourceCheckpoint) -> dict:
     config = checkpoint.values
     expert_dtype = config.string("expert_dtype", "fp4")
     if expert_dtype != "fp4":
-        raise config.fail("expert_dtype", f"is {expert_dtype!r}: only MXFP4 routed experts (\"fp4\") are supported")
-    dims: dict[str, Any] = {key: config.integer(key)
-            for key in ("hidden_size", "moe_intermediate_size", "n_routed_experts")}
+        raise config.fail("expert_dtype", f'is {expert_dtype!r}: only MXFP4 routed experts ("fp4") are supported')
+    dims: dict[str, Any] = {key: config.integer(key) for key in ("hidden_size", "moe_intermediate_size", "n_routed_experts")}
     for key in ("hidden_size", "moe_intermediate_size"):
         if dims[key] % 32:
             raise config.fail(key, f"is {dims[key]}, not a multiple of the MXFP4 block (32)")
@@ -137,15 +136,19 @@ def open_model(checkpoint: SourceCheckpoint) -> DeepseekV4Model:
             prefixes[match.group(1)] = int(match.group(2))
             experts.setdefault(match.group(1), set()).add(int(match.group(3)))
             if int(match.group(3)) >= E:
-                raise CheckpointError(f"{checkpoint.file_of(name).path}: tensor {name} names expert {match.group(3)}, "
-                                   f"but config.json has n_routed_experts={E}")
+                raise CheckpointError(
+                    f"{checkpoint.file_of(name).path}: tensor {name} names expert {match.group(3)}, "
+                    f"but config.json has n_routed_experts={E}"
+                )
     if not prefixes:
         raise CheckpointError(f"{checkpoint.root}: deepseek-v4 checkpoint has no layers.L.ffn.experts.E.w1.weight tensors")
     for prefix, present in experts.items():  # before any per-expert name list is made
         missing = first_missing_expert(present, E)
         if missing is not None:
-            raise CheckpointError(f"{checkpoint.root}: tensor {prefix}{missing}.w1.weight is missing "
-                               f"(config.json has n_routed_experts={E}, the checkpoint holds experts of {len(present)})")
+            raise CheckpointError(
+                f"{checkpoint.root}: tensor {prefix}{missing}.w1.weight is missing "
+                f"(config.json has n_routed_experts={E}, the checkpoint holds experts of {len(present)})"
+            )
     layers = tuple(DeepseekV4Layer(index, prefix) for prefix, index in sorted(prefixes.items(), key=_layer_order))
     shapes = {"w1": (I, H), "w3": (I, H), "w2": (H, I)}  # [out, in] in elements
     for layer in layers:

@@ -28,7 +28,7 @@ from moebake.schema.manifest import Activation
 
 FORMAT_NAME = "gpt-oss"
 SWIGLU_ALPHA = 1.702  # hard-coded in GPT-OSS (not in config.json)
-SWIGLU_BETA = 1.0     # the "+1" on the linear (up) half
+SWIGLU_BETA = 1.0  # the "+1" on the linear (up) half
 DEFAULT_SWIGLU_LIMIT = 7.0  # transformers' GptOssConfig default when config.json has none
 _EXPERT_RE = re.compile(r"^(model\.layers\.(\d+)\.mlp\.experts\.)(gate_up_proj|down_proj)_(blocks|scales|bias)$")
 

@@ -175,8 +175,7 @@ class ModelOptNvfp4Model:
         if name.rsplit(".", 1)[-1] in SCALAR_PARTS:
             value = float(tensor.reshape(-1)[0])
             if not (math.isfinite(value) and value > 0):
-                raise CheckpointError(f"{self.checkpoint.file_of(name).path}: tensor {name} is {value}, "
-                                   "expected a finite global scale > 0")
+                raise CheckpointError(f"{self.checkpoint.file_of(name).path}: tensor {name} is {value}, expected a finite global scale > 0")
         return tensor
 
     def use_gate_up_globals(self, mode: str) -> None:
@@ -237,8 +236,13 @@ class ModelOptNvfp4Model:
                 rescaled[shared.rescaled_half].append(expert)
                 smallest_ratio = min(smallest_ratio, shared.ratio)
                 bound = bound.merge(rounding_bound(shared.scaled_global, shared.shared))
-        report = {"experts_rescaled": len(rescaled["gate"]) + len(rescaled["up"]), "rescaled_gate": rescaled["gate"],
-                  "rescaled_up": rescaled["up"], "max_relative_change": 1.0 - smallest_ratio, **vars(bound)}
+        report = {
+            "experts_rescaled": len(rescaled["gate"]) + len(rescaled["up"]),
+            "rescaled_gate": rescaled["gate"],
+            "rescaled_up": rescaled["up"],
+            "max_relative_change": 1.0 - smallest_ratio,
+            **vars(bound),
+        }
         return report | {"experts_kept_apart": kept_apart} if self.gate_up_globals == "keep" else report
 
 
@@ -246,8 +250,11 @@ def read_quant_config(checkpoint: SourceCheckpoint) -> QuantConfig | None:
     """ModelOpt settings from ``config.json``'s ``quantization_config`` or ``hf_quant_config.json``; None if neither is ModelOpt's."""
     inline = checkpoint.values.section("quantization_config")
     if inline is not None and (inline.raw("quant_method") in _QUANT_METHODS or _is_modelopt(inline)):
-        group_sizes = [weights.integer("group_size", None) for group in inline.sections("config_groups").values()
-                       if (weights := group.section("weights")) is not None]
+        group_sizes = [
+            weights.integer("group_size", None)
+            for group in inline.sections("config_groups").values()
+            if (weights := group.section("weights")) is not None
+        ]
         group_size = inline.integer("group_size", next((g for g in group_sizes if g is not None), None))
         exclude = inline.strings("exclude_modules" if "exclude_modules" in inline else "ignore")
         return _quant_config(inline, group_size, exclude)
@@ -262,8 +269,10 @@ def _quant_config(section: ConfigValues, group_size: int | None, exclude: tuple[
     algo = section.string("quant_algo", "?")
     layers = None
     if algo.upper() == MIXED_PRECISION:
-        layers = {module: ModuleQuant(entry.string("quant_algo", "?"), entry.integer("group_size", None))
-                  for module, entry in section.sections("quantized_layers").items()}
+        layers = {
+            module: ModuleQuant(entry.string("quant_algo", "?"), entry.integer("group_size", None))
+            for module, entry in section.sections("quantized_layers").items()
+        }
     return QuantConfig(section, algo, group_size, exclude, layers)
 
 
@@ -285,8 +294,11 @@ def detect(checkpoint: SourceCheckpoint) -> bool:
 
 def _check_quant(quant: QuantConfig) -> None:
     if quant.layers is None and quant.algo.upper() not in EXPERT_ALGOS:
-        raise quant.section.fail("quant_algo", f"is {quant.algo!r}, not supported (moebake reads NVFP4 experts: "
-                                 f"{', '.join(EXPERT_ALGOS)}, or {MIXED_PRECISION} with NVFP4 experts)")
+        raise quant.section.fail(
+            "quant_algo",
+            f"is {quant.algo!r}, not supported (moebake reads NVFP4 experts: "
+            f"{', '.join(EXPERT_ALGOS)}, or {MIXED_PRECISION} with NVFP4 experts)",
+        )
 
 
 def _expert_algo(checkpoint: SourceCheckpoint, quant: QuantConfig, prefix: str, modules: dict[str, ModuleQuant]) -> str:
@@ -320,8 +332,10 @@ def _scan_layers(checkpoint: SourceCheckpoint, quant: QuantConfig) -> tuple[list
     for (index, prefix), found in sorted(modules.items()):
         quantized = {module: q for module, q in found.items() if q is not None}
         if quantized and len(quantized) < len(found):
-            raise UnsupportedError(f"{checkpoint.root}: MoE layer {prefix[:-1]} has both excluded and quantized experts "
-                               f"({quant.source}); moebake bakes whole layers")
+            raise UnsupportedError(
+                f"{checkpoint.root}: MoE layer {prefix[:-1]} has both excluded and quantized experts "
+                f"({quant.source}); moebake bakes whole layers"
+            )
         if not quantized:
             excluded.append(prefix)
             continue
@@ -336,16 +350,21 @@ def open_model(checkpoint: SourceCheckpoint) -> ModelOptNvfp4Model:
     """Validate quantization settings, config and every expert tensor's dtype/shape; MoebakeError on mismatch."""
     quant = read_quant_config(checkpoint)
     if quant is None:
-        raise UnsupportedError(f"{checkpoint.root}: config.json has no ModelOpt quantization_config and there is no "
-                               "hf_quant_config.json: not a modelopt-nvfp4 checkpoint")
+        raise UnsupportedError(
+            f"{checkpoint.root}: config.json has no ModelOpt quantization_config and there is no "
+            "hf_quant_config.json: not a modelopt-nvfp4 checkpoint"
+        )
     _check_quant(quant)
     layers, excluded, expert_algo, present = _scan_layers(checkpoint, quant)
     if not layers:
         raise CheckpointError(f"{checkpoint.root}: ModelOpt checkpoint has no quantized ...layers.N.mlp.experts.E.* tensors")
     config = checkpoint.values
     dims = {}
-    for dim, keys in (("hidden", ("hidden_size",)), ("intermediate", ("moe_intermediate_size", "intermediate_size")),
-                      ("experts", ("n_routed_experts", "num_experts", "num_local_experts"))):
+    for dim, keys in (
+        ("hidden", ("hidden_size",)),
+        ("intermediate", ("moe_intermediate_size", "intermediate_size")),
+        ("experts", ("n_routed_experts", "num_experts", "num_local_experts")),
+    ):
         key, dims[dim] = first_model_integer(config, keys)
         if dim != "experts" and dims[dim] % GROUP_SIZE:
             raise CheckpointError(f"{checkpoint.root / CONFIG_NAME}: {key}={dims[dim]} is not a multiple of the NVFP4 block ({GROUP_SIZE})")
@@ -354,25 +373,31 @@ def open_model(checkpoint: SourceCheckpoint) -> ModelOptNvfp4Model:
         missing = first_missing_expert(present[layer.prefix], experts)
         if missing is not None:
             name = layer.name(missing, "gate", "weight")
-            raise CheckpointError(f"{checkpoint.root}: tensor {name} is missing ({CONFIG_NAME} says {experts} experts, "
-                               f"layer {layer.prefix[:-1]} holds {len(present[layer.prefix])})")
+            raise CheckpointError(
+                f"{checkpoint.root}: tensor {name} is missing ({CONFIG_NAME} says {experts} experts, "
+                f"layer {layer.prefix[:-1]} holds {len(present[layer.prefix])})"
+            )
     first_scalar = layers[0].name(0, "gate", "weight_scale_2")
     scalar_shape = (1,) if first_scalar in checkpoint.locations and checkpoint.entry(first_scalar).shape == (1,) else ()
-    model = ModelOptNvfp4Model(checkpoint, hidden, intermediate, experts, scalar_shape, quant, tuple(layers), tuple(excluded),
-                               expert_algo)
+    model = ModelOptNvfp4Model(checkpoint, hidden, intermediate, experts, scalar_shape, quant, tuple(layers), tuple(excluded), expert_algo)
     parts = [p for p in PARTS if not (model.weight_only and p == "input_scale")]
     for layer in model.layers:
         for name, (dtype, shape) in model.expected_specs(layer).items():
             if name not in checkpoint.locations:
-                raise CheckpointError(f"{checkpoint.root}: tensor {name} is missing (an {expert_algo} expert needs "
-                                   f"{', '.join(parts)} for each of gate/up/down_proj)")
+                raise CheckpointError(
+                    f"{checkpoint.root}: tensor {name} is missing (an {expert_algo} expert needs "
+                    f"{', '.join(parts)} for each of gate/up/down_proj)"
+                )
             entry = checkpoint.entry(name)
             if entry.dtype != dtype or entry.shape != shape:
-                raise CheckpointError(f"{checkpoint.file_of(name).path}: tensor {name} is {entry.dtype} {list(entry.shape)}, "
-                                   f"expected {dtype} {list(shape)} (ModelOpt NVFP4, group {GROUP_SIZE}, from {CONFIG_NAME})")
+                raise CheckpointError(
+                    f"{checkpoint.file_of(name).path}: tensor {name} is {entry.dtype} {list(entry.shape)}, "
+                    f"expected {dtype} {list(shape)} (ModelOpt NVFP4, group {GROUP_SIZE}, from {CONFIG_NAME})"
+                )
     prefixes = {layer.prefix for layer in model.layers}
-    beyond = next((n for n in checkpoint.locations if (m := _EXPERT_RE.match(n)) and m["prefix"] in prefixes
-                   and int(m["expert"]) >= experts), None)
+    beyond = next(
+        (n for n in checkpoint.locations if (m := _EXPERT_RE.match(n)) and m["prefix"] in prefixes and int(m["expert"]) >= experts), None
+    )
     if beyond:
         raise CheckpointError(f"{checkpoint.file_of(beyond).path}: tensor {beyond} names an expert beyond the {experts} in {CONFIG_NAME}")
     return model

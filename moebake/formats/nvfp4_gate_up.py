@@ -23,7 +23,7 @@ import torch
 from moebake.errors import InvalidArgumentError
 
 E4M3_MAX = 448.0
-E4M3_MIN_NORMAL = 2.0 ** -6
+E4M3_MIN_NORMAL = 2.0**-6
 _POSITIVE_CODES = torch.arange(0x7F, dtype=torch.uint8)  # 0x00..0x7E: +0 and every positive finite E4M3
 _POSITIVE_VALUES = _POSITIVE_CODES.view(torch.float8_e4m3fn).double()  # ascending with the code
 

@@ -130,8 +130,9 @@ def read_header(path: str | os.PathLike, reader: SourceReader | None = None) -> 
         raise CheckpointError(f"{path}: corrupt safetensors header (expected a JSON object, found {json_type(header)})")
     metadata = header.pop(METADATA_KEY, None) or {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise CheckpointError(f"{path}: corrupt safetensors header ({METADATA_KEY} is {short_repr(metadata)}, "
-                              "expected an object of strings)")
+        raise CheckpointError(
+            f"{path}: corrupt safetensors header ({METADATA_KEY} is {short_repr(metadata)}, expected an object of strings)"
+        )
     tensors = {name: _parse_entry(path, name, spec) for name, spec in header.items()}
     data_start = HEADER_LENGTH_BYTES + header_len
     _check_tiling(path, tensors.values(), size - data_start)
@@ -155,8 +156,7 @@ def _parse_entry(path: str, name: str, spec: object) -> TensorEntry:
         raise CheckpointError(f"{path}: tensor {name} has unknown dtype {short_repr(dtype)}")
     if not isinstance(shape, list) or any(_header_int(d) is None for d in shape):
         raise CheckpointError(f"{where}: shape {short_repr(shape)} is not a list of non-negative integers")
-    if (not isinstance(offsets, list) or len(offsets) != 2 or any(_header_int(o) is None for o in offsets)
-            or offsets[0] > offsets[1]):
+    if not isinstance(offsets, list) or len(offsets) != 2 or any(_header_int(o) is None for o in offsets) or offsets[0] > offsets[1]:
         raise CheckpointError(f"{where}: data_offsets {short_repr(offsets)} is not [begin, end] with integers 0 <= begin <= end")
     shape, (begin, end) = tuple(shape), offsets
     try:

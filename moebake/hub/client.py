@@ -102,8 +102,11 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     """What a network failure (no route, no name, refused, timed out) raises, in Python and in the HTTP library
     huggingface_hub uses (httpx2 in 2.x, httpx in 1.x, requests in 0.x)."""
     found = [ConnectionError, TimeoutError, socket.gaierror]
-    for module, names in (("httpx2", ("TransportError",)), ("httpx", ("TransportError",)),
-                          ("requests.exceptions", ("ConnectionError", "Timeout"))):
+    for module, names in (
+        ("httpx2", ("TransportError",)),
+        ("httpx", ("TransportError",)),
+        ("requests.exceptions", ("ConnectionError", "Timeout")),
+    ):
         try:
             found += [getattr(importlib.import_module(module), name) for name in names]
         except (ImportError, AttributeError):

@@ -38,7 +38,7 @@ class ResolvedSource:
     """Where a source checkpoint is on disk and, for a Hub source, which repo and commit it is."""
 
     path: Path
-    repo_id: str | None = None   # None for a local source
+    repo_id: str | None = None  # None for a local source
     revision: str | None = None  # the resolved commit sha of a Hub source
 
 
@@ -65,16 +65,14 @@ def download_source(repo_id: str, revision: str | None, client: HfApi) -> Resolv
     """Download the files a conversion needs from ``repo_id`` at ``revision`` (default branch if None)."""
     spec = repo_id + (f"@{revision}" if revision else "")
     try:
-        folder = client.snapshot_download(repo_id, revision=revision, allow_patterns=SOURCE_PATTERNS,
-                                          ignore_patterns=SUBFOLDERS)
+        folder = client.snapshot_download(repo_id, revision=revision, allow_patterns=SOURCE_PATTERNS, ignore_patterns=SUBFOLDERS)
     except HUB_ERRORS as err:
         reason = hub_reason(err)
         if reason is None:
             raise hub_error(f"{spec}: not a local path, and downloading it from the Hugging Face Hub failed", err) from None
         if reason == OFFLINE or reason.startswith(UNREACHABLE):
             cached = " and the Hugging Face cache does not have it" if reason == OFFLINE else ""
-            raise HubError(f"{spec}: neither a local folder nor reachable on the Hugging Face Hub: {reason}{cached}"
-                           f"{_near(spec)}") from None
+            raise HubError(f"{spec}: neither a local folder nor reachable on the Hugging Face Hub: {reason}{cached}{_near(spec)}") from None
         raise HubError(f"{spec}: not a local folder, and {reason}{_near(spec)}") from None  # no such repo or revision
     commit = Path(folder).name
     if not _COMMIT.fullmatch(commit):

@@ -44,12 +44,16 @@ def _proof_sentence(manifest: Manifest) -> str:
     """What ``moebake verify --source`` proves for this bake (bit-exactness only where no value was changed)."""
     rescaled, experts, change = rescaled_gate_up(manifest)
     if not rescaled:
-        return ("`moebake verify --source` proves them bit-exact: every baked expert tensor inverts to the source's bytes, "
-                "and re-baking the source reproduces every byte of every tensor here.")
-    return (f"`moebake verify --source` proves that re-baking the source reproduces every byte of every tensor here, and that "
-            f"the experts invert to the source's bytes except, by design (`--gate-up-globals share`), the gate/up block scales "
-            f"of {rescaled} of {experts} experts, which were rescaled to one shared gate/up global (largest relative change "
-            f"{change:.2%}) and are not bit-exact to the source.")
+        return (
+            "`moebake verify --source` proves them bit-exact: every baked expert tensor inverts to the source's bytes, "
+            "and re-baking the source reproduces every byte of every tensor here."
+        )
+    return (
+        f"`moebake verify --source` proves that re-baking the source reproduces every byte of every tensor here, and that "
+        f"the experts invert to the source's bytes except, by design (`--gate-up-globals share`), the gate/up block scales "
+        f"of {rescaled} of {experts} experts, which were rescaled to one shared gate/up global (largest relative change "
+        f"{change:.2%}) and are not bit-exact to the source."
+    )
 
 
 def source_label(source: SourceRecord) -> str:
@@ -62,7 +66,9 @@ def render_model_card(manifest: Manifest, repo_id: str, license_id: str | None =
     source, layers, target = manifest.source, manifest.layers, manifest.target
     base = hub_repo_of(source.location)
     data = ModelCardData(
-        base_model=base, license=license_id, library_name="moebake",
+        base_model=base,
+        license=license_id,
+        library_name="moebake",
         tags=["moebake", target, source.format, "mixture-of-experts", "flashinfer"],
         base_model_relation="quantized" if base else None,
     )
@@ -72,11 +78,17 @@ def render_model_card(manifest: Manifest, repo_id: str, license_id: str | None =
     source_arg = f"{base}@{source.revision}" if base and source.revision else (base or "SOURCE_DIR")
     name = repo_id.split("/")[-1]
     lines = [
-        "---", data.to_yaml(), "---", "",
-        f"# {name}", "",
+        "---",
+        data.to_yaml(),
+        "---",
+        "",
+        f"# {name}",
+        "",
         f"The expert weights of {source_ref}{revision}, pre-baked offline by moebake into the exact byte "
-        f"layout of {target_spec(target).description}, so they load with zero processing. {_proof_sentence(manifest)}", "",
-        "| | |", "|---|---|",
+        f"layout of {target_spec(target).description}, so they load with zero processing. {_proof_sentence(manifest)}",
+        "",
+        "| | |",
+        "|---|---|",
         f"| target | `{target}` (moebake layout version {manifest.target_layout_version}) |",
         f"| kernel and GPU | {target_spec(target).description} |",
     ]
@@ -85,28 +97,34 @@ def render_model_card(manifest: Manifest, repo_id: str, license_id: str | None =
     lines += [
         f"| source | {source_ref}{revision} (format `{source.format}`) |",
         f"| MoE layers x experts | {len(layers)} x {first.experts} |",
-        f"| padding | hidden {first.hidden} -> {first.hidden_padded}, "
-        f"intermediate {first.intermediate} -> {first.intermediate_padded} |",
+        f"| padding | hidden {first.hidden} -> {first.hidden_padded}, intermediate {first.intermediate} -> {first.intermediate_padded} |",
         *_engine_row(manifest.engine),
         f"| activation | `{json.dumps(manifest.activation.to_json())}` |",
-        f"| baked by | moebake {manifest.moebake_version}" + (f", {manifest.created}" if manifest.created else "")
-        + " |", "",
-        f"## Expert tensors (per MoE layer, under `{first.prefix}`)", "",
-        "| tensor | dtype | shape | from source tensors |", "|---|---|---|---|",
-        *(f"| `{short}` | {spec.dtype} | {list(spec.shape)} | {_source_cell(spec, first.prefix)} |"
-          for short, spec in first.tensors.items()),
+        f"| baked by | moebake {manifest.moebake_version}" + (f", {manifest.created}" if manifest.created else "") + " |",
+        "",
+        f"## Expert tensors (per MoE layer, under `{first.prefix}`)",
+        "",
+        "| tensor | dtype | shape | from source tensors |",
+        "|---|---|---|---|",
+        *(
+            f"| `{short}` | {spec.dtype} | {list(spec.shape)} | {_source_cell(spec, first.prefix)} |"
+            for short, spec in first.tensors.items()
+        ),
         "",
         "Every other tensor and the tokenizer are the source's, byte for byte; `config.json` is the source's with "
         "`quantization_config.quant_method: moebake` (the source's kept as `original`), so an engine without "
         "moebake's plugin refuses to load it. `moebake.json` records the options and the checksum of every "
-        "source file and of every file here.", "",
-        "## Check it with moebake", "",
+        "source file and of every file here.",
+        "",
+        "## Check it with moebake",
+        "",
         "```bash",
         f"hf download {repo_id} --local-dir {name}",
         f"moebake verify {name}            # checksums, index, shard headers",
         f"moebake verify {name} --source {source_arg}   # bit-exact against the source",
         f"moebake inspect {name}",
-        "```", "",
+        "```",
+        "",
         *_serve_section(target, repo_id, first.index),
         *_engine_section(manifest, repo_id),
     ]
@@ -116,17 +134,28 @@ def render_model_card(manifest: Manifest, repo_id: str, license_id: str | None =
 def _engine_section(manifest: Manifest, repo_id: str) -> list[str]:
     """How each engine whose bytes the bake equals serves it (through moebake's plugin for that engine)."""
     engines = [e for e in ([manifest.engine] if manifest.engine else []) + list(manifest.serves) if e.exact]
-    lines = ["## Load it in an engine", "",
-             "The expert tensors are already in the kernel's layout, byte for byte what the engine itself builds at "
-             "start-up. The engine serves them with moebake's plugin for it (commands below): it loads them "
-             "as they are and skips its own load-time re-layout of the experts; expert parallelism splits the experts "
-             "over GPUs (SGLang `--ep-size` = `--tp-size`, vLLM `--enable-expert-parallel`). An engine without the "
-             "plugin refuses this repo at start-up (unknown quantization method `moebake`) instead of serving it as "
-             "the source format.", ""]
+    lines = [
+        "## Load it in an engine",
+        "",
+        "The expert tensors are already in the kernel's layout, byte for byte what the engine itself builds at "
+        "start-up. The engine serves them with moebake's plugin for it (commands below): it loads them "
+        "as they are and skips its own load-time re-layout of the experts; expert parallelism splits the experts "
+        "over GPUs (SGLang `--ep-size` = `--tp-size`, vLLM `--enable-expert-parallel`). An engine without the "
+        "plugin refuses this repo at start-up (unknown quantization method `moebake`) instead of serving it as "
+        "the source format.",
+        "",
+    ]
     if engines:
         commands = {"sglang": "python -m sglang.launch_server --model-path", "vllm": "vllm serve"}
-        lines += ["```bash", *(f"pip install \"moebake[{e.name}]\"   # {e.name} {e.version}\n"
-                               f"{commands[e.name]} {repo_id} {serving_flags(e)}" for e in engines), "```", ""]
+        lines += [
+            "```bash",
+            *(
+                f'pip install "moebake[{e.name}]"   # {e.name} {e.version}\n{commands[e.name]} {repo_id} {serving_flags(e)}'
+                for e in engines
+            ),
+            "```",
+            "",
+        ]
     return lines
 
 
@@ -135,8 +164,11 @@ def _engine_row(engine: EngineRecord | None) -> list[str]:
     if engine is None:
         return []
     flags = f"`{serving_flags(engine)}`" if serving_flags(engine) else "no flags serve it"
-    exact = ("byte for byte its post-load parameters (proven against its code)" if engine.exact
-             else f"not engine-exact: {engine.not_exact_because}")
+    exact = (
+        "byte for byte its post-load parameters (proven against its code)"
+        if engine.exact
+        else f"not engine-exact: {engine.not_exact_because}"
+    )
     return [f"| engine | {engine.name} {engine.version}, {flags}: {exact} |"]
 
 
@@ -150,15 +182,17 @@ def _serve_section(target: str, repo_id: str, layer: int) -> list[str]:
     if target not in serving.served_targets(serving.SERVE):
         return []
     return [
-        "## Load it with moebake", "",
+        "## Load it with moebake",
+        "",
         "```python",
         "import moebake.serve",
         "from huggingface_hub import snapshot_download",
         "",
-        f"ckpt = moebake.serve.open(snapshot_download(\"{repo_id}\"))",
-        f"experts = ckpt.load_experts({layer}, device=\"cuda\")",
+        f'ckpt = moebake.serve.open(snapshot_download("{repo_id}"))',
+        f'experts = ckpt.load_experts({layer}, device="cuda")',
         "out = experts.forward(hidden_states, topk_ids, topk_weights)",
-        "```", "",
+        "```",
+        "",
     ]
 
 

@@ -36,8 +36,17 @@ if TYPE_CHECKING:
 PR_REF_PREFIX = "refs/pr/"
 
 
-def publish(out: str | os.PathLike, repo_id: str, client: HfApi, *, private: bool = False, revision: str | None = None,
-            create_pr: bool = False, source: str | None = None, progress: bool = False):
+def publish(
+    out: str | os.PathLike,
+    repo_id: str,
+    client: HfApi,
+    *,
+    private: bool = False,
+    revision: str | None = None,
+    create_pr: bool = False,
+    source: str | None = None,
+    progress: bool = False,
+):
     """Upload verified output ``out`` to model repo ``repo_id`` with ``client``; returns its ``CommitInfo``.
 
     ``source``: a local checkpoint or Hub repo spec to prove bit-exactness against before uploading.
@@ -50,15 +59,18 @@ def publish(out: str | os.PathLike, repo_id: str, client: HfApi, *, private: boo
             client.create_repo(repo_id, private=private, exist_ok=True)
             if revision and not revision.startswith(PR_REF_PREFIX):
                 client.create_branch(repo_id, branch=revision, exist_ok=True)
-            commit = client.upload_folder(repo_id=repo_id, folder_path=folder, commit_message=message,
-                                          revision=revision, create_pr=create_pr)
+            commit = client.upload_folder(
+                repo_id=repo_id, folder_path=folder, commit_message=message, revision=revision, create_pr=create_pr
+            )
         except HUB_ERRORS as err:
             raise _upload_error(out, repo_id, err) from None
     try:
         write_model_card(out, repo_id)
     except OSError as err:
-        raise OutputError(f"{out}: uploaded to {repo_id}, but writing its model card into it failed ({err.strerror}); "
-                           "re-run the same command once it is writable") from None
+        raise OutputError(
+            f"{out}: uploaded to {repo_id}, but writing its model card into it failed ({err.strerror}); "
+            "re-run the same command once it is writable"
+        ) from None
     return commit
 
 
@@ -72,8 +84,16 @@ class UploadPreview:
     files: list[tuple[str, int, bool]]
 
 
-def preview(out: str | os.PathLike, repo_id: str, client=None, *, revision: str | None = None, create_pr: bool = False,
-            source: str | None = None, progress: bool = False) -> UploadPreview:
+def preview(
+    out: str | os.PathLike,
+    repo_id: str,
+    client=None,
+    *,
+    revision: str | None = None,
+    create_pr: bool = False,
+    source: str | None = None,
+    progress: bool = False,
+) -> UploadPreview:
     """The checks :func:`publish` makes (``verify``, and the comparison with ``source`` if given; ``client`` only
     downloads a Hub ``source``), then what it would upload; sends and writes nothing."""
     out = Path(out)
@@ -81,16 +101,20 @@ def preview(out: str | os.PathLike, repo_id: str, client=None, *, revision: str 
     sizes = {entry.name: entry.stat().st_size for entry in os.scandir(out) if entry.is_file()}
     sizes.update({rel: (out / rel).stat().st_size for rel in upload_paths(out, read_manifest(out))})
     sizes.update({name: len(data) for name, data in updated.items()})
-    return UploadPreview(message, updated[CARD_NAME].decode("utf-8"),
-                         [(name, size, name in updated) for name, size in sorted(sizes.items())])
+    return UploadPreview(
+        message, updated[CARD_NAME].decode("utf-8"), [(name, size, name in updated) for name, size in sorted(sizes.items())]
+    )
 
 
-def _checked(out: Path, repo_id: str, client, revision: str | None, create_pr: bool, source: str | None,
-             progress: bool) -> tuple[str, dict[str, bytes]]:
+def _checked(
+    out: Path, repo_id: str, client, revision: str | None, create_pr: bool, source: str | None, progress: bool
+) -> tuple[str, dict[str, bytes]]:
     """Refuse the options or ``out`` as :func:`publish` does; the commit message and the files the upload writes."""
     if create_pr and revision:
-        raise OptionError("--create-pr opens a pull request against the default branch and cannot be combined with "
-                           f"--revision {revision} (to resume an interrupted pull request, pass --revision {PR_REF_PREFIX}N)")
+        raise OptionError(
+            "--create-pr opens a pull request against the default branch and cannot be combined with "
+            f"--revision {revision} (to resume an interrupted pull request, pass --revision {PR_REF_PREFIX}N)"
+        )
     problems = verify_output(out)
     if not problems and source is not None:
         problems = compare_with_source(out, resolve_source(source, client).path, progress)
@@ -105,11 +129,14 @@ def _upload_error(out: Path, repo_id: str, err: BaseException) -> HubError:
     Hub's own error, and that re-running resumes."""
     reason = hub_reason(err)
     if reason == OFFLINE:
-        return HubError(f"uploading {out} to {repo_id}: {reason}, so nothing was sent; unset HF_HUB_OFFLINE to upload, or "
-                        "see what would be sent with --dry-run")
+        return HubError(
+            f"uploading {out} to {repo_id}: {reason}, so nothing was sent; unset HF_HUB_OFFLINE to upload, or "
+            "see what would be sent with --dry-run"
+        )
     if reason is not None and reason.startswith(UNREACHABLE):
-        return HubError(f"uploading {out} to {repo_id} failed: {reason}; re-run the same command once it can be (an "
-                        "interrupted upload resumes)")
+        return HubError(
+            f"uploading {out} to {repo_id} failed: {reason}; re-run the same command once it can be (an interrupted upload resumes)"
+        )
     return hub_error(f"uploading {out} to {repo_id} failed (re-run the same command to resume)", err)
 
 

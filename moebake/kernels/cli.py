@@ -13,9 +13,11 @@ import click
 
 from moebake.errors import OptionError
 
-ROOT_HELP = ("KIND=DIR: read or place KIND's files in DIR instead of the library's own folder (repeatable; KIND one of "
-             "flashinfer, flashinfer-cubins, tvm-ffi, deep-gemm, triton, tilelang). For flashinfer, harvest reads FlashInfer's "
-             "JIT cache folder (<base>/.cache/flashinfer) and install places into FlashInfer's AOT folder.")
+ROOT_HELP = (
+    "KIND=DIR: read or place KIND's files in DIR instead of the library's own folder (repeatable; KIND one of "
+    "flashinfer, flashinfer-cubins, tvm-ffi, deep-gemm, triton, tilelang). For flashinfer, harvest reads FlashInfer's "
+    "JIT cache folder (<base>/.cache/flashinfer) and install places into FlashInfer's AOT folder."
+)
 
 
 def _roots(values) -> dict[str, Path]:
@@ -51,8 +53,7 @@ def build_group(reports_errors, verbose_option) -> click.Group:
 
         meta = run(out, engine, arch, roots=_roots(roots))
         total = sum(r["bytes"] for r in meta["files"].values())
-        click.echo(f"harvested {len(meta['files'])} files ({size_text(total)}) of {engine} {meta['release']} on {meta['arch']} "
-                   f"into {out}")
+        click.echo(f"harvested {len(meta['files'])} files ({size_text(total)}) of {engine} {meta['release']} on {meta['arch']} into {out}")
         kinds: dict[str, int] = {}
         for rel in meta["files"]:
             kinds[rel.split("/", 1)[0]] = kinds.get(rel.split("/", 1)[0], 0) + 1
@@ -63,8 +64,11 @@ def build_group(reports_errors, verbose_option) -> click.Group:
     @verbose_option
     @click.argument("bake", type=click.Path(path_type=Path))
     @click.option("--from", "source", type=click.Path(path_type=Path), help="A folder of <kind>/<path> files (harvest's OUT).")
-    @click.option("--reduced-module", type=click.Path(path_type=Path),
-                  help="moebake's reduced FlashInfer MoE module (fused_moe_90_moebake.so, its sidecar .json beside it).")
+    @click.option(
+        "--reduced-module",
+        type=click.Path(path_type=Path),
+        help="moebake's reduced FlashInfer MoE module (fused_moe_90_moebake.so, its sidecar .json beside it).",
+    )
     @click.option("--engine", help="ENGINE==RELEASE the kernels are for (default: the harvest record's).")
     @click.option("--arch", help="GPU architecture, e.g. sm90 (default: the harvest record's).")
     @click.option("--flashinfer", help="FlashInfer version (default: the harvest record's).")
@@ -82,10 +86,16 @@ def build_group(reports_errors, verbose_option) -> click.Group:
         from moebake.kernels.pack import add_kernels
         from moebake.progress_bars import size_text
 
-        versions = {"flashinfer": flashinfer, "deep_gemm": deep_gemm, "tvm_ffi": tvm_ffi, "triton": triton,
-                    "tilelang": tilelang, "torch": torch, "cuda": cuda}
-        added = add_kernels(bake, source, engine=engine, arch=arch, versions=versions, reduced_module=reduced_module,
-                            replace=replace)
+        versions = {
+            "flashinfer": flashinfer,
+            "deep_gemm": deep_gemm,
+            "tvm_ffi": tvm_ffi,
+            "triton": triton,
+            "tilelang": tilelang,
+            "torch": torch,
+            "cuda": cuda,
+        }
+        added = add_kernels(bake, source, engine=engine, arch=arch, versions=versions, reduced_module=reduced_module, replace=replace)
         kinds = ", ".join(f"{k} {n}" for k, (n, _) in added.kinds().items())
         click.echo(f"added kernel set {added.id} to {bake}: {len(added.files)} files, {size_text(added.bytes)} ({kinds})")
 
@@ -106,13 +116,22 @@ def build_group(reports_errors, verbose_option) -> click.Group:
 
         report = install_kernels(bake, identifier=identifier, arch=arch, roots=_roots(roots), dry_run=dry_run)
         head = "checked" if dry_run else "installed"
-        click.echo(f"{head} kernel set {report.set.id} of {bake} ({report.set.engine} {report.set.release}, {report.arch}): "
-                   "every sha256 and compatibility field matches")
+        click.echo(
+            f"{head} kernel set {report.set.id} of {bake} ({report.set.engine} {report.set.release}, {report.arch}): "
+            "every sha256 and compatibility field matches"
+        )
         for line in report.lines():
             click.echo(f"  {line}")
         if as_json:
-            click.echo(json.dumps({kind: {"root": str(r.root), "placed": r.placed, "replaced": r.replaced,
-                                          "present": r.present, "bytes": r.bytes} for kind, r in report.kinds.items()}, indent=1))
+            click.echo(
+                json.dumps(
+                    {
+                        kind: {"root": str(r.root), "placed": r.placed, "replaced": r.replaced, "present": r.present, "bytes": r.bytes}
+                        for kind, r in report.kinds.items()
+                    },
+                    indent=1,
+                )
+            )
 
     @kernels.command()
     @verbose_option

@@ -20,8 +20,14 @@ VERSION_FIELDS = ("flashinfer", "deep_gemm", "tvm_ffi", "triton", "tilelang", "t
 REQUIRED_FIELDS = ("torch", "cuda")
 """Versions every kernel set records."""
 
-DISTRIBUTIONS = {"flashinfer": ("flashinfer-python", "flashinfer"), "deep_gemm": ("sgl-deep-gemm", "deep-gemm", "deep_gemm"),
-                 "tvm_ffi": ("apache-tvm-ffi",), "triton": ("triton",), "tilelang": ("tilelang",), "torch": ("torch",)}
+DISTRIBUTIONS = {
+    "flashinfer": ("flashinfer-python", "flashinfer"),
+    "deep_gemm": ("sgl-deep-gemm", "deep-gemm", "deep_gemm"),
+    "tvm_ffi": ("apache-tvm-ffi",),
+    "triton": ("triton",),
+    "tilelang": ("tilelang",),
+    "torch": ("torch",),
+}
 """The distributions (first found wins) whose version is each field's (SGLang pins DeepGEMM as ``sgl-deep-gemm``)."""
 
 ENGINES = {"sglang": "sglang", "vllm": "vllm"}

@@ -79,8 +79,9 @@ def harvest_files(roots: Mapping[str, Path | None], arch: str, flashinfer_versio
     return files, skipped
 
 
-def harvest(out: Path, engine: str, arch: str | None, env: Mapping[str, str] | None = None,
-            roots: Mapping[str, Path] | None = None) -> dict:
+def harvest(
+    out: Path, engine: str, arch: str | None, env: Mapping[str, str] | None = None, roots: Mapping[str, Path] | None = None
+) -> dict:
     """Copy the installed engine's compiled kernels into ``out`` (module docstring); returns the harvest record."""
     from moebake.kernels.environment import gpu_arch
 
@@ -104,8 +105,11 @@ def harvest(out: Path, engine: str, arch: str | None, env: Mapping[str, str] | N
         if versions[NEEDS[rel.split("/", 1)[0]]] is None:
             skipped.append(f"{files.pop(rel)} ({NEEDS[rel.split('/', 1)[0]]} is not installed here)")
     if not files:
-        raise OutputError("no compiled kernels found in " + ", ".join(f"{k} {v}" for k, v in read_from.items() if v)
-                          + "; start a server with these cache settings first")
+        raise OutputError(
+            "no compiled kernels found in "
+            + ", ".join(f"{k} {v}" for k, v in read_from.items() if v)
+            + "; start a server with these cache settings first"
+        )
     partial = temporary_name(out, "partial")
     partial.mkdir(parents=True)
     try:
@@ -115,8 +119,16 @@ def harvest(out: Path, engine: str, arch: str | None, env: Mapping[str, str] | N
             target.parent.mkdir(parents=True, exist_ok=True)
             digest, size = copy_hashed(files[rel], target)
             records[rel] = {"sha256": digest, "bytes": size}
-        meta = {"schema": SCHEMA, "engine": engine, "release": release, "arch": arch, "versions": versions,
-                "roots": {k: str(v) for k, v in read_from.items() if v is not None}, "skipped": skipped, "files": records}
+        meta = {
+            "schema": SCHEMA,
+            "engine": engine,
+            "release": release,
+            "arch": arch,
+            "versions": versions,
+            "roots": {k: str(v) for k, v in read_from.items() if v is not None},
+            "skipped": skipped,
+            "files": records,
+        }
         (partial / HARVEST_NAME).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         os.rename(partial, out)
     except BaseException:

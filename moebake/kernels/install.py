@@ -64,9 +64,11 @@ class InstallReport:
         out = []
         for kind, report in self.kinds.items():
             new = len(report.placed) + len(report.replaced)
-            out.append(f"{kind}: {verb} {new} file{'s' if new != 1 else ''} ({size_text(report.bytes)}) in {report.root}"
-                       + (f" ({len(report.replaced)} replacing moebake's own)" if report.replaced else "")
-                       + (f"; {len(report.present)} already there" if report.present else ""))
+            out.append(
+                f"{kind}: {verb} {new} file{'s' if new != 1 else ''} ({size_text(report.bytes)}) in {report.root}"
+                + (f" ({len(report.replaced)} replacing moebake's own)" if report.replaced else "")
+                + (f"; {len(report.present)} already there" if report.present else "")
+            )
         return out
 
 
@@ -108,8 +110,10 @@ def choose_set(bake: Path, sets: list[KernelSet], identifier: str | None, arch: 
     matching = [s for s in sets if engine_release(s.engine) == s.release and (arch is None or s.arch == arch)]
     if len(matching) == 1:
         return matching[0]
-    raise OptionError(f"{bake}: holds kernel sets {', '.join(s.id for s in sets)}, "
-                      f"{'none' if not matching else 'several'} for this environment: pick one with --set")
+    raise OptionError(
+        f"{bake}: holds kernel sets {', '.join(s.id for s in sets)}, "
+        f"{'none' if not matching else 'several'} for this environment: pick one with --set"
+    )
 
 
 def mismatches(kernel_set: KernelSet, arch: str) -> list[str]:
@@ -145,15 +149,22 @@ def _destinations(kernel_set: KernelSet, env: Mapping[str, str], roots: Mapping[
         kind, rest = rel.split("/", 1)
         root = where.get(kind)
         if root is None:
-            raise PlatformError(f"kernel set {kernel_set.id}: no folder for {kind} files here ({kind}'s library is not "
-                                f"on the Python path); {FALLBACK}")
+            raise PlatformError(
+                f"kernel set {kernel_set.id}: no folder for {kind} files here ({kind}'s library is not on the Python path); {FALLBACK}"
+            )
         out[rel] = (kind, Path(root), Path(root) / rest)
     return out
 
 
-def install_kernels(bake: Path, *, identifier: str | None = None, arch: str | None = None,
-                    roots: Mapping[str, Path] | None = None, env: Mapping[str, str] | None = None,
-                    dry_run: bool = False) -> InstallReport:
+def install_kernels(
+    bake: Path,
+    *,
+    identifier: str | None = None,
+    arch: str | None = None,
+    roots: Mapping[str, Path] | None = None,
+    env: Mapping[str, str] | None = None,
+    dry_run: bool = False,
+) -> InstallReport:
     """Check and place ``bake``'s kernel set (module docstring); returns what was (or would be) placed."""
     bake = Path(bake)
     env = os.environ if env is None else env
@@ -163,14 +174,17 @@ def install_kernels(bake: Path, *, identifier: str | None = None, arch: str | No
     kernel_set = choose_set(bake, sets, identifier, arch)
     differ = mismatches(kernel_set, arch)
     if differ:
-        raise PlatformError(f"{bake / MANIFEST_NAME}: kernel set {kernel_set.id} does not match this environment: "
-                            f"{'; '.join(differ)}; {FALLBACK}")
+        raise PlatformError(
+            f"{bake / MANIFEST_NAME}: kernel set {kernel_set.id} does not match this environment: {'; '.join(differ)}; {FALLBACK}"
+        )
     destinations = _destinations(kernel_set, env, roots)
     ledgers = {root: _load_ledger(root) for _, root, _ in destinations.values()}
-    kinds = {kind: KindReport(root) for kind, root in sorted({(k, r) for k, r, _ in destinations.values()},
-                                                            key=lambda kind_root: KINDS.index(kind_root[0]))}
+    kinds = {
+        kind: KindReport(root)
+        for kind, root in sorted({(k, r) for k, r, _ in destinations.values()}, key=lambda kind_root: KINDS.index(kind_root[0]))
+    }
     source_dir = bake / FOLDER / kernel_set.id
-    plan: list[tuple[str, Path, bool]] = []   # (path in the set, destination, replacing moebake's own)
+    plan: list[tuple[str, Path, bool]] = []  # (path in the set, destination, replacing moebake's own)
     for rel, (kind, root, dest) in sorted(destinations.items()):
         record = kernel_set.files[rel]
         for parent in reversed(dest.relative_to(root).parents[:-1]):
@@ -190,8 +204,7 @@ def install_kernels(bake: Path, *, identifier: str | None = None, arch: str | No
             continue
         owned = ledgers[root]["files"].get(dest.relative_to(root).as_posix())
         if not (isinstance(owned, dict) and owned.get("sha256") == digest):
-            raise OutputError(f"{dest}: exists with other bytes and moebake did not place it there; moebake leaves it "
-                              f"alone; {FALLBACK}")
+            raise OutputError(f"{dest}: exists with other bytes and moebake did not place it there; moebake leaves it alone; {FALLBACK}")
         plan.append((rel, dest, True))
     report = InstallReport(kernel_set, arch, kinds, dry_run)
     for rel, dest, replacing in plan:
@@ -207,8 +220,8 @@ def install_kernels(bake: Path, *, identifier: str | None = None, arch: str | No
 def _commit(bake: Path, kernel_set: KernelSet, source_dir: Path, plan, destinations, ledgers) -> None:
     """Steps 4 and 5 of the module docstring, undone on any failure."""
     created: list[Path] = []
-    staged: list[tuple[Path, Path, bool]] = []   # (temporary, destination, replacing)
-    done: list[tuple[Path, Path | None]] = []    # (destination, backup of the replaced file)
+    staged: list[tuple[Path, Path, bool]] = []  # (temporary, destination, replacing)
+    done: list[tuple[Path, Path | None]] = []  # (destination, backup of the replaced file)
     try:
         for rel, dest, replacing in plan:
             record = kernel_set.files[rel]
@@ -220,8 +233,10 @@ def _commit(bake: Path, kernel_set: KernelSet, source_dir: Path, plan, destinati
             staged.append((temporary, dest, replacing))
             digest, size = copy_hashed(source_dir / rel, temporary)
             if (digest, size) != (record.sha256, record.bytes):
-                raise IntegrityError(f"{source_dir / rel}: sha256 {digest} ({size} bytes), {MANIFEST_NAME} records "
-                                     f"{record.sha256} ({record.bytes} bytes); {FALLBACK}")
+                raise IntegrityError(
+                    f"{source_dir / rel}: sha256 {digest} ({size} bytes), {MANIFEST_NAME} records "
+                    f"{record.sha256} ({record.bytes} bytes); {FALLBACK}"
+                )
         for temporary, dest, replacing in staged:
             if replacing:
                 backup = temporary_name(dest, "replaced")
@@ -230,7 +245,7 @@ def _commit(bake: Path, kernel_set: KernelSet, source_dir: Path, plan, destinati
                 os.rename(temporary, dest)
             else:
                 try:
-                    os.link(temporary, dest)   # fails if dest appeared meanwhile: never overwritten
+                    os.link(temporary, dest)  # fails if dest appeared meanwhile: never overwritten
                 except FileExistsError:
                     raise OutputError(f"{dest}: appeared while installing; moebake leaves it alone; {FALLBACK}") from None
                 done.append((dest, None))
@@ -239,8 +254,11 @@ def _commit(bake: Path, kernel_set: KernelSet, source_dir: Path, plan, destinati
         for rel, (kind, root, dest) in destinations.items():
             if any(d == dest for d, _ in done):
                 ledgers[root]["files"][dest.relative_to(root).as_posix()] = {
-                    "sha256": kernel_set.files[rel].sha256, "bytes": kernel_set.files[rel].bytes,
-                    "bake": str(bake.resolve()), "set": kernel_set.id}
+                    "sha256": kernel_set.files[rel].sha256,
+                    "bytes": kernel_set.files[rel].bytes,
+                    "bake": str(bake.resolve()),
+                    "set": kernel_set.id,
+                }
         for root, ledger in ledgers.items():
             if any(str(d).startswith(str(root) + os.sep) for d, _ in done):
                 _write_ledger(root, ledger)
@@ -262,8 +280,9 @@ def _commit(bake: Path, kernel_set: KernelSet, source_dir: Path, plan, destinati
             os.unlink(replaced)
 
 
-def uninstall_kernels(bake: Path, *, identifier: str | None = None, roots: Mapping[str, Path] | None = None,
-                      env: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
+def uninstall_kernels(
+    bake: Path, *, identifier: str | None = None, roots: Mapping[str, Path] | None = None, env: Mapping[str, str] | None = None
+) -> tuple[list[str], list[str]]:
     """Remove what ``install`` placed of ``bake``'s kernel set(s); returns (removed, left as changed since)."""
     bake = Path(bake)
     env = os.environ if env is None else env

@@ -47,8 +47,14 @@ from typing import Mapping
 KINDS = ("flashinfer", "flashinfer-cubins", "tvm-ffi", "deep-gemm", "triton", "tilelang")
 """The kinds, in the order they are listed and installed."""
 
-NEEDS = {"flashinfer": "flashinfer", "flashinfer-cubins": "flashinfer", "tvm-ffi": "tvm_ffi", "deep-gemm": "deep_gemm",
-         "triton": "triton", "tilelang": "tilelang"}
+NEEDS = {
+    "flashinfer": "flashinfer",
+    "flashinfer-cubins": "flashinfer",
+    "tvm-ffi": "tvm_ffi",
+    "deep-gemm": "deep_gemm",
+    "triton": "triton",
+    "tilelang": "tilelang",
+}
 """The library version (:data:`moebake.kernels.environment.VERSION_FIELDS`) each kind's files are tied to."""
 
 LEDGER = ".moebake-kernels.json"

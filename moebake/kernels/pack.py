@@ -57,8 +57,9 @@ def read_harvest(folder: Path) -> dict | None:
     return meta
 
 
-def compatibility(meta: dict | None, engine: str | None, arch: str | None, versions: dict[str, str | None],
-                  where: Path | None) -> tuple[str, str, str, dict[str, str | None]]:
+def compatibility(
+    meta: dict | None, engine: str | None, arch: str | None, versions: dict[str, str | None], where: Path | None
+) -> tuple[str, str, str, dict[str, str | None]]:
     """(engine, release, arch, versions) from the harvest record and the options; an option that contradicts the
     record, or a required field given by neither, is an OptionError naming it."""
     meta = meta or {}
@@ -139,9 +140,16 @@ def _reduced_module_files(so: Path, versions: dict[str, str | None], arch: str) 
     return {f"{REDUCED_FOLDER}/{so.name}": so, f"{REDUCED_FOLDER}/{sidecar.name}": sidecar}, meta
 
 
-def add_kernels(bake: Path, source: Path | None, *, engine: str | None = None, arch: str | None = None,
-                versions: dict[str, str | None] | None = None, reduced_module: Path | None = None,
-                replace: bool = False) -> KernelSet:
+def add_kernels(
+    bake: Path,
+    source: Path | None,
+    *,
+    engine: str | None = None,
+    arch: str | None = None,
+    versions: dict[str, str | None] | None = None,
+    reduced_module: Path | None = None,
+    replace: bool = False,
+) -> KernelSet:
     """Pack ``source``'s kernel files (and ``reduced_module``) into ``bake`` as one kernel set; returns its record."""
     bake = Path(bake)
     manifest = read_manifest(bake)
@@ -166,8 +174,9 @@ def add_kernels(bake: Path, source: Path | None, *, engine: str | None = None, a
     for rel in files:
         needs = NEEDS[rel.split("/", 1)[0]]
         if record_versions[needs] is None:
-            raise OptionError(f"{files[rel]}: a {rel.split('/', 1)[0]} file, but no {needs} version is recorded or given "
-                              f"(--{needs.replace('_', '-')})")
+            raise OptionError(
+                f"{files[rel]}: a {rel.split('/', 1)[0]} file, but no {needs} version is recorded or given (--{needs.replace('_', '-')})"
+            )
     identifier = set_id(name, release, arch)
     existing = next((s for s in sets if s.id == identifier), None)
     if existing is not None and not replace:
@@ -175,8 +184,10 @@ def add_kernels(bake: Path, source: Path | None, *, engine: str | None = None, a
     kernels_dir = bake / FOLDER
     target = kernels_dir / identifier
     if existing is None and os.path.lexists(target):
-        raise OutputError(f"{target}: exists but {MANIFEST_NAME} records no such kernel set; moebake did not write it "
-                          "there, so it is left alone: move it away first")
+        raise OutputError(
+            f"{target}: exists but {MANIFEST_NAME} records no such kernel set; moebake did not write it "
+            "there, so it is left alone: move it away first"
+        )
     staging = temporary_name(target, "staging")
     created_dir = not kernels_dir.exists()
     records: dict[str, KernelFile] = {}
@@ -286,9 +297,19 @@ def verify_kernels(out: Path, manifest: dict) -> tuple[list[str], int, int]:
 
 def kernels_report(manifest: dict, where) -> list[dict]:
     """What ``inspect`` shows of each kernel set."""
-    return [{"id": s.id, "engine": s.engine, "release": s.release, "arch": s.arch, "versions": s.versions,
-             "files": len(s.files), "bytes": s.bytes, "kinds": {k: {"files": n, "bytes": b} for k, (n, b) in s.kinds().items()}}
-            for s in kernel_sets(manifest, where)]
+    return [
+        {
+            "id": s.id,
+            "engine": s.engine,
+            "release": s.release,
+            "arch": s.arch,
+            "versions": s.versions,
+            "files": len(s.files),
+            "bytes": s.bytes,
+            "kinds": {k: {"files": n, "bytes": b} for k, (n, b) in s.kinds().items()},
+        }
+        for s in kernel_sets(manifest, where)
+    ]
 
 
 def kernel_lines(report: list[dict]) -> list[str]:
@@ -299,8 +320,11 @@ def kernel_lines(report: list[dict]) -> list[str]:
     for s in report:
         versions = ", ".join(f"{k} {v}" for k, v in s["versions"].items() if v is not None)
         kinds = ", ".join(f"{k} {v['files']} ({size_text(v['bytes'])})" for k, v in s["kinds"].items())
-        lines += [f"  kernels        {s['id']}: {s['files']} files, {size_text(s['bytes'])} for {s['engine']} {s['release']} "
-                  f"on {s['arch']}; {kinds}", f"                 built with {versions}"]
+        lines += [
+            f"  kernels        {s['id']}: {s['files']} files, {size_text(s['bytes'])} for {s['engine']} {s['release']} "
+            f"on {s['arch']}; {kinds}",
+            f"                 built with {versions}",
+        ]
     if report:
         lines.append("                 (placed only by `moebake kernels install`, which checks them first)")
     return lines

@@ -71,9 +71,14 @@ class KernelSet:
         return {kind: tuple(counts[kind]) for kind in KINDS if kind in counts}
 
     def to_json(self) -> dict:
-        return {"id": self.id, "engine": self.engine, "release": self.release, "arch": self.arch,
-                "versions": {key: self.versions.get(key) for key in VERSION_FIELDS},
-                "files": {path: record.to_json() for path, record in sorted(self.files.items())}}
+        return {
+            "id": self.id,
+            "engine": self.engine,
+            "release": self.release,
+            "arch": self.arch,
+            "versions": {key: self.versions.get(key) for key in VERSION_FIELDS},
+            "files": {path: record.to_json() for path, record in sorted(self.files.items())},
+        }
 
 
 def set_id(engine: str, release: str, arch: str) -> str:
@@ -118,8 +123,11 @@ def kernel_sets(manifest: dict, where) -> list[KernelSet]:
             raise bad(f"{at}.id", f"{item['id']!r} is not a plain folder name, or names two sets")
         seen.add(item["id"])
         versions = item.get("versions")
-        if not isinstance(versions, dict) or set(versions) != set(VERSION_FIELDS) \
-                or not all(v is None or (isinstance(v, str) and v) for v in versions.values()):
+        if (
+            not isinstance(versions, dict)
+            or set(versions) != set(VERSION_FIELDS)
+            or not all(v is None or (isinstance(v, str) and v) for v in versions.values())
+        ):
             raise bad(f"{at}.versions", f"must give each of {', '.join(VERSION_FIELDS)} as a string or null")
         for required in REQUIRED_FIELDS:
             if versions[required] is None:
@@ -131,10 +139,15 @@ def kernel_sets(manifest: dict, where) -> list[KernelSet]:
         for path, record in files.items():
             if (problem := path_problem(path)) is not None:
                 raise bad(f"{at}.files", f"lists {path!r}, which is not a kernel file path ({problem})")
-            if not isinstance(record, dict) or set(record) != {"sha256", "bytes"} \
-                    or not isinstance(record["sha256"], str) or not _HEX64.match(record["sha256"]) \
-                    or type(record["bytes"]) is not int or record["bytes"] < 0:
-                raise bad(f"{at}.files.{path}", "is not {\"sha256\": <64 lowercase hex>, \"bytes\": <size>}")
+            if (
+                not isinstance(record, dict)
+                or set(record) != {"sha256", "bytes"}
+                or not isinstance(record["sha256"], str)
+                or not _HEX64.match(record["sha256"])
+                or type(record["bytes"]) is not int
+                or record["bytes"] < 0
+            ):
+                raise bad(f"{at}.files.{path}", 'is not {"sha256": <64 lowercase hex>, "bytes": <size>}')
             needs = NEEDS[path.split("/", 1)[0]]
             if versions[needs] is None:
                 raise bad(f"{at}.files.{path}", f"is a {path.split('/', 1)[0]} file, but versions.{needs} is null")

@@ -54,6 +54,7 @@ IN_MEMORY: str | None = None
 
 
 if numba is not None:
+
     def _jit(function: Callable[..., Any]):
         """``numba.njit`` (GIL-free, no bounds checks) with its on-disk cache, or without it where numba has no
         writable cache location (it raises ``RuntimeError: cannot cache function ...: no locator available``
@@ -77,8 +78,17 @@ if numba is not None:
         return np.uint8(0)
 
     @_jit
-    def _v2_row_pair(a: np.ndarray, b: np.ndarray, low: np.ndarray, high: np.ndarray, partitions: tuple[int, int], t0: np.ndarray,
-                     t1: np.ndarray, t2: np.ndarray, t3: np.ndarray):
+    def _v2_row_pair(
+        a: np.ndarray,
+        b: np.ndarray,
+        low: np.ndarray,
+        high: np.ndarray,
+        partitions: tuple[int, int],
+        t0: np.ndarray,
+        t1: np.ndarray,
+        t2: np.ndarray,
+        t3: np.ndarray,
+    ):
         """v2 of source rows ``a = W[r]``, ``b = W[r + 8]`` (``r % 16 < 8``) into uint32 output rows
         ``low = D[r]``, ``high = D[r + 8]``: the permuted word of ``W[r][c], W[r+8][c], W[r][c+4],
         W[r+8][c+4]`` is ``t0[W[r][c]] | t1[W[r+8][c]] | t2[W[r][c+4]] | t3[W[r+8][c+4]]``. Partitions
@@ -124,7 +134,7 @@ if numba is not None:
         for block in range(target.shape[0] // 16):
             first = 16 * block
             if first >= rows:
-                target[first:first + 16, :] = 0
+                target[first : first + 16, :] = 0
                 continue
             for r in range(first, first + 8):
                 low, high = target[r], target[r + 8]
@@ -136,12 +146,22 @@ if numba is not None:
                         partial_a[col], partial_b[col] = a[col], b[col]
                     _interleave_row_pair(partial_a, partial_b, low, high, (whole, whole + 1), v1, t0, t1, t2, t3)
                 padding = whole + (given % 32 > 0)
-                low[8 * padding:] = 0  # padding partitions: the interleave of zeros
-                high[8 * padding:] = 0
+                low[8 * padding :] = 0  # padding partitions: the interleave of zeros
+                high[8 * padding :] = 0
 
     @_jit
-    def _interleave_row_pair(a: np.ndarray, b: np.ndarray, low: np.ndarray, high: np.ndarray, partitions: tuple[int, int], v1: bool,
-                             t0: np.ndarray, t1: np.ndarray, t2: np.ndarray, t3: np.ndarray):
+    def _interleave_row_pair(
+        a: np.ndarray,
+        b: np.ndarray,
+        low: np.ndarray,
+        high: np.ndarray,
+        partitions: tuple[int, int],
+        v1: bool,
+        t0: np.ndarray,
+        t1: np.ndarray,
+        t2: np.ndarray,
+        t3: np.ndarray,
+    ):
         if v1:
             _v1_row_pair(a, b, low.view(np.uint8), high.view(np.uint8), partitions)
         else:
@@ -186,12 +206,12 @@ if numba is not None:
         m8, m16 = np.uint32(0x00FF00FF), np.uint32(0xFFFF)
         for g in range(groups):
             if 64 * g >= rows:
-                target[:, 128 * g:] = 0
+                target[:, 128 * g :] = 0
                 break
             for j in range(4):
                 for c in range(8):
                     n, o = 64 * g + 16 * j + c, 128 * g + 16 * c + j
-                    first = source[n] if n < rows else zero_row          # b1 = 0
+                    first = source[n] if n < rows else zero_row  # b1 = 0
                     second = source[n + 8] if n + 8 < rows else zero_row  # b1 = 1
                     for kt in range(given):
                         lo0, hi0 = _marlin_nibbles(first[kt])
@@ -232,9 +252,17 @@ if numba is not None:
     def _humming_signs(x: np.uint32):
         """Nibble ``i``'s sign bit of ``x`` to nibble ``2i + 1`` (``i < 4``) or ``2(i - 4)`` (``SIGN_DESTINATION``)."""
         m = np.uint32
-        return ((x & m(0x77777777)) | ((x & m(0x8)) << m(4)) | ((x & m(0x80)) << m(8)) | ((x & m(0x800)) << m(12))
-                | ((x & m(0x8000)) << m(16)) | ((x & m(0x80000)) >> m(16)) | ((x & m(0x800000)) >> m(12))
-                | ((x & m(0x8000000)) >> m(8)) | ((x & m(0x80000000)) >> m(4)))
+        return (
+            (x & m(0x77777777))
+            | ((x & m(0x8)) << m(4))
+            | ((x & m(0x80)) << m(8))
+            | ((x & m(0x800)) << m(12))
+            | ((x & m(0x8000)) << m(16))
+            | ((x & m(0x80000)) >> m(16))
+            | ((x & m(0x800000)) >> m(12))
+            | ((x & m(0x8000000)) >> m(8))
+            | ((x & m(0x80000000)) >> m(4))
+        )
 
     @_jit
     def humming_weight_expert(source: np.ndarray, delta: np.ndarray, byte_lut: np.ndarray, target: np.ndarray):
@@ -250,20 +278,27 @@ if numba is not None:
                 low, high = first + r0, first + 8 + r0
                 source_low, source_high = source[low], source[high]
                 for group in range(row_bytes // 16):  # p = group // 2, mma = group % 2
-                    lut_low = byte_lut[np.int64(delta[low, group]) << 8:]
-                    lut_high = byte_lut[np.int64(delta[high, group]) << 8:]
+                    lut_low = byte_lut[np.int64(delta[low, group]) << 8 :]
+                    lut_high = byte_lut[np.int64(delta[high, group]) << 8 :]
                     for q in range(2):
                         out = target[first + 8 * q + r0]
                         for lane in range(4):
                             b = 16 * group + 8 * q + 2 * lane  # the uint16's first byte
-                            x = (np.uint32(lut_low[source_low[b]]) | (np.uint32(lut_low[source_low[b + 1]]) << 8)
-                                 | (np.uint32(lut_high[source_high[b]]) << 16)
-                                 | (np.uint32(lut_high[source_high[b + 1]]) << 24))
+                            x = (
+                                np.uint32(lut_low[source_low[b]])
+                                | (np.uint32(lut_low[source_low[b + 1]]) << 8)
+                                | (np.uint32(lut_high[source_high[b]]) << 16)
+                                | (np.uint32(lut_high[source_high[b + 1]]) << 24)
+                            )
                             out[4 * group + lane] = _humming_signs(x)
 
-    _KERNELS = types.SimpleNamespace(interleave_fp4_part=interleave_fp4_part, fold_scales_part=fold_scales_part,
-                                     marlin_repack_part=marlin_repack_part, marlin_scales_part=marlin_scales_part,
-                                     humming_weight_expert=humming_weight_expert)
+    _KERNELS = types.SimpleNamespace(
+        interleave_fp4_part=interleave_fp4_part,
+        fold_scales_part=fold_scales_part,
+        marlin_repack_part=marlin_repack_part,
+        marlin_scales_part=marlin_scales_part,
+        humming_weight_expert=humming_weight_expert,
+    )
 
     _bytes, _words = numba.types.Array(numba.uint8, 2, "C"), numba.types.Array(numba.uint32, 2, "C")
     _longs, _any_longs = numba.types.Array(numba.uint64, 2, "C"), numba.types.Array(numba.uint64, 2, "A")  # A: any row stride
@@ -272,8 +307,9 @@ if numba is not None:
         interleave_fp4_part: [(_bytes, _words, _words, numba.boolean), (_any_bytes, _words, _words, numba.boolean)],
         fold_scales_part: [(_bytes, numba.types.Array(numba.uint8, 4, "C"), numba.int64, numba.int64)],
         marlin_repack_part: [(source, target) for source in (_longs, _any_longs) for target in (_words, _any_words)],
-        marlin_scales_part: [(source, target, numba.uint8, numba.uint8) for source in (_bytes, _any_bytes)
-                             for target in (_bytes, _any_bytes)],
+        marlin_scales_part: [
+            (source, target, numba.uint8, numba.uint8) for source in (_bytes, _any_bytes) for target in (_bytes, _any_bytes)
+        ],
         humming_weight_expert: [(_bytes, _bytes, numba.types.Array(numba.uint8, 1, "C"), _words)],
     }
     """The argument types conversions pass the kernels (a source part's rows contiguous, or strided; a Marlin target

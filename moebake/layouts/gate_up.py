@@ -24,10 +24,10 @@ def pad_to(x: torch.Tensor, sizes: tuple[int, ...], fill: int = 0) -> torch.Tens
     """Pad the trailing dims of ``x`` (``len(sizes)`` of them) at their ends to ``sizes``, with ``fill``
     (zero unless an engine fills padding otherwise, e.g. SGLang's 127 = E8M0 1.0 scale buffers)."""
     lead = x.shape[: x.dim() - len(sizes)]
-    if tuple(x.shape[len(lead):]) == tuple(sizes):
+    if tuple(x.shape[len(lead) :]) == tuple(sizes):
         return x.contiguous()
     out = x.new_full((*lead, *sizes), fill)
-    out[(...,) + tuple(slice(0, n) for n in x.shape[len(lead):])] = x
+    out[(...,) + tuple(slice(0, n) for n in x.shape[len(lead) :])] = x
     return out
 
 

@@ -74,28 +74,40 @@ def repack_padded(parts: Sequence[torch.Tensor], part_shape: tuple[int, int]) ->
     rows, k2 = part_shape
     _check((len(parts) * rows, k2), rows, k2)
     for part in parts:
-        if part.element_size() != 1 or part.dim() != 3 or part.shape[0] != parts[0].shape[0] \
-                or part.shape[1] > rows or part.shape[2] > k2:
+        if part.element_size() != 1 or part.dim() != 3 or part.shape[0] != parts[0].shape[0] or part.shape[1] > rows or part.shape[2] > k2:
             raise InvalidArgumentError(f"parts {[list(p.shape) for p in parts]} do not fit [e, {rows}, {k2}] bytes each")
     compiled = kernels()
     if compiled is None:
         return _repack_numpy(torch.cat([pad_to(p, part_shape) for p in parts], 1))
     e = parts[0].shape[0]
     out = np.empty((e, k2 // 8, 2 * len(parts) * rows), np.uint32)
-    run_in_threads([functools.partial(compiled.marlin_repack_part, _words8(part[x].view(torch.uint8).numpy()),
-                                      out[x, :, 2 * rows * index:2 * rows * (index + 1)])
-                    for x in range(e) for index, part in enumerate(parts)])
+    run_in_threads(
+        [
+            functools.partial(
+                compiled.marlin_repack_part,
+                _words8(part[x].view(torch.uint8).numpy()),
+                out[x, :, 2 * rows * index : 2 * rows * (index + 1)],
+            )
+            for x in range(e)
+            for index, part in enumerate(parts)
+        ]
+    )
     return torch.from_numpy(out.view(np.int32))
 
 
 def _words8(source: np.ndarray) -> np.ndarray:
     """uint8 ``[r, c]`` -> uint64 ``[r, ceil(c / 8)]`` (8 bytes of a row each, little-endian): a view where the rows
     allow one, else a copy zero-padded to whole words (what the repack pads them with anyway)."""
-    if source.strides[1] == 1 and source.shape[1] % 8 == 0 and source.strides[0] % 8 == 0 \
-            and source.ctypes.data % 8 == 0 and source.shape[0] > 0:
+    if (
+        source.strides[1] == 1
+        and source.shape[1] % 8 == 0
+        and source.strides[0] % 8 == 0
+        and source.ctypes.data % 8 == 0
+        and source.shape[0] > 0
+    ):
         return source.view(np.uint64)
     words = np.zeros((source.shape[0], -(-source.shape[1] // 8)), np.uint64)
-    words.view(np.uint8)[:, :source.shape[1]] = source
+    words.view(np.uint8)[:, : source.shape[1]] = source
     return words
 
 
@@ -103,8 +115,8 @@ def _repack_numpy(w: torch.Tensor) -> torch.Tensor:
     e, n, k2 = w.shape
     _check(tuple(w.shape), n, k2)
     src = w.contiguous().view(torch.uint8).numpy().reshape(e, n // 64, 4, 2, 8, k2 // 8, 2, 4)  # e g j b1 c kt b0 d
-    lo, hi = _nibble_transpose(src[..., 0, :], src[..., 1, :])                                  # e g j b1 c kt d (a = 0, 1)
-    out = np.empty((e, k2 // 8, n // 64, 8, 4, 4, 2, 2), np.uint8)                             # e kt g c d j a b1
+    lo, hi = _nibble_transpose(src[..., 0, :], src[..., 1, :])  # e g j b1 c kt d (a = 0, 1)
+    out = np.empty((e, k2 // 8, n // 64, 8, 4, 4, 2, 2), np.uint8)  # e kt g c d j a b1
     for a, half in enumerate((lo, hi)):
         out[..., a, :] = half.transpose(0, 5, 1, 4, 6, 2, 3)
     return torch.from_numpy(out.reshape(e, k2 // 8, 8 * n)).view(torch.int32)
@@ -116,8 +128,8 @@ def unrepack(q: torch.Tensor) -> torch.Tensor:
     n, k2 = n2 // 2, kt * 8
     _check(tuple(q.shape), n, k2)
     out_bytes = q.contiguous().view(torch.uint8).numpy().reshape(e, kt, n // 64, 8, 4, 4, 2, 2)  # e kt g c d j a b1
-    x, y = _nibble_transpose(out_bytes[..., 0, :], out_bytes[..., 1, :])                         # e kt g c d j b1 (b0 = 0, 1)
-    src = np.empty((e, n // 64, 4, 2, 8, kt, 2, 4), np.uint8)                                    # e g j b1 c kt b0 d
+    x, y = _nibble_transpose(out_bytes[..., 0, :], out_bytes[..., 1, :])  # e kt g c d j b1 (b0 = 0, 1)
+    src = np.empty((e, n // 64, 4, 2, 8, kt, 2, 4), np.uint8)  # e g j b1 c kt b0 d
     for b0, half in enumerate((x, y)):
         src[..., b0, :] = half.transpose(0, 2, 5, 6, 3, 1, 4)
     return torch.from_numpy(src.reshape(e, n, k2))
@@ -139,8 +151,14 @@ def permute_scales_padded(parts: Sequence[torch.Tensor], part_shape: tuple[int, 
     dtype; the padded stack is never built when the compiled kernel runs."""
     rows, groups = part_shape
     for part in parts:
-        if part.element_size() != 1 or part.dim() != 3 or part.shape[0] != parts[0].shape[0] \
-                or part.shape[1] > rows or part.shape[2] > groups or part.dtype != parts[0].dtype:
+        if (
+            part.element_size() != 1
+            or part.dim() != 3
+            or part.shape[0] != parts[0].shape[0]
+            or part.shape[1] > rows
+            or part.shape[2] > groups
+            or part.dtype != parts[0].dtype
+        ):
             raise InvalidArgumentError(f"parts {[list(p.shape) for p in parts]} do not fit [e, {rows}, {groups}] each")
     compiled = kernels()
     if compiled is None or rows % 64 or groups < 2:
@@ -148,9 +166,19 @@ def permute_scales_padded(parts: Sequence[torch.Tensor], part_shape: tuple[int, 
         return permute_scales(torch.cat(padded, 1)).view(parts[0].dtype)
     e = parts[0].shape[0]
     out = np.empty((e, groups, len(parts) * rows), np.uint8)
-    run_in_threads([functools.partial(compiled.marlin_scales_part, part[x].view(torch.uint8).numpy(),
-                                      out[x, :, rows * index:rows * (index + 1)], np.uint8(row_fill), np.uint8(column_fill))
-                    for x in range(e) for index, part in enumerate(parts)])
+    run_in_threads(
+        [
+            functools.partial(
+                compiled.marlin_scales_part,
+                part[x].view(torch.uint8).numpy(),
+                out[x, :, rows * index : rows * (index + 1)],
+                np.uint8(row_fill),
+                np.uint8(column_fill),
+            )
+            for x in range(e)
+            for index, part in enumerate(parts)
+        ]
+    )
     return torch.from_numpy(out).view(parts[0].dtype)
 
 

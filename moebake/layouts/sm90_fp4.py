@@ -55,10 +55,24 @@ from moebake.schema.flashinfer_versions import LAYOUTS
 # (mask, shift) pairs of FlashInfer's interleave_fp4_weights_for_sm90_mixed_gemm_kernel (v2):
 # each masked group of source bits moves left by `shift` (right when negative).
 _V2_MASK_SHIFTS = (
-    (0x80, 24), (0x70, 18), (0x08, 12), (0x07, 6), (0x8000, 13), (0x7000, 7), (0x0800, 1),
-    (0x0700, -5), (0x800000, 2), (0x700000, -4), (0x080000, -10), (0x070000, -16),
-    (0x80000000, -1), (0x10000000, 1), (0x60000000, -3), (0x08000000, -13),
-    (0x01000000, -11), (0x06000000, -15),
+    (0x80, 24),
+    (0x70, 18),
+    (0x08, 12),
+    (0x07, 6),
+    (0x8000, 13),
+    (0x7000, 7),
+    (0x0800, 1),
+    (0x0700, -5),
+    (0x800000, 2),
+    (0x700000, -4),
+    (0x080000, -10),
+    (0x070000, -16),
+    (0x80000000, -1),
+    (0x10000000, 1),
+    (0x60000000, -3),
+    (0x08000000, -13),
+    (0x01000000, -11),
+    (0x06000000, -15),
 )
 
 
@@ -164,8 +178,7 @@ def _block_view(rows: np.ndarray) -> np.ndarray:
 
 def _lanes_readable(source: np.ndarray) -> bool:
     """Whether :func:`_block_view` can view ``source``'s rows in place: whole partitions, 4-byte aligned rows."""
-    return (source.shape[1] % 32 == 0 and source.strides[1] == 1 and source.strides[0] % 4 == 0
-            and source.ctypes.data % 4 == 0)
+    return source.shape[1] % 32 == 0 and source.strides[1] == 1 and source.strides[0] % 4 == 0 and source.ctypes.data % 4 == 0
 
 
 def _interleave_blocks(scratch: _Scratch, rows: np.ndarray, out: np.ndarray, layout: str, partitions: int) -> None:
@@ -262,10 +275,19 @@ def interleave_fp4_padded(parts: Sequence[torch.Tensor], part_shape: tuple[int, 
     out = np.empty((experts, len(parts) * rows, row_bytes), np.uint8)
     compiled = kernels()
     if compiled is not None:
-        run_in_threads([functools.partial(compiled.interleave_fp4_part, _rows_2d(part[e].numpy()),
-                                          out[e, index * rows:(index + 1) * rows].view(np.uint32), _BYTE_TABLES,
-                                          layout == "v1")
-                        for e in range(experts) for index, part in enumerate(parts)])
+        run_in_threads(
+            [
+                functools.partial(
+                    compiled.interleave_fp4_part,
+                    _rows_2d(part[e].numpy()),
+                    out[e, index * rows : (index + 1) * rows].view(np.uint32),
+                    _BYTE_TABLES,
+                    layout == "v1",
+                )
+                for e in range(experts)
+                for index, part in enumerate(parts)
+            ]
+        )
         return torch.from_numpy(out)
 
     def interleave_part(source: np.ndarray, target: np.ndarray) -> None:
@@ -277,11 +299,15 @@ def interleave_fp4_padded(parts: Sequence[torch.Tensor], part_shape: tuple[int, 
                 target[first:stop] = 0
                 continue
             block_rows = source[first:stop] if stop <= in_place else _stage_rows(scratch, source, first, stop)
-            _interleave_blocks(scratch, _block_view(block_rows), target[first:stop].reshape(-1).view(np.uint16),
-                               layout, row_bytes // 32)
+            _interleave_blocks(scratch, _block_view(block_rows), target[first:stop].reshape(-1).view(np.uint16), layout, row_bytes // 32)
 
-    run_in_threads([functools.partial(interleave_part, part[e].numpy(), out[e, index * rows:(index + 1) * rows])
-                  for e in range(experts) for index, part in enumerate(parts)])
+    run_in_threads(
+        [
+            functools.partial(interleave_part, part[e].numpy(), out[e, index * rows : (index + 1) * rows])
+            for e in range(experts)
+            for index, part in enumerate(parts)
+        ]
+    )
     return torch.from_numpy(out)
 
 
@@ -292,10 +318,10 @@ def _rows_2d(source: np.ndarray) -> np.ndarray:
 
 def _stage_rows(scratch: _Scratch, source: np.ndarray, first: int, stop: int) -> np.ndarray:
     """Rows ``[first, stop)`` of ``source`` zero-padded to the scratch's row width, in ``scratch.staging``."""
-    staging = scratch.staging[:stop - first]
+    staging = scratch.staging[: stop - first]
     valid = max(0, min(stop, source.shape[0]) - first)
-    np.copyto(staging[:valid, :source.shape[1]], source[first:first + valid])
-    staging[:valid, source.shape[1]:] = 0
+    np.copyto(staging[:valid, : source.shape[1]], source[first : first + valid])
+    staging[:valid, source.shape[1] :] = 0
     staging[valid:] = 0
     return staging
 
@@ -316,8 +342,7 @@ def deinterleave_fp4(weight: torch.Tensor, layout: str = "v2") -> torch.Tensor:
         scratch = _scratch_for(row_bytes // 32)
         for first in range(0, rows, 16 * scratch.blocks):
             stop = min(first + 16 * scratch.blocks, rows)
-            _deinterleave_blocks(scratch, words[first * row_bytes // 2:stop * row_bytes // 2],
-                                 _block_view(target[first:stop]), layout)
+            _deinterleave_blocks(scratch, words[first * row_bytes // 2 : stop * row_bytes // 2], _block_view(target[first:stop]), layout)
 
     run_in_threads([functools.partial(deinterleave_expert, words[e], out[e]) for e in range(experts)])
     return torch.from_numpy(out)

@@ -217,11 +217,11 @@ def humming_weight(weight: torch.Tensor, scales: torch.Tensor, max_range: int = 
     compiled = kernels() if interleave else None
 
     def one(e: int) -> None:
-        delta = humming_scales(scales_np[e:e + 1], max_range)[2]
+        delta = humming_scales(scales_np[e : e + 1], max_range)[2]
         if compiled is not None:
             compiled.humming_weight_expert(weight_np[e], delta[0], _byte_lut(), out[e].view(np.uint32))
             return
-        rewritten = rewrite_payload(weight_np[e:e + 1], delta)[0]
+        rewritten = rewrite_payload(weight_np[e : e + 1], delta)[0]
         if interleave:
             _interleave_expert(rewritten, out[e])
         else:
@@ -238,8 +238,9 @@ def humming_scale_outputs(scales: torch.Tensor, max_range: int = MAX_RANGE, fold
     return (fold_scales(offset_t) if fold else offset_t), torch.from_numpy(residual)
 
 
-def humming_preprocess(weight: torch.Tensor, scales: torch.Tensor, max_range: int = MAX_RANGE,
-                       interleave: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def humming_preprocess(
+    weight: torch.Tensor, scales: torch.Tensor, max_range: int = MAX_RANGE, interleave: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``preprocess_moe_weights_for_sm90_mixed_gemm_humming(weight, scales, max_range, interleave=...)`` on CPU:
     ``(weight_out, scale_out, residual)`` (module docstring); ``residual`` is FlashInfer's, before SGLang's x64.
 

@@ -70,16 +70,24 @@ def fold_scales_v1(scales: torch.Tensor, group_size: int = 32) -> torch.Tensor:
     per_k128 = 128 // group_size
     if groups % per_k128:
         raise InvalidArgumentError(f"scale fold needs K % 128 == 0, got K={groups * group_size}")
-    return scales.reshape(E, rows, groups // per_k128, per_k128).permute(0, 2, 1, 3).contiguous().reshape(
-        E, groups // per_k128, rows * per_k128)
+    return (
+        scales.reshape(E, rows, groups // per_k128, per_k128)
+        .permute(0, 2, 1, 3)
+        .contiguous()
+        .reshape(E, groups // per_k128, rows * per_k128)
+    )
 
 
 def unfold_scales_v1(folded: torch.Tensor, group_size: int = 32) -> torch.Tensor:
     """Inverse of :func:`fold_scales_v1`: ``[E, K/128, rows * 128/group]`` -> ``[E, rows, K/group]``."""
     E, k_blocks, line = folded.shape
     per_k128 = 128 // group_size
-    return folded.reshape(E, k_blocks, line // per_k128, per_k128).permute(0, 2, 1, 3).contiguous().reshape(
-        E, line // per_k128, k_blocks * per_k128)
+    return (
+        folded.reshape(E, k_blocks, line // per_k128, per_k128)
+        .permute(0, 2, 1, 3)
+        .contiguous()
+        .reshape(E, line // per_k128, k_blocks * per_k128)
+    )
 
 
 def fold_scales_padded(parts: Sequence[torch.Tensor], part_shape: tuple[int, int], group_size: int = 32) -> torch.Tensor:
@@ -92,13 +100,17 @@ def fold_scales_padded(parts: Sequence[torch.Tensor], part_shape: tuple[int, int
     compiled = kernels()
     if compiled is None or group_size != 32 or parts[0].element_size() != 1 or len(parts) * rows % 64 or groups % 4:
         return fold_scales(torch.cat([pad_to(part, part_shape) for part in parts], 1), group_size)
-    if any(p.shape[0] != parts[0].shape[0] or p.shape[1] > rows or p.shape[2] > groups or p.dtype != parts[0].dtype
-           for p in parts):
+    if any(p.shape[0] != parts[0].shape[0] or p.shape[1] > rows or p.shape[2] > groups or p.dtype != parts[0].dtype for p in parts):
         raise InvalidArgumentError(f"scale parts {[list(p.shape) for p in parts]} do not fit [E, {rows}, {groups}] each")
     experts = parts[0].shape[0]
     out = np.empty((experts, len(parts) * rows // 64, groups // 4, 16, 16), np.uint8)
-    run_in_threads([functools.partial(compiled.fold_scales_part, part[e].view(torch.uint8).numpy(), out[e], index * rows, rows)
-                    for e in range(experts) for index, part in enumerate(parts)])
+    run_in_threads(
+        [
+            functools.partial(compiled.fold_scales_part, part[e].view(torch.uint8).numpy(), out[e], index * rows, rows)
+            for e in range(experts)
+            for index, part in enumerate(parts)
+        ]
+    )
     return torch.from_numpy(out).view(parts[0].dtype)
 
 

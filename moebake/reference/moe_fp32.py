@@ -34,8 +34,9 @@ def read_source_experts(source: str | os.PathLike, prefix: str) -> SourceExperts
     model = open_model(open_checkpoint(source))
     layer = next((layer for layer in model.layers if layer.prefix == prefix), None)
     if layer is None:
-        raise MoebakeError(f"{source}: no BF16 MoE layer with prefix {prefix!r} "
-                           f"(layers: {', '.join(layer.prefix for layer in model.layers)})")
+        raise MoebakeError(
+            f"{source}: no BF16 MoE layer with prefix {prefix!r} (layers: {', '.join(layer.prefix for layer in model.layers)})"
+        )
     E = model.num_experts
     checkpoint = model.checkpoint
     gate_up = torch.cat([checkpoint.read_experts(name, 0, E) for name in layer.gate_up], 1)
@@ -58,8 +59,9 @@ def moe_fp32(experts: SourceExperts, hidden: torch.Tensor, topk_ids: torch.Tenso
     return out
 
 
-def source_moe_fp32(source: str | os.PathLike, prefix: str, hidden: torch.Tensor, topk_ids: torch.Tensor,
-                    topk_weights: torch.Tensor) -> torch.Tensor:
+def source_moe_fp32(
+    source: str | os.PathLike, prefix: str, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor
+) -> torch.Tensor:
     """:func:`moe_fp32` with the experts of layer ``prefix`` read from source checkpoint ``source``."""
     return moe_fp32(read_source_experts(source, prefix), hidden, topk_ids, topk_weights)
 
@@ -72,8 +74,9 @@ def relative_l2(got: torch.Tensor, expected: torch.Tensor) -> float:
     return diff / norm if norm else diff
 
 
-def decode_inputs(num_tokens: int, hidden: int, num_experts: int, top_k: int, seed: int,
-                  device: torch.device | str = "cpu", drop: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def decode_inputs(
+    num_tokens: int, hidden: int, num_experts: int, top_k: int, seed: int, device: torch.device | str = "cpu", drop: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One rank's decode-step inputs: ``(hidden BF16 [T, H], topk_ids int64 [T, k], topk_weights fp32 [T, k])``.
 
     Each token picks ``top_k`` distinct experts uniformly; weights are a softmax over its choices.

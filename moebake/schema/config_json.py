@@ -64,9 +64,14 @@ def baked_config(source_root: Path, manifest: dict) -> dict:
     original, original_file = source_quantization(source_root, config)
     engine = manifest["engine"]
     config["quantization_config"] = {
-        "quant_method": QUANT_METHOD, "original": original, "original_file": original_file,
-        "manifest": "moebake.json", "manifest_sha256": manifest_digest(manifest),
-        "target": manifest["target"], "engine": engine["name"], "engine_version": engine["version"],
+        "quant_method": QUANT_METHOD,
+        "original": original,
+        "original_file": original_file,
+        "manifest": "moebake.json",
+        "manifest_sha256": manifest_digest(manifest),
+        "target": manifest["target"],
+        "engine": engine["name"],
+        "engine_version": engine["version"],
     }
     return config
 
@@ -82,8 +87,10 @@ def digest_refusal(manifest: dict, quantization_config: dict, where: str | Path)
     manifest JSON as read), else None: what every server checks before it trusts the manifest."""
     if quantization_config.get("manifest_sha256") == manifest_digest(manifest):
         return None
-    return (f"{where}: config.json and manifest disagree (manifest_sha256 differs: the manifest changed after baking); "
-            "run `moebake verify` on the checkpoint, or re-bake")
+    return (
+        f"{where}: config.json and manifest disagree (manifest_sha256 differs: the manifest changed after baking); "
+        "run `moebake verify` on the checkpoint, or re-bake"
+    )
 
 
 def config_problems(out: Path, manifest: dict) -> list[str]:
@@ -95,7 +102,9 @@ def config_problems(out: Path, manifest: dict) -> list[str]:
         return [str(err)]
     if not isinstance(quant, dict) or quant.get("quant_method") != QUANT_METHOD:
         method = quant.get("quant_method") if isinstance(quant, dict) else None
-        return [f"{path}: quantization_config.quant_method is {method!r}, expected {QUANT_METHOD!r} "
-                "(a stock engine would load this bake as its source format)"]
+        return [
+            f"{path}: quantization_config.quant_method is {method!r}, expected {QUANT_METHOD!r} "
+            "(a stock engine would load this bake as its source format)"
+        ]
     refusal = digest_refusal(manifest, quant, path)
     return [refusal] if refusal else []

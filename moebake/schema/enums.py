@@ -30,19 +30,19 @@ class GateUpOrder(_Name):
     share this vocabulary; a tensor with no gate/up halves (W2, scalars) records None.
     """
 
-    GATE_UP = "gate_up"                                 # rows [gate; up]
-    UP_GATE = "up_gate"                                 # rows [up; gate]
-    UP_GATE_PAIRS = "up_gate_pairs"                     # rows up_0, gate_0, up_1, gate_1, ...
-    UP_GATE_INTERLEAVED_64 = "up_gate_interleaved_64"   # [up; gate] interleaved in 64-row groups
-    PAIRS = "pairs"                                     # one source tensor, rows gate_0, up_0, gate_1, ... (GPT-OSS)
-    SEPARATE = "separate"                               # one source tensor per half (gate, up)
+    GATE_UP = "gate_up"  # rows [gate; up]
+    UP_GATE = "up_gate"  # rows [up; gate]
+    UP_GATE_PAIRS = "up_gate_pairs"  # rows up_0, gate_0, up_1, gate_1, ...
+    UP_GATE_INTERLEAVED_64 = "up_gate_interleaved_64"  # [up; gate] interleaved in 64-row groups
+    PAIRS = "pairs"  # one source tensor, rows gate_0, up_0, gate_1, ... (GPT-OSS)
+    SEPARATE = "separate"  # one source tensor per half (gate, up)
 
 
 class ActivationKind(_Name):
     """The expert activation ``act(gate) * up`` a manifest's ``activation`` record names."""
 
-    SWIGLU = "swiglu"            # silu(min(gate, L)) * clamp(up, -L, L); alpha 1, beta 0, L optional
-    SWIGLU_OAI = "swiglu_oai"    # GPT-OSS: min(g, L) * sigmoid(alpha * min(g, L)) * (clamp(u, -L, L) + beta)
+    SWIGLU = "swiglu"  # silu(min(gate, L)) * clamp(up, -L, L); alpha 1, beta 0, L optional
+    SWIGLU_OAI = "swiglu_oai"  # GPT-OSS: min(g, L) * sigmoid(alpha * min(g, L)) * (clamp(u, -L, L) + beta)
 
 
 class FlashInferLayout(_Name):
@@ -134,17 +134,26 @@ def _types() -> dict:
     import torch
 
     return {
-        DType.BOOL: (8, torch.bool, np.dtype(np.bool_)), DType.U8: (8, torch.uint8, np.dtype(np.uint8)),
-        DType.I8: (8, torch.int8, np.dtype(np.int8)), DType.F8_E5M2: (8, getattr(torch, "float8_e5m2", None), None),
+        DType.BOOL: (8, torch.bool, np.dtype(np.bool_)),
+        DType.U8: (8, torch.uint8, np.dtype(np.uint8)),
+        DType.I8: (8, torch.int8, np.dtype(np.int8)),
+        DType.F8_E5M2: (8, getattr(torch, "float8_e5m2", None), None),
         DType.F8_E4M3: (8, getattr(torch, "float8_e4m3fn", None), None),
         DType.F8_E8M0: (8, getattr(torch, "float8_e8m0fnu", None), None),
         DType.F8_E4M3FNUZ: (8, getattr(torch, "float8_e4m3fnuz", None), None),
         DType.F8_E5M2FNUZ: (8, getattr(torch, "float8_e5m2fnuz", None), None),
-        DType.F6_E2M3: (6, None, None), DType.F6_E3M2: (6, None, None),
-        DType.I16: (16, torch.int16, np.dtype(np.int16)), DType.U16: (16, getattr(torch, "uint16", None), np.dtype(np.uint16)),
-        DType.F16: (16, torch.float16, np.dtype(np.float16)), DType.BF16: (16, torch.bfloat16, None),
-        DType.I32: (32, torch.int32, np.dtype(np.int32)), DType.U32: (32, getattr(torch, "uint32", None), np.dtype(np.uint32)),
-        DType.F32: (32, torch.float32, np.dtype(np.float32)), DType.F64: (64, torch.float64, np.dtype(np.float64)),
-        DType.I64: (64, torch.int64, np.dtype(np.int64)), DType.U64: (64, getattr(torch, "uint64", None), np.dtype(np.uint64)),
-        DType.C64: (64, torch.complex64, np.dtype(np.complex64)), DType.F4: (4, getattr(torch, "float4_e2m1fn_x2", None), None),
+        DType.F6_E2M3: (6, None, None),
+        DType.F6_E3M2: (6, None, None),
+        DType.I16: (16, torch.int16, np.dtype(np.int16)),
+        DType.U16: (16, getattr(torch, "uint16", None), np.dtype(np.uint16)),
+        DType.F16: (16, torch.float16, np.dtype(np.float16)),
+        DType.BF16: (16, torch.bfloat16, None),
+        DType.I32: (32, torch.int32, np.dtype(np.int32)),
+        DType.U32: (32, getattr(torch, "uint32", None), np.dtype(np.uint32)),
+        DType.F32: (32, torch.float32, np.dtype(np.float32)),
+        DType.F64: (64, torch.float64, np.dtype(np.float64)),
+        DType.I64: (64, torch.int64, np.dtype(np.int64)),
+        DType.U64: (64, getattr(torch, "uint64", None), np.dtype(np.uint64)),
+        DType.C64: (64, torch.complex64, np.dtype(np.complex64)),
+        DType.F4: (4, getattr(torch, "float4_e2m1fn_x2", None), None),
     }

@@ -19,8 +19,14 @@ from moebake.errors import CheckpointError, InvalidArgumentError, MoebakeError
 CONFIG_NAME = "config.json"
 """A Hugging Face checkpoint's model configuration (a source's, and a bake's rewritten one)."""
 
-_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
-          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket", stat.S_IFLNK: "a symbolic link"}
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFLNK: "a symbolic link",
+}
 
 
 def plain_name_problem(name: object) -> str | None:

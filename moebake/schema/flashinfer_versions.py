@@ -31,8 +31,11 @@ _HOW = {
 
 def release_ranges(layout: str) -> str:
     """The FlashInfer releases that read ``layout``, in words, from the table above (``0.6.10 to before 0.6.16, ...``)."""
-    return ", ".join(f"{first} and later" if following is None else f"{first} to before {following}"
-                     for first, following, read in _RANGES if read == layout)
+    return ", ".join(
+        f"{first} and later" if following is None else f"{first} to before {following}"
+        for first, following, read in _RANGES
+        if read == layout
+    )
 
 
 DESCRIPTIONS = {layout: f"FlashInfer {release_ranges(layout)}: {_HOW[layout]}" for layout in LAYOUTS}

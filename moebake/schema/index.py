@@ -67,8 +67,9 @@ def read_index(directory: str | os.PathLike) -> SafetensorsIndex:
         if not isinstance(shard, str) or not shard:
             raise CheckpointError(f"{path}: weight_map maps tensor {tensor} to {short_repr(shard)}, expected a shard file name")
         if (problem := shard_name_problem(shard)) is not None:
-            raise CheckpointError(f"{path}: maps tensor {tensor} to shard {shard!r}, which is not a plain file name "
-                                  f"in the checkpoint ({problem})")
+            raise CheckpointError(
+                f"{path}: maps tensor {tensor} to shard {shard!r}, which is not a plain file name in the checkpoint ({problem})"
+            )
     metadata = data.get("metadata")
     total_size = metadata.get("total_size") if isinstance(metadata, dict) else None
     if total_size is not None and (type(total_size) is not int or total_size < 0):

@@ -145,8 +145,12 @@ def read_manifest_record(directory: str | os.PathLike) -> "Manifest":
 def _integrity_problems(path: Path, raw: bytes, manifest: dict) -> list[str]:
     recorded = manifest.get(SELF_CHECKSUM_KEY)
     if recorded is None and _written_before_checksums_were_named(manifest):
-        LOG.warning("%s: written by a moebake before manifests carried %s: its fields are not protected "
-                    "(re-bake with this moebake to protect them)", path, SELF_CHECKSUM_KEY)
+        LOG.warning(
+            "%s: written by a moebake before manifests carried %s: its fields are not protected "
+            "(re-bake with this moebake to protect them)",
+            path,
+            SELF_CHECKSUM_KEY,
+        )
         return []
     if recorded is None:
         return [f"{path}: has no {SELF_CHECKSUM_KEY}, so a changed field would go unnoticed"]
@@ -218,13 +222,15 @@ class _Fields:
     def shape(self, key: str, optional: bool) -> tuple[int, ...] | None: ...
 
     def shape(self, key: str, optional: bool = False) -> tuple[int, ...] | None:
-        value = self.get(key, lambda v: isinstance(v, list) and all(type(d) is int and d >= 0 for d in v),
-                         "a list of non-negative integers", optional)
+        value = self.get(
+            key, lambda v: isinstance(v, list) and all(type(d) is int and d >= 0 for d in v), "a list of non-negative integers", optional
+        )
         return None if value is None else tuple(value)
 
     def choice(self, key: str, enum: type[Enum], optional: bool = False) -> Any:
-        value = self.get(key, lambda v: isinstance(v, str) and v in {m.value for m in enum},
-                         f"one of {', '.join(m.value for m in enum)}", optional)
+        value = self.get(
+            key, lambda v: isinstance(v, str) and v in {m.value for m in enum}, f"one of {', '.join(m.value for m in enum)}", optional
+        )
         return None if value is None else enum(value)
 
     @overload
@@ -265,8 +271,12 @@ class TensorRecord:
         return tensor_sources({"source": self.source})
 
     def to_json(self) -> dict:
-        out = {"source": list(self.source) if isinstance(self.source, tuple) else self.source,
-               "dtype": self.dtype, "shape": list(self.shape), "gate_up_order": self.gate_up_order}
+        out = {
+            "source": list(self.source) if isinstance(self.source, tuple) else self.source,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "gate_up_order": self.gate_up_order,
+        }
         if self.source is not None:
             out["source_gate_up_order"] = self.source_gate_up_order
         if self.source_shape is not None:
@@ -276,13 +286,20 @@ class TensorRecord:
     @classmethod
     def from_json(cls, data: Any, where: object, path: str = "tensor") -> "TensorRecord":
         f = _Fields(data, where, path)
-        source = f.get("source", lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(s, str) for s in v)),
-                       "a tensor name or a list of them", optional=True)
+        source = f.get(
+            "source",
+            lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(s, str) for s in v)),
+            "a tensor name or a list of them",
+            optional=True,
+        )
         return cls(
-            dtype=f.choice("dtype", DType), shape=f.shape("shape"), source=tuple(source) if isinstance(source, list) else source,
+            dtype=f.choice("dtype", DType),
+            shape=f.shape("shape"),
+            source=tuple(source) if isinstance(source, list) else source,
             gate_up_order=f.choice("gate_up_order", GateUpOrder, optional=True),
             source_gate_up_order=f.choice("source_gate_up_order", GateUpOrder, optional=True),
-            source_shape=f.shape("source_shape", optional=True), source_dtype=f.choice("source_dtype", DType, optional=True),
+            source_shape=f.shape("source_shape", optional=True),
+            source_dtype=f.choice("source_dtype", DType, optional=True),
             extra=f.extra(("source", "dtype", "shape", "gate_up_order", "source_gate_up_order", "source_shape", "source_dtype")),
         )
 
@@ -327,9 +344,12 @@ class LayerRecord:
         f = _Fields(data, where, path)
         tensors = f.obj("tensors")
         return cls(
-            index=f.integer("index"), prefix=f.string("prefix"), **{key: f.integer(key) for key in _LAYER_KEYS[2:]},
+            index=f.integer("index"),
+            prefix=f.string("prefix"),
+            **{key: f.integer(key) for key in _LAYER_KEYS[2:]},
             tensors={short: TensorRecord.from_json(spec, where, tensors.name(short)) for short, spec in tensors.data.items()},
-            epilogue_tile_m=f.integer("epilogue_tile_m", optional=True), scalar_shape=f.shape("scalar_shape", optional=True),
+            epilogue_tile_m=f.integer("epilogue_tile_m", optional=True),
+            scalar_shape=f.shape("scalar_shape", optional=True),
             gate_up_global_scale=f.get("gate_up_global_scale", lambda v: isinstance(v, dict), "an object", optional=True),
             dispatcher_output_dtype=f.string("dispatcher_output_dtype", optional=True),
             extra=f.extra((*_LAYER_KEYS, *_LAYER_OPTIONAL, "tensors")),
@@ -356,8 +376,9 @@ class Activation:
         f = _Fields(data, where, path)
         kind = f.string("kind")
         known = kind in {member.value for member in ActivationKind}
-        return cls(kind=ActivationKind(kind) if known else kind,
-                   **{key: f.number(key, optional=True) for key in ("alpha", "beta", "limit")})
+        return cls(
+            kind=ActivationKind(kind) if known else kind, **{key: f.number(key, optional=True) for key in ("alpha", "beta", "limit")}
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -375,8 +396,9 @@ class SourceRecord:
     @classmethod
     def from_json(cls, data: Any, where: object, path: str = "source") -> "SourceRecord":
         f = _Fields(data, where, path)
-        files = f.get("files", lambda v: isinstance(v, dict) and all(isinstance(d, str) for d in v.values()),
-                      "an object of file name: checksum")
+        files = f.get(
+            "files", lambda v: isinstance(v, dict) and all(isinstance(d, str) for d in v.values()), "an object of file name: checksum"
+        )
         return cls(format=f.string("format"), location=f.string("location"), revision=f.string("revision", optional=True), files=files)
 
 
@@ -448,8 +470,20 @@ class EngineRecord:
             return self.releases
         return (self.release,) if self.exact else ()
 
-    _KEYS = ("name", "version", "runner_backend", "a2a_backend", "engine_method", "hidden_multiple",
-             "intermediate_multiple", "hidden_scale_fill", "verified", "parameter_names", "exact", "not_exact_because")
+    _KEYS = (
+        "name",
+        "version",
+        "runner_backend",
+        "a2a_backend",
+        "engine_method",
+        "hidden_multiple",
+        "intermediate_multiple",
+        "hidden_scale_fill",
+        "verified",
+        "parameter_names",
+        "exact",
+        "not_exact_because",
+    )
 
     def to_json(self) -> dict:
         out = {key: getattr(self, key) for key in self._KEYS} | {"parameter_names": dict(self.parameter_names)}
@@ -464,20 +498,34 @@ class EngineRecord:
     @classmethod
     def from_json(cls, data: Any, where: object, path: str = "engine") -> "EngineRecord":
         f = _Fields(data, where, path)
-        names = f.get("parameter_names", lambda v: isinstance(v, dict) and all(isinstance(n, str) for n in v.values()),
-                      "an object of baked name: engine name")
+        names = f.get(
+            "parameter_names",
+            lambda v: isinstance(v, dict) and all(isinstance(n, str) for n in v.values()),
+            "an object of baked name: engine name",
+        )
         strings: dict[str, Any] = {key: f.string(key) for key in cls._KEYS[:5]}
         integers: dict[str, Any] = {key: f.integer(key) for key in cls._KEYS[5:8]}
-        return cls(**strings, **integers,
-                   verified=f.boolean("verified"), parameter_names=dict(names), exact=f.boolean("exact"),
-                   not_exact_because=f.string("not_exact_because", optional=True),
-                   intermediate_scale_fill=f.integer("intermediate_scale_fill", optional=True) or 0,
-                   moe_parallelism=f.string("moe_parallelism", optional=True) or EXPERT_PARALLEL_ONLY,
-                   engine_flags=f.string("engine_flags", optional=True) or "",
-                   releases=_releases(f.string("name"), f.get(
-                       "releases", lambda v: isinstance(v, list) and all(isinstance(r, str) for r in v),
-                       "a list of release strings", optional=True)),
-                   extra=f.extra((*cls._KEYS, "intermediate_scale_fill", "moe_parallelism", "engine_flags", "releases")))
+        return cls(
+            **strings,
+            **integers,
+            verified=f.boolean("verified"),
+            parameter_names=dict(names),
+            exact=f.boolean("exact"),
+            not_exact_because=f.string("not_exact_because", optional=True),
+            intermediate_scale_fill=f.integer("intermediate_scale_fill", optional=True) or 0,
+            moe_parallelism=f.string("moe_parallelism", optional=True) or EXPERT_PARALLEL_ONLY,
+            engine_flags=f.string("engine_flags", optional=True) or "",
+            releases=_releases(
+                f.string("name"),
+                f.get(
+                    "releases",
+                    lambda v: isinstance(v, list) and all(isinstance(r, str) for r in v),
+                    "a list of release strings",
+                    optional=True,
+                ),
+            ),
+            extra=f.extra((*cls._KEYS, "intermediate_scale_fill", "moe_parallelism", "engine_flags", "releases")),
+        )
 
 
 def _releases(engine: str, versions: list[str] | None) -> tuple[EngineRelease, ...] | None:
@@ -506,19 +554,27 @@ class Manifest:
     extra: dict = field(default_factory=dict, compare=False)
 
     def to_json(self) -> dict:
-        layout = (None if self.flashinfer_layout is None
-                  else {"id": self.flashinfer_layout, "description": self.flashinfer_layout_description})
+        layout = (
+            None if self.flashinfer_layout is None else {"id": self.flashinfer_layout, "description": self.flashinfer_layout_description}
+        )
         out = {"schema": self.schema, "moebake_version": self.moebake_version}
         if self.created is not None:
             out["created"] = self.created
-        return out | {
-            "target": self.target, "target_layout_version": self.target_layout_version, "flashinfer_layout": layout,
-            "source": self.source.to_json(), "options": dict(self.options),
-            **({} if self.engine is None else {"engine": self.engine.to_json(), "serves": [e.to_json() for e in self.serves]}),
-            "activation": self.activation.to_json(),
-            "layers": [layer.to_json() for layer in self.layers],
-            "files": {name: record.to_json() for name, record in self.files.items()},
-        } | self.extra
+        return (
+            out
+            | {
+                "target": self.target,
+                "target_layout_version": self.target_layout_version,
+                "flashinfer_layout": layout,
+                "source": self.source.to_json(),
+                "options": dict(self.options),
+                **({} if self.engine is None else {"engine": self.engine.to_json(), "serves": [e.to_json() for e in self.serves]}),
+                "activation": self.activation.to_json(),
+                "layers": [layer.to_json() for layer in self.layers],
+                "files": {name: record.to_json() for name, record in self.files.items()},
+            }
+            | self.extra
+        )
 
     @classmethod
     def from_json(cls, data: Any, where: object) -> "Manifest":
@@ -530,19 +586,37 @@ class Manifest:
         engine = f.obj("engine", optional=True)
         serves = f.get("serves", lambda v: isinstance(v, list), "a list", optional=True) or []
         return cls(
-            moebake_version=f.string("moebake_version"), created=f.string("created", optional=True), target=f.string("target"),
+            moebake_version=f.string("moebake_version"),
+            created=f.string("created", optional=True),
+            target=f.string("target"),
             target_layout_version=f.integer("target_layout_version"),
             flashinfer_layout=None if layout is None else layout.choice("id", FlashInferLayout),
             flashinfer_layout_description=None if layout is None else layout.string("description", optional=True),
-            source=SourceRecord.from_json(data.get("source"), where), options=f.obj("options").data,
+            source=SourceRecord.from_json(data.get("source"), where),
+            options=f.obj("options").data,
             activation=Activation.from_json(data.get("activation"), where),
             layers=[LayerRecord.from_json(layer, where, f"layers[{i}]") for i, layer in enumerate(layers)],
             files={name: FileRecord.from_json(record, where, files.name(name)) for name, record in files.data.items()},
             engine=None if engine is None else EngineRecord.from_json(engine.data, where),
             serves=tuple(EngineRecord.from_json(e, where, f"serves[{i}]") for i, e in enumerate(serves)),
             schema=schema,
-            extra=f.extra(("schema", "moebake_version", "created", "target", "target_layout_version", "flashinfer_layout",
-                     "source", "options", "engine", "serves", "activation", "layers", "files")),
+            extra=f.extra(
+                (
+                    "schema",
+                    "moebake_version",
+                    "created",
+                    "target",
+                    "target_layout_version",
+                    "flashinfer_layout",
+                    "source",
+                    "options",
+                    "engine",
+                    "serves",
+                    "activation",
+                    "layers",
+                    "files",
+                )
+            ),
         )
 
 

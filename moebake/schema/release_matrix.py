@@ -55,16 +55,20 @@ def from_json(data: dict) -> dict[str, dict[str, MatrixRow]]:
     """``engine -> version -> row``, each engine's releases oldest first."""
     matrix: dict[str, dict[str, MatrixRow]] = {}
     for engine, rows in data.items():
-        built = [MatrixRow(EngineRelease(engine, version), row.get("flashinfer"),
-                           {cell_of(key): rule for key, rule in row["cells"].items()}) for version, row in rows.items()]
+        built = [
+            MatrixRow(EngineRelease(engine, version), row.get("flashinfer"), {cell_of(key): rule for key, rule in row["cells"].items()})
+            for version, row in rows.items()
+        ]
         matrix[engine] = {row.release.version: row for row in sorted(built, key=lambda row: row.release)}
     return matrix
 
 
 def to_json(matrix: dict[str, dict[str, MatrixRow]]) -> str:
     """The data file's text for ``matrix``: engines by name, releases oldest first, cells sorted."""
-    ordered = {engine: {row.release.version: row.to_json() for row in sorted(matrix[engine].values(), key=lambda r: r.release)}
-               for engine in sorted(matrix)}
+    ordered = {
+        engine: {row.release.version: row.to_json() for row in sorted(matrix[engine].values(), key=lambda r: r.release)}
+        for engine in sorted(matrix)
+    }
     return json.dumps(ordered, indent=2) + "\n"
 
 

@@ -34,8 +34,7 @@ def rows() -> tuple[list[str], list[list[str]], dict[str, list[str]]]:
                     row.append(RULES[rules[(target, source)]].first.version)
                 else:
                     row.append("refused")
-                    reasons.setdefault(refused_because(release, target, source), []).append(
-                        f"{engine} {release.version} {target}/{source}")
+                    reasons.setdefault(refused_because(release, target, source), []).append(f"{engine} {release.version} {target}/{source}")
             table.append(row)
     return header, table, reasons
 
@@ -68,8 +67,9 @@ def text() -> str:
     lead = max(len(f"{row[0]} {row[1]}  FlashInfer {row[2]}") for row in table)
     lines.append("engine release".ljust(lead) + "  " + " ".join(f"[{i}]".ljust(w) for i, w in enumerate(widths, 1)))
     for row in table:
-        lines.append(f"{row[0]} {row[1]}  FlashInfer {row[2]}".ljust(lead) + "  "
-                     + " ".join(cell.ljust(w) for cell, w in zip(row[3:], widths)))
+        lines.append(
+            f"{row[0]} {row[1]}  FlashInfer {row[2]}".ljust(lead) + "  " + " ".join(cell.ljust(w) for cell, w in zip(row[3:], widths))
+        )
     lines += ["(a cell: the rule, named by its first release, whose bytes that release's own code builds)", "refused, and why:"]
     lines += [f"  {_compress(where)}: {why}" for why, where in reasons.items()]
     return "\n".join(lines)

@@ -52,9 +52,11 @@ _VLLM_NEWEST = releases(VLLM)[-1].version
 """The newest vLLM release of the release matrix: the one whose code the vLLM reasons below were read from (the
 release matrix's proofs show the older releases lack those paths too)."""
 
-_VLLM_HUMMING = (f"vLLM {_VLLM_NEWEST}'s HUMMING MXFP4 MoE backend runs the humming package's own GEMM on weights laid out by its "
-                 "own transform (humming.transform), not FlashInfer's SM90 cutlass_fused_moe Humming layout this bake holds; "
-                 "serve it with SGLang --flashinfer-mxfp4-moe-precision fp8")
+_VLLM_HUMMING = (
+    f"vLLM {_VLLM_NEWEST}'s HUMMING MXFP4 MoE backend runs the humming package's own GEMM on weights laid out by its "
+    "own transform (humming.transform), not FlashInfer's SM90 cutlass_fused_moe Humming layout this bake holds; "
+    "serve it with SGLang --flashinfer-mxfp4-moe-precision fp8"
+)
 
 RECORDS = (
     ServingRecord(server=SGLANG, target="sm90-cutlass", route="sm90-cutlass"),
@@ -66,30 +68,48 @@ RECORDS = (
     ServingRecord(server=SGLANG, target="cutedsl-deepep", route="cutedsl"),
     ServingRecord(server=SGLANG, target="sm90-marlin", route="sm90-marlin"),
     ServingRecord(server=SGLANG, target="sm90-marlin", source_format="deepseek-v4", route="sm90-marlin-deepseek-v4"),
-
-    ServingRecord(server=VLLM, target="sm90-cutlass", source_format="gpt-oss", route="gpt-oss",
-                  kernel_backend="FLASHINFER_CUTLASS_MXFP4_BF16"),
-    ServingRecord(server=VLLM, target="cutedsl", source_format="modelopt-nvfp4", route="modelopt-nvfp4",
-                  kernel_backend="FLASHINFER_CUTEDSL"),
-    ServingRecord(server=VLLM, target="sm90-cutlass", source_format="deepseek-v4", route="deepseek-v4",
-                  kernel_backend="FLASHINFER_CUTLASS_MXFP4_BF16"),
-    ServingRecord(server=VLLM, target="sm100-trtllm", source_format="gpt-oss", route="gpt-oss-sm100",
-                  kernel_backend="FLASHINFER_TRTLLM_MXFP4_BF16"),
-    ServingRecord(server=VLLM, target="sm100-trtllm", source_format="deepseek-v4", route="deepseek-v4-sm100",
-                  kernel_backend="FLASHINFER_TRTLLM_MXFP4_BF16"),
-    ServingRecord(server=VLLM, target="sm90-marlin", source_format="deepseek-v4", route="deepseek-v4-marlin",
-                  kernel_backend="MARLIN"),
+    ServingRecord(
+        server=VLLM, target="sm90-cutlass", source_format="gpt-oss", route="gpt-oss", kernel_backend="FLASHINFER_CUTLASS_MXFP4_BF16"
+    ),
+    ServingRecord(
+        server=VLLM, target="cutedsl", source_format="modelopt-nvfp4", route="modelopt-nvfp4", kernel_backend="FLASHINFER_CUTEDSL"
+    ),
+    ServingRecord(
+        server=VLLM, target="sm90-cutlass", source_format="deepseek-v4", route="deepseek-v4", kernel_backend="FLASHINFER_CUTLASS_MXFP4_BF16"
+    ),
+    ServingRecord(
+        server=VLLM, target="sm100-trtllm", source_format="gpt-oss", route="gpt-oss-sm100", kernel_backend="FLASHINFER_TRTLLM_MXFP4_BF16"
+    ),
+    ServingRecord(
+        server=VLLM,
+        target="sm100-trtllm",
+        source_format="deepseek-v4",
+        route="deepseek-v4-sm100",
+        kernel_backend="FLASHINFER_TRTLLM_MXFP4_BF16",
+    ),
+    ServingRecord(server=VLLM, target="sm90-marlin", source_format="deepseek-v4", route="deepseek-v4-marlin", kernel_backend="MARLIN"),
     ServingRecord(server=VLLM, target="sm90-cutlass-w4a8", why_not=_VLLM_HUMMING),
-    ServingRecord(server=VLLM, target="deepep-bf16", source_format="bf16-moe", why_not=(
-        f"vLLM {_VLLM_NEWEST}'s unquantized MoE has no DeepGEMM kernel (map_unquantized_backend offers triton, batched_triton, "
-        "flashinfer_trtllm, flashinfer_cutlass, aiter; behind deepep_low_latency select_unquantized_moe_backend takes "
-        "BATCHED_TRITON), so this target's DeepGEMM m_grouped_bf16_gemm_nt_masked path does not exist there")),
-    ServingRecord(server=VLLM, target="sm90-marlin", source_format="gpt-oss", why_not=(
-        f"vLLM {_VLLM_NEWEST}'s GptOssMxfp4MoEMethod hands prepare_moe_mxfp4_layer_for_marlin W13 as its GPT-OSS loader leaves it, "
-        "the checkpoint's interleaved (gate, up) row pairs with the padding rows after them and zero scale padding, for "
-        "its SWIGLUOAI activation, which reads gate and up interleaved; this target holds SGLang's [gate; up] halves, "
-        "each padded, with scale padding 127")),
-
+    ServingRecord(
+        server=VLLM,
+        target="deepep-bf16",
+        source_format="bf16-moe",
+        why_not=(
+            f"vLLM {_VLLM_NEWEST}'s unquantized MoE has no DeepGEMM kernel (map_unquantized_backend offers triton, batched_triton, "
+            "flashinfer_trtllm, flashinfer_cutlass, aiter; behind deepep_low_latency select_unquantized_moe_backend takes "
+            "BATCHED_TRITON), so this target's DeepGEMM m_grouped_bf16_gemm_nt_masked path does not exist there"
+        ),
+    ),
+    ServingRecord(
+        server=VLLM,
+        target="sm90-marlin",
+        source_format="gpt-oss",
+        why_not=(
+            f"vLLM {_VLLM_NEWEST}'s GptOssMxfp4MoEMethod hands prepare_moe_mxfp4_layer_for_marlin W13 as its GPT-OSS loader leaves it, "
+            "the checkpoint's interleaved (gate, up) row pairs with the padding rows after them and zero scale padding, for "
+            "its SWIGLUOAI activation, which reads gate and up interleaved; this target holds SGLang's [gate; up] halves, "
+            "each padded, with scale padding 127"
+        ),
+    ),
     ServingRecord(server=SERVE, target="sm90-cutlass", route="Sm90CutlassCheckpoint"),
     ServingRecord(server=SERVE, target="sm90-cutlass-w4a8", route="Sm90CutlassW4A8Checkpoint"),
     ServingRecord(server=SERVE, target="deepep-bf16", route="DeepEPBf16Checkpoint"),
@@ -120,8 +140,9 @@ def source_formats(target: str, source_format: str | None) -> tuple[str, ...]:
     return (source_format,) if source_format is not None else target_spec(target).source_formats
 
 
-NOT_SERVABLE = {(r.server, r.target, source): r.why_not
-                for r in RECORDS if r.why_not for source in source_formats(r.target, r.source_format)}
+NOT_SERVABLE = {
+    (r.server, r.target, source): r.why_not for r in RECORDS if r.why_not for source in source_formats(r.target, r.source_format)
+}
 """(server, target, source format) -> why that server cannot serve such a bake at all."""
 
 

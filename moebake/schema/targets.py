@@ -27,8 +27,7 @@ class LayerDims:
 
     def names(self) -> dict[str, int]:
         """The names shape formulas use."""
-        return {"E": self.experts, "H": self.hidden, "H_pad": self.hidden_padded,
-                "I": self.intermediate, "I_pad": self.intermediate_padded}
+        return {"E": self.experts, "H": self.hidden, "H_pad": self.hidden_padded, "I": self.intermediate, "I_pad": self.intermediate_padded}
 
 
 @dataclass(frozen=True)
@@ -117,8 +116,10 @@ def target_spec(name: str) -> TargetSpec:
 _W = GateUpOrder
 _MXFP4_SOURCES = ("gpt-oss", "deepseek-v4")
 _NVFP4_SCALARS = (
-    TensorSpec("w13_weight_scale_2", DType.F32, "E, 2", gate_up_order=_W.GATE_UP), TensorSpec("w2_weight_scale_2", DType.F32, "E"),
-    TensorSpec("w13_input_scale", DType.F32, "E, 2", gate_up_order=_W.GATE_UP), TensorSpec("w2_input_scale", DType.F32, "E"),
+    TensorSpec("w13_weight_scale_2", DType.F32, "E, 2", gate_up_order=_W.GATE_UP),
+    TensorSpec("w2_weight_scale_2", DType.F32, "E"),
+    TensorSpec("w13_input_scale", DType.F32, "E, 2", gate_up_order=_W.GATE_UP),
+    TensorSpec("w2_input_scale", DType.F32, "E"),
 )
 
 
@@ -133,8 +134,13 @@ def _nvfp4_weights(order: GateUpOrder) -> tuple[TensorSpec, ...]:
 
 _SM90_W13 = (
     TensorSpec("w13_weight", DType.U8, "E, 2 * I_pad, H_pad // 2", gate_up_order=_W.UP_GATE),
-    TensorSpec("w13_weight_scale", DType.U8, "E, 2 * I_pad // 64, H_pad // 128, 16, 16", gate_up_order=_W.UP_GATE,
-               v1_shape="E, H_pad // 128, 8 * I_pad"),
+    TensorSpec(
+        "w13_weight_scale",
+        DType.U8,
+        "E, 2 * I_pad // 64, H_pad // 128, 16, 16",
+        gate_up_order=_W.UP_GATE,
+        v1_shape="E, H_pad // 128, 8 * I_pad",
+    ),
     TensorSpec("w13_weight_bias", DType.BF16, "E, 2 * I_pad", gate_up_order=_W.UP_GATE, optional=True),
 )
 _SM90_W2 = (
@@ -145,77 +151,132 @@ _SM90_W2 = (
 """FlashInfer's SM90 mixed-input operands: interleaved MXFP4 weights, interleaved E8M0 scales, BF16 biases (the same
 shapes for W4A16 and Humming W4A8; the bytes differ)."""
 
-SM90_CUTLASS = register_spec(TargetSpec(
-    name="sm90-cutlass", layout_version=1, source_formats=_MXFP4_SOURCES,
-    kernel="FlashInfer `cutlass_fused_moe` W4A16 (BF16 x MXFP4)", arch="Hopper (SM90)",
-    tensors=(*_SM90_W13, *_SM90_W2),
-    uses_flashinfer_layout=True, gpus=(GpuFamily.SM90,),
-))
+SM90_CUTLASS = register_spec(
+    TargetSpec(
+        name="sm90-cutlass",
+        layout_version=1,
+        source_formats=_MXFP4_SOURCES,
+        kernel="FlashInfer `cutlass_fused_moe` W4A16 (BF16 x MXFP4)",
+        arch="Hopper (SM90)",
+        tensors=(*_SM90_W13, *_SM90_W2),
+        uses_flashinfer_layout=True,
+        gpus=(GpuFamily.SM90,),
+    )
+)
 
-SM90_CUTLASS_W4A8 = register_spec(TargetSpec(
-    name="sm90-cutlass-w4a8", layout_version=1, source_formats=_MXFP4_SOURCES,
-    kernel="FlashInfer `cutlass_fused_moe` Humming W4A8 (FP8 x MXFP4, `--flashinfer-mxfp4-moe-precision fp8`)",
-    arch="Hopper (SM90)",
-    tensors=(*_SM90_W13, TensorSpec("w13_humming_residual_scale", DType.F32, "E"),
-             *_SM90_W2, TensorSpec("w2_humming_residual_scale", DType.F32, "E")),
-    gpus=(GpuFamily.SM90,),
-    lossy=("FlashInfer's Humming preprocess clamps each expert's E8M0 scales to a range of 11 and rewrites the FP4 "
-           "codes of clamped groups (and -0 to 0), so the source's bytes cannot be recovered"),
-))
+SM90_CUTLASS_W4A8 = register_spec(
+    TargetSpec(
+        name="sm90-cutlass-w4a8",
+        layout_version=1,
+        source_formats=_MXFP4_SOURCES,
+        kernel="FlashInfer `cutlass_fused_moe` Humming W4A8 (FP8 x MXFP4, `--flashinfer-mxfp4-moe-precision fp8`)",
+        arch="Hopper (SM90)",
+        tensors=(
+            *_SM90_W13,
+            TensorSpec("w13_humming_residual_scale", DType.F32, "E"),
+            *_SM90_W2,
+            TensorSpec("w2_humming_residual_scale", DType.F32, "E"),
+        ),
+        gpus=(GpuFamily.SM90,),
+        lossy=(
+            "FlashInfer's Humming preprocess clamps each expert's E8M0 scales to a range of 11 and rewrites the FP4 "
+            "codes of clamped groups (and -0 to 0), so the source's bytes cannot be recovered"
+        ),
+    )
+)
 
-CUTEDSL = register_spec(TargetSpec(
-    name="cutedsl", layout_version=2, source_formats=("modelopt-nvfp4",),
-    kernel="FlashInfer CuteDSL NVFP4 MoE (`CuteDslMoEWrapper`)", arch="Blackwell (SM100/SM103)",
-    tensors=(*_nvfp4_weights(_W.UP_GATE_INTERLEAVED_64), *_NVFP4_SCALARS,
-     TensorSpec("w1_alpha", DType.F32, "E"), TensorSpec("w2_alpha", DType.F32, "E"),
-     TensorSpec("fc2_input_scale", DType.F32, "1"), TensorSpec("w13_input_scale_quant", DType.F32, "E"),
-     TensorSpec("g1_alphas_up", DType.F32, "E")),
-    gpus=(GpuFamily.SM100,),
-))
+CUTEDSL = register_spec(
+    TargetSpec(
+        name="cutedsl",
+        layout_version=2,
+        source_formats=("modelopt-nvfp4",),
+        kernel="FlashInfer CuteDSL NVFP4 MoE (`CuteDslMoEWrapper`)",
+        arch="Blackwell (SM100/SM103)",
+        tensors=(
+            *_nvfp4_weights(_W.UP_GATE_INTERLEAVED_64),
+            *_NVFP4_SCALARS,
+            TensorSpec("w1_alpha", DType.F32, "E"),
+            TensorSpec("w2_alpha", DType.F32, "E"),
+            TensorSpec("fc2_input_scale", DType.F32, "1"),
+            TensorSpec("w13_input_scale_quant", DType.F32, "E"),
+            TensorSpec("g1_alphas_up", DType.F32, "E"),
+        ),
+        gpus=(GpuFamily.SM100,),
+    )
+)
 
-CUTEDSL_DEEPEP = register_spec(TargetSpec(
-    name="cutedsl-deepep", layout_version=2, source_formats=("modelopt-nvfp4",),
-    kernel="FlashInfer CuteDSL masked grouped GEMM behind DeepEP low-latency", arch="Blackwell (SM100/SM103)",
-    tensors=(*_nvfp4_weights(_W.GATE_UP), *_NVFP4_SCALARS,
-     TensorSpec("g1_alphas", DType.F32, "E"), TensorSpec("g1_alphas_up", DType.F32, "E"), TensorSpec("g2_alphas", DType.F32, "E"),
-     TensorSpec("w13_input_scale_quant", DType.F32, "E"), TensorSpec("w2_input_scale_quant", DType.F32, "E")),
-    gpus=(GpuFamily.SM100,),
-))
+CUTEDSL_DEEPEP = register_spec(
+    TargetSpec(
+        name="cutedsl-deepep",
+        layout_version=2,
+        source_formats=("modelopt-nvfp4",),
+        kernel="FlashInfer CuteDSL masked grouped GEMM behind DeepEP low-latency",
+        arch="Blackwell (SM100/SM103)",
+        tensors=(
+            *_nvfp4_weights(_W.GATE_UP),
+            *_NVFP4_SCALARS,
+            TensorSpec("g1_alphas", DType.F32, "E"),
+            TensorSpec("g1_alphas_up", DType.F32, "E"),
+            TensorSpec("g2_alphas", DType.F32, "E"),
+            TensorSpec("w13_input_scale_quant", DType.F32, "E"),
+            TensorSpec("w2_input_scale_quant", DType.F32, "E"),
+        ),
+        gpus=(GpuFamily.SM100,),
+    )
+)
 
-DEEPEP_BF16 = register_spec(TargetSpec(
-    name="deepep-bf16", layout_version=1, source_formats=("bf16-moe",),
-    kernel="DeepGEMM `m_grouped_bf16_gemm_nt_masked` behind DeepEP low-latency BF16 dispatch", arch="Hopper (SM90)",
-    tensors=(TensorSpec("w13_weight", DType.BF16, "E, 2 * I, H", gate_up_order=_W.GATE_UP), TensorSpec("w2_weight", DType.BF16, "E, H, I")),
-    gpus=(GpuFamily.SM90, GpuFamily.SM100),
-))
+DEEPEP_BF16 = register_spec(
+    TargetSpec(
+        name="deepep-bf16",
+        layout_version=1,
+        source_formats=("bf16-moe",),
+        kernel="DeepGEMM `m_grouped_bf16_gemm_nt_masked` behind DeepEP low-latency BF16 dispatch",
+        arch="Hopper (SM90)",
+        tensors=(
+            TensorSpec("w13_weight", DType.BF16, "E, 2 * I, H", gate_up_order=_W.GATE_UP),
+            TensorSpec("w2_weight", DType.BF16, "E, H, I"),
+        ),
+        gpus=(GpuFamily.SM90, GpuFamily.SM100),
+    )
+)
 
-SM100_TRTLLM = register_spec(TargetSpec(
-    name="sm100-trtllm", layout_version=1, source_formats=_MXFP4_SOURCES,
-    kernel="FlashInfer `trtllm_fp4_block_scale_moe` (trtllm-gen, MXFP4 weights)", arch="Blackwell (SM100)",
-    tensors=(
-        TensorSpec("w13_weight", None, "E, 2 * I_pad, H_pad // 2", gate_up_order=_W.UP_GATE_PAIRS),
-        TensorSpec("w13_weight_scale", DType.F8_E4M3, "E, 2 * I_pad, H_pad // 32", gate_up_order=_W.UP_GATE_PAIRS),
-        TensorSpec("w13_weight_bias", DType.F32, "E, 2 * I_pad", gate_up_order=_W.UP_GATE_PAIRS, optional=True),
-        TensorSpec("w2_weight", None, "E, H_pad, I_pad // 2"),
-        TensorSpec("w2_weight_scale", DType.F8_E4M3, "E, H_pad, I_pad // 32"),
-        TensorSpec("w2_weight_bias", DType.F32, "E, H_pad", optional=True),
-        TensorSpec("gemm1_alpha", DType.F32, "E", optional=True),
-        TensorSpec("gemm1_beta", DType.F32, "E", optional=True),
-        TensorSpec("gemm1_clamp_limit", DType.F32, "E", optional=True),
-    ),
-    gpus=(GpuFamily.SM100,),
-))
+SM100_TRTLLM = register_spec(
+    TargetSpec(
+        name="sm100-trtllm",
+        layout_version=1,
+        source_formats=_MXFP4_SOURCES,
+        kernel="FlashInfer `trtllm_fp4_block_scale_moe` (trtllm-gen, MXFP4 weights)",
+        arch="Blackwell (SM100)",
+        tensors=(
+            TensorSpec("w13_weight", None, "E, 2 * I_pad, H_pad // 2", gate_up_order=_W.UP_GATE_PAIRS),
+            TensorSpec("w13_weight_scale", DType.F8_E4M3, "E, 2 * I_pad, H_pad // 32", gate_up_order=_W.UP_GATE_PAIRS),
+            TensorSpec("w13_weight_bias", DType.F32, "E, 2 * I_pad", gate_up_order=_W.UP_GATE_PAIRS, optional=True),
+            TensorSpec("w2_weight", None, "E, H_pad, I_pad // 2"),
+            TensorSpec("w2_weight_scale", DType.F8_E4M3, "E, H_pad, I_pad // 32"),
+            TensorSpec("w2_weight_bias", DType.F32, "E, H_pad", optional=True),
+            TensorSpec("gemm1_alpha", DType.F32, "E", optional=True),
+            TensorSpec("gemm1_beta", DType.F32, "E", optional=True),
+            TensorSpec("gemm1_clamp_limit", DType.F32, "E", optional=True),
+        ),
+        gpus=(GpuFamily.SM100,),
+    )
+)
 
-SM90_MARLIN = register_spec(TargetSpec(
-    name="sm90-marlin", layout_version=1, source_formats=_MXFP4_SOURCES,
-    kernel="Marlin W4A16 MoE (`gptq_marlin_repack` layout, BF16 x MXFP4)", arch="Hopper (SM90)",
-    tensors=(
-        TensorSpec("w13_weight", DType.I32, "E, H_pad // 16, 4 * I_pad", gate_up_order=_W.GATE_UP),
-        TensorSpec("w13_weight_scale", DType.F8_E8M0, "E, H_pad // 32, 2 * I_pad", gate_up_order=_W.GATE_UP),
-        TensorSpec("w13_weight_bias", DType.BF16, "E, 2 * I_pad", gate_up_order=_W.GATE_UP, optional=True),
-        TensorSpec("w2_weight", DType.I32, "E, I_pad // 16, 2 * H_pad"),
-        TensorSpec("w2_weight_scale", DType.F8_E8M0, "E, I_pad // 32, H_pad"),
-        TensorSpec("w2_weight_bias", DType.BF16, "E, H_pad", optional=True),
-    ),
-    gpus=(GpuFamily.SM90,),
-))
+SM90_MARLIN = register_spec(
+    TargetSpec(
+        name="sm90-marlin",
+        layout_version=1,
+        source_formats=_MXFP4_SOURCES,
+        kernel="Marlin W4A16 MoE (`gptq_marlin_repack` layout, BF16 x MXFP4)",
+        arch="Hopper (SM90)",
+        tensors=(
+            TensorSpec("w13_weight", DType.I32, "E, H_pad // 16, 4 * I_pad", gate_up_order=_W.GATE_UP),
+            TensorSpec("w13_weight_scale", DType.F8_E8M0, "E, H_pad // 32, 2 * I_pad", gate_up_order=_W.GATE_UP),
+            TensorSpec("w13_weight_bias", DType.BF16, "E, 2 * I_pad", gate_up_order=_W.GATE_UP, optional=True),
+            TensorSpec("w2_weight", DType.I32, "E, I_pad // 16, 2 * H_pad"),
+            TensorSpec("w2_weight_scale", DType.F8_E8M0, "E, I_pad // 32, H_pad"),
+            TensorSpec("w2_weight_bias", DType.BF16, "E, H_pad", optional=True),
+        ),
+        gpus=(GpuFamily.SM90,),
+    )
+)

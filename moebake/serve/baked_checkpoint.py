@@ -33,8 +33,9 @@ class BakedCheckpoint:
         self.manifest_path = self.root / MANIFEST_NAME
         version = manifest.target_layout_version
         if version != self.layout_version:
-            raise UnsupportedError(f"{self.manifest_path}: {self.target} layout version {version!r}; "
-                                   f"this runtime reads {self.layout_version}")
+            raise UnsupportedError(
+                f"{self.manifest_path}: {self.target} layout version {version!r}; this runtime reads {self.layout_version}"
+            )
         self.files = BakeFiles(self.root, manifest)  # the index (read now) and shard headers, for every read
         self.weight_map = self.files.weight_map
         self._loaders: dict[torch.device, RankLoader] = {}
@@ -78,17 +79,21 @@ class BakedCheckpoint:
                 raise IntegrityError(f"{problem} in {self.manifest_path}")
             self._verified.add(shard_name)
 
-    def read_experts(self, record: LayerRecord, short_names: list[str], start: int, stop: int,
-                     device: torch.device) -> tuple[dict[str, torch.Tensor], LoadStats]:
+    def read_experts(
+        self, record: LayerRecord, short_names: list[str], start: int, stop: int, device: torch.device
+    ) -> tuple[dict[str, torch.Tensor], LoadStats]:
         """Experts ``[start, stop)`` of the layer's tensors ``short_names`` (manifest names), on ``device``.
 
         Returns ``{short name: tensor [stop - start, ...]}`` with the dtype and trailing shape the
         manifest records (checked against the shard header), and the load's statistics. Only the
         bytes of those experts are read.
         """
-        tensors = {short: torch.empty((stop - start, *record.tensors[short].shape[1:]),
-                                      dtype=DType(record.tensors[short].dtype).torch, device=device)
-                   for short in short_names}
+        tensors = {
+            short: torch.empty(
+                (stop - start, *record.tensors[short].shape[1:]), dtype=DType(record.tensors[short].dtype).torch, device=device
+            )
+            for short in short_names
+        }
         if device not in self._loaders:
             self._loaders[device] = RankLoader(self.files, device)
         return tensors, self._loaders[device].load(record, tensors, [ExpertRun(first=start, slot=0, count=stop - start)])

@@ -67,13 +67,21 @@ class DeepEPBf16Experts:
     ``w13`` / ``w2`` (as the backend consumes them: padded for DeepGEMM where needed), ``load_stats``.
     """
 
-    def __init__(self, w13: torch.Tensor, w2: torch.Tensor, backend: MaskedGemm | str | None = None,
-                 first_expert: int = 0, load_stats: LoadStats | None = None):
+    def __init__(
+        self,
+        w13: torch.Tensor,
+        w2: torch.Tensor,
+        backend: MaskedGemm | str | None = None,
+        first_expert: int = 0,
+        load_stats: LoadStats | None = None,
+    ):
         E, two_i, H = w13.shape
         I = two_i // 2
         if w13.dtype != torch.bfloat16 or w2.dtype != torch.bfloat16 or two_i % 2 or tuple(w2.shape) != (E, H, I):
-            raise InvalidArgumentError(f"expected w13 BF16 [E, 2I, H] and w2 BF16 [E, H, I], got w13 {w13.dtype} "
-                             f"{list(w13.shape)} and w2 {w2.dtype} {list(w2.shape)}")
+            raise InvalidArgumentError(
+                f"expected w13 BF16 [E, 2I, H] and w2 BF16 [E, H, I], got w13 {w13.dtype} "
+                f"{list(w13.shape)} and w2 {w2.dtype} {list(w2.shape)}"
+            )
         self.num_local_experts, self.hidden, self.intermediate = E, H, I
         self.first_expert, self.load_stats = first_expert, load_stats
         self.backend = get_backend(backend, w13.device)
@@ -97,11 +105,14 @@ class DeepEPBf16Experts:
         """
         E, T, H = hidden_states.shape
         if hidden_states.dtype != torch.bfloat16 or (E, H) != (self.num_local_experts, self.hidden):
-            raise InvalidArgumentError(f"hidden_states must be BF16 [E_local={self.num_local_experts}, T_max, H={self.hidden}], "
-                             f"got {hidden_states.dtype} {list(hidden_states.shape)}")
+            raise InvalidArgumentError(
+                f"hidden_states must be BF16 [E_local={self.num_local_experts}, T_max, H={self.hidden}], "
+                f"got {hidden_states.dtype} {list(hidden_states.shape)}"
+            )
         if masked_m.dtype != torch.int32 or tuple(masked_m.shape) != (E,) or masked_m.device != hidden_states.device:
-            raise InvalidArgumentError(f"masked_m must be int32 [{E}] on {hidden_states.device}, got {masked_m.dtype} "
-                             f"{list(masked_m.shape)} on {masked_m.device}")
+            raise InvalidArgumentError(
+                f"masked_m must be int32 [{E}] on {hidden_states.device}, got {masked_m.dtype} {list(masked_m.shape)} on {masked_m.device}"
+            )
         if not isinstance(expected_m, int) or expected_m <= 0:
             raise InvalidArgumentError(f"expected_m must be a positive int, got {expected_m!r}")
         run = self.backend.run
@@ -110,8 +121,9 @@ class DeepEPBf16Experts:
         y = run(silu_and_mul_masked(gate_up, masked_m), self.w2, masked_m, expected_m)
         return zero_rows_past(y[:, :T, :H], masked_m).contiguous()
 
-    def forward(self, hidden_states: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
-                dispatcher: Any = None) -> torch.Tensor:
+    def forward(
+        self, hidden_states: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, dispatcher: Any = None
+    ) -> torch.Tensor:
         """Token-major MoE: ``hidden_states`` BF16 ``[T, H]``, global ``topk_ids`` / ``topk_weights`` ``[T, k]``
         (``-1`` ids select nothing) -> ``[T, H]`` BF16.
 
@@ -131,7 +143,8 @@ class DeepEPBf16Experts:
             raise LowLatencyRefusal(
                 f"the dispatcher is for hidden {spec.hidden} and experts [{spec.first_expert(dispatcher.rank)}, "
                 f"{spec.first_expert(dispatcher.rank + 1)}) on rank {dispatcher.rank}; these experts are hidden {self.hidden}, "
-                f"[{self.first_expert}, {self.first_expert + self.num_local_experts})")
+                f"[{self.first_expert}, {self.first_expert + self.num_local_experts})"
+            )
         recv_x, masked_m, handle = dispatcher.dispatch(hidden_states, topk_ids)
         hint = expected_m(T, k, spec.num_experts, spec.num_ranks)
         return dispatcher.combine(self.forward_masked(recv_x, masked_m, hint), topk_ids, topk_weights, handle)
@@ -146,8 +159,10 @@ class DeepEPBf16Checkpoint(BakedCheckpoint):
     def __init__(self, root: Path, manifest: Manifest, platform: Platform):
         super().__init__(root, manifest, platform)
         if manifest.activation != ACTIVATION:
-            raise MoebakeError(f"{self.manifest_path}: activation {manifest.activation.to_json()} is not the silu(gate) * up "
-                               f"({ACTIVATION.to_json()}) that the {self.target} runtime computes")
+            raise MoebakeError(
+                f"{self.manifest_path}: activation {manifest.activation.to_json()} is not the silu(gate) * up "
+                f"({ACTIVATION.to_json()}) that the {self.target} runtime computes"
+            )
 
     def layer(self, layer: int | str) -> LayerRecord:
         """The record of MoE layer ``layer``: its index, or its prefix (``mtp.layers.0.mlp.experts.``),
@@ -163,8 +178,15 @@ class DeepEPBf16Checkpoint(BakedCheckpoint):
             raise MoebakeError(f"{self.manifest_path}: MoE layer index {layer} is ambiguous ({', '.join(matches)}); pass the prefix")
         return super().layer(layer)
 
-    def load_experts(self, layer: int | str, device: torch.device | str = "cuda", ep_rank: int = 0, ep_size: int = 1, verify: bool = False,
-                     backend: MaskedGemm | str | None = None) -> DeepEPBf16Experts:
+    def load_experts(
+        self,
+        layer: int | str,
+        device: torch.device | str = "cuda",
+        ep_rank: int = 0,
+        ep_size: int = 1,
+        verify: bool = False,
+        backend: MaskedGemm | str | None = None,
+    ) -> DeepEPBf16Experts:
         """Read layer ``layer``'s (index or prefix) experts of EP rank ``ep_rank`` of ``ep_size`` onto ``device``.
 
         ``verify=True`` first checks the SHA-256 of the shards involved against the manifest.
@@ -174,8 +196,10 @@ class DeepEPBf16Checkpoint(BakedCheckpoint):
         record = self.layer(layer)
         start, stop = self.rank_experts(record, ep_rank, ep_size)
         if sorted(record.tensors) != sorted(TENSORS) or record.dispatcher_output_dtype != "bf16":
-            raise MoebakeError(f"{self.manifest_path}: layer {record.prefix} is not a deepep-bf16 layer "
-                               f"(needs tensors {', '.join(TENSORS)} and dispatcher_output_dtype bf16)")
+            raise MoebakeError(
+                f"{self.manifest_path}: layer {record.prefix} is not a deepep-bf16 layer "
+                f"(needs tensors {', '.join(TENSORS)} and dispatcher_output_dtype bf16)"
+            )
         if verify:
             self.verify_files([record.prefix + name for name in TENSORS])
         tensors, stats = self.read_experts(record, list(TENSORS), start, stop, device)
@@ -191,8 +215,7 @@ class DeepEPBf16Checkpoint(BakedCheckpoint):
         scope = next((scope for scope in model_scopes(config) if "num_experts_per_tok" in scope), None)
         return None if scope is None else scope.integer("num_experts_per_tok")
 
-    def low_latency_spec(self, layer: int | str, tokens_per_rank: int, ep_size: int = 1,
-                         top_k: int | None = None) -> LowLatencySpec:
+    def low_latency_spec(self, layer: int | str, tokens_per_rank: int, ep_size: int = 1, top_k: int | None = None) -> LowLatencySpec:
         """The DeepEP LL shape of layer ``layer`` on ``ep_size`` ranks for up to ``tokens_per_rank`` tokens
         per rank (rounded up, see :meth:`LowLatencySpec.for_tokens`); ``top_k`` defaults to the
         config's ``num_experts_per_tok``. Checked for what any dispatcher can run (see
@@ -209,8 +232,9 @@ class DeepEPBf16Checkpoint(BakedCheckpoint):
 DISPATCHERS = ("auto", "deepep", "standin")
 
 
-def make_dispatcher(spec: LowLatencySpec, group: Any = None, kind: str = "auto", device: torch.device | str = "cuda",
-                    buffer: LowLatencyBuffer | None = None):
+def make_dispatcher(
+    spec: LowLatencySpec, group: Any = None, kind: str = "auto", device: torch.device | str = "cuda", buffer: LowLatencyBuffer | None = None
+):
     """A dispatcher of ``kind`` for ``spec`` on EP group ``group`` (None: one rank, no group).
 
     ``deepep``: DeepEP LL on a :class:`LowLatencyBuffer` (``buffer``, or a new one sized for ``spec``;

@@ -72,8 +72,7 @@ class LowLatencySpec:
     top_k: int = 1
 
     @classmethod
-    def for_tokens(cls, hidden: int, num_experts: int, tokens_per_rank: int, num_ranks: int = 1,
-                   top_k: int = 1) -> "LowLatencySpec":
+    def for_tokens(cls, hidden: int, num_experts: int, tokens_per_rank: int, num_ranks: int = 1, top_k: int = 1) -> "LowLatencySpec":
         """The spec for up to ``tokens_per_rank`` tokens per rank, with ``max_tokens_per_rank``
         rounded up so that ``t_max`` is a multiple of :data:`GEMM_ROWS` (DeepGEMM then reads
         DeepEP's ``recv_x`` in place)."""
@@ -98,29 +97,39 @@ class LowLatencySpec:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise LowLatencyRefusal(f"{name} must be a positive integer, got {value!r}")
         if self.num_experts % self.num_ranks:
-            raise LowLatencyRefusal(f"{self.num_experts} experts cannot be split evenly over {self.num_ranks} EP ranks "
-                                    f"(the rank count must divide the expert count)")
+            raise LowLatencyRefusal(
+                f"{self.num_experts} experts cannot be split evenly over {self.num_ranks} EP ranks "
+                f"(the rank count must divide the expert count)"
+            )
         if self.top_k > self.num_experts:
             raise LowLatencyRefusal(f"top-k {self.top_k} is more than the layer's {self.num_experts} experts")
         if not deep_ep:
             return
         if self.hidden not in LL_HIDDEN_SIZES:
-            raise LowLatencyRefusal(f"hidden size {self.hidden} is not one DeepEP low-latency kernels are built for "
-                                    f"({', '.join(map(str, LL_HIDDEN_SIZES))}); use the stand-in dispatcher")
+            raise LowLatencyRefusal(
+                f"hidden size {self.hidden} is not one DeepEP low-latency kernels are built for "
+                f"({', '.join(map(str, LL_HIDDEN_SIZES))}); use the stand-in dispatcher"
+            )
         if self.top_k > LL_MAX_TOP_K:
-            raise LowLatencyRefusal(f"top-k {self.top_k} is above DeepEP low-latency's maximum of {LL_MAX_TOP_K} "
-                                    f"(kNumMaxTopk of tokenspeed-deepep 1.2.1); use the stand-in dispatcher")
+            raise LowLatencyRefusal(
+                f"top-k {self.top_k} is above DeepEP low-latency's maximum of {LL_MAX_TOP_K} "
+                f"(kNumMaxTopk of tokenspeed-deepep 1.2.1); use the stand-in dispatcher"
+            )
         if self.max_tokens_per_rank > LL_MAX_TOKENS_PER_RANK:
-            raise LowLatencyRefusal(f"max tokens per rank {self.max_tokens_per_rank} is above DeepEP low-latency's "
-                                    f"{LL_MAX_TOKENS_PER_RANK} (NVSHMEM queue depth {LL_QP_DEPTH} >= 2 * (max tokens + 1))")
+            raise LowLatencyRefusal(
+                f"max tokens per rank {self.max_tokens_per_rank} is above DeepEP low-latency's "
+                f"{LL_MAX_TOKENS_PER_RANK} (NVSHMEM queue depth {LL_QP_DEPTH} >= 2 * (max tokens + 1))"
+            )
         if self.t_max % 4:
             raise LowLatencyRefusal(f"ranks x max tokens per rank = {self.t_max} must be a multiple of 4 for DeepEP's TMA copies")
 
     def check_batch(self, num_tokens: int, top_k: int) -> None:
         """LowLatencyRefusal unless a batch of ``num_tokens`` tokens routed to ``top_k`` experts fits this spec."""
         if num_tokens > self.max_tokens_per_rank:
-            raise LowLatencyRefusal(f"{num_tokens} tokens on this rank are more than num_max_dispatch_tokens_per_rank="
-                                    f"{self.max_tokens_per_rank} that the dispatch buffer was sized for")
+            raise LowLatencyRefusal(
+                f"{num_tokens} tokens on this rank are more than num_max_dispatch_tokens_per_rank="
+                f"{self.max_tokens_per_rank} that the dispatch buffer was sized for"
+            )
         if top_k > self.top_k:
             raise LowLatencyRefusal(f"the batch routes each token to {top_k} experts, the dispatcher was made for top-k <= {self.top_k}")
 
@@ -188,12 +197,19 @@ class LowLatencyBuffer:
             if spec.num_ranks != group.size():
                 raise LowLatencyRefusal(f"a spec for {spec.num_ranks} EP ranks cannot run on a group of {group.size()}")
         self.group, self.rank, self.num_ranks = group, group.rank(), group.size()
-        self.num_bytes = max(deep_ep.Buffer.get_low_latency_rdma_size_hint(
-            s.max_tokens_per_rank, s.hidden, s.num_ranks, s.num_experts) for s in specs)
+        self.num_bytes = max(
+            deep_ep.Buffer.get_low_latency_rdma_size_hint(s.max_tokens_per_rank, s.hidden, s.num_ranks, s.num_experts) for s in specs
+        )
         self.num_qps_per_rank = max(s.num_local_experts for s in specs)
-        self.buffer = deep_ep.Buffer(group, num_nvl_bytes=0, num_rdma_bytes=self.num_bytes, low_latency_mode=True,
-                                     num_qps_per_rank=self.num_qps_per_rank, allow_nvlink_for_low_latency_mode=True,
-                                     explicitly_destroy=True)
+        self.buffer = deep_ep.Buffer(
+            group,
+            num_nvl_bytes=0,
+            num_rdma_bytes=self.num_bytes,
+            low_latency_mode=True,
+            num_qps_per_rank=self.num_qps_per_rank,
+            allow_nvlink_for_low_latency_mode=True,
+            explicitly_destroy=True,
+        )
         self.topk_idx_dtype = deep_ep.topk_idx_t
         self._layout: tuple[int, int, int] | None = None
 
@@ -238,12 +254,16 @@ class DeepEPDispatcher:
         self.spec.check_batch(hidden.shape[0], topk_ids.shape[1])
         self.buffer.use(self.spec)
         recv_x, masked_m, handle, _, _ = self.buffer.buffer.low_latency_dispatch(
-            hidden.contiguous(), topk_ids.to(self.buffer.topk_idx_dtype).contiguous(), self.spec.max_tokens_per_rank,
-            self.spec.num_experts, use_fp8=False)
+            hidden.contiguous(),
+            topk_ids.to(self.buffer.topk_idx_dtype).contiguous(),
+            self.spec.max_tokens_per_rank,
+            self.spec.num_experts,
+            use_fp8=False,
+        )
         return recv_x, masked_m, handle
 
     def combine(self, expert_out: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, handle: Any) -> torch.Tensor:
         combined, _, _ = self.buffer.buffer.low_latency_combine(
-            expert_out.contiguous(), topk_ids.to(self.buffer.topk_idx_dtype).contiguous(),
-            topk_weights.float().contiguous(), handle)
+            expert_out.contiguous(), topk_ids.to(self.buffer.topk_idx_dtype).contiguous(), topk_weights.float().contiguous(), handle
+        )
         return combined

@@ -36,10 +36,10 @@ class DispatchHandle:
     """Where every dispatched (token, choice) went: all ``[n]`` int64 on the tokens' device."""
 
     num_tokens: int
-    token: torch.Tensor   # the token t
+    token: torch.Tensor  # the token t
     choice: torch.Tensor  # flat index t * k + j into topk_ids / topk_weights
     expert: torch.Tensor  # local expert (block of recv_x)
-    slot: torch.Tensor    # row within that block
+    slot: torch.Tensor  # row within that block
 
 
 def expected_m(num_tokens: int, top_k: int, num_experts: int, num_ranks: int = 1) -> int:
@@ -47,8 +47,9 @@ def expected_m(num_tokens: int, top_k: int, num_experts: int, num_ranks: int = 1
     return (num_tokens * num_ranks * top_k + num_experts) // num_experts
 
 
-def dispatch(hidden: torch.Tensor, topk_ids: torch.Tensor, num_local_experts: int, max_tokens: int | None = None,
-             expert_offset: int = 0) -> tuple[torch.Tensor, torch.Tensor, DispatchHandle]:
+def dispatch(
+    hidden: torch.Tensor, topk_ids: torch.Tensor, num_local_experts: int, max_tokens: int | None = None, expert_offset: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, DispatchHandle]:
     """``(recv_x [E_local, T_max, H], masked_m [E_local] int32, handle)``; ``T_max = max_tokens or T``.
 
     ValueError if an expert receives more than ``T_max`` tokens (a host sync checks it).
@@ -73,8 +74,9 @@ def dispatch(hidden: torch.Tensor, topk_ids: torch.Tensor, num_local_experts: in
     return recv_x, counts.to(torch.int32), DispatchHandle(T, token, choice, expert, slot)
 
 
-def combine(expert_out: torch.Tensor, topk_weights: torch.Tensor, handle: DispatchHandle,
-            dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+def combine(
+    expert_out: torch.Tensor, topk_weights: torch.Tensor, handle: DispatchHandle, dtype: torch.dtype = torch.bfloat16
+) -> torch.Tensor:
     """``[T, H]`` ``dtype``: each token's expert outputs, weighted by ``topk_weights`` and summed in fp32."""
     weights = topk_weights.reshape(-1)[handle.choice].float()
     rows = expert_out[handle.expert, handle.slot].float() * weights[:, None]
@@ -124,14 +126,18 @@ class StandInDispatcher:
     def dispatch(self, hidden: torch.Tensor, topk_ids: torch.Tensor):
         self.spec.check_batch(hidden.shape[0], topk_ids.shape[1])
         ids = self._gather(topk_ids.long(), -1)
-        recv_x, masked_m, handle = dispatch(self._gather(hidden, 0), ids, self.spec.num_local_experts,
-                                            max_tokens=self.spec.t_max, expert_offset=self.spec.first_expert(self.rank))
+        recv_x, masked_m, handle = dispatch(
+            self._gather(hidden, 0),
+            ids,
+            self.spec.num_local_experts,
+            max_tokens=self.spec.t_max,
+            expert_offset=self.spec.first_expert(self.rank),
+        )
         return recv_x, masked_m, StandInHandle(hidden.shape[0], handle)
 
-    def combine(self, expert_out: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
-                handle: StandInHandle) -> torch.Tensor:
+    def combine(self, expert_out: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, handle: StandInHandle) -> torch.Tensor:
         partial = combine(expert_out, self._gather(topk_weights.float(), 0), handle.dispatch, dtype=torch.float32)
         if self.group is not None:
             dist.all_reduce(partial, group=self.group)
         start = self.rank * self.spec.max_tokens_per_rank
-        return partial[start: start + handle.num_tokens].to(torch.bfloat16)
+        return partial[start : start + handle.num_tokens].to(torch.bfloat16)

@@ -71,8 +71,9 @@ def check_ranks(ranks: int, device: str) -> None:
 def _rank_main(rank: int, fn: Callable, ranks: int, device: str, port: int, out_dir: str, payload: Any) -> None:
     if device == "cuda":
         torch.cuda.set_device(rank)
-        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ranks,
-                                device_id=torch.device("cuda", rank))
+        dist.init_process_group(
+            "nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ranks, device_id=torch.device("cuda", rank)
+        )
         where = torch.device("cuda", rank)
     else:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks))
@@ -91,8 +92,9 @@ def run_ranks(fn: Callable, ranks: int, device: str, payload: Any) -> list:
     in any rank is raised here (``torch.multiprocessing.ProcessRaisedException``)."""
     check_ranks(ranks, device)
     with tempfile.TemporaryDirectory(prefix="moebake-ep-") as out_dir:
-        torch.multiprocessing.start_processes(_rank_main, args=(fn, ranks, device, free_port(), out_dir, payload),
-                                              nprocs=ranks, join=True, start_method="spawn")
+        torch.multiprocessing.start_processes(
+            _rank_main, args=(fn, ranks, device, free_port(), out_dir, payload), nprocs=ranks, join=True, start_method="spawn"
+        )
         return [torch.load(Path(out_dir) / f"rank{r}.pt", weights_only=False) for r in range(ranks)]
 
 
@@ -192,15 +194,30 @@ def layer_worker(ctx: RankContext, config: LaunchConfig) -> list[dict]:
             prefix = checkpoint.layer(job.layer).prefix
             experts = checkpoint.load_experts(job.layer, ctx.device, ep_rank=ctx.rank, ep_size=ctx.ranks, backend=config.backend)
             dispatcher = make_dispatcher(spec, ctx.group, config.dispatcher, ctx.device, buffer)
-            hidden, topk_ids, topk_weights = decode_inputs(job.tokens_per_rank, spec.hidden, spec.num_experts, spec.top_k,
-                                                           seed=job.seed * 1009 + ctx.rank, device=ctx.device, drop=job.drop)
+            hidden, topk_ids, topk_weights = decode_inputs(
+                job.tokens_per_rank,
+                spec.hidden,
+                spec.num_experts,
+                spec.top_k,
+                seed=job.seed * 1009 + ctx.rank,
+                device=ctx.device,
+                drop=job.drop,
+            )
             out = experts.forward(hidden, topk_ids, topk_weights, dispatcher)
             result = {
-                "job": index, "rank": ctx.rank, "ranks": ctx.ranks, "device": str(ctx.device), "prefix": prefix,
+                "job": index,
+                "rank": ctx.rank,
+                "ranks": ctx.ranks,
+                "device": str(ctx.device),
+                "prefix": prefix,
                 "experts": (experts.first_expert, experts.first_expert + experts.num_local_experts),
-                "tokens": job.tokens_per_rank, "max_tokens_per_rank": spec.max_tokens_per_rank, "top_k": spec.top_k,
-                "hidden": spec.hidden, "num_experts": spec.num_experts,
-                "dispatcher": dispatcher.name, "backend": experts.backend.name,
+                "tokens": job.tokens_per_rank,
+                "max_tokens_per_rank": spec.max_tokens_per_rank,
+                "top_k": spec.top_k,
+                "hidden": spec.hidden,
+                "num_experts": spec.num_experts,
+                "dispatcher": dispatcher.name,
+                "backend": experts.backend.name,
                 "dropped_choices": int((topk_ids < 0).sum()),
             }
             if job.source is not None:
@@ -209,8 +226,7 @@ def layer_worker(ctx: RankContext, config: LaunchConfig) -> list[dict]:
             if config.keep_outputs:
                 result["output"] = out.cpu()
             if config.cuda_graph:
-                result["graph_equal"] = _graph_replay_equals_eager(experts, dispatcher, (hidden, topk_ids, topk_weights),
-                                                                   spec, job, ctx)
+                result["graph_equal"] = _graph_replay_equals_eager(experts, dispatcher, (hidden, topk_ids, topk_weights), spec, job, ctx)
             results.append(result)
             del experts, dispatcher, out
     finally:
@@ -224,8 +240,15 @@ def _graph_replay_equals_eager(experts: Any, dispatcher: Any, inputs: Any, spec:
     and compare with an eager forward on those inputs (collective: every rank runs the same sequence)."""
     static = [t.clone() for t in inputs]
     graph, out = capture(lambda: experts.forward(*static, dispatcher))
-    fresh = decode_inputs(job.tokens_per_rank, spec.hidden, spec.num_experts, spec.top_k,
-                          seed=(job.seed + 1) * 1009 + ctx.rank, device=ctx.device, drop=job.drop)
+    fresh = decode_inputs(
+        job.tokens_per_rank,
+        spec.hidden,
+        spec.num_experts,
+        spec.top_k,
+        seed=(job.seed + 1) * 1009 + ctx.rank,
+        device=ctx.device,
+        drop=job.drop,
+    )
     for target, value in zip(static, fresh):
         target.copy_(value)
     graph.replay()
@@ -262,11 +285,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda or cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-drop", action="store_true", help="every token selects top-k experts (no -1 ids)")
-    parser.add_argument("--cuda-graph", action="store_true",
-                        help="also capture the forward in a CUDA graph, replay it on new inputs and compare with eager")
+    parser.add_argument(
+        "--cuda-graph", action="store_true", help="also capture the forward in a CUDA graph, replay it on new inputs and compare with eager"
+    )
     args = parser.parse_args(argv)
-    job = LayerJob(args.bake, args.layer, args.tokens, args.top_k, args.max_tokens_per_rank, args.seed,
-                   not args.no_drop, args.source)
+    job = LayerJob(args.bake, args.layer, args.tokens, args.top_k, args.max_tokens_per_rank, args.seed, not args.no_drop, args.source)
     config = LaunchConfig(args.ranks, (job,), args.device, args.dispatcher, args.backend, cuda_graph=args.cuda_graph)
     try:
         config = plan(config)
@@ -275,9 +298,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     worst, graph_failed = 0.0, False
     for (result,) in run_ranks(layer_worker, config.ranks, config.device, config):
-        line = (f"rank {result['rank']}/{result['ranks']} on {result['device']}: experts [{result['experts'][0]}, "
-                f"{result['experts'][1]}) of {result['num_experts']}, {result['tokens']} tokens x top-{result['top_k']} "
-                f"({result['dropped_choices']} choices -1), dispatcher {result['dispatcher']}, GEMM {result['backend']}")
+        line = (
+            f"rank {result['rank']}/{result['ranks']} on {result['device']}: experts [{result['experts'][0]}, "
+            f"{result['experts'][1]}) of {result['num_experts']}, {result['tokens']} tokens x top-{result['top_k']} "
+            f"({result['dropped_choices']} choices -1), dispatcher {result['dispatcher']}, GEMM {result['backend']}"
+        )
         if "rel_l2" in result:
             worst = max(worst, result["rel_l2"])
             line += f", rel L2 vs fp32 source MoE {result['rel_l2']:.2e}"

@@ -167,8 +167,7 @@ def describe_build(configs: ConfigChoice = None) -> dict[str, Any]:
         "module": MODULE_NAME,
         "flashinfer": flashinfer.__version__,
         "tvm_ffi": tvm_ffi.__version__,
-        "configs": {name: ["/".join(c) for c in chosen]
-                    for name, chosen in selected_configs(configs, installed_revision().paths).items()},
+        "configs": {name: ["/".join(c) for c in chosen] for name, chosen in selected_configs(configs, installed_revision().paths).items()},
         "arch": "sm_90a",
     }
 
@@ -209,8 +208,9 @@ def check_prebuilt(so_path: Path) -> dict[str, Any]:
     # The module subclasses tvm-ffi C++ classes inline from the headers it was compiled with: the
     # runtime library must be the same apache-tvm-ffi release (0.1.11 and 0.1.15 differ in layout).
     if meta.get("tvm_ffi", tvm_ffi.__version__) != tvm_ffi.__version__:
-        raise PlatformError(f"prebuilt module {so_path} was built with apache-tvm-ffi {meta['tvm_ffi']}, "
-                           f"but {tvm_ffi.__version__} is installed; rebuild it")
+        raise PlatformError(
+            f"prebuilt module {so_path} was built with apache-tvm-ffi {meta['tvm_ffi']}, but {tvm_ffi.__version__} is installed; rebuild it"
+        )
     if "sha256" in meta and hashlib.sha256(so_path.read_bytes()).hexdigest() != meta["sha256"]:
         raise PlatformError(f"prebuilt module {so_path} does not match the sha256 in {meta_path}")
     return meta
@@ -247,8 +247,7 @@ def ensure_flashinfer_sm90_moe(prebuilt: Optional[os.PathLike | str] = None, con
     import flashinfer.fused_moe.core as core
 
     prebuilt = prebuilt or os.environ.get(PREBUILT_ENV) or None
-    key = (str(Path(prebuilt).resolve()) if prebuilt else None,
-           tuple(selected_configs(configs, installed_revision().paths).items()))
+    key = (str(Path(prebuilt).resolve()) if prebuilt else None, tuple(selected_configs(configs, installed_revision().paths).items()))
     if _installed is not None and _installed_key == key and getattr(core.gen_cutlass_fused_moe_sm90_module, "_moebake", False):
         return _installed
     spec = reduced_module_spec(prebuilt, configs)
@@ -264,8 +263,9 @@ def ensure_flashinfer_sm90_moe(prebuilt: Optional[os.PathLike | str] = None, con
     return spec
 
 
-def build_reduced_sm90_module(dest_dir: Optional[os.PathLike | str] = None, configs: ConfigChoice = None,
-                              verbose: bool = False) -> tuple[Path, float]:
+def build_reduced_sm90_module(
+    dest_dir: Optional[os.PathLike | str] = None, configs: ConfigChoice = None, verbose: bool = False
+) -> tuple[Path, float]:
     """Build the reduced module now (ninja, ``MAX_JOBS`` cores); copy ``.so`` + ``.json`` to ``dest_dir``.
 
     Returns ``(path of the .so, build seconds)``. The ``.so`` only needs the CUDA driver, libnvrtc

@@ -69,13 +69,18 @@ def sm90_moe_ops() -> SimpleNamespace:
         import torch
 
         if weight.dim() != 3 or weight.dtype != torch.uint8 or not weight.is_cuda:
-            raise InvalidArgumentError(f"weight must be a 3-D uint8 CUDA tensor; got {tuple(weight.shape)} {weight.dtype} "
-                             f"on {weight.device}")
+            raise InvalidArgumentError(
+                f"weight must be a 3-D uint8 CUDA tensor; got {tuple(weight.shape)} {weight.dtype} on {weight.device}"
+            )
         weight = weight.contiguous()
         out = torch.empty_like(weight)
         major, minor = torch.cuda.get_device_capability(weight.device)
         getter(f"{major * 10 + minor}").interleave_moe_weights_for_sm90_mixed_gemm(weight, out, QUANT_TYPES[quant_type])
         return out
 
-    return SimpleNamespace(cutlass_fused_moe=cutlass_fused_moe, interleave_weights=interleave_weights,
-                           interleave_scales=interleave_moe_scales_for_sm90_mixed_gemm, get_module=getter)
+    return SimpleNamespace(
+        cutlass_fused_moe=cutlass_fused_moe,
+        interleave_weights=interleave_weights,
+        interleave_scales=interleave_moe_scales_for_sm90_mixed_gemm,
+        get_module=getter,
+    )

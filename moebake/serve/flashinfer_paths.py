@@ -106,10 +106,11 @@ W4A8_HUMMING = MixedInputPath(
     name="w4a8",
     operands="__nv_fp8_e4m3, SafeFP4, __nv_bfloat16",
     scale_mode="kPreMmaE8M0",
-    runner=("CutlassMoeFCRunner<__nv_fp8_e4m3, Fp4Type, __nv_bfloat16, __nv_bfloat16, __nv_bfloat16, false, "
-            "Sm90Wfp4Afp8ScaleMode::kHummingPreMmaE8M0>"),
-    gemm_runner=("MoeGemmRunner<__nv_fp8_e4m3, Fp4Type, __nv_bfloat16, __nv_bfloat16, false, "
-                 "Sm90Wfp4Afp8ScaleMode::kHummingPreMmaE8M0>"),
+    runner=(
+        "CutlassMoeFCRunner<__nv_fp8_e4m3, Fp4Type, __nv_bfloat16, __nv_bfloat16, __nv_bfloat16, false, "
+        "Sm90Wfp4Afp8ScaleMode::kHummingPreMmaE8M0>"
+    ),
+    gemm_runner=("MoeGemmRunner<__nv_fp8_e4m3, Fp4Type, __nv_bfloat16, __nv_bfloat16, false, Sm90Wfp4Afp8ScaleMode::kHummingPreMmaE8M0>"),
     branch="""    if (isWMxfp4AFp8HummingQuant()) {
       TVM_FFI_ICHECK_EQ(common::getSMVersion(), 90) << "Humming-style MXFP4 x FP8 is only supported on SM90.";
       TVM_FFI_ICHECK(mActivationDtype == dl_bfloat16 && mOutputDtype == dl_bfloat16)
@@ -139,7 +140,9 @@ operands: M tiles the expert weight rows, N the tokens."""
 
 _INSTANTIATION_RE = re.compile(
     r"template\s+void\s+(?P<launcher>sm90_generic_mixed_moe_(?:gemm|small_k)_kernelLauncher)\s*"
-    r"<(?P<args>.*?)>\s*\((?P<params>.*?)\)\s*;", re.S)
+    r"<(?P<args>.*?)>\s*\((?P<params>.*?)\)\s*;",
+    re.S,
+)
 _CONFIG_RE = re.compile(
     r"cute::Shape<cute::Int<(\d+)>,\s*cute::Int<(\d+)>,\s*cute::Int<(\d+)>>,\s*"
     r"cute::Shape<cute::Int<(\d+)>,\s*cute::Int<(\d+)>,\s*cute::Int<(\d+)>>,\s*"
@@ -154,7 +157,7 @@ _RELATIVE_INCLUDE = '#include "../../tvm_ffi_utils.h"'
 _ERROR_TEXT = '"Could not construct fused moe op with the requested input combination Activation: "'
 _ERROR_REDUCED = (
     '"Could not construct fused moe op (moebake reduced module {module}: only MXFP4 uint8 weights with '
-    'use_w4_group_scaling=True and BF16 activations, as W4A16 or as Humming '
+    "use_w4_group_scaling=True and BF16 activations, as W4A16 or as Humming "
     'W4A8 (use_wfp4afp8_humming=True), are compiled) with the requested input combination Activation: "'
 )
 
@@ -229,13 +232,16 @@ _GEMM_LAUNCHER_BODY = """    GroupedGemmInput<T, WeightType, GemmOutputType, Gem
 }
 """
 
-_LAUNCHER_STUBS_SCALE_MODE = """
+_LAUNCHER_STUBS_SCALE_MODE = (
+    """
 template <typename T, typename WeightType, typename GemmOutputType, typename EpilogueTag,
           typename CTAShape, typename ClusterShape, typename MainloopScheduleType,
           typename EpilogueScheduleType, cutlass::WeightOnlyQuantOp QuantOp,
           cutlass::gemm::collective::MixedInputScaleMode ScaleMode>
 void sm90_generic_mixed_moe_gemm_kernelLauncher(
-""" + _GEMM_LAUNCHER_BODY + """
+"""
+    + _GEMM_LAUNCHER_BODY
+    + """
 template <typename T, typename WeightType, typename GemmOutputType, typename EpilogueTag,
           typename CTAShape, typename ClusterShape, typename MainloopScheduleType,
           typename EpilogueScheduleType, cutlass::WeightOnlyQuantOp QuantOp,
@@ -249,14 +255,18 @@ void sm90_generic_mixed_moe_small_k_kernelLauncher(
           ? "SingleWarpgroupPrefill" : "SingleWarpgroupRolling");
 }
 """
+)
 """The launcher templates of FlashInfer 0.7.2 (a ``MixedInputScaleMode`` parameter; the small-K launcher)."""
 
-_LAUNCHER_STUBS_PLAIN = """
+_LAUNCHER_STUBS_PLAIN = (
+    """
 template <typename T, typename WeightType, typename GemmOutputType, typename EpilogueTag,
           typename CTAShape, typename ClusterShape, typename MainloopScheduleType,
           typename EpilogueScheduleType, cutlass::WeightOnlyQuantOp QuantOp>
 void sm90_generic_mixed_moe_gemm_kernelLauncher(
-""" + _GEMM_LAUNCHER_BODY
+"""
+    + _GEMM_LAUNCHER_BODY
+)
 """The launcher template of FlashInfer 0.6.14 and 0.6.15 (no scale-mode parameter, no small-K launcher)."""
 
 
@@ -278,12 +288,18 @@ class SourceRevision:
 
 
 REVISIONS = (
-    SourceRevision(("0.7.2.post1",), PATHS,
-                   "using SafeFP4 = tensorrt_llm::kernels::cutlass_kernels::Fp4Type;\n", _LAUNCHER_STUBS_SCALE_MODE),
+    SourceRevision(
+        ("0.7.2.post1",), PATHS, "using SafeFP4 = tensorrt_llm::kernels::cutlass_kernels::Fp4Type;\n", _LAUNCHER_STUBS_SCALE_MODE
+    ),
     # 0.6.14's and 0.6.15's MoE runner constructs a DeepSeek FP8 block-scale GEMM runner whatever its types: its code
     # links into every runner. The two releases' generator, launcher header and binding anchors are the same.
-    SourceRevision(("0.6.15.post1", "0.6.14"), (W4A16_E2M1,), "", _LAUNCHER_STUBS_PLAIN,
-                   ("nv_internal/tensorrt_llm/kernels/cutlass_kernels/fp8_blockscale_gemm/fp8_blockscale_gemm.cu",)),
+    SourceRevision(
+        ("0.6.15.post1", "0.6.14"),
+        (W4A16_E2M1,),
+        "",
+        _LAUNCHER_STUBS_PLAIN,
+        ("nv_internal/tensorrt_llm/kernels/cutlass_kernels/fp8_blockscale_gemm/fp8_blockscale_gemm.cu",),
+    ),
 )
 """Every FlashInfer release the reduced module's sources are written for, newest first."""
 
@@ -296,17 +312,18 @@ def revision_for(flashinfer_version: str, *, any_version: bool = False) -> Sourc
     if any_version:
         return REVISIONS[0]
     known = [release for revision in REVISIONS for release in revision.releases]
-    raise PlatformError(f"moebake's reduced FlashInfer MoE module is written for FlashInfer {', '.join(known)}, "
-                        f"found {flashinfer_version}; install one of those, or set MOEBAKE_FLASHINFER_ANY_VERSION=1 "
-                        "to try the newest one's sources anyway")
+    raise PlatformError(
+        f"moebake's reduced FlashInfer MoE module is written for FlashInfer {', '.join(known)}, "
+        f"found {flashinfer_version}; install one of those, or set MOEBAKE_FLASHINFER_ANY_VERSION=1 "
+        "to try the newest one's sources anyway"
+    )
 
 
 def _config(parts: Sequence, where: str) -> Config:
     """``(tile, cluster, schedule)`` with the schedule spelled as in :data:`SCHEDULES`; ``where`` names it in the error."""
     tile, cluster, schedule = (str(part).strip() for part in parts)
     if schedule.lower() not in SCHEDULES:
-        raise InvalidArgumentError(f"unknown mainloop schedule {schedule!r} in {where!r}; expected one of "
-                                   f"{sorted(SCHEDULES.values())}")
+        raise InvalidArgumentError(f"unknown mainloop schedule {schedule!r} in {where!r}; expected one of {sorted(SCHEDULES.values())}")
     return tile, cluster, SCHEDULES[schedule.lower()]
 
 
@@ -320,8 +337,7 @@ ConfigChoice = Optional[dict[str, Iterable[Sequence[str]]]]
 takes its ``configs_env`` variable or else its defaults."""
 
 
-def selected_configs(configs: ConfigChoice = None,
-                     paths: Sequence[MixedInputPath] = PATHS) -> dict[str, tuple[Config, ...]]:
+def selected_configs(configs: ConfigChoice = None, paths: Sequence[MixedInputPath] = PATHS) -> dict[str, tuple[Config, ...]]:
     """The configurations compiled for each of ``paths`` (see :data:`ConfigChoice`)."""
     chosen = {}
     for path in paths:
@@ -392,9 +408,13 @@ def reduced_binding_source(csrc_dir: Path, module_name: str, paths: Sequence[Mix
         if text.count(anchor) != 1:
             raise PlatformError(f"FlashInfer binding changed: anchor {anchor.strip()!r} not found exactly once")
     branches = "".join(path.branch.replace("{runner}", _in_kernels(path.runner)) for path in paths)
-    reduced = ("    // moebake reduced module: only the runners of " + ", ".join(p.name for p in paths)
-               + " are compiled in.\n#if defined(ENABLE_FP4) && defined(ENABLE_BF16) && defined(ENABLE_FP8)\n"
-               + branches + "#endif\n")
+    reduced = (
+        "    // moebake reduced module: only the runners of "
+        + ", ".join(p.name for p in paths)
+        + " are compiled in.\n#if defined(ENABLE_FP4) && defined(ENABLE_BF16) && defined(ENABLE_FP8)\n"
+        + branches
+        + "#endif\n"
+    )
     begin = text.index(_CTOR_BEGIN)
     end = text.index(_CTOR_END, begin)
     text = text[:begin] + reduced + text[end:]
@@ -402,8 +422,9 @@ def reduced_binding_source(csrc_dir: Path, module_name: str, paths: Sequence[Mix
     return text.replace(_ERROR_TEXT, _ERROR_REDUCED.format(module=module_name))
 
 
-def write_reduced_sources(out_dir: Path, csrc: Path, generated: Path, module_name: str,
-                          configs: ConfigChoice = None, revision: SourceRevision = REVISIONS[0]) -> list[Path]:
+def write_reduced_sources(
+    out_dir: Path, csrc: Path, generated: Path, module_name: str, configs: ConfigChoice = None, revision: SourceRevision = REVISIONS[0]
+) -> list[Path]:
     """Write the reduced module's own sources into ``out_dir`` and return their paths: the reduced binding (from
     FlashInfer's ``csrc``), the runners, and per path of ``revision`` its ``MoeGemmRunner``, one file per selected
     GEMM configuration (the instantiation FlashInfer's generator wrote into ``generated``) and the stubs of all the
@@ -421,22 +442,26 @@ def write_reduced_sources(out_dir: Path, csrc: Path, generated: Path, module_nam
         available = launcher_instantiations(generated, path)
         missing = [c for c in selected[path.name] if c not in available]
         if missing:
-            raise PlatformError(f"the installed FlashInfer has no {path.name} instantiation for {missing}; "
-                                f"available: {sorted(available)}")
+            raise PlatformError(f"the installed FlashInfer has no {path.name} instantiation for {missing}; available: {sorted(available)}")
         gemm_runner = out_dir / f"moebake_{path.name}_gemm_runner.cu"
         _write_if_different(gemm_runner, _GEMM_RUNNER_CU.format(path=path.name, gemm_runner=path.gemm_runner))
         sources.append(gemm_runner)
         for tile, cluster, schedule in selected[path.name]:
             statement, origin = available[(tile, cluster, schedule)]
             kernel = out_dir / f"moebake_{path.name}_gemm_{tile}_c{cluster}_{schedule.lower()}.cu"
-            _write_if_different(kernel, _KERNEL_CU.format(path=path.name, config=f"{tile} {cluster} {schedule}",
-                                                          origin=origin, statement=statement))
+            _write_if_different(
+                kernel, _KERNEL_CU.format(path=path.name, config=f"{tile} {cluster} {schedule}", origin=origin, statement=statement)
+            )
             sources.append(kernel)
         stubs += [available[key][0] for key in sorted(available) if key not in selected[path.name]]
 
     stub = out_dir / "moebake_gemm_stubs.cu"
     envs = ", ".join(p.configs_env for p in paths)
-    _write_if_different(stub, _STUB_CU.format(module=module_name, envs=envs, prelude=revision.stub_prelude,
-                                              launchers=revision.stub_launchers, statements="\n\n".join(stubs)))
+    _write_if_different(
+        stub,
+        _STUB_CU.format(
+            module=module_name, envs=envs, prelude=revision.stub_prelude, launchers=revision.stub_launchers, statements="\n\n".join(stubs)
+        ),
+    )
     sources.append(stub)
     return sources

@@ -19,8 +19,9 @@ ZERO_BLOCK_M, ZERO_BLOCK_N = 32, 512
 
 
 @triton.jit
-def _silu_and_mul_kernel(gate_up, out, masked_m, I, stride_gu_e, stride_gu_m, stride_out_e, stride_out_m,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _silu_and_mul_kernel(
+    gate_up, out, masked_m, I, stride_gu_e, stride_gu_m, stride_out_e, stride_out_m, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
     expert = tl.program_id(0).to(tl.int64)
     valid = tl.load(masked_m + expert)
     if tl.program_id(1) * BLOCK_M < valid:
@@ -54,8 +55,18 @@ def silu_and_mul_masked(gate_up: torch.Tensor, masked_m: torch.Tensor) -> torch.
         raise InvalidArgumentError("gate_up must be contiguous in its last dimension")
     out = torch.empty(E, M, two_i // 2, dtype=torch.bfloat16, device=gate_up.device)
     grid = (E, triton.cdiv(M, SILU_BLOCK_M), triton.cdiv(two_i // 2, SILU_BLOCK_N))
-    _silu_and_mul_kernel[grid](gate_up, out, masked_m, two_i // 2, gate_up.stride(0), gate_up.stride(1),
-                               out.stride(0), out.stride(1), BLOCK_M=SILU_BLOCK_M, BLOCK_N=SILU_BLOCK_N)
+    _silu_and_mul_kernel[grid](
+        gate_up,
+        out,
+        masked_m,
+        two_i // 2,
+        gate_up.stride(0),
+        gate_up.stride(1),
+        out.stride(0),
+        out.stride(1),
+        BLOCK_M=SILU_BLOCK_M,
+        BLOCK_N=SILU_BLOCK_N,
+    )
     return out
 
 

@@ -51,8 +51,9 @@ class Platform:
 def require_gpu(capability: tuple[int, int], device: torch.device, target: str) -> None:
     """PlatformError unless a device of compute capability ``capability`` is of a GPU family ``target`` runs on."""
     major, minor = capability
-    if refusal := gpu_refusal(target, GpuFamily.of_capability(major),
-                              f"device {device} (compute capability {major}.{minor}, sm_{major}{minor})"):
+    if refusal := gpu_refusal(
+        target, GpuFamily.of_capability(major), f"device {device} (compute capability {major}.{minor}, sm_{major}{minor})"
+    ):
         raise PlatformError(refusal)
 
 

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from moebake.schema.manifest import Manifest
     from moebake.serve.platform import Platform
 
-BIAS_TENSORS = SM90_CUTLASS.optional_tensors      # w13/w2 biases: both or neither (both targets)
+BIAS_TENSORS = SM90_CUTLASS.optional_tensors  # w13/w2 biases: both or neither (both targets)
 HUMMING_RESIDUALS = tuple(n for n in SM90_CUTLASS_W4A8.required_tensors if n not in SM90_CUTLASS.required_tensors)
 """The tensors only an ``sm90-cutlass-w4a8`` bake holds: ``w13_humming_residual_scale``, ``w2_humming_residual_scale``."""
 
@@ -71,8 +71,9 @@ def swiglu_parameters(activation: Activation, where: str | os.PathLike) -> tuple
     """
     kind = activation.kind
     if kind not in SWIGLU_DEFAULTS:
-        raise UnsupportedError(f"{where}: activation kind {str(kind)!r} is not supported by the sm90-cutlass runtime "
-                               f"({', '.join(SWIGLU_DEFAULTS)})")
+        raise UnsupportedError(
+            f"{where}: activation kind {str(kind)!r} is not supported by the sm90-cutlass runtime ({', '.join(SWIGLU_DEFAULTS)})"
+        )
     given = {"alpha": activation.alpha, "beta": activation.beta, "limit": activation.limit}
     values = {**SWIGLU_DEFAULTS[kind], **{key: value for key, value in given.items() if value is not None}}
     try:
@@ -98,8 +99,9 @@ class Sm90CutlassCheckpoint(BakedCheckpoint):
         if device.type == "cuda":
             require_gpu(self.platform.device_capability(device), device, self.target)
 
-    def load_experts(self, layer: int, device: torch.device | str = "cuda", ep_rank: int = 0, ep_size: int = 1,
-                     verify: bool = False) -> "Sm90CutlassExperts":
+    def load_experts(
+        self, layer: int, device: torch.device | str = "cuda", ep_rank: int = 0, ep_size: int = 1, verify: bool = False
+    ) -> "Sm90CutlassExperts":
         """Read layer ``layer``'s experts of EP rank ``ep_rank`` of ``ep_size`` onto ``device``.
 
         ``verify=True`` first checks the SHA-256 of the shards involved against the manifest
@@ -114,8 +116,15 @@ class Sm90CutlassCheckpoint(BakedCheckpoint):
         if verify:
             self.verify_files([record.prefix + n for n in names])
         tensors, stats = self.read_experts(record, names, start, stop, device)
-        return Sm90CutlassExperts(tensors, hidden=record.hidden, hidden_padded=record.hidden_padded,
-                                  swiglu=swiglu, ep_rank=ep_rank, ep_size=ep_size, load_stats=stats)
+        return Sm90CutlassExperts(
+            tensors,
+            hidden=record.hidden,
+            hidden_padded=record.hidden_padded,
+            swiglu=swiglu,
+            ep_rank=ep_rank,
+            ep_size=ep_size,
+            load_stats=stats,
+        )
 
     def _tensor_names(self, record: LayerRecord) -> list[str]:
         """The layer's baked tensor names, checked: the target's required ones, both biases or neither, nothing else."""
@@ -148,8 +157,17 @@ class Sm90CutlassExperts:
     are a ``sm90-cutlass-w4a8`` bake's: the kernel runs Humming W4A8).
     """
 
-    def __init__(self, tensors: dict[str, torch.Tensor], *, hidden: int, hidden_padded: int,
-                 swiglu: tuple[float, float, float], ep_rank: int, ep_size: int, load_stats: LoadStats):
+    def __init__(
+        self,
+        tensors: dict[str, torch.Tensor],
+        *,
+        hidden: int,
+        hidden_padded: int,
+        swiglu: tuple[float, float, float],
+        ep_rank: int,
+        ep_size: int,
+        load_stats: LoadStats,
+    ):
         self._tensors = tensors
         weights = tensors["w13_weight"]
         self.device = weights.device
@@ -165,8 +183,13 @@ class Sm90CutlassExperts:
         w13_scales, w2_scales = tensors["w13_weight_scale"].view(torch.int32), tensors["w2_weight_scale"].view(torch.int32)
         if self.humming:
             fc2_act_scale = torch.ones((), dtype=torch.float32, device=self.device)
-            quant_scales = [w13_scales, tensors["w13_humming_residual_scale"], fc2_act_scale,
-                            w2_scales, tensors["w2_humming_residual_scale"]]
+            quant_scales = [
+                w13_scales,
+                tensors["w13_humming_residual_scale"],
+                fc2_act_scale,
+                w2_scales,
+                tensors["w2_humming_residual_scale"],
+            ]
         else:
             quant_scales = [w13_scales, w2_scales]
         self._kernel_args = dict(
@@ -176,8 +199,11 @@ class Sm90CutlassExperts:
             quant_scales=quant_scales,
             fc1_expert_biases=tensors.get("w13_weight_bias"),
             fc2_expert_biases=tensors.get("w2_weight_bias"),
-            swiglu_alpha=self.swiglu_alpha, swiglu_beta=self.swiglu_beta, swiglu_limit=self.swiglu_limit,
-            ep_size=ep_size, ep_rank=ep_rank,
+            swiglu_alpha=self.swiglu_alpha,
+            swiglu_beta=self.swiglu_beta,
+            swiglu_limit=self.swiglu_limit,
+            ep_size=ep_size,
+            ep_rank=ep_rank,
             use_w4_group_scaling=True,
             **({"use_wfp4afp8_humming": True} if self.humming else {}),
         )
@@ -255,8 +281,13 @@ class Sm90DecodeStep:
             raise InvalidArgumentError(f"decode_step: tokens must be in 1..{self.max_tokens}, got {tokens}")
         if self.experts.device.type != "cuda":
             raise PlatformError(f"experts were loaded to {self.experts.device}; the decode step needs a CUDA device")
-        sm90_moe_ops().cutlass_fused_moe(self.hidden_padded[:tokens], self.topk_ids[:tokens], self.topk_weights[:tokens],
-                                         output=self.output[:tokens], **self.experts._kernel_args)
+        sm90_moe_ops().cutlass_fused_moe(
+            self.hidden_padded[:tokens],
+            self.topk_ids[:tokens],
+            self.topk_weights[:tokens],
+            output=self.output[:tokens],
+            **self.experts._kernel_args,
+        )
         return self.output[:tokens, : self.experts.hidden]
 
     def capture(self, tokens: int) -> torch.Tensor:

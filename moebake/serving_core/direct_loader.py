@@ -104,8 +104,10 @@ class DirectLoadStats:
     batches: tuple[tuple[float, int], ...] = ()
 
     def __str__(self) -> str:
-        return (f"{len(self.loaded)} tensors ({self.loaded_bytes} bytes) read directly in {self.seconds:.3f} s, "
-                f"{len(self.passed)} ({self.passed_bytes} bytes) through the engine")
+        return (
+            f"{len(self.loaded)} tensors ({self.loaded_bytes} bytes) read directly in {self.seconds:.3f} s, "
+            f"{len(self.passed)} ({self.passed_bytes} bytes) through the engine"
+        )
 
 
 def _tensor_bytes(tensor: Any) -> int:
@@ -125,11 +127,23 @@ class DirectParameterLoader:
     ``device`` shared with the process's other loads; ``readahead``: the read-ahead of that reader (module docstring).
     """
 
-    def __init__(self, model: torch.nn.Module, directory: str | Path, device: torch.device | str, *,
-                 plain_copy: PlainCopy | None = None, row_shard: ShardRule | None = None, exclude: Collection[str] = (),
-                 files: CheckpointTensors | None = None, batch_bytes: int = DEFAULT_BATCH_BYTES, staged: bool | None = None,
-                 chunk_bytes: int | None = None, slots: int | None = None, reader: StagedReader | None = None,
-                 readahead: Any = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        directory: str | Path,
+        device: torch.device | str,
+        *,
+        plain_copy: PlainCopy | None = None,
+        row_shard: ShardRule | None = None,
+        exclude: Collection[str] = (),
+        files: CheckpointTensors | None = None,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
+        staged: bool | None = None,
+        chunk_bytes: int | None = None,
+        slots: int | None = None,
+        reader: StagedReader | None = None,
+        readahead: Any = None,
+    ):
         self.params = dict(model.named_parameters())
         self.files = files or CheckpointTensors(directory)
         self.device = torch.device(device)
@@ -149,9 +163,16 @@ class DirectParameterLoader:
 
     @property
     def stats(self) -> DirectLoadStats:
-        return DirectLoadStats(tuple(self._loaded), self._loaded_bytes, tuple(self._passed), self._passed_bytes,
-                               sum((seconds for seconds, _ in self._batches), 0.0), self._finished, self._zeroed_bytes,
-                               tuple(self._batches))
+        return DirectLoadStats(
+            tuple(self._loaded),
+            self._loaded_bytes,
+            tuple(self._passed),
+            self._passed_bytes,
+            sum((seconds for seconds, _ in self._batches), 0.0),
+            self._finished,
+            self._zeroed_bytes,
+            tuple(self._batches),
+        )
 
     def _same_device(self, param: torch.Tensor) -> bool:
         if param.device.type != self.device.type:
@@ -174,14 +195,17 @@ class DirectParameterLoader:
         rows = self.row_shard(name, param)
         if rows is None or not entry.shape or param.dim() != len(entry.shape) or entry.shape[0] != rows.rows:
             return None
-        if tuple(entry.shape[1:]) != tuple(param.shape[1:]) or not 0 <= rows.start <= rows.stop <= rows.rows \
-                or rows.stop - rows.start > param.shape[0]:
+        if (
+            tuple(entry.shape[1:]) != tuple(param.shape[1:])
+            or not 0 <= rows.start <= rows.stop <= rows.rows
+            or rows.stop - rows.start > param.shape[0]
+        ):
             return None
         row_bytes = math.prod(param.shape[1:]) * param.element_size()
         if row_bytes * rows.rows != entry.nbytes:
             raise InternalError(f"{name}: {rows.rows} rows of {row_bytes} bytes, its stored tensor {entry.nbytes}")
         offset = shard.data_start + entry.begin + rows.start * row_bytes
-        return ByteRange(shard.path, offset, dest[:(rows.stop - rows.start) * row_bytes], name)
+        return ByteRange(shard.path, offset, dest[: (rows.stop - rows.start) * row_bytes], name)
 
     def _stored(self, name: str, tensor: Any):
         """``(shard, entry, param)`` where ``name`` is a parameter (not excluded) stored with the dtype and shape of
@@ -244,7 +268,7 @@ class DirectParameterLoader:
                 yield name, tensor
                 continue
             del tensor  # never read: its pages stay unmapped
-            tail = self.params[name].data.reshape(-1).view(torch.uint8)[piece.dest.numel():]
+            tail = self.params[name].data.reshape(-1).view(torch.uint8)[piece.dest.numel() :]
             tail.zero_()  # a row shard's later rows, as the engine's loader leaves them (none for a full copy)
             self._zeroed_bytes += tail.numel()
             self._loaded.append(name)

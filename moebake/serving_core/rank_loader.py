@@ -44,8 +44,10 @@ def rank_runs(experts: int, ep_rank: int, ep_size: int) -> list[ExpertRun]:
 
     InvalidArgumentError unless ``ep_size`` divides ``experts`` and ``0 <= ep_rank < ep_size``."""
     if ep_size < 1 or experts % ep_size or not 0 <= ep_rank < ep_size:
-        raise InvalidArgumentError(f"has {experts} experts, which EP rank {ep_rank} of {ep_size} cannot split evenly "
-                                   f"(need ep_size dividing {experts} and 0 <= ep_rank < ep_size)")
+        raise InvalidArgumentError(
+            f"has {experts} experts, which EP rank {ep_rank} of {ep_size} cannot split evenly "
+            f"(need ep_size dividing {experts} and 0 <= ep_rank < ep_size)"
+        )
     local = experts // ep_size
     return [ExpertRun(first=ep_rank * local, slot=0, count=local)]
 
@@ -85,8 +87,9 @@ class BakeFiles(CheckpointTensors):
         """The parsed header of the shard holding tensor ``name``; CheckpointError if the index lacks it."""
         shard_name = self.weight_map.get(name)
         if shard_name is None:
-            raise CheckpointError(f"{self.root}: baked tensor {name} is not in the index (the manifest lists it); "
-                                  f"run `moebake verify {self.root}`")
+            raise CheckpointError(
+                f"{self.root}: baked tensor {name} is not in the index (the manifest lists it); run `moebake verify {self.root}`"
+            )
         return self.header(shard_name)
 
     def stored(self, record: LayerRecord, short: str) -> tuple[SafetensorsFile, TensorEntry]:
@@ -98,8 +101,10 @@ class BakeFiles(CheckpointTensors):
         if entry is None:
             raise CheckpointError(f"{shard.path}: baked tensor {name} is not in this shard (the index says it is)")
         if entry.dtype != expected.dtype or tuple(entry.shape) != tuple(expected.shape):
-            raise IntegrityError(f"{shard.path}: tensor {name} is {entry.dtype} {list(entry.shape)}, the manifest says "
-                                 f"{expected.dtype} {list(expected.shape)} ({self.root / MANIFEST_NAME})")
+            raise IntegrityError(
+                f"{shard.path}: tensor {name} is {entry.dtype} {list(entry.shape)}, the manifest says "
+                f"{expected.dtype} {list(expected.shape)} ({self.root / MANIFEST_NAME})"
+            )
         return shard, entry
 
 
@@ -112,14 +117,23 @@ class RankLoader:
     else one of its own, of ``chunk_bytes``, ``slots`` and ``staged``.
     """
 
-    def __init__(self, files: BakeFiles, device: torch.device | str, *, chunk_bytes: int | None = None,
-                 slots: int | None = None, staged: bool | None = None, reader: StagedReader | None = None):
+    def __init__(
+        self,
+        files: BakeFiles,
+        device: torch.device | str,
+        *,
+        chunk_bytes: int | None = None,
+        slots: int | None = None,
+        staged: bool | None = None,
+        reader: StagedReader | None = None,
+    ):
         self.files = files
         self.reader = reader or own_reader(device, chunk_bytes=chunk_bytes, slots=slots, staged=staged)
         self.total = LoadStats(0, 0.0, 0, str(self.reader.device))
 
-    def byte_ranges(self, record: LayerRecord, destinations: dict[str, torch.Tensor],
-                    runs: Sequence[ExpertRun], whole: Iterable[str] = ()) -> list[ByteRange]:
+    def byte_ranges(
+        self, record: LayerRecord, destinations: dict[str, torch.Tensor], runs: Sequence[ExpertRun], whole: Iterable[str] = ()
+    ) -> list[ByteRange]:
         """The file ranges that fill ``destinations`` (``{short name: tensor}``) with ``runs`` of each tensor's
         experts; tensors named in ``whole`` (or not per expert) get every row. InvalidArgumentError if a
         destination's dtype, trailing shape or row count is not the manifest's."""
@@ -136,20 +150,23 @@ class RankLoader:
                 raise InvalidArgumentError(
                     f"{record.prefix}{short}: destination is {dest.dtype} {list(dest.shape)}"
                     f"{'' if dest.is_contiguous() else ' (not contiguous)'}, expected contiguous {want} "
-                    f"{[rows, *spec.shape[1:]]} for these experts")
+                    f"{[rows, *spec.shape[1:]]} for these experts"
+                )
             row_bytes = entry.row_bytes if spec.shape else entry.nbytes
             for run in tensor_runs:
                 if run.count == 0 or row_bytes == 0:
                     continue
-                target = dest[run.slot:run.slot + run.count] if spec.shape else dest
+                target = dest[run.slot : run.slot + run.count] if spec.shape else dest
                 offset = shard.data_start + entry.begin + run.first * row_bytes
                 ranges.append(ByteRange(shard.path, offset, target.reshape(-1).view(torch.uint8), record.prefix + short))
         return ranges
 
-    def load(self, record: LayerRecord, destinations: dict[str, torch.Tensor], runs: Sequence[ExpertRun],
-             whole: Iterable[str] = ()) -> LoadStats:
+    def load(
+        self, record: LayerRecord, destinations: dict[str, torch.Tensor], runs: Sequence[ExpertRun], whole: Iterable[str] = ()
+    ) -> LoadStats:
         """Fill ``destinations`` (see :meth:`byte_ranges`); returns when the bytes are on the device."""
         stats = self.reader.read(self.byte_ranges(record, destinations, runs, whole))
-        self.total = LoadStats(self.total.bytes + stats.bytes, self.total.seconds + stats.seconds,
-                               self.total.tensors + stats.tensors, stats.device)
+        self.total = LoadStats(
+            self.total.bytes + stats.bytes, self.total.seconds + stats.seconds, self.total.tensors + stats.tensors, stats.device
+        )
         return stats

@@ -79,8 +79,10 @@ class ReadAheadStats:
     error: str | None
 
     def __str__(self) -> str:
-        text = (f"read-ahead: {self.bytes} of {self.planned_bytes} planned bytes ({self.ranges} ranges) in "
-                f"{self.seconds:.3f} s, {self.skipped_bytes} consumed by the loader first, at most {self.max_ahead} ahead")
+        text = (
+            f"read-ahead: {self.bytes} of {self.planned_bytes} planned bytes ({self.ranges} ranges) in "
+            f"{self.seconds:.3f} s, {self.skipped_bytes} consumed by the loader first, at most {self.max_ahead} ahead"
+        )
         return text + (f"; ended early: {self.error}" if self.error else "")
 
 
@@ -120,8 +122,15 @@ class ReadAhead:
     ``fetch``: the read of one step (default: ``preadv`` into a scratch buffer); ``window_bytes``, ``step_bytes``,
     ``threads``: the bounds."""
 
-    def __init__(self, *, window_bytes: int = WINDOW_BYTES, step_bytes: int = STEP_BYTES, threads: int = THREADS,
-                 fetch: Fetch | None = None, idle_seconds: float = IDLE_SECONDS):
+    def __init__(
+        self,
+        *,
+        window_bytes: int = WINDOW_BYTES,
+        step_bytes: int = STEP_BYTES,
+        threads: int = THREADS,
+        fetch: Fetch | None = None,
+        idle_seconds: float = IDLE_SECONDS,
+    ):
         self.window_bytes, self.step_bytes = window_bytes, max(1, min(step_bytes, window_bytes))
         self.threads, self.idle_seconds, self._fetch = threads, idle_seconds, fetch
         self._plan: list[_Entry] = []
@@ -153,8 +162,9 @@ class ReadAhead:
             self._last_progress = time.monotonic()
             self._lock.notify_all()
             if not self._workers:
-                self._workers = [threading.Thread(target=self._run, name=f"moebake-readahead-{i}", daemon=True)
-                                 for i in range(self.threads)]
+                self._workers = [
+                    threading.Thread(target=self._run, name=f"moebake-readahead-{i}", daemon=True) for i in range(self.threads)
+                ]
                 for worker in self._workers:
                     worker.start()
 
@@ -193,8 +203,9 @@ class ReadAhead:
         with self._lock:
             end = self._ended if self._ended is not None else time.perf_counter()
             seconds = end - self._began if self._began is not None else 0.0
-            return ReadAheadStats(self._bytes, seconds, len(self._plan), sum(e.range.nbytes for e in self._plan),
-                                  self._skipped, self._max_ahead, self._error)
+            return ReadAheadStats(
+                self._bytes, seconds, len(self._plan), sum(e.range.nbytes for e in self._plan), self._skipped, self._max_ahead, self._error
+            )
 
     @property
     def planned(self) -> list[PlannedRange]:

@@ -33,21 +33,25 @@ def flashinfer_layout_refusal(baked_layout: str | None, flashinfer_version: str,
         return None
     reads = f"reads fp4 layout {read}" if read else "has no SM90 W4A16 fp4 layout"
     fix = f"re-bake with --flashinfer-layout {read}" if read else "install FlashInfer >= 0.6.10"
-    return (f"{where}: baked for FlashInfer SM90 fp4 layout {baked_layout}, but the installed FlashInfer {flashinfer_version} "
-            f"{reads}; {fix} or install a FlashInfer that reads {baked_layout}")
+    return (
+        f"{where}: baked for FlashInfer SM90 fp4 layout {baked_layout}, but the installed FlashInfer {flashinfer_version} "
+        f"{reads}; {fix} or install a FlashInfer that reads {baked_layout}"
+    )
 
 
-def parallelism_refusal(prefix: str, experts: int, moe_tp_size: int, moe_ep_size: int, *,
-                        use_expert_parallelism: str, choose_ep_size: str) -> str | None:
+def parallelism_refusal(
+    prefix: str, experts: int, moe_tp_size: int, moe_ep_size: int, *, use_expert_parallelism: str, choose_ep_size: str
+) -> str | None:
     """Refuse MoE tensor parallelism (a bake's experts are whole: I is not split) and an EP size that does not
     divide the layer's expert count. ``use_expert_parallelism`` / ``choose_ep_size``: the engine's wording of the
     remedy (its flags)."""
     if moe_tp_size > 1:
-        return (f"{prefix}: MoE tensor parallelism ({moe_tp_size}) is not supported: the baked experts are whole (I is not "
-                f"split); serve them with expert parallelism ({use_expert_parallelism})")
+        return (
+            f"{prefix}: MoE tensor parallelism ({moe_tp_size}) is not supported: the baked experts are whole (I is not "
+            f"split); serve them with expert parallelism ({use_expert_parallelism})"
+        )
     if moe_ep_size < 1 or experts % moe_ep_size:
-        return (f"{prefix}: {experts} experts do not split evenly over {moe_ep_size} EP ranks; {choose_ep_size} that "
-                f"divides {experts}")
+        return f"{prefix}: {experts} experts do not split evenly over {moe_ep_size} EP ranks; {choose_ep_size} that divides {experts}"
     return None
 
 

@@ -117,8 +117,15 @@ class _Chunk:
 class StagedReader:
     """Reads :class:`ByteRange` lists to one device; re-usable (its staging buffers are kept)."""
 
-    def __init__(self, device: torch.device, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 slots: int = DEFAULT_SLOTS, buffers: int | None = None, staged: bool | None = None):
+    def __init__(
+        self,
+        device: torch.device,
+        *,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        slots: int = DEFAULT_SLOTS,
+        buffers: int | None = None,
+        staged: bool | None = None,
+    ):
         self.device = torch.device(device)
         self.chunk_bytes, self.slots = chunk_bytes, slots
         self.buffers = slots if buffers is None else buffers  # the ring's size
@@ -161,8 +168,7 @@ class StagedReader:
         begin = time.perf_counter()
         pin = self.device.type == "cuda"
         with torch.cuda.device(self.device) if pin else nullcontext():
-            buffers = [torch.empty(self.chunk_bytes, dtype=torch.uint8, device="cpu", pin_memory=pin)
-                       for _ in range(self.buffers)]
+            buffers = [torch.empty(self.chunk_bytes, dtype=torch.uint8, device="cpu", pin_memory=pin) for _ in range(self.buffers)]
         events = [torch.cuda.Event() if pin else None for _ in range(self.buffers)]
         self.ring_seconds += time.perf_counter() - begin
         return buffers, events
@@ -179,7 +185,7 @@ class StagedReader:
         chunks = []
         for piece in ranges:
             for start in range(0, piece.dest.numel(), self.chunk_bytes):
-                dest = piece.dest[start:start + self.chunk_bytes]
+                dest = piece.dest[start : start + self.chunk_bytes]
                 chunks.append(_Chunk(piece, piece.offset + start, dest))
         return chunks
 
@@ -234,8 +240,9 @@ class StagedReader:
             wait([future for _, _, _, future in in_flight])
 
 
-def own_reader(device: torch.device | str, *, chunk_bytes: int | None = None, slots: int | None = None,
-               staged: bool | None = None) -> StagedReader:
+def own_reader(
+    device: torch.device | str, *, chunk_bytes: int | None = None, slots: int | None = None, staged: bool | None = None
+) -> StagedReader:
     """A :class:`StagedReader` onto ``device``, with the defaults where an option is None."""
     options = {k: v for k, v in (("chunk_bytes", chunk_bytes), ("slots", slots)) if v is not None}
     return StagedReader(torch.device(device), staged=staged, **options)

@@ -42,8 +42,13 @@ def cpu_helpers(interleave_weights=None) -> SimpleNamespace:
 
     namespace["interleave_moe_weights_for_sm90_mixed_gemm"] = interleave_weights or no_interleave
     preprocess, preprocess_checks = _recompile(prepare.preprocess_moe_weights_for_sm90_mixed_gemm_humming, namespace)
-    return SimpleNamespace(scale=scale, payload=payload, lut=prepare._humming_mxfp4_w4a8_rewrite_lut_cpu, preprocess=preprocess,
-                           checks={"scale": scale_checks, "payload": payload_checks, "preprocess": preprocess_checks})
+    return SimpleNamespace(
+        scale=scale,
+        payload=payload,
+        lut=prepare._humming_mxfp4_w4a8_rewrite_lut_cpu,
+        preprocess=preprocess,
+        checks={"scale": scale_checks, "payload": payload_checks, "preprocess": preprocess_checks},
+    )
 
 
 def widen_mxfp4_scales(source_dir, seed: int = 0) -> None:

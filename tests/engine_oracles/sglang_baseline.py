@@ -30,8 +30,14 @@ from moebake.formats.safetensors_file import read_header
 from moebake.schema.index import read_index
 from moebake.serve.flashinfer_ops import sm90_moe_ops
 
-SOURCE_SUFFIXES = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
-                   "down_proj_blocks", "down_proj_scales", "down_proj_bias")
+SOURCE_SUFFIXES = (
+    "gate_up_proj_blocks",
+    "gate_up_proj_scales",
+    "gate_up_proj_bias",
+    "down_proj_blocks",
+    "down_proj_scales",
+    "down_proj_bias",
+)
 GPT_OSS_SWIGLU_ALPHA, GPT_OSS_SWIGLU_BETA = 1.702, 1.0  # SGLang's GPT-OSS defaults
 
 
@@ -56,7 +62,7 @@ def _stack_up_gate(pairs: torch.Tensor, padded_rows: int, padded_cols: int) -> t
     rows, cols = gate.shape[1], gate.shape[2]
     out = torch.zeros(pairs.shape[0], 2 * padded_rows, padded_cols, dtype=pairs.dtype, device=pairs.device)
     out[:, :rows, :cols] = up
-    out[:, padded_rows:padded_rows + rows, :cols] = gate
+    out[:, padded_rows : padded_rows + rows, :cols] = gate
     return out
 
 
@@ -105,18 +111,38 @@ def gpt_oss_swiglu(num_experts: int, swiglu_limit: float, device) -> dict[str, t
     return {name: torch.full((num_experts,), value, dtype=torch.float32, device=device) for name, value in values.items()}
 
 
-def sglang_moe_forward(params: dict[str, torch.Tensor], swiglu: dict[str, torch.Tensor], hidden_states: torch.Tensor,
-                       topk_ids: torch.Tensor, topk_weights: torch.Tensor, *, ep_rank: int = 0, ep_size: int = 1) -> torch.Tensor:
+def sglang_moe_forward(
+    params: dict[str, torch.Tensor],
+    swiglu: dict[str, torch.Tensor],
+    hidden_states: torch.Tensor,
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    *,
+    ep_rank: int = 0,
+    ep_size: int = 1,
+) -> torch.Tensor:
     """SGLang's ``_fused_experts_flashinfer_mxfp4_cutlass`` call on :func:`prepare_like_sglang`'s parameters
     and :func:`gpt_oss_swiglu`'s tensors: pad to ``H_pad``, ``cutlass_fused_moe``, trim to ``H``."""
     H, Hp = hidden_states.shape[1], params["w2_weight"].shape[1]
     x = F.pad(hidden_states, (0, Hp - H))
     out = torch.empty(hidden_states.shape[0], Hp, dtype=torch.bfloat16, device=hidden_states.device)
     sm90_moe_ops().cutlass_fused_moe(
-        input=x, token_selected_experts=topk_ids.to(torch.int32), token_final_scales=topk_weights,
-        fc1_expert_weights=params["w13_weight"], fc2_expert_weights=params["w2_weight"], output_dtype=torch.bfloat16,
+        input=x,
+        token_selected_experts=topk_ids.to(torch.int32),
+        token_final_scales=topk_weights,
+        fc1_expert_weights=params["w13_weight"],
+        fc2_expert_weights=params["w2_weight"],
+        output_dtype=torch.bfloat16,
         quant_scales=[params["w13_weight_scale"].view(torch.int32), params["w2_weight_scale"].view(torch.int32)],
-        input_sf=None, fc1_expert_biases=params["w13_weight_bias"], fc2_expert_biases=params["w2_weight_bias"],
-        **swiglu, tp_size=1, tp_rank=0, ep_size=ep_size, ep_rank=ep_rank, use_w4_group_scaling=True, output=out,
+        input_sf=None,
+        fc1_expert_biases=params["w13_weight_bias"],
+        fc2_expert_biases=params["w2_weight_bias"],
+        **swiglu,
+        tp_size=1,
+        tp_rank=0,
+        ep_size=ep_size,
+        ep_rank=ep_rank,
+        use_w4_group_scaling=True,
+        output=out,
     )
     return out[:, :H].contiguous()

@@ -33,8 +33,14 @@ SKIPPED = ("attn_mqa.k_scale", "attn_mqa.v_scale")
 NEXTN_SKIPPED = ("lm_head", "embed_tokens")
 """Parameters SGLang's ``load_weights`` itself leaves out of its check (``skipped_checking_patterns``): the draft model's
 embedding and head are the main model's (``set_embed_and_head``)."""
-FUSED = (".compressor.wkv.weight", ".compressor.wgate.weight", ".attn.wq_a.weight", ".attn.wq_a.scale", ".attn.wkv.weight",
-         ".attn.wkv.scale")
+FUSED = (
+    ".compressor.wkv.weight",
+    ".compressor.wgate.weight",
+    ".attn.wq_a.weight",
+    ".attn.wq_a.scale",
+    ".attn.wkv.weight",
+    ".attn.wkv.scale",
+)
 """Checkpoint tensors SGLang concatenates before a loader sees them (``wkv_gate``, ``wqkv_a``): used when the fused
 parameter is loaded, which SGLang's ``load_weights`` asserts (its fusion caches end empty)."""
 
@@ -85,7 +91,7 @@ def check(checkpoint: Path) -> dict:
         previous = torch.get_default_dtype()
         torch.set_default_dtype(torch.bfloat16)  # the server's model dtype (config.json torch_dtype)
         try:
-            for nextn in ([False, True] if raw.get("num_nextn_predict_layers") else [False]):
+            for nextn in [False, True] if raw.get("num_nextn_predict_layers") else [False]:
                 model = _build(config, quant_config, nextn)
                 params = dict(model.named_parameters())
                 loaded: set[str] = set()
@@ -107,8 +113,7 @@ def check(checkpoint: Path) -> dict:
                     loaded.add(by_id[id(param)])
                     if id(tensor) in yielded:
                         used.add(yielded[id(tensor)])
-                    _submit(executor=executor, futures=futures, use_async=False, func=func, func_args=func_args,
-                            func_kwargs=func_kwargs)
+                    _submit(executor=executor, futures=futures, use_async=False, func=func, func_args=func_args, func_kwargs=func_kwargs)
 
                 try:
                     with mock.patch.object(dsv4, "maybe_executor_submit", submit):
@@ -132,8 +137,13 @@ def _fused_loaded(name: str, loaded: set[str]) -> bool:
     """Whether the parameter SGLang fuses ``name`` into was loaded (``wkv_gate`` of its compressor, ``wqkv_a`` of its
     attention), in the main model's names (``layers.L.``) or the draft's (``mtp.J.``: its decoder layer)."""
     module = name.rsplit(".", 2)[0]  # layers.0.attn.compressor, layers.0.attn (wq_a, wkv)
-    fused = module + (".wkv_gate.weight" if module.endswith(".compressor")
-                      else ".wqkv_a.weight_scale_inv" if name.endswith(".scale") else ".wqkv_a.weight")
+    fused = module + (
+        ".wkv_gate.weight"
+        if module.endswith(".compressor")
+        else ".wqkv_a.weight_scale_inv"
+        if name.endswith(".scale")
+        else ".wqkv_a.weight"
+    )
     block, rest = fused.split(".attn.", 1) if ".attn." in fused else fused.split(".attn", 1)
     rest = rest.lstrip(".")
     layer = f"model.{block}" if block.startswith("layers.") else "model.decoder"

@@ -101,8 +101,16 @@ def _init_process_group(world_size: int = 1, rank: int = 0) -> None:
 
 
 @contextmanager
-def sglang_engine(*, moe_runner_backend: str = "auto", moe_a2a_backend: str = "none", gpu: str = "sm90",
-                  ep: int = 1, rank: int = 0, role: str = "test", **server_args):
+def sglang_engine(
+    *,
+    moe_runner_backend: str = "auto",
+    moe_a2a_backend: str = "none",
+    gpu: str = "sm90",
+    ep: int = 1,
+    rank: int = 0,
+    role: str = "test",
+    **server_args,
+):
     """SGLang's process state as a server started with these arguments would have it in EP rank ``rank`` of
     ``ep`` (tp = ep; one process per rank, a gloo world of ``ep`` processes: ``MASTER_ADDR``/``MASTER_PORT``
     set by whoever starts them; one rank when ``ep`` is 1).
@@ -117,8 +125,15 @@ def sglang_engine(*, moe_runner_backend: str = "auto", moe_a2a_backend: str = "n
 
     _init_process_group(ep, rank)
     runtime_context.reset_context()
-    args = ServerArgs(model_path="dummy", tp_size=ep, ep_size=ep, pp_size=1, moe_runner_backend=moe_runner_backend,
-                      moe_a2a_backend=moe_a2a_backend, **server_args)
+    args = ServerArgs(
+        model_path="dummy",
+        tp_size=ep,
+        ep_size=ep,
+        pp_size=1,
+        moe_runner_backend=moe_runner_backend,
+        moe_a2a_backend=moe_a2a_backend,
+        **server_args,
+    )
     # Releases before 0.5.21 know no SpawnRanks (their ranks come from the process group), before 0.5.20 no
     # override_permanently (their parallel context reads parallel_state's groups directly).
     ranks = {"ranks": runtime_context.SpawnRanks(world_rank=rank)} if hasattr(runtime_context, "SpawnRanks") else {}
@@ -134,8 +149,7 @@ def sglang_engine(*, moe_runner_backend: str = "auto", moe_a2a_backend: str = "n
 
     initialize_moe_config(*([args] if inspect.signature(initialize_moe_config).parameters else []))  # 0.5.17, 0.5.18: args
     facts = {"is_sm90": gpu == "sm90", "is_sm100": gpu == "sm100", "is_blackwell": gpu == "sm100", "is_sm120": False}
-    platform = (runtime_context.override_platform(**facts) if hasattr(runtime_context, "override_platform")
-                else _platform_functions(facts))
+    platform = runtime_context.override_platform(**facts) if hasattr(runtime_context, "override_platform") else _platform_functions(facts)
     try:
         with platform:
             yield
@@ -160,8 +174,13 @@ def override_parallel(**values) -> None:
             parallel._overrides[key] = value
 
 
-_PLATFORM_FUNCTIONS = {"is_sm90_supported": "is_sm90", "is_sm100_supported": "is_sm100", "is_blackwell": "is_blackwell",
-                       "is_blackwell_supported": "is_blackwell", "is_sm120_supported": "is_sm120"}
+_PLATFORM_FUNCTIONS = {
+    "is_sm90_supported": "is_sm90",
+    "is_sm100_supported": "is_sm100",
+    "is_blackwell": "is_blackwell",
+    "is_blackwell_supported": "is_blackwell",
+    "is_sm120_supported": "is_sm120",
+}
 """Releases before 0.5.19 (no ``override_platform``) ask ``sglang.srt.utils``' cached device checks, imported by name
 into each module: these names, and the platform fact each answers."""
 
@@ -248,15 +267,21 @@ def _gpt_oss_layer(source_dir: str | Path, layer: int, expect) -> torch.nn.Modul
 
     config = PretrainedConfig(**json.loads((Path(source_dir) / "config.json").read_text()))
     prefix = f"model.layers.{layer}.mlp.experts."
-    suffixes = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
-                "down_proj_blocks", "down_proj_scales", "down_proj_bias")
+    suffixes = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias", "down_proj_blocks", "down_proj_scales", "down_proj_bias")
     source = read_tensors(source_dir, [prefix + s for s in suffixes])
     experts = FusedMoE(  # as GptOssSparseMoeBlock builds it
-        num_experts=config.num_local_experts, top_k=config.num_experts_per_tok, layer_id=layer,
-        hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
-        quant_config=mxfp4.Mxfp4Config.from_config(config.quantization_config), activation=config.hidden_act,
-        gemm1_alpha=getattr(config, "hidden_act_alpha", 1.702), gemm1_clamp_limit=config.swiglu_limit, with_bias=True,
-        prefix=prefix.rstrip("."), use_weight_loader_fused=False,
+        num_experts=config.num_local_experts,
+        top_k=config.num_experts_per_tok,
+        layer_id=layer,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        quant_config=mxfp4.Mxfp4Config.from_config(config.quantization_config),
+        activation=config.hidden_act,
+        gemm1_alpha=getattr(config, "hidden_act_alpha", 1.702),
+        gemm1_clamp_limit=config.swiglu_limit,
+        with_bias=True,
+        prefix=prefix.rstrip("."),
+        use_weight_loader_fused=False,
     )
     assert expect(experts.quant_method)
     GptOssForCausalLM._load_mxfp4_experts_weights(_Holder(prefix, experts, config), iter(source.items()))
@@ -281,29 +306,42 @@ def gpt_oss_sm90_cutlass(source_dir: str | Path, layer: int, interleave_weights,
     import flashinfer.fused_moe as fi_moe
     import sglang.srt.layers.quantization.mxfp4 as mxfp4
 
-    saved = (mxfp4._FI_HAS_SM90_CUTLASS_MXFP4, getattr(mxfp4, "interleave_moe_weights_for_sm90_mixed_gemm", None),
-             getattr(mxfp4, "interleave_moe_scales_for_sm90_mixed_gemm", None))
+    saved = (
+        mxfp4._FI_HAS_SM90_CUTLASS_MXFP4,
+        getattr(mxfp4, "interleave_moe_weights_for_sm90_mixed_gemm", None),
+        getattr(mxfp4, "interleave_moe_scales_for_sm90_mixed_gemm", None),
+    )
     mxfp4._FI_HAS_SM90_CUTLASS_MXFP4 = True
     mxfp4.interleave_moe_weights_for_sm90_mixed_gemm = lambda w, quant_type: interleave_weights(w)
     mxfp4.interleave_moe_scales_for_sm90_mixed_gemm = fi_moe.interleave_moe_scales_for_sm90_mixed_gemm
     humming = {} if humming_interleave is None else {"flashinfer_mxfp4_moe_precision": "fp8"}
     preprocess = None if humming_interleave is None else _humming_on_cpu(humming_interleave)
     try:
-        with (sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90", **humming),
-              contextlib.ExitStack() as stack):
+        with sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90", **humming), contextlib.ExitStack() as stack:
             if preprocess is not None:
                 from unittest import mock
 
                 stack.enter_context(mock.patch.object(fi_moe, "preprocess_moe_weights_for_sm90_mixed_gemm_humming", preprocess))
-            return _parameters(_gpt_oss_layer(source_dir, layer, lambda method: method._fi_kernel == "cutlass_sm90"
-                                              and getattr(method, "_use_sm90_humming", False) == (preprocess is not None)))
+            return _parameters(
+                _gpt_oss_layer(
+                    source_dir,
+                    layer,
+                    lambda method: (
+                        method._fi_kernel == "cutlass_sm90" and getattr(method, "_use_sm90_humming", False) == (preprocess is not None)
+                    ),
+                )
+            )
     finally:
-        (mxfp4._FI_HAS_SM90_CUTLASS_MXFP4, mxfp4.interleave_moe_weights_for_sm90_mixed_gemm,
-         mxfp4.interleave_moe_scales_for_sm90_mixed_gemm) = saved
+        (
+            mxfp4._FI_HAS_SM90_CUTLASS_MXFP4,
+            mxfp4.interleave_moe_weights_for_sm90_mixed_gemm,
+            mxfp4.interleave_moe_scales_for_sm90_mixed_gemm,
+        ) = saved
 
 
-def unquantized_deepep_bf16(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
-                            names: tuple[str, str, str]) -> dict[str, torch.Tensor]:
+def unquantized_deepep_bf16(
+    source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int, names: tuple[str, str, str]
+) -> dict[str, torch.Tensor]:
     """SGLang's post-``process_weights_after_loading`` parameters of one BF16 MoE layer for the
     unquantized DeepEP low-latency + DeepGEMM path (``UnquantizedFusedMoEMethod``, ``deep_gemm`` runner).
 
@@ -316,12 +354,20 @@ def unquantized_deepep_bf16(source_dir: str | Path, prefix: str, num_experts: in
     from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
 
     gate, up, down = names
-    mapping = FusedMoE.make_expert_params_mapping(ckpt_gate_proj_name=gate, ckpt_down_proj_name=down,
-                                                  ckpt_up_proj_name=up, num_experts=num_experts)
+    mapping = FusedMoE.make_expert_params_mapping(
+        ckpt_gate_proj_name=gate, ckpt_down_proj_name=down, ckpt_up_proj_name=up, num_experts=num_experts
+    )
     source = read_tensors(source_dir, [f"{prefix}{e}.{n}.weight" for e in range(num_experts) for n in names])
     with sglang_engine(moe_runner_backend="deep_gemm", gpu="sm90"):
-        experts = FusedMoE(num_experts=num_experts, top_k=2, layer_id=0, hidden_size=hidden, intermediate_size=intermediate,
-                           params_dtype=torch.bfloat16, prefix=prefix.rstrip("."))
+        experts = FusedMoE(
+            num_experts=num_experts,
+            top_k=2,
+            layer_id=0,
+            hidden_size=hidden,
+            intermediate_size=intermediate,
+            params_dtype=torch.bfloat16,
+            prefix=prefix.rstrip("."),
+        )
         params = dict(experts.named_parameters())
         for name, tensor in source.items():
             for param_name, weight_name, expert_id, shard_id in mapping:
@@ -333,8 +379,9 @@ def unquantized_deepep_bf16(source_dir: str | Path, prefix: str, num_experts: in
         return {name: p.data.clone() for name, p in experts.named_parameters()}
 
 
-def deepseek_v4_sm90_cutlass(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
-                             interleave_weights, humming_interleave=None) -> dict[str, torch.Tensor]:
+def deepseek_v4_sm90_cutlass(
+    source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int, interleave_weights, humming_interleave=None
+) -> dict[str, torch.Tensor]:
     """SGLang's post-``process_weights_after_loading`` parameters of one DeepSeek-V4 MXFP4 expert layer
     on SM90 with ``flashinfer_mxfp4`` (``Fp8Config`` with FP4 experts -> ``Mxfp4FlashinferCutlassMoEMethod``).
     ``interleave_weights`` stands in for FlashInfer's CUDA ``interleave_moe_weights_for_sm90_mixed_gemm``.
@@ -345,18 +392,22 @@ def deepseek_v4_sm90_cutlass(source_dir: str | Path, prefix: str, num_experts: i
     import sglang.srt.layers.quantization.mxfp4_flashinfer_cutlass_moe as dsv4
 
     humming = {} if humming_interleave is None else {"flashinfer_mxfp4_moe_precision": "fp8"}
-    with (sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90", **humming),
-          mock.patch.object(dsv4, "is_flashinfer_available", lambda: True),  # FlashInfer imports on CPU; SGLang asks CUDA
-          mock.patch("flashinfer.fused_moe.interleave_moe_weights_for_sm90_mixed_gemm", lambda w, q: interleave_weights(w)),
-          contextlib.ExitStack() as stack):
+    with (
+        sglang_engine(moe_runner_backend="flashinfer_mxfp4", gpu="sm90", **humming),
+        mock.patch.object(dsv4, "is_flashinfer_available", lambda: True),  # FlashInfer imports on CPU; SGLang asks CUDA
+        mock.patch("flashinfer.fused_moe.interleave_moe_weights_for_sm90_mixed_gemm", lambda w, q: interleave_weights(w)),
+        contextlib.ExitStack() as stack,
+    ):
         if humming_interleave is not None:
-            stack.enter_context(mock.patch("flashinfer.fused_moe.preprocess_moe_weights_for_sm90_mixed_gemm_humming",
-                                           _humming_on_cpu(humming_interleave)))
+            stack.enter_context(
+                mock.patch("flashinfer.fused_moe.preprocess_moe_weights_for_sm90_mixed_gemm_humming", _humming_on_cpu(humming_interleave))
+            )
         return _deepseek_v4_layer(source_dir, prefix, num_experts, hidden, intermediate, dsv4.Mxfp4FlashinferCutlassMoEMethod)
 
 
-def deepseek_v4_sm100_trtllm(source_dir: str | Path, prefix: str, num_experts: int, hidden: int,
-                             intermediate: int) -> dict[str, torch.Tensor]:
+def deepseek_v4_sm100_trtllm(
+    source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int
+) -> dict[str, torch.Tensor]:
     """The same on SM100 (``Mxfp4FlashinferTrtllmMoEMethod``: w3/w1 reorder, trtllm-gen row shuffles, scale swizzle)."""
     import sglang.srt.layers.quantization.mxfp4_flashinfer_trtllm_moe as dsv4
 
@@ -378,13 +429,22 @@ def _deepseek_v4_layer(source_dir, prefix: str, num_experts: int, hidden: int, i
     config = json.loads((Path(source_dir) / "config.json").read_text())
     names = [f"{prefix}{e}.{p}.{k}" for e in range(num_experts) for p in ("w1", "w2", "w3") for k in ("weight", "scale")]
     source = read_tensors(source_dir, names)
-    mapping = FusedMoE.make_expert_params_mapping(ckpt_gate_proj_name="w1", ckpt_down_proj_name="w2", ckpt_up_proj_name="w3",
-                                                  num_experts=num_experts)
+    mapping = FusedMoE.make_expert_params_mapping(
+        ckpt_gate_proj_name="w1", ckpt_down_proj_name="w2", ckpt_up_proj_name="w3", num_experts=num_experts
+    )
     quant_config = fp8.Fp8Config.from_config(config["quantization_config"])
     quant_config.is_fp4_experts = True  # what SGLang's ModelConfig derives for DeepSeek-V4 (expert_dtype fp4)
-    experts = FusedMoE(num_experts=num_experts, top_k=2, layer_id=0, hidden_size=hidden, intermediate_size=intermediate,
-                       quant_config=quant_config, prefix=prefix.rstrip("."), params_dtype=torch.bfloat16,
-                       swiglu_limit=config.get("swiglu_limit"))
+    experts = FusedMoE(
+        num_experts=num_experts,
+        top_k=2,
+        layer_id=0,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        quant_config=quant_config,
+        prefix=prefix.rstrip("."),
+        params_dtype=torch.bfloat16,
+        swiglu_limit=config.get("swiglu_limit"),
+    )
     assert type(experts.quant_method) is method, type(experts.quant_method)
     params = dict(experts.named_parameters())
     for name, tensor in source.items():
@@ -395,6 +455,7 @@ def _deepseek_v4_layer(source_dir, prefix: str, num_experts: int, hidden: int, i
                 break
     experts.quant_method.process_weights_after_loading(experts)
     return {name: p.data.clone() for name, p in experts.named_parameters()}
+
 
 class _DispatcherStandin:
     """The layer's token dispatcher, which the post-load step only tells its activation quantization
@@ -407,8 +468,9 @@ class _DispatcherStandin:
         self.quant_config = quant_config
 
 
-def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
-                           a2a: str = "none") -> dict[str, torch.Tensor]:
+def modelopt_nvfp4_cutedsl(
+    source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int, a2a: str = "none"
+) -> dict[str, torch.Tensor]:
     """SGLang's post-``process_weights_after_loading`` parameters of one ModelOpt NVFP4 MoE layer for
     ``--moe-runner-backend flashinfer_cutedsl`` on Blackwell (``ModelOptNvFp4FusedMoEMethod``): its standard
     ("v2") path with ``a2a="none"``, its DeepEP low-latency ("v1") path with ``a2a="deepep"``.
@@ -426,18 +488,34 @@ def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int
     from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
 
     config = json.loads((Path(source_dir) / "config.json").read_text())
-    names = [f"{prefix}{e}.{p}_proj.{k}" for e in range(num_experts) for p in ("gate", "up", "down")
-             for k in ("weight", "weight_scale", "weight_scale_2", "input_scale")]
+    names = [
+        f"{prefix}{e}.{p}_proj.{k}"
+        for e in range(num_experts)
+        for p in ("gate", "up", "down")
+        for k in ("weight", "weight_scale", "weight_scale_2", "input_scale")
+    ]
     source = read_tensors(source_dir, names)
-    mapping = FusedMoE.make_expert_params_mapping(ckpt_gate_proj_name="gate_proj", ckpt_down_proj_name="down_proj",
-                                                  ckpt_up_proj_name="up_proj", num_experts=num_experts)
-    with (sglang_engine(moe_runner_backend="flashinfer_cutedsl", moe_a2a_backend=a2a, gpu="sm100"), standins.cutedsl_utils(),
-          mock.patch.object(fused_moe_layer, "create_moe_dispatcher", lambda *args, **kwargs: _DispatcherStandin()),
-          # 0.5.17-0.5.19's create_weights swizzles the block scales onto the GPU (swizzle_blockscale's .cuda()): kept here
-          mock.patch.object(torch.Tensor, "cuda", lambda tensor, *args, **kwargs: tensor)):
+    mapping = FusedMoE.make_expert_params_mapping(
+        ckpt_gate_proj_name="gate_proj", ckpt_down_proj_name="down_proj", ckpt_up_proj_name="up_proj", num_experts=num_experts
+    )
+    with (
+        sglang_engine(moe_runner_backend="flashinfer_cutedsl", moe_a2a_backend=a2a, gpu="sm100"),
+        standins.cutedsl_utils(),
+        mock.patch.object(fused_moe_layer, "create_moe_dispatcher", lambda *args, **kwargs: _DispatcherStandin()),
+        # 0.5.17-0.5.19's create_weights swizzles the block scales onto the GPU (swizzle_blockscale's .cuda()): kept here
+        mock.patch.object(torch.Tensor, "cuda", lambda tensor, *args, **kwargs: tensor),
+    ):
         quant_config = modelopt.ModelOptFp4Config.from_config(config["quantization_config"])
-        experts = FusedMoE(num_experts=num_experts, top_k=2, layer_id=0, hidden_size=hidden, intermediate_size=intermediate,
-                           quant_config=quant_config, prefix=prefix.rstrip("."), params_dtype=torch.bfloat16)
+        experts = FusedMoE(
+            num_experts=num_experts,
+            top_k=2,
+            layer_id=0,
+            hidden_size=hidden,
+            intermediate_size=intermediate,
+            quant_config=quant_config,
+            prefix=prefix.rstrip("."),
+            params_dtype=torch.bfloat16,
+        )
         assert type(experts.quant_method) is modelopt.ModelOptNvFp4FusedMoEMethod
         params = dict(experts.named_parameters())
         for name, tensor in source.items():
@@ -463,9 +541,12 @@ def _sm100_flashinfer(*modules):
 
     import flashinfer.fused_moe.core as core
 
-    helpers = {"get_w2_permute_indices_with_cache": core.get_w2_permute_indices_with_cache,
-               "_maybe_get_cached_w3_w1_permute_indices": core._maybe_get_cached_w3_w1_permute_indices,
-               "block_scale_interleave": _block_scale_interleave, "nvfp4_block_scale_interleave": _block_scale_interleave}
+    helpers = {
+        "get_w2_permute_indices_with_cache": core.get_w2_permute_indices_with_cache,
+        "_maybe_get_cached_w3_w1_permute_indices": core._maybe_get_cached_w3_w1_permute_indices,
+        "block_scale_interleave": _block_scale_interleave,
+        "nvfp4_block_scale_interleave": _block_scale_interleave,
+    }
     with contextlib.ExitStack() as stack:
         for module in modules:
             for name, helper in helpers.items():
@@ -491,8 +572,10 @@ def _marlin_ops(repack):
 
     import sglang.srt.layers.quantization.marlin_utils_fp4 as marlin_fp4
 
-    with (mock.patch.object(marlin_fp4, "gptq_marlin_repack", repack, create=True),
-          mock.patch.object(marlin_fp4, "marlin_make_workspace", lambda device, *a: torch.zeros(0, dtype=torch.int))):
+    with (
+        mock.patch.object(marlin_fp4, "gptq_marlin_repack", repack, create=True),
+        mock.patch.object(marlin_fp4, "marlin_make_workspace", lambda device, *a: torch.zeros(0, dtype=torch.int)),
+    ):
         yield
 
 
@@ -506,8 +589,9 @@ def gpt_oss_marlin(source_dir: str | Path, layer: int, repack) -> dict[str, torc
         return _parameters(experts)
 
 
-def deepseek_v4_marlin(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
-                       repack) -> dict[str, torch.Tensor]:
+def deepseek_v4_marlin(
+    source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int, repack
+) -> dict[str, torch.Tensor]:
     """The same for one DeepSeek-V4 MXFP4 expert layer (``Fp8Config`` with FP4 experts -> ``Mxfp4MarlinMoEMethod``)."""
     import sglang.srt.layers.quantization.mxfp4_marlin_moe as dsv4
 

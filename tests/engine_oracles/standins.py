@@ -141,8 +141,9 @@ SERVED_TO = ("sglang", "sgl_kernel", "sglang_kernel", "triton", "torchvision", "
 def _importer() -> str:
     """``__name__`` of the module executing the ``import`` being resolved (the first frame outside importlib)."""
     frame = sys._getframe(2)
-    while frame is not None and (frame.f_code.co_filename.startswith("<frozen importlib") or
-                                 frame.f_globals.get("__name__", "").startswith("importlib")):
+    while frame is not None and (
+        frame.f_code.co_filename.startswith("<frozen importlib") or frame.f_globals.get("__name__", "").startswith("importlib")
+    ):
         frame = frame.f_back
     return "" if frame is None else frame.f_globals.get("__name__", "")
 

@@ -103,8 +103,9 @@ def _init_process_group() -> None:
     if parallel_state._WORLD is not None:
         return
     with set_current_vllm_config(VllmConfig()):
-        parallel_state.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                                    distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+        parallel_state.init_distributed_environment(
+            world_size=1, rank=0, local_rank=0, backend="gloo", distributed_init_method=f"tcp://127.0.0.1:{_free_port()}"
+        )
         parallel_state.initialize_model_parallel(1, 1, backend="gloo")
 
 
@@ -123,8 +124,15 @@ def _capability(cap) -> int:
 
 
 @contextmanager
-def vllm_engine(hf_config, quant_config, *, moe_backend: str = "flashinfer_cutlass", capability: int = 90,
-                tensor_parallel: tuple[int, int] = (1, 0), expert_parallel: bool = False):
+def vllm_engine(
+    hf_config,
+    quant_config,
+    *,
+    moe_backend: str = "flashinfer_cutlass",
+    capability: int = 90,
+    tensor_parallel: tuple[int, int] = (1, 0),
+    expert_parallel: bool = False,
+):
     """vLLM's process state as one GPU worker started with ``--moe-backend moe_backend`` would have it.
 
     Yields the ``VllmConfig`` (current while inside). ``capability`` is the compute capability the
@@ -141,8 +149,11 @@ def vllm_engine(hf_config, quant_config, *, moe_backend: str = "flashinfer_cutla
     _init_process_group()
     config = VllmConfig()
     config.kernel_config.moe_backend = moe_backend
-    object.__setattr__(config, "model_config", SimpleNamespace(
-        hf_config=hf_config, quantization_config=None, dtype=torch.bfloat16, architectures=hf_config.architectures))
+    object.__setattr__(
+        config,
+        "model_config",
+        SimpleNamespace(hf_config=hf_config, quantization_config=None, dtype=torch.bfloat16, architectures=hf_config.architectures),
+    )
     config.quant_config = quant_config
     config.parallel_config.enable_expert_parallel = expert_parallel
     size, rank = tensor_parallel
@@ -154,9 +165,12 @@ def vllm_engine(hf_config, quant_config, *, moe_backend: str = "flashinfer_cutla
         "is_device_capability_family": classmethod(lambda cls, cap, device_id=0: _capability(cap) // 10 == capability // 10),
         "get_device_capability": classmethod(lambda cls, device_id=0: DeviceCapability(capability // 10, capability % 10)),
     }
-    with mock.patch.multiple(platform, **facts), set_current_vllm_config(config), \
-            mock.patch("vllm.model_executor.layers.fused_moe.layer.get_tensor_model_parallel_world_size", lambda: size), \
-            mock.patch("vllm.model_executor.layers.fused_moe.config.get_tensor_model_parallel_rank", lambda: rank):
+    with (
+        mock.patch.multiple(platform, **facts),
+        set_current_vllm_config(config),
+        mock.patch("vllm.model_executor.layers.fused_moe.layer.get_tensor_model_parallel_world_size", lambda: size),
+        mock.patch("vllm.model_executor.layers.fused_moe.config.get_tensor_model_parallel_rank", lambda: rank),
+    ):
         yield config
 
 
@@ -176,8 +190,10 @@ def _without_kernel_set_up(method_cls, module, factory: str):
         with mock.patch.object(method_cls, "_build_moe_kernel", lambda self, layer: None):
             yield
     else:
-        with mock.patch.object(method_cls, "get_fused_moe_quant_config", lambda self, layer: None), \
-                mock.patch.object(module, factory, lambda **kwargs: _NO_KERNEL):
+        with (
+            mock.patch.object(method_cls, "get_fused_moe_quant_config", lambda self, layer: None),
+            mock.patch.object(module, factory, lambda **kwargs: _NO_KERNEL),
+        ):
             yield
 
 
@@ -218,8 +234,7 @@ def gpt_oss_holder(vllm_config, layers: list[int]) -> torch.nn.Module:
             super().__init__()
             self.config = hf_config
             self.parallel_config = vllm_config.parallel_config
-            self.layers = torch.nn.ModuleList([Block(i) if i in layers else torch.nn.Identity()
-                                               for i in range(max(layers) + 1)])
+            self.layers = torch.nn.ModuleList([Block(i) if i in layers else torch.nn.Identity() for i in range(max(layers) + 1)])
 
     # The loader's streamed-expert helpers, where the release's GptOssModel has them (releases before them load
     # without): its own functions, as load_weights calls them.
@@ -243,8 +258,7 @@ def flashinfer_sm90_interleave(interleave_weights):
         yield
 
 
-def flashinfer_experts_apply(experts, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
-                             cutlass_fused_moe) -> torch.Tensor:
+def flashinfer_experts_apply(experts, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, cutlass_fused_moe) -> torch.Tensor:
     """vLLM's ``FlashInferExperts.apply`` of a post-loaded FlashInfer CUTLASS layer on routed tokens (``x`` [T, H] bf16,
     ``ids`` and ``weights`` [T, k]): the modular kernel's experts call ``cutlass_fused_moe`` (FlashInfer's, or a
     stand-in) with vLLM's arguments. The activations are zero-padded to the layer's padded hidden size, as vLLM's
@@ -257,9 +271,24 @@ def flashinfer_experts_apply(experts, x: torch.Tensor, ids: torch.Tensor, weight
     hidden = torch.nn.functional.pad(x, (0, padded - x.shape[1]))
     output = torch.empty(x.shape[0], padded, dtype=torch.bfloat16, device=x.device)
     with torch.no_grad(), mock.patch.object(vllm_experts, "flashinfer_cutlass_fused_moe", cutlass_fused_moe):
-        fused.apply(output, hidden, experts.w13_weight, experts.w2_weight, weights, ids.to(torch.int32), experts.activation,
-                    experts.moe_config.num_experts, None, None, None, None, None, None, False)
-    return output[:, :x.shape[1]]
+        fused.apply(
+            output,
+            hidden,
+            experts.w13_weight,
+            experts.w2_weight,
+            weights,
+            ids.to(torch.int32),
+            experts.activation,
+            experts.moe_config.num_experts,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            False,
+        )
+    return output[:, : x.shape[1]]
 
 
 def gpt_oss_flashinfer_cutlass(source_dir: str | Path, layer: int, interleave_weights) -> dict[str, torch.Tensor]:
@@ -291,17 +320,28 @@ def gpt_oss_sm100_trtllm(source_dir: str | Path, layer: int) -> dict[str, torch.
     from kernel_emulation import block_scale_interleave_cpu
 
     no_kernel = SimpleNamespace(fused_experts=SimpleNamespace(process_weights_after_loading=lambda layer: None))
-    with mock.patch.object(fp4_quantization, "nvfp4_block_scale_interleave", block_scale_interleave_cpu), \
-            mock.patch.object(mxfp4, "make_mxfp4_moe_kernel", lambda **kwargs: no_kernel):
-        experts = gpt_oss_stock_experts(source_dir, layer, "cpu", moe_backend="flashinfer_trtllm", capability=100,
-                                        backend="FLASHINFER_TRTLLM_MXFP4_BF16")
+    with (
+        mock.patch.object(fp4_quantization, "nvfp4_block_scale_interleave", block_scale_interleave_cpu),
+        mock.patch.object(mxfp4, "make_mxfp4_moe_kernel", lambda **kwargs: no_kernel),
+    ):
+        experts = gpt_oss_stock_experts(
+            source_dir, layer, "cpu", moe_backend="flashinfer_trtllm", capability=100, backend="FLASHINFER_TRTLLM_MXFP4_BF16"
+        )
     return {name: p.data.clone() for name, p in experts.named_parameters()} | {
         "hidden_dim": experts.moe_config.hidden_dim,
-        "intermediate_size_per_partition": experts.moe_config.intermediate_size_per_partition}
+        "intermediate_size_per_partition": experts.moe_config.intermediate_size_per_partition,
+    }
 
 
-def gpt_oss_stock_experts(source_dir: str | Path, layer: int, device: str, *, moe_backend: str = "flashinfer_cutlass",
-                          capability: int = 90, backend: str = "FLASHINFER_CUTLASS_MXFP4_BF16") -> torch.nn.Module:
+def gpt_oss_stock_experts(
+    source_dir: str | Path,
+    layer: int,
+    device: str,
+    *,
+    moe_backend: str = "flashinfer_cutlass",
+    capability: int = 90,
+    backend: str = "FLASHINFER_CUTLASS_MXFP4_BF16",
+) -> torch.nn.Module:
     """Stock vLLM's ``RoutedExperts`` of GPT-OSS layer ``layer`` (``--moe-backend moe_backend`` on a GPU of compute
     capability ``capability``; vLLM must pick the MXFP4 backend named ``backend``; default: flashinfer_cutlass on
     SM90): the source's experts loaded by vLLM's GPT-OSS loader on the CPU, moved to ``device``, then its
@@ -312,8 +352,7 @@ def gpt_oss_stock_experts(source_dir: str | Path, layer: int, device: str, *, mo
 
     hf_config = hf_config_of(source_dir)
     prefix = f"model.layers.{layer}.mlp.experts."
-    suffixes = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
-                "down_proj_blocks", "down_proj_scales", "down_proj_bias")
+    suffixes = ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias", "down_proj_blocks", "down_proj_scales", "down_proj_bias")
     source = {name: tensor for name, tensor in load_all(source_dir).items() if name.startswith(prefix)}
     with vllm_engine(hf_config, GptOssMxfp4Config(), moe_backend=moe_backend, capability=capability) as vllm_config:
         holder = gpt_oss_holder(vllm_config, [layer])
@@ -327,8 +366,9 @@ def gpt_oss_stock_experts(source_dir: str | Path, layer: int, device: str, *, mo
         return experts
 
 
-def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int, hidden: int,
-                           intermediate: int) -> dict[str, torch.Tensor]:
+def modelopt_nvfp4_cutedsl(
+    source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int
+) -> dict[str, torch.Tensor]:
     """vLLM's parameters of one ModelOpt NVFP4 MoE layer (experts ``{prefix}{e}.{gate,up,down}_proj.*``) after
     ``ModelOptNvFp4FusedMoE.process_weights_after_loading``'s conversion for ``--moe-backend flashinfer_cutedsl``
     on Blackwell (``FLASHINFER_CUTEDSL``: ``prepare_nvfp4_moe_layer_for_flashinfer_cutedsl``), before its kernel
@@ -342,14 +382,26 @@ def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int
     from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
 
     config = json.loads((Path(source_dir) / "config.json").read_text())
-    source = {name: tensor for name, tensor in load_all(source_dir).items()
-              if name.startswith(prefix) and name[len(prefix):].split(".")[0].isdigit()}
+    source = {
+        name: tensor
+        for name, tensor in load_all(source_dir).items()
+        if name.startswith(prefix) and name[len(prefix) :].split(".")[0].isdigit()
+    }
     quant_config = modelopt.ModelOptNvFp4Config.from_config(config["quantization_config"])
     module = prefix.rstrip(".")
-    with vllm_engine(PretrainedConfig(**config), quant_config, moe_backend="flashinfer_cutedsl", capability=100), \
-            mock.patch.object(cutedsl_experts, "has_flashinfer_cutedsl_moe_nvfp4", lambda: True):
-        runner = _fused_moe_factory()(num_experts=num_experts, top_k=2, hidden_size=hidden, intermediate_size=intermediate,
-                                      quant_config=quant_config, prefix=module, params_dtype=torch.bfloat16)
+    with (
+        vllm_engine(PretrainedConfig(**config), quant_config, moe_backend="flashinfer_cutedsl", capability=100),
+        mock.patch.object(cutedsl_experts, "has_flashinfer_cutedsl_moe_nvfp4", lambda: True),
+    ):
+        runner = _fused_moe_factory()(
+            num_experts=num_experts,
+            top_k=2,
+            hidden_size=hidden,
+            intermediate_size=intermediate,
+            quant_config=quant_config,
+            prefix=module,
+            params_dtype=torch.bfloat16,
+        )
         experts = runner.routed_experts
         method = experts.quant_method
         assert type(method) is modelopt.ModelOptNvFp4FusedMoE and method.nvfp4_backend == NvFp4MoeBackend.FLASHINFER_CUTEDSL
@@ -358,18 +410,24 @@ def modelopt_nvfp4_cutedsl(source_dir: str | Path, prefix: str, num_experts: int
         for name, tensor in source.items():
             param_name, weight_name, expert_id, shard_id = next(m for m in mapping if f".{m[1]}" in f".{name}")
             param = name.replace(weight_name, param_name).removeprefix(prefix)
-            assert params[param].weight_loader(params[param], tensor, param, shard_id=shard_id, expert_id=expert_id,
-                                               return_success=True), name
-        with mock.patch.object(torch.Tensor, "cuda", lambda tensor, *args, **kwargs: tensor), \
-                _without_kernel_set_up(modelopt.ModelOptNvFp4FusedMoE, modelopt, "make_nvfp4_moe_kernel"):
+            assert params[param].weight_loader(params[param], tensor, param, shard_id=shard_id, expert_id=expert_id, return_success=True), (
+                name
+            )
+        with (
+            mock.patch.object(torch.Tensor, "cuda", lambda tensor, *args, **kwargs: tensor),
+            _without_kernel_set_up(modelopt.ModelOptNvFp4FusedMoE, modelopt, "make_nvfp4_moe_kernel"),
+        ):
             method.process_weights_after_loading(experts)
         converted = {name: p.data.clone() for name, p in experts.named_parameters()}
-        return converted | {"hidden_dim": experts.moe_config.hidden_dim,
-                            "intermediate_size_per_partition": experts.moe_config.intermediate_size_per_partition}
+        return converted | {
+            "hidden_dim": experts.moe_config.hidden_dim,
+            "intermediate_size_per_partition": experts.moe_config.intermediate_size_per_partition,
+        }
 
 
-def deepseek_v4_sm100_trtllm(source_dir: str | Path, prefix: str, num_experts: int, hidden: int,
-                             intermediate: int) -> dict[str, torch.Tensor]:
+def deepseek_v4_sm100_trtllm(
+    source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int
+) -> dict[str, torch.Tensor]:
     """vLLM's parameters of one DeepSeek-V4 MXFP4 expert layer after ``Mxfp4MoEMethod.process_weights_after_loading``'s
     conversion on SM100 with ``--moe-backend flashinfer_trtllm`` (``select_deepseek_v4_mxfp4_moe_backend``:
     ``FLASHINFER_TRTLLM_MXFP4_BF16``, asserted; ``convert_weight_to_mxfp4_moe_kernel_format``'s TRTLLM branch), loaded
@@ -383,18 +441,30 @@ def deepseek_v4_sm100_trtllm(source_dir: str | Path, prefix: str, num_experts: i
 
     from kernel_emulation import block_scale_interleave_cpu
 
-    with mock.patch.object(fp4_quantization, "nvfp4_block_scale_interleave", block_scale_interleave_cpu), \
-            _without_kernel_set_up(mxfp4.Mxfp4MoEMethod, mxfp4, "make_mxfp4_moe_kernel"):
-        experts = deepseek_v4_stock_experts(source_dir, prefix, num_experts, hidden, intermediate, "cpu",
-                                            moe_backend="flashinfer_trtllm", capability=100,
-                                            backend="FLASHINFER_TRTLLM_MXFP4_BF16")
+    with (
+        mock.patch.object(fp4_quantization, "nvfp4_block_scale_interleave", block_scale_interleave_cpu),
+        _without_kernel_set_up(mxfp4.Mxfp4MoEMethod, mxfp4, "make_mxfp4_moe_kernel"),
+    ):
+        experts = deepseek_v4_stock_experts(
+            source_dir,
+            prefix,
+            num_experts,
+            hidden,
+            intermediate,
+            "cpu",
+            moe_backend="flashinfer_trtllm",
+            capability=100,
+            backend="FLASHINFER_TRTLLM_MXFP4_BF16",
+        )
         return {name: p.data.clone() for name, p in experts.named_parameters()} | {
             "hidden_dim": experts.moe_config.hidden_dim,
-            "intermediate_size_per_partition": experts.moe_config.intermediate_size_per_partition}
+            "intermediate_size_per_partition": experts.moe_config.intermediate_size_per_partition,
+        }
 
 
-def deepseek_v4_flashinfer_cutlass(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
-                                   interleave_weights) -> dict[str, torch.Tensor]:
+def deepseek_v4_flashinfer_cutlass(
+    source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int, interleave_weights
+) -> dict[str, torch.Tensor]:
     """vLLM's post-``process_weights_after_loading`` parameters of one DeepSeek-V4 MXFP4 expert layer (experts
     ``{prefix}{e}.{w1,w2,w3}.{weight,scale}``) on SM90 with ``--moe-backend flashinfer_cutlass``: the checkpoint's
     ``quantization_config`` read by ``DeepseekV4FP8Config`` (``expert_dtype`` fp4 in config.json), whose
@@ -421,6 +491,7 @@ def _marlin_repack_stand_in(repack):
         return repack(b_q_weight, torch.empty(0, dtype=torch.int32), size_k, size_n, num_bits)
 
     if "perm" in inspect.signature(ops.gptq_marlin_repack).parameters:  # releases whose op still takes act-order perm
+
         def vllm_repack(b_q_weight, perm, size_k, size_n, num_bits, is_a_8bit=False):  # noqa: F811
             assert not is_a_8bit
             return repack(b_q_weight, perm, size_k, size_n, num_bits)
@@ -438,25 +509,38 @@ def gpt_oss_marlin(source_dir: str | Path, layer: int, repack) -> dict[str, torc
         experts = gpt_oss_stock_experts(source_dir, layer, "cpu", moe_backend="marlin", backend="MARLIN")
     config = experts.moe_config
     return {name: p.data.clone() for name, p in experts.named_parameters()} | {
-        "hidden_dim": config.hidden_dim, "intermediate_size_per_partition": config.intermediate_size_per_partition,
-        "activation": config.activation.value}
+        "hidden_dim": config.hidden_dim,
+        "intermediate_size_per_partition": config.intermediate_size_per_partition,
+        "activation": config.activation.value,
+    }
 
 
-def deepseek_v4_marlin(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
-                       repack) -> dict[str, torch.Tensor]:
+def deepseek_v4_marlin(
+    source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int, repack
+) -> dict[str, torch.Tensor]:
     """The same with ``--moe-backend marlin`` (``Mxfp4MoeBackend.MARLIN``: ``prepare_moe_mxfp4_layer_for_marlin``).
     ``repack`` (moebake's or a reference's, with the CUDA op's arguments ``b_q_weight, perm, size_k, size_n,
     num_bits``) stands in for vLLM's CUDA ``gptq_marlin_repack`` (``b_q_weight, size_k, size_n, num_bits, is_a_8bit``),
     called with no act-order permutation and BF16 activations (``is_a_8bit`` false, asserted)."""
     with _marlin_repack_stand_in(repack):
-        experts = deepseek_v4_stock_experts(source_dir, prefix, num_experts, hidden, intermediate, "cpu",
-                                            moe_backend="marlin", backend="MARLIN")
+        experts = deepseek_v4_stock_experts(
+            source_dir, prefix, num_experts, hidden, intermediate, "cpu", moe_backend="marlin", backend="MARLIN"
+        )
         return {name: p.data.clone() for name, p in experts.named_parameters()}
 
 
-def deepseek_v4_stock_experts(source_dir: str | Path, prefix: str, num_experts: int, hidden: int, intermediate: int,
-                              device: str, *, moe_backend: str = "flashinfer_cutlass", capability: int = 90,
-                              backend: str = "FLASHINFER_CUTLASS_MXFP4_BF16") -> torch.nn.Module:
+def deepseek_v4_stock_experts(
+    source_dir: str | Path,
+    prefix: str,
+    num_experts: int,
+    hidden: int,
+    intermediate: int,
+    device: str,
+    *,
+    moe_backend: str = "flashinfer_cutlass",
+    capability: int = 90,
+    backend: str = "FLASHINFER_CUTLASS_MXFP4_BF16",
+) -> torch.nn.Module:
     """Stock vLLM's ``RoutedExperts`` of one DeepSeek-V4 layer (experts ``{prefix}{e}.{w1,w2,w3}.{weight,scale}``;
     ``--moe-backend moe_backend`` on a GPU of compute capability ``capability``, default flashinfer_cutlass on SM90):
     ``DeepseekV4FP8Config`` of the checkpoint's ``quantization_config`` (-> ``Mxfp4MoEMethod``, whose backend must be
@@ -470,15 +554,27 @@ def deepseek_v4_stock_experts(source_dir: str | Path, prefix: str, num_experts: 
     from vllm.models.deepseek_v4.quant_config import DeepseekV4FP8Config
 
     config = json.loads((Path(source_dir) / "config.json").read_text())
-    source = {name: tensor for name, tensor in load_all(source_dir).items()
-              if name.startswith(prefix) and name[len(prefix):].split(".")[0].isdigit()}
+    source = {
+        name: tensor
+        for name, tensor in load_all(source_dir).items()
+        if name.startswith(prefix) and name[len(prefix) :].split(".")[0].isdigit()
+    }
     quant_config = DeepseekV4FP8Config.from_config(config["quantization_config"])
     with vllm_engine(PretrainedConfig(**config), quant_config, moe_backend=moe_backend, capability=capability):
-        runner = _fused_moe_factory()(num_experts=num_experts, top_k=2, hidden_size=hidden, intermediate_size=intermediate,
-                                      quant_config=quant_config, prefix=prefix.rstrip("."), params_dtype=torch.bfloat16,
-                                      ckpt_names=("w1", "w2", "w3"), renormalize=True, scoring_func=config["scoring_func"],
-                                      routed_scaling_factor=config["routed_scaling_factor"],
-                                      swiglu_limit=config.get("swiglu_limit"))
+        runner = _fused_moe_factory()(
+            num_experts=num_experts,
+            top_k=2,
+            hidden_size=hidden,
+            intermediate_size=intermediate,
+            quant_config=quant_config,
+            prefix=prefix.rstrip("."),
+            params_dtype=torch.bfloat16,
+            ckpt_names=("w1", "w2", "w3"),
+            renormalize=True,
+            scoring_func=config["scoring_func"],
+            routed_scaling_factor=config["routed_scaling_factor"],
+            swiglu_limit=config.get("swiglu_limit"),
+        )
         experts = runner.routed_experts
         method = experts.quant_method
         assert type(method) is Mxfp4MoEMethod and method.mxfp4_backend == Mxfp4MoeBackend[backend], method.mxfp4_backend
@@ -491,8 +587,9 @@ def deepseek_v4_stock_experts(source_dir: str | Path, prefix: str, num_experts: 
                     tensor = tensor.view(torch.uint8)
             param_name, weight_name, expert_id, shard_id = next(m for m in mapping if f".{m[1]}" in f".{name}")
             param = name.replace(weight_name, param_name).removeprefix(prefix)
-            assert params[param].weight_loader(params[param], tensor, param, shard_id=shard_id, expert_id=expert_id,
-                                               return_success=True), name
+            assert params[param].weight_loader(params[param], tensor, param, shard_id=shard_id, expert_id=expert_id, return_success=True), (
+                name
+            )
         experts.to(device)
         method.process_weights_after_loading(experts)
         return experts

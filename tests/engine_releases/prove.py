@@ -34,8 +34,10 @@ from moebake.schema.release_matrix import MatrixRow
 
 REPO = Path(__file__).resolve().parents[2]
 ORACLE_FILES = {"sglang": "tests/test_engine_profiles.py", "vllm": "tests/test_vllm_profile.py"}
-PLUGIN_FILES = {"sglang": ("tests/test_sglang_plugin.py", "tests/test_sglang_plugin_targets.py", "tests/test_sglang_whole_model.py"),
-                "vllm": ("tests/vllm_plugin",)}
+PLUGIN_FILES = {
+    "sglang": ("tests/test_sglang_plugin.py", "tests/test_sglang_plugin_targets.py", "tests/test_sglang_whole_model.py"),
+    "vllm": ("tests/vllm_plugin",),
+}
 """The plugin's CPU tests, run against the same release: a cell is proven only where the plugin serves it there too."""
 RELEASE_ENV = {"sglang": "MOEBAKE_SGLANG_RELEASE", "vllm": "MOEBAKE_VLLM_RELEASE"}
 MATRIX_FILE = REPO / "moebake" / "schema" / "release_matrix.json"
@@ -61,8 +63,11 @@ def top_level_packages(distribution: str) -> set[str]:
         files = importlib.metadata.distribution(distribution).files or []
     except importlib.metadata.PackageNotFoundError:
         return set()
-    return {f.parts[0].removesuffix(".py") for f in files if len(f.parts) > 1 and not f.parts[0].endswith((".dist-info", ".data"))
-            and f.parts[0] != ".."}
+    return {
+        f.parts[0].removesuffix(".py")
+        for f in files
+        if len(f.parts) > 1 and not f.parts[0].endswith((".dist-info", ".data")) and f.parts[0] != ".."
+    }
 
 
 def shadowed_leftovers(trees: dict[str, Path]) -> set[str]:
@@ -84,9 +89,14 @@ def release_env(engine: str, release: str, rule: str | None = None) -> dict[str,
     flashinfer = pinned_flashinfer(tree)
     trees = {engine: tree} | ({"flashinfer-python": release_tree("flashinfer-python", flashinfer)} if flashinfer else {})
     path = [str(t) for t in trees.values()]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path + [p for p in [os.environ.get("PYTHONPATH")] if p]),
-               MOEBAKE_ORACLE_ENGINE=f"{engine}=={release}", HF_HUB_OFFLINE="1", **{RELEASE_ENV[engine]: release},
-               MOEBAKE_ORACLE_HIDE=",".join(sorted(shadowed_leftovers(trees))))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(path + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+        MOEBAKE_ORACLE_ENGINE=f"{engine}=={release}",
+        HF_HUB_OFFLINE="1",
+        **{RELEASE_ENV[engine]: release},
+        MOEBAKE_ORACLE_HIDE=",".join(sorted(shadowed_leftovers(trees))),
+    )
     for inherited in ("MOEBAKE_REQUIRE_ENGINES", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
         env.pop(inherited, None)  # a caller's torch.distributed rendezvous (its gloo group listens on that port)
     if rule:
@@ -99,9 +109,24 @@ def run_oracles(engine: str, release: str, rule: str | None = None) -> dict[str,
     env = release_env(engine, release, rule)
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.xml"
-        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", ORACLE_FILES[engine],
-                        *PLUGIN_FILES[engine], f"--junitxml={report}", f"--basetemp={scratch}/tmp"], cwd=REPO, env=env,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                ORACLE_FILES[engine],
+                *PLUGIN_FILES[engine],
+                f"--junitxml={report}",
+                f"--basetemp={scratch}/tmp",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         if not report.is_file():
             raise RuntimeError(f"{engine} {release}: the oracle run wrote no report")
         results: dict[str, list[tuple[str, str]]] = {}
@@ -139,9 +164,13 @@ def plugin_cells(engine: str, test: str) -> list[tuple[str, str]] | None:
         return [cell for cell in cells_of(engine) if cell[0] == "sm90-cutlass-w4a8"]
     if "cutedsl" in name:
         return [("cutedsl", "modelopt-nvfp4")]
-    by_module = {"test_sglang_plugin": [("sm90-cutlass", "gpt-oss")], "test_gpt_oss": [("sm90-cutlass", "gpt-oss")],
-                 "test_sglang_whole_model": [("sm90-cutlass", "gpt-oss")],
-                 "test_gpt_oss_sm100": [("sm100-trtllm", "gpt-oss")], "test_modelopt_nvfp4": [("cutedsl", "modelopt-nvfp4")]}
+    by_module = {
+        "test_sglang_plugin": [("sm90-cutlass", "gpt-oss")],
+        "test_gpt_oss": [("sm90-cutlass", "gpt-oss")],
+        "test_sglang_whole_model": [("sm90-cutlass", "gpt-oss")],
+        "test_gpt_oss_sm100": [("sm100-trtllm", "gpt-oss")],
+        "test_modelopt_nvfp4": [("cutedsl", "modelopt-nvfp4")],
+    }
     if module == "test_deepseek_v4":
         target = "sm100-trtllm" if "sm100" in name else "sm90-marlin" if "marlin" in name else "sm90-cutlass"
         return [(target, "deepseek-v4")]
@@ -208,8 +237,10 @@ def write_matrix(matrix: dict[str, dict[str, MatrixRow]], unproven: dict[str, di
     from moebake.schema.release_matrix import to_json
 
     MATRIX_FILE.write_text(to_json(matrix))
-    ordered = {engine: {release: cells for release, cells in sorted(unproven[engine].items(), key=lambda item: Version(item[0]))
-                        if cells} for engine in sorted(unproven)}
+    ordered = {
+        engine: {release: cells for release, cells in sorted(unproven[engine].items(), key=lambda item: Version(item[0])) if cells}
+        for engine in sorted(unproven)
+    }
     UNPROVEN_FILE.write_text(json.dumps(ordered, indent=2) + "\n")
 
 
@@ -228,8 +259,9 @@ def main(argv=None) -> int:
             row, words = discover(engine, release)
             matrix.setdefault(engine, {})[row.release.version] = row
             unproven.setdefault(engine, {})[row.release.version] = words
-            print(f"{engine} {release} (FlashInfer {row.flashinfer}): proven {len(row.cells)} cells; "
-                  f"unproven: {words or 'none'}", flush=True)
+            print(
+                f"{engine} {release} (FlashInfer {row.flashinfer}): proven {len(row.cells)} cells; unproven: {words or 'none'}", flush=True
+            )
         write_matrix(matrix, unproven)
         return 0
     problems = []
@@ -238,8 +270,10 @@ def main(argv=None) -> int:
             continue
         for release, row in entries.items():
             found = check(engine, release, row)
-            print(f"{engine} {release}: {len(row.cells) - len(found)}/{len(row.cells)} cells proven"
-                  + "".join(f"\n  {p}" for p in found), flush=True)
+            print(
+                f"{engine} {release}: {len(row.cells) - len(found)}/{len(row.cells)} cells proven" + "".join(f"\n  {p}" for p in found),
+                flush=True,
+            )
             problems += found
     return 1 if problems else 0
 

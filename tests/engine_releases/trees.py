@@ -124,7 +124,7 @@ class _RangeReader(io.RawIOBase):
         end = self.position + want
         for start, data in self.spans:
             if start <= self.position and end <= start + len(data):
-                buffer[:want] = data[self.position - start:end - start]
+                buffer[:want] = data[self.position - start : end - start]
                 break
         else:
             buffer[:want] = self.fetch(self.position, end)
@@ -144,8 +144,7 @@ def _extract_python_members(url: str, into: Path) -> int:
     with zipfile.ZipFile(io.BufferedReader(reader, buffer_size=1 << 16)) as wheel:
         members = [info for info in wheel.infolist() if _wanted(info)]
         # a member's local header: 30 bytes, its name and an extra field (at most 64 KiB), then its data
-        reader.prefetch([(m.header_offset, m.header_offset + 30 + len(m.filename.encode()) + 65536 + m.compress_size)
-                         for m in members])
+        reader.prefetch([(m.header_offset, m.header_offset + 30 + len(m.filename.encode()) + 65536 + m.compress_size) for m in members])
         for member in members:
             wheel.extract(member, into)
     return len(members)

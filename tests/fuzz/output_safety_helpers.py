@@ -50,8 +50,9 @@ def invoke(*args: str):
 
 def run_cli(*args, cwd=None, timeout=120, env=None, slow: float | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m moebake ARGS`` in a subprocess (text output, never hangs past ``timeout``)."""
-    return subprocess.run([sys.executable, "-m", "moebake", *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=cli_env(env, slow))
+    return subprocess.run(
+        [sys.executable, "-m", "moebake", *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=cli_env(env, slow)
+    )
 
 
 def cli_env(extra: dict | None = None, slow: float | None = None) -> dict:

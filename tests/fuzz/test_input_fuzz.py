@@ -90,34 +90,30 @@ CONFIG_KEYS = {
     "qwen3": [("hidden_size",), ("moe_intermediate_size",), ("num_experts",)],
 }
 CONFIG_CASES = [(kind, key, literal) for kind, keys in CONFIG_KEYS.items() for key in keys for literal in BAD_INTEGERS]
-CONFIG_CASES += [
-    ("gpt-oss", ("swiglu_limit",), literal)
-    for literal in ("NaN", "Infinity", "-Infinity", "1e999", "-1", "0", '"abc"', "null", "true", "[7]")
-] + [
-    ("deepseek-v4", ("swiglu_limit",), literal) for literal in ("NaN", "Infinity", "1e999", '"abc"', "true", "{}")
-] + [
-    (kind, ("quantization_config",), literal)
-    for kind in ("gpt-oss", "modelopt", "deepseek-v4") for literal in ('"mxfp4"', "[1, 2]", "7", "true")
-] + [
-    ("modelopt", ("quantization_config", "config_groups"), literal) for literal in ("[]", '"g"', "3")
-] + [
-    ("modelopt", ("quantization_config", "config_groups", "group_0"), literal) for literal in ("[]", "null", "1")
-] + [
-    ("modelopt", ("quantization_config", "config_groups", "group_0", "weights", "group_size"), literal)
-    for literal in ("true", '"16"', "16.5", "-16", "NaN")
-] + [
-    ("modelopt", ("quantization_config", "quant_algo"), literal) for literal in ("7", "null", "[]", '"FP8"', '"INT4_AWQ"')
-] + [
-    ("modelopt", ("quantization_config", "ignore"), literal) for literal in ('"lm_head"', "[1]", "{}")
-] + [
-    (kind, ("text_config",), literal) for kind in ("modelopt", "qwen3") for literal in ('"x"', "[]", "1")
-] + [
-    ("qwen3", ("hidden_act",), literal) for literal in ("7", '"gelu"', "[]")
-] + [
-    ("deepseek-v4", ("expert_dtype",), literal) for literal in ("4", '"fp8"', "null")
-] + [
-    (kind, ("deep",), DEEP) for kind in TARGETS
-]
+CONFIG_CASES += (
+    [
+        ("gpt-oss", ("swiglu_limit",), literal)
+        for literal in ("NaN", "Infinity", "-Infinity", "1e999", "-1", "0", '"abc"', "null", "true", "[7]")
+    ]
+    + [("deepseek-v4", ("swiglu_limit",), literal) for literal in ("NaN", "Infinity", "1e999", '"abc"', "true", "{}")]
+    + [
+        (kind, ("quantization_config",), literal)
+        for kind in ("gpt-oss", "modelopt", "deepseek-v4")
+        for literal in ('"mxfp4"', "[1, 2]", "7", "true")
+    ]
+    + [("modelopt", ("quantization_config", "config_groups"), literal) for literal in ("[]", '"g"', "3")]
+    + [("modelopt", ("quantization_config", "config_groups", "group_0"), literal) for literal in ("[]", "null", "1")]
+    + [
+        ("modelopt", ("quantization_config", "config_groups", "group_0", "weights", "group_size"), literal)
+        for literal in ("true", '"16"', "16.5", "-16", "NaN")
+    ]
+    + [("modelopt", ("quantization_config", "quant_algo"), literal) for literal in ("7", "null", "[]", '"FP8"', '"INT4_AWQ"')]
+    + [("modelopt", ("quantization_config", "ignore"), literal) for literal in ('"lm_head"', "[1]", "{}")]
+    + [(kind, ("text_config",), literal) for kind in ("modelopt", "qwen3") for literal in ('"x"', "[]", "1")]
+    + [("qwen3", ("hidden_act",), literal) for literal in ("7", '"gelu"', "[]")]
+    + [("deepseek-v4", ("expert_dtype",), literal) for literal in ("4", '"fp8"', "null")]
+    + [(kind, ("deep",), DEEP) for kind in TARGETS]
+)
 
 
 @pytest.mark.parametrize("kind, key, literal", CONFIG_CASES, ids=lambda v: ".".join(v) if isinstance(v, tuple) else str(v)[:20])
@@ -130,13 +126,14 @@ def test_bad_config_value(pristine, tmp_path, kind, key, literal):
 
 # --- shard headers -----------------------------------------------------------------------------
 
+
 def rewrite_header(shard: Path, edit) -> None:
     """Re-encode ``shard``'s JSON header after ``edit(header) -> text``, keeping its data bytes."""
     data = shard.read_bytes()
     (length,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + length])
+    header = json.loads(data[8 : 8 + length])
     text = edit(header).encode()
-    shard.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + length:])
+    shard.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + length :])
 
 
 FIRST = "model.layers.0.mlp.experts.gate_up_proj_blocks"
@@ -150,8 +147,9 @@ HEADER_CASES = {
     "offsets-null": lambda h: set_raw(h, (FIRST, "data_offsets"), "null"),
     "offsets-object": lambda h: set_raw(h, (FIRST, "data_offsets"), '{"a": 1}'),
     "offsets-deep": lambda h: set_raw(h, (FIRST, "data_offsets"), DEEP),
-    "shape-negative-same-product":
-        lambda h: set_raw(h, (FIRST, "shape"), json.dumps([-x for x in h[FIRST]["shape"][:2]] + h[FIRST]["shape"][2:])),
+    "shape-negative-same-product": lambda h: set_raw(
+        h, (FIRST, "shape"), json.dumps([-x for x in h[FIRST]["shape"][:2]] + h[FIRST]["shape"][2:])
+    ),
     "shape-floats": lambda h: set_raw(h, (FIRST, "shape"), json.dumps([float(x) for x in h[FIRST]["shape"]])),
     "shape-strings": lambda h: set_raw(h, (FIRST, "shape"), json.dumps([str(x) for x in h[FIRST]["shape"]])),
     "shape-bool": lambda h: set_raw(h, (FIRST, "shape"), "[true]"),
@@ -212,8 +210,11 @@ def test_bad_index(pristine, tmp_path, case):
 
 # --- sizes are checked against the tensors before any per-expert name is made ----------------
 
-@pytest.mark.parametrize("kind, key", [("modelopt", "n_routed_experts"), ("deepseek-v4", "n_routed_experts"),
-                                       ("qwen3", "num_experts"), ("gpt-oss", "num_local_experts")])
+
+@pytest.mark.parametrize(
+    "kind, key",
+    [("modelopt", "n_routed_experts"), ("deepseek-v4", "n_routed_experts"), ("qwen3", "num_experts"), ("gpt-oss", "num_local_experts")],
+)
 @pytest.mark.parametrize("count", [10**9, 2**31 - 1, 5])
 def test_expert_count_beyond_the_tensors(pristine, tmp_path, kind, key, count):
     source = copy_of(pristine, tmp_path, kind)
@@ -223,6 +224,7 @@ def test_expert_count_beyond_the_tensors(pristine, tmp_path, kind, key, count):
 
 
 # --- NVFP4 global scales -----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("part", ["weight_scale_2", "input_scale"])
 @pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), 0.0, -1.0])
@@ -240,6 +242,7 @@ def test_nvfp4_global_scale_not_finite_positive(pristine, tmp_path, part, value)
 
 
 # --- tamper with every output file, every manifest field, random bits of the manifest -----------
+
 
 @pytest.fixture(scope="module")
 def baked(pristine, tmp_path_factory):
@@ -324,11 +327,21 @@ def test_every_manifest_field_change_is_detected(baked, tmp_path, kind):
         verify_detects(out, "moebake.json")
 
 
-@pytest.mark.parametrize("field, value", [
-    (("target",), "cutedsl"), (("activation", "limit"), 70.0), (("flashinfer_layout", "id"), "v1"),
-    (("layers", 0, "hidden_padded"), 384), (("layers",), []), (("options", "hidden_multiple"), 256),
-    (("target_layout_version",), 2), (("files",), {}), (("manifest_sha256",), "0" * 64), (("source", "format"), "deepseek-v4"),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        (("target",), "cutedsl"),
+        (("activation", "limit"), 70.0),
+        (("flashinfer_layout", "id"), "v1"),
+        (("layers", 0, "hidden_padded"), 384),
+        (("layers",), []),
+        (("options", "hidden_multiple"), 256),
+        (("target_layout_version",), 2),
+        (("files",), {}),
+        (("manifest_sha256",), "0" * 64),
+        (("source", "format"), "deepseek-v4"),
+    ],
+)
 def test_named_manifest_changes_are_detected(baked, tmp_path, field, value):
     out = shutil.copytree(baked["gpt-oss"], tmp_path / "out")
     manifest = json.loads((out / "moebake.json").read_text())
@@ -378,7 +391,7 @@ def rewrite_config_digest(out):
 
 
 OUTPUT_FILE_TAMPERS = {
-    "flip-middle": lambda data: data[: len(data) // 2] + bytes([data[len(data) // 2] ^ 0x10]) + data[len(data) // 2 + 1:],
+    "flip-middle": lambda data: data[: len(data) // 2] + bytes([data[len(data) // 2] ^ 0x10]) + data[len(data) // 2 + 1 :],
     "flip-first": lambda data: bytes([data[0] ^ 1]) + data[1:],
     "flip-last": lambda data: data[:-1] + bytes([data[-1] ^ 0x80]),
     "truncate": lambda data: data[:-1],

@@ -64,6 +64,7 @@ def test_out_overlapping_the_source_is_refused(workspace, monkeypatch, case, ove
 
 # ---- --overwrite deletes only a previous moebake output ----------------------------------------
 
+
 def _user_directory(out: Path) -> None:
     out.mkdir()
     (out / "notes.txt").write_text("mine")
@@ -139,8 +140,12 @@ def test_overwrite_refuses_anything_but_a_previous_output(workspace, case):
     out = workspace / "out"
     make(out)
     watched = Watched(workspace)
-    assert_refused(invoke("convert", workspace / "p" / "model", out, *TARGET, "--overwrite"),
-                   str(out), "--overwrite replaces only a previous moebake output", needle)
+    assert_refused(
+        invoke("convert", workspace / "p" / "model", out, *TARGET, "--overwrite"),
+        str(out),
+        "--overwrite replaces only a previous moebake output",
+        needle,
+    )
     watched.assert_unchanged()
 
 
@@ -151,8 +156,7 @@ def test_without_overwrite_an_existing_out_is_refused(workspace, case):
     out = workspace / "out"
     make(out)
     watched = Watched(workspace)
-    line = assert_refused(invoke("convert", workspace / "p" / "model", out, *TARGET), "already exists", needle,
-                          "choose another OUT")
+    line = assert_refused(invoke("convert", workspace / "p" / "model", out, *TARGET), "already exists", needle, "choose another OUT")
     assert "pass --overwrite" not in line
     watched.assert_unchanged()
 
@@ -176,6 +180,7 @@ def test_overwrite_replaces_a_previous_output_and_nothing_else(workspace):
 
 
 # ---- user directories named like moebake's staging and retired directories ----------------------
+
 
 @pytest.mark.parametrize("flags", [[], ["--resume"], ["--overwrite"], ["--overwrite", "--resume"]], ids=str)
 @pytest.mark.parametrize("kind", ["directory", "file", "link"])
@@ -259,6 +264,7 @@ def test_output_paths_are_built_only_from_plain_names(tmp_path):
 
 # ---- FIFOs and other non-regular files never hang, and are named ---------------------------------
 
+
 def _fifo_in_place_of(path: Path) -> None:
     path.unlink()
     os.mkfifo(path)
@@ -297,11 +303,15 @@ def test_inspect_refuses_a_fifo_without_hanging(workspace):
 
 # ---- OUT's parent missing, a file, read-only; disk full; unreadable side files -------------------
 
-@pytest.mark.parametrize("case, out, needle", [
-    ("missing parent", "no/such/dir/out", "does not exist"),
-    ("parent is a file", "p/user.txt/out", "is not a directory"),
-    ("out is the root", "/", "file-system root"),
-])
+
+@pytest.mark.parametrize(
+    "case, out, needle",
+    [
+        ("missing parent", "no/such/dir/out", "does not exist"),
+        ("parent is a file", "p/user.txt/out", "is not a directory"),
+        ("out is the root", "/", "file-system root"),
+    ],
+)
 def test_unusable_out_locations_are_refused(workspace, case, out, needle):
     watched = Watched(workspace)
     assert_refused(invoke("convert", workspace / "p" / "model", workspace / out if out != "/" else out, *TARGET), needle)
@@ -312,8 +322,10 @@ def _namespace_available() -> bool:
     """Whether this machine lets the tests mount a small tmpfs in a user+mount namespace."""
     if shutil.which("unshare") is None:
         return False
-    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt 2>/dev/null || "
-                            "mount -t tmpfs -o size=64k tmpfs /tmp"], capture_output=True)
+    probe = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt 2>/dev/null || mount -t tmpfs -o size=64k tmpfs /tmp"],
+        capture_output=True,
+    )
     return probe.returncode == 0
 
 
@@ -323,17 +335,41 @@ def _convert_on_a_tmpfs(workspace: Path, mount_options: str) -> subprocess.Compl
     import sys
 
     (workspace / "mnt").mkdir()
-    script = (f'mount -t tmpfs -o {mount_options} tmpfs "$1" || exit 99; shift; '
-              '"$@"; rc=$?; echo; echo "LEFT:$(ls -A "$MNT" | tr "\\n" " ")"; exit $rc')
+    script = (
+        f'mount -t tmpfs -o {mount_options} tmpfs "$1" || exit 99; shift; '
+        '"$@"; rc=$?; echo; echo "LEFT:$(ls -A "$MNT" | tr "\\n" " ")"; exit $rc'
+    )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "MNT": str(workspace / "mnt")}
-    return subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", str(workspace / "mnt"), sys.executable, "-m", "moebake",
-                           "convert", str(workspace / "p" / "model"), str(workspace / "mnt" / "out"), *TARGET],
-                          capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(
+        [
+            "unshare",
+            "-rm",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            str(workspace / "mnt"),
+            sys.executable,
+            "-m",
+            "moebake",
+            "convert",
+            str(workspace / "p" / "model"),
+            str(workspace / "mnt" / "out"),
+            *TARGET,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 @pytest.mark.skipif(not _namespace_available(), reason="cannot mount a tmpfs in a user namespace here")
-@pytest.mark.parametrize("mount_options, needle", [("size=256k", "not enough free space: the bake writes"),
-                                                   ("ro,size=1m", "read-only file system")], ids=["disk full", "read-only"])
+@pytest.mark.parametrize(
+    "mount_options, needle",
+    [("size=256k", "not enough free space: the bake writes"), ("ro,size=1m", "read-only file system")],
+    ids=["disk full", "read-only"],
+)
 def test_disk_full_and_read_only_on_a_real_tmpfs(workspace, mount_options, needle):
     source_before = tree_state(workspace / "p")
     result = _convert_on_a_tmpfs(workspace, mount_options)
@@ -360,8 +396,9 @@ def test_disk_full_while_writing_is_one_line_and_leaves_nothing(workspace, monke
 
     monkeypatch.setattr(writer, "_timed_chunks", filling)
     watched = Watched(workspace)
-    assert_refused(invoke("convert", workspace / "p" / "model", workspace / "out", *TARGET),
-                   "No space left on device", ".out.partial/model-0000")
+    assert_refused(
+        invoke("convert", workspace / "p" / "model", workspace / "out", *TARGET), "No space left on device", ".out.partial/model-0000"
+    )
     watched.assert_unchanged()
 
 
@@ -395,6 +432,7 @@ def test_an_unreadable_side_file_is_refused_before_baking(workspace, monkeypatch
 
 
 # ---- upload leaves OUT byte-identical when the Hub cannot be reached; demo; determinism ---------
+
 
 def test_upload_without_network_leaves_out_byte_identical(workspace):
     out = baked(workspace / "p" / "model", workspace / "out")

@@ -46,6 +46,9 @@ def compare(name: str, what: str, actual: torch.Tensor, expected: torch.Tensor) 
     a, b = actual.contiguous().view(torch.uint8).reshape(-1), expected.contiguous().view(torch.uint8).reshape(-1)
     differing = int((a != b).sum()) if same_layout else -1
     verdict = "MATCH" if differing == 0 else ("MISMATCH (shape/dtype)" if differing < 0 else f"MISMATCH ({differing} bytes differ)")
-    print(f"{verdict}: {what}, {name}: moebake CPU {actual.dtype} {list(actual.shape)} vs FlashInfer GPU "
-          f"{expected.dtype} {list(expected.shape)}, {a.numel()} bytes", flush=True)
+    print(
+        f"{verdict}: {what}, {name}: moebake CPU {actual.dtype} {list(actual.shape)} vs FlashInfer GPU "
+        f"{expected.dtype} {list(expected.shape)}, {a.numel()} bytes",
+        flush=True,
+    )
     return differing == 0

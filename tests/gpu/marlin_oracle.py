@@ -39,8 +39,7 @@ REGISTRATION_STANDIN = r"""#pragma once
 #define REGISTER_EXTENSION(NAME)
 """
 
-_ARGUMENTS = {"b_q_weight": "b_q_weight", "perm": "perm", "size_k": "size_k", "size_n": "size_n", "num_bits": "4",
-              "is_a_8bit": "false"}
+_ARGUMENTS = {"b_q_weight": "b_q_weight", "perm": "perm", "size_k": "size_k", "size_n": "size_n", "num_bits": "4", "is_a_8bit": "false"}
 
 
 def repack_source(source_dir: Path = SOURCE_DIR) -> Path | None:
@@ -103,8 +102,10 @@ def build(source_dir: Path = SOURCE_DIR, build_dir: Path = Path("/tmp/moebake-ma
     arch = f"{major}{minor}" + ("a" if major >= 9 else "")
     roots = {p.parent for p in tree.rglob("*") if p.is_file()} | {tree}
     return cpp_extension.load(
-        name="moebake_marlin_repack", sources=[str(wrapper), str(tree / cu.relative_to(source_dir))],
+        name="moebake_marlin_repack",
+        sources=[str(wrapper), str(tree / cu.relative_to(source_dir))],
         extra_include_paths=[str(standin), *sorted(str(r) for r in roots)],
         extra_cuda_cflags=["-O3", f"-gencode=arch=compute_{arch},code=sm_{arch}"],
-        build_directory=str(build_dir), verbose=verbose,
+        build_directory=str(build_dir),
+        verbose=verbose,
     )

@@ -37,8 +37,9 @@ def kernel_interleave(lib, weight: torch.Tensor, quant_type: str) -> torch.Tenso
     src = weight.contiguous().cuda()
     dst = torch.empty_like(src)
     for e in range(src.shape[0]):
-        rc = lib.moebake_interleave(ctypes.c_void_p(src[e].data_ptr()), ctypes.c_void_p(dst[e].data_ptr()),
-                                    src.shape[1], 2 * src.shape[2], QUANT_TYPES[quant_type])
+        rc = lib.moebake_interleave(
+            ctypes.c_void_p(src[e].data_ptr()), ctypes.c_void_p(dst[e].data_ptr()), src.shape[1], 2 * src.shape[2], QUANT_TYPES[quant_type]
+        )
         if rc != 0:
             raise RuntimeError(f"moebake_interleave returned CUDA error {rc}")
     return dst if weight.is_cuda else dst.cpu()
@@ -49,17 +50,25 @@ def main(library: str) -> int:
     results = []
     for shape in [(3, 48, 128), (1, 2064, 96), (1, 64, 2240), (2, 2944, 1472)]:
         w = torch.randint(0, 256, shape, dtype=torch.uint8)
-        results.append(compare("x".join(map(str, shape)), 'nvcc interleave "fp4" (quant type 1, layout v2)',
-                               interleave_fp4(w, layout="v2"), kernel_interleave(lib, w, "fp4")))
+        results.append(
+            compare(
+                "x".join(map(str, shape)),
+                'nvcc interleave "fp4" (quant type 1, layout v2)',
+                interleave_fp4(w, layout="v2"),
+                kernel_interleave(lib, w, "fp4"),
+            )
+        )
     for name, shape in {**SMALL_SHAPES, **REAL_SHAPES}.items():
         w = weights(shape, seed=len(name))
-        results.append(compare(name, 'nvcc interleave "fp4_fp8" (quant type 2)', interleave_fp4_fp8(w),
-                               kernel_interleave(lib, w, "fp4_fp8")))
+        results.append(
+            compare(name, 'nvcc interleave "fp4_fp8" (quant type 2)', interleave_fp4_fp8(w), kernel_interleave(lib, w, "fp4_fp8"))
+        )
     try:
         from flashinfer.fused_moe import prepare
     except Exception as err:  # FlashInfer absent or broken here: say so, the kernel comparisons above stand
         print(f"SKIPPED: the whole Humming preprocess (flashinfer.fused_moe does not import: {type(err).__name__}: {err})")
     else:
+
         def nvcc_interleave(weight, quant_type="fp4"):
             return kernel_interleave(lib, weight, quant_type)
 

@@ -77,10 +77,20 @@ def test_scalars_equal_sglang_formulas_on_cuda(bakes):
     w1_alpha = raw["w13_weight_scale_2"][:, 0] / torch.clamp(used_input_scale.reshape(()), min=1e-12)
     w2_alpha = raw["w2_weight_scale_2"] / torch.clamp(fc2_input_scale.reshape(-1)[:1], min=1e-12).reshape(())
     expected = {
-        "cutedsl-deepep": {"g1_alphas": g1_alphas, "g1_alphas_up": g1_alphas_up, "g2_alphas": g2_alphas,
-                           "w13_input_scale_quant": w13_input_scale_quant, "w2_input_scale_quant": w2_input_scale_quant},
-        "cutedsl": {"w1_alpha": w1_alpha, "w2_alpha": w2_alpha, "fc2_input_scale": fc2_input_scale,
-                    "w13_input_scale_quant": w13_input_scale_quant, "g1_alphas_up": g1_alphas_up},
+        "cutedsl-deepep": {
+            "g1_alphas": g1_alphas,
+            "g1_alphas_up": g1_alphas_up,
+            "g2_alphas": g2_alphas,
+            "w13_input_scale_quant": w13_input_scale_quant,
+            "w2_input_scale_quant": w2_input_scale_quant,
+        },
+        "cutedsl": {
+            "w1_alpha": w1_alpha,
+            "w2_alpha": w2_alpha,
+            "fc2_input_scale": fc2_input_scale,
+            "w13_input_scale_quant": w13_input_scale_quant,
+            "g1_alphas_up": g1_alphas_up,
+        },
     }
     for target, tensors in expected.items():
         for short, value in tensors.items():

@@ -90,8 +90,15 @@ def bakes(deep_ep, tmp_path_factory):
             if ep == 2 and torch.cuda.device_count() < 2:
                 continue
             tag = f"{name}-e{d.experts * ep}"
-            source = write_bf16_moe(root / f"{tag}-src", style=d.style, num_layers=1, num_experts=d.experts * ep,
-                                    hidden=d.hidden, intermediate=d.intermediate, seed=i)
+            source = write_bf16_moe(
+                root / f"{tag}-src",
+                style=d.style,
+                num_layers=1,
+                num_experts=d.experts * ep,
+                hidden=d.hidden,
+                intermediate=d.intermediate,
+                seed=i,
+            )
             convert(source, root / f"{tag}-out", ConvertOptions(target="deepep-bf16"), progress=False)
             prefix = moebake.serve.open(root / f"{tag}-out").layer(0).prefix
             made[name, ep] = (str(source), str(root / f"{tag}-out"), prefix)
@@ -99,16 +106,20 @@ def bakes(deep_ep, tmp_path_factory):
 
 
 def jobs(bakes, ep, seed=0):
-    return tuple(LayerJob(bakes[c.dims, ep][1], 0, c.tokens, top_k=c.top_k, seed=seed + i, drop=c.drop,
-                          source=bakes[c.dims, ep][0]) for i, c in enumerate(CASES))
+    return tuple(
+        LayerJob(bakes[c.dims, ep][1], 0, c.tokens, top_k=c.top_k, seed=seed + i, drop=c.drop, source=bakes[c.dims, ep][0])
+        for i, c in enumerate(CASES)
+    )
 
 
 def report(label, results):
     for rank_results in results:
         for case, r in zip(CASES, rank_results):
-            print(f"{label} rank {r['rank']}/{r['ranks']} {case.name}: experts {r['experts']} of {r['num_experts']}, "
-                  f"{r['tokens']} tokens x top-{r['top_k']} ({r['dropped_choices']} ids -1), T_max/rank "
-                  f"{r['max_tokens_per_rank']}, {r['dispatcher']} + {r['backend']}: rel L2 vs fp32 source {r['rel_l2']:.2e}")
+            print(
+                f"{label} rank {r['rank']}/{r['ranks']} {case.name}: experts {r['experts']} of {r['num_experts']}, "
+                f"{r['tokens']} tokens x top-{r['top_k']} ({r['dropped_choices']} ids -1), T_max/rank "
+                f"{r['max_tokens_per_rank']}, {r['dispatcher']} + {r['backend']}: rel L2 vs fp32 source {r['rel_l2']:.2e}"
+            )
 
 
 def test_rdma_size_arithmetic_equals_deep_eps_hint(deep_ep):
@@ -116,7 +127,8 @@ def test_rdma_size_arithmetic_equals_deep_eps_hint(deep_ep):
         for hidden in (2048, 3072, 4096, 7168):
             for ranks, experts in ((1, 8), (2, 256), (8, 288), (2, 512)):
                 assert rdma_bytes(tokens, hidden, ranks, experts) == deep_ep.Buffer.get_low_latency_rdma_size_hint(
-                    tokens, hidden, ranks, experts), (tokens, hidden, ranks, experts)
+                    tokens, hidden, ranks, experts
+                ), (tokens, hidden, ranks, experts)
 
 
 def test_launcher_one_rank_deep_ep_matches_the_source(bakes):
@@ -157,16 +169,17 @@ def test_deep_ep_decode_step_replays_from_a_cuda_graph(bakes, ranks):
 
 def assert_same_within_one_rounding(got, expected, label):
     equal = float((got == expected).float().mean())
-    print(f"{label}: DeepEP vs stand-in: {100 * equal:.2f}% of elements bit-equal, max |diff| "
-          f"{float((got.float() - expected.float()).abs().max()):.3g}")
-    torch.testing.assert_close(got.float(), expected.float(), rtol=2 ** -7, atol=1e-5)
+    print(
+        f"{label}: DeepEP vs stand-in: {100 * equal:.2f}% of elements bit-equal, max |diff| "
+        f"{float((got.float() - expected.float()).abs().max()):.3g}"
+    )
+    torch.testing.assert_close(got.float(), expected.float(), rtol=2**-7, atol=1e-5)
 
 
 @pytest.fixture(scope="module")
 def one_rank_group(deep_ep):
     torch.cuda.set_device(0)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
-                            device_id=torch.device("cuda", 0))
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1, device_id=torch.device("cuda", 0))
     yield dist.group.WORLD
     dist.destroy_process_group()
 
@@ -204,7 +217,7 @@ def test_one_rank_deep_ep_equals_the_stand_in_and_the_source(case, bakes, one_ra
         assert_same_within_one_rounding(outputs[backend, "deepep"], outputs[backend, "standin"], f"one rank {case.name} {backend}")
     # The single-rank stand-in functions (no dispatcher) agree too.
     plain = checkpoint.load_experts(0, device).forward(hidden, ids, weights)
-    torch.testing.assert_close(plain.float(), outputs["deep_gemm", "deepep"].float(), rtol=2 ** -7, atol=1e-5)
+    torch.testing.assert_close(plain.float(), outputs["deep_gemm", "deepep"].float(), rtol=2**-7, atol=1e-5)
 
 
 def test_deep_ep_low_latency_mode_keeps_nvlink_multicast_off(one_rank_buffer):

@@ -61,8 +61,8 @@ def ll_input(E: int, t_max: int, H: int, masked_m: torch.Tensor, seed: int) -> t
 
 def weights(E: int, H: int, I: int, device, seed: int = 0):
     g = torch.Generator(device=device).manual_seed(seed)
-    w13 = (torch.randn(E, 2 * I, H, generator=g, device=device) / H ** 0.5).to(BF16)
-    w2 = (torch.randn(E, H, I, generator=g, device=device) / I ** 0.5).to(BF16)
+    w13 = (torch.randn(E, 2 * I, H, generator=g, device=device) / H**0.5).to(BF16)
+    w2 = (torch.randn(E, H, I, generator=g, device=device) / I**0.5).to(BF16)
     return w13, w2
 
 
@@ -72,7 +72,7 @@ def assert_valid_rows_close(got, expected, masked_m, max_diff):
         m = int(masked_m[e])
         if m:
             assert calc_diff(got[e, :m], expected[e, :m]) < max_diff, e
-            torch.testing.assert_close(got[e, :m].float(), expected[e, :m].float(), rtol=2 ** -6, atol=2 ** -6)
+            torch.testing.assert_close(got[e, :m].float(), expected[e, :m].float(), rtol=2**-6, atol=2**-6)
 
 
 def test_deep_gemm_is_the_default_backend(gpu):
@@ -85,7 +85,7 @@ def test_masked_gemm_matches_the_fallback(gpu, N, K, expected_m):
     t_max = 256
     masked_m = random_masked_m(E, t_max, seed=expected_m, device=gpu)
     a = ll_input(E, t_max, K, masked_m, seed=1)
-    b = (torch.randn(E, N, K, device=gpu) / K ** 0.5).to(BF16)
+    b = (torch.randn(E, N, K, device=gpu) / K**0.5).to(BF16)
     got = DEEP_GEMM.run(a, b, masked_m, expected_m)
     assert got.dtype == BF16 and tuple(got.shape) == (E, t_max, N)
     assert_valid_rows_close(got, TORCH.run(a, b, masked_m, expected_m), masked_m, 1e-5)
@@ -129,4 +129,4 @@ def test_token_major_forward_agrees_between_backends(gpu):
     got = DeepEPBf16Experts(w13, w2, backend="deep_gemm").forward(hidden, topk_ids, topk_weights)
     expected = DeepEPBf16Experts(w13, w2, backend="torch").forward(hidden, topk_ids, topk_weights)
     assert calc_diff(got, expected) < 1e-4
-    torch.testing.assert_close(got.float(), expected.float(), rtol=2 ** -5, atol=2 ** -5)
+    torch.testing.assert_close(got.float(), expected.float(), rtol=2**-5, atol=2**-5)

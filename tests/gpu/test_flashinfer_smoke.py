@@ -93,9 +93,15 @@ def test_cutlass_fused_moe_w4a16_matches_reference(flashinfer_moe):
     s2_il = fm.interleave_moe_scales_for_sm90_mixed_gemm(s2)
     out = torch.empty(T, H, dtype=torch.bfloat16, device=device)
     result = fm.cutlass_fused_moe(
-        x, topk_ids.to(torch.int32), topk_weights, w1_il, w2_il, torch.bfloat16,
+        x,
+        topk_ids.to(torch.int32),
+        topk_weights,
+        w1_il,
+        w2_il,
+        torch.bfloat16,
         quant_scales=[s1_il.view(torch.int32), s2_il.view(torch.int32)],
-        use_w4_group_scaling=True, output=out,
+        use_w4_group_scaling=True,
+        output=out,
     )
     if isinstance(result, (list, tuple)):
         result = result[0]

@@ -30,7 +30,7 @@ def kernels():
 
 def assert_same_up_to_exp_rounding(got, expected):
     """Equal within one BF16 ulp everywhere, and bit-identical for all but a tiny fraction."""
-    torch.testing.assert_close(got.float(), expected.float(), rtol=2 ** -7, atol=1e-6)
+    torch.testing.assert_close(got.float(), expected.float(), rtol=2**-7, atol=1e-6)
     assert (got != expected).float().mean() < 1e-3
 
 

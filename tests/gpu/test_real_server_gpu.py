@@ -39,8 +39,10 @@ REPO = Path(__file__).resolve().parents[2]
 ENGINE = os.environ.get("MOEBAKE_REAL_SERVER_ENGINE", "sglang")
 MODEL = os.environ.get("MOEBAKE_REAL_SERVER_MODEL", "gpt-oss")
 SITE = Path(os.environ.get("V26_SITE", "/tmp/v26site") if ENGINE == "vllm" else os.environ.get("S17_SITE", "/tmp/s17site"))
-DEFAULT_RUNS = {"sglang": "stock:marlin bake:marlin:sm90-marlin stock:marlin",
-                "vllm": "stock:flashinfer_cutlass bake:flashinfer_cutlass:sm90-cutlass"}
+DEFAULT_RUNS = {
+    "sglang": "stock:marlin bake:marlin:sm90-marlin stock:marlin",
+    "vllm": "stock:flashinfer_cutlass bake:flashinfer_cutlass:sm90-cutlass",
+}
 RUNS = os.environ.get("MOEBAKE_REAL_SERVER_RUNS", DEFAULT_RUNS[ENGINE]).split()
 
 
@@ -59,10 +61,25 @@ def test_a_real_sglang_server_serves_the_bake_token_for_token(tmp_path):
     spec.loader.exec_module(bench)
     work = Path(os.environ.get("MOEBAKE_REAL_SERVER_DIR", tmp_path))
     out = tmp_path / "real_server.json"
-    command = [sys.executable, str(REPO / "bench" / "real_server.py"), "all", "--dir", str(work), "--runs", *RUNS,
-               "--engine", ENGINE, "--model", MODEL,
-               "--ready-timeout", os.environ.get("MOEBAKE_REAL_SERVER_TIMEOUT", "900"), "--out", str(out),
-               "--log-dir", str(tmp_path)]
+    command = [
+        sys.executable,
+        str(REPO / "bench" / "real_server.py"),
+        "all",
+        "--dir",
+        str(work),
+        "--runs",
+        *RUNS,
+        "--engine",
+        ENGINE,
+        "--model",
+        MODEL,
+        "--ready-timeout",
+        os.environ.get("MOEBAKE_REAL_SERVER_TIMEOUT", "900"),
+        "--out",
+        str(out),
+        "--log-dir",
+        str(tmp_path),
+    ]
     subprocess.run(command, check=True, cwd=REPO)
     runs = json.loads(out.read_text())["runs"]
     assert [r.get("error") for r in runs] == [None] * len(runs), [r.get("log_tail") for r in runs]

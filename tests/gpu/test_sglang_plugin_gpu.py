@@ -80,14 +80,16 @@ def sm90_server(oracle, model_dir, **flags):
     from moebake.serve.flashinfer_ops import sm90_moe_ops
 
     ops = sm90_moe_ops()
-    with (oracle.sglang_engine(gpu="sm90", **{"moe_runner_backend": "flashinfer_mxfp4", **flags}),
-          mock.patch.object(prepare, "interleave_moe_weights_for_sm90_mixed_gemm", ops.interleave_weights),
-          mock.patch.object(mxfp4, "_FI_HAS_SM90_CUTLASS_MXFP4", True),
-          mock.patch.object(mxfp4, "interleave_moe_weights_for_sm90_mixed_gemm", ops.interleave_weights, create=True),
-          mock.patch.object(mxfp4, "interleave_moe_scales_for_sm90_mixed_gemm", ops.interleave_scales, create=True),
-          mock.patch.object(runner, "_flashinfer_cutlass_fused_moe", lambda: (ops.cutlass_fused_moe, ActivationType)),
-          mock.patch("moebake.engines.sglang.config.model_directory", return_value=model_dir),
-          torch.device(DEVICE)):
+    with (
+        oracle.sglang_engine(gpu="sm90", **{"moe_runner_backend": "flashinfer_mxfp4", **flags}),
+        mock.patch.object(prepare, "interleave_moe_weights_for_sm90_mixed_gemm", ops.interleave_weights),
+        mock.patch.object(mxfp4, "_FI_HAS_SM90_CUTLASS_MXFP4", True),
+        mock.patch.object(mxfp4, "interleave_moe_weights_for_sm90_mixed_gemm", ops.interleave_weights, create=True),
+        mock.patch.object(mxfp4, "interleave_moe_scales_for_sm90_mixed_gemm", ops.interleave_scales, create=True),
+        mock.patch.object(runner, "_flashinfer_cutlass_fused_moe", lambda: (ops.cutlass_fused_moe, ActivationType)),
+        mock.patch("moebake.engines.sglang.config.model_directory", return_value=model_dir),
+        torch.device(DEVICE),
+    ):
         from sglang.srt.distributed import parallel_state
         from sglang.srt.runtime_context import get_parallel
 
@@ -98,11 +100,20 @@ def sm90_server(oracle, model_dir, **flags):
 def _fused_moe(config: dict, quant_config):
     from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
 
-    return FusedMoE(num_experts=config["num_local_experts"], top_k=config["num_experts_per_tok"], layer_id=0,
-                    hidden_size=config["hidden_size"], intermediate_size=config["intermediate_size"],
-                    quant_config=quant_config, activation=config["hidden_act"], gemm1_alpha=1.702,
-                    gemm1_clamp_limit=config["swiglu_limit"], with_bias=True, prefix=PREFIX.rstrip("."),
-                    use_weight_loader_fused=quant_config.get_name() != "mxfp4")
+    return FusedMoE(
+        num_experts=config["num_local_experts"],
+        top_k=config["num_experts_per_tok"],
+        layer_id=0,
+        hidden_size=config["hidden_size"],
+        intermediate_size=config["intermediate_size"],
+        quant_config=quant_config,
+        activation=config["hidden_act"],
+        gemm1_alpha=1.702,
+        gemm1_clamp_limit=config["swiglu_limit"],
+        with_bias=True,
+        prefix=PREFIX.rstrip("."),
+        use_weight_loader_fused=quant_config.get_name() != "mxfp4",
+    )
 
 
 def _peak_gib(before: int) -> float:
@@ -123,8 +134,17 @@ def stock_layer(oracle, source, **flags):
         before = torch.cuda.memory_allocated()
         began = time.perf_counter()
         layer = _fused_moe(config, Mxfp4Config.from_config(config["quantization_config"]))
-        names = [PREFIX + s for s in ("gate_up_proj_blocks", "gate_up_proj_scales", "gate_up_proj_bias",
-                                      "down_proj_blocks", "down_proj_scales", "down_proj_bias")]
+        names = [
+            PREFIX + s
+            for s in (
+                "gate_up_proj_blocks",
+                "gate_up_proj_scales",
+                "gate_up_proj_bias",
+                "down_proj_blocks",
+                "down_proj_scales",
+                "down_proj_bias",
+            )
+        ]
         holder = oracle._Holder(PREFIX, layer, PretrainedConfig(**config))
         GptOssForCausalLM._load_mxfp4_experts_weights(holder, iter(oracle.read_tensors(source, names).items()))
         layer.quant_method.process_weights_after_loading(layer)
@@ -189,9 +209,11 @@ def test_plugin_equals_stock_sglang_and_starts_faster(oracle, bake):
         ours, theirs = forward(oracle, plugin, out, x, ids, weights), forward(oracle, stock, source, x, ids, weights)
         assert ours.shape == (tokens, SHAPE["hidden"]) and ours.abs().max() > 0
         assert torch.equal(ours, theirs), f"{tokens} tokens: plugin output differs from stock SGLang's"
-    print(f"\nstart-up of one GPT-OSS layer (E={SHAPE['num_experts']}, H=I=2880): stock SGLang {stock_seconds:.3f} s, "
-          f"moebake plugin {plugin_seconds:.3f} s, ratio stock/plugin {stock_seconds / plugin_seconds:.2f}; "
-          f"peak GPU memory beyond the layer's start: stock {stock_peak:.2f} GiB, plugin {plugin_peak:.2f} GiB")
+    print(
+        f"\nstart-up of one GPT-OSS layer (E={SHAPE['num_experts']}, H=I=2880): stock SGLang {stock_seconds:.3f} s, "
+        f"moebake plugin {plugin_seconds:.3f} s, ratio stock/plugin {stock_seconds / plugin_seconds:.2f}; "
+        f"peak GPU memory beyond the layer's start: stock {stock_peak:.2f} GiB, plugin {plugin_peak:.2f} GiB"
+    )
 
 
 def server_flags(target: str) -> dict[str, str]:
@@ -243,9 +265,11 @@ def test_humming_plugin_equals_stock_sglang(oracle, tmp_path):
         assert torch.equal(ours, theirs), f"{x.shape[0]} tokens: Humming output through the plugin differs from stock SGLang's"
         assert torch.equal(runtime.forward(x, ids, weights), theirs), f"{x.shape[0]} tokens: moebake.serve differs"
     shape = f"E={SHAPE['num_experts']}, H={SHAPE['hidden']}, I={SHAPE['intermediate']}"
-    print(f"\nMATCH: sm90-cutlass-w4a8 plugin == stock SGLang's Humming path on the GPU ({shape}): parameters "
-          f"{', '.join(sorted(checked))}; forward at 1, 37, 512 tokens, and moebake.serve's forward; start-up stock "
-          f"{stock_seconds:.3f} s, plugin {plugin_seconds:.3f} s (not warmed)")
+    print(
+        f"\nMATCH: sm90-cutlass-w4a8 plugin == stock SGLang's Humming path on the GPU ({shape}): parameters "
+        f"{', '.join(sorted(checked))}; forward at 1, 37, 512 tokens, and moebake.serve's forward; start-up stock "
+        f"{stock_seconds:.3f} s, plugin {plugin_seconds:.3f} s (not warmed)"
+    )
 
 
 MARLIN = server_flags("sm90-marlin")
@@ -269,7 +293,7 @@ def test_marlin_plugin_equals_stock_sglang_and_its_start_up_memory(oracle, tmp_p
         ours = forward(oracle, plugin, tmp_path / "out", x, ids, weights, **MARLIN)
         theirs = forward(oracle, stock, source, x, ids, weights, **MARLIN)
         # SGLang's Marlin runner returns the padded hidden width (H 2880 -> 3072); its model code trims it
-        assert ours.shape[0] == x.shape[0] and ours.shape[1] >= SHAPE["hidden"] and ours[:, :SHAPE["hidden"]].abs().max() > 0
+        assert ours.shape[0] == x.shape[0] and ours.shape[1] >= SHAPE["hidden"] and ours[:, : SHAPE["hidden"]].abs().max() > 0
         again = forward(oracle, stock, source, x, ids, weights, **MARLIN)
         if torch.equal(again, theirs):
             assert torch.equal(ours, theirs), f"{x.shape[0]} tokens: Marlin output through the plugin differs from stock SGLang's"
@@ -279,10 +303,12 @@ def test_marlin_plugin_equals_stock_sglang_and_its_start_up_memory(oracle, tmp_p
             assert (ours.float() - theirs.float()).abs().max().item() <= spread, f"{x.shape[0]} tokens"
             spreads[x.shape[0]] = spread
     parameters = sum(p.numel() * p.element_size() for p in plugin.parameters()) / 2**30
-    print(f"\nMATCH: sm90-marlin plugin == stock SGLang (parameters {', '.join(sorted(checked))}; forward bit for bit at "
-          f"{exact} tokens; where stock SGLang's own Marlin forward differs between two identical calls (max abs "
-          f"{spreads}), the plugin's differs from it by no more); start-up of one GPT-OSS layer "
-          f"(E={SHAPE['num_experts']}, H=I=2880): stock {stock_seconds:.3f} s, plugin {plugin_seconds:.3f} s; peak GPU "
-          f"memory beyond the layer's start: stock {stock_peak:.2f} GiB, plugin {plugin_peak:.2f} GiB, of which the "
-          f"parameters are {parameters:.2f} GiB")
+    print(
+        f"\nMATCH: sm90-marlin plugin == stock SGLang (parameters {', '.join(sorted(checked))}; forward bit for bit at "
+        f"{exact} tokens; where stock SGLang's own Marlin forward differs between two identical calls (max abs "
+        f"{spreads}), the plugin's differs from it by no more); start-up of one GPT-OSS layer "
+        f"(E={SHAPE['num_experts']}, H=I=2880): stock {stock_seconds:.3f} s, plugin {plugin_seconds:.3f} s; peak GPU "
+        f"memory beyond the layer's start: stock {stock_peak:.2f} GiB, plugin {plugin_peak:.2f} GiB, of which the "
+        f"parameters are {parameters:.2f} GiB"
+    )
     assert plugin_peak - parameters <= 0.25, "issue #28's target: at most 0.25 GiB of GPU memory beyond the parameters"

@@ -8,7 +8,6 @@ JIT-build for the GPU present; an SM100 GPU is not needed (the trtllm-gen kernel
 Skipped without CUDA or FlashInfer.
 """
 
-
 import pytest
 import torch
 
@@ -28,10 +27,10 @@ def flashinfer():
     return pytest.importorskip("flashinfer")
 
 
-
 def gpt_oss_halves(src, prefix, e, H, I, Hp, Ip):
     """(W13 [up; gate] each padded to Ip rows, W2) for weights and scales of expert ``e``, uint8: weights with
     zeros, scales with 127 (E8M0 2^0, SGLang 0.5.23's SM100 scale buffers)."""
+
     def padded(x, rows, cols, fill=0):
         out = torch.full((rows, cols), fill, dtype=torch.uint8)
         out[: x.shape[0], : x.shape[1]] = x
@@ -50,8 +49,12 @@ def dsv4_halves(src, prefix, e):
     def raw(name):
         return src[f"{prefix}{e}.{name}"].view(torch.uint8)
 
-    return (torch.cat([raw("w3.weight"), raw("w1.weight")]), torch.cat([raw("w3.scale"), raw("w1.scale")]),
-            raw("w2.weight"), raw("w2.scale"))
+    return (
+        torch.cat([raw("w3.weight"), raw("w1.weight")]),
+        torch.cat([raw("w3.scale"), raw("w1.scale")]),
+        raw("w2.weight"),
+        raw("w2.scale"),
+    )
 
 
 def check_layer(flashinfer, baked, prefix, experts, halves):

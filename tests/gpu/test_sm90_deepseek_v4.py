@@ -27,7 +27,7 @@ from mxfp4_oracle import dequantize
 pytestmark = pytest.mark.gpu
 
 SHAPE = {"num_experts": 8, "hidden": 512, "intermediate": 256}
-LIMIT = 4.0        # small enough that the clamps act on a good share of the activations
+LIMIT = 4.0  # small enough that the clamps act on a good share of the activations
 INPUT_SCALE = 4.0  # hidden states ~N(0, 4^2): outputs are O(1), well above the 0.1 tolerance
 TOP_K = 2
 
@@ -105,9 +105,16 @@ def _run(out_dir, x, ids, weights, **swiglu):
     t = {n: v.to(x.device) for n, v in _load(out_dir, [prefix + n for n in names]).items()}
     out = torch.empty_like(x)  # FlashInfer 0.7.2 returns a list; the result lands in `output`
     _cutlass_fused_moe()(
-        x, ids, weights, t[prefix + "w13_weight"], t[prefix + "w2_weight"], torch.bfloat16,
+        x,
+        ids,
+        weights,
+        t[prefix + "w13_weight"],
+        t[prefix + "w2_weight"],
+        torch.bfloat16,
         quant_scales=[t[prefix + "w13_weight_scale"].view(torch.int32), t[prefix + "w2_weight_scale"].view(torch.int32)],
-        use_w4_group_scaling=True, output=out, **swiglu,
+        use_w4_group_scaling=True,
+        output=out,
+        **swiglu,
     )
     return out
 
@@ -127,13 +134,16 @@ def test_baked_deepseek_v4_matches_dequantized_reference(gpu, baked, tokens):
     out = _run(out_dir, x, ids, weights, swiglu_limit=limit).float()  # as SGLang 0.5.23 calls it
     reference = dequantized_reference(source, SHAPE, x, ids, weights)
     within, relative_rms = _within(out, reference), ((out - reference).norm() / reference.norm()).item()
-    print(f"\n{tokens} tokens: {within:.5%} within rtol=atol=0.1, relative RMS error {relative_rms:.2e}, "
-          f"reference std {reference.std().item():.3f}")
+    print(
+        f"\n{tokens} tokens: {within:.5%} within rtol=atol=0.1, relative RMS error {relative_rms:.2e}, "
+        f"reference std {reference.std().item():.3f}"
+    )
     assert reference.std() > 0.5
     assert within >= 0.999 and relative_rms < 0.02
     assert _within(out, dequantized_reference(source, SHAPE, x, ids, weights, swap_gate_up=True)) < 0.9  # gate/up order matters
-    explicit = _run(out_dir, x, ids, weights, swiglu_alpha=torch.ones(E, device=gpu),
-                    swiglu_beta=torch.zeros(E, device=gpu), swiglu_limit=limit).float()
+    explicit = _run(
+        out_dir, x, ids, weights, swiglu_alpha=torch.ones(E, device=gpu), swiglu_beta=torch.zeros(E, device=gpu), swiglu_limit=limit
+    ).float()
     assert torch.equal(explicit, out)  # the manifest's alpha = 1, beta = 0 are the kernel's defaults
 
 

@@ -62,6 +62,8 @@ def test_humming_preprocess_matches_flashinfer(flashinfer_moe, name):
     middle = time.monotonic()
     cpu = humming_preprocess(weight, scale)
     print(f"  {name}: FlashInfer GPU {middle - start:.2f} s (with copies), moebake CPU {time.monotonic() - middle:.2f} s")
-    results = [compare(name, f"Humming preprocess {what}", mine, theirs)
-               for what, mine, theirs in zip(("weight", "folded offsets", "residual"), cpu, gpu, strict=True)]
+    results = [
+        compare(name, f"Humming preprocess {what}", mine, theirs)
+        for what, mine, theirs in zip(("weight", "folded offsets", "residual"), cpu, gpu, strict=True)
+    ]
     assert all(results)

@@ -70,8 +70,9 @@ def case(request, tmp_path_factory, gpu):
 
 def _w4a16_only(shape):
     if shape["target"] != "sm90-cutlass":
-        pytest.skip("moebake's SGLang-way baseline is W4A16's; W4A8 is compared with stock SGLang's Humming path "
-                    "in test_sglang_plugin_gpu.py")
+        pytest.skip(
+            "moebake's SGLang-way baseline is W4A16's; W4A8 is compared with stock SGLang's Humming path in test_sglang_plugin_gpu.py"
+        )
 
 
 def _rank_range(shape, ep_rank, ep_size):
@@ -160,8 +161,10 @@ def test_forward_matches_dequantized_reference(gpu, case):
     for label, out in outputs.items():
         within = ((out - reference).abs() <= 0.1 + 0.1 * reference.abs()).float().mean().item()
         relative_rms = ((out - reference).norm() / reference.norm()).item()
-        print(f"\n{label} {shape['hidden']}x{shape['intermediate']}: {within:.5%} within rtol=atol=0.1, "
-              f"relative RMS error {relative_rms:.2e} against the float32 reference of the source's experts")
+        print(
+            f"\n{label} {shape['hidden']}x{shape['intermediate']}: {within:.5%} within rtol=atol=0.1, "
+            f"relative RMS error {relative_rms:.2e} against the float32 reference of the source's experts"
+        )
         if w4a16:
             assert within >= 0.999, label
         assert relative_rms < (0.02 if w4a16 else 0.1), label
@@ -175,8 +178,7 @@ def test_expert_parallel_ranks_sum_to_the_single_rank_output(gpu, case, ep_size)
     checkpoint = moebake.serve.open(baked)
     x, ids, weights = _inputs(300, shape, ep_size, gpu)
     whole = checkpoint.load_experts(0, device=gpu).forward(x, ids, weights).float()
-    parts = [checkpoint.load_experts(0, device=gpu, ep_rank=r, ep_size=ep_size).forward(x, ids, weights).float()
-             for r in range(ep_size)]
+    parts = [checkpoint.load_experts(0, device=gpu, ep_rank=r, ep_size=ep_size).forward(x, ids, weights).float() for r in range(ep_size)]
     assert all(p.abs().max() > 0 for p in parts)  # every rank's experts received tokens
     total = torch.stack(parts).sum(0)
     # each output is a float32 sum rounded once to bf16 (relative error <= 2^-8 of its magnitude)
@@ -209,4 +211,4 @@ def test_decode_step_and_its_cuda_graph_equal_the_forward(gpu, case, tokens):
         torch.cuda.synchronize()
         assert replayed.shape == (tokens, shape["hidden"]) and torch.equal(replayed, expected), seed
     assert pointers == [t.data_ptr() for t in (step.hidden_padded, step.topk_ids, step.topk_weights, step.output)]
-    assert not step.hidden_padded[:, shape["hidden"]:].any()  # the padding columns stay zero
+    assert not step.hidden_padded[:, shape["hidden"] :].any()  # the padding columns stay zero

@@ -63,13 +63,24 @@ def bake(tmp_path_factory, vllm_on_sm90):
 def test_deepseek_v4_plugin_equals_stock_vllm_on_flashinfer_cutlass(vllm_on_sm90, bake):
     source, out = bake
     stock, plugin, stock_seconds, plugin_seconds = prepared(
-        lambda: vllm_on_sm90.deepseek_v4_stock_experts(source, PREFIX, SHAPE["num_experts"], SHAPE["hidden"],
-                                                       SHAPE["intermediate"], DEVICE),
-        lambda: served_experts(out, 0, DEVICE))
+        lambda: vllm_on_sm90.deepseek_v4_stock_experts(
+            source, PREFIX, SHAPE["num_experts"], SHAPE["hidden"], SHAPE["intermediate"], DEVICE
+        ),
+        lambda: served_experts(out, 0, DEVICE),
+    )
     assert plugin.quant_method.mxfp4_backend.value == "FLASHINFER_CUTLASS_MXFP4_BF16"
     assert plugin.w2_weight.shape[1] == SHAPE["hidden"]  # not padded
-    assert_forwards_equal(plugin, stock, lambda x, ids, weights: dequantized_reference(source, SHAPE, x, ids, weights),
-                          hidden=SHAPE["hidden"], num_experts=SHAPE["num_experts"], top_k=TOP_K, scale=INPUT_SCALE)
-    print(f"\nstart-up of one DeepSeek-V4 expert layer through vLLM (E={SHAPE['num_experts']}, H=7168, I=3072): stock vLLM "
-          f"{stock_seconds:.3f} s (the routed experts alone), moebake plugin {plugin_seconds:.3f} s (the whole MoE block: "
-          "router and FP8 shared experts too, the rest of the checkpoint read)")
+    assert_forwards_equal(
+        plugin,
+        stock,
+        lambda x, ids, weights: dequantized_reference(source, SHAPE, x, ids, weights),
+        hidden=SHAPE["hidden"],
+        num_experts=SHAPE["num_experts"],
+        top_k=TOP_K,
+        scale=INPUT_SCALE,
+    )
+    print(
+        f"\nstart-up of one DeepSeek-V4 expert layer through vLLM (E={SHAPE['num_experts']}, H=7168, I=3072): stock vLLM "
+        f"{stock_seconds:.3f} s (the routed experts alone), moebake plugin {plugin_seconds:.3f} s (the whole MoE block: "
+        "router and FP8 shared experts too, the rest of the checkpoint read)"
+    )

@@ -81,10 +81,19 @@ def plugin_layer(oracle, out):
 
 def test_plugin_equals_stock_vllm_on_flashinfer_cutlass(vllm_on_sm90, bake):
     source, out = bake
-    stock, plugin, stock_seconds, plugin_seconds = prepared(lambda: vllm_on_sm90.gpt_oss_stock_experts(source, 0, DEVICE),
-                                                            lambda: plugin_layer(vllm_on_sm90, out))
+    stock, plugin, stock_seconds, plugin_seconds = prepared(
+        lambda: vllm_on_sm90.gpt_oss_stock_experts(source, 0, DEVICE), lambda: plugin_layer(vllm_on_sm90, out)
+    )
     assert plugin.w2_weight.shape[1] == 2944
-    assert_forwards_equal(plugin, stock, lambda x, ids, weights: dequantized_reference(source, SHAPE, x, ids, weights),
-                          hidden=SHAPE["hidden"], num_experts=SHAPE["num_experts"], top_k=TOP_K)
-    print(f"\nstart-up of one GPT-OSS layer through vLLM (E={SHAPE['num_experts']}, H=I=2880): stock vLLM {stock_seconds:.3f} s, "
-          f"moebake plugin {plugin_seconds:.3f} s, ratio stock/plugin {stock_seconds / plugin_seconds:.2f}")
+    assert_forwards_equal(
+        plugin,
+        stock,
+        lambda x, ids, weights: dequantized_reference(source, SHAPE, x, ids, weights),
+        hidden=SHAPE["hidden"],
+        num_experts=SHAPE["num_experts"],
+        top_k=TOP_K,
+    )
+    print(
+        f"\nstart-up of one GPT-OSS layer through vLLM (E={SHAPE['num_experts']}, H=I=2880): stock vLLM {stock_seconds:.3f} s, "
+        f"moebake plugin {plugin_seconds:.3f} s, ratio stock/plugin {stock_seconds / plugin_seconds:.2f}"
+    )

@@ -59,8 +59,9 @@ def forward(experts, x, ids, weights):
     return output
 
 
-def assert_forwards_equal(plugin, stock, reference, *, hidden: int, num_experts: int, top_k: int, scale: float = 1.0,
-                          bound: float = 3e-2) -> None:
+def assert_forwards_equal(
+    plugin, stock, reference, *, hidden: int, num_experts: int, top_k: int, scale: float = 1.0, bound: float = 3e-2
+) -> None:
     """At 1, 37 and 512 tokens (hidden states ``scale`` x N(0, 1) in bf16, ``top_k`` of ``num_experts`` experts by a
     softmax of random logits, weights renormalised): the plugin's output equals stock vLLM's bit for bit, and is within
     relative L2 error ``bound`` of ``reference(x, ids, weights)`` (float32)."""

@@ -107,14 +107,26 @@ def build_model(engine, directory: Path, blocks, *, load_format="moebake", quant
         return Spy(blocks(vllm_config)), vllm_config
 
 
-def build_gpt_oss(directory: Path, *, load_format="moebake", moe_backend="flashinfer_cutlass", capability=90,
-                  tensor_parallel=(1, 0), expert_parallel=False):
+def build_gpt_oss(
+    directory: Path,
+    *,
+    load_format="moebake",
+    moe_backend="flashinfer_cutlass",
+    capability=90,
+    tensor_parallel=(1, 0),
+    expert_parallel=False,
+):
     """vLLM's GPT-OSS MoE blocks (its ``MLPBlock`` of layers 0 and 1) over the bake at ``directory``, as
     :func:`build_model` builds them, on a GPU of ``capability`` with ``moe_backend``."""
-    engine = vllm_oracle.vllm_engine(vllm_oracle.hf_config_of(directory), None, moe_backend=moe_backend, capability=capability,
-                                     tensor_parallel=tensor_parallel, expert_parallel=expert_parallel)
-    return build_model(engine, directory, lambda vllm_config: vllm_oracle.gpt_oss_holder(vllm_config, [0, 1]),
-                       load_format=load_format)
+    engine = vllm_oracle.vllm_engine(
+        vllm_oracle.hf_config_of(directory),
+        None,
+        moe_backend=moe_backend,
+        capability=capability,
+        tensor_parallel=tensor_parallel,
+        expert_parallel=expert_parallel,
+    )
+    return build_model(engine, directory, lambda vllm_config: vllm_oracle.gpt_oss_holder(vllm_config, [0, 1]), load_format=load_format)
 
 
 def load(directory: Path, model):
@@ -138,7 +150,7 @@ def post_load(model, engine, pre_processed=False) -> None:
         pytest.skip(f"vLLM {vllm_oracle.VLLM_VERSION} has no pre-processed mode (weights_already_processed)")
     weights_already_processed = utils.weights_already_processed if pre_processed else None
 
-    with engine, (weights_already_processed() if pre_processed else nullcontext()):
+    with engine, weights_already_processed() if pre_processed else nullcontext():
         process_weights_after_loading(model, MODEL_CONFIG, torch.device("cpu"))
 
 

@@ -49,8 +49,7 @@ BAKE, SERVES = ConvertOptions("sm90-cutlass", engine=vllm_oracle.ENGINE), ["sgla
 
 
 def write_source(directory: Path, ignored_layers=None) -> Path:
-    source = write_deepseek_v4(directory, num_layers=LAYERS, num_experts=EXPERTS, hidden=HIDDEN,
-                               intermediate=INTERMEDIATE, mtp_layers=1)
+    source = write_deepseek_v4(directory, num_layers=LAYERS, num_experts=EXPERTS, hidden=HIDDEN, intermediate=INTERMEDIATE, mtp_layers=1)
     if ignored_layers is not None:
         config = json.loads((source / "config.json").read_text())
         config["quantization_config"]["ignored_layers"] = ignored_layers
@@ -61,9 +60,12 @@ def write_source(directory: Path, ignored_layers=None) -> Path:
 @pytest.fixture(scope="module")
 def stock(source):
     """Stock vLLM's post-load routed-expert parameters of each layer of the source (the oracle)."""
-    return {layer: vllm_oracle.deepseek_v4_flashinfer_cutlass(source, f"layers.{layer}.ffn.experts.", EXPERTS, HIDDEN,
-                                                              INTERMEDIATE, kernel_interleave_here)
-            for layer in range(LAYERS)}
+    return {
+        layer: vllm_oracle.deepseek_v4_flashinfer_cutlass(
+            source, f"layers.{layer}.ffn.experts.", EXPERTS, HIDDEN, INTERMEDIATE, kernel_interleave_here
+        )
+        for layer in range(LAYERS)
+    }
 
 
 def hf_config_of(directory: Path):
@@ -90,10 +92,15 @@ def engine(hf_config, **kwargs):
     linear method also asks a CUDA op whether CUTLASS block FP8 runs (``cutlass_block_fp8_supported``), answered no."""
     import vllm.model_executor.layers.quantization.fp8 as fp8
 
-    with vllm_oracle.vllm_engine(hf_config, None, **kwargs) as vllm_config, \
-            mock.patch.object(fp8, "init_fp8_linear_kernel", lambda **_: NO_FP8_LINEAR_KERNEL), \
-            (mock.patch.object(fp8, "cutlass_block_fp8_supported", lambda: False)
-             if hasattr(fp8, "cutlass_block_fp8_supported") else nullcontext()):
+    with (
+        vllm_oracle.vllm_engine(hf_config, None, **kwargs) as vllm_config,
+        mock.patch.object(fp8, "init_fp8_linear_kernel", lambda **_: NO_FP8_LINEAR_KERNEL),
+        (
+            mock.patch.object(fp8, "cutlass_block_fp8_supported", lambda: False)
+            if hasattr(fp8, "cutlass_block_fp8_supported")
+            else nullcontext()
+        ),
+    ):
         yield vllm_config
 
 
@@ -120,8 +127,9 @@ def deepseek_v4_blocks(vllm_config) -> torch.nn.Module:
 def build(directory: Path, *, quant_config=None, hf_config=None, load_format="moebake", **kwargs):
     """vLLM's DeepSeek-V4 MoE blocks over ``directory`` (the plugin's config unless ``quant_config`` is given)."""
     hf_config = hf_config_of(directory) if hf_config is None else hf_config
-    return build_model(engine(hf_config, **kwargs), directory, deepseek_v4_blocks, load_format=load_format,
-                       quant_config=quant_config, hf_config=hf_config)
+    return build_model(
+        engine(hf_config, **kwargs), directory, deepseek_v4_blocks, load_format=load_format, quant_config=quant_config, hf_config=hf_config
+    )
 
 
 def experts_of(model, layer):
@@ -179,8 +187,11 @@ def test_the_gpu_tests_preparation_on_the_cpu(bake, stock):
 
 def _same_argument(ours, theirs) -> bool:
     if isinstance(ours, torch.Tensor):
-        return (isinstance(theirs, torch.Tensor) and (ours.dtype, ours.shape) == (theirs.dtype, theirs.shape)
-                and torch.equal(ours.reshape(-1).view(torch.uint8), theirs.reshape(-1).view(torch.uint8)))
+        return (
+            isinstance(theirs, torch.Tensor)
+            and (ours.dtype, ours.shape) == (theirs.dtype, theirs.shape)
+            and torch.equal(ours.reshape(-1).view(torch.uint8), theirs.reshape(-1).view(torch.uint8))
+        )
     if isinstance(ours, (list, tuple)):
         return type(ours) is type(theirs) and len(ours) == len(theirs) and all(map(_same_argument, ours, theirs))
     return ours == theirs
@@ -192,8 +203,7 @@ def test_vllms_experts_hand_flashinfer_the_same_call_for_the_plugins_layer(sourc
     the kernel the same call as stock vLLM's, every tensor byte for byte (the output buffer aside), and the call is
     DeepSeek-V4's: W4A16 group scaling, BF16 activations, no biases, SwiGLU with config.json's limit per expert."""
     with vllm_oracle.flashinfer_sm90_interleave(kernel_interleave_here):
-        stock_experts = vllm_oracle.deepseek_v4_stock_experts(source, "layers.0.ffn.experts.", EXPERTS, HIDDEN,
-                                                              INTERMEDIATE, "cpu")
+        stock_experts = vllm_oracle.deepseek_v4_stock_experts(source, "layers.0.ffn.experts.", EXPERTS, HIDDEN, INTERMEDIATE, "cpu")
     g = torch.Generator().manual_seed(0)
     x = torch.randn(5, HIDDEN, generator=g).to(torch.bfloat16)
     weights, ids = torch.topk(torch.softmax(torch.randn(5, EXPERTS, generator=g), -1), 2)
@@ -219,7 +229,7 @@ def assert_ep_rank_holds_stock_rows(bake, stock, rank, **flags):
         experts = experts_of(model, layer)
         assert experts.moe_config.moe_parallel_config.ep_size == 2
         for name, expected in stock[layer].items():
-            got, want = getattr(experts, name).data, expected[2 * rank: 2 * rank + 2]
+            got, want = getattr(experts, name).data, expected[2 * rank : 2 * rank + 2]
             assert (got.dtype, got.shape) == (want.dtype, want.shape), (rank, layer, name)
             assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (rank, layer, name)
 
@@ -234,8 +244,7 @@ def test_the_rest_goes_to_the_model_as_the_checkpoint_has_it(bake):
     load(bake, model)
     files, manifest = load_all(bake), json.loads((bake / "moebake.json").read_text())
     baked = {record["prefix"] + short for record in manifest["layers"] for short in record["tensors"]}
-    assert {record["prefix"] for record in manifest["layers"]} == {"layers.0.ffn.experts.", "layers.1.ffn.experts.",
-                                                                 "mtp.0.ffn.experts."}
+    assert {record["prefix"] for record in manifest["layers"]} == {"layers.0.ffn.experts.", "layers.1.ffn.experts.", "mtp.0.ffn.experts."}
     assert set(model.handed) == set(files) - baked
     for name, tensor in model.handed.items():
         assert torch.equal(tensor.view(torch.uint8), files[name].view(torch.uint8)), name
@@ -272,6 +281,7 @@ def test_every_other_parameter_is_what_stock_vllm_creates_for_the_source(tmp_pat
 
 # --- refusals: one line each -------------------------------------------------------------------------
 
+
 def test_refuses_a_gpu_that_is_not_sm90(bake):
     with pytest.raises(MoebakeError) as excinfo:
         build(bake, capability=100)
@@ -295,13 +305,16 @@ def test_refuses_another_load_format(bake):
     assert "--load-format moebake" in refusal(excinfo)
 
 
-@pytest.mark.parametrize("key, value, says", [
-    ("moe_intermediate_size", 2 * INTERMEDIATE, "'intermediate': 128"),
-    ("n_routed_experts", 2 * EXPERTS, "'experts': 4"),
-    ("hidden_size", 2 * HIDDEN, "hidden size 256"),
-    ("swiglu_limit", 7.0, "SwiGLU limit 10.0"),
-    ("architectures", ["DeepseekV3ForCausalLM"], "DeepseekV4ForCausalLM"),
-])
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        ("moe_intermediate_size", 2 * INTERMEDIATE, "'intermediate': 128"),
+        ("n_routed_experts", 2 * EXPERTS, "'experts': 4"),
+        ("hidden_size", 2 * HIDDEN, "hidden size 256"),
+        ("swiglu_limit", 7.0, "SwiGLU limit 10.0"),
+        ("architectures", ["DeepseekV3ForCausalLM"], "DeepseekV4ForCausalLM"),
+    ],
+)
 def test_refuses_a_config_that_disagrees_with_the_manifest(bake, key, value, says):
     hf_config = hf_config_of(bake)
     setattr(hf_config, key, value)
@@ -372,9 +385,11 @@ def test_refuses_a_target_it_does_not_serve(tmp_path):
     quant = get_quantization_config("moebake").from_config(config["quantization_config"])
     with pytest.raises(MoebakeError) as excinfo:
         quant.maybe_update_config(str(tmp_path / "out"), hf_config=config)
-    assert ("target 'cutedsl-deepep' of source format 'modelopt-nvfp4'; the vLLM plugin serves sm90-cutlass bakes of "
-            "gpt-oss; cutedsl bakes of modelopt-nvfp4; sm90-cutlass bakes of deepseek-v4; sm100-trtllm bakes of gpt-oss; "
-            "sm100-trtllm bakes of deepseek-v4; sm90-marlin bakes of deepseek-v4") in refusal(excinfo)
+    assert (
+        "target 'cutedsl-deepep' of source format 'modelopt-nvfp4'; the vLLM plugin serves sm90-cutlass bakes of "
+        "gpt-oss; cutedsl bakes of modelopt-nvfp4; sm90-cutlass bakes of deepseek-v4; sm100-trtllm bakes of gpt-oss; "
+        "sm100-trtllm bakes of deepseek-v4; sm90-marlin bakes of deepseek-v4"
+    ) in refusal(excinfo)
 
 
 # --- sm100-trtllm (Blackwell, --moe-backend flashinfer_trtllm) ----------------------------------------
@@ -389,8 +404,14 @@ SM100_INTERMEDIATE = 256
 
 @pytest.fixture(scope="module")
 def source_sm100(tmp_path_factory):
-    return write_deepseek_v4(tmp_path_factory.mktemp("vllm-plugin-sm100") / "src", num_layers=LAYERS, num_experts=EXPERTS,
-                             hidden=HIDDEN, intermediate=SM100_INTERMEDIATE, mtp_layers=1)
+    return write_deepseek_v4(
+        tmp_path_factory.mktemp("vllm-plugin-sm100") / "src",
+        num_layers=LAYERS,
+        num_experts=EXPERTS,
+        hidden=HIDDEN,
+        intermediate=SM100_INTERMEDIATE,
+        mtp_layers=1,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -401,8 +422,10 @@ def bake_sm100(source_sm100):
 @pytest.fixture(scope="module")
 def stock_sm100(source_sm100):
     """Stock vLLM's converted routed-expert parameters of each layer of the source on SM100 (the oracle)."""
-    params = {layer: vllm_oracle.deepseek_v4_sm100_trtllm(source_sm100, f"layers.{layer}.ffn.experts.", EXPERTS, HIDDEN,
-                                                          SM100_INTERMEDIATE) for layer in range(LAYERS)}
+    params = {
+        layer: vllm_oracle.deepseek_v4_sm100_trtllm(source_sm100, f"layers.{layer}.ffn.experts.", EXPERTS, HIDDEN, SM100_INTERMEDIATE)
+        for layer in range(LAYERS)
+    }
     for layer in params.values():
         assert (layer.pop("hidden_dim"), layer.pop("intermediate_size_per_partition")) == (HIDDEN, SM100_INTERMEDIATE)
     return params
@@ -446,7 +469,7 @@ def test_sm100_each_ep_rank_holds_stock_vllms_parameters_of_its_experts(bake_sm1
         post_load(model, vllm_config)
     for layer in range(LAYERS):
         for name, expected in stock_sm100[layer].items():
-            got, want = getattr(experts_of(model, layer), name).data, expected[2 * rank: 2 * rank + 2]
+            got, want = getattr(experts_of(model, layer), name).data, expected[2 * rank : 2 * rank + 2]
             assert got.dtype == want.dtype and torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (rank, layer, name)
 
 
@@ -496,8 +519,9 @@ def layer_additions_recorded(method_class):
     def recorded(self, layer):
         before = set(vars(layer)), set(dict(layer.named_buffers())), set(dict(layer.named_modules()))
         original(self, layer)
-        added.append((set(vars(layer)) - before[0], set(dict(layer.named_buffers())) - before[1],
-                      set(dict(layer.named_modules())) - before[2]))
+        added.append(
+            (set(vars(layer)) - before[0], set(dict(layer.named_buffers())) - before[1], set(dict(layer.named_modules())) - before[2])
+        )
 
     with mock.patch.object(method_class, "process_weights_after_loading", recorded):
         yield added
@@ -511,9 +535,12 @@ def stock_marlin(source):
     from vllm.model_executor.layers.quantization.mxfp4 import Mxfp4MoEMethod
 
     with layer_additions_recorded(Mxfp4MoEMethod) as added:
-        params = {layer: vllm_oracle.deepseek_v4_marlin(source, f"layers.{layer}.ffn.experts.", EXPERTS, HIDDEN,
-                                                        INTERMEDIATE, gptq_marlin_repack_reference)
-                  for layer in range(LAYERS)}
+        params = {
+            layer: vllm_oracle.deepseek_v4_marlin(
+                source, f"layers.{layer}.ffn.experts.", EXPERTS, HIDDEN, INTERMEDIATE, gptq_marlin_repack_reference
+            )
+            for layer in range(LAYERS)
+        }
     assert len(added) == LAYERS
     return params, added
 
@@ -574,8 +601,9 @@ def test_marlin_refuses_a_gpu_that_is_not_sm90(bake_marlin):
 def test_marlin_refuses_another_moe_backend(bake_marlin):
     with pytest.raises(MoebakeError) as excinfo:
         build(bake_marlin, moe_backend="flashinfer_cutlass")
-    assert ("vLLM selected MoE backend FLASHINFER_CUTLASS_MXFP4_BF16; the bake is for MARLIN: start vLLM with "
-            "--moe-backend marlin") in refusal(excinfo)
+    assert (
+        "vLLM selected MoE backend FLASHINFER_CUTLASS_MXFP4_BF16; the bake is for MARLIN: start vLLM with --moe-backend marlin"
+    ) in refusal(excinfo)
 
 
 def test_marlin_refuses_another_load_format(bake_marlin):
@@ -610,7 +638,8 @@ def test_marlin_refuses_an_sglang_bake_that_vllm_would_pad_saying_no_vllm_bake_e
         f"baked for sglang 0.5.23, not vLLM {vllm.__version__}'s bytes, and no vLLM bake of this model exists: vLLM "
         f"{vllm.__version__} pads "
         "DeepSeek-V4's hidden size 256 and expert intermediate size 192 to multiples of 256 and 128 for --moe-backend "
-        "marlin, and moebake pads no deepseek-v4 expert; serve this bake with sglang")
+        "marlin, and moebake pads no deepseek-v4 expert; serve this bake with sglang"
+    )
     assert "re-bake" not in refusal(excinfo)
 
 

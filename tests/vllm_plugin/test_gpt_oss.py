@@ -81,11 +81,11 @@ def test_stock_vllm_refuses_a_bake(bake):
 
     if os.environ.get("MOEBAKE_ORACLE_HIDE"):
         pytest.skip("a release-matrix run: stock vLLM's own refusal is checked on the installed release")
-    script = ("from vllm.config import ModelConfig\n"
-              "try:\n    ModelConfig(model=sys.argv[1])\nexcept ValueError as err:\n    print(err)\n")
+    script = "from vllm.config import ModelConfig\ntry:\n    ModelConfig(model=sys.argv[1])\nexcept ValueError as err:\n    print(err)\n"
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_PLUGINS": "none"}
-    result = subprocess.run([sys.executable, "-c", "import sys\n" + script, str(bake)], env=env, capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys\n" + script, str(bake)], env=env, capture_output=True, text=True, timeout=600
+    )
     assert "Unknown quantization method: moebake" in result.stdout, result.stdout + result.stderr
 
 
@@ -166,11 +166,12 @@ def test_each_ep_rank_holds_its_slice(bake, rank):
         assert experts.moe_config.moe_parallel_config.ep_size == 2
         for short, parameter in parameter_names().items():
             got = getattr(experts, parameter).data
-            want = files[f"model.layers.{index}.mlp.experts.{short}"][2 * rank: 2 * rank + 2]
+            want = files[f"model.layers.{index}.mlp.experts.{short}"][2 * rank : 2 * rank + 2]
             assert got.shape == want.shape and torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (rank, short)
 
 
 # --- refusals: one line each -------------------------------------------------------------------------
+
 
 def test_refuses_a_gpu_that_is_not_sm90(bake):
     with pytest.raises(MoebakeError) as excinfo:
@@ -281,7 +282,6 @@ def test_refuses_another_vllm_version(bake, monkeypatch):
     refusal_of_another_release(bake, build_gpt_oss, monkeypatch)
 
 
-
 def test_refuses_a_humming_w4a8_bake_in_one_line(tmp_path):
     """vLLM 0.33.0's HUMMING MXFP4 backend is the humming package's own kernels and layout, not FlashInfer's SM90
     Humming layout of an sm90-cutlass-w4a8 bake (SGLang's bytes): the plugin refuses it, saying why, before any expert."""
@@ -291,9 +291,12 @@ def test_refuses_a_humming_w4a8_bake_in_one_line(tmp_path):
         moebake_config(tmp_path / "out")
     message = refusal(excinfo)
     assert "\n" not in message
-    assert ("target 'sm90-cutlass-w4a8': the vLLM plugin cannot serve it: vLLM 0.33.0's HUMMING MXFP4 MoE backend runs the "
-            "humming package's own GEMM") in message and message.endswith("serve it with SGLang --flashinfer-mxfp4-moe-precision fp8")
-    result = CliRunner().invoke(main, ["convert", str(source), str(tmp_path / "vllm"), "--target", "sm90-cutlass-w4a8",
-                                       "--engine", "vllm", "--quiet"])  # convert gives the same reason, up front
+    assert (
+        "target 'sm90-cutlass-w4a8': the vLLM plugin cannot serve it: vLLM 0.33.0's HUMMING MXFP4 MoE backend runs the "
+        "humming package's own GEMM"
+    ) in message and message.endswith("serve it with SGLang --flashinfer-mxfp4-moe-precision fp8")
+    result = CliRunner().invoke(
+        main, ["convert", str(source), str(tmp_path / "vllm"), "--target", "sm90-cutlass-w4a8", "--engine", "vllm", "--quiet"]
+    )  # convert gives the same reason, up front
     assert result.exit_code == 2 and result.output.count("\n") == 1 and not (tmp_path / "vllm").exists()
     assert message.split("cannot serve it: ")[1] in result.output and "no verified profile" not in result.output

@@ -65,8 +65,7 @@ def kernel_builds_recorded():
 def post_load(model, vllm_config, pre_processed=False):
     """vLLM's post-load driver on SM100, the trtllm-gen kernel builds recorded; returns them."""
     with kernel_builds_recorded() as built:
-        vllm_post_load(model, vllm_oracle.vllm_engine(vllm_config.model_config.hf_config, vllm_config.quant_config, **SM100),
-                       pre_processed)
+        vllm_post_load(model, vllm_oracle.vllm_engine(vllm_config.model_config.hf_config, vllm_config.quant_config, **SM100), pre_processed)
     return built
 
 
@@ -93,7 +92,7 @@ def test_each_ep_rank_holds_stock_vllms_parameters_of_its_experts(bake, stock, r
     post_load(model, vllm_config)
     for layer in (0, 1):
         for name, expected in stock[layer].items():
-            got, want = getattr(experts_of(model, layer), name).data, expected[2 * rank: 2 * rank + 2]
+            got, want = getattr(experts_of(model, layer), name).data, expected[2 * rank : 2 * rank + 2]
             assert got.shape == want.shape and torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (rank, name)
 
 

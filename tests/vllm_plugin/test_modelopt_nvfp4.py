@@ -28,15 +28,18 @@ BAKE = ConvertOptions("cutedsl", engine=vllm_oracle.ENGINE, gate_up_globals="kee
 
 
 def write_source(directory: Path) -> Path:
-    return write_modelopt_nvfp4(directory, num_layers=3, num_experts=EXPERTS, hidden=HIDDEN, intermediate=INTERMEDIATE,
-                                mismatches=MODELOPT_MISMATCHES)
+    return write_modelopt_nvfp4(
+        directory, num_layers=3, num_experts=EXPERTS, hidden=HIDDEN, intermediate=INTERMEDIATE, mismatches=MODELOPT_MISMATCHES
+    )
 
 
 @pytest.fixture(scope="module")
 def stock(source):
     """Stock vLLM's converted parameters of each MoE layer of the source."""
-    return {index: vllm_oracle.modelopt_nvfp4_cutedsl(source, f"model.layers.{index}.mlp.experts.", EXPERTS, HIDDEN,
-                                                      INTERMEDIATE) for index in MOE_LAYERS}
+    return {
+        index: vllm_oracle.modelopt_nvfp4_cutedsl(source, f"model.layers.{index}.mlp.experts.", EXPERTS, HIDDEN, INTERMEDIATE)
+        for index in MOE_LAYERS
+    }
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +54,18 @@ def bake(source, stock):
 def blackwell(directory, *, moe_backend="flashinfer_cutedsl", capability=100, tensor_parallel=(1, 0), expert_parallel=False):
     import vllm.model_executor.layers.fused_moe.experts.flashinfer_cutedsl_moe as cutedsl_experts
 
-    with vllm_oracle.vllm_engine(vllm_oracle.hf_config_of(directory), None, moe_backend=moe_backend, capability=capability,
-                                 tensor_parallel=tensor_parallel, expert_parallel=expert_parallel) as vllm_config, \
-            mock.patch.object(cutedsl_experts, "has_flashinfer_cutedsl_moe_nvfp4", lambda: True), standins.cutedsl_utils():
+    with (
+        vllm_oracle.vllm_engine(
+            vllm_oracle.hf_config_of(directory),
+            None,
+            moe_backend=moe_backend,
+            capability=capability,
+            tensor_parallel=tensor_parallel,
+            expert_parallel=expert_parallel,
+        ) as vllm_config,
+        mock.patch.object(cutedsl_experts, "has_flashinfer_cutedsl_moe_nvfp4", lambda: True),
+        standins.cutedsl_utils(),
+    ):
         yield vllm_config
 
 
@@ -65,9 +77,15 @@ def build(directory, *, load_format="moebake", **engine):
         def __init__(self, index, vllm_config):
             super().__init__()
             self.mlp = torch.nn.Module()
-            self.mlp.experts = FusedMoEFactory(num_experts=EXPERTS, top_k=2, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
-                                               quant_config=vllm_config.quant_config, prefix=f"model.layers.{index}.mlp.experts",
-                                               params_dtype=torch.bfloat16)
+            self.mlp.experts = FusedMoEFactory(
+                num_experts=EXPERTS,
+                top_k=2,
+                hidden_size=HIDDEN,
+                intermediate_size=INTERMEDIATE,
+                quant_config=vllm_config.quant_config,
+                prefix=f"model.layers.{index}.mlp.experts",
+                params_dtype=torch.bfloat16,
+            )
 
     def blocks(vllm_config):
         holder = torch.nn.Module()
@@ -127,7 +145,7 @@ def test_each_ep_rank_holds_its_slice(bake, stock, rank):
         experts = experts_of(model, index)
         assert experts.moe_config.moe_parallel_config.ep_size == 2
         for name, parameter in experts.named_parameters():
-            want = stock[index][name][2 * rank: 2 * rank + 2]
+            want = stock[index][name][2 * rank : 2 * rank + 2]
             assert parameter.shape == want.shape and torch.equal(parameter.data.view(torch.uint8), want.view(torch.uint8)), name
 
 
@@ -139,6 +157,7 @@ def test_a_bake_without_hidden_padding_serves_both_engines(tmp_path):
 
 
 # --- refusals: one line each -------------------------------------------------------------------------
+
 
 def test_refuses_a_gpu_that_is_not_blackwell(bake):
     with pytest.raises(MoebakeError) as excinfo:

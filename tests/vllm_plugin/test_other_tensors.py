@@ -57,12 +57,10 @@ def test_no_page_of_a_skipped_tensor_is_read_but_those_it_shares(checkpoint):
     shard = files.header("model.safetensors")  # the header parsed (its reads bring pages in), then the file evicted
     assert sorted(files.weight_map) == sorted(ORDER)
     benchkit().evict_from_page_cache([path])
-    ranges = {name: (shard.data_start + shard.tensors[name].begin, shard.data_start + shard.tensors[name].end)
-              for name in SKIPPED}
+    ranges = {name: (shard.data_start + shard.tensors[name].begin, shard.data_start + shard.tensors[name].end) for name in SKIPPED}
     if sum(resident_pages(path, *ranges[name]) for name in SKIPPED):
         pytest.skip("this file system keeps the file in memory (tmpfs?): no cold page cache to observe")
     handed = list(other_tensors(files, set(SKIPPED)))
     assert len(handed) == 3
     # each skipped tensor shares its edge pages with a handed neighbour (the data is not page-aligned): only those
-    assert {name: resident_pages(path, *ranges[name]) for name in SKIPPED} == {
-        "a.experts0": 1, "c.experts1": 2, "e.experts2": 2}
+    assert {name: resident_pages(path, *ranges[name]) for name in SKIPPED} == {"a.experts0": 1, "c.experts1": 2, "e.experts2": 2}

@@ -19,6 +19,7 @@ from moebake.convert.targets import cutedsl_deepep  # noqa: F401
 from moebake.convert.targets import deepep_bf16  # noqa: F401
 from moebake.convert.targets import sm100_trtllm  # noqa: F401
 from moebake.convert.targets import sm90_marlin  # noqa: F401
+
 # isort: on
 from moebake.convert.targets.base import TARGETS, Target
 from moebake.errors import MoebakeError, UnsupportedError
@@ -46,8 +47,9 @@ def model_for_target(checkpoint: SourceCheckpoint, name: str, *, name_fits: bool
         return SOURCE_FORMATS[detected].open_model(checkpoint)
     other = detect_format(checkpoint)  # MoebakeError if no format reads it: then the model is the problem
     fits = f"; targets that fit it: {', '.join(fitting_targets(checkpoint)) or 'none'}" if name_fits else ""
-    raise UnsupportedError(f"{checkpoint.root}: target {name} bakes {' or '.join(target.spec.source_formats)} checkpoints, "
-                       f"this one is {other}{fits}")
+    raise UnsupportedError(
+        f"{checkpoint.root}: target {name} bakes {' or '.join(target.spec.source_formats)} checkpoints, this one is {other}{fits}"
+    )
 
 
 def plan_target(checkpoint: SourceCheckpoint, name: str, options: ConvertOptions | None = None):

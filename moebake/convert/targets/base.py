@@ -60,8 +60,10 @@ class Target:
     def check(self, model: SourceModel, options: ConvertOptions) -> None:
         """UnsupportedError when this target cannot bake ``model`` (default: a source format it does not read)."""
         if model.format_name not in self.spec.source_formats:
-            raise UnsupportedError(f"target {self.spec.name} does not support source format {model.format_name} "
-                                   f"(it bakes {', '.join(self.spec.source_formats)})")
+            raise UnsupportedError(
+                f"target {self.spec.name} does not support source format {model.format_name} "
+                f"(it bakes {', '.join(self.spec.source_formats)})"
+            )
 
     def layer_dims(self, model: SourceModel, options: ConvertOptions) -> LayerDims:
         """The MoE layers' dims as baked (default: no padding)."""
@@ -104,14 +106,29 @@ class Target:
                 dtype, shape = entry.dtype or made.dtype, entry.shape_for(dims, layout)
                 if dtype is None:
                     raise InternalError(f"target {self.spec.name}: tensor {entry.name} has no dtype in the table or the plan")
-                tensors.append(OutputTensor(name=layer.prefix + entry.name, dtype=dtype, shape=shape, sources=made.stored,
-                                            produce=made.produce))
-                specs[entry.name] = TensorRecord(dtype=dtype, shape=shape, source=made.source, gate_up_order=entry.gate_up_order,
-                                                 source_gate_up_order=made.source_gate_up_order, source_shape=made.source_shape,
-                                                 source_dtype=made.source_dtype)
-            record = LayerRecord(index=layer.index, prefix=layer.prefix, experts=dims.experts, hidden=dims.hidden,
-                                 hidden_padded=dims.hidden_padded, intermediate=dims.intermediate,
-                                 intermediate_padded=dims.intermediate_padded, tensors=specs, **self.layer_facts(model, layer))
+                tensors.append(
+                    OutputTensor(name=layer.prefix + entry.name, dtype=dtype, shape=shape, sources=made.stored, produce=made.produce)
+                )
+                specs[entry.name] = TensorRecord(
+                    dtype=dtype,
+                    shape=shape,
+                    source=made.source,
+                    gate_up_order=entry.gate_up_order,
+                    source_gate_up_order=made.source_gate_up_order,
+                    source_shape=made.source_shape,
+                    source_dtype=made.source_dtype,
+                )
+            record = LayerRecord(
+                index=layer.index,
+                prefix=layer.prefix,
+                experts=dims.experts,
+                hidden=dims.hidden,
+                hidden_padded=dims.hidden_padded,
+                intermediate=dims.intermediate,
+                intermediate_padded=dims.intermediate_padded,
+                tensors=specs,
+                **self.layer_facts(model, layer),
+            )
             records.append(record)
         return tensors, records
 

@@ -45,5 +45,8 @@ class CuteDsl(Nvfp4Target):
 
     def derive(self, raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         load_time = load_time_scales(raw)
-        return {**cutedsl_wrapper_scales(raw, load_time), "w13_input_scale_quant": load_time["w13_input_scale_quant"],
-                "g1_alphas_up": load_time["g1_alphas_up"]}
+        return {
+            **cutedsl_wrapper_scales(raw, load_time),
+            "w13_input_scale_quant": load_time["w13_input_scale_quant"],
+            "g1_alphas_up": load_time["g1_alphas_up"],
+        }

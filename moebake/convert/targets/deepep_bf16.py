@@ -55,8 +55,10 @@ class DeepEPBf16(Target):
     def layer_tensors(self, model: Any, layer: Bf16MoeLayer, dims: LayerDims, options: ConvertOptions) -> dict[str, Planned]:
         E, checkpoint = dims.experts, model.checkpoint
         planned = {}
-        for short, sources, order in (("w13_weight", layer.gate_up, GateUpOrder.GATE_UP if layer.fused else GateUpOrder.SEPARATE),
-                                      ("w2_weight", (layer.down,), None)):
+        for short, sources, order in (
+            ("w13_weight", layer.gate_up, GateUpOrder.GATE_UP if layer.fused else GateUpOrder.SEPARATE),
+            ("w2_weight", (layer.down,), None),
+        ):
             produce = zip_expert_chunks(checkpoint, sources, E, options.chunk_bytes, _cat_rows)
             planned[short] = Planned(produce, stored_names(sources, E), sources[0] if len(sources) == 1 else sources, order)
         return planned

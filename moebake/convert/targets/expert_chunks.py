@@ -20,7 +20,10 @@ def experts_per_chunk(checkpoint: SourceCheckpoint, names: tuple[str, ...], chun
 
 
 def zip_expert_chunks(
-    checkpoint: SourceCheckpoint, names: tuple[str, ...], num_experts: int, chunk_bytes: int,
+    checkpoint: SourceCheckpoint,
+    names: tuple[str, ...],
+    num_experts: int,
+    chunk_bytes: int,
     combine: Callable[..., torch.Tensor],
 ) -> Callable[[], Iterator[torch.Tensor]]:
     """Producer that reads the same few experts of every tensor in ``names`` and yields ``combine(*chunks)``.

@@ -100,7 +100,7 @@ class Mxfp4Target(Target):
             def combine(*chunks: torch.Tensor, read: list[Any] = read, transform: Callable[..., torch.Tensor] = bake.transform):
                 parts, start = [], 0
                 for each in read:
-                    parts += each.parts(*chunks[start:start + len(each.names)])
+                    parts += each.parts(*chunks[start : start + len(each.names)])
                     start += len(each.names)
                 return transform(*parts)
 
@@ -109,7 +109,9 @@ class Mxfp4Target(Target):
                 zip_expert_chunks(model.checkpoint, names, E, options.chunk_bytes, combine),
                 tuple(name for each in read for name in each.stored_names(E)),
                 source.names[0] if len(source.names) == 1 else source.names,
-                GateUpOrder(source.order) if source.order else None, source.source_shape, DType(source.source_dtype),
+                GateUpOrder(source.order) if source.order else None,
+                source.source_shape,
+                DType(source.source_dtype),
                 dtype=DType(source.source_dtype),
             )
         return planned

@@ -63,6 +63,7 @@ class W13Order:
 
 def _expert_ranges(num_experts: int, step: int, build: Callable[[int, int], torch.Tensor]):
     """Producer yielding ``build(start, stop)`` for consecutive ranges of ``step`` experts."""
+
     def produce():
         for start in range(0, num_experts, step):
             yield build(start, min(start + step, num_experts)).contiguous()
@@ -72,7 +73,6 @@ def _expert_ranges(num_experts: int, step: int, build: Callable[[int, int], torc
 
 def _pattern(layer: NvFp4Layer, proj: str, part: str) -> str:
     return layer.name(EXPERT_INDEX, proj, part)
-
 
 
 class Nvfp4Target(Target):
@@ -90,12 +90,16 @@ class Nvfp4Target(Target):
         super().check(model, options)
         name = self.spec.name
         if model.weight_only:
-            raise UnsupportedError(f"{model.quant.source}: experts are {model.expert_algo} (weight-only, no input_scale); target {name} "
-                                   "runs W4A4 NVFP4 and needs each expert's static input_scale (NVFP4 experts)")
+            raise UnsupportedError(
+                f"{model.quant.source}: experts are {model.expert_algo} (weight-only, no input_scale); target {name} "
+                "runs W4A4 NVFP4 and needs each expert's static input_scale (NVFP4 experts)"
+            )
         H, I = model.hidden_size, model.intermediate_size
         if H % HIDDEN_MULTIPLE or I % INTERMEDIATE_MULTIPLE:
-            raise UnsupportedError(f"{model.checkpoint.root}: target {name} needs hidden_size % {HIDDEN_MULTIPLE} == 0 and "
-                                   f"moe_intermediate_size % {INTERMEDIATE_MULTIPLE} == 0 (CuteDSL tiles), got {H} and {I}")
+            raise UnsupportedError(
+                f"{model.checkpoint.root}: target {name} needs hidden_size % {HIDDEN_MULTIPLE} == 0 and "
+                f"moe_intermediate_size % {INTERMEDIATE_MULTIPLE} == 0 (CuteDSL tiles), got {H} and {I}"
+            )
         model.use_gate_up_globals(options.gate_up_globals)  # the plan's first step: before any tensor is planned or read back
 
     def layer_dims(self, source_model: SourceModel, options: ConvertOptions) -> LayerDims:
@@ -103,15 +107,19 @@ class Nvfp4Target(Target):
         model = cast(ModelOptNvfp4Model, source_model)  # this target's only source format
         H, I = model.hidden_size, model.intermediate_size
         hidden_multiple, intermediate_multiple, *_ = options.padding(model.format_name)
-        return LayerDims(experts=model.num_experts, hidden=H, hidden_padded=round_up(H, hidden_multiple), intermediate=I,
-                         intermediate_padded=round_up(I, intermediate_multiple))
+        return LayerDims(
+            experts=model.num_experts,
+            hidden=H,
+            hidden_padded=round_up(H, hidden_multiple),
+            intermediate=I,
+            intermediate_padded=round_up(I, intermediate_multiple),
+        )
 
     def layer_facts(self, source_model: SourceModel, layer: Any) -> dict:
         model = cast(ModelOptNvfp4Model, source_model)
         return {"scalar_shape": tuple(model.scalar_shape), "gate_up_global_scale": model.reconciliation(layer)}
 
-    def layer_tensors(self, source_model: SourceModel, layer: Any, dims: LayerDims,
-                      options: ConvertOptions) -> dict[str, Planned]:
+    def layer_tensors(self, source_model: SourceModel, layer: Any, dims: LayerDims, options: ConvertOptions) -> dict[str, Planned]:
         model = cast(ModelOptNvfp4Model, source_model)
         E, Hp, Ip, order = dims.experts, dims.hidden_padded, dims.intermediate_padded, self.order
         step = max(1, options.chunk_bytes // (Ip * Hp))  # one expert's gate + up weights: 2 * I_pad * H_pad/2 bytes
@@ -161,13 +169,18 @@ class Nvfp4Target(Target):
             "w13_input_scale": (pattern("gate", "input_scale"), pattern("up", "input_scale")),
             "w2_input_scale": (pattern("down", "input_scale"),),
         }
-        producers = {"w13_weight": _expert_ranges(E, step, w13_weight), "w13_weight_scale": _expert_ranges(E, step, w13_scale),
-                     "w2_weight": _expert_ranges(E, step, w2_weight), "w2_weight_scale": _expert_ranges(E, step, w2_scale)}
+        producers = {
+            "w13_weight": _expert_ranges(E, step, w13_weight),
+            "w13_weight_scale": _expert_ranges(E, step, w13_scale),
+            "w2_weight": _expert_ranges(E, step, w2_weight),
+            "w2_weight_scale": _expert_ranges(E, step, w2_scale),
+        }
         all_scalar_sources = tuple(p for short in list(sources)[4:] for p in sources[short])
         planned = {}
         for entry in self.spec.tensors:
             short = entry.name
             patterns = sources.get(short, all_scalar_sources)
+
             def scalar(name: str = short) -> torch.Tensor:
                 return scalars()[name]
 
@@ -197,16 +210,20 @@ def restore_layer(record: LayerRecord, baked: dict[str, torch.Tensor], order: W1
 
     out = {}
     gate, up = order.split(baked["w13_weight"])
-    out[pattern("gate", "weight")], out[pattern("up", "weight")] = gate[:, :I, :H // 2], up[:, :I, :H // 2]
+    out[pattern("gate", "weight")], out[pattern("up", "weight")] = gate[:, :I, : H // 2], up[:, :I, : H // 2]
     w13_scales = unswizzle_128x4(baked["w13_weight_scale"].reshape(n, -1).view(torch.uint8), 2 * Ip, Hp // GROUP_SIZE)
     gate, up = order.split(w13_scales)
     out[pattern("gate", "weight_scale")], out[pattern("up", "weight_scale")] = (
-        gate[:, :I, :H // GROUP_SIZE], up[:, :I, :H // GROUP_SIZE])
-    out[pattern("down", "weight")] = baked["w2_weight"][:, :H, :I // 2]
+        gate[:, :I, : H // GROUP_SIZE],
+        up[:, :I, : H // GROUP_SIZE],
+    )
+    out[pattern("down", "weight")] = baked["w2_weight"][:, :H, : I // 2]
     w2_scales = unswizzle_128x4(baked["w2_weight_scale"].reshape(n, -1).view(torch.uint8), Hp, Ip // GROUP_SIZE)
-    out[pattern("down", "weight_scale")] = w2_scales[:, :H, :I // GROUP_SIZE]
-    for part, w13, w2 in (("weight_scale_2", "w13_weight_scale_2", "w2_weight_scale_2"),
-                          ("input_scale", "w13_input_scale", "w2_input_scale")):
+    out[pattern("down", "weight_scale")] = w2_scales[:, :H, : I // GROUP_SIZE]
+    for part, w13, w2 in (
+        ("weight_scale_2", "w13_weight_scale_2", "w2_weight_scale_2"),
+        ("input_scale", "w13_input_scale", "w2_input_scale"),
+    ):
         for column, proj in enumerate(("gate", "up")):
             out[pattern(proj, part)] = baked[w13][:, column].clone(memory_format=torch.contiguous_format).reshape(scalar_shape)
         out[pattern("down", part)] = baked[w2].reshape(scalar_shape)

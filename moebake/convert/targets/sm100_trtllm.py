@@ -58,8 +58,11 @@ def _constants(model: Any, experts: int) -> dict[str, Bake]:
     values = {"gemm1_clamp_limit": activation.limit}
     if activation.kind == ActivationKind.SWIGLU_OAI:
         values = {"gemm1_alpha": activation.alpha, "gemm1_beta": activation.beta, **values}
-    return {name: Bake(None, lambda value=value: torch.full((experts,), value, dtype=torch.float32))
-            for name, value in values.items() if value is not None}
+    return {
+        name: Bake(None, lambda value=value: torch.full((experts,), value, dtype=torch.float32))
+        for name, value in values.items()
+        if value is not None
+    }
 
 
 @register
@@ -74,8 +77,9 @@ class Sm100Trtllm(Mxfp4Target):
         scales = PaddedScales(dims, options.padding(model.format_name))
         return {
             "w13_weight": Bake("w13_weight", lambda gate, up: _w13(gate, up, (Ip, Hp // 2))),
-            "w13_weight_scale": Bake("w13_scale", lambda gate, up: _swizzled(_w13(scales.w13_half(gate), scales.w13_half(up),
-                                                                                 (Ip, Hp // 32)))),
+            "w13_weight_scale": Bake(
+                "w13_scale", lambda gate, up: _swizzled(_w13(scales.w13_half(gate), scales.w13_half(up), (Ip, Hp // 32)))
+            ),
             "w13_weight_bias": Bake("w13_bias", lambda gate, up: _w13(gate.float(), up.float(), (Ip,))),
             "w2_weight": Bake("w2_weight", lambda down: shuffle_rows(pad_to(down, (Hp, Ip // 2)), EPILOGUE_TILE_M)),
             "w2_weight_scale": Bake("w2_scale", lambda down: _swizzled(shuffle_rows(scales.w2(down), EPILOGUE_TILE_M))),

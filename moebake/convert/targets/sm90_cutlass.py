@@ -56,8 +56,9 @@ class Sm90Cutlass(Mxfp4Target):
 
         return {
             "w13_weight": Bake("w13_weight", lambda gate, up: interleave_fp4_padded((up, gate), (Ip, Hp // 2), layout)),
-            "w13_weight_scale": Bake("w13_scale", lambda gate, up: fold_scales_for(
-                layout, (w13_hidden_filled(up), w13_hidden_filled(gate)), (Ip, Hp // 32))),
+            "w13_weight_scale": Bake(
+                "w13_scale", lambda gate, up: fold_scales_for(layout, (w13_hidden_filled(up), w13_hidden_filled(gate)), (Ip, Hp // 32))
+            ),
             "w13_weight_bias": Bake("w13_bias", lambda gate, up: stack_halves(up, gate, (Ip,))),
             "w2_weight": Bake("w2_weight", lambda down: interleave_fp4_padded((down,), (Hp, Ip // 2), layout)),
             "w2_weight_scale": Bake("w2_scale", lambda down: fold_scales_for(layout, (w2_hidden_filled(down),), (Hp, Ip // 32))),
@@ -70,8 +71,10 @@ class Sm90Cutlass(Mxfp4Target):
         assert layout is not None  # an sm90-cutlass bake records its layout
         unfold_scales = FOLDS[layout][1]
         canonical: dict[str, tuple[torch.Tensor, ...]] = {}
-        for name, unfold, row_bytes in (("w13_weight", lambda w: deinterleave_fp4(w, layout), H // 2),
-                                        ("w13_weight_scale", unfold_scales, H // 32)):
+        for name, unfold, row_bytes in (
+            ("w13_weight", lambda w: deinterleave_fp4(w, layout), H // 2),
+            ("w13_weight_scale", unfold_scales, H // 32),
+        ):
             up, gate = split_halves(unfold(baked[name]), (I, row_bytes))
             canonical[name] = (gate, up)
         canonical["w2_weight"] = (deinterleave_fp4(baked["w2_weight"], layout)[:, :H, : I // 2],)

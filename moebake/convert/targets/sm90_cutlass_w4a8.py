@@ -49,7 +49,7 @@ def filled_scales(parts: Sequence[torch.Tensor], part_shape: tuple[int, int]) ->
     first = parts[-1][:, :1, :1]
     out = first.expand(first.shape[0], len(parts) * rows, groups).clone()
     for index, part in enumerate(parts):
-        out[:, index * rows:index * rows + part.shape[1], :part.shape[2]] = part
+        out[:, index * rows : index * rows + part.shape[1], : part.shape[2]] = part
     return out
 
 
@@ -70,13 +70,19 @@ class Sm90CutlassW4a8(Mxfp4Target):
             return humming_scale_outputs(scales)[1] * RESIDUAL_COMPENSATION
 
         return {
-            "w13_weight": Bake("w13_weight", lambda gate, up, gate_scale, up_scale: humming_weight(
-                stack_halves(up, gate, (Ip, Hp // 2)), w13_scales(gate_scale, up_scale)), also=("w13_scale",)),
+            "w13_weight": Bake(
+                "w13_weight",
+                lambda gate, up, gate_scale, up_scale: humming_weight(
+                    stack_halves(up, gate, (Ip, Hp // 2)), w13_scales(gate_scale, up_scale)
+                ),
+                also=("w13_scale",),
+            ),
             "w13_weight_scale": Bake("w13_scale", lambda gate, up: humming_scale_outputs(w13_scales(gate, up))[0]),
             "w13_weight_bias": Bake("w13_bias", lambda gate, up: stack_halves(up, gate, (Ip,))),
             "w13_humming_residual_scale": Bake("w13_scale", lambda gate, up: residual(w13_scales(gate, up))),
-            "w2_weight": Bake("w2_weight", lambda down, down_scale: humming_weight(
-                pad_to(down, (Hp, Ip // 2)), w2_scales(down_scale)), also=("w2_scale",)),
+            "w2_weight": Bake(
+                "w2_weight", lambda down, down_scale: humming_weight(pad_to(down, (Hp, Ip // 2)), w2_scales(down_scale)), also=("w2_scale",)
+            ),
             "w2_weight_scale": Bake("w2_scale", lambda down: humming_scale_outputs(w2_scales(down))[0]),
             "w2_weight_bias": Bake("w2_bias", lambda down: pad_to(down, (Hp,))),
             "w2_humming_residual_scale": Bake("w2_scale", lambda down: residual(w2_scales(down))),

@@ -46,20 +46,28 @@ class Sm90Marlin(Mxfp4Target):
         ``check_moe_marlin_supports_layer`` with tile padding), whatever it pads them to."""
         super().check(model, options)
         if model.hidden_size % 64:
-            raise UnsupportedError(f"{model.checkpoint.root / 'config.json'}: hidden size {model.hidden_size} is not a multiple "
-                                   f"of 64, which target {self.spec.name} needs (the engines' Marlin MXFP4 MoE path refuses it)")
+            raise UnsupportedError(
+                f"{model.checkpoint.root / 'config.json'}: hidden size {model.hidden_size} is not a multiple "
+                f"of 64, which target {self.spec.name} needs (the engines' Marlin MXFP4 MoE path refuses it)"
+            )
 
     def bakes(self, model: Any, dims: LayerDims, options: ConvertOptions) -> dict[str, Bake]:
         Hp, Ip = dims.hidden_padded, dims.intermediate_padded
         fills = options.padding(model.format_name)  # the engine profile's scale padding bytes
         return {
             "w13_weight": Bake("w13_weight", lambda gate, up: repack_padded((gate, up), (Ip, Hp // 2))),
-            "w13_weight_scale": Bake("w13_scale", lambda gate, up: _e8m0(permute_scales_padded(
-                (gate, up), (Ip, Hp // 32), fills.intermediate_scale_fill, fills.hidden_scale_fill))),
+            "w13_weight_scale": Bake(
+                "w13_scale",
+                lambda gate, up: _e8m0(
+                    permute_scales_padded((gate, up), (Ip, Hp // 32), fills.intermediate_scale_fill, fills.hidden_scale_fill)
+                ),
+            ),
             "w13_weight_bias": Bake("w13_bias", lambda gate, up: permute_bias(stack_halves(gate, up, (Ip,)))),
             "w2_weight": Bake("w2_weight", lambda down: repack_padded((down,), (Hp, Ip // 2))),
-            "w2_weight_scale": Bake("w2_scale", lambda down: _e8m0(permute_scales_padded(
-                (down,), (Hp, Ip // 32), fills.hidden_scale_fill, fills.intermediate_scale_fill))),
+            "w2_weight_scale": Bake(
+                "w2_scale",
+                lambda down: _e8m0(permute_scales_padded((down,), (Hp, Ip // 32), fills.hidden_scale_fill, fills.intermediate_scale_fill)),
+            ),
             "w2_weight_bias": Bake("w2_bias", lambda down: permute_bias(pad_to(down, (Hp,)))),
         }
 

@@ -12,7 +12,6 @@ that SGLang would copy whole are read by moebake too (:mod:`moebake.engines.sgla
 """
 
 
-
 def register() -> None:
     """The ``sglang.srt.plugins`` entry point: make ``moebake`` a quantization method SGLang knows."""
     from sglang.srt.layers.quantization import QUANTIZATION_METHODS

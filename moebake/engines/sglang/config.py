@@ -47,10 +47,10 @@ def modelopt_algorithms(original: dict) -> set[str]:
     and per group in ``config_groups.*.weights``."""
     sections = [original, original.get("quantization")]
     sections += list((original.get("quantized_layers") or {}).values())
-    sections += [(group or {}).get("weights") for group in (original.get("config_groups") or {}).values()
-                 if isinstance(group, dict)]
-    return {str(section["quant_algo"]).upper() for section in sections
-            if isinstance(section, dict) and section.get("quant_algo") is not None}
+    sections += [(group or {}).get("weights") for group in (original.get("config_groups") or {}).values() if isinstance(group, dict)]
+    return {
+        str(section["quant_algo"]).upper() for section in sections if isinstance(section, dict) and section.get("quant_algo") is not None
+    }
 
 
 def _original_config(original: dict | None, original_file: str | None) -> QuantizationConfig | None:
@@ -66,8 +66,9 @@ def _original_config(original: dict | None, original_file: str | None) -> Quanti
     try:
         return get_quantization_config(method).from_config(original)
     except Exception as err:  # SGLang raises ValueError/KeyError/NotImplementedError for what it cannot build
-        raise MoebakeRefusal(f"config.json quantization_config.original: SGLang cannot build its {method!r} config "
-                             f"for the non-MoE layers ({err})") from None
+        raise MoebakeRefusal(
+            f"config.json quantization_config.original: SGLang cannot build its {method!r} config for the non-MoE layers ({err})"
+        ) from None
 
 
 def _check_parallelism(manifest: Manifest) -> None:
@@ -176,8 +177,11 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
         internals.check_version()
         loader_hook.check_installed()
         if flag := internals.loader_reads_every_byte():
-            logger.warning("moebake: %s makes SGLang read every shard whole, so the baked experts are read twice (the "
-                           "plugin reads each rank's rows itself); start without it for the fastest start-up", flag)
+            logger.warning(
+                "moebake: %s makes SGLang read every shard whole, so the baked experts are read twice (the "
+                "plugin reads each rank's rows itself); start without it for the fastest start-up",
+                flag,
+            )
         manifest_path = model_directory() / MANIFEST_NAME
         try:
             manifest = read_served_manifest(manifest_path.parent, config)

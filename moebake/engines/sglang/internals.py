@@ -180,15 +180,25 @@ def cutedsl_derived(method: Any, layer: EngineLayer) -> None:
     if is_cutedsl_v2_standard(method):
         from flashinfer.cute_dsl.utils import convert_sf_to_mma_layout
 
-        derived = load_time_scales({name: getattr(layer, name).data for name in
-                                    ("w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale", "w2_input_scale")}, local)
+        derived = load_time_scales(
+            {name: getattr(layer, name).data for name in ("w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale", "w2_input_scale")},
+            local,
+        )
         for name in ("g1_alphas", "g2_alphas", "w2_input_scale_quant"):
             copy_or_rebind_param(layer, name, derived[name])
         for weight, scales in (("w13_weight", "w13_weight_scale"), ("w2_weight", "w2_weight_scale")):
             w, sf = getattr(layer, weight), getattr(layer, scales)
-            copy_or_rebind_param(layer, scales.replace("weight_scale", "blockscale_mma"), convert_sf_to_mma_layout(
-                sf.data.contiguous().view(torch.uint8).reshape(-1), m=w.shape[1], k=w.shape[2] * 2,
-                num_groups=w.shape[0], sf_vec_size=fp4_scale_vector_size()))
+            copy_or_rebind_param(
+                layer,
+                scales.replace("weight_scale", "blockscale_mma"),
+                convert_sf_to_mma_layout(
+                    sf.data.contiguous().view(torch.uint8).reshape(-1),
+                    m=w.shape[1],
+                    k=w.shape[2] * 2,
+                    num_groups=w.shape[0],
+                    sf_vec_size=fp4_scale_vector_size(),
+                ),
+            )
     dispatch_fp4 = use_nvfp4_dispatch() or should_use_flashinfer_cutlass_moe_fp4_allgather()
     layer.dispatcher.set_quant_config({"input_global_scale": layer.w13_input_scale_quant if dispatch_fp4 else None})
 
@@ -222,7 +232,8 @@ def wrap_safetensors_iterators(wrap: Callable[..., Any]) -> None:
                 f"hf_weights_files and {', '.join(SAFETENSORS_ITERATOR_OPTIONS)}, found "
                 f"{'nothing' if function is None else parameters}), through which SGLang hands out a bake's tensors; "
                 f"install an SGLang of the release matrix (pip install 'moebake[sglang]') or update "
-                f"moebake/engines/sglang/internals.py for this release")
+                f"moebake/engines/sglang/internals.py for this release"
+            )
         found[name] = function
     for name, function in found.items():
         if getattr(loader, name) is function:  # not wrapped yet (twice must not wrap twice)
@@ -252,13 +263,19 @@ def wrap_load_weights_and_postprocess(wrap: Callable[..., Any]) -> None:
     except (TypeError, ValueError):
         parameters = None
     if parameters != LOAD_WEIGHTS_AND_POSTPROCESS_PARAMETERS:
-        what = ("missing" if found is None else f"a staticmethod{parameters}" if function is not None
-                else f"a {type(found).__name__}, not a staticmethod")
+        what = (
+            "missing"
+            if found is None
+            else f"a staticmethod{parameters}"
+            if function is not None
+            else f"a {type(found).__name__}, not a staticmethod"
+        )
         raise MoebakeRefusal(
             f"SGLang {installed_release(ENGINE).version} changed {LOAD_WEIGHTS_AND_POSTPROCESS} (expected a staticmethod"
             f"{LOAD_WEIGHTS_AND_POSTPROCESS_PARAMETERS}, found {what}), through which the plugin reads a bake's "
             f"non-expert tensors; install an SGLang of the release matrix (pip install 'moebake[sglang]') or "
-            f"update moebake/engines/sglang/internals.py for this release")
+            f"update moebake/engines/sglang/internals.py for this release"
+        )
     if getattr(function, "moebake_original", None) is not None:
         return  # installed already (plugins load once per process, but twice must not wrap twice)
     wrapped = wrap(function)

@@ -72,8 +72,7 @@ class SelfLoadingExperts:
         self.loaded: set[str] = set()
         self.load_stats = None
 
-    def _create_baked_weights(self, layer: EngineLayer, num_experts: int, hidden_size: int,
-                              intermediate_size_per_partition: int) -> None:
+    def _create_baked_weights(self, layer: EngineLayer, num_experts: int, hidden_size: int, intermediate_size_per_partition: int) -> None:
         record = self.record
         refusals.check_parallelism(record, layer.moe_tp_size, layer.moe_ep_size)
         refusals.check_dims(record, layer.num_experts, hidden_size, intermediate_size_per_partition)
@@ -109,20 +108,37 @@ class SelfLoadingExperts:
         except Exception as err:
             logger.debug("moebake: no early ring or read-ahead for %s (%s)", self.record.prefix, err)
 
-    def create_weights(self, layer: EngineLayer, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
-                       params_dtype: torch.dtype, **extra_weight_attrs: Any):
+    def create_weights(
+        self,
+        layer: EngineLayer,
+        num_experts: int,
+        hidden_size: int,
+        intermediate_size_per_partition: int,
+        params_dtype: torch.dtype,
+        **extra_weight_attrs: Any,
+    ):
         """SGLang's hook: the manifest's parameters instead of the method's own. Methods whose SGLang runner reads
         attributes its own ``create_weights`` sets override this and set them first."""
         self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
 
-    def _note_baked(self, name: str, spec: TensorRecord, dtype: torch.dtype | None, param: torch.nn.Parameter,
-                    loaded: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+    def _note_baked(
+        self,
+        name: str,
+        spec: TensorRecord,
+        dtype: torch.dtype | None,
+        param: torch.nn.Parameter,
+        loaded: torch.Tensor,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
         """The checkpoint names baked tensor ``name``: check its shape and dtype (metadata only; its data is
         never read here, the post-load step reads the rank's rows from the files)."""
         where = f"{self.record.prefix}{name}"
         if tuple(loaded.shape) != spec.shape or loaded.dtype != dtype:
-            raise MoebakeRefusal(f"checkpoint tensor {where} is {loaded.dtype} {list(loaded.shape)}, the manifest says "
-                                 f"{spec.dtype} {list(spec.shape)}; run `moebake verify` on the checkpoint")
+            raise MoebakeRefusal(
+                f"checkpoint tensor {where} is {loaded.dtype} {list(loaded.shape)}, the manifest says "
+                f"{spec.dtype} {list(spec.shape)}; run `moebake verify` on the checkpoint"
+            )
         self.loaded.add(name)
 
     def _check_loaded(self) -> None:
@@ -169,8 +185,16 @@ def _sm90_cutlass_method(humming: bool = False):
             internals.set_padded_hidden(self, record.hidden_padded)
             refusals.check_humming_precision(config.manifest.target, humming, internals.uses_sm90_humming(self))
 
-        def create_weights(self, layer: EngineLayer, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
-                           params_dtype: torch.dtype, with_bias: bool = False, **extra_weight_attrs: Any):
+        def create_weights(
+            self,
+            layer: EngineLayer,
+            num_experts: int,
+            hidden_size: int,
+            intermediate_size_per_partition: int,
+            params_dtype: torch.dtype,
+            with_bias: bool = False,
+            **extra_weight_attrs: Any,
+        ):
             self.num_experts = num_experts
             self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
 
@@ -180,8 +204,11 @@ def _sm90_cutlass_method(humming: bool = False):
             device = layer.w13_weight.device
 
             def per_expert(value: float):
-                return None if value is None else torch.nn.Parameter(
-                    torch.full((local,), value, dtype=torch.float32, device=device), requires_grad=False)
+                return (
+                    None
+                    if value is None
+                    else torch.nn.Parameter(torch.full((local,), value, dtype=torch.float32, device=device), requires_grad=False)
+                )
 
             plain = activation.kind == ActivationKind.SWIGLU  # DeepSeek-V4: SGLang passes only the limit
             layer.swiglu_alpha = None if plain else per_expert(activation.alpha)
@@ -191,8 +218,7 @@ def _sm90_cutlass_method(humming: bool = False):
                 if bias not in self.record.tensors:
                     setattr(layer, bias, None)
             if humming:  # SGLang's FC2 activation scale of this path: a constant 1.0 (its residuals are baked)
-                layer.humming_fc2_act_scale = torch.nn.Parameter(torch.ones((), dtype=torch.float32, device=device),
-                                                                 requires_grad=False)
+                layer.humming_fc2_act_scale = torch.nn.Parameter(torch.ones((), dtype=torch.float32, device=device), requires_grad=False)
 
     return MoebakeSm90CutlassMoEMethod
 
@@ -230,8 +256,16 @@ def _sm100_trtllm_method():
             Mxfp4MoEMethod.__init__(self, prefix)
             self._bake_init(config, record)
 
-        def create_weights(self, layer: EngineLayer, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
-                           params_dtype: torch.dtype, with_bias: bool = False, **extra_weight_attrs: Any):
+        def create_weights(
+            self,
+            layer: EngineLayer,
+            num_experts: int,
+            hidden_size: int,
+            intermediate_size_per_partition: int,
+            params_dtype: torch.dtype,
+            with_bias: bool = False,
+            **extra_weight_attrs: Any,
+        ):
             self.num_experts, self.with_bias = num_experts, with_bias
             self.hidden_size, self.intermediate_size_per_partition = self.record.hidden_padded, self.record.intermediate_padded
             self._create_baked_weights(layer, num_experts, hidden_size, intermediate_size_per_partition)
@@ -280,8 +314,16 @@ def _sm90_marlin_method():
             Mxfp4MoEMethod.__init__(self, prefix)
             self._bake_init(config, record)
 
-        def create_weights(self, layer: EngineLayer, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
-                           params_dtype: torch.dtype, with_bias: bool = False, **extra_weight_attrs: Any):
+        def create_weights(
+            self,
+            layer: EngineLayer,
+            num_experts: int,
+            hidden_size: int,
+            intermediate_size_per_partition: int,
+            params_dtype: torch.dtype,
+            with_bias: bool = False,
+            **extra_weight_attrs: Any,
+        ):
             self.num_experts, self.with_bias = num_experts, with_bias
             self.hidden_size, self.intermediate_size_per_partition = self.record.hidden_padded, self.record.intermediate_padded
             self.hidden_pad = self.record.hidden_padded - self.record.hidden
@@ -340,9 +382,12 @@ def _cutedsl_method():
 def _check_cutedsl_w4a4(method: Any) -> None:
     """The bake's scalars are SGLang's for static W4A4 activation scales; refuse the modes that neutralise them."""
     if getattr(method.quant_config, "use_per_token_activation", False) or (
-            internals.is_cutedsl_v2_standard(method) and internals.cutedsl_w4a16_requested()):
-        raise MoebakeRefusal("this cutedsl bake holds the checkpoint's static activation scales (W4A4); unset "
-                             "SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16 / per-token activation scaling, or re-bake")
+        internals.is_cutedsl_v2_standard(method) and internals.cutedsl_w4a16_requested()
+    ):
+        raise MoebakeRefusal(
+            "this cutedsl bake holds the checkpoint's static activation scales (W4A4); unset "
+            "SGLANG_FLASHINFER_CUTEDSL_NVFP4_W4A16 / per-token activation scaling, or re-bake"
+        )
 
 
 @route("sm90-cutlass-w4a8")

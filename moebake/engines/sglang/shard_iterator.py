@@ -45,13 +45,16 @@ def lazy(original: Callable[..., Any]):
         options = signature.bind(*args, **kwargs)
         options.apply_defaults()
         files = [str(f) for f in options.arguments["hf_weights_files"]]
-        if (os.environ.get(DISABLE_ENV, "1") == "0" or not files
-                or any(options.arguments[name] for name in SAFETENSORS_ITERATOR_OPTIONS) or not is_bake_shards(files)):
+        if (
+            os.environ.get(DISABLE_ENV, "1") == "0"
+            or not files
+            or any(options.arguments[name] for name in SAFETENSORS_ITERATOR_OPTIONS)
+            or not is_bake_shards(files)
+        ):
             return original(*args, **kwargs)
         headers = shard_headers(files)
         if not mappable(headers):
-            logger.info("moebake: a tensor of %s cannot be mapped as stored; SGLang's iterator reads the bake",
-                        Path(files[0]).parent)
+            logger.info("moebake: a tensor of %s cannot be mapped as stored; SGLang's iterator reads the bake", Path(files[0]).parent)
             return original(*args, **kwargs)
         return mapped_tensors(headers)
 

@@ -30,8 +30,11 @@ def loader_owner(param: torch.nn.Parameter, layer_class: Any) -> Any:
 
 def materialized_plain(param: torch.nn.Parameter) -> bool:
     """``param`` is materialized and not a GGUF weight (whose loaders do more than copy)."""
-    return not (isinstance(param, torch.nn.parameter.UninitializedParameter) or getattr(param, "is_gguf_weight", False)
-                or getattr(param, "is_gguf_weight_type", False))
+    return not (
+        isinstance(param, torch.nn.parameter.UninitializedParameter)
+        or getattr(param, "is_gguf_weight", False)
+        or getattr(param, "is_gguf_weight_type", False)
+    )
 
 
 def owning_vocab_layer(param: torch.nn.Parameter):
@@ -53,8 +56,7 @@ def vocab_rows(name: str, param: torch.nn.Parameter) -> RowShard | None:
         return None
     if type(layer.quant_method) is not UnquantizedEmbeddingMethod or layer.use_presharded_weights:
         return None
-    if layer.num_embeddings != layer.org_vocab_size or param.dim() == 0 \
-            or param.shape[0] != layer.num_embeddings_per_partition:
+    if layer.num_embeddings != layer.org_vocab_size or param.dim() == 0 or param.shape[0] != layer.num_embeddings_per_partition:
         return None
     shard = layer.shard_indices
     return RowShard(shard.org_vocab_start_index, shard.org_vocab_end_index, layer.org_vocab_size)

@@ -83,8 +83,15 @@ class DirectParameterLoader(_EngineNeutralLoader):
     def __init__(self, model: torch.nn.Module, directory: str | Path, device: torch.device | str, **options: Any):
         config = _bake_config(model)
         baked = {record.prefix + short for record in config.manifest.layers for short in record.tensors} if config else set()
-        super().__init__(model, directory, device, plain_copy=plain_copy, row_shard=vocab_rows,
-                         exclude=baked | set(options.pop("exclude", ())), **options)
+        super().__init__(
+            model,
+            directory,
+            device,
+            plain_copy=plain_copy,
+            row_shard=vocab_rows,
+            exclude=baked | set(options.pop("exclude", ())),
+            **options,
+        )
 
     @classmethod
     def for_served_model(cls, model: torch.nn.Module, device: torch.device | str, **options: Any) -> "DirectParameterLoader":
@@ -93,8 +100,15 @@ class DirectParameterLoader(_EngineNeutralLoader):
         through the config's reader onto ``device`` (the one the experts' loads use)."""
         config = _bake_config(model)
         if config is not None:  # the index and shard headers the bake's config has parsed already
-            return cls(model, config.files.root, device, files=config.files, reader=config.reader(device),
-                       readahead=config.readahead(device), **options)
+            return cls(
+                model,
+                config.files.root,
+                device,
+                files=config.files,
+                reader=config.reader(device),
+                readahead=config.readahead(device),
+                **options,
+            )
         from moebake.engines.sglang.config import model_directory
 
         return cls(model, model_directory(), device, **options)
@@ -107,8 +121,11 @@ def _loader_for(model: torch.nn.Module, target_device: torch.device) -> DirectPa
     if os.environ.get(DISABLE_ENV, "1") == "0":
         return None
     if type(model).__name__ not in VERIFIED_MODELS:
-        logger.info("moebake: %s is not a model class whose load_weights moebake has checked (%s); its non-expert "
-                    "tensors keep SGLang's loader", type(model).__name__, ", ".join(sorted(VERIFIED_MODELS)))
+        logger.info(
+            "moebake: %s is not a model class whose load_weights moebake has checked (%s); its non-expert tensors keep SGLang's loader",
+            type(model).__name__,
+            ", ".join(sorted(VERIFIED_MODELS)),
+        )
         return None
     loader = DirectParameterLoader.for_served_model(model, target_device)
     setattr(model, "moebake_direct_load", loader)  # the engine model's own attribute namespace
@@ -126,8 +143,10 @@ def intercept(original: Callable[..., Any]):
                 return original(model, weights, target_device)
             result = original(model, loader.filter(weights), target_device)
             if not loader.stats.finished:
-                raise MoebakeRefusal(f"{type(model).__name__}.load_weights stopped before the end of the weights, so "
-                                     f"moebake never read the tensors it kept back; start SGLang with {DISABLE_ENV}=0")
+                raise MoebakeRefusal(
+                    f"{type(model).__name__}.load_weights stopped before the end of the weights, so "
+                    f"moebake never read the tensors it kept back; start SGLang with {DISABLE_ENV}=0"
+                )
             logger.info("moebake: %s", loader.stats)
             return result
         finally:  # the load (and every MoE layer's post-load step in it) has ended, or failed: so has the read-ahead

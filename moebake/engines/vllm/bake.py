@@ -62,12 +62,10 @@ _MXFP4_HELD = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale")
 _GPT_OSS_HELD = tuple(t.name for t in target_spec("sm90-cutlass").tensors)
 HOLDINGS = {
     "gpt-oss": Holding(architecture=_GPT_OSS, held=_GPT_OSS_HELD),
-    "gpt-oss-sm100": Holding(architecture=_GPT_OSS, held=_GPT_OSS_HELD,
-                             not_held=("gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit")),
+    "gpt-oss-sm100": Holding(architecture=_GPT_OSS, held=_GPT_OSS_HELD, not_held=("gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit")),
     "modelopt-nvfp4": Holding(architecture=None, held=_MXFP4_HELD),
     "deepseek-v4": Holding(architecture=_DEEPSEEK_V4, held=_MXFP4_HELD, vllm_prefix="model."),
-    "deepseek-v4-sm100": Holding(architecture=_DEEPSEEK_V4, held=_MXFP4_HELD, vllm_prefix="model.",
-                                 not_held=("gemm1_clamp_limit",)),
+    "deepseek-v4-sm100": Holding(architecture=_DEEPSEEK_V4, held=_MXFP4_HELD, vllm_prefix="model.", not_held=("gemm1_clamp_limit",)),
     "deepseek-v4-marlin": Holding(architecture=_DEEPSEEK_V4, held=_MXFP4_HELD, vllm_prefix="model."),
 }
 """The vLLM routes of the serving records (:mod:`moebake.schema.serving`), each with how vLLM holds its bakes."""
@@ -132,8 +130,11 @@ def refuse(message: str) -> EngineRefusal:
 
 def parameter_specs(layer: LayerRecord, served: Served, local_experts: int) -> dict[str, tuple[DType, tuple[int, ...]]]:
     """vLLM parameter name -> (dtype, shape with ``local_experts`` experts) of the baked tensors vLLM holds as they are."""
-    return {served.parameter_names[short]: (spec.dtype, (local_experts, *spec.shape[1:]))
-            for short, spec in layer.tensors.items() if short in served.parameter_names}
+    return {
+        served.parameter_names[short]: (spec.dtype, (local_experts, *spec.shape[1:]))
+        for short, spec in layer.tensors.items()
+        if short in served.parameter_names
+    }
 
 
 @dataclass(frozen=True)
@@ -158,8 +159,10 @@ class VllmBake:
         prefix = module_prefix.rstrip(".") + "."
         prefix = prefix.removeprefix(self.served.holding.vllm_prefix)
         if prefix not in self.layers:
-            raise refuse(f"vLLM builds MoE layer {module_prefix} but {self.directory / MANIFEST_NAME} has no layer with "
-                         f"prefix {prefix} (config.json and the manifest disagree)")
+            raise refuse(
+                f"vLLM builds MoE layer {module_prefix} but {self.directory / MANIFEST_NAME} has no layer with "
+                f"prefix {prefix} (config.json and the manifest disagree)"
+            )
         return self.layers[prefix]
 
     def baked_tensor_names(self) -> set[str]:
@@ -180,28 +183,38 @@ def check_manifest(manifest: Manifest, hf_config: dict, where: Path) -> None:
         because = engine.not_exact_because if engine is not None else None
         keep = " --gate-up-globals keep" if because and because.startswith(SHARED_GLOBALS) else ""
         if served in DEEPSEEK_V4_KINDS and (unpadded := vllm_would_pad(manifest, served)):
-            raise refuse(f"{where}: baked for {engine and engine.name} {engine and engine.version}, not vLLM {installed.version}'s "
-                         f"bytes, and no vLLM bake of this model exists: {unpadded}; serve this bake with "
-                         f"{engine and engine.name}")
-        raise refuse(f"{where}: baked for {engine and engine.name} {engine and engine.version} "
-                     f"({'engine-exact' if engine and engine.exact else 'not engine-exact'}{': ' + because if because else ''}), "
-                     f"not vLLM {installed.version}'s bytes; re-bake with: moebake convert SRC OUT --target {served.target} "
-                     f"--engine {installed.spec}{keep}")
+            raise refuse(
+                f"{where}: baked for {engine and engine.name} {engine and engine.version}, not vLLM {installed.version}'s "
+                f"bytes, and no vLLM bake of this model exists: {unpadded}; serve this bake with "
+                f"{engine and engine.name}"
+            )
+        raise refuse(
+            f"{where}: baked for {engine and engine.name} {engine and engine.version} "
+            f"({'engine-exact' if engine and engine.exact else 'not engine-exact'}{': ' + because if because else ''}), "
+            f"not vLLM {installed.version}'s bytes; re-bake with: moebake convert SRC OUT --target {served.target} "
+            f"--engine {installed.spec}{keep}"
+        )
     architectures = hf_config.get("architectures") or []
     if served in DEEPSEEK_V4_KINDS and MTP_DRAFT in architectures:
-        raise refuse(f"{where}: vLLM builds DeepSeek-V4's MTP draft model ({MTP_DRAFT}, --speculative-config); the vLLM "
-                     f"plugin serves the main model only: start vLLM without MTP speculative decoding")
+        raise refuse(
+            f"{where}: vLLM builds DeepSeek-V4's MTP draft model ({MTP_DRAFT}, --speculative-config); the vLLM "
+            f"plugin serves the main model only: start vLLM without MTP speculative decoding"
+        )
     if served.holding.architecture is not None and served.holding.architecture not in architectures:
-        raise refuse(f"{where}: config.json architectures {architectures}; the vLLM plugin serves {served.target} bakes "
-                     f"of {served.holding.architecture}")
+        raise refuse(
+            f"{where}: config.json architectures {architectures}; the vLLM plugin serves {served.target} bakes "
+            f"of {served.holding.architecture}"
+        )
     if served in GPT_OSS_KINDS:
         check_gpt_oss(manifest, hf_config, where, served)
     if served in DEEPSEEK_V4_KINDS:
         check_deepseek_v4(manifest, hf_config, where, served)
     for record in manifest.layers:
         if record.hidden != hf_config.get("hidden_size"):
-            raise refuse(f"{where}: layer {record.prefix} has hidden size {record.hidden}, config.json says "
-                         f"{hf_config.get('hidden_size')} (config.json and the manifest disagree)")
+            raise refuse(
+                f"{where}: layer {record.prefix} has hidden size {record.hidden}, config.json says "
+                f"{hf_config.get('hidden_size')} (config.json and the manifest disagree)"
+            )
 
 
 def vllm_would_pad(manifest: Manifest, served: Served) -> str | None:
@@ -211,9 +224,11 @@ def vllm_would_pad(manifest: Manifest, served: Served) -> str | None:
     profile = installed_profile().target(served.target, served.source_format)
     for record in manifest.layers:
         if record.hidden % profile.hidden_multiple or record.intermediate % profile.intermediate_multiple:
-            return (f"vLLM {installed_release(ENGINE).version} pads DeepSeek-V4's hidden size {record.hidden} and expert intermediate size "
-                    f"{record.intermediate} to multiples of {profile.hidden_multiple} and {profile.intermediate_multiple} "
-                    f"for --moe-backend {served.moe_backend}, and moebake pads no {served.source_format} expert")
+            return (
+                f"vLLM {installed_release(ENGINE).version} pads DeepSeek-V4's hidden size {record.hidden} and expert intermediate size "
+                f"{record.intermediate} to multiples of {profile.hidden_multiple} and {profile.intermediate_multiple} "
+                f"for --moe-backend {served.moe_backend}, and moebake pads no {served.source_format} expert"
+            )
     return None
 
 
@@ -221,19 +236,25 @@ def check_gpt_oss(manifest: Manifest, hf_config: dict, where: Path, served: Serv
     """Refuse a GPT-OSS bake whose activation or sizes disagree with config.json or with vLLM's kernel set-up."""
     activation = manifest.activation
     if {k: getattr(activation, k) for k in SWIGLU} != SWIGLU:
-        raise refuse(f"{where}: activation {activation.to_json()}; vLLM {installed_release(ENGINE).version}'s GPT-OSS MXFP4 "
-                     f"kernel set-up uses SwiGLU {SWIGLU} (config.json and the manifest disagree with vLLM)")
-    expected = {"hidden": hf_config.get("hidden_size"), "intermediate": hf_config.get("intermediate_size"),
-                "experts": hf_config.get("num_local_experts")}
+        raise refuse(
+            f"{where}: activation {activation.to_json()}; vLLM {installed_release(ENGINE).version}'s GPT-OSS MXFP4 "
+            f"kernel set-up uses SwiGLU {SWIGLU} (config.json and the manifest disagree with vLLM)"
+        )
+    expected = {
+        "hidden": hf_config.get("hidden_size"),
+        "intermediate": hf_config.get("intermediate_size"),
+        "experts": hf_config.get("num_local_experts"),
+    }
     for record in manifest.layers:
         got = {key: getattr(record, key) for key in expected}
         if got != expected:
-            raise refuse(f"{where}: layer {record.prefix} has {got}, config.json says {expected} "
-                         "(config.json and the manifest disagree)")
+            raise refuse(f"{where}: layer {record.prefix} has {got}, config.json says {expected} (config.json and the manifest disagree)")
         unknown = set(record.tensors) - set(served.holding.held) - set(served.holding.not_held)
         if unknown:
-            raise refuse(f"{where}: layer {record.prefix} has tensors {sorted(unknown)} that vLLM "
-                         f"{installed_release(ENGINE).version}'s GptOssMxfp4MoEMethod does not hold")
+            raise refuse(
+                f"{where}: layer {record.prefix} has tensors {sorted(unknown)} that vLLM "
+                f"{installed_release(ENGINE).version}'s GptOssMxfp4MoEMethod does not hold"
+            )
 
 
 def check_deepseek_v4(manifest: Manifest, hf_config: dict, where: Path, served: Served) -> None:
@@ -241,17 +262,20 @@ def check_deepseek_v4(manifest: Manifest, hf_config: dict, where: Path, served: 
     ``Mxfp4MoEMethod`` holds (vLLM reads the limit from config.json at run time: it must be the one baked)."""
     limit = manifest.activation.limit
     if limit != hf_config.get("swiglu_limit"):
-        raise refuse(f"{where}: activation SwiGLU limit {limit}, config.json's swiglu_limit {hf_config.get('swiglu_limit')} "
-                     "(config.json and the manifest disagree)")
+        raise refuse(
+            f"{where}: activation SwiGLU limit {limit}, config.json's swiglu_limit {hf_config.get('swiglu_limit')} "
+            "(config.json and the manifest disagree)"
+        )
     expected = {"intermediate": hf_config.get("moe_intermediate_size"), "experts": hf_config.get("n_routed_experts")}
     for record in manifest.layers:
         got = {key: getattr(record, key) for key in expected}
         if got != expected:
-            raise refuse(f"{where}: layer {record.prefix} has {got}, config.json says {expected} "
-                         "(config.json and the manifest disagree)")
+            raise refuse(f"{where}: layer {record.prefix} has {got}, config.json says {expected} (config.json and the manifest disagree)")
         if set(record.tensors) - set(served.holding.not_held) != set(served.holding.held):
-            raise refuse(f"{where}: layer {record.prefix} has tensors {sorted(record.tensors)}; vLLM {installed_release(ENGINE).version}'s "
-                         f"Mxfp4MoEMethod holds {sorted(served.holding.held)}")
+            raise refuse(
+                f"{where}: layer {record.prefix} has tensors {sorted(record.tensors)}; vLLM {installed_release(ENGINE).version}'s "
+                f"Mxfp4MoEMethod holds {sorted(served.holding.held)}"
+            )
 
 
 def read_bake(directory: str | Path, quantization_config: dict, hf_config: dict) -> VllmBake:

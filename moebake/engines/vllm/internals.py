@@ -67,8 +67,12 @@ def build_nvfp4_moe_kernel(method: Any, layer: EngineLayer) -> None:
 
     method.moe_quant_config = method.get_fused_moe_quant_config(layer)
     method.moe_kernel = make_nvfp4_moe_kernel(
-        moe_quant_config=method.moe_quant_config, moe_config=method.moe, experts_cls=method.experts_cls,
-        backend=method.nvfp4_backend, routing_tables=expert_routing_tables(layer))
+        moe_quant_config=method.moe_quant_config,
+        moe_config=method.moe,
+        experts_cls=method.experts_cls,
+        backend=method.nvfp4_backend,
+        routing_tables=expert_routing_tables(layer),
+    )
     method.moe_kernel.fused_experts.process_weights_after_loading(layer)
 
 
@@ -96,8 +100,13 @@ def build_mxfp4_kernel_inline(method: Any, layer: EngineLayer) -> None:
         return
     with_layer = {} if since("0.28.0") else {"layer": layer}
     method.moe_kernel = make_mxfp4_moe_kernel(
-        moe_quant_config=method.moe_quant_config, moe_config=method.moe, mxfp4_backend=method.mxfp4_backend,
-        experts_cls=method.experts_cls, routing_tables=expert_routing_tables(layer), **with_layer)
+        moe_quant_config=method.moe_quant_config,
+        moe_config=method.moe,
+        mxfp4_backend=method.mxfp4_backend,
+        experts_cls=method.experts_cls,
+        routing_tables=expert_routing_tables(layer),
+        **with_layer,
+    )
     if since("0.29.0"):
         method.moe_kernel.fused_experts.process_weights_after_loading(layer)
 

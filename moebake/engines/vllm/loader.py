@@ -103,8 +103,7 @@ def other_tensors(files: CheckpointTensors, skip: set[str]) -> Iterator[tuple[st
                     continue
                 tensor = torch.empty(entry.shape, dtype=dtype)
                 try:
-                    reader.read([ByteRange(str(shard.path), shard.data_start + entry.begin,
-                                           tensor.reshape(-1).view(torch.uint8), name)])
+                    reader.read([ByteRange(str(shard.path), shard.data_start + entry.begin, tensor.reshape(-1).view(torch.uint8), name)])
                 except MoebakeError as err:
                     raise refuse(str(err)) from None
                 yield name, tensor
@@ -121,19 +120,31 @@ class MoebakeModelLoader(BaseModelLoader):
             return path
         from vllm.model_executor.model_loader.weight_utils import download_weights_from_hf
 
-        return Path(download_weights_from_hf(model_config.model, self.load_config.download_dir, _PATTERNS,
-                                             model_config.revision, ignore_patterns=self.load_config.ignore_patterns))
+        return Path(
+            download_weights_from_hf(
+                model_config.model,
+                self.load_config.download_dir,
+                _PATTERNS,
+                model_config.revision,
+                ignore_patterns=self.load_config.ignore_patterns,
+            )
+        )
 
     def download_model(self, model_config: Any) -> None:
         self.checkpoint_directory(model_config)
 
     def load_weights(self, model: Any, model_config: Any) -> None:
         directory = self.checkpoint_directory(model_config)
-        layers = [(name, module) for name, module in model.named_modules()
-                  if isinstance(getattr(module, "quant_method", None), LoaderFilledExperts)]
+        layers = [
+            (name, module)
+            for name, module in model.named_modules()
+            if isinstance(getattr(module, "quant_method", None), LoaderFilledExperts)
+        ]
         if not layers:
-            raise refuse(f"{directory}: the model has no moebake MoE layer (config.json's quant_method must be "
-                         f"'moebake'; was the checkpoint baked by moebake convert?)")
+            raise refuse(
+                f"{directory}: the model has no moebake MoE layer (config.json's quant_method must be "
+                f"'moebake'; was the checkpoint baked by moebake convert?)"
+            )
         bake = layers[0][1].quant_method.bake
         loader = RankLoader(BakeFiles(directory, bake.manifest), next(layers[0][1].parameters()).device)
         weight_map(loader.files)  # the one read of the index (refused here if unreadable): every other read uses it
@@ -142,8 +153,8 @@ class MoebakeModelLoader(BaseModelLoader):
         self.load_stats = loader.total
         baked = bake.baked_tensor_names()
         model.load_weights(other_tensors(loader.files, baked))
-        unloaded = [f"{name}.{p}" for name, layer in layers for p in layer.quant_method.baked_parameters()
-                    if not getattr(layer, p).moebake_loaded]
+        unloaded = [
+            f"{name}.{p}" for name, layer in layers for p in layer.quant_method.baked_parameters() if not getattr(layer, p).moebake_loaded
+        ]
         if unloaded:
-            raise refuse(f"{directory}: baked parameters never loaded: {', '.join(unloaded[:4])}"
-                         f"{' ...' if len(unloaded) > 4 else ''}")
+            raise refuse(f"{directory}: baked parameters never loaded: {', '.join(unloaded[:4])}{' ...' if len(unloaded) > 4 else ''}")

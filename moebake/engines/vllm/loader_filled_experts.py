@@ -31,8 +31,14 @@ class LoaderFilledExperts:
         self.layer_record = bake.layer(prefix)
         self.prefix = prefix
         parallel = moe.moe_parallel_config
-        if refusal := parallelism_refusal(prefix, moe.num_experts, parallel.tp_size, parallel.ep_size,
-                                          use_expert_parallelism=USE_EXPERT_PARALLELISM, choose_ep_size=CHOOSE_EP_SIZE):
+        if refusal := parallelism_refusal(
+            prefix,
+            moe.num_experts,
+            parallel.tp_size,
+            parallel.ep_size,
+            use_expert_parallelism=USE_EXPERT_PARALLELISM,
+            choose_ep_size=CHOOSE_EP_SIZE,
+        ):
             raise refuse(refusal)
 
     def register_baked(self, layer: EngineLayer, specs: dict[str, tuple[DType, tuple[int, ...]]]) -> None:
@@ -61,6 +67,9 @@ class LoaderFilledExperts:
     def check_loaded(self, layer: EngineLayer) -> None:
         """Refuse a layer whose baked parameters were not all filled."""
         missing = [name for name in self.baked_parameters() if not getattr(layer, name).moebake_loaded]
-        if refusal := unloaded_refusal(self.prefix.rstrip(".") + ".", missing, "start vLLM with --load-format moebake and "
-                                       "check the checkpoint's shards against its index (`moebake verify`)"):
+        if refusal := unloaded_refusal(
+            self.prefix.rstrip(".") + ".",
+            missing,
+            "start vLLM with --load-format moebake and check the checkpoint's shards against its index (`moebake verify`)",
+        ):
             raise refuse(refusal)

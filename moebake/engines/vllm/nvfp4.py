@@ -55,22 +55,35 @@ class MoebakeNvfp4MoEMethod(LoaderFilledExperts, ModelOptNvFp4FusedMoE):
 
     def __init__(self, stock: Any, moe: Any, bake: VllmBake, prefix: str):
         if not isinstance(stock, ModelOptNvFp4FusedMoE):
-            raise refuse(f"{prefix}: the source's quantization config gives this MoE layer {type(stock).__name__}, "
-                         "not ModelOpt NVFP4 experts (config.json and the manifest disagree)")
+            raise refuse(
+                f"{prefix}: the source's quantization config gives this MoE layer {type(stock).__name__}, "
+                "not ModelOpt NVFP4 experts (config.json and the manifest disagree)"
+            )
         super().__init__(stock.quant_config, moe)  # vLLM's own backend selection
         self.adopt(bake, prefix, moe)
         expected = NvFp4MoeBackend[MODELOPT_NVFP4.record.kernel_backend]
         if self.nvfp4_backend != expected:
-            raise refuse(f"{prefix}: vLLM selected MoE backend {self.nvfp4_backend.value}; the bake is for FlashInfer "
-                         f"CuteDSL ({expected.name}): start vLLM with --moe-backend {MODELOPT_NVFP4.moe_backend}")
+            raise refuse(
+                f"{prefix}: vLLM selected MoE backend {self.nvfp4_backend.value}; the bake is for FlashInfer "
+                f"CuteDSL ({expected.name}): start vLLM with --moe-backend {MODELOPT_NVFP4.moe_backend}"
+            )
 
-    def create_weights(self, layer: EngineLayer, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
-                       params_dtype: torch.dtype, **extra_weight_attrs: Any):
+    def create_weights(
+        self,
+        layer: EngineLayer,
+        num_experts: int,
+        hidden_size: int,
+        intermediate_size_per_partition: int,
+        params_dtype: torch.dtype,
+        **extra_weight_attrs: Any,
+    ):
         """Parameters at the bake's final shapes for this rank's ``num_experts`` experts; filled by the moebake loader."""
         record = self.layer_record
         if (hidden_size, intermediate_size_per_partition) != (record.hidden, record.intermediate):
-            raise refuse(f"{self.prefix}: vLLM builds H, I = ({hidden_size}, {intermediate_size_per_partition}), the bake "
-                         f"has ({record.hidden}, {record.intermediate}) (config.json and the manifest disagree)")
+            raise refuse(
+                f"{self.prefix}: vLLM builds H, I = ({hidden_size}, {intermediate_size_per_partition}), the bake "
+                f"has ({record.hidden}, {record.intermediate}) (config.json and the manifest disagree)"
+            )
         layer.num_experts = num_experts
         layer.params_dtype = params_dtype
         layer.quant_config = self.quant_config

@@ -63,8 +63,11 @@ def check_platform(bake: VllmBake) -> None:
 
     capability = current_platform.get_device_capability()
     present = None if capability is None else GpuFamily.of_capability(capability.major)
-    device = (f"{current_platform.device_name}: no CUDA GPU" if capability is None else
-              f"device {current_platform.device_name} (compute capability {capability.major}.{capability.minor})")
+    device = (
+        f"{current_platform.device_name}: no CUDA GPU"
+        if capability is None
+        else f"device {current_platform.device_name} (compute capability {capability.major}.{capability.minor})"
+    )
     if refusal := gpu_refusal(bake.manifest.target, present, device):
         raise refuse(refusal)
     if bake.flashinfer_layout is not None:
@@ -84,17 +87,21 @@ def source_quantization_config(bake: VllmBake, quantization_config: dict) -> Qua
 
         # What vLLM's config parsing does for config.json's quantization_config of a model_type deepseek_v4 model.
         if DeepseekV4FP8Config.override_quantization_method(original, None, SimpleNamespace(model_type="deepseek_v4")) is None:
-            raise refuse(f"{bake.directory}: config.json's quantization_config.original is not DeepSeek-V4's FP8 config "
-                         f"(quant_method {original.get('quant_method')!r}; vLLM {installed_release(ENGINE).version} reads "
-                         "'fp8' or 'deepseek_v4_fp8' with DeepseekV4FP8Config)")
+            raise refuse(
+                f"{bake.directory}: config.json's quantization_config.original is not DeepSeek-V4's FP8 config "
+                f"(quant_method {original.get('quant_method')!r}; vLLM {installed_release(ENGINE).version} reads "
+                "'fp8' or 'deepseek_v4_fp8' with DeepseekV4FP8Config)"
+            )
         return DeepseekV4FP8Config.from_config(original)
     from vllm.model_executor.layers.quantization.modelopt import ModelOptMixedPrecisionConfig, ModelOptNvFp4Config
 
     for config_class in (ModelOptNvFp4Config, ModelOptMixedPrecisionConfig):
         if config_class.override_quantization_method(original, None):
             return config_class.from_config(original)
-    raise refuse(f"{bake.directory}: config.json's quantization_config.original is not a ModelOpt NVFP4 config "
-                 f"(quant_algo {original.get('quant_algo', (original.get('quantization') or {}).get('quant_algo'))!r})")
+    raise refuse(
+        f"{bake.directory}: config.json's quantization_config.original is not a ModelOpt NVFP4 config "
+        f"(quant_algo {original.get('quant_algo', (original.get('quantization') or {}).get('quant_algo'))!r})"
+    )
 
 
 class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
@@ -151,8 +158,10 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
 
         load_format = get_current_vllm_config().load_config.load_format
         if load_format != LOAD_FORMAT:
-            raise refuse(f"--load-format {load_format}: the baked experts are copied by moebake's loader; "
-                         f"start vLLM with --load-format {LOAD_FORMAT}")
+            raise refuse(
+                f"--load-format {load_format}: the baked experts are copied by moebake's loader; "
+                f"start vLLM with --load-format {LOAD_FORMAT}"
+            )
         if self.bake.served is MODELOPT_NVFP4:
             from moebake.engines.vllm.nvfp4 import MoebakeNvfp4MoEMethod
 
@@ -160,9 +169,11 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
         if self.bake.served in DEEPSEEK_V4_KINDS:
             stock = self.source_config.get_quant_method(layer, prefix)
             if type(stock) is not Mxfp4MoEMethod:
-                raise refuse(f"{prefix}: vLLM's DeepseekV4FP8Config gives these experts {type(stock).__name__} "
-                             f"(config.json's expert_dtype, moe_quant_algo or ignored layers), not the Mxfp4MoEMethod "
-                             "the bake's bytes are for")
+                raise refuse(
+                    f"{prefix}: vLLM's DeepseekV4FP8Config gives these experts {type(stock).__name__} "
+                    f"(config.json's expert_dtype, moe_quant_algo or ignored layers), not the Mxfp4MoEMethod "
+                    "the bake's bytes are for"
+                )
             return MoebakeDeepseekV4Mxfp4MoEMethod(layer.moe_config, self.bake, prefix, internals.mxfp4_method_options(stock))
         return MoebakeMxfp4MoEMethod(layer.moe_config, self.bake, prefix)
 
@@ -176,21 +187,33 @@ class BakedMxfp4(LoaderFilledExperts):
     def check_backend(self, served: Served) -> None:
         expected = Mxfp4MoeBackend[served.record.kernel_backend]
         if self.mxfp4_backend != expected:
-            raise refuse(f"{self.prefix}: vLLM selected MoE backend {self.mxfp4_backend.value}; the bake is for "
-                         f"{expected.value}: start vLLM with --moe-backend {served.moe_backend}")
+            raise refuse(
+                f"{self.prefix}: vLLM selected MoE backend {self.mxfp4_backend.value}; the bake is for "
+                f"{expected.value}: start vLLM with --moe-backend {served.moe_backend}"
+            )
 
     def maybe_roundup_sizes(self, hidden_size: int, intermediate_size_per_partition: int, act_dtype: torch.dtype, moe_parallel_config: Any):
         """vLLM's padded sizes for the selected backend, refused unless they are the bake's."""
         padded = super().maybe_roundup_sizes(  # type: ignore[misc]  # vLLM's method class, after this one
-            hidden_size, intermediate_size_per_partition, act_dtype, moe_parallel_config)
+            hidden_size, intermediate_size_per_partition, act_dtype, moe_parallel_config
+        )
         record = self.layer_record
         if tuple(padded) != (record.hidden_padded, record.intermediate_padded):
-            raise refuse(f"{self.prefix}: vLLM pads H, I to {tuple(padded)}, the bake to "
-                         f"({record.hidden_padded}, {record.intermediate_padded}) (config.json and the manifest disagree)")
+            raise refuse(
+                f"{self.prefix}: vLLM pads H, I to {tuple(padded)}, the bake to "
+                f"({record.hidden_padded}, {record.intermediate_padded}) (config.json and the manifest disagree)"
+            )
         return padded
 
-    def create_weights(self, layer: EngineLayer, num_experts: int, hidden_size: int, intermediate_size_per_partition: int,
-                       params_dtype: torch.dtype, **extra_weight_attrs: Any):
+    def create_weights(
+        self,
+        layer: EngineLayer,
+        num_experts: int,
+        hidden_size: int,
+        intermediate_size_per_partition: int,
+        params_dtype: torch.dtype,
+        **extra_weight_attrs: Any,
+    ):
         """Parameters at the bake's final shapes for this rank's ``num_experts`` experts; filled by the moebake loader."""
         self.num_experts = num_experts
         self.intermediate_size = intermediate_size_per_partition
