@@ -27,6 +27,18 @@ def test_ruff_finds_nothing():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_ruff_format_changes_nothing():
+    if importlib.util.find_spec("ruff") is None:
+        pytest.skip("ruff is not installed (the test extra has it)")
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "moebake", "bench", "tests"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_at_least_95_percent_of_moebakes_parameters_are_annotated():
     """``bin/annotation-coverage`` over moebake/: the share of function parameters with a type annotation."""
     import ast
