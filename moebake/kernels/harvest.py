@@ -23,8 +23,8 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from moebake.errors import OptionError, OutputError
 from moebake.kernels.environment import engine_release, installed_versions, normalize_arch

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from moebake.errors import IntegrityError, ManifestError, OptionError, OutputError, PlatformError
 from moebake.kernels.environment import engine_release, gpu_arch, installed_versions, normalize_arch

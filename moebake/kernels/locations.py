@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 KINDS = ("flashinfer", "flashinfer-cubins", "tvm-ffi", "deep-gemm", "triton", "tilelang")
 """The kinds, in the order they are listed and installed."""

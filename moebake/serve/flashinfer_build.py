@@ -64,7 +64,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from moebake.errors import PlatformError
 from moebake.serve.flashinfer_paths import (
@@ -216,7 +216,7 @@ def check_prebuilt(so_path: Path) -> dict[str, Any]:
     return meta
 
 
-def reduced_module_spec(prebuilt: Optional[os.PathLike | str] = None, configs: ConfigChoice = None):
+def reduced_module_spec(prebuilt: os.PathLike | str | None = None, configs: ConfigChoice = None):
     """The reduced module's spec: a checked prebuilt ``.so`` (``prebuilt`` or ``$MOEBAKE_FLASHINFER_MOE_SO``), or the
     JIT spec that builds it on first ``build_and_load()``. Changes nothing in FlashInfer."""
     prebuilt = prebuilt or os.environ.get(PREBUILT_ENV) or None
@@ -226,11 +226,11 @@ def reduced_module_spec(prebuilt: Optional[os.PathLike | str] = None, configs: C
     return gen_reduced_sm90_module(configs)
 
 
-_installed: Optional[Any] = None
-_installed_key: Optional[tuple] = None
+_installed: Any | None = None
+_installed_key: tuple | None = None
 
 
-def ensure_flashinfer_sm90_moe(prebuilt: Optional[os.PathLike | str] = None, configs: ConfigChoice = None):
+def ensure_flashinfer_sm90_moe(prebuilt: os.PathLike | str | None = None, configs: ConfigChoice = None):
     """Make FlashInfer's SM90 ``cutlass_fused_moe`` and weight interleave use the reduced module, process-wide.
 
     For tests and benchmarks that run an engine's own code, which calls FlashInfer's getter, on a machine
@@ -264,7 +264,7 @@ def ensure_flashinfer_sm90_moe(prebuilt: Optional[os.PathLike | str] = None, con
 
 
 def build_reduced_sm90_module(
-    dest_dir: Optional[os.PathLike | str] = None, configs: ConfigChoice = None, verbose: bool = False
+    dest_dir: os.PathLike | str | None = None, configs: ConfigChoice = None, verbose: bool = False
 ) -> tuple[Path, float]:
     """Build the reduced module now (ninja, ``MAX_JOBS`` cores); copy ``.so`` + ``.json`` to ``dest_dir``.
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
 
 from moebake.errors import InvalidArgumentError, PlatformError
 
@@ -42,7 +42,7 @@ class MixedInputPath:
 
     name: str
     operands: str
-    scale_mode: Optional[str]
+    scale_mode: str | None
     runner: str
     gemm_runner: str
     branch: str
@@ -332,7 +332,7 @@ def parse_configs(text: str) -> tuple[Config, ...]:
     return tuple(_config(item.strip().split("/"), item) for item in text.split(","))
 
 
-ConfigChoice = Optional[dict[str, Iterable[Sequence[str]]]]
+ConfigChoice = dict[str, Iterable[Sequence[str]]] | None
 """Compiled configurations per path name (``{"w4a16": [...], "w4a8": [...]}``); a path left out, or ``None``,
 takes its ``configs_env`` variable or else its defaults."""
 

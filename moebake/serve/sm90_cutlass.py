@@ -101,7 +101,7 @@ class Sm90CutlassCheckpoint(BakedCheckpoint):
 
     def load_experts(
         self, layer: int, device: torch.device | str = "cuda", ep_rank: int = 0, ep_size: int = 1, verify: bool = False
-    ) -> "Sm90CutlassExperts":
+    ) -> Sm90CutlassExperts:
         """Read layer ``layer``'s experts of EP rank ``ep_rank`` of ``ep_size`` onto ``device``.
 
         ``verify=True`` first checks the SHA-256 of the shards involved against the manifest
@@ -224,7 +224,7 @@ class Sm90CutlassExperts:
 
     __call__ = forward
 
-    def decode_step(self, max_tokens: int, top_k: int) -> "Sm90DecodeStep":
+    def decode_step(self, max_tokens: int, top_k: int) -> Sm90DecodeStep:
         """A decode step for up to ``max_tokens`` tokens routed to ``top_k`` experts each, with persistent buffers
         (no padding, cast or allocation per call) that can be captured in a CUDA graph."""
         return Sm90DecodeStep(self, max_tokens, top_k)

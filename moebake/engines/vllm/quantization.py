@@ -114,7 +114,7 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
         self.source_config: QuantizationConfig | None = None  # what stock vLLM builds for the source checkpoint
 
     @classmethod
-    def from_config(cls, config: dict) -> "MoebakeConfig":
+    def from_config(cls, config: dict) -> MoebakeConfig:
         return cls(dict(config))
 
     def maybe_update_config(self, model_name: str, hf_config: Any = None, revision: str | None = None):
