@@ -13,6 +13,7 @@ import ast
 import importlib.metadata
 import re
 
+from moebake.errors import InvalidArgumentError
 from moebake.kernels.locations import _package_dir
 
 VERSION_FIELDS = ("flashinfer", "deep_gemm", "tvm_ffi", "triton", "tilelang", "torch", "cuda")
@@ -75,7 +76,7 @@ def normalize_arch(text: str) -> str:
     """``sm90``, ``sm_90``, ``sm90a``, ``9.0``, ``90`` -> ``sm90``; ValueError otherwise."""
     match = _ARCH.match(text.strip().lower())
     if not match:
-        raise ValueError(f"{text!r} is not a GPU architecture (expected e.g. sm90, sm_90a or 9.0)")
+        raise InvalidArgumentError(f"{text!r} is not a GPU architecture (expected e.g. sm90, sm_90a or 9.0)")
     return f"sm{match.group(1)}{match.group(2)}"
 
 

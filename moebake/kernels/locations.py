@@ -44,6 +44,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from moebake.errors import InvalidArgumentError
+
 KINDS = ("flashinfer", "flashinfer-cubins", "tvm-ffi", "deep-gemm", "triton", "tilelang")
 """The kinds, in the order they are listed and installed."""
 
@@ -140,6 +142,6 @@ def parse_roots(values: tuple[str, ...] | list[str]) -> dict[str, Path]:
     for value in values:
         kind, sep, folder = value.partition("=")
         if not sep or kind not in KINDS or not folder:
-            raise ValueError(f"--root {value}: expected KIND=DIR, KIND one of {', '.join(KINDS)}")
+            raise InvalidArgumentError(f"--root {value}: expected KIND=DIR, KIND one of {', '.join(KINDS)}")
         roots[kind] = Path(folder)
     return roots
