@@ -24,7 +24,7 @@ NARRATION = re.compile(
             r"\bgive_back\b",
             r"\bhelper-\d",
             r"\bgpu-sessions\b",
-            r"(?<![\w.])/work/",  # one machine's checkout
+            r"(?<![\w.])/wor" r"k/",  # one machine's checkout (split: this file's text must not match it)
             r"(?<![\w.])/root/",
             r"(?<![\w.])/home/[a-z]",
         ]
@@ -56,12 +56,13 @@ def test_no_tracked_text_narrates_how_the_work_was_done():
 
 
 def test_the_pattern_catches_what_it_is_for():
+    # the examples are split so that this file's own text does not match the patterns it holds
     for text in (
-        "measured in the sixth hold",
+        "measured in the six" + "th hold",
         "a later session found",
-        'device, call 1, carry [".whl"]',
-        "S17_WHEELS=/work/main/.whl-s17",
-        "the last 5 device-minutes",
+        "device, call 1, car" + 'ry [".whl"]',
+        "S17_WHEELS=/wor" + "k/main/.whl-s17",
+        "the last 5 device" + "-minutes",
         "measured in one hold, then",
     ):
         assert NARRATION.search(text), text
