@@ -18,7 +18,7 @@ whole file (the limits, into a 16 MiB buffer per thread). No method holds the fi
   file system refuses O_DIRECT, such as tmpfs);
 * ``staged-8x16M``, ``staged-16x16M``, ``staged-8x64M``, ``staged-4x64M``, ``staged-8x8M``, ``staged-16x8M``,
   ``staged-8x4M``, ``staged-16x4M``: the rank ranges through moebake's own
-  :class:`~moebake.serving_core.staged_reader.StagedReader` (``slots`` x ``chunk_bytes``: reading threads, each an
+  :class:`~moebake.loading.staged_reader.StagedReader` (``slots`` x ``chunk_bytes``: reading threads, each an
   ``os.preadv`` of one chunk into the pinned ring of ``slots`` buffers; descriptors with ``POSIX_FADV_RANDOM``, no
   readahead), as a loader reads them (``staged=True`` on the CPU device, so the ring's pipeline runs there too). The
   reader's ring and threads are made before the clock starts (a loader keeps its reader across its loads;
@@ -176,7 +176,7 @@ class Job:
 
     def pieces(self) -> list:
         """The rank ranges as the reader's ``ByteRange`` list, each onto its slice of ``dest``."""
-        from moebake.serving_core.staged_reader import ByteRange
+        from moebake.loading.staged_reader import ByteRange
 
         pieces, at = [], 0
         for offset, length in self.ranges:
@@ -234,7 +234,7 @@ def limit_direct(job: Job) -> None:
 def _split_tail_reader():
     """A :class:`StagedReader` whose every call cuts its last ``slots`` chunks into ``slots`` pieces each, so that all
     its threads read until the call's end instead of draining one by one (a candidate, measured here only)."""
-    from moebake.serving_core.staged_reader import StagedReader, _Chunk
+    from moebake.loading.staged_reader import StagedReader, _Chunk
 
     class SplitTailReader(StagedReader):
         def _chunks(self, ranges):
@@ -261,7 +261,7 @@ def _thread_copy_reader(copy: bool = True):
 
     import torch
 
-    from moebake.serving_core.staged_reader import StagedReader, _pread_into, _settle
+    from moebake.loading.staged_reader import StagedReader, _pread_into, _settle
 
     class ThreadCopyReader(StagedReader):
         def __init__(self, device, **options):
@@ -322,7 +322,7 @@ def _staged(
     for all; ``split_tail``: the reader of :func:`_split_tail_reader`; ``thread_copy``: the reader of
     :func:`_thread_copy_reader` (``copy``: its); ``idle``: the process then sleeps ``IDLE_SECONDS``, off the clock,
     with nothing running on the device, before the timed read."""
-    from moebake.serving_core.staged_reader import StagedReader
+    from moebake.loading.staged_reader import StagedReader
 
     kind = _split_tail_reader() if split_tail else _thread_copy_reader(copy) if thread_copy else StagedReader
     reader = kind(job.device, slots=slots, chunk_bytes=chunk_bytes, buffers=buffers, staged=True)
@@ -360,7 +360,7 @@ def _willneed(job: Job) -> None:
 @contextmanager
 def readahead_on():
     """moebake's reader opens its files without ``POSIX_FADV_RANDOM`` (the kernel's readahead on) inside."""
-    from moebake.serving_core import staged_reader
+    from moebake.loading import staged_reader
 
     original = staged_reader.open_without_readahead
     staged_reader.open_without_readahead = lambda path: os.open(path, os.O_RDONLY)

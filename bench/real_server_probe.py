@@ -10,7 +10,7 @@ nothing the load does. It also arms :mod:`faulthandler` on SIGUSR2 (SGLang uses 
 thread's Python stack to ``$MOEBAKE_REAL_SERVER_STACKS``: bench/real_server.py sends SIGUSR2 to a server that is not
 ready in time, so its record says where each process was (a JIT build, a CUDA-graph capture, ...).
 
-Where ``$MOEBAKE_FLASHINFER_MOE_SO`` names a prebuilt reduced FlashInfer SM90 MoE module (moebake.serve.flashinfer_build:
+Where ``$MOEBAKE_FLASHINFER_MOE_SO`` names a prebuilt reduced FlashInfer SM90 MoE module (moebake.serve.jit.flashinfer_build:
 FlashInfer's own W4A16 kernels for the installed FlashInfer, compiled for fewer GEMM tiles), :func:`register` also
 makes FlashInfer's ``cutlass_fused_moe`` and SM90 weight interleave use it in that process
 (``ensure_flashinfer_sm90_moe``), in the stock and the bake servers alike: FlashInfer's whole ``fused_moe_90`` JIT
@@ -153,7 +153,7 @@ def arm_stacks() -> None:
 def install_reduced_module() -> None:
     """FlashInfer's SM90 MoE getter returns the prebuilt reduced module ``$MOEBAKE_FLASHINFER_MOE_SO`` names, if any."""
     if os.environ.get("MOEBAKE_FLASHINFER_MOE_SO"):
-        from moebake.serve.flashinfer_build import ensure_flashinfer_sm90_moe
+        from moebake.serve.jit.flashinfer_build import ensure_flashinfer_sm90_moe
 
         ensure_flashinfer_sm90_moe()  # reads $MOEBAKE_FLASHINFER_MOE_SO, checks its sidecar against this FlashInfer
 

@@ -62,7 +62,7 @@ def run(args) -> dict:
         )
     from moebake.convert.options import ConvertOptions
     from moebake.convert.run import convert
-    from moebake.serve.flashinfer_build import ensure_flashinfer_sm90_moe
+    from moebake.serve.jit.flashinfer_build import ensure_flashinfer_sm90_moe
     from moebake.synthetic import write_gpt_oss
 
     ensure_flashinfer_sm90_moe()

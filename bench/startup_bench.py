@@ -17,7 +17,7 @@ expert parallelism over a gloo world):
   rank's dumped tensors in;
 * ``bake``: the same iterator over the bake's shards, the same ``FusedMoE`` layers with the moebake
   plugin's method: the baked tensors' loaders read metadata only, each layer's post-load step reads this
-  rank's rows with :class:`moebake.serving_core.rank_loader.RankLoader`, and every other tensor that is one
+  rank's rows with :class:`moebake.loading.rank_loader.RankLoader`, and every other tensor that is one
   parameter whole is read by :class:`moebake.engines.sglang.whole_model.DirectParameterLoader` straight into
   its parameter.
 
@@ -57,7 +57,7 @@ phases), ``post_load`` (every MoE layer's post-load step; of it, ``post_load_rea
 and ``post_load_batches``: ``[seconds, bytes]`` of each MoE layer's read call, in layer order), ``sync`` (the final
 CUDA synchronize) and ``other`` (the rest; presharded: its reload but the build). ``readahead`` (the bake's with
 ``--readahead on|both``, the slowest rank's; absent from older files): what the plugin's read-ahead
-(:mod:`moebake.serving_core.readahead`) did beside those parts: ``seconds`` from its first read to its last, ``bytes``
+(:mod:`moebake.loading.readahead`) did beside those parts: ``seconds`` from its first read to its last, ``bytes``
 it read into the page cache of ``planned_bytes``, ``skipped_bytes`` the loader read first, ``max_ahead`` (its most
 bytes read ahead of the loader) and ``error`` (why it ended early, or null). ``readahead_enabled`` (bake runs of
 ``--readahead on|off|both``): whether it ran; ``--readahead both`` runs each bake load four times, off, on, on, off,

@@ -66,7 +66,7 @@ def _page_cache_gbps(files: list[Path], threads: int | None = None) -> float:
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from moebake.serving_core.staged_reader import DEFAULT_CHUNK_BYTES, DEFAULT_SLOTS
+    from moebake.loading.staged_reader import DEFAULT_CHUNK_BYTES, DEFAULT_SLOTS
 
     threads, chunk = threads or DEFAULT_SLOTS, DEFAULT_CHUNK_BYTES
     local = threading.local()
@@ -90,14 +90,14 @@ def _page_cache_gbps(files: list[Path], threads: int | None = None) -> float:
 
 
 def _reader_alone_gbps(files: list[Path], device: str, window_bytes: int = 1 << 30, staged: bool | None = None) -> float:
-    """The plugin's reader (:func:`~moebake.serving_core.staged_reader.own_reader`, its defaults) reading every byte
+    """The plugin's reader (:func:`~moebake.loading.staged_reader.own_reader`, its defaults) reading every byte
     of ``files`` out of the page cache onto ``device``, in this process, outside any server, GB/s: a read of the
     whole once first (its ring pinned, every page cached), then the timed read. Each file goes in pieces of
     ``window_bytes`` into one device buffer of that size, reused (its bytes are not kept). Not a limit: the reads and
     the copies the bake's ranks make, without the server around them, to tell the copies' cost from the server's."""
     import torch
 
-    from moebake.serving_core.staged_reader import ByteRange, own_reader
+    from moebake.loading.staged_reader import ByteRange, own_reader
 
     window = torch.empty(window_bytes, dtype=torch.uint8, device=device)
     ranges = [
@@ -156,7 +156,7 @@ def measure_limits(directory: Path, node_ranks: Iterable[int] = ()) -> dict:
     GPU, and, for each such G the machine has the GPUs for, pinned H2D on G GPUs at once (``h2d_pinned_node_gbps``,
     the total: :func:`_h2d_gbps`). Beside them, not a limit: the plugin's reader alone onto one GPU, reading the
     page-cache probe's files (``reader_alone_gbps``: :func:`_reader_alone_gbps`)."""
-    from moebake.serving_core.staged_reader import DEFAULT_SLOTS
+    from moebake.loading.staged_reader import DEFAULT_SLOTS
 
     files = sorted((directory / "out").glob("*.safetensors"), key=lambda p: -p.stat().st_size)
     drop_page_cache(directory)

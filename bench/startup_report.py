@@ -388,7 +388,7 @@ def _readahead_rows(groups: list[list[dict]]) -> list[str]:
         return []
     lines = [
         "",
-        "The bake's read-ahead (`moebake.serving_core.readahead`, opt-in), off and on in one run, in the "
+        "The bake's read-ahead (`moebake.loading.readahead`, opt-in), off and on in one run, in the "
         "order off, on, on, off: each run's seconds (slowest node, or slowest rank on one node), the ratio of the "
         "means, the limit and on/limit (the mean), and the most bytes one node read from the block device.",
         "",

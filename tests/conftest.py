@@ -208,8 +208,8 @@ def sm90_gpu():
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an SM90 GPU")
     pytest.importorskip("flashinfer")
-    from moebake.serve.flashinfer_build import ensure_flashinfer_sm90_moe
     from moebake.serve.flashinfer_ops import sm90_moe_ops
+    from moebake.serve.jit.flashinfer_build import ensure_flashinfer_sm90_moe
 
     sm90_moe_ops()  # moebake's runtime: its own getter of the reduced module
     # The engines' own code run by the GPU tests (stock vLLM's post-load interleave, ...) calls FlashInfer's getter,

@@ -578,7 +578,7 @@ def test_read_bench_make_run_table_and_plot_on_the_cpu(tmp_path, monkeypatch, ca
     split.read(job.pieces())
     split.close()
     assert job.dest.numpy().tobytes() == wanted
-    from moebake.serving_core import staged_reader
+    from moebake.loading import staged_reader
 
     original = staged_reader.open_without_readahead
     assert bench.METHODS["normal-8x16M"].context is bench.readahead_on
@@ -1088,7 +1088,7 @@ def test_startup_bench_page_cache_probe_reads_every_chunk_with_the_threads_asked
     threads on one file), and divides the timed bytes by the timed seconds."""
     import threading
 
-    from moebake.serving_core.staged_reader import DEFAULT_CHUNK_BYTES as chunk
+    from moebake.loading.staged_reader import DEFAULT_CHUNK_BYTES as chunk
 
     bench = load_bench("startup_limits.py")
     files = [tmp_path / "a", tmp_path / "b"]
@@ -1119,7 +1119,7 @@ def test_startup_bench_reader_alone_reads_every_byte_twice_through_the_plugins_r
     in pieces of at most the window into one device buffer, and divides the timed read's bytes by its seconds."""
     import types
 
-    from moebake.serving_core import staged_reader
+    from moebake.loading import staged_reader
 
     bench = load_bench("startup_limits.py")
     files = [tmp_path / "a", tmp_path / "b"]

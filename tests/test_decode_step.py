@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from moebake.errors import InvalidArgumentError, PlatformError
+from moebake.loading.staged_reader import LoadStats
 from moebake.serve.sm90_cutlass import Sm90CutlassExperts
-from moebake.serving_core.staged_reader import LoadStats
 
 E, H, H_PAD, I_PAD = 4, 2880, 3072, 2944
 

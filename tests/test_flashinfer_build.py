@@ -7,9 +7,9 @@ import re
 import pytest
 
 from moebake.errors import InvalidArgumentError, PlatformError
-from moebake.serve import flashinfer_paths as fp
+from moebake.serve.jit import flashinfer_paths as fp
 
-fb = pytest.importorskip("moebake.serve.flashinfer_build")
+fb = pytest.importorskip("moebake.serve.jit.flashinfer_build")
 pytest.importorskip("flashinfer")
 
 
@@ -127,7 +127,7 @@ def generated_0_6(request, tmp_path_factory):
     )
     env.pop(fp.W4A16.configs_env, None)
     script = (
-        "import json, flashinfer; from moebake.serve import flashinfer_build as fb; "
+        "import json, flashinfer; from moebake.serve.jit import flashinfer_build as fb; "
         "spec = fb.gen_reduced_sm90_module(); "
         "print(json.dumps({'version': flashinfer.__version__, "
         "'sources': {p.name: p.read_text() for p in spec.sources if p.parent.name == 'moebake_90'}}))"

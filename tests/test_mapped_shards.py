@@ -1,4 +1,4 @@
-"""moebake.serving_core.mapped_shards: a shard's tensors mapped from the file, against safetensors' own get_tensor."""
+"""moebake.loading.mapped_shards: a shard's tensors mapped from the file, against safetensors' own get_tensor."""
 
 import json
 import struct
@@ -7,7 +7,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from moebake.serving_core.mapped_shards import mappable, mapped_tensors, shard_headers
+from moebake.loading.mapped_shards import mappable, mapped_tensors, shard_headers
 
 TENSORS = {
     "b.bf16": torch.arange(12, dtype=torch.float32).reshape(3, 4).to(torch.bfloat16),

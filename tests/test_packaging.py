@@ -173,7 +173,7 @@ def test_pyproject_extras_pin_exactly_the_versions_the_code_is_proven_for():
     """The extras a user installs are the span of engine releases the release matrix proves (each serving some bake)
     and the FlashInfer the runtime's reduced module is written for (pyproject is read as text: no packaging needed)."""
     from moebake.schema.profiles import serving_releases
-    from moebake.serve.flashinfer_build import TESTED_FLASHINFER_VERSIONS
+    from moebake.serve.jit.flashinfer_build import TESTED_FLASHINFER_VERSIONS
 
     extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     for engine in ("sglang", "vllm"):

@@ -1,4 +1,4 @@
-"""The one bake loader (moebake/serving_core/rank_loader.py) on CPU: any runs of experts land in their rows, byte for byte
+"""The one bake loader (moebake/loading/rank_loader.py) on CPU: any runs of experts land in their rows, byte for byte
 against safetensors' own reader of the files; only the asked rows are read; wrong destinations are refused."""
 
 import pytest
@@ -8,8 +8,8 @@ from safetensors import safe_open
 from moebake.convert.options import ConvertOptions
 from moebake.convert.run import convert
 from moebake.errors import IntegrityError, InvalidArgumentError
+from moebake.loading.rank_loader import BakeFiles, ExpertRun, RankLoader, rank_runs, runs_from_slots
 from moebake.schema.index import read_index
-from moebake.serving_core.rank_loader import BakeFiles, ExpertRun, RankLoader, rank_runs, runs_from_slots
 from moebake.synthetic import write_gpt_oss
 
 EXPERTS = 8

@@ -1,4 +1,4 @@
-"""moebake.serving_core.readahead: it reads only planned bytes, stays within its window of the loader, never breaks a
+"""moebake.loading.readahead: it reads only planned bytes, stays within its window of the loader, never breaks a
 load, and the loader's bytes are the same with it as without (StagedReader, staged pipeline on the CPU)."""
 
 import threading
@@ -7,9 +7,9 @@ import time
 import pytest
 import torch
 
-from moebake.serving_core import readahead
-from moebake.serving_core.readahead import PlannedRange, ReadAhead
-from moebake.serving_core.staged_reader import ByteRange, StagedReader
+from moebake.loading import readahead
+from moebake.loading.readahead import PlannedRange, ReadAhead
+from moebake.loading.staged_reader import ByteRange, StagedReader
 
 STEP = 4096
 

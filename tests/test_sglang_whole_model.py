@@ -442,7 +442,7 @@ def test_other_vocabulary_layouts_keep_sglangs_path(vocab_checkpoint, layout):
 
 @pytest.mark.parametrize("fails", [False, True])
 def test_the_read_ahead_plans_exactly_the_loaders_ranges_reads_no_other_byte_and_changes_none(bake, monkeypatch, fails):
-    """SGLang's GPT-OSS model loaded through the interception with the bake's read-ahead (:mod:`moebake.serving_core.
+    """SGLang's GPT-OSS model loaded through the interception with the bake's read-ahead (:mod:`moebake.loading.
     readahead`): its plan is, range for range and in order, what the loader then reads (the other tensors first,
     then each MoE layer's rows); it reads nothing outside those ranges; the parameters equal a load with
     the read-ahead off (``MOEBAKE_READAHEAD`` unset: it is opt-in, ``=1``); an error in its reads ends it and breaks nothing; it has ended
@@ -450,8 +450,8 @@ def test_the_read_ahead_plans_exactly_the_loaders_ranges_reads_no_other_byte_and
     from sglang.srt.model_loader.loader import DefaultModelLoader
 
     from moebake.engines.sglang import config as config_module
-    from moebake.serving_core import readahead
-    from moebake.serving_core.staged_reader import StagedReader
+    from moebake.loading import readahead
+    from moebake.loading.staged_reader import StagedReader
 
     intercepted = DefaultModelLoader.load_weights_and_postprocess
     reads, touched, made = [], [], []

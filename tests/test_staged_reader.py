@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from moebake.errors import InvalidArgumentError, MoebakeError
-from moebake.serving_core import staged_reader
-from moebake.serving_core.staged_reader import ByteRange, StagedReader
+from moebake.loading import staged_reader
+from moebake.loading.staged_reader import ByteRange, StagedReader
 from tests.conftest import benchkit, random_u8
 
 

@@ -193,7 +193,7 @@ def test_every_source_model_implements_the_protocol_fully(sources, source):
 
 
 def test_every_target_names_the_gpus_it_runs_on():
-    """The spec's ``gpus`` is what every server's GPU refusal reads (moebake/serving_core/refusals.py): none may be empty."""
+    """The spec's ``gpus`` is what every server's GPU refusal reads (moebake/loading/refusals.py): none may be empty."""
     from moebake.schema.targets import TARGET_SPECS
 
     for spec in TARGET_SPECS.values():

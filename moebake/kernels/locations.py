@@ -19,7 +19,7 @@ its path under the kind's folder on a machine (its *root*). Defaults, as the lib
     ``JitSpec.build_and_load`` loads from without ninja (``is_aot``): ``flashinfer_jit_cache.get_jit_cache_dir()``
     if the ``flashinfer-jit-cache`` package is installed, else ``<the flashinfer package>/data/aot``, as
     ``<name>/<name>.so``. moebake's reduced SM90 MoE module (``fused_moe_90_moebake``) goes there too, with its
-    sidecar ``.json``; :func:`moebake.serve.flashinfer_build.reduced_module_spec`'s JIT spec then loads it.
+    sidecar ``.json``; :func:`moebake.serve.jit.flashinfer_build.reduced_module_spec`'s JIT spec then loads it.
 ``flashinfer-cubins``
     FlashInfer's downloaded cubins: the ``flashinfer-cubin`` package's folder if installed, else
     ``$FLASHINFER_CUBIN_DIR``, else ``<base>/.cache/flashinfer/cubins``.

@@ -3,7 +3,7 @@
 Target-independent: each target's runtime (e.g. :mod:`moebake.serve.sm90_cutlass`) subclasses
 :class:`BakedCheckpoint` and adds ``load_experts``. Nothing is read at open time but the manifest
 and the index; a shard's header is parsed when a tensor of it is first needed, and tensor data is
-read only for the experts asked for, by the engine-neutral :class:`~moebake.serving_core.rank_loader.RankLoader`
+read only for the experts asked for, by the engine-neutral :class:`~moebake.loading.rank_loader.RankLoader`
 that the SGLang and vLLM plugins use too.
 """
 
@@ -12,12 +12,12 @@ from pathlib import Path
 import torch
 
 from moebake.errors import IntegrityError, InvalidArgumentError, UnsupportedError
+from moebake.loading.rank_loader import BakeFiles, ExpertRun, RankLoader, rank_runs
+from moebake.loading.staged_reader import LoadStats
 from moebake.schema.checksums import checksum_problem
 from moebake.schema.enums import DType
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
 from moebake.serve.platform import Platform
-from moebake.serving_core.rank_loader import BakeFiles, ExpertRun, RankLoader, rank_runs
-from moebake.serving_core.staged_reader import LoadStats
 
 
 class BakedCheckpoint:

@@ -39,6 +39,7 @@ import torch
 from moebake.errors import InvalidArgumentError, MoebakeError
 from moebake.formats.bf16_moe import ACTIVATION
 from moebake.layouts.gate_up import pad_to, split_halves, stack_halves
+from moebake.loading.staged_reader import LoadStats
 from moebake.schema.config_values import ConfigValues, model_scopes, read_json_object
 from moebake.schema.manifest import LayerRecord
 from moebake.schema.sizes import round_up
@@ -49,7 +50,6 @@ from moebake.serve.deepep_ll import LowLatencyBuffer, LowLatencyRefusal, LowLate
 from moebake.serve.dispatch import StandInDispatcher, combine, dispatch, expected_m
 from moebake.serve.masked_activation import silu_and_mul_masked, zero_rows_past
 from moebake.serve.masked_gemm import MaskedGemm, get_backend
-from moebake.serving_core.staged_reader import LoadStats
 
 if TYPE_CHECKING:
     from moebake.schema.manifest import Manifest

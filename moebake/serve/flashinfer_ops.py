@@ -1,7 +1,7 @@
 """FlashInfer's SM90 fused-MoE entry points, bound to moebake's reduced module through a getter of moebake's own.
 
 FlashInfer's stock ``fused_moe_90`` JIT module takes over half an hour to build; moebake builds (or loads a
-prebuilt copy of) a module with only the MXFP4 W4A16 and Humming W4A8 paths (:mod:`moebake.serve.flashinfer_build`).
+prebuilt copy of) a module with only the MXFP4 W4A16 and Humming W4A8 paths (:mod:`moebake.serve.jit.flashinfer_build`).
 FlashInfer 0.7.2.post1's public ``cutlass_fused_moe`` checks and prepares its arguments, then calls
 ``get_cutlass_fused_moe_module(arch).cutlass_fused_moe(...)``, a cached getter that builds the module from
 ``gen_cutlass_fused_moe_sm90_module()``. :func:`sm90_moe_ops` rebuilds those two functions from FlashInfer's
@@ -9,7 +9,7 @@ own code objects over a copy of their module's namespace in which that generator
 module's spec and the getter is the rebuilt one. Nothing in FlashInfer is replaced: its module, getter and
 cache serve every other caller in the process (an engine's own FlashInfer calls) as before. The rebuilt
 functions run FlashInfer's code unchanged, minus its API-logging wrapper. Only the FlashInfer versions in
-:data:`moebake.serve.flashinfer_build.TESTED_FLASHINFER_VERSIONS` are accepted.
+:data:`moebake.serve.jit.flashinfer_build.TESTED_FLASHINFER_VERSIONS` are accepted.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def sm90_moe_ops() -> SimpleNamespace:
     and ``interleave_scales`` on the reduced module; ``get_module(arch)`` is the getter."""
     from flashinfer.fused_moe import interleave_moe_scales_for_sm90_mixed_gemm
 
-    from moebake.serve.flashinfer_build import check_flashinfer_version, reduced_module_spec
+    from moebake.serve.jit.flashinfer_build import check_flashinfer_version, reduced_module_spec
 
     check_flashinfer_version()
     getter, cutlass_fused_moe = own_getter(reduced_module_spec)

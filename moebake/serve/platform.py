@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from moebake.errors import PlatformError
+from moebake.loading.refusals import flashinfer_layout_refusal, gpu_refusal
 from moebake.schema.enums import GpuFamily
-from moebake.serving_core.refusals import flashinfer_layout_refusal, gpu_refusal
 
 
 @dataclass(frozen=True)

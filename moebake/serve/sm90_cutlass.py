@@ -41,13 +41,13 @@ import torch
 import torch.nn.functional as F
 
 from moebake.errors import InvalidArgumentError, ManifestError, PlatformError, UnsupportedError
+from moebake.loading.staged_reader import LoadStats
 from moebake.schema.manifest import Activation, LayerRecord
 from moebake.schema.targets import SM90_CUTLASS, SM90_CUTLASS_W4A8, TargetSpec
 from moebake.serve.baked_checkpoint import BakedCheckpoint
 from moebake.serve.cuda_graph import capture
 from moebake.serve.flashinfer_ops import sm90_moe_ops
 from moebake.serve.platform import require_flashinfer_layout, require_gpu
-from moebake.serving_core.staged_reader import LoadStats
 
 if TYPE_CHECKING:
     from moebake.schema.manifest import Manifest

@@ -5,7 +5,7 @@
 2. One small ``cutlass_fused_moe`` W4A16 call matches a dequantized float reference.
 
 Both go through FlashInfer's own Python wrappers; the compiled module behind them is moebake's
-reduced (or prebuilt) one, installed by ``moebake.serve.flashinfer_build.ensure_flashinfer_sm90_moe``
+reduced (or prebuilt) one, installed by ``moebake.serve.jit.flashinfer_build.ensure_flashinfer_sm90_moe``
 (set ``MOEBAKE_FLASHINFER_MOE_SO`` to load a prebuilt ``.so``). Skipped without CUDA, FlashInfer
 or an SM90 GPU. Run with ``python3 -m pytest -m gpu tests/gpu`` (``bin/gpu-harness`` does).
 """
@@ -38,7 +38,7 @@ def flashinfer_moe():
     pytest.importorskip("flashinfer")
     import flashinfer.fused_moe as fused_moe
 
-    from moebake.serve.flashinfer_build import ensure_flashinfer_sm90_moe
+    from moebake.serve.jit.flashinfer_build import ensure_flashinfer_sm90_moe
 
     start = time.monotonic()
     spec = ensure_flashinfer_sm90_moe()

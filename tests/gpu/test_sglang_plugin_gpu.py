@@ -8,7 +8,7 @@ A GPT-OSS layer (H = I = 2880: H padded to 3072, I to 2944) is prepared two ways
   (FlashInfer's CUDA ``interleave_moe_weights_for_sm90_mixed_gemm``);
 * plugin: ``--quantization moebake``, the same ``FusedMoE`` with the plugin's method loading the
   *bake*: its parameters' ``weight_loader`` reads only the shape and dtype of the (lazily mapped) tensors,
-  and its post-load step reads the rank's rows from the files (``moebake.serving_core.rank_loader``), no transform.
+  and its post-load step reads the rank's rows from the files (``moebake.loading.rank_loader``), no transform.
 
 Then (1) the plugin's parameters equal stock SGLang's byte for byte, (2) both layers' forward
 through SGLang's ``flashinfer_mxfp4`` MoeRunner (FlashInfer ``cutlass_fused_moe``) give bit-identical

@@ -8,7 +8,7 @@ with a float32 reference computed from the *source* tensors dequantized: per rou
 the routing weights. Criterion (FlashInfer's own): >= 99.9 % of elements within rtol = atol = 0.1,
 plus a relative RMS bound. A reference with gate and up swapped must fail it (the check can fail).
 
-FlashInfer is called directly; :func:`moebake.serve.flashinfer_build.ensure_flashinfer_sm90_moe`
+FlashInfer is called directly; :func:`moebake.serve.jit.flashinfer_build.ensure_flashinfer_sm90_moe`
 (FlashInfer's SM90 MoE JIT reduced to the W4A16 path) is installed first when present.
 Skipped without CUDA, an SM90 GPU or FlashInfer.
 """
@@ -38,7 +38,7 @@ def _cutlass_fused_moe():
         from moebake.serve.flashinfer_ops import sm90_moe_ops  # installs it once per process
     except ImportError:
         try:
-            from moebake.serve.flashinfer_build import ensure_flashinfer_sm90_moe
+            from moebake.serve.jit.flashinfer_build import ensure_flashinfer_sm90_moe
         except ImportError:
             pass
         else:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from moebake.formats.safetensors_file import encode_header
-from moebake.serving_core.checkpoint_tensors import CheckpointTensors
+from moebake.loading.checkpoint_tensors import CheckpointTensors
 from tests.conftest import benchkit, random_u8, resident_pages
 
 MIB = 1 << 20

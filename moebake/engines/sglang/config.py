@@ -20,12 +20,12 @@ from moebake.engines.quantization_identity import MoebakeQuantization
 from moebake.engines.sglang import internals, loader_hook, refusals
 from moebake.engines.sglang.refusals import MoebakeRefusal, check_parallelism
 from moebake.errors import MoebakeError
+from moebake.loading.rank_loader import BakeFiles, RankLoader
+from moebake.loading.readahead import ReadAhead, ReadAheadStats
+from moebake.loading.readahead import enabled as readahead_enabled
+from moebake.loading.served_manifest import read_served_manifest
+from moebake.loading.staged_reader import StagedReader, own_reader
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
-from moebake.serving_core.rank_loader import BakeFiles, RankLoader
-from moebake.serving_core.readahead import ReadAhead, ReadAheadStats
-from moebake.serving_core.readahead import enabled as readahead_enabled
-from moebake.serving_core.served_manifest import read_served_manifest
-from moebake.serving_core.staged_reader import StagedReader, own_reader
 
 
 def model_directory() -> Path:
@@ -140,7 +140,7 @@ class MoebakeConfig(MoebakeQuantization, QuantizationConfig):
         return self._readers[device]
 
     def readahead(self, device: torch.device) -> ReadAhead | None:
-        """The one :class:`~moebake.serving_core.readahead.ReadAhead` of :meth:`reader` onto ``device`` (told of every
+        """The one :class:`~moebake.loading.readahead.ReadAhead` of :meth:`reader` onto ``device`` (told of every
         chunk the reader reads), or None unless ``MOEBAKE_READAHEAD=1``. Each MoE layer plans its rows on it as it is
         built, the whole-model loader the other tensors before the iteration; :meth:`stop_readahead` ends it."""
         device = self._device(device)

@@ -13,7 +13,7 @@ are SGLang's own; only three steps are moebake's:
   so the baked bytes are not read by SGLang at all;
 * ``process_weights_after_loading``: refuses if a baked parameter was never named, then reads this EP
   rank's rows of every baked tensor once, from the files, straight into the parameters
-  (:class:`moebake.serving_core.rank_loader.RankLoader`: pinned staging, overlapped host-to-device copies),
+  (:class:`moebake.loading.rank_loader.RankLoader`: pinned staging, overlapped host-to-device copies),
   and makes the per-expert scalars SGLang's runner takes (SwiGLU constants from the manifest's activation).
 
 ``create_weights`` also plans the ranges the post-load step will read on the bake's read-ahead
@@ -36,10 +36,10 @@ from moebake.engines.sglang import internals, refusals
 from moebake.engines.sglang.refusals import MoebakeRefusal
 from moebake.errors import MoebakeError
 from moebake.formats.safetensors_file import DTYPES
+from moebake.loading.rank_loader import rank_runs
 from moebake.schema import serving
 from moebake.schema.enums import ActivationKind
 from moebake.schema.manifest import LayerRecord, TensorRecord
-from moebake.serving_core.rank_loader import rank_runs
 
 logger = logging.getLogger(__name__)
 

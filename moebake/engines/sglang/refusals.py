@@ -8,10 +8,10 @@ Every check here is a pure function of the manifest and SGLang's state, tested o
 from typing import Any
 
 from moebake.errors import EngineRefusal
+from moebake.loading.refusals import flashinfer_layout_refusal, gpu_refusal, parallelism_refusal, unloaded_refusal
 from moebake.schema.enums import GpuFamily
 from moebake.schema.manifest import EngineRecord, LayerRecord, Manifest
 from moebake.schema.profiles import HUMMING_FLAGS
-from moebake.serving_core.refusals import flashinfer_layout_refusal, gpu_refusal, parallelism_refusal, unloaded_refusal
 
 
 class MoebakeRefusal(EngineRefusal):

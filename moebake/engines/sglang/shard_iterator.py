@@ -5,12 +5,12 @@ SGLang's iterators (:data:`moebake.engines.sglang.internals.SAFETENSORS_ITERATOR
 expert tensor, other EP ranks' rows, which the plugin never loads (it reads a rank's own rows itself,
 :mod:`moebake.engines.sglang.moe_methods`). :func:`lazy` wraps each iterator so that, where every file it is handed is
 a shard of a bake (its directory holds the bake's manifest), it returns
-:func:`moebake.serving_core.mapped_shards.mapped_tensors` instead: the same names, in the same order, with tensors of
+:func:`moebake.loading.mapped_shards.mapped_tensors` instead: the same names, in the same order, with tensors of
 the same dtype, shape and bytes, none of them read until SGLang reads it.
 
 SGLang's own iterator runs unchanged where any of its options asks for something else (``disable_mmap``, ``prefetch``,
 ``drop_cache_after_load``), for any checkpoint that is not a bake, where a tensor cannot be mapped
-(:func:`~moebake.serving_core.mapped_shards.mappable`), and with ``MOEBAKE_SGLANG_DIRECT_LOAD=0``
+(:func:`~moebake.loading.mapped_shards.mappable`), and with ``MOEBAKE_SGLANG_DIRECT_LOAD=0``
 (:data:`moebake.engines.sglang.whole_model.DISABLE_ENV`).
 """
 
@@ -24,8 +24,8 @@ from typing import Any
 
 from moebake.engines.sglang.internals import SAFETENSORS_ITERATOR_OPTIONS
 from moebake.engines.sglang.whole_model import DISABLE_ENV
+from moebake.loading.mapped_shards import mappable, mapped_tensors, shard_headers
 from moebake.schema.manifest import MANIFEST_NAME
-from moebake.serving_core.mapped_shards import mappable, mapped_tensors, shard_headers
 
 logger = logging.getLogger(__name__)
 

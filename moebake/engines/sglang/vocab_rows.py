@@ -7,7 +7,7 @@ rows, and every later row of the ``[num_embeddings_per_partition, *row]`` parame
 padding rows (``num_org_vocab_padding``) and, for a rank past the end of the vocabulary, all of them. One tensor
 parallel rank holds one contiguous range of rows; at TP 1 with a vocabulary the padding divides, all of them.
 
-:func:`vocab_rows` states that as a :class:`~moebake.serving_core.direct_loader.RowShard` only where the layout
+:func:`vocab_rows` states that as a :class:`~moebake.loading.direct_loader.RowShard` only where the layout
 is exactly this one: the layer's quantization method is SGLang's ``UnquantizedEmbeddingMethod`` (no quantized
 or AMX-packed weight), it has no added vocabulary (LoRA rows, which SGLang places after the padded base rows),
 and the parameter is materialized, not GGUF, and has the layer's ``num_embeddings_per_partition`` rows. Every
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from moebake.serving_core.direct_loader import RowShard
+from moebake.loading.direct_loader import RowShard
 
 
 def loader_owner(param: torch.nn.Parameter, layer_class: Any) -> Any:

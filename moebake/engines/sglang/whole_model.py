@@ -7,13 +7,13 @@ replaces it once per process, from the plugin's entry point). When ``model.quant
 :data:`VERIFIED_MODELS`, and the model was not loaded through it before (a later ``update_weights_from_disk``
 keeps SGLang's path), ``weights`` is replaced by :meth:`DirectParameterLoader.filter`, then SGLang's own function
 runs: ``load_weights`` gets every pair the filter yields, and the kept-back tensors are on the device when the
-iterator ends, before SGLang's post-load step. The bake's read-ahead (:mod:`moebake.serving_core.readahead`: the
+iterator ends, before SGLang's post-load step. The bake's read-ahead (:mod:`moebake.loading.readahead`: the
 MoE layers planned their rows on it as the model was built; the filter puts the other tensors' ranges first) is
 stopped when SGLang's function returns or raises.
 
 Which tensors go direct: those whose parameter SGLang fills by a plain full copy (:func:`plain_copy`): the
 parameter's ``weight_loader`` is ``default_weight_loader`` or absent, or is ``ReplicatedLinear.weight_loader``,
-with the shape and dtype of the stored tensor (:mod:`moebake.serving_core.direct_loader`); and the vocabulary
+with the shape and dtype of the stored tensor (:mod:`moebake.loading.direct_loader`); and the vocabulary
 parameters of ``VocabParallelEmbedding`` / ``ParallelLMHead`` (:func:`~moebake.engines.sglang.vocab_rows.vocab_rows`):
 this rank's contiguous range of the stored ``[vocab, hidden]`` rows into the parameter's first rows, its padding
 rows zeroed, as SGLang's loader leaves them, at any tensor-parallel size (not with added/LoRA vocabulary,
@@ -31,8 +31,8 @@ import torch
 
 from moebake.engines.sglang.refusals import MoebakeRefusal
 from moebake.engines.sglang.vocab_rows import loader_owner, materialized_plain, owning_vocab_layer, vocab_rows
-from moebake.serving_core.direct_loader import DirectLoadStats
-from moebake.serving_core.direct_loader import DirectParameterLoader as _EngineNeutralLoader
+from moebake.loading.direct_loader import DirectLoadStats
+from moebake.loading.direct_loader import DirectParameterLoader as _EngineNeutralLoader
 
 __all__ = ["DirectLoadStats", "DirectParameterLoader", "VERIFIED_MODELS", "plain_copy"]
 

@@ -24,13 +24,13 @@ from typing import Any
 from moebake.engines.release_check import installed_release
 from moebake.errors import EngineRefusal, MoebakeError
 from moebake.formats.gpt_oss import DEFAULT_SWIGLU_LIMIT, SWIGLU_ALPHA, SWIGLU_BETA
+from moebake.loading.served_manifest import read_served_manifest
 from moebake.schema import serving
 from moebake.schema.enums import DType
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
 from moebake.schema.profiles import SHARED_GLOBALS, ReleaseProfile, newest, release_profile, releases
 from moebake.schema.serving import ServingRecord
 from moebake.schema.targets import target_spec
-from moebake.serving_core.served_manifest import read_served_manifest
 
 ENGINE = "vllm"
 

@@ -1,6 +1,6 @@
 """vLLM's ``--load-format moebake``: reads the baked expert tensors into the ``moebake`` MoE layers itself
 (this EP rank's experts' rows only, once, straight from the files into the parameters through
-:class:`moebake.serving_core.rank_loader.RankLoader`), and hands every other tensor to the model's own
+:class:`moebake.loading.rank_loader.RankLoader`), and hands every other tensor to the model's own
 ``load_weights`` (GPT-OSS's attention, router, norms, embeddings load as they always do), each read from
 the files exactly (:func:`other_tensors`); the baked tensors never go through vLLM's iterator.
 
@@ -31,9 +31,9 @@ from moebake.engines.vllm.bake import refuse
 from moebake.engines.vllm.loader_filled_experts import LoaderFilledExperts
 from moebake.errors import MoebakeError
 from moebake.formats.safetensors_file import DTYPES
-from moebake.serving_core.checkpoint_tensors import CheckpointTensors
-from moebake.serving_core.rank_loader import BakeFiles, ExpertRun, RankLoader, runs_from_slots
-from moebake.serving_core.staged_reader import ByteRange, own_reader
+from moebake.loading.checkpoint_tensors import CheckpointTensors
+from moebake.loading.rank_loader import BakeFiles, ExpertRun, RankLoader, runs_from_slots
+from moebake.loading.staged_reader import ByteRange, own_reader
 
 _PATTERNS = ["*.safetensors", "*.json"]
 

@@ -11,8 +11,8 @@ import torch
 
 from moebake.engines.layer_type import EngineLayer
 from moebake.engines.vllm.bake import VllmBake, refuse
+from moebake.loading.refusals import parallelism_refusal, unloaded_refusal
 from moebake.schema.enums import DType
-from moebake.serving_core.refusals import parallelism_refusal, unloaded_refusal
 
 # The remedies in vLLM's own flags.
 USE_EXPERT_PARALLELISM = "add --enable-expert-parallel"

@@ -48,8 +48,8 @@ from moebake.engines.vllm.bake import (
     refuse,
 )
 from moebake.engines.vllm.loader_filled_experts import LoaderFilledExperts
+from moebake.loading.refusals import flashinfer_layout_refusal, gpu_refusal
 from moebake.schema.enums import GpuFamily
-from moebake.serving_core.refusals import flashinfer_layout_refusal, gpu_refusal
 
 if TYPE_CHECKING:
     from moebake.engines.vllm.bake import Served

@@ -26,7 +26,7 @@ first call waits for that. :attr:`StagedReader.ring_seconds` says how long the a
 
 ``on_consumed`` (None, or ``(path, range offset, nbytes)``): told of every chunk once its bytes have left the file
 (staged: when the chunk's read has ended; unstaged: when the call's reads have); a
-:class:`~moebake.serving_core.readahead.ReadAhead` counts the loader's progress through its plan with it.
+:class:`~moebake.loading.readahead.ReadAhead` counts the loader's progress through its plan with it.
 """
 
 import os

@@ -4,7 +4,7 @@ Every baked expert tensor is stored C-order with the expert index first, so the 
 ``[a, b)`` are one contiguous byte range of its shard: ``data_start + begin + a * row_bytes`` for
 ``(b - a) * row_bytes`` bytes. :class:`RankLoader` turns "these experts of these tensors go to
 these rows of these destination tensors" into such ranges and reads them with a
-:class:`~moebake.serving_core.staged_reader.StagedReader`: for a CUDA destination through a small ring of
+:class:`~moebake.loading.staged_reader.StagedReader`: for a CUDA destination through a small ring of
 pinned host buffers (``slots * chunk_bytes`` bytes, whatever the model's size) with overlapped
 host-to-device copies straight into the destination, so there is no transient copy on the GPU
 and no byte of another rank's experts is read.
@@ -22,11 +22,11 @@ import torch
 
 from moebake.errors import CheckpointError, IntegrityError, InvalidArgumentError
 from moebake.formats.safetensors_file import SafetensorsFile, TensorEntry
+from moebake.loading.checkpoint_tensors import CheckpointTensors
+from moebake.loading.staged_reader import ByteRange, LoadStats, StagedReader, own_reader
 from moebake.schema.enums import DType
 from moebake.schema.index import read_index
 from moebake.schema.manifest import MANIFEST_NAME, LayerRecord, Manifest
-from moebake.serving_core.checkpoint_tensors import CheckpointTensors
-from moebake.serving_core.staged_reader import ByteRange, LoadStats, StagedReader, own_reader
 
 
 @dataclass(frozen=True, kw_only=True)

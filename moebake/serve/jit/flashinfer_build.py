@@ -7,7 +7,7 @@ load the JIT module ``fused_moe_90`` on first use. FlashInfer builds that module
 CUDA translation units: every activation x weight dtype pair the CUTLASS MoE backend supports,
 times every tile, cluster and schedule, even with ``-DFAST_BUILD`` (its build time:
 docs/benchmarks.md). moebake's SM90 targets use two of those paths
-(:data:`moebake.serve.flashinfer_paths.PATHS`, which says what is compiled for each):
+(:data:`moebake.serve.jit.flashinfer_paths.PATHS`, which says what is compiled for each):
 
 * ``W4A16``: BF16 activations x MXFP4 weights, ``use_w4_group_scaling=True`` (``sm90-cutlass``);
 * ``W4A8_HUMMING``: BF16 activations quantized online to FP8 x MXFP4 weights with Humming's pre-MMA
@@ -48,7 +48,7 @@ tests and benchmarks that run an engine's own code. With a prebuilt library (``M
 or ``prebuilt=``), nothing is compiled: the ``.so`` is loaded with ``tvm_ffi.load_module`` after its
 sidecar JSON is checked against the installed FlashInfer and apache-tvm-ffi versions and the file's sha256.
 
-The sources are written for the FlashInfer releases of :data:`moebake.serve.flashinfer_paths.REVISIONS` (0.7.2.post1,
+The sources are written for the FlashInfer releases of :data:`moebake.serve.jit.flashinfer_paths.REVISIONS` (0.7.2.post1,
 and 0.6.15.post1 and 0.6.14 with the W4A16 path only, for SGLang 0.5.17's and vLLM 0.26.0's own servers); the
 source patches assert their anchors, so another version fails loudly instead of building something wrong. A prebuilt ``.so`` is tied to the
 FlashInfer and apache-tvm-ffi versions it was built with (checked from its sidecar). Build time, size
@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from moebake.errors import PlatformError
-from moebake.serve.flashinfer_paths import (
+from moebake.serve.jit.flashinfer_paths import (
     REVISIONS,
     ConfigChoice,
     SourceRevision,
@@ -81,7 +81,7 @@ MODULE_NAME = "fused_moe_90_moebake"
 
 TESTED_FLASHINFER_VERSIONS = REVISIONS[0].releases
 """The FlashInfer releases moebake's runtime (``moebake.serve``) is proven with: the ``gpu`` extra's pin. The reduced
-module's sources are written for every release of :data:`moebake.serve.flashinfer_paths.REVISIONS` (older ones for
+module's sources are written for every release of :data:`moebake.serve.jit.flashinfer_paths.REVISIONS` (older ones for
 engines' own code that pins an older FlashInfer, such as SGLang 0.5.17's and vLLM 0.26.0's servers)."""
 
 PREBUILT_ENV = "MOEBAKE_FLASHINFER_MOE_SO"

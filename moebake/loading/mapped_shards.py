@@ -4,7 +4,7 @@ An engine's safetensors iterator hands out each tensor as ``safe_open(path, fram
 returns it: a view of the mmap'd shard. safetensors touches each tensor's first page as it makes that view, and the
 kernel's fault read-around then reads up to ``read_ahead_kb`` on either side of it; for a baked expert tensor most of
 those bytes are other EP ranks' rows, which a rank that reads only its own rows
-(:class:`~moebake.serving_core.rank_loader.RankLoader`) never needs.
+(:class:`~moebake.loading.rank_loader.RankLoader`) never needs.
 
 :func:`mapped_tensors` yields the same ``(name, tensor)`` pairs, in the same order (shards in the order given, names
 sorted within each, as the engine's iterators), each a CPU tensor of the stored dtype and shape over a private

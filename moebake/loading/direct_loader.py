@@ -3,7 +3,7 @@
 An engine hands its model ``(name, tensor)`` pairs from lazy (mmap'd) safetensors views, and the model's
 ``load_weights`` copies each into its parameter. :class:`DirectParameterLoader` sits between them: its
 :meth:`~DirectParameterLoader.filter` keeps back every tensor whose parameter a plain full copy would fill,
-and reads those bytes itself with a :class:`~moebake.serving_core.staged_reader.StagedReader` (for a CUDA
+and reads those bytes itself with a :class:`~moebake.loading.staged_reader.StagedReader` (for a CUDA
 device: ``preadv`` into a small pinned ring, asynchronous host-to-device copies into the parameter; no
 pageable copy). Every other pair is yielded unchanged, for the engine's own path.
 
@@ -39,7 +39,7 @@ Reads are collected and issued in batches of at most ``batch_bytes`` (one ``Stag
 reads and copies overlap); the last batch is read when the engine's iterator is exhausted, before the
 filter's generator ends. Host memory: the reader's ring (``slots * chunk_bytes``), whatever the sizes.
 
-With a ``readahead`` (:class:`~moebake.serving_core.readahead.ReadAhead`), :meth:`DirectParameterLoader.filter` first
+With a ``readahead`` (:class:`~moebake.loading.readahead.ReadAhead`), :meth:`DirectParameterLoader.filter` first
 plans :meth:`~DirectParameterLoader.planned_ranges` on it, ahead of every range planned so far (the experts', which
 are read after the iteration), and seals its plan: the ranges come from :meth:`~DirectParameterLoader.direct_range`,
 the one rule the filter applies to each handed tensor.
@@ -57,8 +57,8 @@ import torch
 
 from moebake.errors import InternalError
 from moebake.formats.safetensors_file import DTYPES
-from moebake.serving_core.checkpoint_tensors import CheckpointTensors
-from moebake.serving_core.staged_reader import ByteRange, StagedReader, own_reader
+from moebake.loading.checkpoint_tensors import CheckpointTensors
+from moebake.loading.staged_reader import ByteRange, StagedReader, own_reader
 
 DEFAULT_BATCH_BYTES = 1 << 30
 

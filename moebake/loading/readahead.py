@@ -9,7 +9,7 @@ bytes then come out of the page cache.
 
 Bounds. It reads only planned bytes, never a byte outside a planned range. It stays at most ``window_bytes``
 (:data:`WINDOW_BYTES`) ahead of the loader: the bytes it has read or is reading that the loader has not yet
-consumed (:meth:`ReadAhead.consumed`, called by the loader's :class:`~moebake.serving_core.staged_reader.StagedReader`
+consumed (:meth:`ReadAhead.consumed`, called by the loader's :class:`~moebake.loading.staged_reader.StagedReader`
 for every chunk it has read) never exceed it; a range the loader has consumed before the read-ahead got to it is
 skipped. Host memory: ``threads * step_bytes`` of scratch, and the page cache's (reclaimable) pages.
 
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from moebake.serving_core.staged_reader import open_without_readahead, pread_fully
+from moebake.loading.staged_reader import open_without_readahead, pread_fully
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ STEP_BYTES = 8 << 20
 """One read of the read-ahead (and the size of each thread's scratch buffer)."""
 
 THREADS = 8
-"""Reads in flight at once (the loader's :data:`~moebake.serving_core.staged_reader.DEFAULT_SLOTS`)."""
+"""Reads in flight at once (the loader's :data:`~moebake.loading.staged_reader.DEFAULT_SLOTS`)."""
 
 IDLE_SECONDS = 120.0
 """The read-ahead ends itself after this long with nothing consumed and nothing added (a load that never ended it)."""
@@ -105,7 +105,7 @@ def _pread_scratch(fd: int, buffer: memoryview, offset: int, nbytes: int) -> Non
 
 def _as_planned(piece: Any) -> PlannedRange:
     """A :class:`PlannedRange` of a :class:`PlannedRange` or a loader's
-    :class:`~moebake.serving_core.staged_reader.ByteRange` (its file bytes only; its destination is not kept)."""
+    :class:`~moebake.loading.staged_reader.ByteRange` (its file bytes only; its destination is not kept)."""
     if isinstance(piece, PlannedRange):
         return piece
     return PlannedRange(str(piece.path), int(piece.offset), int(piece.dest.numel()))
